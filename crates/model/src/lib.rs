@@ -1,0 +1,2 @@
+//! Analytical model and discrete-event simulator (issue 5).
+pub mod cli;
