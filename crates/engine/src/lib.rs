@@ -1,1 +1,30 @@
+//! The eudp offload engine.
+//!
+//! An application hands datagrams to an [`Endpoint`]; an engine thread (the
+//! "NIC processor" of paper 000) does the per-packet work through a
+//! [`backend`]. Layers, from the application down:
+//!
+//! * [`endpoint`] — the sockets-like API (send/recv, blocking, timeouts,
+//!   pollable readiness, stats).
+//! * [`queue`] — the two-level send queue (L1 in host memory, bounded L2)
+//!   whose transitions are the state machine in [`machine`].
+//! * [`batch`] — `gso_batch`: forming GSO super-packets and `sendmmsg` calls.
+//! * [`ring`] — the byte-bounded receive ring with zero-copy GRO split.
+//! * [`engine`] — the engine thread and its scheduling.
+//! * [`backend`] — the transports; all `unsafe` code lives there.
+#![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
+
+pub mod backend;
+pub mod batch;
+pub mod config;
+pub mod endpoint;
+pub mod engine;
 pub mod machine;
+pub mod queue;
+pub mod ring;
+pub mod stats;
+
+pub use config::Config;
+pub use endpoint::{Endpoint, Received, RecvFlags};
+pub use engine::Engine;
+pub use stats::StatsSnapshot;

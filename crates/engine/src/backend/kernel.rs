@@ -1,0 +1,587 @@
+//! The kernel UDP backend: every raw syscall of the engine lives here.
+//!
+//! Safety policy: each `unsafe` block below calls one libc function with
+//! pointers derived from live Rust borrows for the duration of the call, or
+//! reads a kernel-initialised structure after the call reported success. No
+//! pointer outlives the call it was made for. Everything above this module is
+//! safe Rust.
+//!
+//! What this backend offers the engine:
+//! * [`UdpSocket`] — a nonblocking kernel UDP socket (IPv4 or IPv6) with
+//!   `send_to`, GSO + `sendmmsg` batch sends ([`UdpSocket::send_batch`]) and
+//!   GRO + `recvmmsg` batch receives ([`UdpSocket::recv_batch`]).
+//! * [`EventFd`], [`Epoll`] and [`poll_readable`] — readiness primitives.
+//! * [`pin_current_thread`] — CPU pinning for the engine thread.
+
+#![allow(unsafe_code)] // This module is the documented home of the engine's unsafe code.
+
+use std::io;
+use std::mem::{size_of, zeroed, MaybeUninit};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// `UDP_SEGMENT` (linux/udp.h): per-send GSO segment size.
+const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (linux/udp.h): receive coalesced super-packets.
+const UDP_GRO: libc::c_int = 104;
+/// Room for one `UDP_SEGMENT` (u16) control message.
+const GSO_CMSG_SPACE: usize = 32;
+/// Room for the receive control messages we ask for (`UDP_GRO` int).
+const RX_CMSG_SPACE: usize = 64;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cvt_isize(r: isize) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// A socket address in the kernel's representation.
+#[derive(Clone, Copy)]
+pub(crate) struct RawAddr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl RawAddr {
+    pub(crate) fn from_std(addr: &SocketAddr) -> Self {
+        // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+        let len = match addr {
+            SocketAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+                unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in, sin) };
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(a) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo(),
+                    sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                    sin6_scope_id: a.scope_id(),
+                };
+                // SAFETY: as above, for sockaddr_in6.
+                unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
+                size_of::<libc::sockaddr_in6>()
+            }
+        };
+        RawAddr { storage, len: len as libc::socklen_t }
+    }
+
+    fn empty() -> Self {
+        // SAFETY: plain data.
+        RawAddr { storage: unsafe { zeroed() }, len: size_of::<libc::sockaddr_storage>() as libc::socklen_t }
+    }
+
+    /// Converts back to a std address; `None` for families other than IPv4/6.
+    pub(crate) fn to_std(&self) -> Option<SocketAddr> {
+        match self.storage.ss_family as libc::c_int {
+            libc::AF_INET => {
+                // SAFETY: the kernel wrote a sockaddr_in for AF_INET.
+                let sin = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in) };
+                let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+                Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the kernel wrote a sockaddr_in6 for AF_INET6.
+                let s = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in6) };
+                let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
+                Some(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(s.sin6_port), s.sin6_flowinfo, s.sin6_scope_id)))
+            }
+            _ => None,
+        }
+    }
+
+    fn as_ptr(&self) -> *const libc::sockaddr {
+        &self.storage as *const _ as *const libc::sockaddr
+    }
+}
+
+/// One outgoing backend message: a run of equal-size datagrams to one
+/// destination, sent as one GSO super-packet when `segment` is set.
+pub struct OutMsg<'a> {
+    /// Destination, or `None` on a connected socket.
+    pub dst: Option<SocketAddr>,
+    /// Payload pieces, concatenated by the kernel.
+    pub iov: &'a [io::IoSlice<'a>],
+    /// GSO segment size; `None` for a single plain datagram.
+    pub segment: Option<u16>,
+}
+
+/// Metadata of one received (possibly coalesced) message.
+#[derive(Clone, Copy, Debug)]
+pub struct InMeta {
+    /// Bytes received into the buffer.
+    pub len: usize,
+    /// Sender address.
+    pub src: Option<SocketAddr>,
+    /// GRO segment size when the kernel coalesced datagrams (all segments
+    /// have this size except possibly the last).
+    pub segment: Option<usize>,
+    /// The datagram did not fit in the buffer (MSG_TRUNC).
+    pub truncated: bool,
+}
+
+/// A nonblocking kernel UDP socket owned by the engine.
+#[derive(Debug)]
+pub struct UdpSocket {
+    fd: OwnedFd,
+    v6: bool,
+}
+
+impl AsRawFd for UdpSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl UdpSocket {
+    /// Opens a nonblocking, close-on-exec UDP socket of the given family.
+    pub fn new(v6: bool) -> io::Result<Self> {
+        let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
+        // SAFETY: plain syscall; the returned fd is owned by OwnedFd below.
+        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: fd was just returned by socket() and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(UdpSocket { fd, v6 })
+    }
+
+    /// True for an IPv6 socket.
+    pub fn is_v6(&self) -> bool {
+        self.v6
+    }
+
+    fn setsockopt_int(&self, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
+        // SAFETY: passes a pointer to a live c_int and its size.
+        cvt(unsafe {
+            libc::setsockopt(self.fd.as_raw_fd(), level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32)
+        })
+        .map(drop)
+    }
+
+    fn getsockopt_int(&self, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+        let mut val: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: pointer to a live c_int and its length.
+        cvt(unsafe { libc::getsockopt(self.fd.as_raw_fd(), level, name, &mut val as *mut _ as *mut libc::c_void, &mut len) })?;
+        Ok(val)
+    }
+
+    /// Sets an integer socket option (`SOL_SOCKET`, `IPPROTO_IP`, …).
+    pub fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()> {
+        self.setsockopt_int(level, name, val)
+    }
+
+    /// Reads an integer socket option.
+    pub fn option(&self, level: i32, name: i32) -> io::Result<i32> {
+        self.getsockopt_int(level, name)
+    }
+
+    /// Kernel send buffer size in bytes (as `getsockopt(SO_SNDBUF)` reports it).
+    pub fn send_buffer_size(&self) -> io::Result<usize> {
+        self.getsockopt_int(libc::SOL_SOCKET, libc::SO_SNDBUF).map(|v| v.max(0) as usize)
+    }
+
+    /// Kernel receive buffer size in bytes.
+    pub fn recv_buffer_size(&self) -> io::Result<usize> {
+        self.getsockopt_int(libc::SOL_SOCKET, libc::SO_RCVBUF).map(|v| v.max(0) as usize)
+    }
+
+    /// Probes UDP GSO: true when the kernel accepts `UDP_SEGMENT` on this socket.
+    pub fn probe_gso(&self) -> bool {
+        // Setting a segment size of 0 as the socket default is a no-op that
+        // fails with ENOPROTOOPT on kernels without UDP GSO.
+        self.setsockopt_int(libc::SOL_UDP, UDP_SEGMENT, 0).is_ok()
+    }
+
+    /// Enables UDP GRO on receive; false when the kernel lacks it.
+    pub fn enable_gro(&self) -> bool {
+        self.setsockopt_int(libc::SOL_UDP, UDP_GRO, 1).is_ok()
+    }
+
+    /// Enables extended error reporting (ICMP errors on unconnected sockets).
+    pub fn set_recv_err(&self, on: bool) -> io::Result<()> {
+        if self.v6 {
+            self.setsockopt_int(libc::IPPROTO_IPV6, libc::IPV6_RECVERR, on as i32)?;
+        }
+        // A dual-stack IPv6 socket also carries IPv4 traffic.
+        match self.setsockopt_int(libc::IPPROTO_IP, libc::IP_RECVERR, on as i32) {
+            Err(e) if self.v6 => drop(e),
+            r => r?,
+        }
+        Ok(())
+    }
+
+    /// Binds to a local address.
+    pub fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
+        let raw = RawAddr::from_std(addr);
+        // SAFETY: pointer/length from a live RawAddr.
+        cvt(unsafe { libc::bind(self.fd.as_raw_fd(), raw.as_ptr(), raw.len) }).map(drop)
+    }
+
+    /// Connects to a peer (sets the default destination and filters sources).
+    pub fn connect(&self, addr: &SocketAddr) -> io::Result<()> {
+        let raw = RawAddr::from_std(addr);
+        // SAFETY: pointer/length from a live RawAddr.
+        cvt(unsafe { libc::connect(self.fd.as_raw_fd(), raw.as_ptr(), raw.len) }).map(drop)
+    }
+
+    /// Dissolves the association (connect to AF_UNSPEC).
+    pub fn disconnect(&self) -> io::Result<()> {
+        // SAFETY: plain data.
+        let mut sa: libc::sockaddr = unsafe { zeroed() };
+        sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        // SAFETY: pointer to a live sockaddr.
+        cvt(unsafe { libc::connect(self.fd.as_raw_fd(), &sa, size_of::<libc::sockaddr>() as u32) }).map(drop)
+    }
+
+    /// The bound local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        let mut raw = RawAddr::empty();
+        // SAFETY: pointer/length into a live RawAddr that the kernel fills.
+        cvt(unsafe { libc::getsockname(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len) })?;
+        raw.to_std().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
+    }
+
+    /// The connected peer address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        let mut raw = RawAddr::empty();
+        // SAFETY: as in local_addr.
+        cvt(unsafe { libc::getpeername(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len) })?;
+        raw.to_std().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
+    }
+
+    /// Sends one datagram (nonblocking). `dst` is `None` on a connected socket.
+    pub fn send_to(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        let raw = dst.map(RawAddr::from_std);
+        let (p, l) = match &raw {
+            Some(r) => (r.as_ptr(), r.len),
+            None => (std::ptr::null(), 0),
+        };
+        // SAFETY: buffer and address pointers come from live borrows.
+        cvt_isize(unsafe {
+            libc::sendto(self.fd.as_raw_fd(), buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL, p, l)
+        })
+    }
+
+    /// Sends up to `msgs.len()` messages in one `sendmmsg` call, each message a
+    /// plain datagram or a GSO super-packet. Returns how many messages the
+    /// kernel accepted (a prefix); an error means none was.
+    pub fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        let n = msgs.len().min(1024);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut addrs: Vec<Option<RawAddr>> = Vec::with_capacity(n);
+        let mut cmsgs: Vec<[u64; GSO_CMSG_SPACE / 8]> = vec![[0; GSO_CMSG_SPACE / 8]; n];
+        // SAFETY: mmsghdr is plain data; zero is a valid initial value.
+        let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        for m in &msgs[..n] {
+            addrs.push(m.dst.as_ref().map(RawAddr::from_std));
+        }
+        for i in 0..n {
+            let m = &msgs[i];
+            let h = &mut hdrs[i].msg_hdr;
+            if let Some(a) = &addrs[i] {
+                h.msg_name = a.as_ptr() as *mut libc::c_void;
+                h.msg_namelen = a.len;
+            }
+            // IoSlice is ABI-compatible with iovec on Unix.
+            h.msg_iov = m.iov.as_ptr() as *mut libc::iovec;
+            h.msg_iovlen = m.iov.len();
+            if let Some(seg) = m.segment {
+                let buf = cmsgs[i].as_mut_ptr() as *mut u8;
+                h.msg_control = buf as *mut libc::c_void;
+                // SAFETY: CMSG_SPACE is a pure size computation.
+                h.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+                // SAFETY: msg_control points at GSO_CMSG_SPACE zeroed, aligned bytes,
+                // enough for one u16 cmsg; CMSG_FIRSTHDR/DATA stay inside it.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg);
+                }
+            }
+        }
+        // SAFETY: every pointer in hdrs refers to addrs, cmsgs or the caller's
+        // iov slices, all alive across this call.
+        let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_NOSIGNAL) };
+        cvt(r).map(|v| v as usize)
+    }
+
+    /// Receives up to `bufs.len()` messages in one `recvmmsg` call (nonblocking).
+    /// With GRO enabled a message may hold several datagrams of
+    /// `meta.segment` bytes each. Returns the number of messages.
+    pub fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        let n = bufs.len().min(meta.len()).min(1024);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut addrs: Vec<RawAddr> = vec![RawAddr::empty(); n];
+        let mut cmsgs: Vec<[u64; RX_CMSG_SPACE / 8]> = vec![[0; RX_CMSG_SPACE / 8]; n];
+        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
+        for b in bufs[..n].iter_mut() {
+            iovs.push(libc::iovec { iov_base: b.as_mut_ptr() as *mut libc::c_void, iov_len: b.len() });
+        }
+        // SAFETY: plain data.
+        let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        for i in 0..n {
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = &mut addrs[i].storage as *mut _ as *mut libc::c_void;
+            h.msg_namelen = addrs[i].len;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = RX_CMSG_SPACE;
+        }
+        // SAFETY: all pointers refer to the live vectors above and the caller's buffers.
+        let r = unsafe {
+            libc::recvmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
+        };
+        let got = cvt(r)? as usize;
+        for i in 0..got {
+            let h = &hdrs[i].msg_hdr;
+            addrs[i].len = h.msg_namelen;
+            let mut segment = None;
+            // SAFETY: the kernel filled msg_control/msg_controllen; the CMSG
+            // macros walk only within that range.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(h);
+                while !c.is_null() {
+                    if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                        if v > 0 {
+                            segment = Some(v as usize);
+                        }
+                    }
+                    c = libc::CMSG_NXTHDR(h, c);
+                }
+            }
+            meta[i] = InMeta {
+                len: hdrs[i].msg_len as usize,
+                src: addrs[i].to_std(),
+                segment,
+                truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+            };
+        }
+        Ok(got)
+    }
+
+    /// Reads one queued extended error (IP_RECVERR), returning its errno and
+    /// the address it concerns. `Ok(None)` when the error queue is empty.
+    pub fn take_queued_error(&self) -> io::Result<Option<(i32, Option<SocketAddr>)>> {
+        let mut buf = [0u8; 512];
+        let mut ctrl = [0u64; 64];
+        let mut name = RawAddr::empty();
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: plain data.
+        let mut h: libc::msghdr = unsafe { zeroed() };
+        h.msg_name = &mut name.storage as *mut _ as *mut libc::c_void;
+        h.msg_namelen = name.len;
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = std::mem::size_of_val(&ctrl);
+        // SAFETY: pointers refer to the live locals above.
+        let r = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut h, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
+        }
+        name.len = h.msg_namelen;
+        let mut errno = None;
+        // SAFETY: walking the control data the kernel wrote.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h);
+            while !c.is_null() {
+                let lvl = (*c).cmsg_level;
+                let ty = (*c).cmsg_type;
+                if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR) || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR) {
+                    let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
+                    errno = Some(ee.ee_errno as i32);
+                }
+                c = libc::CMSG_NXTHDR(&h, c);
+            }
+        }
+        Ok(errno.map(|e| (e, name.to_std())))
+    }
+
+    /// Reads and clears the socket's pending error (SO_ERROR); 0 when none.
+    pub fn take_socket_error(&self) -> i32 {
+        self.getsockopt_int(libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(0)
+    }
+}
+
+/// An eventfd used as a doorbell or as a pollable readiness flag.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl EventFd {
+    /// A nonblocking, close-on-exec eventfd starting at 0 (not readable).
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the fd is owned below.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: fresh fd owned by nobody else.
+        Ok(EventFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Makes the fd readable (adds 1 to the counter).
+    pub fn set(&self) {
+        let v: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64. A full counter (EAGAIN)
+        // still leaves the fd readable, which is all a doorbell needs.
+        unsafe { libc::write(self.fd.as_raw_fd(), &v as *const u64 as *const libc::c_void, 8) };
+    }
+
+    /// Makes the fd unreadable (drains the counter).
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN means already clear.
+        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    }
+}
+
+/// A level-triggered epoll set keyed by `u64` tokens.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    /// A new close-on-exec epoll instance.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the fd is owned below.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: fresh fd owned by nobody else.
+        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Watches `fd` for readability under `token`.
+    pub fn add_readable(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        // SAFETY: pointer to a live epoll_event.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(drop)
+    }
+
+    /// Stops watching `fd`.
+    pub fn remove(&self, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: pointer to a live epoll_event (ignored by DEL on new kernels).
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) }).map(drop)
+    }
+
+    /// Waits for readiness; returns the tokens that are ready. `None` waits forever.
+    pub fn wait(&self, out: &mut Vec<u64>, timeout: Option<Duration>) -> io::Result<()> {
+        let mut evs: [MaybeUninit<libc::epoll_event>; 64] = [MaybeUninit::uninit(); 64];
+        let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128) as i32).unwrap_or(-1);
+        // SAFETY: the kernel writes at most 64 events into `evs`.
+        let r = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr() as *mut libc::epoll_event, 64, ms) };
+        out.clear();
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+        }
+        for ev in &evs[..r as usize] {
+            // SAFETY: the first r entries were initialised by epoll_wait.
+            let ev = unsafe { ev.assume_init() };
+            out.push(ev.u64);
+        }
+        Ok(())
+    }
+}
+
+/// Blocks until one of `fds` is readable or `timeout` passes (`None`: forever).
+/// Returns true when something became readable. EINTR counts as a wake-up.
+pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<bool> {
+    poll_events(fds, libc::POLLIN, timeout)
+}
+
+/// As [`poll_readable`] for writability.
+pub fn poll_writable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
+    poll_events(&[fd], libc::POLLOUT, timeout)
+}
+
+fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut p: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events, revents: 0 }).collect();
+    let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32).unwrap_or(-1);
+    // SAFETY: pointer/length of a live pollfd vector.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(true) } else { Err(e) };
+    }
+    Ok(r > 0)
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it; the syscall
+    // reads it for the duration of the call.
+    unsafe {
+        let mut set: libc::cpu_set_t = zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        cvt(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)).map(drop)
+    }
+}
+
+/// CPU time consumed by the whole process so far (user + system).
+pub fn process_cpu_time() -> Duration {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time consumed by the calling thread so far.
+pub fn thread_cpu_time() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock(id: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: pointer to a live timespec.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Maps an IPv4 address to its IPv4-mapped IPv6 form for dual-stack sockets.
+pub fn to_family(addr: SocketAddr, v6: bool) -> SocketAddr {
+    match (addr, v6) {
+        (SocketAddr::V4(a), true) => SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0)),
+        (a, _) => a,
+    }
+}
+
+/// Normalises an IPv4-mapped IPv6 address back to IPv4 when `want_v4` holds.
+pub fn unmap(addr: SocketAddr) -> SocketAddr {
+    if let SocketAddr::V6(a) = addr {
+        if let Some(v4) = a.ip().to_ipv4_mapped() {
+            return SocketAddr::new(IpAddr::V4(v4), a.port());
+        }
+    }
+    addr
+}

@@ -1,0 +1,109 @@
+//! Backends: how the engine reaches the network.
+//!
+//! A backend provides one datagram socket per endpoint behind the small
+//! [`Backend`] trait. Today there is [`kernel`] (kernel UDP with GSO/GRO);
+//! the trait is the seam where `tcp` (UDP over TCP) and `xdp` plug in.
+//! All `unsafe` code and raw syscalls of the engine live under this module.
+
+pub mod kernel;
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+pub use kernel::{InMeta, OutMsg};
+
+/// The operations the engine performs on an endpoint's transport.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// True for an IPv6 (dual-stack) transport.
+    fn is_v6(&self) -> bool;
+    /// File descriptor whose readability means "receive may make progress".
+    fn raw_fd(&self) -> RawFd;
+    fn bind(&self, addr: &SocketAddr) -> io::Result<()>;
+    fn connect(&self, addr: &SocketAddr) -> io::Result<()>;
+    fn disconnect(&self) -> io::Result<()>;
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+    fn peer_addr(&self) -> io::Result<SocketAddr>;
+    /// One datagram, nonblocking.
+    fn send_one(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize>;
+    /// Several messages (plain or GSO) in one call; returns how many were accepted.
+    fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize>;
+    /// Several messages (possibly GRO-coalesced) in one call, nonblocking.
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize>;
+    /// Takes one asynchronous error, if any (pending error or error queue).
+    fn take_error(&self) -> Option<i32>;
+    /// Send buffer size in bytes (sizes L1).
+    fn send_buffer_size(&self) -> usize;
+    /// Receive buffer size in bytes (sizes the receive ring).
+    fn recv_buffer_size(&self) -> usize;
+    /// Whether segmentation offload may be used on send.
+    fn probe_gso(&self) -> bool;
+    /// Enables receive coalescing; false when unavailable.
+    fn enable_gro(&self) -> bool;
+    /// Sets an integer socket option on the underlying socket.
+    fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()>;
+    /// Reads an integer socket option of the underlying socket.
+    fn option(&self, level: i32, name: i32) -> io::Result<i32>;
+}
+
+impl Backend for kernel::UdpSocket {
+    fn is_v6(&self) -> bool {
+        kernel::UdpSocket::is_v6(self)
+    }
+    fn raw_fd(&self) -> RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(self)
+    }
+    fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
+        kernel::UdpSocket::bind(self, addr)
+    }
+    fn connect(&self, addr: &SocketAddr) -> io::Result<()> {
+        kernel::UdpSocket::connect(self, addr)
+    }
+    fn disconnect(&self) -> io::Result<()> {
+        kernel::UdpSocket::disconnect(self)
+    }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        kernel::UdpSocket::local_addr(self)
+    }
+    fn peer_addr(&self) -> io::Result<SocketAddr> {
+        kernel::UdpSocket::peer_addr(self)
+    }
+    fn send_one(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        self.send_to(buf, dst)
+    }
+    fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        kernel::UdpSocket::send_batch(self, msgs)
+    }
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        kernel::UdpSocket::recv_batch(self, bufs, meta)
+    }
+    fn take_error(&self) -> Option<i32> {
+        // The error queue (IP_RECVERR) first, then the socket's pending error.
+        if let Ok(Some((e, _))) = self.take_queued_error() {
+            let _ = self.take_socket_error();
+            return Some(e);
+        }
+        match self.take_socket_error() {
+            0 => None,
+            e => Some(e),
+        }
+    }
+    fn send_buffer_size(&self) -> usize {
+        kernel::UdpSocket::send_buffer_size(self).unwrap_or(212_992)
+    }
+    fn recv_buffer_size(&self) -> usize {
+        kernel::UdpSocket::recv_buffer_size(self).unwrap_or(212_992)
+    }
+    fn probe_gso(&self) -> bool {
+        kernel::UdpSocket::probe_gso(self)
+    }
+    fn enable_gro(&self) -> bool {
+        kernel::UdpSocket::enable_gro(self)
+    }
+    fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()> {
+        kernel::UdpSocket::set_option(self, level, name, val)
+    }
+    fn option(&self, level: i32, name: i32) -> io::Result<i32> {
+        kernel::UdpSocket::option(self, level, name)
+    }
+}

@@ -1,0 +1,207 @@
+//! Forming backend messages from queued datagrams (`gso_batch`).
+//!
+//! Consecutive datagrams to the same destination with the same size become
+//! one UDP GSO super-packet; the last of a run may be shorter (the kernel
+//! sends a short final segment). A run ends at a destination change, a size
+//! change, a short datagram, the segment-count limit or the byte limit.
+//! Everything else goes out as a plain datagram. Messages are then grouped
+//! into `sendmmsg` calls.
+
+use std::net::SocketAddr;
+
+/// Limits that bound one GSO super-packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GsoLimits {
+    /// Maximum segments per super-packet (`UDP_MAX_SEGMENTS`).
+    pub max_segments: usize,
+    /// Maximum total payload bytes per super-packet.
+    pub max_bytes: usize,
+    /// Largest segment size that may be segmented: a segment plus headers
+    /// must fit the path MTU, or the kernel rejects the send.
+    pub max_segment_size: usize,
+    /// GSO is usable at all on this socket.
+    pub enabled: bool,
+}
+
+impl GsoLimits {
+    /// Limits for a socket of the given family with GSO enabled and the
+    /// typical 1500-byte Ethernet MTU.
+    pub fn ethernet(v6: bool) -> Self {
+        GsoLimits {
+            max_segments: eudp_wire::limits::GSO_MAX_SEGMENTS,
+            max_bytes: if v6 { eudp_wire::limits::GSO_MAX_BYTES_V6 } else { eudp_wire::limits::GSO_MAX_BYTES_V4 },
+            max_segment_size: if v6 { 1500 - 48 } else { 1500 - 28 },
+            enabled: true,
+        }
+    }
+}
+
+/// One backend message: `count` consecutive datagrams starting at `start`.
+/// `segment` is the GSO segment size when `count > 1` (or when a lone
+/// datagram is sent as a one-segment batch, never done here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub start: usize,
+    pub count: usize,
+    pub segment: Option<u16>,
+}
+
+/// Splits the datagrams described by `(dst, len)` into messages.
+pub fn gso_batch(items: &[(Option<SocketAddr>, usize)], lim: &GsoLimits) -> Vec<Run> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let (dst, seg) = items[i];
+        let segmentable = lim.enabled && seg > 0 && seg <= lim.max_segment_size && seg <= u16::MAX as usize;
+        if !segmentable {
+            runs.push(Run { start: i, count: 1, segment: None });
+            i += 1;
+            continue;
+        }
+        let mut count = 1;
+        let mut bytes = seg;
+        while i + count < items.len() && count < lim.max_segments {
+            let (d, len) = items[i + count];
+            if d != dst || len > seg || len == 0 || bytes + len > lim.max_bytes {
+                break;
+            }
+            count += 1;
+            bytes += len;
+            if len < seg {
+                // A short datagram can only be the last segment.
+                break;
+            }
+        }
+        let segment = if count > 1 { Some(seg as u16) } else { None };
+        runs.push(Run { start: i, count, segment });
+        i += count;
+    }
+    runs
+}
+
+/// Groups runs into backend calls of at most `max_msgs` messages and
+/// `max_iov` datagrams (iovecs) each. Returns `(first_run, n_runs)` pairs.
+pub fn group_calls(runs: &[Run], max_msgs: usize, max_iov: usize) -> Vec<(usize, usize)> {
+    let mut calls = Vec::new();
+    let mut first = 0;
+    let mut iov = 0;
+    for (k, r) in runs.iter().enumerate() {
+        let n = k - first;
+        if n > 0 && (n >= max_msgs || iov + r.count > max_iov) {
+            calls.push((first, n));
+            first = k;
+            iov = 0;
+        }
+        iov += r.count;
+    }
+    if first < runs.len() {
+        calls.push((first, runs.len() - first));
+    }
+    calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn a(p: u16) -> Option<SocketAddr> {
+        Some(SocketAddr::from(([198, 18, 0, 2], p)))
+    }
+
+    fn lim() -> GsoLimits {
+        GsoLimits { max_segments: 64, max_bytes: 65_507, max_segment_size: 1472, enabled: true }
+    }
+
+    #[test]
+    fn equal_sizes_one_run() {
+        let items = vec![(a(1), 1000); 10];
+        assert_eq!(gso_batch(&items, &lim()), vec![Run { start: 0, count: 10, segment: Some(1000) }]);
+    }
+
+    #[test]
+    fn short_last_segment_ends_run() {
+        let items = vec![(a(1), 1000), (a(1), 1000), (a(1), 300), (a(1), 1000)];
+        assert_eq!(
+            gso_batch(&items, &lim()),
+            vec![Run { start: 0, count: 3, segment: Some(1000) }, Run { start: 3, count: 1, segment: None }]
+        );
+    }
+
+    #[test]
+    fn larger_size_and_destination_change_split() {
+        let items = vec![(a(1), 500), (a(1), 600), (a(2), 600), (a(2), 600)];
+        assert_eq!(
+            gso_batch(&items, &lim()),
+            vec![
+                Run { start: 0, count: 1, segment: None },
+                Run { start: 1, count: 1, segment: None },
+                Run { start: 2, count: 2, segment: Some(600) }
+            ]
+        );
+    }
+
+    #[test]
+    fn byte_limit_respected() {
+        // 1472 * 44 = 64768 fits; the 45th would exceed 65507.
+        let items = vec![(a(1), 1472); 50];
+        let runs = gso_batch(&items, &lim());
+        assert_eq!(runs[0].count, 44);
+        assert_eq!(runs[1], Run { start: 44, count: 6, segment: Some(1472) });
+    }
+
+    #[test]
+    fn segment_limit_respected() {
+        let items = vec![(a(1), 64); 200];
+        let runs = gso_batch(&items, &lim());
+        assert_eq!(runs.iter().map(|r| r.count).collect::<Vec<_>>(), vec![64, 64, 64, 8]);
+    }
+
+    #[test]
+    fn oversize_or_empty_or_disabled_go_plain() {
+        let items = vec![(a(1), 2000), (a(1), 2000), (a(1), 0), (a(1), 0)];
+        assert!(gso_batch(&items, &lim()).iter().all(|r| r.count == 1 && r.segment.is_none()));
+        let mut l = lim();
+        l.enabled = false;
+        assert!(gso_batch(&vec![(a(1), 100); 5], &l).iter().all(|r| r.count == 1));
+    }
+
+    #[test]
+    fn calls_grouping() {
+        let runs: Vec<Run> = (0..5).map(|i| Run { start: i * 10, count: 10, segment: Some(1) }).collect();
+        assert_eq!(group_calls(&runs, 2, 1000), vec![(0, 2), (2, 2), (4, 1)]);
+        assert_eq!(group_calls(&runs, 100, 25), vec![(0, 2), (2, 2), (4, 1)]);
+        assert!(group_calls(&[], 4, 4).is_empty());
+    }
+
+    proptest! {
+        /// Runs cover every datagram once, in order, and obey every limit.
+        #[test]
+        fn runs_partition_and_obey_limits(
+            spec in proptest::collection::vec((0u16..3, prop_oneof![Just(0usize), Just(64), Just(1000), Just(1472), Just(1473), 1usize..1600]), 0..300),
+            max_segments in 1usize..70,
+        ) {
+            let items: Vec<_> = spec.iter().map(|&(p, l)| (a(p), l)).collect();
+            let l = GsoLimits { max_segments, ..lim() };
+            let runs = gso_batch(&items, &l);
+            let mut next = 0;
+            for r in &runs {
+                prop_assert_eq!(r.start, next);
+                prop_assert!(r.count >= 1 && r.count <= max_segments);
+                next += r.count;
+                let run = &items[r.start..r.start + r.count];
+                if let Some(seg) = r.segment {
+                    let seg = seg as usize;
+                    prop_assert!(seg <= l.max_segment_size);
+                    prop_assert!(run.iter().all(|x| x.0 == run[0].0));
+                    prop_assert!(run[..run.len() - 1].iter().all(|x| x.1 == seg));
+                    prop_assert!(run[run.len() - 1].1 <= seg && run[run.len() - 1].1 > 0);
+                    prop_assert!(run.iter().map(|x| x.1).sum::<usize>() <= l.max_bytes);
+                } else {
+                    prop_assert_eq!(r.count, 1);
+                }
+            }
+            prop_assert_eq!(next, items.len());
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Engine settings, from code or from `EUDP_*` environment variables.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `EUDP_L2_DEPTH` | L2 bound: backend operations in flight per endpoint | 1 |
+//! | `EUDP_BUSY_POLL` | `1`: the engine thread spins instead of sleeping | 0 |
+//! | `EUDP_CPU` | pin the engine thread to this CPU | unpinned |
+//! | `EUDP_GSO` / `EUDP_GRO` | `0` disables UDP GSO / GRO | 1 |
+//! | `EUDP_MAX_MSGS` | messages per `sendmmsg`/`recvmmsg` call | 16 |
+//! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
+
+use std::time::Duration;
+
+/// Settings of one engine and the endpoints it serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// L2 bound in backend operations (descriptors) per endpoint.
+    pub l2_depth: u32,
+    /// The engine thread polls instead of sleeping when idle.
+    pub busy_poll: bool,
+    /// Pin the engine thread to this CPU.
+    pub cpu: Option<usize>,
+    /// Use UDP GSO on send when the kernel supports it.
+    pub gso: bool,
+    /// Use UDP GRO on receive when the kernel supports it.
+    pub gro: bool,
+    /// Messages per batched send/receive syscall.
+    pub max_msgs: usize,
+    /// A blocked receiver spins this long before sleeping (latency profile).
+    pub recv_spin: Duration,
+    /// Record every queue transition (tests and conformance checks only).
+    pub record_transitions: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            l2_depth: 1,
+            busy_poll: false,
+            cpu: None,
+            gso: true,
+            gro: true,
+            max_msgs: 16,
+            recv_spin: Duration::ZERO,
+            record_transitions: false,
+        }
+    }
+}
+
+/// An `EUDP_*` variable that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub value: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid value {:?} for {}", self.value, self.var)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Defaults overridden by any `EUDP_*` variables present.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// As [`Config::from_env`] with an explicit lookup (testable).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        fn parse<T: std::str::FromStr>(var: &'static str, v: String) -> Result<T, ConfigError> {
+            v.trim().parse().map_err(|_| ConfigError { var, value: v })
+        }
+        fn flag(var: &'static str, v: String) -> Result<bool, ConfigError> {
+            match v.trim() {
+                "1" | "true" | "yes" | "on" => Ok(true),
+                "0" | "false" | "no" | "off" => Ok(false),
+                _ => Err(ConfigError { var, value: v }),
+            }
+        }
+        let mut c = Config::default();
+        if let Some(v) = get("EUDP_L2_DEPTH") {
+            c.l2_depth = parse::<u32>("EUDP_L2_DEPTH", v.clone())?;
+            if c.l2_depth == 0 {
+                return Err(ConfigError { var: "EUDP_L2_DEPTH", value: v });
+            }
+        }
+        if let Some(v) = get("EUDP_BUSY_POLL") {
+            c.busy_poll = flag("EUDP_BUSY_POLL", v)?;
+        }
+        if let Some(v) = get("EUDP_CPU") {
+            c.cpu = Some(parse("EUDP_CPU", v)?);
+        }
+        if let Some(v) = get("EUDP_GSO") {
+            c.gso = flag("EUDP_GSO", v)?;
+        }
+        if let Some(v) = get("EUDP_GRO") {
+            c.gro = flag("EUDP_GRO", v)?;
+        }
+        if let Some(v) = get("EUDP_MAX_MSGS") {
+            let n: usize = parse("EUDP_MAX_MSGS", v.clone())?;
+            if n == 0 || n > 1024 {
+                return Err(ConfigError { var: "EUDP_MAX_MSGS", value: v });
+            }
+            c.max_msgs = n;
+        }
+        if let Some(v) = get("EUDP_SPIN_US") {
+            c.recv_spin = Duration::from_micros(parse("EUDP_SPIN_US", v)?);
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides_and_errors() {
+        let c = Config::from_lookup(|k| match k {
+            "EUDP_L2_DEPTH" => Some("4".into()),
+            "EUDP_BUSY_POLL" => Some("yes".into()),
+            "EUDP_CPU" => Some("1".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((c.l2_depth, c.busy_poll, c.cpu), (4, true, Some(1)));
+        let e = Config::from_lookup(|k| (k == "EUDP_L2_DEPTH").then(|| "0".into())).unwrap_err();
+        assert_eq!(e.var, "EUDP_L2_DEPTH");
+        assert!(Config::from_lookup(|k| (k == "EUDP_GSO").then(|| "maybe".into())).is_err());
+    }
+}

@@ -1,0 +1,757 @@
+//! Endpoints: the application's UDP sockets, served by the engine.
+//!
+//! Send: [`Endpoint::send_to`] posts directly on the caller's thread when the
+//! two-level queue is idle, otherwise copies the datagram into L1 for the
+//! engine to batch (see [`crate::queue`]). Receive: datagrams arrive in a
+//! byte-bounded ring ([`crate::ring`]) filled by the engine with GRO; a
+//! receive served from the ring costs no syscall, and when the ring is empty
+//! the caller reads the socket itself before sleeping.
+
+use crate::backend::kernel::{self, poll_readable, poll_writable, EventFd, InMeta, OutMsg};
+use crate::backend::Backend;
+use crate::batch::{group_calls, gso_batch, GsoLimits};
+use crate::engine::{Engine, Shared};
+use crate::queue::{L1Queue, PostDecision, Recorder, SendState};
+use crate::ring::RecvRing;
+use crate::stats::{Stats, StatsSnapshot};
+use crate::machine::{QueueEvent, QueueState};
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Receive buffer per message: the largest UDP datagram or GRO super-packet.
+pub(crate) const RX_BUF: usize = 1 << 16;
+/// Messages received into a buffer smaller than this are copied into a
+/// right-sized buffer so a small datagram does not pin 64 KiB.
+const COPY_BELOW: usize = 8 << 10;
+/// Receive rounds per readiness event before the engine moves on (fairness).
+const RX_ROUNDS: usize = 4;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn err(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+/// Buffers for one batched receive, owned by the receiving thread.
+#[derive(Debug)]
+pub(crate) struct RecvScratch {
+    bufs: Vec<Vec<u8>>,
+    meta: Vec<InMeta>,
+}
+
+impl RecvScratch {
+    pub(crate) fn new(n: usize) -> Self {
+        let n = n.clamp(1, 64);
+        RecvScratch {
+            bufs: (0..n).map(|_| vec![0u8; RX_BUF]).collect(),
+            meta: vec![InMeta { len: 0, src: None, segment: None, truncated: false }; n],
+        }
+    }
+}
+
+thread_local! {
+    static CALLER_SCRATCH: std::cell::RefCell<Option<RecvScratch>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Receive-side state under one lock: the ring and the readiness flag.
+#[derive(Debug)]
+struct RecvSide {
+    ring: RecvRing,
+    /// Readable exactly when the ring holds a datagram; created on demand.
+    ready: Option<Arc<EventFd>>,
+}
+
+/// What the engine and the application share about one endpoint.
+#[derive(Debug)]
+pub(crate) struct EpInner {
+    pub(crate) id: u64,
+    pub(crate) backend: Box<dyn Backend>,
+    engine: Arc<Shared>,
+    send: Mutex<SendState>,
+    /// Signalled when L1 gains room or drains.
+    send_cv: Condvar,
+    recv: Mutex<RecvSide>,
+    gso: AtomicBool,
+    gso_limits: GsoLimits,
+    /// An asynchronous error to report on the next call (like `sk_err`).
+    pending_error: AtomicI32,
+    connected: AtomicBool,
+    nonblocking: AtomicBool,
+    timeouts: Mutex<(Option<Duration>, Option<Duration>)>,
+    recorder: Option<Recorder>,
+    stats: Stats,
+}
+
+/// Flags for [`Endpoint::recv_with`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecvFlags {
+    /// Leave the datagram queued (MSG_PEEK).
+    pub peek: bool,
+    /// Do not block for this call (MSG_DONTWAIT).
+    pub dont_wait: bool,
+}
+
+/// One datagram received by [`Endpoint::recv_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// Bytes copied into the buffer.
+    pub copied: usize,
+    /// Full datagram length; larger than `copied` means truncated.
+    pub len: usize,
+    /// Sender.
+    pub src: SocketAddr,
+}
+
+/// A UDP endpoint served by an eudp engine.
+#[derive(Debug)]
+pub struct Endpoint {
+    inner: Arc<EpInner>,
+}
+
+impl Endpoint {
+    /// An unbound endpoint on the process-wide engine (`v6` selects a
+    /// dual-stack IPv6 socket).
+    pub fn new(v6: bool) -> io::Result<Endpoint> {
+        Self::with_engine(Engine::global(), v6)
+    }
+
+    /// An endpoint bound to `addr` on the process-wide engine.
+    pub fn bind(addr: SocketAddr) -> io::Result<Endpoint> {
+        let ep = Self::new(addr.is_ipv6())?;
+        ep.bind_to(addr)?;
+        Ok(ep)
+    }
+
+    /// An unbound endpoint on a given engine.
+    pub fn with_engine(engine: &Engine, v6: bool) -> io::Result<Endpoint> {
+        let sock = kernel::UdpSocket::new(v6)?;
+        Self::with_backend(engine, Box::new(sock))
+    }
+
+    /// An endpoint over any backend.
+    pub fn with_backend(engine: &Engine, backend: Box<dyn Backend>) -> io::Result<Endpoint> {
+        let sh = engine.shared.clone();
+        let cfg = &sh.config;
+        let gso = cfg.gso && backend.probe_gso();
+        if cfg.gro {
+            backend.enable_gro();
+        }
+        let recorder: Option<Recorder> = cfg.record_transitions.then(Default::default);
+        let v6 = backend.is_v6();
+        let inner = Arc::new(EpInner {
+            id: sh.next_id(),
+            send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
+            send_cv: Condvar::new(),
+            recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None }),
+            gso: AtomicBool::new(gso),
+            gso_limits: GsoLimits::ethernet(v6),
+            pending_error: AtomicI32::new(0),
+            connected: AtomicBool::new(false),
+            nonblocking: AtomicBool::new(false),
+            timeouts: Mutex::new((None, None)),
+            recorder,
+            stats: Stats::default(),
+            backend,
+            engine: sh,
+        });
+        inner.engine.register(&inner)?;
+        Ok(Endpoint { inner })
+    }
+
+    /// Binds to a local address (port 0: an ephemeral port).
+    pub fn bind_to(&self, addr: SocketAddr) -> io::Result<()> {
+        let addr = self.family_addr(addr)?;
+        self.inner.backend.bind(&addr)
+    }
+
+    /// Sets the default destination and accepts only that peer.
+    pub fn connect(&self, addr: SocketAddr) -> io::Result<()> {
+        let addr = self.family_addr(addr)?;
+        // Datagrams already queued keep their explicit or previous destination;
+        // flush them first so none is sent to the new peer by mistake.
+        self.inner.flush(Instant::now() + Duration::from_secs(5));
+        self.inner.backend.connect(&addr)?;
+        self.inner.connected.store(true, SeqCst);
+        Ok(())
+    }
+
+    /// Dissolves the association (`connect(AF_UNSPEC)`).
+    pub fn disconnect(&self) -> io::Result<()> {
+        self.inner.flush(Instant::now() + Duration::from_secs(5));
+        self.inner.backend.disconnect()?;
+        self.inner.connected.store(false, SeqCst);
+        Ok(())
+    }
+
+    /// Local address (after bind or the first send).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.backend.local_addr().map(kernel::unmap)
+    }
+
+    /// Connected peer.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.backend.peer_addr().map(kernel::unmap)
+    }
+
+    /// Nonblocking mode: calls that would wait fail with `WouldBlock` (EAGAIN).
+    pub fn set_nonblocking(&self, on: bool) {
+        self.inner.nonblocking.store(on, SeqCst);
+    }
+
+    /// Receive timeout (SO_RCVTIMEO); `None` waits forever.
+    pub fn set_read_timeout(&self, t: Option<Duration>) {
+        lock(&self.inner.timeouts).0 = t;
+    }
+
+    /// Send timeout for a full L1 (SO_SNDTIMEO); `None` waits forever.
+    pub fn set_write_timeout(&self, t: Option<Duration>) {
+        lock(&self.inner.timeouts).1 = t;
+    }
+
+    /// Enables ICMP error reporting on an unconnected endpoint (IP_RECVERR).
+    pub fn set_recv_err(&self, on: bool) -> io::Result<()> {
+        let lvl_v4 = libc::IPPROTO_IP;
+        if self.inner.backend.is_v6() {
+            self.inner.backend.set_option(libc::IPPROTO_IPV6, libc::IPV6_RECVERR, on as i32)?;
+            let _ = self.inner.backend.set_option(lvl_v4, libc::IP_RECVERR, on as i32);
+            Ok(())
+        } else {
+            self.inner.backend.set_option(lvl_v4, libc::IP_RECVERR, on as i32)
+        }
+    }
+
+    /// The underlying backend (for options the engine passes through).
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.inner.backend
+    }
+
+    /// Counters of this endpoint.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.stats.snapshot()
+    }
+
+    /// Queue transitions recorded so far (empty unless
+    /// [`crate::Config::record_transitions`] is set).
+    pub fn transitions(&self) -> Vec<(QueueEvent, QueueState)> {
+        self.inner.recorder.as_ref().map(|r| lock(r).clone()).unwrap_or_default()
+    }
+
+    /// A file descriptor that is readable exactly while a datagram waits in
+    /// the ring, for use with poll/epoll.
+    pub fn poll_fd(&self) -> io::Result<RawFd> {
+        let mut rs = lock(&self.inner.recv);
+        Ok(self.inner.ready_fd(&mut rs)?.as_raw_fd())
+    }
+
+    /// Datagrams waiting in the ring.
+    pub fn pending_datagrams(&self) -> usize {
+        lock(&self.inner.recv).ring.datagrams()
+    }
+
+    /// Size of the next waiting datagram (FIONREAD), 0 when none.
+    pub fn next_datagram_len(&self) -> usize {
+        lock(&self.inner.recv).ring.peek_len().unwrap_or(0)
+    }
+
+    fn family_addr(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        let v6 = self.inner.backend.is_v6();
+        if addr.is_ipv6() && !v6 {
+            return Err(err(libc::EAFNOSUPPORT));
+        }
+        Ok(kernel::to_family(addr, v6))
+    }
+
+    /// Sends on a connected endpoint.
+    pub fn send(&self, data: &[u8]) -> io::Result<usize> {
+        if !self.inner.connected.load(Relaxed) {
+            return Err(err(libc::EDESTADDRREQ));
+        }
+        self.inner.send(data, None)
+    }
+
+    /// Sends one datagram to `dst`.
+    pub fn send_to(&self, data: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        let dst = self.family_addr(dst)?;
+        if dst.port() == 0 {
+            return Err(err(libc::EINVAL));
+        }
+        self.inner.send(data, Some(dst))
+    }
+
+    /// Sends several datagrams; returns how many were accepted. Stops at the
+    /// first error, which is returned only if nothing was accepted.
+    pub fn send_batch(&self, datagrams: &[(&[u8], Option<SocketAddr>)]) -> io::Result<usize> {
+        for (i, (d, a)) in datagrams.iter().enumerate() {
+            let r = match a {
+                Some(a) => self.send_to(d, *a),
+                None => self.send(d),
+            };
+            if let Err(e) = r {
+                return if i == 0 { Err(e) } else { Ok(i) };
+            }
+        }
+        Ok(datagrams.len())
+    }
+
+    /// Receives one datagram; returns its length and sender. A datagram
+    /// longer than `buf` is truncated (the rest is discarded, as recvfrom does).
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.recv_with(buf, RecvFlags::default()).map(|r| (r.copied, r.src))
+    }
+
+    /// Receives on a connected endpoint.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.recv_from(buf).map(|r| r.0)
+    }
+
+    /// Receives with flags (peek, don't-wait).
+    pub fn recv_with(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
+        self.inner.recv(buf, flags)
+    }
+
+    /// Receives up to `bufs.len()` datagrams: blocks (per the endpoint's mode)
+    /// for the first, then takes what is already waiting.
+    pub fn recv_batch(&self, bufs: &mut [&mut [u8]], out: &mut Vec<Received>) -> io::Result<usize> {
+        out.clear();
+        for (i, b) in bufs.iter_mut().enumerate() {
+            let flags = RecvFlags { peek: false, dont_wait: i > 0 };
+            match self.inner.recv(b, flags) {
+                Ok(r) => out.push(r),
+                Err(e) if i > 0 && e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if i == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(out.len())
+    }
+
+    /// Waits until everything queued has been handed to the kernel (or the
+    /// deadline passes). Returns true when drained.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        self.inner.flush(Instant::now() + timeout)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // Like close(2) on a kernel socket: what was accepted still goes out.
+        let inner = &self.inner;
+        {
+            let mut s = lock(&inner.send);
+            s.begin_shutdown();
+        }
+        inner.flush(Instant::now() + Duration::from_secs(5));
+        let lost = {
+            let s = lock(&inner.send);
+            s.l1.len() as u64 + u64::from(s.staged)
+        };
+        Stats::add(&inner.stats.drop_shutdown, lost);
+        inner.engine.deregister(inner);
+    }
+}
+
+impl EpInner {
+    fn take_pending_error(&self) -> Option<io::Error> {
+        match self.pending_error.swap(0, SeqCst) {
+            0 => None,
+            e => {
+                Stats::add(&self.stats.errors_surfaced, 1);
+                Some(err(e))
+            }
+        }
+    }
+
+    fn set_pending_error(&self, e: i32) {
+        self.pending_error.store(e, SeqCst);
+    }
+
+    fn deadline(&self, send: bool) -> Option<Instant> {
+        let t = lock(&self.timeouts);
+        let d = if send { t.1 } else { t.0 };
+        d.map(|d| Instant::now() + d)
+    }
+
+    /// Asks the engine to service this endpoint's send side.
+    fn kick(self: &Arc<Self>, s: &mut SendState) {
+        if !s.scheduled {
+            s.scheduled = true;
+            self.engine.schedule(self.clone());
+        }
+    }
+
+    fn send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>) -> io::Result<usize> {
+        if data.len() > eudp_wire::limits::max_payload(self.backend.is_v6()) {
+            return Err(err(libc::EMSGSIZE));
+        }
+        if let Some(e) = self.take_pending_error() {
+            return Err(e);
+        }
+        if self.engine.is_stopped() {
+            return self.direct_send(data, dst.as_ref());
+        }
+        let mut deadline: Option<Option<Instant>> = None;
+        loop {
+            let mut s = lock(&self.send);
+            match s.post(dst, data) {
+                PostDecision::Direct => {
+                    drop(s);
+                    Stats::add(&self.stats.direct_posts, 1);
+                    let r = self.direct_send(data, dst.as_ref());
+                    let mut s = lock(&self.send);
+                    s.direct_done();
+                    self.kick(&mut s);
+                    return r;
+                }
+                PostDecision::Queued => {
+                    Stats::add(&self.stats.queued_posts, 1);
+                    self.kick(&mut s);
+                    return Ok(data.len());
+                }
+                PostDecision::Closed => return Err(err(libc::EPIPE)),
+                PostDecision::Full => {
+                    Stats::add(&self.stats.send_full, 1);
+                    self.kick(&mut s);
+                    if self.nonblocking.load(Relaxed) {
+                        return Err(err(libc::EAGAIN));
+                    }
+                    let dl = *deadline.get_or_insert_with(|| self.deadline(true));
+                    let wait = match dl {
+                        Some(d) => match d.checked_duration_since(Instant::now()) {
+                            Some(w) if !w.is_zero() => w,
+                            _ => return Err(err(libc::EAGAIN)),
+                        },
+                        // Bounded slices so a lost wake-up cannot hang a sender.
+                        None => Duration::from_millis(100),
+                    };
+                    let _ = self.send_cv.wait_timeout(s, wait.min(Duration::from_millis(100)));
+                }
+            }
+        }
+    }
+
+    /// One datagram on the caller's thread. A full kernel send buffer makes
+    /// a blocking endpoint wait for room, as a blocking socket would.
+    fn direct_send(&self, data: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        let mut deadline: Option<Option<Instant>> = None;
+        loop {
+            Stats::add(&self.stats.send_calls, 1);
+            match self.backend.send_one(data, dst) {
+                Ok(n) => {
+                    Stats::add(&self.stats.datagrams_sent, 1);
+                    Stats::add(&self.stats.bytes_sent, n as u64);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !self.nonblocking.load(Relaxed) => {
+                    let dl = *deadline.get_or_insert_with(|| self.deadline(true));
+                    let wait = match dl {
+                        Some(d) => match d.checked_duration_since(Instant::now()) {
+                            Some(w) if !w.is_zero() => w,
+                            _ => return Err(e),
+                        },
+                        None => Duration::from_millis(100),
+                    };
+                    poll_writable(self.backend.raw_fd(), Some(wait.min(Duration::from_millis(100))))?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Engine side: reap completions, drain L1 in batches while L2 has room.
+    pub(crate) fn service_send(self: &Arc<Self>, staging: &mut L1Queue) {
+        loop {
+            {
+                let mut s = lock(&self.send);
+                s.reap();
+                if s.take_l1(staging) == 0 {
+                    s.scheduled = false;
+                    self.send_cv.notify_all();
+                    return;
+                }
+            }
+            // L1 has room again.
+            self.send_cv.notify_all();
+            self.send_staged(staging);
+            staging.clear();
+        }
+    }
+
+    /// Hands the staged datagrams to the backend, one descriptor per call.
+    fn send_staged(&self, staging: &L1Queue) {
+        let items: Vec<(Option<SocketAddr>, usize)> = staging.slots().iter().map(|s| (s.dst, s.len as usize)).collect();
+        let mut done = 0usize;
+        while done < items.len() {
+            let mut lim = self.gso_limits;
+            lim.enabled = self.gso.load(Relaxed);
+            let runs = gso_batch(&items[done..], &lim);
+            let calls = group_calls(&runs, self.engine.config.max_msgs, 1024);
+            let (first, n) = calls[0];
+            let call_runs = &runs[first..first + n];
+            let datagrams: usize = call_runs.iter().map(|r| r.count).sum();
+            self.wait_l2_room_and_begin(datagrams as u32);
+            self.send_call(staging, done, call_runs);
+            lock(&self.send).end_batch();
+            done += datagrams;
+        }
+    }
+
+    fn wait_l2_room_and_begin(&self, datagrams: u32) {
+        let mut spins = 0u32;
+        loop {
+            let mut s = lock(&self.send);
+            s.reap();
+            if s.l2_has_room() {
+                s.begin_batch(datagrams);
+                return;
+            }
+            drop(s);
+            // Only a direct post that started before we staged can hold L2;
+            // it finishes within one syscall.
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Hands one descriptor's datagrams (`runs`, relative to `base`) to the
+    /// backend. Partial acceptance is retried; a GSO rejection (EIO/EINVAL)
+    /// turns GSO off for this socket and resends the rest as plain
+    /// datagrams; other errors drop that message and are reported on the
+    /// caller's next call, as `sk_err` would be.
+    fn send_call(&self, staging: &L1Queue, base: usize, runs: &[crate::batch::Run]) {
+        let slots = &staging.slots()[base..];
+        let mut runs: Vec<crate::batch::Run> = runs.to_vec();
+        let mut m = 0; // runs done
+        while m < runs.len() {
+            let pending = &runs[m..];
+            let mut iovs: Vec<IoSlice<'_>> = Vec::with_capacity(pending.iter().map(|r| r.count).sum());
+            for r in pending {
+                for s in &slots[r.start..r.start + r.count] {
+                    iovs.push(IoSlice::new(staging.payload(s)));
+                }
+            }
+            let mut msgs: Vec<OutMsg<'_>> = Vec::with_capacity(pending.len());
+            let mut at = 0;
+            for r in pending {
+                msgs.push(OutMsg { dst: slots[r.start].dst, iov: &iovs[at..at + r.count], segment: r.segment });
+                at += r.count;
+            }
+            Stats::add(&self.stats.send_calls, 1);
+            match self.backend.send_batch(&msgs) {
+                Ok(k) => {
+                    Stats::add(&self.stats.engine_batches, 1);
+                    let mut dg = 0u64;
+                    for (msg, r) in msgs[..k].iter().zip(pending) {
+                        dg += r.count as u64;
+                        let bytes: usize = msg.iov.iter().map(|v| v.len()).sum();
+                        Stats::add(&self.stats.bytes_sent, bytes as u64);
+                        if r.segment.is_some() {
+                            Stats::add(&self.stats.gso_messages, 1);
+                        }
+                    }
+                    self.stats.record_batch(dg);
+                    Stats::add(&self.stats.datagrams_sent, dg);
+                    m += k;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let _ = poll_writable(self.backend.raw_fd(), Some(Duration::from_millis(10)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let code = e.raw_os_error().unwrap_or(libc::EIO);
+                    let r = runs[m];
+                    if r.segment.is_some() && (code == libc::EIO || code == libc::EINVAL) {
+                        self.gso.store(false, Relaxed);
+                        Stats::add(&self.stats.gso_fallbacks, 1);
+                        let singles = (r.start..r.start + r.count).map(|i| crate::batch::Run { start: i, count: 1, segment: None });
+                        let rest: Vec<_> = singles.chain(runs[m + 1..].iter().map(|x| crate::batch::Run { segment: None, ..*x })).collect();
+                        // Later runs may also be GSO runs: split them too.
+                        let mut flat = Vec::new();
+                        for x in rest {
+                            flat.extend((x.start..x.start + x.count).map(|i| crate::batch::Run { start: i, count: 1, segment: None }));
+                        }
+                        runs.truncate(m);
+                        runs.extend(flat);
+                        continue;
+                    }
+                    Stats::add(&self.stats.drop_send_error, r.count as u64);
+                    self.set_pending_error(code);
+                    m += 1;
+                }
+            }
+        }
+    }
+
+    /// Waits until L1 and L2 are empty or the deadline passes.
+    pub(crate) fn flush(self: &Arc<Self>, deadline: Instant) -> bool {
+        let mut s = lock(&self.send);
+        loop {
+            if s.drained() {
+                return true;
+            }
+            if self.engine.is_stopped() {
+                return false;
+            }
+            self.kick(&mut s);
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let wait = (deadline - now).min(Duration::from_millis(20));
+            s = self.send_cv.wait_timeout(s, wait).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    fn ready_fd<'a>(&self, rs: &'a mut RecvSide) -> io::Result<&'a Arc<EventFd>> {
+        if rs.ready.is_none() {
+            let fd = EventFd::new()?;
+            if !rs.ring.is_empty() {
+                fd.set();
+            }
+            rs.ready = Some(Arc::new(fd));
+        }
+        Ok(rs.ready.as_ref().expect("just created"))
+    }
+
+    /// Moves what the socket holds into the ring; returns datagrams added.
+    fn fill_ring(&self, rs: &mut RecvSide, scratch: &mut RecvScratch, rounds: usize) -> usize {
+        let mut added = 0;
+        for _ in 0..rounds {
+            Stats::add(&self.stats.recv_calls, 1);
+            let got = match self.backend.recv_batch(&mut scratch.bufs, &mut scratch.meta) {
+                Ok(n) => n,
+                Err(e) => {
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {}
+                        _ => {
+                            // An asynchronous error (e.g. ICMP port unreachable):
+                            // keep it for the caller, and drain the error queue so
+                            // level-triggered readiness does not spin.
+                            let code = e.raw_os_error().unwrap_or(libc::EIO);
+                            self.set_pending_error(code);
+                            while self.backend.take_error().is_some() {}
+                            self.signal_ready(rs);
+                        }
+                    }
+                    break;
+                }
+            };
+            for i in 0..got {
+                let m = scratch.meta[i];
+                if m.truncated {
+                    Stats::add(&self.stats.drop_truncated, 1);
+                    continue;
+                }
+                let buf = if m.len < COPY_BELOW {
+                    scratch.bufs[i][..m.len].to_vec()
+                } else {
+                    let spare = rs.ring.take_buffer(RX_BUF);
+                    let mut b = std::mem::replace(&mut scratch.bufs[i], spare);
+                    b.truncate(m.len);
+                    b
+                };
+                if m.segment.is_some_and(|s| s < m.len) {
+                    Stats::add(&self.stats.gro_superpackets, 1);
+                }
+                let was_empty = rs.ring.is_empty();
+                match rs.ring.push(buf, m.segment, m.src.map(kernel::unmap)) {
+                    Ok(n) => {
+                        added += n;
+                        Stats::add(&self.stats.datagrams_received, n as u64);
+                        Stats::add(&self.stats.bytes_received, m.len as u64);
+                        if was_empty {
+                            self.signal_ready(rs);
+                        }
+                    }
+                    Err(n) => Stats::add(&self.stats.drop_ring_full, n as u64),
+                }
+            }
+            if got < scratch.bufs.len() {
+                break;
+            }
+        }
+        added
+    }
+
+    fn signal_ready(&self, rs: &RecvSide) {
+        if let Some(fd) = &rs.ready {
+            fd.set();
+        }
+    }
+
+    /// Engine side: the socket is readable (or has an error).
+    pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) {
+        let mut rs = lock(&self.recv);
+        self.fill_ring(&mut rs, scratch, RX_ROUNDS);
+    }
+
+    fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool) -> Option<Received> {
+        let d = rs.ring.pop_into(buf, peek)?;
+        if rs.ring.is_empty() && self.pending_error.load(Relaxed) == 0 {
+            if let Some(fd) = &rs.ready {
+                fd.clear();
+            }
+        }
+        let src = d.src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        Some(Received { copied: d.copied, len: d.len, src })
+    }
+
+    fn recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
+        let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
+        let mut deadline: Option<Option<Instant>> = None;
+        let mut spin_until: Option<Instant> = None;
+        loop {
+            let ready = {
+                let mut rs = lock(&self.recv);
+                if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
+                    return Ok(r);
+                }
+                // Ring empty: read the socket on this thread (no hop).
+                Stats::add(&self.stats.direct_recv_calls, 1);
+                CALLER_SCRATCH.with(|c| {
+                    let mut c = c.borrow_mut();
+                    let sc = c.get_or_insert_with(|| RecvScratch::new(4));
+                    self.fill_ring(&mut rs, sc, 1)
+                });
+                if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
+                    return Ok(r);
+                }
+                if let Some(e) = self.take_pending_error() {
+                    if let Some(fd) = &rs.ready {
+                        fd.clear();
+                    }
+                    return Err(e);
+                }
+                if nonblocking {
+                    return Err(err(libc::EAGAIN));
+                }
+                self.ready_fd(&mut rs)?.clone()
+            };
+            let dl = *deadline.get_or_insert_with(|| self.deadline(false));
+            let now = Instant::now();
+            let remaining = match dl {
+                Some(d) if now >= d => return Err(err(libc::EAGAIN)),
+                Some(d) => Some(d - now),
+                None => None,
+            };
+            let spin = self.engine.config.recv_spin;
+            if !spin.is_zero() && *spin_until.get_or_insert(now + spin) > now {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Wake on data in the socket (we read it ourselves) or in the ring
+            // (the engine got there first).
+            poll_readable(&[self.backend.raw_fd(), ready.as_raw_fd()], remaining)?;
+        }
+    }
+}
+

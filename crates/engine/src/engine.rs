@@ -1,0 +1,203 @@
+//! The engine thread: eudp's "NIC processor".
+//!
+//! One thread per [`Engine`] (one engine per process by default, see
+//! [`Engine::global`]) does the work the application's thread would
+//! otherwise do per packet: it reaps send completions, drains L1 queues into
+//! GSO batches, and receives with GRO into each endpoint's ring. It sleeps in
+//! `epoll_wait` when idle (or spins in busy-poll mode); application threads
+//! ring a doorbell only when it sleeps.
+
+use crate::backend::kernel::{pin_current_thread, EventFd, Epoll};
+use crate::config::Config;
+use crate::endpoint::EpInner;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Token of the doorbell in the engine's epoll set.
+const DOORBELL: u64 = 0;
+
+/// State shared between the engine thread and application threads.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    work: Mutex<VecDeque<Arc<EpInner>>>,
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    stopped: AtomicBool,
+    doorbell: EventFd,
+    pub(crate) epoll: Epoll,
+    endpoints: Mutex<HashMap<u64, Weak<EpInner>>>,
+    next_id: AtomicU64,
+    /// Engine thread wake-ups (diagnostics).
+    pub(crate) wakeups: AtomicU64,
+}
+
+impl Shared {
+    /// Puts an endpoint on the work list and wakes the engine if it sleeps.
+    /// Callers set the endpoint's `scheduled` flag first so an endpoint is
+    /// listed at most once.
+    pub(crate) fn schedule(&self, ep: Arc<EpInner>) {
+        self.work.lock().unwrap_or_else(|e| e.into_inner()).push_back(ep);
+        if self.sleeping.load(SeqCst) {
+            self.doorbell.set();
+        }
+    }
+
+    pub(crate) fn register(&self, ep: &Arc<EpInner>) -> io::Result<()> {
+        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).insert(ep.id, Arc::downgrade(ep));
+        self.epoll.add_readable(ep.backend.raw_fd(), ep.id)
+    }
+
+    pub(crate) fn deregister(&self, ep: &EpInner) {
+        let _ = self.epoll.remove(ep.backend.raw_fd());
+        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).remove(&ep.id);
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, SeqCst)
+    }
+
+    /// True once the engine thread has exited; endpoints then post directly.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(SeqCst)
+    }
+}
+
+/// Handle to an engine and its thread. Dropping it flushes every endpoint
+/// and stops the thread.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+static GLOBAL: OnceLock<Engine> = OnceLock::new();
+
+impl Engine {
+    /// Starts an engine thread with the given settings.
+    pub fn start(config: Config) -> io::Result<Engine> {
+        let shared = Arc::new(Shared {
+            config,
+            work: Mutex::new(VecDeque::new()),
+            sleeping: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            doorbell: EventFd::new()?,
+            epoll: Epoll::new()?,
+            endpoints: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            wakeups: AtomicU64::new(0),
+        });
+        shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.doorbell), DOORBELL)?;
+        let s2 = shared.clone();
+        let thread = std::thread::Builder::new().name("eudp-engine".into()).spawn(move || run(s2))?;
+        Ok(Engine { shared, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// The process-wide engine, started on first use with settings from the
+    /// `EUDP_*` environment (see [`Config::from_env`]). Invalid variables are
+    /// reported on stderr once and replaced by defaults.
+    pub fn global() -> &'static Engine {
+        GLOBAL.get_or_init(|| {
+            let cfg = Config::from_env().unwrap_or_else(|e| {
+                eprintln!("eudp: {e}; using defaults");
+                Config::default()
+            });
+            Engine::start(cfg).expect("eudp: cannot start the engine thread")
+        })
+    }
+
+    /// The engine's settings.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Times the engine thread woke from sleep.
+    pub fn wakeups(&self) -> u64 {
+        self.shared.wakeups.load(SeqCst)
+    }
+
+    /// Flushes every endpoint's queues (waiting up to `timeout`) and stops the
+    /// thread. Endpoints that outlive the engine send directly afterwards.
+    pub fn shutdown(&self, timeout: Duration) {
+        let eps: Vec<Arc<EpInner>> = {
+            let m = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+            m.values().filter_map(Weak::upgrade).collect()
+        };
+        let deadline = Instant::now() + timeout;
+        for ep in &eps {
+            ep.flush(deadline);
+        }
+        self.shared.stop.store(true, SeqCst);
+        self.shared.doorbell.set();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown(Duration::from_secs(5));
+    }
+}
+
+/// The engine thread's main loop.
+fn run(sh: Arc<Shared>) {
+    if let Some(cpu) = sh.config.cpu {
+        if let Err(e) = pin_current_thread(cpu) {
+            eprintln!("eudp: cannot pin the engine to CPU {cpu}: {e}");
+        }
+    }
+    let mut scratch = crate::endpoint::RecvScratch::new(sh.config.max_msgs);
+    let mut staging = crate::queue::L1Queue::default();
+    let mut ready: Vec<u64> = Vec::with_capacity(64);
+    loop {
+        // Send side: every endpoint that asked for service.
+        loop {
+            let next = sh.work.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            match next {
+                Some(ep) => ep.service_send(&mut staging),
+                None => break,
+            }
+        }
+        if sh.stop.load(SeqCst) {
+            break;
+        }
+        // Receive side, and sleep when idle.
+        let timeout = if sh.config.busy_poll {
+            Some(Duration::ZERO)
+        } else {
+            sh.sleeping.store(true, SeqCst);
+            if sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                None
+            } else {
+                Some(Duration::ZERO)
+            }
+        };
+        let r = sh.epoll.wait(&mut ready, timeout);
+        if sh.sleeping.swap(false, SeqCst) && timeout.is_none() {
+            sh.wakeups.fetch_add(1, SeqCst);
+        }
+        if let Err(e) = r {
+            eprintln!("eudp: engine epoll_wait failed: {e}");
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        for &tok in &ready {
+            if tok == DOORBELL {
+                sh.doorbell.clear();
+                continue;
+            }
+            let ep = sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&tok).and_then(Weak::upgrade);
+            if let Some(ep) = ep {
+                ep.engine_receive(&mut scratch);
+            }
+        }
+    }
+    sh.stopped.store(true, SeqCst);
+}

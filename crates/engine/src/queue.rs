@@ -1,0 +1,327 @@
+//! The two-level send queue of paper 000 §4.2, adapted to a kernel backend.
+//!
+//! * **L1** ([`L1Queue`]) is a byte arena in user memory holding datagrams
+//!   the caller could not post at once. Its capacity is charged like the
+//!   kernel charges a socket send buffer: payload plus a fixed per-datagram
+//!   overhead, against `SO_SNDBUF`.
+//! * **L2** is the bound on backend operations (descriptors) in flight. A
+//!   direct post by the caller occupies one L2 slot until the engine — our
+//!   completion handler — reaps its completion; that deferred reap is what
+//!   makes the queue self-clocking: a caller posting faster than the engine
+//!   completes finds L2 full and queues instead, and the engine then drains
+//!   L1 in batches.
+//!
+//! Every state change goes through [`SendState::apply`], which also records
+//! the [`QueueEvent`] (when recording is on) so the running engine can be
+//! checked against the model in [`crate::machine`].
+
+use crate::machine::{QueueEvent, QueueState};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// Per-datagram bookkeeping charged against the send buffer, in bytes. The
+/// kernel charges an skb's truesize; a fixed charge keeps small datagrams
+/// from queueing without bound.
+pub const DATAGRAM_OVERHEAD: usize = 64;
+
+/// One queued datagram: where it goes and where its bytes are in the arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub dst: Option<SocketAddr>,
+    pub off: u32,
+    pub len: u32,
+}
+
+/// L1: datagrams queued in host memory, in FIFO order.
+///
+/// The engine takes the whole queue at once with [`std::mem::swap`] against
+/// an empty arena it recycles, so a take is O(1) under the lock and needs no
+/// allocation in steady state.
+#[derive(Debug, Default)]
+pub struct L1Queue {
+    slots: Vec<Slot>,
+    bytes: Vec<u8>,
+    /// Bytes charged against the capacity.
+    charged: usize,
+}
+
+impl L1Queue {
+    /// Number of datagrams queued.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Bytes charged (payload + per-datagram overhead).
+    pub fn charged(&self) -> usize {
+        self.charged
+    }
+
+    /// Appends a datagram if it fits in `capacity` bytes. An empty queue
+    /// always accepts one datagram, so a datagram larger than the capacity is
+    /// still sendable (as the kernel does for a single oversized skb).
+    pub fn push(&mut self, dst: Option<SocketAddr>, data: &[u8], capacity: usize) -> bool {
+        let charge = data.len() + DATAGRAM_OVERHEAD;
+        if !self.slots.is_empty() && self.charged + charge > capacity {
+            return false;
+        }
+        let off = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(data);
+        self.slots.push(Slot { dst, off, len: data.len() as u32 });
+        self.charged += charge;
+        true
+    }
+
+    /// Queued slots in order.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// The payload of a slot.
+    pub fn payload(&self, s: &Slot) -> &[u8] {
+        &self.bytes[s.off as usize..(s.off + s.len) as usize]
+    }
+
+    /// Empties the queue, keeping its allocations for reuse.
+    pub fn clear(&mut self) {
+        self.slots.clear();
+        self.bytes.clear();
+        self.charged = 0;
+    }
+}
+
+/// What a caller's send should do, decided under the queue lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostDecision {
+    /// Post on the caller's thread now (one L2 slot reserved).
+    Direct,
+    /// Queued in L1; the engine will send it.
+    Queued,
+    /// L1 is full: wait for room or return EAGAIN.
+    Full,
+    /// The endpoint is shutting down.
+    Closed,
+}
+
+/// Shared transition log, present only when recording is enabled.
+pub type Recorder = Arc<Mutex<Vec<(QueueEvent, QueueState)>>>;
+
+/// The lock-protected state of one endpoint's send side.
+#[derive(Debug)]
+pub struct SendState {
+    /// L1 in host memory.
+    pub l1: L1Queue,
+    /// Datagrams the engine took from L1 but has not yet handed to the
+    /// backend. Logically still part of L1: a direct post must not overtake
+    /// them.
+    pub staged: u32,
+    /// Descriptors in L2 (posted, not reaped).
+    pub l2: u32,
+    /// Of those, completed but not yet reaped by the engine.
+    pub done_unreaped: u32,
+    /// L2 bound (descriptors).
+    pub l2_depth: u32,
+    /// L1 capacity in bytes (from SO_SNDBUF).
+    pub capacity: usize,
+    /// No new posts accepted; the engine flushes what is queued.
+    pub shutdown: bool,
+    /// The engine has this endpoint on its work list.
+    pub scheduled: bool,
+    recorder: Option<Recorder>,
+}
+
+impl SendState {
+    /// A fresh send side with the given L2 bound and L1 capacity.
+    pub fn new(l2_depth: u32, capacity: usize, recorder: Option<Recorder>) -> Self {
+        SendState {
+            l1: L1Queue::default(),
+            staged: 0,
+            l2: 0,
+            done_unreaped: 0,
+            l2_depth: l2_depth.max(1),
+            capacity,
+            shutdown: false,
+            scheduled: false,
+            recorder,
+        }
+    }
+
+    /// The abstract state the model speaks of.
+    pub fn abstract_state(&self) -> QueueState {
+        QueueState {
+            l1: self.l1.len() as u32 + self.staged,
+            l2: self.l2,
+            done_unreaped: self.done_unreaped,
+            shutdown: self.shutdown,
+        }
+    }
+
+    /// Applies one event's effect and records it. Effects are exactly those
+    /// documented on [`QueueEvent`]; [`SendState::post`] and the engine call
+    /// this only when the guard holds.
+    fn apply(&mut self, ev: QueueEvent) {
+        match ev {
+            QueueEvent::DirectPost => self.l2 += 1,
+            QueueEvent::Enqueue | QueueEvent::Refuse => {}
+            QueueEvent::DirectDone => self.done_unreaped += 1,
+            QueueEvent::Reap { n } => {
+                self.l2 -= n;
+                self.done_unreaped -= n;
+            }
+            QueueEvent::TakeBatch { datagrams } => {
+                self.staged -= datagrams;
+                self.l2 += 1;
+            }
+            QueueEvent::BatchDone => self.l2 -= 1,
+            QueueEvent::Shutdown => self.shutdown = true,
+        }
+        if let Some(r) = &self.recorder {
+            let st = self.abstract_state();
+            r.lock().unwrap_or_else(|e| e.into_inner()).push((ev, st));
+        }
+    }
+
+    /// True when L1 (including staged datagrams) is empty.
+    pub fn l1_empty(&self) -> bool {
+        self.l1.is_empty() && self.staged == 0
+    }
+
+    /// Decides a caller's send: direct when nothing is queued and L2 has
+    /// room, else queue in L1 (copying `data`), else full.
+    pub fn post(&mut self, dst: Option<SocketAddr>, data: &[u8]) -> PostDecision {
+        if self.shutdown {
+            self.apply(QueueEvent::Refuse);
+            return PostDecision::Closed;
+        }
+        if self.l1_empty() && self.l2 < self.l2_depth {
+            self.apply(QueueEvent::DirectPost);
+            return PostDecision::Direct;
+        }
+        if self.l1.push(dst, data, self.capacity) {
+            self.apply(QueueEvent::Enqueue);
+            PostDecision::Queued
+        } else {
+            self.apply(QueueEvent::Refuse);
+            PostDecision::Full
+        }
+    }
+
+    /// A direct post's backend call returned (successfully or not).
+    pub fn direct_done(&mut self) {
+        self.apply(QueueEvent::DirectDone);
+    }
+
+    /// The engine reaps all completed direct posts. Returns how many.
+    pub fn reap(&mut self) -> u32 {
+        let n = self.done_unreaped;
+        if n > 0 {
+            self.apply(QueueEvent::Reap { n });
+        }
+        n
+    }
+
+    /// The engine takes all of L1 into `into` (which must be empty) when L2
+    /// has room and nothing is staged. Returns the datagram count taken.
+    pub fn take_l1(&mut self, into: &mut L1Queue) -> usize {
+        debug_assert!(into.is_empty());
+        if self.staged != 0 || self.l1.is_empty() {
+            return 0;
+        }
+        std::mem::swap(&mut self.l1, into);
+        self.staged = into.len() as u32;
+        into.len()
+    }
+
+    /// True when the engine may hand another descriptor to the backend.
+    pub fn l2_has_room(&self) -> bool {
+        self.l2 < self.l2_depth
+    }
+
+    /// The engine hands `datagrams` staged datagrams to the backend as one
+    /// descriptor.
+    pub fn begin_batch(&mut self, datagrams: u32) {
+        debug_assert!(self.l2 < self.l2_depth && datagrams >= 1 && datagrams <= self.staged);
+        self.apply(QueueEvent::TakeBatch { datagrams });
+    }
+
+    /// The engine's backend call returned.
+    pub fn end_batch(&mut self) {
+        self.apply(QueueEvent::BatchDone);
+    }
+
+    /// Marks the queue shut down (idempotent).
+    pub fn begin_shutdown(&mut self) {
+        if !self.shutdown {
+            self.apply(QueueEvent::Shutdown);
+        }
+    }
+
+    /// Everything sent and reaped: the flush after shutdown is complete.
+    pub fn drained(&self) -> bool {
+        self.l1_empty() && self.l2 == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_when_idle_then_queue_until_reaped() {
+        let mut s = SendState::new(1, 10_000, None);
+        assert_eq!(s.post(None, b"a"), PostDecision::Direct);
+        s.direct_done();
+        // The slot stays occupied until the engine reaps it.
+        assert_eq!(s.post(None, b"b"), PostDecision::Queued);
+        assert_eq!(s.post(None, b"c"), PostDecision::Queued);
+        assert_eq!(s.reap(), 1);
+        // L1 is not empty, so even with L2 room the next send queues (order).
+        assert_eq!(s.post(None, b"d"), PostDecision::Queued);
+        let mut taken = L1Queue::default();
+        assert_eq!(s.take_l1(&mut taken), 3);
+        // Staged datagrams still block direct posts.
+        assert_eq!(s.post(None, b"e"), PostDecision::Queued);
+        s.begin_batch(3);
+        assert!(!s.l2_has_room());
+        s.end_batch();
+        assert_eq!(s.staged, 0);
+        let payloads: Vec<&[u8]> = taken.slots().iter().map(|sl| taken.payload(sl)).collect();
+        assert_eq!(payloads, vec![&b"b"[..], b"c", b"d"]);
+    }
+
+    #[test]
+    fn capacity_is_charged_per_datagram() {
+        let cap = 3 * (100 + DATAGRAM_OVERHEAD);
+        let mut s = SendState::new(1, cap, None);
+        assert_eq!(s.post(None, &[0; 100]), PostDecision::Direct);
+        for _ in 0..3 {
+            assert_eq!(s.post(None, &[0; 100]), PostDecision::Queued);
+        }
+        assert_eq!(s.post(None, &[0; 100]), PostDecision::Full);
+        assert_eq!(s.l1.charged(), cap);
+    }
+
+    #[test]
+    fn oversized_datagram_accepted_into_empty_l1() {
+        let mut s = SendState::new(1, 100, None);
+        assert_eq!(s.post(None, b"x"), PostDecision::Direct);
+        assert_eq!(s.post(None, &[1; 1000]), PostDecision::Queued);
+        assert_eq!(s.post(None, b"y"), PostDecision::Full);
+    }
+
+    #[test]
+    fn shutdown_refuses_and_drains() {
+        let mut s = SendState::new(2, 10_000, None);
+        assert_eq!(s.post(None, b"a"), PostDecision::Direct);
+        s.begin_shutdown();
+        assert_eq!(s.post(None, b"b"), PostDecision::Closed);
+        assert!(!s.drained());
+        s.direct_done();
+        s.reap();
+        assert!(s.drained());
+    }
+}

@@ -1,0 +1,138 @@
+//! Per-endpoint counters: lock-free to update, copied out as a [`StatsSnapshot`].
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Buckets of the batch-size histogram: datagrams per backend send call,
+/// in powers of two (1, 2–3, 4–7, …, 512+).
+pub const HIST_BUCKETS: usize = 10;
+
+/// Live counters of one endpoint.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub direct_posts: AtomicU64,
+    pub queued_posts: AtomicU64,
+    pub send_full: AtomicU64,
+    pub engine_batches: AtomicU64,
+    pub datagrams_sent: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub send_calls: AtomicU64,
+    pub gso_messages: AtomicU64,
+    pub batch_hist: [AtomicU64; HIST_BUCKETS],
+    pub drop_send_error: AtomicU64,
+    pub drop_shutdown: AtomicU64,
+    pub gso_fallbacks: AtomicU64,
+    pub datagrams_received: AtomicU64,
+    pub bytes_received: AtomicU64,
+    pub recv_calls: AtomicU64,
+    pub gro_superpackets: AtomicU64,
+    pub direct_recv_calls: AtomicU64,
+    pub drop_ring_full: AtomicU64,
+    pub drop_truncated: AtomicU64,
+    pub errors_surfaced: AtomicU64,
+}
+
+/// Index of the histogram bucket for a batch of `n` datagrams.
+pub fn hist_bucket(n: u64) -> usize {
+    (63 - n.max(1).leading_zeros() as usize).min(HIST_BUCKETS - 1)
+}
+
+impl Stats {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+
+    /// Records one engine send call carrying `datagrams`.
+    pub(crate) fn record_batch(&self, datagrams: u64) {
+        Self::add(&self.batch_hist[hist_bucket(datagrams)], 1);
+    }
+
+    /// Copies the counters out.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        let sent = g(&self.datagrams_sent);
+        let calls = g(&self.send_calls);
+        StatsSnapshot {
+            direct_posts: g(&self.direct_posts),
+            queued_posts: g(&self.queued_posts),
+            send_full: g(&self.send_full),
+            engine_batches: g(&self.engine_batches),
+            datagrams_sent: sent,
+            bytes_sent: g(&self.bytes_sent),
+            send_calls: calls,
+            gso_messages: g(&self.gso_messages),
+            send_calls_per_datagram: if sent == 0 { 0.0 } else { calls as f64 / sent as f64 },
+            batch_hist: std::array::from_fn(|i| g(&self.batch_hist[i])),
+            drop_send_error: g(&self.drop_send_error),
+            drop_shutdown: g(&self.drop_shutdown),
+            gso_fallbacks: g(&self.gso_fallbacks),
+            datagrams_received: g(&self.datagrams_received),
+            bytes_received: g(&self.bytes_received),
+            recv_calls: g(&self.recv_calls),
+            gro_superpackets: g(&self.gro_superpackets),
+            direct_recv_calls: g(&self.direct_recv_calls),
+            drop_ring_full: g(&self.drop_ring_full),
+            drop_truncated: g(&self.drop_truncated),
+            errors_surfaced: g(&self.errors_surfaced),
+        }
+    }
+}
+
+/// A point-in-time copy of an endpoint's counters.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct StatsSnapshot {
+    /// Sends posted on the caller's thread (L1 empty, L2 room).
+    pub direct_posts: u64,
+    /// Sends queued in L1 for the engine.
+    pub queued_posts: u64,
+    /// Sends that found L1 full (blocked or EAGAIN).
+    pub send_full: u64,
+    /// Backend send calls made by the engine.
+    pub engine_batches: u64,
+    /// Datagrams accepted by the kernel.
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+    /// Send syscalls, direct and engine.
+    pub send_calls: u64,
+    /// GSO super-packets among the engine's messages.
+    pub gso_messages: u64,
+    /// `send_calls / datagrams_sent`.
+    pub send_calls_per_datagram: f64,
+    /// Engine batch sizes: bucket i counts calls of 2^i .. 2^(i+1)-1 datagrams.
+    pub batch_hist: [u64; HIST_BUCKETS],
+    /// Queued datagrams the kernel refused (error recorded for the caller).
+    pub drop_send_error: u64,
+    /// Queued datagrams discarded because the endpoint was dropped without flush.
+    pub drop_shutdown: u64,
+    /// Times GSO was turned off for this socket after the kernel rejected it.
+    pub gso_fallbacks: u64,
+    pub datagrams_received: u64,
+    pub bytes_received: u64,
+    /// Receive syscalls (engine and caller).
+    pub recv_calls: u64,
+    /// Received messages that carried more than one datagram (GRO).
+    pub gro_superpackets: u64,
+    /// Receive syscalls made on the caller's thread because the ring was empty.
+    pub direct_recv_calls: u64,
+    /// Datagrams dropped because the receive ring was full.
+    pub drop_ring_full: u64,
+    /// Datagrams dropped because they exceeded the receive buffer.
+    pub drop_truncated: u64,
+    /// Asynchronous errors reported to the caller.
+    pub errors_surfaced: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(1), 0);
+        assert_eq!(hist_bucket(2), 1);
+        assert_eq!(hist_bucket(3), 1);
+        assert_eq!(hist_bucket(64), 6);
+        assert_eq!(hist_bucket(1 << 20), HIST_BUCKETS - 1);
+    }
+}
