@@ -1,2 +1,21 @@
 //! Analytical model and discrete-event simulator (issue 5).
+//!
+//! * [`analytic`]: paper 000 §4.4 equations (1)-(4), Ratemax (000 §4.2) and the
+//!   dominant-latency throughput of paper 001 §5.1.
+//! * [`fit`]: least-squares fit of per-layer `g + B·G` from a trace JSON.
+//! * [`des`]: a binary-heap discrete-event core.
+//! * [`sim`]: resources (CPUs with priorities, memories, buses, DMA engines,
+//!   links, semaphores) and protocol stacks as per-packet stage state machines.
+//! * [`preset`]: the preset file format; every numeric input carries a citation.
+//! * [`svg`]: hand-written SVG line plots and time-flow charts.
+pub mod analytic;
+pub mod cited;
 pub mod cli;
+pub mod des;
+pub mod fit;
+pub mod preset;
+pub mod report;
+pub mod report_more;
+pub mod sim;
+pub mod svg;
+pub mod timeline;
