@@ -122,6 +122,10 @@ pub struct StackSpec {
     pub credits: Vec<CreditSpec>,
     /// Stages in the order a packet passes them.
     pub stages: Vec<StageSpec>,
+    /// Stage whose end completes a message for latency/bandwidth (default:
+    /// the last stage; later stages, e.g. acknowledgements, still run).
+    #[serde(default)]
+    pub complete_at: Option<String>,
 }
 
 /// A pool of `count` credits taken before stage `acquire_at` and returned after
@@ -133,6 +137,10 @@ pub struct CreditSpec {
     pub count: Cited,
     pub acquire_at: String,
     pub release_at: String,
+    /// Count messages instead of packets (taken on a message's first packet,
+    /// returned on its last).
+    #[serde(default)]
+    pub per_message: bool,
 }
 
 /// When a stage may start on a packet relative to the previous stage.
@@ -200,9 +208,13 @@ pub struct StageSpec {
     /// Resources the per-packet overhead occupies (e.g. a CPU, or CPU and bus for PIO).
     #[serde(default)]
     pub on: Vec<Use>,
-    /// Per-packet overhead paid only once per message (first packet), µs.
+    /// Overhead paid once per message (on its first packet, or its last when
+    /// `per_message_at_end`), µs.
     #[serde(default)]
     pub per_message_us: Option<Cited>,
+    /// Pay `per_message_us` on the message's last packet (e.g. acknowledgements).
+    #[serde(default)]
+    pub per_message_at_end: bool,
     /// Per-byte cost (absent: the stage moves no data).
     #[serde(default)]
     pub per_byte: Option<PerByte>,
@@ -419,6 +431,11 @@ fn validate(p: &Preset) -> Result<(), String> {
             }
             if st.start == StartRule::Fine && st.threshold_bytes.is_none() {
                 return Err(format!("stack {sn} stage {}: fine start needs threshold_bytes", st.name));
+            }
+        }
+        if let Some(c) = &s.complete_at {
+            if !names.contains(c.as_str()) {
+                return Err(format!("stack {sn}: complete_at names unknown stage {c}"));
             }
         }
         for c in &s.credits {

@@ -1,7 +1,90 @@
 //! Headline rows of presets 001-004.
-use crate::report::Row;
+use crate::report::{bandwidth, latency_us, shipped, Check, Row};
+use crate::sim::{self, Workload};
+
+fn row(id: &'static str, source: &'static str, what: &str, published: f64, simulated: f64, unit: &'static str) -> Row {
+    Row { id, source, what: what.to_string(), published, simulated, unit, check: Check::Within10 }
+}
+
+fn holds(id: &'static str, source: &'static str, what: String, ok: bool) -> Row {
+    Row { id, source, what, published: 1.0, simulated: if ok { 1.0 } else { 0.0 }, unit: "", check: Check::Holds }
+}
+
+/// Sizes of 001's Tables 1-2.
+pub const SIZES_001: [u64; 9] = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
+
+/// Per-layer time (µs) of one packet in the simulator: (host, hostTx).
+pub fn sides_001(stack: &str, b: u64) -> Result<(f64, f64), String> {
+    let p = shipped("001")?;
+    let r = sim::run(&p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: true })?;
+    let dur = |layer: &str| r.records.iter().filter(|x| x.layer == layer).map(|x| x.t_end_ns - x.t_start_ns).sum::<f64>() / 1000.0;
+    Ok((dur("host"), dur("hostTx")))
+}
+
+/// Largest table size at which the host side is at least the hostTx side
+/// (Table 3 case (b)); 0 when the host never dominates. With `nic_low` the
+/// roles flip: largest size at which the NIC still dominates.
+fn crossover_001(stack: &str, nic_low: bool) -> Result<f64, String> {
+    let mut last = 0.0;
+    for &b in &SIZES_001 {
+        let (h, n) = sides_001(stack, b)?;
+        if (!nic_low && h >= n) || (nic_low && n > h) {
+            last = b as f64;
+        }
+    }
+    Ok(last)
+}
+
+/// Paper 001 headline rows.
+pub fn rows_001() -> Result<Vec<Row>, String> {
+    let mut out = Vec::new();
+    out.push(row("001-udp-host-dom", "001 Table 3", "UDP: largest size with host side dominant", 5120.0, crossover_001("udp", false)?, "bytes"));
+    out.push(row("001-audp-host-dom", "001 Table 3", "Async UDP: largest size with host side dominant", 3072.0, crossover_001("audp", false)?, "bytes"));
+    out.push(row("001-bpi-nic-dom", "001 Table 3", "BPI: largest size with NIC side dominant", 128.0, crossover_001("bpi", true)?, "bytes"));
+    out.push(row("001-ebpi-nic-dom", "001 Table 3", "enhanced BPI: largest size with NIC side dominant", 64.0, crossover_001("ebpi", true)?, "bytes"));
+    let p = shipped("001")?;
+    let b = 8192;
+    let bw: Vec<f64> = ["udp", "audp", "bpi", "ebpi"].iter().map(|s| bandwidth(&p, s, b, 40, false)).collect::<Result<_, _>>()?;
+    let conv = [bw[0], bw[1], bw[3]];
+    let hi = conv.iter().cloned().fold(0.0, f64::max);
+    let lo = conv.iter().cloned().fold(f64::INFINITY, f64::min);
+    out.push(holds(
+        "001-converge",
+        "001 §5.1, Fig. 12",
+        format!("8 kB throughput converges except BPI (UDP {:.0}, AUDP {:.0}, EBPI {:.0}, BPI {:.0} Mbit/s)", bw[0], bw[1], bw[3], bw[2]),
+        hi / lo < 1.10 && bw[2] < 0.9 * lo,
+    ));
+    let lb = latency_us(&p, "bpi", b)?;
+    let le = latency_us(&p, "ebpi", b)?;
+    out.push(row("001-ebpi-faster", "001 §5.3, Fig. 15", "enhanced BPI overall latency lower than BPI, 8 kB", 40.0, (1.0 - le / lb) * 100.0, "%"));
+    Ok(out)
+}
+
+/// Paper 003 headline rows.
+pub fn rows_003() -> Result<Vec<Row>, String> {
+    let p = shipped("003")?;
+    let mut out = Vec::new();
+    let big = 16384;
+    let n = 64;
+    let ro = bandwidth(&p, "ro", big, n, false)?;
+    let base = bandwidth(&p, "base", big, n, false)?;
+    let so = bandwidth(&p, "so", big, n, false)?;
+    out.push(row("003-ro-bw", "003 §1, §6.2", "RO unidirectional bandwidth, 16 kB messages", 964.0, ro, "Mbit/s"));
+    out.push(row("003-base-bw", "003 §1, §6.2", "base unidirectional bandwidth, 16 kB messages", 840.0, base, "Mbit/s"));
+    out.push(row("003-so-uni", "003 §6.2", "SO unidirectional bandwidth / base (same as base)", 1.0, so / base, "ratio"));
+    out.push(row("003-base-lat", "003 §1", "base latency, 10 B", 24.0, latency_us(&p, "base", 10)?, "us"));
+    out.push(row("003-ro-lat", "003 §1", "RO latency, 10 B", 22.0, latency_us(&p, "ro", 10)?, "us"));
+    let l14b = latency_us(&p, "base", 14336)?;
+    let l14r = latency_us(&p, "ro", 14336)?;
+    out.push(row("003-ro-lat14k", "003 §6.2", "RO latency improvement over base, 14 kB", 8.3, (1.0 - l14r / l14b) * 100.0, "%"));
+    out.push(row("003-so-bidir", "003 §1, §6.3", "SO bidirectional bandwidth (total), 16 kB", 1100.0, bandwidth(&p, "so", big, n, true)?, "Mbit/s"));
+    out.push(row("003-base-bidir", "003 §1, §6.3", "base bidirectional bandwidth (total), 16 kB", 940.0, bandwidth(&p, "base", big, n, true)?, "Mbit/s"));
+    Ok(out)
+}
 
 /// Rows of the other papers' presets.
 pub fn rows_other() -> Result<Vec<Row>, String> {
-    Ok(Vec::new())
+    let mut v = rows_001()?;
+    v.extend(rows_003()?);
+    Ok(v)
 }

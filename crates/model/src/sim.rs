@@ -165,6 +165,7 @@ struct StageC {
     per_byte: HashMap<u64, f64>,
     credit_take: Vec<usize>,
     credit_give: Vec<usize>,
+    msg_at_end: bool,
 }
 
 struct Pkt {
@@ -196,6 +197,8 @@ struct FlowC {
     delivered: Vec<Vec<u64>>,
     finished: Vec<Vec<bool>>,
     credits: Vec<u32>,
+    credit_per_msg: Vec<bool>,
+    complete_at: usize,
     threads: Vec<usize>,
     msg_start: Vec<u64>,
     msg_end: Vec<u64>,
@@ -302,6 +305,7 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
                 per_byte,
                 credit_take: Vec::new(),
                 credit_give: Vec::new(),
+                msg_at_end: s.per_message_at_end,
             });
         }
         let mut credits = Vec::new();
@@ -341,6 +345,11 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
             delivered: vec![vec![0; np]; ns_],
             finished: vec![vec![false; np]; ns_],
             credits,
+            credit_per_msg: st.credits.iter().map(|c| c.per_message).collect(),
+            complete_at: match &st.complete_at {
+                Some(c) => st.stages.iter().position(|s| &s.name == c).unwrap_or(ns_ - 1),
+                None => ns_ - 1,
+            },
             threads,
             msg_start: vec![0; w.messages],
             msg_end: vec![0; w.messages],
@@ -444,10 +453,11 @@ impl Sim {
         if !ready {
             return;
         }
-        if st.credit_take.iter().any(|&c| fl.credits[c] == 0) {
+        let counts = |c: usize| !fl.credit_per_msg[c] || fl.pkts[p].first;
+        if st.credit_take.iter().any(|&c| counts(c) && fl.credits[c] == 0) {
             return;
         }
-        let takes = st.credit_take.clone();
+        let takes: Vec<usize> = st.credit_take.iter().copied().filter(|&c| counts(c)).collect();
         for c in takes {
             self.flows[f].credits[c] -= 1;
         }
@@ -476,7 +486,8 @@ impl Sim {
         let th = &self.threads[t];
         let fl = &self.flows[th.flow];
         let st = &fl.stages[th.stage];
-        st.g_ps + if fl.pkts[th.pkt].first { st.msg_ps } else { 0 }
+        let pk = &fl.pkts[th.pkt];
+        st.g_ps + if (st.msg_at_end && pk.last) || (!st.msg_at_end && pk.first) { st.msg_ps } else { 0 }
     }
 
     fn begin_overhead(&mut self, t: usize) {
@@ -595,6 +606,9 @@ impl Sim {
         let gives = self.flows[f].stages[s].credit_give.clone();
         let mut wake: Vec<usize> = Vec::new();
         for c in gives {
+            if self.flows[f].credit_per_msg[c] && !self.flows[f].pkts[p].last {
+                continue;
+            }
             self.flows[f].credits[c] += 1;
             for (si, stg) in self.flows[f].stages.iter().enumerate() {
                 if stg.credit_take.contains(&c) {
@@ -618,7 +632,7 @@ impl Sim {
             });
         }
         let nst = self.flows[f].stages.len();
-        if s + 1 == nst && self.flows[f].pkts[p].last {
+        if s == self.flows[f].complete_at && self.flows[f].pkts[p].last {
             let m = self.flows[f].pkts[p].msg;
             self.flows[f].msg_end[m] = now;
         }

@@ -1,0 +1,150 @@
+//! Behaviour of the simulator, the model and the command line.
+
+use eudp_model::cli::{model_main, sim_main};
+use eudp_model::preset;
+use eudp_model::sim::{self, Workload};
+use eudp_model::{fit, timeline};
+
+fn args(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+fn tmp(name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("eudp-model-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name).to_string_lossy().into_owned()
+}
+
+#[test]
+fn every_shipped_preset_loads_and_cites_every_input() {
+    let dir = preset::presets_dir();
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let pr = preset::load(&p.to_string_lossy()).unwrap();
+        for (field, c) in preset::cited_values(&pr) {
+            assert!(!c.cite.trim().is_empty(), "{}: {field} has no citation", p.display());
+        }
+        for stack in pr.stacks.keys() {
+            let r = sim::run(&pr, stack, &Workload { msg_bytes: 4096, messages: 3, bidirectional: false, timeline: false }).unwrap();
+            assert!(r.latency_ns() > 0.0, "{stack}");
+        }
+        n += 1;
+    }
+    assert!(n >= 3);
+}
+
+#[test]
+fn events_per_second() {
+    let (ev, secs) = eudp_model::report::bench(20_000).unwrap();
+    // Timing is printed, not asserted (machines differ); behaviour is.
+    eprintln!("simulator: {ev} events in {secs:.3} s = {:.2} M events/s", ev as f64 / secs / 1e6);
+    assert!(ev > 100_000);
+}
+
+#[test]
+fn fine_grained_beats_coarse_latency_and_keeps_bandwidth() {
+    let p = preset::load(&preset::resolve("000").unwrap()).unwrap();
+    let w1 = Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false };
+    let fine = sim::run(&p, "eudp", &w1).unwrap().latency_ns();
+    let coarse = sim::run(&p, "coarse", &w1).unwrap().latency_ns();
+    assert!(fine < coarse * 0.6, "fine {fine} coarse {coarse}");
+    let wn = Workload { messages: 30, ..w1 };
+    let bf = sim::run(&p, "eudp", &wn).unwrap().total_bits_per_ns(32768);
+    let bc = sim::run(&p, "coarse", &wn).unwrap().total_bits_per_ns(32768);
+    assert!((bf - bc).abs() / bc < 0.05, "eq. (4) = eq. (2): {bf} vs {bc}");
+}
+
+#[test]
+fn bottom_half_priority_delays_the_copy() {
+    // Fig. 2b: the copy to the application (process context) waits while
+    // bottom halves of later packets hold the CPU.
+    let p = preset::load(&preset::resolve("000").unwrap()).unwrap();
+    let r = sim::run(&p, "udp", &Workload { msg_bytes: 32768, messages: 10, bidirectional: false, timeline: true }).unwrap();
+    let bh: Vec<_> = r.records.iter().filter(|x| x.stage == "bottom_half").collect();
+    let cp: Vec<_> = r.records.iter().filter(|x| x.stage == "udp_rx").collect();
+    assert_eq!(bh.len(), 10);
+    assert_eq!(cp.len(), 10);
+    for (b, c) in bh.iter().zip(&cp) {
+        assert!(c.t_start_ns >= b.t_end_ns - 1e-6);
+    }
+}
+
+#[test]
+fn timeline_roundtrip_and_fit_recovers_pci_rate() {
+    let p = preset::load(&preset::resolve("000").unwrap()).unwrap();
+    let mut recs = Vec::new();
+    for b in [4096u64, 8192, 16384, 32768] {
+        let r = sim::run(&p, "coarse", &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: true }).unwrap();
+        recs.extend(timeline::from_sim(&r.records));
+    }
+    let text = timeline::to_json(&recs);
+    let back = timeline::parse(&text).unwrap();
+    assert_eq!(back, recs);
+    let fitted = fit::fit(&back).unwrap();
+    let nic = fitted.iter().find(|f| f.layer.name == "sender:NIC").expect("sender NIC layer");
+    let pci_ns_per_byte = 1.0 / 0.132;
+    assert!((nic.layer.big_g_ns - pci_ns_per_byte).abs() / pci_ns_per_byte < 0.02, "{}", nic.layer.big_g_ns);
+}
+
+#[test]
+fn cli_model_and_sim_write_outputs() {
+    let csv = tmp("m.csv");
+    let svg = tmp("m.svg");
+    assert_eq!(model_main(&args(&format!("--preset 000 --stack eudp --sizes 1k,32k --csv {csv} --svg {svg}"))), 0);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.starts_with("bytes,latency_coarse_us"));
+    assert_eq!(text.lines().count(), 3);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    assert_eq!(model_main(&args("--preset 001 --stack udp --dominant --sizes 64,8k")), 0);
+    assert_eq!(model_main(&args("--ratemax 4,8,100")), 0);
+    let js = tmp("t.json");
+    let tsvg = tmp("t.svg");
+    assert_eq!(sim_main(&args(&format!("timeline --preset 000 --stack eudp --messages 3 --json {js} --svg {tsvg}"))), 0);
+    let recs = timeline::parse(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    assert!(recs.iter().any(|r| r.host.as_deref() == Some("receiver")));
+    assert_eq!(model_main(&args(&format!("--trace {js}"))), 0);
+    let sw = tmp("s.csv");
+    assert_eq!(sim_main(&args(&format!("sweep --preset 000 --stacks eudp,coarse --sizes 1k,32k --buses pci32/33,pci64/66 --messages 8 --jobs 2 --csv {sw}"))), 0);
+    assert_eq!(std::fs::read_to_string(&sw).unwrap().lines().count(), 1 + 2 * 2 * 2);
+}
+
+#[test]
+fn cli_errors_are_reported_not_panics() {
+    assert_eq!(model_main(&args("--preset nosuch --stack x")), 2);
+    assert_eq!(model_main(&args("--preset 000 --stack nosuch")), 2);
+    assert_eq!(model_main(&args("--bogus")), 2);
+    assert_eq!(model_main(&args("--preset 000 --stack eudp --sizes 1,abc")), 2);
+    assert_eq!(sim_main(&args("frobnicate")), 2);
+    assert_eq!(sim_main(&args("run --preset 000 --stack eudp --bus isa8")), 2);
+    assert_eq!(sim_main(&args("run --preset 000 --stack eudp --messages")), 2);
+    let bad = tmp("bad.json");
+    std::fs::write(&bad, "{\"name\": 1}").unwrap();
+    assert_eq!(sim_main(&args(&format!("run --preset {bad} --stack x"))), 2);
+    let trace = tmp("bad-trace.json");
+    std::fs::write(&trace, "{\"records\": [{\"layer\":\"a\",\"packet\":0,\"bytes\":1,\"t_start_ns\":5,\"t_end_ns\":1}]}").unwrap();
+    assert_eq!(model_main(&args(&format!("--trace {trace}"))), 2);
+}
+
+#[test]
+fn uncited_input_is_rejected() {
+    let text = std::fs::read_to_string(preset::resolve("001").unwrap()).unwrap();
+    let broken = text.replacen("\"cite\": \"001 §4: one Intel Pentium Pro 180 MHz\"", "\"cite\": \"\"", 1);
+    assert_ne!(broken, text);
+    let e = preset::parse(&broken).unwrap_err();
+    assert!(e.contains("citation"), "{e}");
+}
+
+#[test]
+fn bidirectional_runs_share_resources() {
+    let p = preset::load(&preset::resolve("003").unwrap()).unwrap();
+    let w = Workload { msg_bytes: 16384, messages: 16, bidirectional: true, timeline: false };
+    let r = sim::run(&p, "base", &w).unwrap();
+    assert_eq!(r.messages.len(), 2);
+    let one = sim::run(&p, "base", &Workload { bidirectional: false, ..w }).unwrap();
+    // one CPU per NIC serves both directions: each direction is slower
+    assert!(r.flow_bits_per_ns(0, 16384) < one.flow_bits_per_ns(0, 16384));
+}

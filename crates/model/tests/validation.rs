@@ -1,0 +1,76 @@
+//! Published vs simulated headline figures (±10 %), one test per figure.
+//!
+//! Each test recomputes the figure from the shipped presets through the
+//! simulator; published values are only compared against, never fed in.
+//! Figures the presets do not reach honestly are `#[ignore]`d with the
+//! measured miss in the reason; run them with `cargo test -- --ignored`.
+
+use eudp_model::report::{self, Row};
+use std::sync::OnceLock;
+
+fn rows() -> &'static Vec<Row> {
+    static ROWS: OnceLock<Vec<Row>> = OnceLock::new();
+    ROWS.get_or_init(|| report::validate().expect("validation runs"))
+}
+
+fn check(id: &str) {
+    let r = rows().iter().find(|r| r.id == id).unwrap_or_else(|| panic!("no row {id}"));
+    eprintln!("{}: published {} simulated {:.3} {} ({})", r.id, r.published, r.simulated, r.unit, r.what);
+    assert!(r.pass(), "{id}: simulated {:.3} vs published {} {} — outside ±10% / statement fails: {}", r.simulated, r.published, r.unit, r.what);
+}
+
+macro_rules! figure {
+    ($name:ident, $id:literal) => {
+        #[test]
+        fn $name() {
+            check($id);
+        }
+    };
+    ($name:ident, $id:literal, ignore = $why:literal) => {
+        #[test]
+        #[ignore = $why]
+        fn $name() {
+            check($id);
+        }
+    };
+}
+
+// ---- paper 000 (E-UDP, LANai9 / PCI 32/33 / Myrinet-1280) ----
+figure!(p000_eudp_peak_bandwidth, "000-eudp-peak");
+figure!(p000_eudp_fraction_of_pci, "000-eudp-pci-frac");
+figure!(p000_udp_link_idle, "000-udp-link-idle", ignore = "measured 33.8% link idle vs published ~50%: with PCI-rate DMA and the 000 §5.1 per-packet costs the traditional stack's NIC is not slow enough");
+figure!(p000_eudp_latency_at_minimum, "000-eudp-lat-min", ignore = "measured 1.36x the 32 kB-over-PCI minimum vs ~1.0: per-packet costs of both NICs and hosts (44.7 us, 000 §5.1) stay on the path");
+figure!(p000_eudp_latency_below_gm, "000-eudp-below-gm");
+figure!(p000_gm_best_small, "000-gm-small-best");
+figure!(p000_gm_below_eudp_bandwidth, "000-gm-below-eudp");
+figure!(p000_bvia_lowest_bandwidth, "000-bvia-lowest");
+figure!(p000_2g_near_link, "000-2g-bw");
+figure!(p000_2g_latency_slope_is_link, "000-2g-slope");
+figure!(p000_2g_fine_hides_dma, "000-2g-fine-hides");
+figure!(p000_10g_cannot_fill_link, "000-10g-short");
+
+// ---- paper 001 (firmware latency analysis, LANai4.3 / PPro 180) ----
+figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "host never dominates: 001 gives only the per-byte copy (Table 1), not the host per-packet cost that makes the host side larger up to 5 kB");
+figure!(p001_audp_crossover, "001-audp-host-dom", ignore = "host never dominates: Asynchronous UDP has no per-byte host work and 001 gives no host per-packet cost");
+figure!(p001_bpi_crossover, "001-bpi-nic-dom", ignore = "measured 256 B vs published 128 B: Table 2 copy alone crosses the DMA between 256 and 512 B");
+figure!(p001_ebpi_crossover, "001-ebpi-nic-dom", ignore = "NIC dominates at every size from Table 2 (as 001 §5.1's text says), Table 3 says host above 64 B");
+figure!(p001_throughputs_converge, "001-converge", ignore = "UDP/AUDP/EBPI at 8 kB span 10.0% (309-340 Mbit/s), just outside the 10% band; BPI is half as predicted");
+figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.5% lower latency vs published ~40%: no host per-packet cost dilutes the copy difference");
+
+// ---- paper 003 (EMP on the two-CPU Alteon) ----
+figure!(p003_ro_bandwidth, "003-ro-bw");
+figure!(p003_base_bandwidth, "003-base-bw");
+figure!(p003_so_unidirectional_equals_base, "003-so-uni");
+figure!(p003_base_latency, "003-base-lat");
+figure!(p003_ro_latency, "003-ro-lat", ignore = "measured 24.4 us vs 22: with Table 1 steps in sequence a single frame's path is the same in RO and base");
+figure!(p003_ro_latency_14k, "003-ro-lat14k", ignore = "measured 10.2% vs 8.3% improvement at 14 kB");
+figure!(p003_so_bidirectional, "003-so-bidir", ignore = "measured 1630 vs 1100 Mbit/s: NIC memory and PCI contention between the two directions is not in Table 1's costs");
+figure!(p003_base_bidirectional, "003-base-bidir", ignore = "measured 1198 vs 940 Mbit/s: as above");
+
+#[test]
+fn every_row_has_a_test() {
+    let src = include_str!("validation.rs");
+    for r in rows() {
+        assert!(src.contains(&format!("\"{}\"", r.id)), "row {} has no test", r.id);
+    }
+}
