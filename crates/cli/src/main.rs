@@ -5,6 +5,10 @@
 //! one home.
 
 use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::time::Duration;
+use eudp_cli::worker::Mode;
+use eudp_cli::{bench, testbed, worker};
 
 #[derive(Parser)]
 #[command(name = "eudp", version, about = "User-space UDP offload engine, measurement, model and verification")]
@@ -15,6 +19,41 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// The main job: build a testbed, run a short bench, print it, tear down.
+    Demo {
+        /// Seconds per transfer.
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
+    },
+    /// Two network-namespace hosts joined by veth (198.18.0.1 and .2).
+    Testbed {
+        #[command(subcommand)]
+        op: TestbedOp,
+    },
+    /// Kernel, sendmmsg, GSO/GRO ceiling and eudp side by side on a testbed.
+    Bench {
+        /// Datagram sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 1472])]
+        sizes: Vec<usize>,
+        /// Modes to run.
+        #[arg(long, value_delimiter = ',', value_enum, default_values_t = vec![Mode::Kernel, Mode::Mmsg, Mode::Gso, Mode::Eudp])]
+        modes: Vec<Mode>,
+        /// Seconds per transfer.
+        #[arg(long, default_value_t = 3.0)]
+        secs: f64,
+        /// Directory for the JSON result.
+        #[arg(long, default_value = "bench/results")]
+        out: std::path::PathBuf,
+        /// Do not write JSON.
+        #[arg(long)]
+        no_json: bool,
+    },
+    /// One side of a measured transfer (used by bench and tests).
+    #[command(hide = true)]
+    Worker {
+        #[command(subcommand)]
+        role: WorkerRole,
+    },
     /// Analytical performance model (paper 000 §4.4, paper 001 §5.1).
     Model {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -32,12 +71,156 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum TestbedOp {
+    /// Create testbed NAME (replacing leftovers of the same name).
+    Up { name: String },
+    /// Remove testbed NAME.
+    Down { name: String },
+    /// Run CMD inside host a (default) or b of testbed NAME.
+    Exec {
+        name: String,
+        #[arg(long, default_value = "a", value_parser = ["a", "b"])]
+        host: String,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum WorkerRole {
+    Send {
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long)]
+        dst: SocketAddr,
+        #[arg(long)]
+        size: usize,
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        #[arg(long, default_value_t = 0)]
+        pace_every: u64,
+    },
+    Recv {
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long)]
+        bind: SocketAddr,
+        #[arg(long)]
+        size: usize,
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        #[arg(long, default_value_t = 500)]
+        idle_ms: u64,
+        #[arg(long, default_value_t = 20.0)]
+        max_secs: f64,
+    },
+}
+
+fn fail(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("eudp: {msg}");
+    1
+}
+
+fn print_report(r: Result<worker::Report, String>) -> i32 {
+    match r {
+        Ok(r) => {
+            println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn check_size(size: usize) -> Result<(), String> {
+    if size == 0 || size > 65_507 {
+        return Err(format!("datagram size {size} out of range 1..=65507"));
+    }
+    Ok(())
+}
+
 fn main() {
     let cli = Cli::parse();
     let code = match cli.cmd {
+        Cmd::Demo { secs } => demo(secs),
+        Cmd::Testbed { op } => match op {
+            TestbedOp::Up { name } => match testbed::Testbed::up(&name) {
+                Ok(tb) => {
+                    println!("testbed {name}: host a = {} ({}), host b = {} ({})", tb.netns('a'), testbed::ADDR_A, tb.netns('b'), testbed::ADDR_B);
+                    tb.keep();
+                    0
+                }
+                Err(e) => fail(e),
+            },
+            TestbedOp::Down { name } => match testbed::Testbed::existing(&name) {
+                Ok(tb) => {
+                    tb.teardown();
+                    0
+                }
+                Err(e) => fail(e),
+            },
+            TestbedOp::Exec { name, host, cmd } => match testbed::Testbed::existing(&name) {
+                Ok(tb) => {
+                    let h = host.chars().next().unwrap_or('a');
+                    match tb.command(h, &cmd[0]).args(&cmd[1..]).status() {
+                        Ok(s) => s.code().unwrap_or(1),
+                        Err(e) => fail(e),
+                    }
+                }
+                Err(e) => fail(e),
+            },
+        },
+        Cmd::Bench { sizes, modes, secs, out, no_json } => {
+            if let Some(e) = sizes.iter().find_map(|&s| check_size(s).err()) {
+                std::process::exit(fail(e));
+            }
+            let args = bench::BenchArgs { sizes, modes, secs, out_dir: (!no_json).then_some(out) };
+            match bench::run(&args) {
+                Ok(res) => {
+                    bench::print_table(&res);
+                    0
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::Worker { role } => match role {
+            WorkerRole::Send { mode, dst, size, secs, count, pace_every } => {
+                print_report(check_size(size).and_then(|_| worker::send(worker::SendArgs { mode, dst, size, secs, count, pace_every })))
+            }
+            WorkerRole::Recv { mode, bind, size, count, idle_ms, max_secs } => print_report(check_size(size).and_then(|_| {
+                worker::recv(worker::RecvArgs {
+                    mode,
+                    bind,
+                    size,
+                    idle: Duration::from_millis(idle_ms),
+                    max: Duration::from_secs_f64(max_secs),
+                    count,
+                })
+            })),
+        },
         Cmd::Model { args } => eudp_model::cli::model_main(&args),
         Cmd::Sim { args } => eudp_model::cli::sim_main(&args),
         Cmd::Verify { args } => eudp_verify::cli::verify_main(&args),
     };
     std::process::exit(code);
+}
+
+fn demo(secs: f64) -> i32 {
+    println!("eudp demo: a two-host testbed (198.18.0.1 -> 198.18.0.2 over veth), {secs} s per transfer\n");
+    let args = bench::BenchArgs {
+        sizes: vec![64, 1472],
+        modes: vec![Mode::Kernel, Mode::Mmsg, Mode::Gso, Mode::Eudp],
+        secs,
+        out_dir: Some("bench/results".into()),
+    };
+    match bench::run(&args) {
+        Ok(res) => {
+            println!();
+            bench::print_table(&res);
+            0
+        }
+        Err(e) => fail(e),
+    }
 }

@@ -77,6 +77,13 @@ pub(crate) struct EpInner {
     /// Signalled when L1 gains room or drains.
     send_cv: Condvar,
     recv: Mutex<RecvSide>,
+    /// Serialises reads from the socket together with their push into the
+    /// ring, so datagrams enter the ring in socket order whoever reads them,
+    /// while pops (which take only `recv`) never wait for a syscall.
+    rx_sock: Mutex<()>,
+    /// Application threads blocked on this socket; while there are any, the
+    /// engine leaves arrivals to them (one wake-up instead of two).
+    rx_waiters: std::sync::atomic::AtomicU32,
     gso: AtomicBool,
     gso_limits: GsoLimits,
     /// An asynchronous error to report on the next call (like `sk_err`).
@@ -149,6 +156,8 @@ impl Endpoint {
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             send_cv: Condvar::new(),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None }),
+            rx_sock: Mutex::new(()),
+            rx_waiters: std::sync::atomic::AtomicU32::new(0),
             gso: AtomicBool::new(gso),
             gso_limits: GsoLimits::ethernet(v6),
             pending_error: AtomicI32::new(0),
@@ -212,6 +221,23 @@ impl Endpoint {
     /// Send timeout for a full L1 (SO_SNDTIMEO); `None` waits forever.
     pub fn set_write_timeout(&self, t: Option<Duration>) {
         lock(&self.inner.timeouts).1 = t;
+    }
+
+    /// Sets SO_SNDBUF on the socket and sizes L1 from what the kernel grants.
+    pub fn set_send_buffer_size(&self, bytes: usize) -> io::Result<()> {
+        let b = &self.inner.backend;
+        b.set_option(libc::SOL_SOCKET, libc::SO_SNDBUF, bytes.min(i32::MAX as usize) as i32)?;
+        lock(&self.inner.send).capacity = b.send_buffer_size();
+        Ok(())
+    }
+
+    /// Sets SO_RCVBUF on the socket and sizes the receive ring from what the
+    /// kernel grants.
+    pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<()> {
+        let b = &self.inner.backend;
+        b.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, bytes.min(i32::MAX as usize) as i32)?;
+        lock(&self.inner.recv).ring.set_capacity(b.recv_buffer_size());
+        Ok(())
     }
 
     /// Enables ICMP error reporting on an unconnected endpoint (IP_RECVERR).
@@ -623,9 +649,10 @@ impl EpInner {
     }
 
     /// Moves what the socket holds into the ring; returns datagrams added.
-    fn fill_ring(&self, rs: &mut RecvSide, scratch: &mut RecvScratch, rounds: usize) -> usize {
+    /// The caller holds `rx_sock`; the ring lock is taken only to push.
+    fn fill_ring(&self, scratch: &mut RecvScratch, rounds: usize) -> (usize, bool) {
         let mut added = 0;
-        for _ in 0..rounds {
+        for round in 0..rounds {
             Stats::add(&self.stats.recv_calls, 1);
             let got = match self.backend.recv_batch(&mut scratch.bufs, &mut scratch.meta) {
                 Ok(n) => n,
@@ -639,12 +666,13 @@ impl EpInner {
                             let code = e.raw_os_error().unwrap_or(libc::EIO);
                             self.set_pending_error(code);
                             while self.backend.take_error().is_some() {}
-                            self.signal_ready(rs);
+                            self.signal_ready(&lock(&self.recv));
                         }
                     }
                     break;
                 }
             };
+            let mut rs = lock(&self.recv);
             for i in 0..got {
                 let m = scratch.meta[i];
                 if m.truncated {
@@ -669,17 +697,21 @@ impl EpInner {
                         Stats::add(&self.stats.datagrams_received, n as u64);
                         Stats::add(&self.stats.bytes_received, m.len as u64);
                         if was_empty {
-                            self.signal_ready(rs);
+                            self.signal_ready(&rs);
                         }
                     }
                     Err(n) => Stats::add(&self.stats.drop_ring_full, n as u64),
                 }
             }
+            drop(rs);
             if got < scratch.bufs.len() {
                 break;
             }
+            if round + 1 == rounds {
+                return (added, true);
+            }
         }
-        added
+        (added, false)
     }
 
     fn signal_ready(&self, rs: &RecvSide) {
@@ -689,9 +721,20 @@ impl EpInner {
     }
 
     /// Engine side: the socket is readable (or has an error).
-    pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) {
-        let mut rs = lock(&self.recv);
-        self.fill_ring(&mut rs, scratch, RX_ROUNDS);
+    /// Engine side: the socket had an arrival. Returns true when the socket
+    /// may still hold data (the bounded read stopped early).
+    pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> bool {
+        if self.rx_waiters.load(SeqCst) > 0 {
+            // A blocked application thread polls the socket itself.
+            return false;
+        }
+        let _g = match self.rx_sock.try_lock() {
+            Ok(g) => g,
+            // An application thread is reading the socket right now.
+            Err(_) => return false,
+        };
+        let (_, more) = self.fill_ring(scratch, RX_ROUNDS);
+        more
     }
 
     fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool) -> Option<Received> {
@@ -710,18 +753,24 @@ impl EpInner {
         let mut deadline: Option<Option<Instant>> = None;
         let mut spin_until: Option<Instant> = None;
         loop {
-            let ready = {
+            {
                 let mut rs = lock(&self.recv);
                 if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
                     return Ok(r);
                 }
-                // Ring empty: read the socket on this thread (no hop).
+            }
+            // Ring empty: read the socket on this thread (no hop), unless the
+            // engine is reading it right now — then its push will wake us.
+            if let Ok(_g) = self.rx_sock.try_lock() {
                 Stats::add(&self.stats.direct_recv_calls, 1);
                 CALLER_SCRATCH.with(|c| {
                     let mut c = c.borrow_mut();
                     let sc = c.get_or_insert_with(|| RecvScratch::new(4));
-                    self.fill_ring(&mut rs, sc, 1)
+                    self.fill_ring(sc, 1)
                 });
+            }
+            let ready = {
+                let mut rs = lock(&self.recv);
                 if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
                     return Ok(r);
                 }
@@ -750,7 +799,10 @@ impl EpInner {
             }
             // Wake on data in the socket (we read it ourselves) or in the ring
             // (the engine got there first).
-            poll_readable(&[self.backend.raw_fd(), ready.as_raw_fd()], remaining)?;
+            self.rx_waiters.fetch_add(1, SeqCst);
+            let r = poll_readable(&[self.backend.raw_fd(), ready.as_raw_fd()], remaining);
+            self.rx_waiters.fetch_sub(1, SeqCst);
+            r?;
         }
     }
 }

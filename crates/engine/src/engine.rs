@@ -49,7 +49,10 @@ impl Shared {
 
     pub(crate) fn register(&self, ep: &Arc<EpInner>) -> io::Result<()> {
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).insert(ep.id, Arc::downgrade(ep));
-        self.epoll.add_readable(ep.backend.raw_fd(), ep.id)
+        // Edge-triggered: the engine reads on each arrival until EAGAIN (or
+        // parks the endpoint on `rx_more`), and can leave an arrival to an
+        // application thread already blocked on the socket without spinning.
+        self.epoll.add_readable_edge(ep.backend.raw_fd(), ep.id)
     }
 
     pub(crate) fn deregister(&self, ep: &EpInner) {
@@ -156,6 +159,8 @@ fn run(sh: Arc<Shared>) {
     let mut scratch = crate::endpoint::RecvScratch::new(sh.config.max_msgs);
     let mut staging = crate::queue::L1Queue::default();
     let mut ready: Vec<u64> = Vec::with_capacity(64);
+    // Endpoints whose socket may still hold data after a bounded read.
+    let mut rx_more: Vec<Arc<EpInner>> = Vec::new();
     loop {
         // Send side: every endpoint that asked for service.
         loop {
@@ -173,7 +178,7 @@ fn run(sh: Arc<Shared>) {
             Some(Duration::ZERO)
         } else {
             sh.sleeping.store(true, SeqCst);
-            if sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            if rx_more.is_empty() && sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 None
             } else {
                 Some(Duration::ZERO)
@@ -188,6 +193,7 @@ fn run(sh: Arc<Shared>) {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
+        let mut todo = std::mem::take(&mut rx_more);
         for &tok in &ready {
             if tok == DOORBELL {
                 sh.doorbell.clear();
@@ -195,7 +201,14 @@ fn run(sh: Arc<Shared>) {
             }
             let ep = sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&tok).and_then(Weak::upgrade);
             if let Some(ep) = ep {
-                ep.engine_receive(&mut scratch);
+                if !todo.iter().any(|e| e.id == ep.id) {
+                    todo.push(ep);
+                }
+            }
+        }
+        for ep in todo {
+            if ep.engine_receive(&mut scratch) {
+                rx_more.push(ep);
             }
         }
     }

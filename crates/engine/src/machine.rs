@@ -662,7 +662,26 @@ fn effect_value(e: &Effect, old: &str, param: Option<u32>) -> (Var, String) {
 /// write after it, so another thread can interleave (a missing lock).
 fn emit_step(table: &Table, cfg: &PromelaConfig, kind: EventKind, param: Option<u32>, extra: &str) -> String {
     let rule = table.rule(kind);
-    let unlocked = cfg.unlocked.contains(&kind);
+    let (who, who_args) = match rule.actor {
+        Actor::App => ("app%d", ", me"),
+        Actor::Engine => ("engine", ""),
+        Actor::Closer => ("closer", ""),
+    };
+    let what = match (param, rule.actor) {
+        (Some(p), _) => format!("{kind:?}({p})"),
+        (None, Actor::App) => format!("{kind:?} #%d"),
+        (None, _) => format!("{kind:?}"),
+    };
+    let id_arg = if param.is_none() && rule.actor == Actor::App { ", id" } else { "" };
+    let trace = format!("printf(\"@@ {who} {what}{STATE_FMT}\\n\"{who_args}{id_arg}{STATE_ARGS})");
+    emit_guarded(rule, cfg.unlocked.contains(&kind), param, extra, &trace)
+}
+
+/// Format and arguments that print the table's state in trails.
+const STATE_FMT: &str = "  -> l1=%d l2=%d done=%d shutdown=%d";
+const STATE_ARGS: &str = ", l1, l2, done_unreaped, shutdown";
+
+fn emit_guarded(rule: &Rule, unlocked: bool, param: Option<u32>, extra: &str, trace: &str) -> String {
     let mut inside = String::new();
     let mut after = String::new();
     for (i, e) in rule.effects.iter().enumerate() {
@@ -678,10 +697,14 @@ fn emit_step(table: &Table, cfg: &PromelaConfig, kind: EventKind, param: Option<
             let _ = write!(inside, " {x} = {val};");
         }
     }
-    let body = format!("{inside}{extra}");
-    let body = body.trim_end_matches(';');
-    let sep = if body.is_empty() { " skip" } else { "" };
-    format!("atomic {{ {} ->{body}{sep} }}{after}", render_cond(&rule.guard, param))
+    let extra = extra.trim_end_matches(';');
+    let extra = if extra.is_empty() { String::new() } else { format!("{extra};") };
+    let late = if after.is_empty() {
+        String::new()
+    } else {
+        format!("{after}; printf(\"@@   (counters written back without the lock){STATE_FMT}\\n\"{STATE_ARGS})")
+    };
+    format!("atomic {{ {} ->{inside}{extra} {trace} }}{late}", render_cond(&rule.guard, param))
 }
 
 fn param_values(rule: &Rule, cfg: &PromelaConfig) -> Vec<u32> {
@@ -746,7 +769,7 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
     let invs = if invs.is_empty() { "true".to_string() } else { invs.join(" && ") };
     let _ = writeln!(o, "#define table_invariants ({invs})\n");
     o.push_str(
-        "inline hand(id) {\n  if\n  :: hnd[id] -> dup = true\n  :: else -> hnd[id] = 1\n  fi;\n  handed++;\n  in_desc--\n}\n\n",
+        "inline hand(id) {\n  if\n  :: hnd[id] -> dup = true; printf(\"@@   backend gets #%d AGAIN\\n\", id)\n  :: else -> hnd[id] = 1; printf(\"@@   backend gets #%d\\n\", id)\n  fi;\n  handed++;\n  in_desc--\n}\n\n",
     );
 
     // Application thread: the decision under the queue lock, then for a
@@ -773,7 +796,7 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
     }
     let _ = write!(
         o,
-        "  :: atomic {{ flush_done -> engine_done = true }}; break\n  od;\n  goto fin;\n\
+        "  :: atomic {{ flush_done -> engine_done = true; printf(\"@@ engine stops{STATE_FMT}\\n\"{STATE_ARGS}) }}; break\n  od;\n  goto fin;\n\
          batch:   /* the engine's backend operation: one descriptor of nb datagrams */\n\
          \x20 atomic {{ do :: i < nb -> hand(b[i]); b[i] = 0; i++ :: else -> break od; i = 0; nb = 0 }};\n\
          \x20 {};\n  tmp0 = 0; tmp1 = 0; tmp2 = 0;\n  goto loop;\nfin:\n  skip\n}}\n\n",
@@ -911,6 +934,6 @@ mod tests {
         t.rule_mut(EventKind::DirectPost).guard = Cond::All(vec![]);
         assert!(emit_promela(&t, &PromelaConfig::default()).contains("atomic { true -> l2 = l2 + 1;"));
         let cfg = PromelaConfig { unlocked: vec![EventKind::Enqueue], ..PromelaConfig::default() };
-        assert!(emit_promela(&table(), &cfg).contains("accepted++ }; l1 = tmp0 + 1"));
+        assert!(emit_promela(&table(), &cfg).contains(" }; l1 = tmp0 + 1; printf("));
     }
 }

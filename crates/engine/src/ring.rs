@@ -50,6 +50,11 @@ impl RecvRing {
         RecvRing { entries: VecDeque::new(), charged: 0, capacity, datagrams: 0, spare: Vec::new() }
     }
 
+    /// Changes the byte bound (SO_RCVBUF changed); what is queued stays.
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+    }
+
     /// Datagrams waiting.
     pub fn datagrams(&self) -> usize {
         self.datagrams

@@ -483,9 +483,19 @@ impl Epoll {
         Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
     }
 
-    /// Watches `fd` for readability under `token`.
+    /// Watches `fd` for readability under `token` (level-triggered).
     pub fn add_readable(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        self.add(fd, token, libc::EPOLLIN as u32)
+    }
+
+    /// Watches `fd` for new readability under `token` (edge-triggered: one
+    /// report per arrival, the watcher must read until EAGAIN).
+    pub fn add_readable_edge(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.add(fd, token, (libc::EPOLLIN | libc::EPOLLET) as u32)
+    }
+
+    fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: pointer to a live epoll_event.
         cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) }).map(drop)
     }
@@ -538,6 +548,14 @@ fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) 
         return if e.kind() == io::ErrorKind::Interrupted { Ok(true) } else { Err(e) };
     }
     Ok(r > 0)
+}
+
+/// Sets an integer socket option on any socket (used by tools for sockets
+/// the engine does not own).
+pub fn set_int_option(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32, val: i32) -> io::Result<()> {
+    // SAFETY: pointer to a live c_int and its size; fd is borrowed for the call.
+    cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32) })
+        .map(drop)
 }
 
 /// Pins the calling thread to one CPU.
