@@ -323,7 +323,8 @@ commands:
             one-way latency (1 message) and steady bandwidth (N messages, default 64) per size
             [--csv FILE] [--svg FILE]
   timeline  --preset P --stack S [--size B] [--messages N] [--bus B] [--link-mbps X]
-            [--json FILE] [--svg FILE]   time-flow chart of a burst (default ten 32 KB packets)
+            [--layers L1,L2] [--json FILE] [--svg FILE]   time-flow chart of a burst (default ten
+            32 KB packets); --layers keeps layers by name, host (sender/receiver) or host:layer
   sweep     --preset P --stacks S1,S2 [--sizes LIST] [--buses B1,B2] [--links X1,X2]
             [--messages N] [--jobs J] --csv FILE [--svg FILE]   parameter grid, in parallel
   validate  [--markdown]   published vs simulated headline figures of all presets
@@ -344,7 +345,7 @@ fn sim_cmd(args: &[String]) -> Result<(), String> {
     let rest = &args[1..];
     let a = parse_args(
         rest,
-        &["preset", "stack", "stacks", "sizes", "size", "messages", "bus", "buses", "link-mbps", "links", "csv", "svg", "json", "jobs", "packets"],
+        &["preset", "stack", "stacks", "sizes", "size", "messages", "layers", "bus", "buses", "link-mbps", "links", "csv", "svg", "json", "jobs", "packets"],
         &["bidir", "markdown", "assumptions", "help"],
     )?;
     if let Some(p) = a.positional.first() {
@@ -412,7 +413,11 @@ fn sim_timeline(a: &Args) -> Result<(), String> {
     let size = a.get("size").map(|s| parse_size(s).map_err(|_| format!("--size: bad size {s:?}"))).transpose()?.unwrap_or(32768.0) as u64;
     let n: usize = a.num("messages", 10usize)?;
     let r = sim::run(&p, stack, &Workload { msg_bytes: size, messages: n.max(1), bidirectional: false, timeline: true })?;
-    let recs = timeline::from_sim(&r.records);
+    let mut recs = timeline::from_sim(&r.records);
+    if let Some(keep) = a.get("layers") {
+        let keep: Vec<&str> = keep.split(',').collect();
+        recs.retain(|x| keep.iter().any(|k| *k == x.layer || Some(*k) == x.host.as_deref() || format!("{}:{}", x.host.as_deref().unwrap_or(""), x.layer) == *k));
+    }
     let idle = report::link_idle(&r, "tx.link");
     println!("preset {} stack {stack}: {n} x {size} B burst, done at {:.1} us, {} events", p.name, r.end_ns / 1000.0, r.events);
     if let Some((from0, active)) = idle {

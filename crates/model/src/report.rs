@@ -69,11 +69,13 @@ pub fn link_idle(r: &SimResult, link: &str) -> Option<(f64, f64)> {
     Some((1.0 - u.busy_ns / u.last_ns, 1.0 - u.busy_ns / (u.last_ns - u.first_ns)))
 }
 
-fn row(id: &'static str, source: &'static str, what: &str, published: f64, simulated: f64, unit: &'static str) -> Row {
+/// A row judged within ±10 %.
+pub fn row(id: &'static str, source: &'static str, what: &str, published: f64, simulated: f64, unit: &'static str) -> Row {
     Row { id, source, what: what.to_string(), published, simulated, unit, check: Check::Within10 }
 }
 
-fn holds(id: &'static str, source: &'static str, what: String, ok: bool) -> Row {
+/// A row for a qualitative statement.
+pub fn holds(id: &'static str, source: &'static str, what: String, ok: bool) -> Row {
     Row { id, source, what, published: 1.0, simulated: if ok { 1.0 } else { 0.0 }, unit: "", check: Check::Holds }
 }
 

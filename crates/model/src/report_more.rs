@@ -1,14 +1,6 @@
 //! Headline rows of presets 001-004.
-use crate::report::{bandwidth, latency_us, shipped, Check, Row};
+use crate::report::{bandwidth, holds, latency_us, row, shipped, Row};
 use crate::sim::{self, Workload};
-
-fn row(id: &'static str, source: &'static str, what: &str, published: f64, simulated: f64, unit: &'static str) -> Row {
-    Row { id, source, what: what.to_string(), published, simulated, unit, check: Check::Within10 }
-}
-
-fn holds(id: &'static str, source: &'static str, what: String, ok: bool) -> Row {
-    Row { id, source, what, published: 1.0, simulated: if ok { 1.0 } else { 0.0 }, unit: "", check: Check::Holds }
-}
 
 /// Sizes of 001's Tables 1-2.
 pub const SIZES_001: [u64; 9] = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
@@ -82,9 +74,45 @@ pub fn rows_003() -> Result<Vec<Row>, String> {
     Ok(out)
 }
 
+/// Paper 002 headline rows.
+pub fn rows_002() -> Result<Vec<Row>, String> {
+    let p = shipped("002")?;
+    let lu = latency_us(&p, "uoe", 1)?;
+    let ld = latency_us(&p, "udp", 1)?;
+    let bu = bandwidth(&p, "uoe", 65536, 64, false)?;
+    let bd = bandwidth(&p, "udp", 65536, 64, false)?;
+    Ok(vec![
+        row("002-uoe-lat", "002 §4, Fig. 3a", "UOE one-way latency, 1 B", 26.0, lu, "us"),
+        row("002-udp-lat", "002 §4, Fig. 3a", "host UDP one-way latency, 1 B", 32.0, ld, "us"),
+        row("002-uoe-bw", "002 §4, Fig. 3b", "UOE peak throughput, 64 kB", 7400.0, bu, "Mbit/s"),
+        row("002-udp-bw", "002 §4, Fig. 3b", "host UDP peak throughput, 64 kB", 5500.0, bd, "Mbit/s"),
+        holds("002-uoe-faster", "002 §4", format!("UOE lower 1 B latency than UDP ({lu:.1} vs {ld:.1} us)"), lu < ld),
+        holds("002-uoe-more-bw", "002 §4", format!("UOE higher peak throughput than UDP ({bu:.0} vs {bd:.0} Mbit/s)"), bu > bd),
+    ])
+}
+
+/// Paper 004 headline rows: reduction of user-to-user time, 64 B to 4 kB.
+pub fn rows_004() -> Result<Vec<Row>, String> {
+    let p = shipped("004")?;
+    let mut red = Vec::new();
+    for b in [64u64, 128, 256, 512, 1024, 2048, 4096] {
+        let d = latency_us(&p, "dma", b)?;
+        let e = latency_us(&p, "edt", b)?;
+        red.push((1.0 - e / d) * 100.0);
+    }
+    let lo = red.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = red.iter().cloned().fold(0.0, f64::max);
+    Ok(vec![
+        row("004-edt-min", "004 abstract", "EDT reduction of user-to-user time, smallest over 64 B-4 kB", 17.0, lo, "%"),
+        row("004-edt-max", "004 abstract", "EDT reduction of user-to-user time, largest over 64 B-4 kB", 38.0, hi, "%"),
+    ])
+}
+
 /// Rows of the other papers' presets.
 pub fn rows_other() -> Result<Vec<Row>, String> {
     let mut v = rows_001()?;
+    v.extend(rows_002()?);
     v.extend(rows_003()?);
+    v.extend(rows_004()?);
     Ok(v)
 }

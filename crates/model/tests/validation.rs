@@ -57,6 +57,16 @@ figure!(p001_ebpi_crossover, "001-ebpi-nic-dom", ignore = "NIC dominates at ever
 figure!(p001_throughputs_converge, "001-converge", ignore = "UDP/AUDP/EBPI at 8 kB span 10.0% (309-340 Mbit/s), just outside the 10% band; BPI is half as predicted");
 figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.5% lower latency vs published ~40%: no host per-packet cost dilutes the copy difference");
 
+// ---- paper 002 (emulated UOE on the Chelsio T110) ----
+// 002 gives no per-operation costs; its preset borrows 000's host costs scaled
+// by clock (flagged ASSUMPTION), so absolute figures are not expected to hold.
+figure!(p002_uoe_latency, "002-uoe-lat", ignore = "measured 9.3 us vs 26: no per-operation costs in 002, host costs borrowed from 000 scaled by clock");
+figure!(p002_udp_latency, "002-udp-lat", ignore = "measured 7.9 us vs 32: as above");
+figure!(p002_uoe_bandwidth, "002-uoe-bw", ignore = "measured 6255 vs 7400 Mbit/s (-15%): host copy at full memory rate excludes PCI-X DMA from memory");
+figure!(p002_udp_bandwidth, "002-udp-bw", ignore = "measured 2397 vs 5500 Mbit/s: borrowed per-packet host cost too high for the Opteron");
+figure!(p002_uoe_lower_latency, "002-uoe-faster", ignore = "UOE 9.3 us vs UDP 7.9 us: TOE costs unknown (0), its extra interrupt work per 16 kB segment dominates a 1 B message");
+figure!(p002_uoe_more_bandwidth, "002-uoe-more-bw");
+
 // ---- paper 003 (EMP on the two-CPU Alteon) ----
 figure!(p003_ro_bandwidth, "003-ro-bw");
 figure!(p003_base_bandwidth, "003-base-bw");
@@ -66,6 +76,10 @@ figure!(p003_ro_latency, "003-ro-lat", ignore = "measured 24.4 us vs 22: with Ta
 figure!(p003_ro_latency_14k, "003-ro-lat14k", ignore = "measured 10.2% vs 8.3% improvement at 14 kB");
 figure!(p003_so_bidirectional, "003-so-bidir", ignore = "measured 1630 vs 1100 Mbit/s: NIC memory and PCI contention between the two directions is not in Table 1's costs");
 figure!(p003_base_bidirectional, "003-base-bidir", ignore = "measured 1198 vs 940 Mbit/s: as above");
+
+// ---- paper 004 (eager data transfer) ----
+figure!(p004_edt_smallest_gain, "004-edt-min", ignore = "measured 43% vs 17%: only the abstract is available, no per-message software costs to dilute the data-transfer gain");
+figure!(p004_edt_largest_gain, "004-edt-max", ignore = "measured 79% vs 38%: as above");
 
 #[test]
 fn every_row_has_a_test() {
