@@ -259,7 +259,12 @@ impl Endpoint {
 
     /// Counters of this endpoint.
     pub fn stats(&self) -> StatsSnapshot {
-        self.inner.stats.snapshot()
+        let mut snap = self.inner.stats.snapshot();
+        let c = lock(&self.inner.send).counts;
+        snap.direct_posts = c.direct;
+        snap.queued_posts = c.queued;
+        snap.send_full = c.full;
+        snap
     }
 
     /// Queue transitions recorded so far (empty unless
@@ -384,6 +389,10 @@ impl Drop for Endpoint {
 
 impl EpInner {
     fn take_pending_error(&self) -> Option<io::Error> {
+        // A plain load first: the common case writes nothing shared.
+        if self.pending_error.load(Relaxed) == 0 {
+            return None;
+        }
         match self.pending_error.swap(0, SeqCst) {
             0 => None,
             e => {
@@ -427,7 +436,6 @@ impl EpInner {
             match s.post(dst, data) {
                 PostDecision::Direct => {
                     drop(s);
-                    Stats::add(&self.stats.direct_posts, 1);
                     let r = self.direct_send(data, dst.as_ref());
                     let mut s = lock(&self.send);
                     s.direct_done();
@@ -435,13 +443,11 @@ impl EpInner {
                     return r;
                 }
                 PostDecision::Queued => {
-                    Stats::add(&self.stats.queued_posts, 1);
                     self.kick(&mut s);
                     return Ok(data.len());
                 }
                 PostDecision::Closed => return Err(err(libc::EPIPE)),
                 PostDecision::Full => {
-                    Stats::add(&self.stats.send_full, 1);
                     self.kick(&mut s);
                     if self.nonblocking.load(Relaxed) {
                         return Err(err(libc::EAGAIN));

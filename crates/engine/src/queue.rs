@@ -131,7 +131,18 @@ pub struct SendState {
     pub shutdown: bool,
     /// The engine has this endpoint on its work list.
     pub scheduled: bool,
+    /// Post outcomes, counted under the lock the caller already holds so the
+    /// hot path touches no shared counter cache line.
+    pub counts: PostCounts,
     recorder: Option<Recorder>,
+}
+
+/// How callers' sends were decided.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PostCounts {
+    pub direct: u64,
+    pub queued: u64,
+    pub full: u64,
 }
 
 impl SendState {
@@ -146,6 +157,7 @@ impl SendState {
             capacity,
             shutdown: false,
             scheduled: false,
+            counts: PostCounts::default(),
             recorder,
         }
     }
@@ -199,13 +211,16 @@ impl SendState {
         }
         if self.l1_empty() && self.l2 < self.l2_depth {
             self.apply(QueueEvent::DirectPost);
+            self.counts.direct += 1;
             return PostDecision::Direct;
         }
         if self.l1.push(dst, data, self.capacity) {
             self.apply(QueueEvent::Enqueue);
+            self.counts.queued += 1;
             PostDecision::Queued
         } else {
             self.apply(QueueEvent::Refuse);
+            self.counts.full += 1;
             PostDecision::Full
         }
     }
