@@ -141,6 +141,34 @@ impl Endpoint {
         Self::with_backend(engine, Box::new(sock))
     }
 
+    /// An endpoint over an existing kernel UDP socket (the preload shim hands
+    /// over a duplicate of the application's socket). The socket becomes
+    /// nonblocking; the endpoint keeps its own blocking mode.
+    pub fn from_kernel_fd(engine: &Engine, fd: std::os::fd::OwnedFd) -> io::Result<Endpoint> {
+        let sock = kernel::UdpSocket::from_owned_fd(fd)?;
+        let ep = Self::with_backend(engine, Box::new(sock))?;
+        // A socket connected before adoption keeps its peer.
+        if ep.inner.backend.peer_addr().is_ok() {
+            ep.inner.connected.store(true, SeqCst);
+        }
+        Ok(ep)
+    }
+
+    /// The backend socket's file descriptor.
+    pub fn raw_fd(&self) -> RawFd {
+        self.inner.backend.raw_fd()
+    }
+
+    /// True when the endpoint has a default destination (connected).
+    pub fn is_connected(&self) -> bool {
+        self.inner.connected.load(SeqCst)
+    }
+
+    /// True when the endpoint is in nonblocking mode.
+    pub fn is_nonblocking(&self) -> bool {
+        self.inner.nonblocking.load(SeqCst)
+    }
+
     /// An endpoint over any backend.
     pub fn with_backend(engine: &Engine, backend: Box<dyn Backend>) -> io::Result<Endpoint> {
         let sh = engine.shared.clone();

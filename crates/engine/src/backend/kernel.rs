@@ -163,6 +163,31 @@ impl UdpSocket {
         Ok(UdpSocket { fd, v6 })
     }
 
+    /// Adopts an existing kernel UDP socket (e.g. one an application created)
+    /// and makes it nonblocking; the family is read from the socket itself.
+    pub fn from_owned_fd(fd: OwnedFd) -> io::Result<Self> {
+        let raw = fd.as_raw_fd();
+        let mut ty: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: pointer to a live c_int and its length.
+        cvt(unsafe { libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_TYPE, &mut ty as *mut _ as *mut libc::c_void, &mut len) })?;
+        if ty != libc::SOCK_DGRAM {
+            return Err(io::Error::from_raw_os_error(libc::ENOTSOCK));
+        }
+        let mut dom: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: as above.
+        cvt(unsafe { libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_DOMAIN, &mut dom as *mut _ as *mut libc::c_void, &mut len) })?;
+        if dom != libc::AF_INET && dom != libc::AF_INET6 {
+            return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        }
+        // SAFETY: fcntl on a valid fd we own.
+        let fl = cvt(unsafe { libc::fcntl(raw, libc::F_GETFL) })?;
+        // SAFETY: as above.
+        cvt(unsafe { libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK) })?;
+        Ok(UdpSocket { fd, v6: dom == libc::AF_INET6 })
+    }
+
     /// True for an IPv6 socket.
     pub fn is_v6(&self) -> bool {
         self.v6
