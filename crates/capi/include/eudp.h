@@ -1,0 +1,273 @@
+/*
+ * eudp.h — C interface of the eudp user-space UDP offload engine.
+ *
+ * An eudp endpoint behaves like a UDP socket whose per-packet work (GSO/GRO
+ * batching, sendmmsg/recvmmsg) is done by an engine thread. Endpoints live
+ * on one process-wide engine, started on first use and configured by the
+ * EUDP_* environment variables (see docs/capi.md).
+ *
+ * Conventions (as for socket calls):
+ *  - Functions return -1 (or NULL) on failure and set errno to the value the
+ *    kernel would set on an equivalent UDP socket: EMSGSIZE, ECONNREFUSED,
+ *    EAGAIN, EAFNOSUPPORT, EDESTADDRREQ, ...
+ *  - A NULL pointer where one is required, or an impossible length, is
+ *    EINVAL (the kernel would say EFAULT for a bad pointer).
+ *  - An internal failure of the library is reported as EIO; nothing aborts.
+ *  - An endpoint may be used from several threads at once, like a socket,
+ *    but eudp_close() must not race with other calls on the same endpoint.
+ *  - Addresses are struct sockaddr_in / sockaddr_in6 in network byte order.
+ *    AF_INET6 endpoints are dual-stack and report IPv4 peers as
+ *    ::ffff:a.b.c.d (AF_INET6), as the kernel does.
+ *
+ * Link with -leudp_capi (shared) or libeudp_capi.a plus
+ * -lpthread -ldl -lm -lrt -lutil -lgcc_s (static).
+ */
+#ifndef EUDP_H
+#define EUDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Receive flags; the values equal the kernel's MSG_* flags. */
+/** Leave the datagram queued; the next receive returns it again. */
+#define EUDP_MSG_PEEK     0x02
+/** Input: return the datagram's full length even when it was truncated.
+ *  In eudp_rxmsg.flags (output): the datagram was truncated. */
+#define EUDP_MSG_TRUNC    0x20
+/** Do not block for this call (EAGAIN when nothing is waiting). */
+#define EUDP_MSG_DONTWAIT 0x40
+
+/** Buckets of eudp_stats.batch_hist. */
+#define EUDP_HIST_BUCKETS 10
+
+/** An endpoint (opaque). */
+typedef struct eudp_endpoint eudp_endpoint;
+
+/** One datagram for eudp_send_batch(). */
+struct eudp_txmsg {
+    const void *buf;             /* payload */
+    size_t len;                  /* payload length */
+    const struct sockaddr *addr; /* destination, or NULL for the connected peer */
+    socklen_t addrlen;           /* length of *addr */
+};
+
+/** One datagram for eudp_recvmsg() / eudp_recv_batch(). */
+struct eudp_rxmsg {
+    void *buf;                    /* in: where to copy the payload (NULL if cap is 0) */
+    size_t cap;                   /* in: capacity of buf */
+    size_t len;                   /* out: bytes copied into buf */
+    size_t full_len;              /* out: the datagram's length (> len: truncated) */
+    struct sockaddr_storage addr; /* out: sender */
+    socklen_t addrlen;            /* out: length of addr */
+    int flags;                    /* out: EUDP_MSG_TRUNC when truncated, else 0 */
+};
+
+/** Counters of one endpoint (a copy; see eudp_stats()). */
+struct eudp_stats {
+    uint64_t direct_posts;     /* sends posted on the caller's thread (L1 empty, L2 room) */
+    uint64_t queued_posts;     /* sends queued in L1 for the engine */
+    uint64_t send_full;        /* sends that found L1 full (blocked or EAGAIN) */
+    uint64_t engine_batches;   /* backend send calls made by the engine */
+    uint64_t datagrams_sent;   /* datagrams accepted by the kernel */
+    uint64_t bytes_sent;
+    uint64_t send_calls;       /* send syscalls, direct and engine */
+    uint64_t gso_messages;     /* GSO super-packets among the engine's messages */
+    double send_calls_per_datagram; /* send_calls / datagrams_sent (0 when none) */
+    uint64_t batch_hist[EUDP_HIST_BUCKETS]; /* engine calls of 2^i .. 2^(i+1)-1 datagrams */
+    uint64_t drop_send_error;  /* queued datagrams the kernel refused (error reported) */
+    uint64_t drop_shutdown;    /* queued datagrams lost because close could not flush */
+    uint64_t gso_fallbacks;    /* times GSO was turned off after the kernel rejected it */
+    uint64_t datagrams_received;
+    uint64_t bytes_received;
+    uint64_t recv_calls;       /* receive syscalls (engine and caller) */
+    uint64_t gro_superpackets; /* received messages carrying more than one datagram */
+    uint64_t direct_recv_calls;/* receive syscalls made on the caller's thread */
+    uint64_t drop_ring_full;   /* datagrams dropped because the receive ring was full */
+    uint64_t drop_truncated;   /* datagrams dropped: larger than the engine's 64 KiB buffer */
+    uint64_t errors_surfaced;  /* asynchronous errors reported to the caller */
+};
+
+/* ------------------------------------------------------------------------
+ * Lifecycle
+ * ---------------------------------------------------------------------- */
+
+/**
+ * Creates an unbound endpoint. family: AF_INET, or AF_INET6 (dual-stack).
+ * Returns NULL with errno EAFNOSUPPORT for another family, or the error of
+ * socket(2) / of starting the engine.
+ */
+eudp_endpoint *eudp_endpoint_new(int family);
+
+/**
+ * Like close(2): flushes what was accepted (waiting up to 5 s; datagrams
+ * still queued then are counted in drop_shutdown) and frees the endpoint and
+ * its poll fd. Remove the poll fd from any epoll set first. ep is invalid
+ * afterwards. Returns 0, or -1/EINVAL for NULL.
+ */
+int eudp_close(eudp_endpoint *ep);
+
+/* ------------------------------------------------------------------------
+ * Addressing
+ * ---------------------------------------------------------------------- */
+
+/**
+ * Binds to a local address (port 0: ephemeral), like bind(2).
+ * AF_INET endpoints take a sockaddr_in, AF_INET6 endpoints a sockaddr_in6
+ * (an IPv4 address as ::ffff:a.b.c.d). Errors: EINVAL (short addrlen),
+ * EAFNOSUPPORT (wrong family), EADDRINUSE, EADDRNOTAVAIL, ...
+ */
+int eudp_bind(eudp_endpoint *ep, const struct sockaddr *addr, socklen_t addrlen);
+
+/**
+ * Sets the default destination and accepts datagrams only from it, like
+ * connect(2) on a UDP socket; AF_UNSPEC dissolves the association.
+ * Datagrams already queued are flushed first (they keep their destination).
+ * AF_INET6 endpoints accept AF_INET addresses.
+ */
+int eudp_connect(eudp_endpoint *ep, const struct sockaddr *addr, socklen_t addrlen);
+
+/** Dissolves the association (connect to AF_UNSPEC). */
+int eudp_disconnect(eudp_endpoint *ep);
+
+/**
+ * The local address, like getsockname(2): *addrlen is the room in *addr on
+ * input; on output the address's full length (larger: truncated copy).
+ */
+int eudp_local_addr(eudp_endpoint *ep, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/** The connected peer, like getpeername(2); ENOTCONN when not connected. */
+int eudp_peer_addr(eudp_endpoint *ep, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/* ------------------------------------------------------------------------
+ * Sending
+ *
+ * A datagram is accepted when the call returns its length: it is sent on
+ * the caller's thread when the queue is idle, otherwise queued for the
+ * engine. A blocking endpoint waits for room when the queue is full (up to
+ * the send timeout, then EAGAIN); a nonblocking one fails with EAGAIN. An
+ * error the kernel reports later for a queued datagram (e.g. ECONNREFUSED
+ * from an ICMP port unreachable on a connected endpoint) is returned by the
+ * next send or receive call, as with a socket.
+ * ---------------------------------------------------------------------- */
+
+/**
+ * Sends len bytes to the connected peer. Returns len, or -1 with errno:
+ * EDESTADDRREQ (not connected), EMSGSIZE (len > 65507 over IPv4, 65527 over
+ * IPv6), EAGAIN, ECONNREFUSED (earlier ICMP), ...
+ */
+ssize_t eudp_send(eudp_endpoint *ep, const void *buf, size_t len);
+
+/**
+ * Sends len bytes to addr (NULL: the connected peer), like sendto(2).
+ * Errors as eudp_send(), and EINVAL (short addrlen, port 0), EAFNOSUPPORT
+ * (an AF_INET6 address on an AF_INET endpoint).
+ */
+ssize_t eudp_sendto(eudp_endpoint *ep, const void *buf, size_t len,
+                    const struct sockaddr *addr, socklen_t addrlen);
+
+/**
+ * Sends n datagrams in order, like sendmmsg(2). Returns how many were
+ * accepted (< n: message [return value] failed or would block — retry from
+ * there to see its error); -1 with errno only when the first one fails.
+ */
+ssize_t eudp_send_batch(eudp_endpoint *ep, const struct eudp_txmsg *msgs, size_t n);
+
+/**
+ * Waits until everything accepted has been handed to the kernel.
+ * timeout_ms: -1 waits without limit. Returns 0 when drained, -1/ETIMEDOUT
+ * otherwise.
+ */
+int eudp_flush(eudp_endpoint *ep, int timeout_ms);
+
+/* ------------------------------------------------------------------------
+ * Receiving
+ *
+ * Flags: EUDP_MSG_PEEK, EUDP_MSG_DONTWAIT, EUDP_MSG_TRUNC; others are
+ * EOPNOTSUPP. A datagram longer than the buffer is truncated and the rest
+ * discarded (unless peeking). A blocking endpoint waits up to the receive
+ * timeout, then fails with EAGAIN.
+ * ---------------------------------------------------------------------- */
+
+/**
+ * Receives one datagram, like recv(2). Returns the bytes copied (with
+ * EUDP_MSG_TRUNC: the datagram's full length), or -1 with errno EAGAIN
+ * (nothing waiting / timeout), ECONNREFUSED (earlier ICMP), ...
+ */
+ssize_t eudp_recv(eudp_endpoint *ep, void *buf, size_t len, int flags);
+
+/**
+ * As eudp_recv(), also returning the sender like recvfrom(2): when addr is
+ * not NULL, *addrlen is its room on input and the address's full length on
+ * output.
+ */
+ssize_t eudp_recvfrom(eudp_endpoint *ep, void *buf, size_t len, int flags,
+                      struct sockaddr *addr, socklen_t *addrlen);
+
+/**
+ * Receives one datagram into msg (buf/cap in; len, full_len, addr, addrlen
+ * and flags out; flags has EUDP_MSG_TRUNC when truncated). Returns msg->len
+ * (with EUDP_MSG_TRUNC: msg->full_len).
+ */
+ssize_t eudp_recvmsg(eudp_endpoint *ep, struct eudp_rxmsg *msg, int flags);
+
+/**
+ * Receives up to n datagrams, like recvmmsg(2) with MSG_WAITFORONE: waits
+ * (per the endpoint's mode and timeouts, or not with EUDP_MSG_DONTWAIT) for
+ * the first, then takes only what is already waiting. Returns the count
+ * filled; an error met after the first datagram is returned by the next
+ * call. EUDP_MSG_PEEK is EINVAL here.
+ */
+ssize_t eudp_recv_batch(eudp_endpoint *ep, struct eudp_rxmsg *msgs, size_t n, int flags);
+
+/**
+ * Datagrams waiting in the receive ring and the length of the next one
+ * (0 when none). Either pointer may be NULL.
+ */
+int eudp_pending(eudp_endpoint *ep, size_t *datagrams, size_t *next_len);
+
+/**
+ * A file descriptor that is readable exactly while a datagram (or an
+ * asynchronous error) waits, for poll/select/epoll (level-triggered or
+ * edge-triggered). Owned by the endpoint: do not read, write or close it;
+ * it stays the same until eudp_close().
+ */
+int eudp_poll_fd(eudp_endpoint *ep);
+
+/* ------------------------------------------------------------------------
+ * Options and counters
+ * ---------------------------------------------------------------------- */
+
+/** Nonblocking mode on (on != 0) or off: calls that would wait fail with EAGAIN. */
+int eudp_set_nonblocking(eudp_endpoint *ep, int on);
+
+/**
+ * Receive and send timeouts in milliseconds (SO_RCVTIMEO / SO_SNDTIMEO).
+ * -1: none (wait forever, the default); 0: do not wait; < -1: EINVAL.
+ * The send timeout applies when the queue is full.
+ */
+int eudp_set_timeouts(eudp_endpoint *ep, int recv_ms, int send_ms);
+
+/** SO_SNDBUF; the queue's byte bound follows what the kernel grants. */
+int eudp_set_send_buffer_size(eudp_endpoint *ep, size_t bytes);
+
+/** SO_RCVBUF; the receive ring's byte bound follows what the kernel grants. */
+int eudp_set_recv_buffer_size(eudp_endpoint *ep, size_t bytes);
+
+/** IP_RECVERR / IPV6_RECVERR: ICMP errors on unconnected endpoints. */
+int eudp_set_recv_err(eudp_endpoint *ep, int on);
+
+/** Copies the endpoint's counters into *out. */
+int eudp_stats(eudp_endpoint *ep, struct eudp_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EUDP_H */
