@@ -227,11 +227,15 @@ pub fn dominant_throughput(latencies_ns: &[f64], b: f64) -> (f64, usize) {
 
 /// Layers of a preset stack for packets of `b` bytes: g = per-packet
 /// overhead + start-up (+ header time), G = uncontended per-byte time.
+/// A cut-through stage (fine start with a threshold of one byte, e.g. the
+/// receive DMA following the wire) is not a pipelining layer of its own and
+/// is left out.
 pub fn layers_from_stack(p: &Preset, stack: &str, b: f64) -> Result<Vec<Layer>, String> {
     let st = p.stacks.get(stack).ok_or_else(|| format!("preset {} has no stack {stack:?}", p.name))?;
     Ok(st
         .stages
         .iter()
+        .filter(|s| !(s.start == crate::preset::StartRule::Fine && s.threshold() <= 1.0 && s.g_ns() == 0.0))
         .map(|s| {
             let gb = s.per_byte_ns(p, b);
             let hdr = s.header_bytes.as_ref().map(|c| c.v).unwrap_or(0.0) * gb;

@@ -152,7 +152,7 @@ pub fn apply_overrides(p: &mut Preset, bus: Option<&str>, link_mbps: Option<f64>
         }
     }
     if let Some(l) = link_mbps {
-        if !(l > 0.0) {
+        if l.is_nan() || l <= 0.0 {
             return Err("--link-mbps must be positive".into());
         }
         for r in p.resources.values_mut() {

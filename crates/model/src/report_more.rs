@@ -29,8 +29,7 @@ fn crossover_001(stack: &str, nic_low: bool) -> Result<f64, String> {
 
 /// Paper 001 headline rows.
 pub fn rows_001() -> Result<Vec<Row>, String> {
-    let mut out = Vec::new();
-    out.push(row("001-udp-host-dom", "001 Table 3", "UDP: largest size with host side dominant", 5120.0, crossover_001("udp", false)?, "bytes"));
+    let mut out = vec![row("001-udp-host-dom", "001 Table 3", "UDP: largest size with host side dominant", 5120.0, crossover_001("udp", false)?, "bytes")];
     out.push(row("001-audp-host-dom", "001 Table 3", "Async UDP: largest size with host side dominant", 3072.0, crossover_001("audp", false)?, "bytes"));
     out.push(row("001-bpi-nic-dom", "001 Table 3", "BPI: largest size with NIC side dominant", 128.0, crossover_001("bpi", true)?, "bytes"));
     out.push(row("001-ebpi-nic-dom", "001 Table 3", "enhanced BPI: largest size with NIC side dominant", 64.0, crossover_001("ebpi", true)?, "bytes"));

@@ -311,18 +311,18 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
         let mut credits = Vec::new();
         for (ci, c) in st.credits.iter().enumerate() {
             credits.push(c.count.v as u32);
-            let a = st.stages.iter().position(|s| s.name == c.acquire_at).unwrap();
-            let r = st.stages.iter().position(|s| s.name == c.release_at).unwrap();
+            // names were checked when the preset was validated
+            let a = st.stages.iter().position(|s| s.name == c.acquire_at).unwrap_or(0);
+            let r = st.stages.iter().position(|s| s.name == c.release_at).unwrap_or(0);
             stages[a].credit_take.push(ci);
             stages[r].credit_give.push(ci);
         }
-        for (ci, c) in st.credits.iter().enumerate() {
-            let a = st.stages.iter().position(|s| s.name == c.acquire_at).unwrap();
-            let r = st.stages.iter().position(|s| s.name == c.release_at).unwrap();
+        for c in &st.credits {
+            let a = st.stages.iter().position(|s| s.name == c.acquire_at).unwrap_or(0);
+            let r = st.stages.iter().position(|s| s.name == c.release_at).unwrap_or(0);
             if r < a {
                 return Err(format!("credit {} is released (at {}) before it is taken (at {})", c.name, c.release_at, c.acquire_at));
             }
-            let _ = ci;
         }
         let mut pkts = Vec::new();
         for m in 0..w.messages {

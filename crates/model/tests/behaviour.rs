@@ -148,3 +148,33 @@ fn bidirectional_runs_share_resources() {
     // one CPU per NIC serves both directions: each direction is slower
     assert!(r.flow_bits_per_ns(0, 16384) < one.flow_bits_per_ns(0, 16384));
 }
+
+#[test]
+fn simulator_agrees_with_the_closed_form_model() {
+    // 000 §5.3 validates eqs. (1)-(4) against measurements within 5%; here
+    // the simulator (with contention and fragments) must agree with the
+    // closed form computed from the same preset within 5% where no
+    // contention exists: bandwidth (eq. 2/4) and coarse latency (eq. 1).
+    use eudp_model::analytic;
+    let p = preset::load(&preset::resolve("000").unwrap()).unwrap();
+    for stack in ["coarse", "eudp"] {
+        for b in [4096u64, 32768] {
+            let layers = analytic::layers_from_stack(&p, stack, b as f64).unwrap();
+            let model_bw = analytic::bandwidth_limit(&layers, b as f64) * 8.0;
+            let r = sim::run(&p, stack, &Workload { msg_bytes: b, messages: 40, bidirectional: false, timeline: false }).unwrap();
+            let sim_bw = r.flow_bits_per_ns(0, b);
+            assert!((sim_bw - model_bw).abs() / model_bw < 0.05, "{stack} {b}: sim {sim_bw} model {model_bw}");
+        }
+    }
+    let b = 32768.0;
+    let layers = analytic::layers_from_stack(&p, "coarse", b).unwrap();
+    let eq1 = analytic::latency_coarse(&layers, b);
+    let sim1 = sim::run(&p, "coarse", &Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false }).unwrap().latency_ns();
+    assert!((sim1 - eq1).abs() / eq1 < 0.05, "coarse latency: sim {sim1} eq1 {eq1}");
+    let t = analytic::stack_threshold(&p, "eudp").unwrap();
+    let layers = analytic::layers_from_stack(&p, "eudp", b).unwrap();
+    let eq3 = analytic::latency_fine(&layers, b, t);
+    let simf = sim::run(&p, "eudp", &Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false }).unwrap().latency_ns();
+    eprintln!("eudp 32 kB latency: sim {:.1} us, eq. (3) {:.1} us", simf / 1000.0, eq3 / 1000.0);
+    assert!((simf - eq3).abs() / eq3 < 0.15, "fine latency: sim {simf} eq3 {eq3}");
+}
