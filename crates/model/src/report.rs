@@ -119,6 +119,16 @@ pub fn rows_000() -> Result<Vec<Row>, String> {
     let c16 = latency_us(&p2, "coarse", 16384)?;
     let c32 = latency_us(&p2, "coarse", 32768)?;
     out.push(holds("000-2g-fine-hides", "000 §5.3, Fig. 13a", format!("2 Gbps: fine-grained 32 kB latency well below coarse ({l32:.1} vs {c32:.1} us, 16 kB {l16:.1} vs {c16:.1})"), l32 < 0.8 * c32));
+    // store-and-forward switch (000 §6): pipelining across the switch is lost
+    let le_sf = latency_us(&p, "eudp_sf", big)?;
+    let lc_sf = latency_us(&p, "coarse_sf", big)?;
+    let lc = latency_us(&p, "coarse", big)?;
+    out.push(holds(
+        "000-sf-switch",
+        "000 §6",
+        format!("store-and-forward switch shrinks the fine-grained gain at 32 kB ({:.0} us with, {:.0} us without)", lc_sf - le_sf, lc - le),
+        lc_sf - le_sf < lc - le,
+    ));
     let mut p10 = p.clone();
     apply_overrides(&mut p10, Some("pci64/133"), Some(10000.0))?;
     let bw10 = bandwidth(&p10, "eudp", big, n, false)?;

@@ -48,6 +48,7 @@ figure!(p000_2g_near_link, "000-2g-bw");
 figure!(p000_2g_latency_slope_is_link, "000-2g-slope");
 figure!(p000_2g_fine_hides_dma, "000-2g-fine-hides");
 figure!(p000_10g_cannot_fill_link, "000-10g-short");
+figure!(p000_store_and_forward_shrinks_gain, "000-sf-switch");
 
 // ---- paper 001 (firmware latency analysis, LANai4.3 / PPro 180) ----
 figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "host never dominates: 001 gives only the per-byte copy (Table 1), not the host per-packet cost that makes the host side larger up to 5 kB");
