@@ -327,6 +327,8 @@ commands:
             32 KB packets); --layers keeps layers by name, host (sender/receiver) or host:layer
   sweep     --preset P --stacks S1,S2 [--sizes LIST] [--buses B1,B2] [--links X1,X2]
             [--messages N] [--jobs J] --csv FILE [--svg FILE]   parameter grid, in parallel
+  chart     --trace FILE --svg OUT [--layers L1,L2]   draw any trace JSON (simulated or from
+            `eudp trace`) as a time-flow chart
   validate  [--markdown]   published vs simulated headline figures of all presets
   presets   [--assumptions] list presets, stacks and (optionally) every assumed input
   bench     [--packets N]  measure simulator speed (events/s)
@@ -345,7 +347,7 @@ fn sim_cmd(args: &[String]) -> Result<(), String> {
     let rest = &args[1..];
     let a = parse_args(
         rest,
-        &["preset", "stack", "stacks", "sizes", "size", "messages", "layers", "bus", "buses", "link-mbps", "links", "csv", "svg", "json", "jobs", "packets"],
+        &["preset", "stack", "stacks", "sizes", "size", "messages", "layers", "trace", "bus", "buses", "link-mbps", "links", "csv", "svg", "json", "jobs", "packets"],
         &["bidir", "markdown", "assumptions", "help"],
     )?;
     if let Some(p) = a.positional.first() {
@@ -354,6 +356,7 @@ fn sim_cmd(args: &[String]) -> Result<(), String> {
     match cmd.as_str() {
         "run" => sim_run(&a),
         "timeline" => sim_timeline(&a),
+        "chart" => sim_chart(&a),
         "sweep" => sim_sweep(&a),
         "validate" => {
             let rows = report::validate()?;
@@ -414,10 +417,7 @@ fn sim_timeline(a: &Args) -> Result<(), String> {
     let n: usize = a.num("messages", 10usize)?;
     let r = sim::run(&p, stack, &Workload { msg_bytes: size, messages: n.max(1), bidirectional: false, timeline: true })?;
     let mut recs = timeline::from_sim(&r.records);
-    if let Some(keep) = a.get("layers") {
-        let keep: Vec<&str> = keep.split(',').collect();
-        recs.retain(|x| keep.iter().any(|k| *k == x.layer || Some(*k) == x.host.as_deref() || format!("{}:{}", x.host.as_deref().unwrap_or(""), x.layer) == *k));
-    }
+    filter_layers(&mut recs, a.get("layers"));
     let idle = report::link_idle(&r, "tx.link");
     println!("preset {} stack {stack}: {n} x {size} B burst, done at {:.1} us, {} events", p.name, r.end_ns / 1000.0, r.events);
     if let Some((from0, active)) = idle {
@@ -436,6 +436,28 @@ fn sim_timeline(a: &Args) -> Result<(), String> {
         write_file(f, &svg::time_flow(&format!("{} {stack}: {n} x {size} B", p.name), &recs))?;
         eprintln!("wrote {f}");
     }
+    Ok(())
+}
+
+/// Keeps records whose layer, host or host:layer is listed (comma-separated).
+fn filter_layers(recs: &mut Vec<timeline::TraceRecord>, keep: Option<&str>) {
+    if let Some(keep) = keep {
+        let keep: Vec<&str> = keep.split(',').collect();
+        recs.retain(|x| keep.iter().any(|k| *k == x.layer || Some(*k) == x.host.as_deref() || format!("{}:{}", x.host.as_deref().unwrap_or(""), x.layer) == *k));
+    }
+}
+
+fn sim_chart(a: &Args) -> Result<(), String> {
+    let f = a.get("trace").ok_or("--trace FILE is required")?;
+    let out = a.get("svg").ok_or("--svg FILE is required")?;
+    let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read {f}: {e}"))?;
+    let mut recs = timeline::parse(&text).map_err(|e| format!("{f}: {e}"))?;
+    filter_layers(&mut recs, a.get("layers"));
+    if recs.is_empty() {
+        return Err(format!("{f}: no records to draw"));
+    }
+    write_file(out, &svg::time_flow(f, &recs))?;
+    eprintln!("wrote {out} ({} rectangles)", recs.len());
     Ok(())
 }
 

@@ -130,6 +130,24 @@ fn cli_errors_are_reported_not_panics() {
 }
 
 #[test]
+fn chart_renders_a_trace_and_deadlocks_are_errors() {
+    let js = tmp("c.json");
+    std::fs::write(&js, "[{\"layer\":\"app\",\"packet\":0,\"size\":10,\"t_start_ns\":0,\"t_end_ns\":900,\"extra\":1}]").unwrap();
+    let out = tmp("c.svg");
+    assert_eq!(sim_main(&args(&format!("chart --trace {js} --svg {out}"))), 0);
+    assert!(std::fs::read_to_string(&out).unwrap().contains("app"));
+    assert_eq!(sim_main(&args(&format!("chart --trace {js} --svg {out} --layers nosuch"))), 2);
+    // a stage that holds the CPU it also needs for its overhead can never run
+    let text = std::fs::read_to_string(preset::resolve("001").unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["stacks"]["udp"]["stages"][0]["hold"] = serde_json::json!(["tx.cpu"]);
+    v["stacks"]["udp"]["stages"][0]["per_packet_us"] = serde_json::json!({"v": 1.0, "cite": "test"});
+    let p = preset::parse(&v.to_string()).unwrap();
+    let e = sim::run(&p, "udp", &Workload { msg_bytes: 100, messages: 1, bidirectional: false, timeline: false }).unwrap_err();
+    assert!(e.contains("deadlock"), "{e}");
+}
+
+#[test]
 fn uncited_input_is_rejected() {
     let text = std::fs::read_to_string(preset::resolve("001").unwrap()).unwrap();
     let broken = text.replacen("\"cite\": \"001 §4: one Intel Pentium Pro 180 MHz\"", "\"cite\": \"\"", 1);
