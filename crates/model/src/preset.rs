@@ -160,8 +160,20 @@ pub enum StartRule {
 pub enum Use {
     /// One unit of the named resource.
     Name(String),
-    /// Several units.
-    Units { res: String, units: u32 },
+    /// Several units, and/or a transfer direction on a bus.
+    Units {
+        res: String,
+        #[serde(default = "one")]
+        units: u32,
+        /// `to_nic` or `to_host`: on a full-duplex bus (PCI Express) the two
+        /// directions are separate resources; on PCI/PCI-X they share one.
+        #[serde(default)]
+        dir: Option<String>,
+    },
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Use {
@@ -176,6 +188,24 @@ impl Use {
             Use::Name(_) => 1,
             Use::Units { units, .. } => *units,
         }
+    }
+    pub fn dir(&self) -> Option<&str> {
+        match self {
+            Use::Units { dir, .. } => dir.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// True for full-duplex bus parameter sets (PCI Express).
+pub fn bus_duplex(name: &str) -> bool {
+    name.starts_with("pcie")
+}
+
+impl ResourceSpec {
+    /// True when this is a full-duplex bus.
+    pub fn duplex(&self) -> bool {
+        matches!(self, ResourceSpec::Bus { bus: Some(b), .. } if bus_duplex(b))
     }
 }
 
@@ -413,6 +443,13 @@ fn validate(p: &Preset) -> Result<(), String> {
             for r in all {
                 if !p.resources.contains_key(&r) {
                     return Err(format!("stack {sn} stage {}: unknown resource {r}", st.name));
+                }
+            }
+            for u in st.on.iter().chain(st.uses.iter()) {
+                if let Some(d) = u.dir() {
+                    if d != "to_nic" && d != "to_host" {
+                        return Err(format!("stack {sn} stage {}: dir must be to_nic or to_host, not {d:?}", st.name));
+                    }
                 }
             }
             if let Some(PerByte::RateOf { rate_of }) = &st.per_byte {

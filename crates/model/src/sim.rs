@@ -260,8 +260,8 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
         }
     }
     names.sort();
-    let rid: HashMap<String, usize> = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-    let res: Vec<Res> = names
+    let mut rid: HashMap<String, usize> = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+    let mut res: Vec<Res> = names
         .iter()
         .map(|n| Res { name: n.clone(), cap: preset.resources[n].capacity(), used: 0, busy_unit_ps: 0, first: None, last: 0 })
         .collect();
@@ -269,11 +269,26 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
     let seg = st.segment_bytes.as_ref().map(|c| c.v as u64);
     let sizes = packetise(w.msg_bytes, mtu, seg);
     let nflows = if w.bidirectional { 2 } else { 1 };
+    // Full-duplex buses: the host-bound direction is a second resource.
+    for n in &names {
+        if preset.resources[n].duplex() {
+            let d = format!("{n}@to_host");
+            rid.insert(d.clone(), res.len());
+            res.push(Res { name: d, cap: 1, used: 0, busy_unit_ps: 0, first: None, last: 0 });
+        }
+    }
     let mut sim = Sim { q: Queue::new(), res, pending: Vec::new(), seq: 0, flows: Vec::new(), threads: Vec::new(), records: Vec::new(), keep_records: w.timeline };
     for f in 0..nflows {
         let map = |n: &str| -> usize {
             let n = if f == 1 { swap_side(n) } else { n.to_string() };
             rid[&n]
+        };
+        let map_use = |u: &crate::preset::Use| -> usize {
+            let n = if f == 1 { swap_side(u.res()) } else { u.res().to_string() };
+            match u.dir() {
+                Some("to_host") if rid.contains_key(&format!("{n}@to_host")) => rid[&format!("{n}@to_host")],
+                _ => rid[&n],
+            }
         };
         let mut stages = Vec::new();
         for s in &st.stages {
@@ -291,8 +306,8 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
                 host,
                 g_ps: ps(s.g_ns()),
                 msg_ps: ps(s.per_message_us.as_ref().map(|c| c.v * 1000.0).unwrap_or(0.0)),
-                on: s.on.iter().map(|u| (map(u.res()), u.units())).collect(),
-                uses: s.uses.iter().map(|u| (map(u.res()), u.units())).collect(),
+                on: s.on.iter().map(|u| (map_use(u), u.units())).collect(),
+                uses: s.uses.iter().map(|u| (map_use(u), u.units())).collect(),
                 hold: s.hold.iter().map(|h| (map(h), 1)).collect(),
                 chunk: s.chunk_bytes.as_ref().map(|c| c.v as u64).unwrap_or(u64::MAX).max(1),
                 fine: s.start == StartRule::Fine,

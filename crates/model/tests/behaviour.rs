@@ -196,3 +196,32 @@ fn simulator_agrees_with_the_closed_form_model() {
     eprintln!("eudp 32 kB latency: sim {:.1} us, eq. (3) {:.1} us", simf / 1000.0, eq3 / 1000.0);
     assert!((simf - eq3).abs() / eq3 < 0.15, "fine latency: sim {simf} eq3 {eq3}");
 }
+
+#[test]
+fn pci_express_directions_do_not_contend() {
+    // Minimal stack: host DMA to the NIC, a fast wire, DMA to the receiving
+    // host. In a bidirectional run each host's bus carries both directions.
+    let mk = |bus: serde_json::Value| {
+        let c = |v: f64| serde_json::json!({"v": v, "cite": "test"});
+        let dma = |name: &str, side: &str, res: &str, dir: &str| serde_json::json!({
+            "name": name, "layer": "DMA", "side": side, "per_byte": {"rate_of": res},
+            "use": [{"res": res, "dir": dir}], "chunk_bytes": c(4096.0)});
+        let v = serde_json::json!({
+            "name": "t", "title": "t", "mbit_bits": c(1e6),
+            "resources": {"tx.bus": bus.clone(), "rx.bus": bus,
+                          "tx.link": {"kind": "link", "mbps": c(1e6)}, "rx.link": {"kind": "link", "mbps": c(1e6)}},
+            "stacks": {"s": {"description": "t", "mtu_bytes": c(65536.0), "stages": [
+                dma("sdma", "tx", "tx.bus", "to_nic"),
+                {"name": "wire", "layer": "wire", "side": "tx", "per_byte": {"rate_of": "tx.link"}, "use": ["tx.link"]},
+                dma("rdma", "rx", "rx.bus", "to_host")]}}});
+        preset::parse(&v.to_string()).unwrap()
+    };
+    let w = Workload { msg_bytes: 65536, messages: 20, bidirectional: true, timeline: false };
+    let duplex = sim::run(&mk(serde_json::json!({"kind": "bus", "bus": "pcie1x8", "cite": "test"})), "s", &w).unwrap();
+    let shared = sim::run(&mk(serde_json::json!({"kind": "bus", "width_bits": {"v": 64.0, "cite": "t"}, "clock_mhz": {"v": 250.0, "cite": "t"}})), "s", &w).unwrap();
+    assert!(duplex.resource("tx.bus@to_host").is_some());
+    assert!(shared.resource("tx.bus@to_host").is_none());
+    let (d, h) = (duplex.total_bits_per_ns(65536), shared.total_bits_per_ns(65536));
+    // same 2 GB/s peak per direction: the duplex bus carries about twice as much
+    assert!(d > 1.8 * h, "duplex {d} vs shared {h}");
+}
