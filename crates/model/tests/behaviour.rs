@@ -225,3 +225,16 @@ fn pci_express_directions_do_not_contend() {
     // same 2 GB/s peak per direction: the duplex bus carries about twice as much
     assert!(d > 1.8 * h, "duplex {d} vs shared {h}");
 }
+
+#[test]
+fn validation_fails_when_a_preset_drifts() {
+    // The ±10% checks are not vacuous: the same E-UDP figure from a preset
+    // with a different bus lands far from the published 951 Mbit/s.
+    let mut p = preset::load(&preset::resolve("000").unwrap()).unwrap();
+    let ok = eudp_model::report::bandwidth(&p, "eudp", 32768, 40, false).unwrap();
+    assert!((ok - 951.0).abs() / 951.0 <= 0.10);
+    eudp_model::cli::apply_overrides(&mut p, Some("pci64/33"), None).unwrap();
+    let drifted = eudp_model::report::bandwidth(&p, "eudp", 32768, 40, false).unwrap();
+    let row = eudp_model::report::row("drift", "test", "E-UDP peak on the wrong bus", 951.0, drifted, "Mbit/s");
+    assert!(!row.pass(), "drifted preset still passes: {drifted}");
+}
