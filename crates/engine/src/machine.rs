@@ -612,7 +612,7 @@ pub struct PromelaConfig {
 
 impl Default for PromelaConfig {
     fn default() -> Self {
-        PromelaConfig { apps: 2, per_app: 2, l2_bound: 2, l1_cap: 2, unlocked: vec![] }
+        PromelaConfig { apps: 3, per_app: 2, l2_bound: 2, l1_cap: 2, unlocked: vec![] }
     }
 }
 

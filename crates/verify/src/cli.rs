@@ -1,7 +1,160 @@
 //! Entry point for `eudp verify`.
 
-/// `eudp verify ARGS`: returns the process exit code.
-pub fn verify_main(_args: &[String]) -> i32 {
-    eprintln!("eudp verify: not implemented yet");
-    2
+use crate::models::{self, BROKEN};
+use crate::spin::{self, Error, Options};
+use clap::Parser;
+use eudp_engine::machine::PromelaConfig;
+use std::path::PathBuf;
+
+/// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
+#[derive(Parser, Debug)]
+#[command(name = "eudp verify", disable_version_flag = true)]
+struct Args {
+    /// Only these models: firmware, engine (repeatable).
+    #[arg(long = "model", value_name = "NAME")]
+    models: Vec<String>,
+    /// Only these properties (repeatable; see --list).
+    #[arg(long = "only", value_name = "PROPERTY")]
+    only: Vec<String>,
+    /// Check a deliberately broken variant instead (it must fail; see --list).
+    #[arg(long, value_name = "NAME")]
+    broken: Option<String>,
+    /// List models, properties and broken variants.
+    #[arg(long)]
+    list: bool,
+    /// Write the Promela models into DIR and exit.
+    #[arg(long, value_name = "DIR")]
+    emit_promela: Option<PathBuf>,
+    /// Run in DIR and keep models, pan sources, outputs and trails there.
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+    /// Also print the witness trails of reachable properties.
+    #[arg(long)]
+    witness: bool,
+    /// Engine model: application threads.
+    #[arg(long, default_value_t = 3)]
+    apps: u32,
+    /// Engine model: datagrams per application thread.
+    #[arg(long, default_value_t = 2)]
+    per_app: u32,
+    /// Engine model: L2 bound (descriptors).
+    #[arg(long, default_value_t = 2)]
+    l2: u32,
+    /// Engine model: L1 capacity (datagrams).
+    #[arg(long, default_value_t = 2)]
+    l1: u32,
+    /// Depth bound of the depth-first (liveness) searches.
+    #[arg(long, default_value_t = 1_000_000)]
+    depth: u32,
+}
+
+fn list() {
+    println!("models and properties:");
+    for m in [models::firmware(None), models::engine(None, &PromelaConfig::default())] {
+        for p in &m.properties {
+            let how = match p.mode {
+                models::Mode::Safety => "safety",
+                models::Mode::EndState => "end states",
+                models::Mode::Liveness => "liveness, weak fairness",
+            };
+            let expect = match p.expect {
+                models::Expect::Holds => "must hold",
+                models::Expect::Reachable => "must be reachable",
+            };
+            println!("  {:<9} {:<22} {} ({how}; {expect})", m.name, p.name, p.meaning);
+        }
+    }
+    println!("\nbroken variants (--broken NAME; each must be reported):");
+    for b in BROKEN {
+        println!("  {:<19} {:<9} {}\n  {:<19} {:<9} breaks: {}", b.name, b.model, b.what, "", "", b.breaks.join(", "));
+    }
+}
+
+/// `eudp verify ARGS`: returns the process exit code (0: every verdict as
+/// expected; 1: some verdict unexpected; 2: usage or tool error).
+pub fn verify_main(args: &[String]) -> i32 {
+    let argv = std::iter::once("eudp verify".to_string()).chain(args.iter().cloned());
+    let a = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    if a.list {
+        list();
+        return 0;
+    }
+    if a.apps == 0 || a.per_app == 0 || a.l2 == 0 || a.l1 == 0 || a.apps * a.per_app > 8 {
+        eprintln!("eudp verify: --apps, --per-app, --l2, --l1 must be >= 1 and apps * per-app <= 8");
+        return 2;
+    }
+    let opts = Options {
+        models: a.models,
+        only: a.only,
+        broken: a.broken,
+        engine: PromelaConfig { apps: a.apps, per_app: a.per_app, l2_bound: a.l2, l1_cap: a.l1, unlocked: vec![] },
+        keep: a.keep,
+        depth: a.depth,
+    };
+    if let Some(dir) = &a.emit_promela {
+        return match spin::emit(&opts, dir) {
+            Ok(paths) => {
+                for p in paths {
+                    println!("wrote {}", p.display());
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!("eudp verify: {e}");
+                2
+            }
+        };
+    }
+    if let Some(b) = opts.broken.as_deref().and_then(models::broken) {
+        println!("checking deliberately broken variant `{}`: {}", b.name, b.what);
+        println!("expected to break: {}\n", b.breaks.join(", "));
+    }
+    let mut header = false;
+    let report = spin::run(&opts, &mut |o| {
+        if !header {
+            println!("{:<9} {:<22} {:<11} {:>4} {:>10} {:>6} {:>8}", "model", "property", "verdict", "", "states", "depth", "time");
+            header = true;
+        }
+        println!(
+            "{:<9} {:<22} {:<11} {:>4} {:>10} {:>6} {:>7.2}s",
+            o.model,
+            o.property,
+            o.verdict_text(),
+            if o.ok { "ok" } else { "FAIL" },
+            o.states as u64,
+            o.depth,
+            o.seconds
+        );
+        if let (Some(t), true) = (&o.trail, !o.ok || a.witness) {
+            let what = if o.ok { "witness" } else { "counterexample" };
+            println!("  {what} ({}):", o.error.as_deref().unwrap_or("trail"));
+            print!("{t}");
+        }
+    });
+    match report {
+        Ok(r) => {
+            let bad: Vec<_> = r.outcomes.iter().filter(|o| !o.ok).map(|o| o.property).collect();
+            if bad.is_empty() {
+                println!("\nall {} properties as expected", r.outcomes.len());
+                0
+            } else {
+                println!("\nunexpected verdicts: {}", bad.join(", "));
+                1
+            }
+        }
+        Err(e @ Error::Usage(_)) => {
+            eprintln!("eudp verify: {e}");
+            2
+        }
+        Err(e) => {
+            eprintln!("eudp verify: {e}");
+            2
+        }
+    }
 }

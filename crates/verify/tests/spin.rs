@@ -1,0 +1,91 @@
+//! Runs Spin for real: the correct models must give every expected verdict,
+//! and every deliberately broken variant must be reported.
+
+use eudp_verify::spin::{self, spin_available, Options};
+use eudp_verify::{Verdict, BROKEN};
+
+fn have_spin() -> bool {
+    if spin_available() {
+        return true;
+    }
+    eprintln!("SKIPPED: `spin` is not installed (Debian: apt-get install spin); CI installs it");
+    false
+}
+
+#[test]
+fn correct_models_give_every_expected_verdict() {
+    if !have_spin() {
+        return;
+    }
+    let report = spin::run(&Options::default(), &mut |_| {}).expect("spin runs");
+    print!("{}", report.table());
+    assert_eq!(report.outcomes.len(), 12);
+    for o in &report.outcomes {
+        assert!(o.ok, "{} {}: {}\n{}", o.model, o.property, o.verdict_text(), o.trail.as_deref().unwrap_or(""));
+        assert_ne!(o.verdict, Verdict::Incomplete);
+        assert!(o.states > 0.0);
+    }
+    // Formula 4 and the engine's safety properties explore a real state space.
+    assert!(report.get("f4_host_dma_exclusive").unwrap().states > 10_000.0);
+    assert!(report.get("l2_bound").unwrap().states > 10_000.0);
+    // Reachability comes with a witness trail.
+    let f1 = report.get("f1_sdma_send").unwrap();
+    assert!(f1.trail.as_deref().unwrap().contains("SDMA"), "{:?}", f1.trail);
+}
+
+#[test]
+fn every_broken_variant_is_reported() {
+    if !have_spin() {
+        return;
+    }
+    for b in BROKEN {
+        let opts = Options {
+            broken: Some(b.name.to_string()),
+            only: b.breaks.iter().map(|s| s.to_string()).collect(),
+            ..Options::default()
+        };
+        let report = spin::run(&opts, &mut |_| {}).expect("spin runs");
+        assert_eq!(report.outcomes.len(), b.breaks.len(), "{}", b.name);
+        for o in &report.outcomes {
+            assert!(!o.ok, "broken variant {} was not caught by {}", b.name, o.property);
+            assert_ne!(o.verdict, Verdict::Incomplete, "{} {}", b.name, o.property);
+            // A violated invariant comes with a counterexample.
+            if o.verdict == Verdict::Error {
+                assert!(o.trail.is_some(), "{} {}: no trail", b.name, o.property);
+            }
+        }
+    }
+}
+
+#[test]
+fn broken_variant_leaves_unrelated_properties_alone() {
+    if !have_spin() {
+        return;
+    }
+    // An off-by-one L2 bound breaks the bound, not conservation.
+    let opts = Options { broken: Some("l2-off-by-one".into()), ..Options::default() };
+    let report = spin::run(&opts, &mut |_| {}).unwrap();
+    assert!(!report.get("l2_bound").unwrap().ok);
+    assert!(report.get("conservation").unwrap().ok);
+    assert!(report.get("f4_host_dma_exclusive").is_none(), "only the engine model is checked");
+    let trail = report.get("l2_bound").unwrap().trail.clone().unwrap();
+    assert!(trail.contains("DirectPost") && trail.contains("l2=3"), "{trail}");
+}
+
+#[test]
+fn cli_exit_codes() {
+    let args = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let dir = std::env::temp_dir().join(format!("eudp-verify-test-emit-{}", std::process::id()));
+    assert_eq!(eudp_verify::cli::verify_main(&args(&["--emit-promela", dir.to_str().unwrap()])), 0);
+    let engine = std::fs::read_to_string(dir.join("engine.pml")).unwrap();
+    assert!(engine.contains("GENERATED from crates/engine/src/machine.rs"));
+    assert!(dir.join("firmware.pml").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(eudp_verify::cli::verify_main(&args(&["--broken", "no-such-thing"])), 2);
+    assert_eq!(eudp_verify::cli::verify_main(&args(&["--list"])), 0);
+    if !have_spin() {
+        return;
+    }
+    assert_eq!(eudp_verify::cli::verify_main(&args(&["--only", "l2_bound"])), 0);
+    assert_eq!(eudp_verify::cli::verify_main(&args(&["--broken", "l2-off-by-one", "--only", "l2_bound"])), 1);
+}
