@@ -30,6 +30,17 @@ const COPY_BELOW: usize = 8 << 10;
 /// Receive rounds per readiness event before the engine moves on (fairness).
 const RX_ROUNDS: usize = 4;
 
+/// `now + d`, or `None` when that is beyond what `Instant` can hold (a
+/// timeout that large means "forever").
+fn deadline_after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
+/// A deadline that never comes in practice (about 30 years away).
+fn far_future() -> Instant {
+    deadline_after(Duration::from_secs(1 << 30)).unwrap_or_else(Instant::now)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -125,7 +136,7 @@ impl Endpoint {
     /// An unbound endpoint on the process-wide engine (`v6` selects a
     /// dual-stack IPv6 socket).
     pub fn new(v6: bool) -> io::Result<Endpoint> {
-        Self::with_engine(Engine::global(), v6)
+        Self::with_engine(Engine::global()?, v6)
     }
 
     /// An endpoint bound to `addr` on the process-wide engine.
@@ -226,14 +237,15 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Local address (after bind or the first send).
+    /// Local address (after bind or the first send). As with a kernel
+    /// socket, an IPv6 endpoint reports IPv4 peers as `::ffff:a.b.c.d`.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.backend.local_addr().map(kernel::unmap)
+        self.inner.backend.local_addr()
     }
 
     /// Connected peer.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.backend.peer_addr().map(kernel::unmap)
+        self.inner.backend.peer_addr()
     }
 
     /// Nonblocking mode: calls that would wait fail with `WouldBlock` (EAGAIN).
@@ -352,7 +364,14 @@ impl Endpoint {
                 None => self.send(d),
             };
             if let Err(e) = r {
-                return if i == 0 { Err(e) } else { Ok(i) };
+                if i == 0 {
+                    return Err(e);
+                }
+                // Report the error on the next call, as sendmmsg does.
+                if let Some(code) = e.raw_os_error().filter(|&c| c != libc::EAGAIN) {
+                    self.inner.set_pending_error(code);
+                }
+                return Ok(i);
             }
         }
         Ok(datagrams.len())
@@ -384,7 +403,13 @@ impl Endpoint {
                 Ok(r) => out.push(r),
                 Err(e) if i > 0 && e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if i == 0 => return Err(e),
-                Err(_) => break,
+                Err(e) => {
+                    // Keep it for the next call, as recvmmsg does.
+                    if let Some(code) = e.raw_os_error() {
+                        self.inner.set_pending_error(code);
+                    }
+                    break;
+                }
             }
         }
         Ok(out.len())
@@ -393,7 +418,7 @@ impl Endpoint {
     /// Waits until everything queued has been handed to the kernel (or the
     /// deadline passes). Returns true when drained.
     pub fn flush(&self, timeout: Duration) -> bool {
-        self.inner.flush(Instant::now() + timeout)
+        self.inner.flush(deadline_after(timeout).unwrap_or_else(far_future))
     }
 }
 
@@ -437,7 +462,7 @@ impl EpInner {
     fn deadline(&self, send: bool) -> Option<Instant> {
         let t = lock(&self.timeouts);
         let d = if send { t.1 } else { t.0 };
-        d.map(|d| Instant::now() + d)
+        d.and_then(deadline_after)
     }
 
     /// Asks the engine to service this endpoint's send side.
@@ -449,7 +474,18 @@ impl EpInner {
     }
 
     fn send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>) -> io::Result<usize> {
-        if data.len() > eudp_wire::limits::max_payload(self.backend.is_v6()) {
+        // The limit follows the destination's family: an IPv4 (or
+        // IPv4-mapped) peer of a dual-stack socket gets IPv4's limit.
+        let v6_dst = match dst {
+            Some(SocketAddr::V6(a)) => a.ip().to_ipv4_mapped().is_none(),
+            Some(SocketAddr::V4(_)) => false,
+            None => match self.backend.peer_addr() {
+                Ok(SocketAddr::V6(a)) => a.ip().to_ipv4_mapped().is_none(),
+                Ok(SocketAddr::V4(_)) => false,
+                Err(_) => self.backend.is_v6(),
+            },
+        };
+        if data.len() > eudp_wire::limits::max_payload(v6_dst) {
             return Err(err(libc::EMSGSIZE));
         }
         if let Some(e) = self.take_pending_error() {
@@ -717,15 +753,14 @@ impl EpInner {
                     scratch.bufs[i][..m.len].to_vec()
                 } else {
                     let spare = rs.ring.take_buffer(RX_BUF);
-                    let mut b = std::mem::replace(&mut scratch.bufs[i], spare);
-                    b.truncate(m.len);
-                    b
+                    std::mem::replace(&mut scratch.bufs[i], spare)
                 };
                 if m.segment.is_some_and(|s| s < m.len) {
                     Stats::add(&self.stats.gro_superpackets, 1);
                 }
                 let was_empty = rs.ring.is_empty();
-                match rs.ring.push(buf, m.segment, m.src.map(kernel::unmap)) {
+                let len = m.len.min(buf.len());
+                match rs.ring.push_prefix(buf, len, m.segment, m.src) {
                     Ok(n) => {
                         added += n;
                         Stats::add(&self.stats.datagrams_received, n as u64);

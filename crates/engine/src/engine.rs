@@ -78,7 +78,7 @@ pub struct Engine {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-static GLOBAL: OnceLock<Engine> = OnceLock::new();
+static GLOBAL: OnceLock<Result<Engine, i32>> = OnceLock::new();
 
 impl Engine {
     /// Starts an engine thread with the given settings.
@@ -104,14 +104,15 @@ impl Engine {
     /// The process-wide engine, started on first use with settings from the
     /// `EUDP_*` environment (see [`Config::from_env`]). Invalid variables are
     /// reported on stderr once and replaced by defaults.
-    pub fn global() -> &'static Engine {
-        GLOBAL.get_or_init(|| {
+    pub fn global() -> io::Result<&'static Engine> {
+        let r = GLOBAL.get_or_init(|| {
             let cfg = Config::from_env().unwrap_or_else(|e| {
                 eprintln!("eudp: {e}; using defaults");
                 Config::default()
             });
-            Engine::start(cfg).expect("eudp: cannot start the engine thread")
-        })
+            Engine::start(cfg).map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))
+        });
+        r.as_ref().map_err(|&code| io::Error::from_raw_os_error(code))
     }
 
     /// The engine's settings.
@@ -131,7 +132,7 @@ impl Engine {
             let m = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
             m.values().filter_map(Weak::upgrade).collect()
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 30));
         for ep in &eps {
             ep.flush(deadline);
         }

@@ -15,7 +15,10 @@ pub const ENTRY_OVERHEAD: usize = 256;
 /// One received message.
 #[derive(Debug)]
 struct Entry {
+    /// Storage; only `buf[..end]` holds the message (buffers are reused at
+    /// full length so recycling never re-zeroes 64 KiB).
     buf: Vec<u8>,
+    end: usize,
     src: Option<SocketAddr>,
     /// Segment size (the whole message when not coalesced).
     segment: usize,
@@ -67,7 +70,7 @@ impl RecvRing {
 
     /// Size of the next datagram, if any (for FIONREAD-like queries).
     pub fn peek_len(&self) -> Option<usize> {
-        self.entries.front().map(|e| e.segment.min(e.buf.len() - e.pos))
+        self.entries.front().map(|e| e.segment.min(e.end - e.pos))
     }
 
     /// Bytes charged against the capacity.
@@ -80,6 +83,12 @@ impl RecvRing {
     /// ring is full and the message was dropped (its buffer is kept as spare).
     pub fn push(&mut self, buf: Vec<u8>, segment: Option<usize>, src: Option<SocketAddr>) -> Result<usize, usize> {
         let len = buf.len();
+        self.push_prefix(buf, len, segment, src)
+    }
+
+    /// As [`RecvRing::push`] for a message held in `buf[..len]`.
+    pub fn push_prefix(&mut self, buf: Vec<u8>, len: usize, segment: Option<usize>, src: Option<SocketAddr>) -> Result<usize, usize> {
+        debug_assert!(len <= buf.len());
         let segment = match segment {
             Some(s) if s > 0 && s < len => s,
             _ => len.max(1),
@@ -92,14 +101,14 @@ impl RecvRing {
         }
         self.charged += charge;
         self.datagrams += n;
-        self.entries.push_back(Entry { buf, src, segment, pos: 0 });
+        self.entries.push_back(Entry { buf, end: len, src, segment, pos: 0 });
         Ok(n)
     }
 
     /// Copies the next datagram into `out` and consumes it (unless `peek`).
     pub fn pop_into(&mut self, out: &mut [u8], peek: bool) -> Option<Delivered> {
         let e = self.entries.front_mut()?;
-        let end = (e.pos + e.segment).min(e.buf.len());
+        let end = (e.pos + e.segment).min(e.end);
         let dgram = &e.buf[e.pos..end];
         let copied = dgram.len().min(out.len());
         out[..copied].copy_from_slice(&dgram[..copied]);
@@ -107,26 +116,26 @@ impl RecvRing {
         if !peek {
             e.pos = end;
             self.datagrams -= 1;
-            if e.pos >= e.buf.len() {
+            if e.pos >= e.end {
                 let e = self.entries.pop_front().expect("front exists");
-                self.charged -= e.buf.len() + ENTRY_OVERHEAD;
+                self.charged -= e.end + ENTRY_OVERHEAD;
                 self.recycle(e.buf);
             }
         }
         Some(d)
     }
 
-    /// A buffer of at least `size` bytes for the next receive, reusing spares.
+    /// A buffer of `size` bytes for the next receive, reusing spares.
     pub fn take_buffer(&mut self, size: usize) -> Vec<u8> {
-        let mut b = self.spare.pop().unwrap_or_default();
-        b.resize(size, 0);
-        b
+        match self.spare.pop() {
+            Some(b) if b.len() == size => b,
+            _ => vec![0u8; size],
+        }
     }
 
-    /// Returns a buffer to the spare list (at most a few are kept).
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.spare.len() < 4 && buf.capacity() >= 1 << 16 {
-            buf.clear();
+    /// Returns a full-size buffer to the spare list (at most a few are kept).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < 4 && buf.len() >= 1 << 16 {
             self.spare.push(buf);
         }
     }
