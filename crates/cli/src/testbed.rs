@@ -48,7 +48,8 @@ impl Testbed {
         format!("eudp-{}-{host}", self.name)
     }
 
-    fn veth(&self, host: char) -> String {
+    /// The veth interface of host `a` or `b`.
+    pub fn veth(&self, host: char) -> String {
         // Interface names are limited to 15 bytes.
         format!("eu{}{host}", self.name)
     }

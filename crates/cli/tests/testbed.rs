@@ -94,3 +94,21 @@ fn testbed_cli_up_exec_down() {
     // Bad names are refused clearly.
     assert!(!ok(&["testbed", "up", "bad/name"]));
 }
+
+#[test]
+fn gso_rejected_by_a_small_mtu_falls_back_without_loss() {
+    let Some(tb) = testbed("mt") else { return };
+    // 1472-byte segments no longer fit a 1280-byte MTU: the kernel refuses
+    // the GSO send (EINVAL); eudp must turn GSO off for the socket and resend
+    // the same datagrams as plain (fragmented) ones.
+    for h in ['a', 'b'] {
+        let ok = Command::new("ip").args(["-n", &tb.netns(h), "link", "set", &tb.veth(h), "mtu", "1280"]).status().unwrap().success();
+        assert!(ok);
+    }
+    let (s, r) = transfer(&tb, Mode::Eudp, 1472, 30.0, 2000, 64, false).expect("transfer");
+    let tx = s.eudp.expect("sender stats");
+    assert!(tx["gso_fallbacks"].as_u64().unwrap() >= 1, "{tx}");
+    assert_eq!(tx["drop_send_error"], 0, "{tx}");
+    assert_eq!(r.corrupt + r.reordered, 0);
+    assert_eq!(r.datagrams, 2000, "{r:?}");
+}

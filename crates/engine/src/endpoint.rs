@@ -97,6 +97,8 @@ pub(crate) struct EpInner {
     rx_waiters: std::sync::atomic::AtomicU32,
     gso: AtomicBool,
     gso_limits: GsoLimits,
+    /// Largest segment size the path accepted (lowered on EMSGSIZE).
+    gso_seg_cap: std::sync::atomic::AtomicUsize,
     /// An asynchronous error to report on the next call (like `sk_err`).
     pending_error: AtomicI32,
     connected: AtomicBool,
@@ -199,6 +201,7 @@ impl Endpoint {
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
             gso: AtomicBool::new(gso),
             gso_limits: GsoLimits::ethernet(v6),
+            gso_seg_cap: std::sync::atomic::AtomicUsize::new(usize::MAX),
             pending_error: AtomicI32::new(0),
             connected: AtomicBool::new(false),
             nonblocking: AtomicBool::new(false),
@@ -585,6 +588,7 @@ impl EpInner {
         while done < items.len() {
             let mut lim = self.gso_limits;
             lim.enabled = self.gso.load(Relaxed);
+            lim.max_segment_size = lim.max_segment_size.min(self.gso_seg_cap.load(Relaxed));
             let runs = gso_batch(&items[done..], &lim);
             let calls = group_calls(&runs, self.engine.config.max_msgs, 1024);
             let (first, n) = calls[0];
@@ -665,18 +669,24 @@ impl EpInner {
                 Err(e) => {
                     let code = e.raw_os_error().unwrap_or(libc::EIO);
                     let r = runs[m];
-                    if r.segment.is_some() && (code == libc::EIO || code == libc::EINVAL) {
-                        self.gso.store(false, Relaxed);
-                        Stats::add(&self.stats.gso_fallbacks, 1);
-                        let singles = (r.start..r.start + r.count).map(|i| crate::batch::Run { start: i, count: 1, segment: None });
-                        let rest: Vec<_> = singles.chain(runs[m + 1..].iter().map(|x| crate::batch::Run { segment: None, ..*x })).collect();
-                        // Later runs may also be GSO runs: split them too.
-                        let mut flat = Vec::new();
-                        for x in rest {
-                            flat.extend((x.start..x.start + x.count).map(|i| crate::batch::Run { start: i, count: 1, segment: None }));
+                    if let Some(seg) = r.segment.filter(|_| matches!(code, libc::EIO | libc::EINVAL | libc::EMSGSIZE)) {
+                        // The kernel will not segment this: EIO/EINVAL (no
+                        // checksum offload, unsupported) turns GSO off for the
+                        // socket; EMSGSIZE (segment larger than the path MTU
+                        // allows) lowers the segment cap below this size. The
+                        // rest of this descriptor goes out as plain datagrams.
+                        if code == libc::EMSGSIZE && seg > 1 {
+                            self.gso_seg_cap.fetch_min(seg as usize - 1, Relaxed);
+                        } else {
+                            self.gso.store(false, Relaxed);
                         }
+                        Stats::add(&self.stats.gso_fallbacks, 1);
+                        let rest: Vec<_> = runs[m..]
+                            .iter()
+                            .flat_map(|x| (x.start..x.start + x.count).map(|i| crate::batch::Run { start: i, count: 1, segment: None }))
+                            .collect();
                         runs.truncate(m);
-                        runs.extend(flat);
+                        runs.extend(rest);
                         continue;
                     }
                     Stats::add(&self.stats.drop_send_error, r.count as u64);

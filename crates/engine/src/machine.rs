@@ -608,11 +608,14 @@ pub struct PromelaConfig {
     /// Events whose counter updates are emitted as a read-modify-write
     /// outside the atomic step that checks their guard (a missing lock).
     pub unlocked: Vec<EventKind>,
+    /// The engine polls when idle instead of blocking (`EUDP_BUSY_POLL`):
+    /// it then never blocks, so only weak fairness lets the other threads run.
+    pub busy_poll: bool,
 }
 
 impl Default for PromelaConfig {
     fn default() -> Self {
-        PromelaConfig { apps: 3, per_app: 2, l2_bound: 2, l1_cap: 2, unlocked: vec![] }
+        PromelaConfig { apps: 3, per_app: 2, l2_bound: 2, l1_cap: 2, unlocked: vec![], busy_poll: false }
     }
 }
 
@@ -793,6 +796,9 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
     for d in param_values(table.rule(EventKind::TakeBatch), cfg) {
         let extra = format!(" nb = {d}; in_desc = in_desc + {d}; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0");
         let _ = writeln!(o, "  :: {};\n     goto batch", emit_step(table, cfg, EventKind::TakeBatch, Some(d), &extra));
+    }
+    if cfg.busy_poll {
+        o.push_str("  :: else -> skip   /* idle: poll again */\n");
     }
     let _ = write!(
         o,
