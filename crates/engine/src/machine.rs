@@ -798,7 +798,7 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
         let _ = writeln!(o, "  :: {};\n     goto batch", emit_step(table, cfg, EventKind::TakeBatch, Some(d), &extra));
     }
     if cfg.busy_poll {
-        o.push_str("  :: else -> skip   /* idle: poll again */\n");
+        o.push_str("  :: else -> printf(\"@@ engine polls: nothing to do\\n\")   /* idle: poll again */\n");
     }
     let _ = write!(
         o,

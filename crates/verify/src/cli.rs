@@ -43,6 +43,12 @@ struct Args {
     /// Engine model: L1 capacity (datagrams).
     #[arg(long, default_value_t = 2)]
     l1: u32,
+    /// Engine model: the engine polls when idle instead of blocking.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Check liveness without weak fairness (a polling engine then starves the others).
+    #[arg(long)]
+    no_fairness: bool,
     /// Depth bound of the depth-first (liveness) searches.
     #[arg(long, default_value_t = 1_000_000)]
     depth: u32,
@@ -93,9 +99,10 @@ pub fn verify_main(args: &[String]) -> i32 {
         models: a.models,
         only: a.only,
         broken: a.broken,
-        engine: PromelaConfig { apps: a.apps, per_app: a.per_app, l2_bound: a.l2, l1_cap: a.l1, unlocked: vec![] },
+        engine: PromelaConfig { apps: a.apps, per_app: a.per_app, l2_bound: a.l2, l1_cap: a.l1, unlocked: vec![], busy_poll: a.busy_poll },
         keep: a.keep,
         depth: a.depth,
+        no_fairness: a.no_fairness,
     };
     if let Some(dir) = &a.emit_promela {
         return match spin::emit(&opts, dir) {

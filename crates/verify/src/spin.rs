@@ -22,6 +22,8 @@ pub struct Options {
     pub keep: Option<PathBuf>,
     /// Depth bound for the depth-first (liveness) searches.
     pub depth: u32,
+    /// Check liveness without weak fairness (`./pan -a` without `-f`).
+    pub no_fairness: bool,
 }
 
 /// The outcome of one pan run.
@@ -414,7 +416,10 @@ fn run_in(root: &Path, opts: &Options, models: &[Model], progress: &mut dyn FnMu
             let depth_arg = format!("-m{depth}");
             let mut args: Vec<&str> = vec!["-w22"];
             if p.mode == Mode::Liveness {
-                args.extend_from_slice(&["-a", "-f", &depth_arg]);
+                args.extend_from_slice(&["-a", &depth_arg]);
+                if !opts.no_fairness {
+                    args.push("-f");
+                }
             }
             if p.mode != Mode::EndState {
                 args.extend_from_slice(&["-N", p.name]);

@@ -89,3 +89,19 @@ fn cli_exit_codes() {
     assert_eq!(eudp_verify::cli::verify_main(&args(&["--only", "l2_bound"])), 0);
     assert_eq!(eudp_verify::cli::verify_main(&args(&["--broken", "l2-off-by-one", "--only", "l2_bound"])), 1);
 }
+
+#[test]
+fn liveness_of_a_polling_engine_needs_weak_fairness() {
+    if !have_spin() {
+        return;
+    }
+    let mut opts = Options { models: vec!["engine".into()], only: vec!["eventually_handed".into()], ..Options::default() };
+    opts.engine.busy_poll = true;
+    let fair = spin::run(&opts, &mut |_| {}).unwrap();
+    assert!(fair.all_ok(), "{}", fair.table());
+    opts.no_fairness = true;
+    let unfair = spin::run(&opts, &mut |_| {}).unwrap();
+    let o = unfair.get("eventually_handed").unwrap();
+    assert!(!o.ok, "without -f the polling engine may spin forever");
+    assert!(o.trail.as_deref().unwrap().contains("start of cycle"), "{:?}", o.trail);
+}
