@@ -165,7 +165,7 @@ active proctype RDMA() {
        r_dma = (r_dma + 1) % NBUF; RDMA_state = R_Idle; printf("@@ RDMA  packet delivered, host DMA released\n") }
   /* still receiving, enough arrived: move a fragment to the host */
   :: atomic { (RDMA_state == R_Idle || RDMA_state == Fine_Grained_Rdma_Done) && FINE &&
-              r_size[r_dma] > 0 && !R_COMPLETE && r_in[r_dma] - r_out[r_dma] >= THRESH &&
+              r_size[r_dma] > 0 && r_in[r_dma] < r_size[r_dma] && r_in[r_dma] - r_out[r_dma] >= THRESH &&
               RDMA_MAY_TAKE && QUIET ->
        rx_n = r_in[r_dma] - r_out[r_dma]; hdma = 2; RDMA_state = Fine_Grained_Rdma;
        printf("@@ RDMA  host DMA of a %d-chunk fragment of buffer %d starts (fine)\n", rx_n, r_dma) }
