@@ -8,6 +8,7 @@
 //! | `EUDP_GSO` / `EUDP_GRO` | `0` disables UDP GSO / GRO | 1 |
 //! | `EUDP_MAX_MSGS` | messages per `sendmmsg`/`recvmmsg` call | 16 |
 //! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
+//! | `EUDP_RX_HANDOFF_US` | an application thread that stopped receiving hands its socket back to the engine after this long | 1000 |
 
 use std::time::Duration;
 
@@ -28,6 +29,10 @@ pub struct Config {
     pub max_msgs: usize,
     /// A blocked receiver spins this long before sleeping (latency profile).
     pub recv_spin: Duration,
+    /// While an application thread keeps calling receive it reads the
+    /// socket itself (batched, GRO) and the engine stays off it; once the
+    /// thread has been away this long the engine watches the socket again.
+    pub rx_handoff: Duration,
     /// Record every queue transition (tests and conformance checks only).
     pub record_transitions: bool,
 }
@@ -42,6 +47,7 @@ impl Default for Config {
             gro: true,
             max_msgs: 16,
             recv_spin: Duration::ZERO,
+            rx_handoff: Duration::from_millis(1),
             record_transitions: false,
         }
     }
@@ -105,6 +111,13 @@ impl Config {
                 return Err(ConfigError { var: "EUDP_MAX_MSGS", value: v });
             }
             c.max_msgs = n;
+        }
+        if let Some(v) = get("EUDP_RX_HANDOFF_US") {
+            let us: u64 = parse("EUDP_RX_HANDOFF_US", v.clone())?;
+            if us == 0 {
+                return Err(ConfigError { var: "EUDP_RX_HANDOFF_US", value: v });
+            }
+            c.rx_handoff = Duration::from_micros(us);
         }
         if let Some(v) = get("EUDP_SPIN_US") {
             c.recv_spin = Duration::from_micros(parse("EUDP_SPIN_US", v)?);

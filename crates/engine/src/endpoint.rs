@@ -95,6 +95,12 @@ pub(crate) struct EpInner {
     /// Application threads blocked on this socket; while there are any, the
     /// engine leaves arrivals to them (one wake-up instead of two).
     rx_waiters: std::sync::atomic::AtomicU32,
+    /// The engine's one-shot watch on the socket is armed.
+    rx_armed: AtomicBool,
+    /// Receive calls made by application threads (written by them only).
+    rx_calls: std::sync::atomic::AtomicU64,
+    /// `rx_calls` when the engine last looked (written by the engine only).
+    rx_seen: std::sync::atomic::AtomicU64,
     gso: AtomicBool,
     gso_limits: GsoLimits,
     /// Largest segment size the path accepted (lowered on EMSGSIZE).
@@ -199,6 +205,9 @@ impl Endpoint {
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None }),
             rx_sock: Mutex::new(()),
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
+            rx_armed: AtomicBool::new(true),
+            rx_calls: std::sync::atomic::AtomicU64::new(0),
+            rx_seen: std::sync::atomic::AtomicU64::new(0),
             gso: AtomicBool::new(gso),
             gso_limits: GsoLimits::ethernet(v6),
             gso_seg_cap: std::sync::atomic::AtomicUsize::new(usize::MAX),
@@ -478,18 +487,21 @@ impl EpInner {
 
     fn send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>) -> io::Result<usize> {
         // The limit follows the destination's family: an IPv4 (or
-        // IPv4-mapped) peer of a dual-stack socket gets IPv4's limit.
-        let v6_dst = match dst {
-            Some(SocketAddr::V6(a)) => a.ip().to_ipv4_mapped().is_none(),
-            Some(SocketAddr::V4(_)) => false,
-            None => match self.backend.peer_addr() {
-                Ok(SocketAddr::V6(a)) => a.ip().to_ipv4_mapped().is_none(),
-                Ok(SocketAddr::V4(_)) => false,
-                Err(_) => self.backend.is_v6(),
-            },
-        };
-        if data.len() > eudp_wire::limits::max_payload(v6_dst) {
-            return Err(err(libc::EMSGSIZE));
+        // IPv4-mapped) peer of a dual-stack socket gets IPv4's limit. Only
+        // lengths between the two limits need the (syscall) peer lookup.
+        if data.len() > eudp_wire::limits::MAX_UDP_PAYLOAD_V4 {
+            let v6_dst = match dst {
+                Some(SocketAddr::V6(a)) => a.ip().to_ipv4_mapped().is_none(),
+                Some(SocketAddr::V4(_)) => false,
+                None => match self.backend.peer_addr() {
+                    Ok(SocketAddr::V6(a)) => a.ip().to_ipv4_mapped().is_none(),
+                    Ok(SocketAddr::V4(_)) => false,
+                    Err(_) => self.backend.is_v6(),
+                },
+            };
+            if data.len() > eudp_wire::limits::max_payload(v6_dst) {
+                return Err(err(libc::EMSGSIZE));
+            }
         }
         if let Some(e) = self.take_pending_error() {
             return Err(e);
@@ -800,20 +812,54 @@ impl EpInner {
     }
 
     /// Engine side: the socket is readable (or has an error).
-    /// Engine side: the socket had an arrival. Returns true when the socket
-    /// may still hold data (the bounded read stopped early).
-    pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> bool {
-        if self.rx_waiters.load(SeqCst) > 0 {
-            // A blocked application thread polls the socket itself.
-            return false;
+    /// Engine side: the socket had an arrival (its one-shot watch fired) or
+    /// still holds data from a bounded read.
+    ///
+    /// The engine reads only for an application that is away. While an
+    /// application thread keeps calling receive it reads the socket itself —
+    /// batched and GRO-coalesced like the engine would — so on a machine
+    /// with few cores the engine does not compete with it for the CPU and
+    /// no arrival wakes two threads. Such an endpoint is parked with its
+    /// watch off until [`EpInner::rx_idle_since_last_look`] finds the
+    /// application gone for a handoff interval.
+    pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> RxOutcome {
+        self.rx_armed.store(false, SeqCst);
+        let calls = self.rx_calls.load(Relaxed);
+        if self.rx_waiters.load(SeqCst) > 0 || calls != self.rx_seen.swap(calls, Relaxed) {
+            return RxOutcome::Parked;
         }
-        let _g = match self.rx_sock.try_lock() {
-            Ok(g) => g,
+        let more = match self.rx_sock.try_lock() {
+            Ok(_g) => self.fill_ring(scratch, RX_ROUNDS).1,
             // An application thread is reading the socket right now.
-            Err(_) => return false,
+            Err(_) => return RxOutcome::Parked,
         };
-        let (_, more) = self.fill_ring(scratch, RX_ROUNDS);
-        more
+        if more {
+            return RxOutcome::More;
+        }
+        self.rearm_rx();
+        RxOutcome::Done
+    }
+
+    /// Engine side, for a parked endpoint: true (and the watch re-armed)
+    /// when no application thread received since the engine last looked and
+    /// none is blocked receiving.
+    pub(crate) fn rx_idle_since_last_look(&self) -> bool {
+        let calls = self.rx_calls.load(Relaxed);
+        if calls == self.rx_seen.swap(calls, Relaxed) && self.rx_waiters.load(SeqCst) == 0 {
+            self.rearm_rx();
+            return true;
+        }
+        false
+    }
+
+    /// Re-arms the engine's watch on the socket if it is off.
+    fn rearm_rx(&self) {
+        if !self.rx_armed.swap(true, SeqCst) {
+            if let Err(e) = self.engine.epoll.rearm(self.backend.raw_fd(), self.id) {
+                self.rx_armed.store(false, SeqCst);
+                eprintln!("eudp: cannot re-arm receive watch: {e}");
+            }
+        }
     }
 
     fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool) -> Option<Received> {
@@ -828,6 +874,8 @@ impl EpInner {
     }
 
     fn recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
+        // Only this thread writes it: a plain load/store pair, no locked op.
+        self.rx_calls.store(self.rx_calls.load(Relaxed).wrapping_add(1), Relaxed);
         let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
         let mut deadline: Option<Option<Instant>> = None;
         let mut spin_until: Option<Instant> = None;
@@ -886,3 +934,14 @@ impl EpInner {
     }
 }
 
+
+/// What the engine did with a socket that had an arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RxOutcome {
+    /// Read, and the socket may still hold data: read again soon.
+    More,
+    /// Read dry; the watch is re-armed.
+    Done,
+    /// An application thread is receiving itself; the watch stays off.
+    Parked,
+}

@@ -9,7 +9,7 @@
 
 use crate::backend::kernel::{pin_current_thread, EventFd, Epoll};
 use crate::config::Config;
-use crate::endpoint::EpInner;
+use crate::endpoint::{EpInner, RxOutcome};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -49,10 +49,11 @@ impl Shared {
 
     pub(crate) fn register(&self, ep: &Arc<EpInner>) -> io::Result<()> {
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).insert(ep.id, Arc::downgrade(ep));
-        // Edge-triggered: the engine reads on each arrival until EAGAIN (or
-        // parks the endpoint on `rx_more`), and can leave an arrival to an
-        // application thread already blocked on the socket without spinning.
-        self.epoll.add_readable_edge(ep.backend.raw_fd(), ep.id)
+        // One-shot: after a report the watch stays off until re-armed — by
+        // the engine once it has read the socket dry, or by an application
+        // thread that was blocked on the socket itself (then the engine is
+        // not woken for arrivals that thread will read).
+        self.epoll.add_readable_oneshot(ep.backend.raw_fd(), ep.id)
     }
 
     pub(crate) fn deregister(&self, ep: &EpInner) {
@@ -162,6 +163,12 @@ fn run(sh: Arc<Shared>) {
     let mut ready: Vec<u64> = Vec::with_capacity(64);
     // Endpoints whose socket may still hold data after a bounded read.
     let mut rx_more: Vec<Arc<EpInner>> = Vec::new();
+    // Endpoints whose application thread is receiving itself: the engine
+    // stays off their socket until the thread has been away for a handoff
+    // interval (see `EpInner::engine_receive`).
+    let mut rx_parked: Vec<Arc<EpInner>> = Vec::new();
+    let handoff = sh.config.rx_handoff;
+    let mut last_check = std::time::Instant::now();
     loop {
         // Send side: every endpoint that asked for service.
         loop {
@@ -179,10 +186,12 @@ fn run(sh: Arc<Shared>) {
             Some(Duration::ZERO)
         } else {
             sh.sleeping.store(true, SeqCst);
-            if rx_more.is_empty() && sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-                None
-            } else {
+            if !rx_more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 Some(Duration::ZERO)
+            } else if !rx_parked.is_empty() {
+                Some(handoff)
+            } else {
+                None
             }
         };
         let r = sh.epoll.wait(&mut ready, timeout);
@@ -208,9 +217,20 @@ fn run(sh: Arc<Shared>) {
             }
         }
         for ep in todo {
-            if ep.engine_receive(&mut scratch) {
-                rx_more.push(ep);
+            match ep.engine_receive(&mut scratch) {
+                RxOutcome::More => rx_more.push(ep),
+                RxOutcome::Done => {}
+                RxOutcome::Parked => {
+                    if !rx_parked.iter().any(|e| e.id == ep.id) {
+                        rx_parked.push(ep);
+                    }
+                }
             }
+        }
+        if !rx_parked.is_empty() && last_check.elapsed() >= handoff {
+            last_check = std::time::Instant::now();
+            // Re-arm the endpoints whose application stopped receiving.
+            rx_parked.retain(|ep| !ep.rx_idle_since_last_look());
         }
     }
     sh.stopped.store(true, SeqCst);

@@ -519,6 +519,19 @@ impl Epoll {
         self.add(fd, token, (libc::EPOLLIN | libc::EPOLLET) as u32)
     }
 
+    /// Watches `fd` for readability once (level-triggered, EPOLLONESHOT):
+    /// after one report the watch is disarmed until [`Epoll::rearm`].
+    pub fn add_readable_oneshot(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.add(fd, token, (libc::EPOLLIN | libc::EPOLLONESHOT) as u32)
+    }
+
+    /// Re-arms a one-shot watch (reports at once if `fd` is readable now).
+    pub fn rearm(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32, u64: token };
+        // SAFETY: pointer to a live epoll_event.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) }).map(drop)
+    }
+
     fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
         let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: pointer to a live epoll_event.

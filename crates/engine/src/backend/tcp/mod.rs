@@ -1,0 +1,271 @@
+//! `tcp`: UDP over TCP — an emulated UDP offload engine (UOE, paper 002).
+//!
+//! UDP endpoints keep their datagram API; their datagrams travel over TCP
+//! connections between hosts so that the kernel's TCP segmentation and
+//! receive offloads (TSO/GSO/GRO with 64 KB segments) carry them.
+//!
+//! * **Connection Management Layer** ([`TcpTransport`], one per process by
+//!   default, [`TcpTransport::global`]): a manager thread with its own
+//!   epoll set. The first datagram to a peer host lazily opens a TCP
+//!   connection to a pre-decided port on that host ([`TcpConfig::port`],
+//!   default [`DEFAULT_PORT`], env `EUDP_TCP_PORT`); the manager listens on
+//!   that port and demultiplexes incoming frames to the endpoint bound to the
+//!   frame's destination UDP port. All sockets between two hosts share the
+//!   connection(s); framing is in [`frame`].
+//! * **Data Management Layer**: when the peer does not accept (refused,
+//!   unreachable), datagrams wait in a bounded per-lane queue while the
+//!   manager retries with backoff ([`Dml::Queue`], the default), dropping
+//!   with a counter when the bound or [`TcpConfig::queue_deadline`] is hit;
+//!   or the sender blocks up to [`TcpConfig::block_timeout`] and then falls
+//!   back to queueing ([`Dml::Block`]). A connection that dies (peer
+//!   restart) is reopened for the datagrams still queued.
+//! * Per-connection options: TCP_NODELAY, TCP_CONGESTION, buffer sizes,
+//!   TCP_USER_TIMEOUT — set on the UOE connections only.
+//! * Each endpoint gets a [`TcpSocket`] (the [`crate::backend::Backend`]):
+//!   its `raw_fd` is an eventfd readable while datagrams for it are queued.
+//!
+//! All `unsafe` code of this transport is in `sys.rs`.
+
+pub mod frame;
+mod manager;
+mod socket;
+mod sys;
+
+pub use manager::{TcpStats, TcpTransport};
+pub use socket::TcpSocket;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// The pre-decided port the UOE listens on and connects to.
+pub const DEFAULT_PORT: u16 = 9717;
+
+/// What the sender does while a peer does not accept connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dml {
+    /// (a) Queue in a bounded buffer, retry in the background, drop with a
+    /// counter when the bound or the deadline is hit. Never blocks.
+    Queue,
+    /// (b) The sending call blocks while the transport retries, up to
+    /// `block_timeout`; then the lane falls back to (a) until it connects.
+    Block,
+}
+
+/// Settings of one UOE transport (`EUDP_TCP_*` environment variables).
+///
+/// | variable | meaning | default |
+/// |---|---|---|
+/// | `EUDP_TCP_PORT` | pre-decided port: listen here, connect to peers here | 9717 |
+/// | `EUDP_TCP_LISTEN` | `0`: do not listen (send-only process) | 1 |
+/// | `EUDP_TCP_BIND` | local IP for the listener and outgoing connections | any |
+/// | `EUDP_TCP_CONNS` | connections per peer host (flows hashed by ports) | 1 |
+/// | `EUDP_TCP_CC` | TCP_CONGESTION of UOE connections | system default |
+/// | `EUDP_TCP_NODELAY` | TCP_NODELAY | 1 |
+/// | `EUDP_TCP_SNDBUF` / `EUDP_TCP_RCVBUF` | SO_SNDBUF/SO_RCVBUF of connections, 0 = autotune | 0 |
+/// | `EUDP_TCP_DML` | `queue` (a) or `block` (b) | queue |
+/// | `EUDP_TCP_BLOCK_MS` | (b): longest block before falling back to (a) | 1000 |
+/// | `EUDP_TCP_QUEUE_BYTES` | per-lane user-space queue bound | 4 MiB |
+/// | `EUDP_TCP_DEADLINE_MS` | drop queued datagrams older than this while unconnected | 5000 |
+/// | `EUDP_TCP_MAX_WAIT_MS` | drop queued datagrams older than this on a stalled connection | 1000 |
+/// | `EUDP_TCP_MAX_CONNS` / `EUDP_TCP_MAX_PER_PEER` | connection caps | 1024 / 32 |
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    pub port: u16,
+    pub listen: bool,
+    pub bind_ip: Option<IpAddr>,
+    pub conns_per_peer: u8,
+    pub congestion: Option<String>,
+    pub nodelay: bool,
+    pub sndbuf: usize,
+    pub rcvbuf: usize,
+    pub dml: Dml,
+    pub block_timeout: Duration,
+    pub queue_bytes: usize,
+    /// Bound on bytes queued in user space over all lanes.
+    pub total_queue_bytes: usize,
+    pub queue_deadline: Duration,
+    pub max_wait: Duration,
+    pub retry_min: Duration,
+    pub retry_max: Duration,
+    pub max_conns: usize,
+    pub max_conns_per_peer: usize,
+    /// A connection must send its hello within this time.
+    pub hello_timeout: Duration,
+    /// TCP_USER_TIMEOUT: how long unacknowledged data may wait before the
+    /// kernel gives the connection up (0: system default).
+    pub user_timeout: Duration,
+    /// Default per-endpoint receive queue, bytes (like `rmem_default`).
+    pub rx_queue_bytes: usize,
+    /// Default per-endpoint send size reported to the engine (sizes L1).
+    pub tx_buffer_bytes: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            port: DEFAULT_PORT,
+            listen: true,
+            bind_ip: None,
+            conns_per_peer: 1,
+            congestion: None,
+            nodelay: true,
+            sndbuf: 0,
+            rcvbuf: 0,
+            dml: Dml::Queue,
+            block_timeout: Duration::from_millis(1000),
+            queue_bytes: 4 << 20,
+            total_queue_bytes: 64 << 20,
+            queue_deadline: Duration::from_millis(5000),
+            max_wait: Duration::from_millis(1000),
+            retry_min: Duration::from_millis(10),
+            retry_max: Duration::from_millis(500),
+            max_conns: 1024,
+            max_conns_per_peer: 32,
+            hello_timeout: Duration::from_secs(5),
+            user_timeout: Duration::from_secs(10),
+            rx_queue_bytes: 212_992,
+            tx_buffer_bytes: 212_992,
+        }
+    }
+}
+
+/// An `EUDP_TCP_*` variable that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfigError {
+    pub var: &'static str,
+    pub value: String,
+}
+
+impl std::fmt::Display for TcpConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid value {:?} for {}", self.value, self.var)
+    }
+}
+
+impl std::error::Error for TcpConfigError {}
+
+impl TcpConfig {
+    /// Defaults overridden by any `EUDP_TCP_*` variables present.
+    pub fn from_env() -> Result<Self, TcpConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// As [`TcpConfig::from_env`] with an explicit lookup (testable).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, TcpConfigError> {
+        fn bad(var: &'static str, v: &str) -> TcpConfigError {
+            TcpConfigError { var, value: v.to_string() }
+        }
+        fn num<T: std::str::FromStr>(var: &'static str, v: &str) -> Result<T, TcpConfigError> {
+            v.trim().parse().map_err(|_| bad(var, v))
+        }
+        fn flag(var: &'static str, v: &str) -> Result<bool, TcpConfigError> {
+            match v.trim() {
+                "1" | "true" | "yes" | "on" => Ok(true),
+                "0" | "false" | "no" | "off" => Ok(false),
+                _ => Err(bad(var, v)),
+            }
+        }
+        let ms = |var: &'static str, v: &str| num::<u64>(var, v).map(Duration::from_millis);
+        let mut c = TcpConfig::default();
+        if let Some(v) = get("EUDP_TCP_PORT") {
+            c.port = num("EUDP_TCP_PORT", &v)?;
+            if c.port == 0 {
+                return Err(bad("EUDP_TCP_PORT", &v));
+            }
+        }
+        if let Some(v) = get("EUDP_TCP_LISTEN") {
+            c.listen = flag("EUDP_TCP_LISTEN", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_BIND") {
+            c.bind_ip = Some(num("EUDP_TCP_BIND", &v)?);
+        }
+        if let Some(v) = get("EUDP_TCP_CONNS") {
+            let n: u8 = num("EUDP_TCP_CONNS", &v)?;
+            if n == 0 || n > 16 {
+                return Err(bad("EUDP_TCP_CONNS", &v));
+            }
+            c.conns_per_peer = n;
+        }
+        if let Some(v) = get("EUDP_TCP_CC") {
+            let v = v.trim().to_string();
+            if v.is_empty() || v.len() > 15 || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(bad("EUDP_TCP_CC", &v));
+            }
+            c.congestion = Some(v);
+        }
+        if let Some(v) = get("EUDP_TCP_NODELAY") {
+            c.nodelay = flag("EUDP_TCP_NODELAY", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_SNDBUF") {
+            c.sndbuf = num("EUDP_TCP_SNDBUF", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_RCVBUF") {
+            c.rcvbuf = num("EUDP_TCP_RCVBUF", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_DML") {
+            c.dml = match v.trim() {
+                "queue" | "a" => Dml::Queue,
+                "block" | "b" => Dml::Block,
+                _ => return Err(bad("EUDP_TCP_DML", &v)),
+            };
+        }
+        if let Some(v) = get("EUDP_TCP_BLOCK_MS") {
+            c.block_timeout = ms("EUDP_TCP_BLOCK_MS", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_QUEUE_BYTES") {
+            c.queue_bytes = num("EUDP_TCP_QUEUE_BYTES", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_DEADLINE_MS") {
+            c.queue_deadline = ms("EUDP_TCP_DEADLINE_MS", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_MAX_WAIT_MS") {
+            c.max_wait = ms("EUDP_TCP_MAX_WAIT_MS", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_MAX_CONNS") {
+            c.max_conns = num("EUDP_TCP_MAX_CONNS", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_MAX_PER_PEER") {
+            c.max_conns_per_peer = num("EUDP_TCP_MAX_PER_PEER", &v)?;
+        }
+        Ok(c)
+    }
+}
+
+/// The transport selected by `EUDP_TRANSPORT` (`kernel` when unset).
+pub fn transport_from_env() -> &'static str {
+    match std::env::var("EUDP_TRANSPORT").as_deref() {
+        Ok("tcp") => "tcp",
+        _ => "kernel",
+    }
+}
+
+/// An endpoint on `engine` whose datagrams travel over the process-wide UOE
+/// transport ([`TcpTransport::global`]).
+pub fn endpoint(engine: &crate::Engine, v6: bool) -> std::io::Result<crate::Endpoint> {
+    let t = TcpTransport::global()?;
+    crate::Endpoint::with_backend(engine, Box::new(t.socket(v6)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides_and_errors() {
+        let c = TcpConfig::from_lookup(|k| match k {
+            "EUDP_TCP_PORT" => Some("7000".into()),
+            "EUDP_TCP_CONNS" => Some("4".into()),
+            "EUDP_TCP_CC" => Some("reno".into()),
+            "EUDP_TCP_DML" => Some("block".into()),
+            "EUDP_TCP_BLOCK_MS" => Some("250".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((c.port, c.conns_per_peer, c.congestion.as_deref(), c.dml), (7000, 4, Some("reno"), Dml::Block));
+        assert_eq!(c.block_timeout, Duration::from_millis(250));
+        assert!(TcpConfig::from_lookup(|k| (k == "EUDP_TCP_PORT").then(|| "0".into())).is_err());
+        assert!(TcpConfig::from_lookup(|k| (k == "EUDP_TCP_CONNS").then(|| "17".into())).is_err());
+        assert!(TcpConfig::from_lookup(|k| (k == "EUDP_TCP_CC").then(|| "a;b".into())).is_err());
+        assert_eq!(TcpConfig::from_lookup(|_| None).unwrap(), TcpConfig::default());
+    }
+}

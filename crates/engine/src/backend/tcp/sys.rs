@@ -1,0 +1,232 @@
+//! The raw syscalls of the `tcp` backend: every `unsafe` block of the
+//! transport is in this file.
+//!
+//! Safety policy (as in `backend/kernel.rs`): each `unsafe` block calls one
+//! libc function with pointers derived from live Rust borrows for the
+//! duration of the call, or adopts a descriptor the kernel just returned
+//! into an `OwnedFd` that nobody else owns. No pointer outlives its call.
+//! Everything else in `backend/tcp` is safe Rust over std types
+//! (`TcpStream`, `TcpListener`) and these helpers.
+
+#![allow(unsafe_code)] // The documented home of the tcp backend's unsafe code.
+
+use std::io;
+use std::mem::{size_of, zeroed, MaybeUninit};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `sockaddr_storage` + length for `addr`.
+fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// Options applied to every UOE connection before it connects or listens.
+#[derive(Clone, Debug, Default)]
+pub struct SockOpts {
+    pub sndbuf: usize,
+    pub rcvbuf: usize,
+}
+
+fn set_int(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()> {
+    // SAFETY: pointer to a live c_int and its size, for the duration of the call.
+    cvt(unsafe { libc::setsockopt(fd, level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32) }).map(drop)
+}
+
+/// Reads an integer socket option.
+pub fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: pointer to a live c_int and its length.
+    cvt(unsafe { libc::getsockopt(fd, level, name, &mut v as *mut _ as *mut libc::c_void, &mut len) })?;
+    Ok(v)
+}
+
+/// Sets an integer option on a TCP socket.
+pub fn set_int_opt(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()> {
+    set_int(fd, level, name, val)
+}
+
+fn new_socket(v6: bool, opts: &SockOpts) -> io::Result<OwnedFd> {
+    let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
+    // SAFETY: plain syscall; the descriptor is adopted below.
+    let fd = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fd was just returned by socket() and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Buffer sizes must be set before connect/listen to shape window scaling.
+    if opts.sndbuf > 0 {
+        set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, opts.sndbuf.min(i32::MAX as usize) as i32)?;
+    }
+    if opts.rcvbuf > 0 {
+        set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, opts.rcvbuf.min(i32::MAX as usize) as i32)?;
+    }
+    Ok(fd)
+}
+
+fn bind_fd(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
+    let (ss, len) = raw_addr(addr);
+    // SAFETY: pointer to a live sockaddr_storage and its valid length.
+    cvt(unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) }).map(drop)
+}
+
+/// Starts a nonblocking connect to `dst` (from `src` when given). Returns the
+/// stream and whether it is already connected (otherwise in progress:
+/// writability then `take_error` tell the outcome).
+pub fn connect_start(dst: &SocketAddr, src: Option<IpAddr>, opts: &SockOpts) -> io::Result<(TcpStream, bool)> {
+    let fd = new_socket(dst.is_ipv6(), opts)?;
+    if let Some(ip) = src.filter(|ip| ip.is_ipv6() == dst.is_ipv6()) {
+        bind_fd(fd.as_raw_fd(), &SocketAddr::new(ip, 0))?;
+    }
+    let (ss, len) = raw_addr(dst);
+    // SAFETY: pointer to a live sockaddr_storage and its valid length.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), &ss as *const _ as *const libc::sockaddr, len) };
+    let done = if r == 0 {
+        true
+    } else {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+        false
+    };
+    Ok((TcpStream::from(fd), done))
+}
+
+/// A nonblocking listener on `addr` with SO_REUSEADDR (and dual-stack for
+/// `[::]`), for the pre-decided port.
+pub fn listen(addr: &SocketAddr, opts: &SockOpts, backlog: i32) -> io::Result<TcpListener> {
+    let fd = new_socket(addr.is_ipv6(), opts)?;
+    set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    if addr.is_ipv6() {
+        let _ = set_int(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0);
+    }
+    bind_fd(fd.as_raw_fd(), addr)?;
+    // SAFETY: plain syscall on a descriptor we own.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
+    Ok(TcpListener::from(fd))
+}
+
+/// Sets TCP_CONGESTION (a string option) on one connection.
+pub fn set_congestion(fd: RawFd, name: &str) -> io::Result<()> {
+    let b = name.as_bytes();
+    // SAFETY: pointer/length of a live byte slice for the duration of the call.
+    cvt(unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, b.as_ptr() as *const libc::c_void, b.len() as libc::socklen_t) })
+        .map(drop)
+}
+
+/// Reads TCP_CONGESTION.
+pub fn congestion(fd: RawFd) -> io::Result<String> {
+    let mut buf = [0u8; 32];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: pointer/length of a live buffer; the kernel writes at most `len` bytes.
+    cvt(unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr() as *mut libc::c_void, &mut len) })?;
+    let s = &buf[..(len as usize).min(buf.len())];
+    let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+    Ok(String::from_utf8_lossy(&s[..end]).into_owned())
+}
+
+/// `send(2)` with MSG_NOSIGNAL: a reset peer yields EPIPE, never SIGPIPE
+/// (the preload shim runs inside C programs that keep SIGPIPE's default).
+pub fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: pointer/length of a live byte slice.
+    let r = unsafe { libc::send(fd, buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Readiness flags reported by [`Poller::wait`].
+pub const EV_IN: u32 = libc::EPOLLIN as u32;
+pub const EV_OUT: u32 = libc::EPOLLOUT as u32;
+pub const EV_ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP | libc::EPOLLRDHUP) as u32;
+
+/// An epoll set that reports event flags with each token.
+#[derive(Debug)]
+pub struct Poller {
+    fd: OwnedFd,
+}
+
+impl Poller {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; adopted below.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: fresh descriptor owned by nobody else.
+        Ok(Poller { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Level-triggered readability (listener, doorbell).
+    pub fn add_level(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, libc::EPOLLIN as u32)
+    }
+
+    /// Edge-triggered in/out/hang-up (connections).
+    pub fn add_conn(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32)
+    }
+
+    pub fn remove(&self, fd: RawFd) {
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: pointer to a live epoll_event.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
+    }
+
+    /// Waits; fills `out` with (token, flags). `None` waits forever.
+    pub fn wait(&self, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
+        let mut evs: [MaybeUninit<libc::epoll_event>; 128] = [MaybeUninit::uninit(); 128];
+        let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32).unwrap_or(-1);
+        // SAFETY: the kernel writes at most 128 events into `evs`.
+        let r = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr() as *mut libc::epoll_event, 128, ms) };
+        out.clear();
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+        }
+        for ev in &evs[..r as usize] {
+            // SAFETY: the first r entries were initialised by epoll_wait.
+            let ev = unsafe { ev.assume_init() };
+            out.push((ev.u64, ev.events));
+        }
+        Ok(())
+    }
+}
