@@ -282,3 +282,33 @@ fn drop_flushes_everything_accepted() {
         assert_eq!(&buf[..m], &payload(i, 1200)[..]);
     }
 }
+
+#[test]
+fn unconnected_with_recv_err_surfaces_icmp_errors_like_the_kernel() {
+    let e = engine(Config::default());
+    let a = Endpoint::with_engine(&e, false).unwrap();
+    a.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // Without IP_RECVERR an unconnected socket never sees the ICMP error.
+    a.send_to(b"x", closed).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    a.send_to(b"x", closed).unwrap();
+    a.set_nonblocking(true);
+    let mut buf = [0u8; 4];
+    assert_eq!(a.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    // With it, the next call reports ECONNREFUSED once.
+    a.set_recv_err(true).unwrap();
+    a.send_to(b"x", closed).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = None;
+    while Instant::now() < deadline && seen.is_none() {
+        std::thread::sleep(Duration::from_millis(10));
+        match a.recv(&mut buf) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => seen = e.raw_os_error(),
+            Ok(_) => panic!("no data expected"),
+        }
+    }
+    assert_eq!(seen, Some(libc::ECONNREFUSED));
+    assert_eq!(a.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock, "reported once");
+}
