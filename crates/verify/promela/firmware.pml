@@ -21,6 +21,8 @@
  *   BROKEN_NO_DMA_LOCK  RDMA starts host DMA without owning the engine
  *   BROKEN_SERIALIZED   one DMA at a time in the whole NIC (no pipelining)
  *   BROKEN_COARSE_ONLY  fine-grained states disabled (coarse pipelining only)
+ *   BROKEN_NO_ARBITRATION  the host DMA engine goes to whichever thread asks
+ *                       first, so one direction can starve the other
  */
 
 #define SMALL  1
@@ -61,12 +63,33 @@ byte rx_n;                /* chunks in the fragment RDMA is moving */
 #define FINE true
 #endif
 
+/* a buffer RECV has finished with is complete */
+#define R_COMPLETE (r_size[r_dma] > 0 && r_in[r_dma] == r_size[r_dma] && !(RECV_state == Recv && r_fill == r_dma))
+
+/* Which thread wants the host DMA engine now: the conditions, other than the
+ * engine being free, under which it would start a host DMA. */
+#define SDMA_WANTS ((SDMA_state == S_Idle && host_req && s_size[s_fill] == 0) || \
+                    (SDMA_state == Sdma_Done && s_in[s_fill] < s_size[s_fill]))
+#define RDMA_FINE_READY (FINE && r_size[r_dma] > 0 && r_in[r_dma] < r_size[r_dma] && \
+                         r_in[r_dma] - r_out[r_dma] >= THRESH)
+#define RDMA_WANTS ((RDMA_state == R_Idle && (R_COMPLETE || RDMA_FINE_READY)) || \
+                    (RDMA_state == Fine_Grained_Rdma_Done && (R_COMPLETE || RDMA_FINE_READY)))
+
+/* Arbitration of the host DMA engine: when both threads want it, the one
+ * that did not have it last goes first. Without it (the plain reading of
+ * Fig. 6) a busy direction can starve the other under weak fairness. */
+byte turn = 1;   /* 1: SDMA goes first on a tie, 2: RDMA */
+#ifdef BROKEN_NO_ARBITRATION
+#define SDMA_MAY_TAKE (hdma == 0)
+#define RDMA_MAY_TAKE (hdma == 0)
+#else
+#define SDMA_MAY_TAKE (hdma == 0 && (turn == 1 || !RDMA_WANTS))
 #ifdef BROKEN_NO_DMA_LOCK
 #define RDMA_MAY_TAKE true
 #else
-#define RDMA_MAY_TAKE (hdma == 0)
+#define RDMA_MAY_TAKE (hdma == 0 && (turn == 2 || !SDMA_WANTS))
 #endif
-#define SDMA_MAY_TAKE (hdma == 0)
+#endif
 
 #ifdef BROKEN_SERIALIZED
 #define QUIET (SDMA_state != Sdma && RECV_state != Recv && \
@@ -105,7 +128,7 @@ active proctype SDMA() {
        hdma = 1; SDMA_state = Sdma;
        printf("@@ SDMA  host DMA of send buffer %d (packet of %d chunks) starts\n", s_fill, s_size[s_fill]) }
   :: atomic { SDMA_state == Sdma ->                  /* one chunk has arrived */
-       s_in[s_fill]++; hdma = 0; SDMA_state = Sdma_Done;
+       s_in[s_fill]++; hdma = 0; turn = 2; SDMA_state = Sdma_Done;
        printf("@@ SDMA  chunk %d of %d in NIC memory, host DMA released\n", s_in[s_fill], s_size[s_fill]) }
   :: atomic { SDMA_state == Sdma_Done && s_in[s_fill] < s_size[s_fill] && SDMA_MAY_TAKE && QUIET ->
        hdma = 1; SDMA_state = Sdma; printf("@@ SDMA  host DMA of the next chunk starts\n") }
@@ -152,16 +175,13 @@ active proctype RECV() {
   od
 }
 
-/* a buffer RECV has finished with is complete */
-#define R_COMPLETE (r_size[r_dma] > 0 && r_in[r_dma] == r_size[r_dma] && !(RECV_state == Recv && r_fill == r_dma))
-
 active proctype RDMA() {
   do
   /* whole packet received: coarse-grained host DMA */
   :: atomic { RDMA_state == R_Idle && R_COMPLETE && RDMA_MAY_TAKE && QUIET ->
        hdma = 2; RDMA_state = Coarse_Grained_Rdma; printf("@@ RDMA  host DMA of whole buffer %d starts (coarse)\n", r_dma) }
   :: atomic { RDMA_state == Coarse_Grained_Rdma ->
-       hdma = 0; r_size[r_dma] = 0; r_in[r_dma] = 0; r_out[r_dma] = 0;
+       hdma = 0; turn = 1; r_size[r_dma] = 0; r_in[r_dma] = 0; r_out[r_dma] = 0;
        r_dma = (r_dma + 1) % NBUF; RDMA_state = R_Idle; printf("@@ RDMA  packet delivered, host DMA released\n") }
   /* still receiving, enough arrived: move a fragment to the host */
   :: atomic { (RDMA_state == R_Idle || RDMA_state == Fine_Grained_Rdma_Done) && FINE &&
@@ -170,12 +190,12 @@ active proctype RDMA() {
        rx_n = r_in[r_dma] - r_out[r_dma]; hdma = 2; RDMA_state = Fine_Grained_Rdma;
        printf("@@ RDMA  host DMA of a %d-chunk fragment of buffer %d starts (fine)\n", rx_n, r_dma) }
   :: atomic { RDMA_state == Fine_Grained_Rdma ->
-       r_out[r_dma] = r_out[r_dma] + rx_n; rx_n = 0; hdma = 0; RDMA_state = Fine_Grained_Rdma_Done; printf("@@ RDMA  fragment delivered, host DMA released\n") }
+       r_out[r_dma] = r_out[r_dma] + rx_n; rx_n = 0; hdma = 0; turn = 1; RDMA_state = Fine_Grained_Rdma_Done; printf("@@ RDMA  fragment delivered, host DMA released\n") }
   /* receive complete: move the rest whatever its size */
   :: atomic { RDMA_state == Fine_Grained_Rdma_Done && R_COMPLETE && RDMA_MAY_TAKE && QUIET ->
        hdma = 2; RDMA_state = Rdma_Last_Fragment; printf("@@ RDMA  host DMA of the last fragment of buffer %d starts\n", r_dma) }
   :: atomic { RDMA_state == Rdma_Last_Fragment ->
-       hdma = 0; r_size[r_dma] = 0; r_in[r_dma] = 0; r_out[r_dma] = 0;
+       hdma = 0; turn = 1; r_size[r_dma] = 0; r_in[r_dma] = 0; r_out[r_dma] = 0;
        r_dma = (r_dma + 1) % NBUF; RDMA_state = R_Idle; printf("@@ RDMA  packet delivered, host DMA released\n") }
   od
 }
@@ -193,3 +213,7 @@ ltl f4_host_dma_exclusive { [] !(sdma && (coarse_rdma || fine_rdma)) }
  * the host while RECV is still receiving it. Reachable (negations violated). */
 ltl fine_tx_same_packet { [] !(sdma && SEND_state == Fine_Grained_Send && s_tx == s_fill) }
 ltl fine_rx_same_packet { [] !(recv && RDMA_state == Fine_Grained_Rdma && r_dma == r_fill) }
+/* Progress under weak fairness: a posted send eventually gets its host DMA,
+ * and an arriving packet is eventually received. Checked with -a -f. */
+ltl tx_progress { [] (host_req -> <> sdma) }
+ltl rx_progress { [] (net_pkt -> <> recv) }

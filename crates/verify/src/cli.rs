@@ -1,7 +1,7 @@
 //! Entry point for `eudp verify`.
 
 use crate::models::{self, BROKEN};
-use crate::spin::{self, Error, Options};
+use crate::spin::{self, Options};
 use clap::Parser;
 use eudp_engine::machine::PromelaConfig;
 use std::path::PathBuf;
@@ -154,10 +154,6 @@ pub fn verify_main(args: &[String]) -> i32 {
                 println!("\nunexpected verdicts: {}", bad.join(", "));
                 1
             }
-        }
-        Err(e @ Error::Usage(_)) => {
-            eprintln!("eudp verify: {e}");
-            2
         }
         Err(e) => {
             eprintln!("eudp verify: {e}");

@@ -59,7 +59,7 @@ const fn prop(name: &'static str, mode: Mode, expect: Expect, meaning: &'static 
 }
 
 /// Properties of the firmware model.
-pub const FIRMWARE_PROPERTIES: [Property; 7] = [
+pub const FIRMWARE_PROPERTIES: [Property; 9] = [
     prop(
         "f1_sdma_send",
         Mode::Safety,
@@ -87,6 +87,13 @@ pub const FIRMWARE_PROPERTIES: [Property; 7] = [
         "a fragment goes to the host while RECV still receives the same packet",
     ),
     prop("fw_no_deadlock", Mode::EndState, Expect::Holds, "the four threads never all block"),
+    prop(
+        "tx_progress",
+        Mode::Liveness,
+        Expect::Holds,
+        "a posted send eventually gets the host DMA engine (weak fairness)",
+    ),
+    prop("rx_progress", Mode::Liveness, Expect::Holds, "an arriving packet is eventually received (weak fairness)"),
 ];
 
 /// Properties of the engine model.
@@ -143,6 +150,12 @@ pub const BROKEN: &[Broken] = &[
         model: "firmware",
         breaks: &["fine_tx_same_packet", "fine_rx_same_packet"],
         what: "fine-grained states disabled: only packet-to-packet (coarse) pipelining",
+    },
+    Broken {
+        name: "no-arbitration",
+        model: "firmware",
+        breaks: &["tx_progress", "rx_progress"],
+        what: "the host DMA engine goes to whichever thread asks first: one direction can starve the other",
     },
     Broken {
         name: "l2-off-by-one",

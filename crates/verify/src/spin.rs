@@ -153,7 +153,7 @@ pub fn selected_models(opts: &Options) -> Result<Vec<Model>, Error> {
         None => None,
     };
     let want = |m: &str| {
-        broken.map_or(true, |b| b.model == m) && (opts.models.is_empty() || opts.models.iter().any(|x| x == m))
+        !matches!(broken, Some(b) if b.model != m) && (opts.models.is_empty() || opts.models.iter().any(|x| x == m))
     };
     for m in &opts.models {
         if m != "firmware" && m != "engine" {

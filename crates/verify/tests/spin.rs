@@ -19,7 +19,7 @@ fn correct_models_give_every_expected_verdict() {
     }
     let report = spin::run(&Options::default(), &mut |_| {}).expect("spin runs");
     print!("{}", report.table());
-    assert_eq!(report.outcomes.len(), 12);
+    assert_eq!(report.outcomes.len(), 14);
     for o in &report.outcomes {
         assert!(o.ok, "{} {}: {}\n{}", o.model, o.property, o.verdict_text(), o.trail.as_deref().unwrap_or(""));
         assert_ne!(o.verdict, Verdict::Incomplete);
