@@ -105,3 +105,15 @@ fn liveness_of_a_polling_engine_needs_weak_fairness() {
     assert!(!o.ok, "without -f the polling engine may spin forever");
     assert!(o.trail.as_deref().unwrap().contains("start of cycle"), "{:?}", o.trail);
 }
+
+#[test]
+fn committed_engine_model_is_up_to_date() {
+    // crates/verify/promela/engine.pml is a snapshot for readers; the table in
+    // crates/engine/src/machine.rs is the source.
+    let committed = include_str!("../promela/engine.pml");
+    let generated = eudp_verify::models::engine(None, &Default::default()).text;
+    assert!(
+        committed == generated,
+        "crates/verify/promela/engine.pml is stale: run `eudp verify --emit-promela crates/verify/promela`"
+    );
+}
