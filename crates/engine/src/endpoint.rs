@@ -112,6 +112,7 @@ pub(crate) struct EpInner {
     timeouts: Mutex<(Option<Duration>, Option<Duration>)>,
     recorder: Option<Recorder>,
     stats: Stats,
+    pub(crate) trace: crate::tracepoint::EpTrace,
 }
 
 /// Flags for [`Endpoint::recv_with`].
@@ -197,6 +198,7 @@ impl Endpoint {
             backend.enable_gro();
         }
         let recorder: Option<Recorder> = cfg.record_transitions.then(Default::default);
+        crate::tracepoint::setup_socket(&*backend);
         let v6 = backend.is_v6();
         let inner = Arc::new(EpInner {
             id: sh.next_id(),
@@ -217,6 +219,7 @@ impl Endpoint {
             timeouts: Mutex::new((None, None)),
             recorder,
             stats: Stats::default(),
+            trace: crate::tracepoint::EpTrace::new(),
             backend,
             engine: sh,
         });
@@ -355,7 +358,7 @@ impl Endpoint {
         if !self.inner.connected.load(Relaxed) {
             return Err(err(libc::EDESTADDRREQ));
         }
-        self.inner.send(data, None)
+        self.inner.traced_send(data, None)
     }
 
     /// Sends one datagram to `dst`.
@@ -364,7 +367,7 @@ impl Endpoint {
         if dst.port() == 0 {
             return Err(err(libc::EINVAL));
         }
-        self.inner.send(data, Some(dst))
+        self.inner.traced_send(data, Some(dst))
     }
 
     /// Sends several datagrams; returns how many were accepted. Stops at the
@@ -402,7 +405,7 @@ impl Endpoint {
 
     /// Receives with flags (peek, don't-wait).
     pub fn recv_with(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
-        self.inner.recv(buf, flags)
+        self.inner.traced_recv(buf, flags)
     }
 
     /// Receives up to `bufs.len()` datagrams: blocks (per the endpoint's mode)
@@ -411,7 +414,7 @@ impl Endpoint {
         out.clear();
         for (i, b) in bufs.iter_mut().enumerate() {
             let flags = RecvFlags { peek: false, dont_wait: i > 0 };
-            match self.inner.recv(b, flags) {
+            match self.inner.traced_recv(b, flags) {
                 Ok(r) => out.push(r),
                 Err(e) if i > 0 && e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if i == 0 => return Err(e),
@@ -443,6 +446,10 @@ impl Drop for Endpoint {
             s.begin_shutdown();
         }
         inner.flush(Instant::now() + Duration::from_secs(5));
+        if crate::tracepoint::on() {
+            inner.trace.drain_tx(inner.backend.raw_fd());
+            let _ = crate::tracepoint::finish();
+        }
         let lost = {
             let s = lock(&inner.send);
             s.l1.len() as u64 + u64::from(s.staged)
@@ -485,6 +492,30 @@ impl EpInner {
         }
     }
 
+    /// [`EpInner::send`] between the application-call tracepoints.
+    fn traced_send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>) -> io::Result<usize> {
+        if !crate::tracepoint::on() {
+            return self.send(data, dst);
+        }
+        let seq = self.trace.send_enter(data.len());
+        let r = self.send(data, dst);
+        self.trace.send_return(seq);
+        r
+    }
+
+    /// [`EpInner::recv`] between the application-call tracepoints.
+    fn traced_recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
+        if !crate::tracepoint::on() {
+            return self.recv(buf, flags);
+        }
+        self.trace.recv_enter();
+        let r = self.recv(buf, flags);
+        if r.is_ok() && !flags.peek {
+            self.trace.recv_return();
+        }
+        r
+    }
+
     fn send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>) -> io::Result<usize> {
         // The limit follows the destination's family: an IPv4 (or
         // IPv4-mapped) peer of a dual-stack socket gets IPv4's limit. Only
@@ -514,6 +545,7 @@ impl EpInner {
             let mut s = lock(&self.send);
             match s.post(dst, data) {
                 PostDecision::Direct => {
+                    self.trace.direct();
                     drop(s);
                     let r = self.direct_send(data, dst.as_ref());
                     let mut s = lock(&self.send);
@@ -522,6 +554,7 @@ impl EpInner {
                     return r;
                 }
                 PostDecision::Queued => {
+                    self.trace.enqueue();
                     self.kick(&mut s);
                     return Ok(data.len());
                 }
@@ -552,8 +585,10 @@ impl EpInner {
         let mut deadline: Option<Option<Instant>> = None;
         loop {
             Stats::add(&self.stats.send_calls, 1);
+            self.trace.sys_enter();
             match self.backend.send_one(data, dst) {
                 Ok(n) => {
+                    self.trace.sys_return_direct();
                     Stats::add(&self.stats.datagrams_sent, 1);
                     Stats::add(&self.stats.bytes_sent, n as u64);
                     return Ok(n);
@@ -580,11 +615,13 @@ impl EpInner {
             {
                 let mut s = lock(&self.send);
                 s.reap();
-                if s.take_l1(staging) == 0 {
+                let took = s.take_l1(staging);
+                if took == 0 {
                     s.scheduled = false;
                     self.send_cv.notify_all();
                     return;
                 }
+                self.trace.take(took);
             }
             // L1 has room again.
             self.send_cv.notify_all();
@@ -606,6 +643,7 @@ impl EpInner {
             let (first, n) = calls[0];
             let call_runs = &runs[first..first + n];
             let datagrams: usize = call_runs.iter().map(|r| r.count).sum();
+            self.trace.batch(done, datagrams);
             self.wait_l2_room_and_begin(datagrams as u32);
             self.send_call(staging, done, call_runs);
             lock(&self.send).end_batch();
@@ -658,8 +696,12 @@ impl EpInner {
                 at += r.count;
             }
             Stats::add(&self.stats.send_calls, 1);
+            self.trace.sys_enter();
             match self.backend.send_batch(&msgs) {
                 Ok(k) => {
+                    if crate::tracepoint::on() {
+                        self.trace.sys_return_batch(&mut pending[..k].iter().map(|r| (base + r.start, r.count)));
+                    }
                     Stats::add(&self.stats.engine_batches, 1);
                     let mut dg = 0u64;
                     for (msg, r) in msgs[..k].iter().zip(pending) {
@@ -746,6 +788,7 @@ impl EpInner {
         let mut added = 0;
         for round in 0..rounds {
             Stats::add(&self.stats.recv_calls, 1);
+            self.trace.rx_enter();
             let got = match self.backend.recv_batch(&mut scratch.bufs, &mut scratch.meta) {
                 Ok(n) => n,
                 Err(e) => {
@@ -784,6 +827,7 @@ impl EpInner {
                 let len = m.len.min(buf.len());
                 match rs.ring.push_prefix(buf, len, m.segment, m.src) {
                     Ok(n) => {
+                        self.trace.rx_push(i, n);
                         added += n;
                         Stats::add(&self.stats.datagrams_received, n as u64);
                         Stats::add(&self.stats.bytes_received, m.len as u64);
@@ -824,6 +868,9 @@ impl EpInner {
     /// application gone for a handoff interval.
     pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> RxOutcome {
         self.rx_armed.store(false, SeqCst);
+        if crate::tracepoint::on() {
+            self.trace.drain_tx(self.backend.raw_fd());
+        }
         let calls = self.rx_calls.load(Relaxed);
         if self.rx_waiters.load(SeqCst) > 0 || calls != self.rx_seen.swap(calls, Relaxed) {
             return RxOutcome::Parked;
@@ -864,6 +911,9 @@ impl EpInner {
 
     fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool) -> Option<Received> {
         let d = rs.ring.pop_into(buf, peek)?;
+        if !peek {
+            self.trace.pop();
+        }
         if rs.ring.is_empty() && self.pending_error.load(Relaxed) == 0 {
             if let Some(fd) = &rs.ready {
                 fd.clear();

@@ -23,6 +23,7 @@ pub mod machine;
 pub mod queue;
 pub mod ring;
 pub mod stats;
+pub mod tracepoint;
 
 pub use config::Config;
 pub use endpoint::{Endpoint, Received, RecvFlags};

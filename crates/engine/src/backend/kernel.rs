@@ -25,10 +25,15 @@ use std::time::Duration;
 const UDP_SEGMENT: libc::c_int = 103;
 /// `UDP_GRO` (linux/udp.h): receive coalesced super-packets.
 const UDP_GRO: libc::c_int = 104;
+/// `SO_TIMESTAMPING` (asm-generic/socket.h, the 32-bit-time variant that is
+/// also `SCM_TIMESTAMPING`), and `SCM_TSTAMP_SCHED` (linux/errqueue.h).
+pub const SO_TIMESTAMPING: libc::c_int = 37;
+const SCM_TSTAMP_SCHED: u32 = 1;
 /// Room for one `UDP_SEGMENT` (u16) control message.
 const GSO_CMSG_SPACE: usize = 32;
-/// Room for the receive control messages we ask for (`UDP_GRO` int).
-const RX_CMSG_SPACE: usize = 64;
+/// Room for the receive control messages we ask for (`UDP_GRO` int, and
+/// `SCM_TIMESTAMPING` when tracing).
+const RX_CMSG_SPACE: usize = 128;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -398,6 +403,10 @@ impl UdpSocket {
                             segment = Some(v as usize);
                         }
                     }
+                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPING && crate::tracepoint::on() {
+                        let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                        crate::tracepoint::note_rx_stamp(i, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                    }
                     c = libc::CMSG_NXTHDR(h, c);
                 }
             }
@@ -596,6 +605,20 @@ pub fn set_int_option(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32, va
         .map(drop)
 }
 
+/// Raises the soft limit on open files towards `want` (bounded by the hard
+/// limit); returns the new soft limit. Servers with many sockets need this.
+pub fn raise_fd_limit(want: u64) -> io::Result<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: pointer to a live rlimit.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) })?;
+    if r.rlim_cur < want {
+        r.rlim_cur = want.min(r.rlim_max);
+        // SAFETY: pointer to a live rlimit.
+        cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
+    }
+    Ok(r.rlim_cur)
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; CPU_SET writes within it; the syscall
@@ -615,6 +638,65 @@ pub fn process_cpu_time() -> Duration {
 /// CPU time consumed by the calling thread so far.
 pub fn thread_cpu_time() -> Duration {
     clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// `CLOCK_MONOTONIC_RAW` in nanoseconds (the trace clock).
+pub fn monotonic_raw_ns() -> u64 {
+    clock(libc::CLOCK_MONOTONIC_RAW).as_nanos() as u64
+}
+
+/// `CLOCK_REALTIME` in nanoseconds (the clock of kernel software timestamps).
+pub fn realtime_ns() -> u64 {
+    clock(libc::CLOCK_REALTIME).as_nanos() as u64
+}
+
+/// Reads every kernel TX timestamp queued on `fd`'s error queue
+/// (`SO_TIMESTAMPING` with `OPT_ID | OPT_TSONLY`), calling `f(key, sched,
+/// realtime_ns)` for each: `sched` for TX_SCHED, otherwise TX_SOFTWARE.
+/// Other queued errors read on the way are consumed, so only traced sockets
+/// are drained. Returns how many messages were read.
+pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize {
+    let mut n = 0;
+    loop {
+        let mut ctrl = [0u64; 32];
+        let mut data = [0u8; 64];
+        let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
+        // SAFETY: plain data.
+        let mut h: libc::msghdr = unsafe { zeroed() };
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = std::mem::size_of_val(&ctrl);
+        // SAFETY: pointers refer to the live locals above.
+        let r = unsafe { libc::recvmsg(fd, &mut h, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            return n;
+        }
+        n += 1;
+        let mut stamp = None;
+        let mut key = None;
+        // SAFETY: walking the control data the kernel wrote.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h);
+            while !c.is_null() {
+                let lvl = (*c).cmsg_level;
+                let ty = (*c).cmsg_type;
+                if lvl == libc::SOL_SOCKET && ty == SO_TIMESTAMPING {
+                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                    stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                } else if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR) || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR) {
+                    let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
+                    if ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
+                        key = Some((ee.ee_data, ee.ee_info == SCM_TSTAMP_SCHED));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&h, c);
+            }
+        }
+        if let (Some(ts), Some((k, sched))) = (stamp, key) {
+            f(k, sched, ts);
+        }
+    }
 }
 
 fn clock(id: libc::clockid_t) -> Duration {
