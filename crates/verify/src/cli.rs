@@ -4,7 +4,15 @@ use crate::models::{self, BROKEN};
 use crate::spin::{self, Options};
 use clap::Parser;
 use eudp_engine::machine::PromelaConfig;
+use std::io::Write as _;
 use std::path::PathBuf;
+
+/// `println!` that ignores a closed stdout (e.g. `eudp verify | head`).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
 
 /// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
 #[derive(Parser, Debug)]
@@ -55,7 +63,7 @@ struct Args {
 }
 
 fn list() {
-    println!("models and properties:");
+    out!("models and properties:");
     for m in [models::firmware(None), models::engine(None, &PromelaConfig::default())] {
         for p in &m.properties {
             let how = match p.mode {
@@ -67,12 +75,12 @@ fn list() {
                 models::Expect::Holds => "must hold",
                 models::Expect::Reachable => "must be reachable",
             };
-            println!("  {:<9} {:<22} {} ({how}; {expect})", m.name, p.name, p.meaning);
+            out!("  {:<9} {:<22} {} ({how}; {expect})", m.name, p.name, p.meaning);
         }
     }
-    println!("\nbroken variants (--broken NAME; each must be reported):");
+    out!("\nbroken variants (--broken NAME; each must be reported):");
     for b in BROKEN {
-        println!("  {:<19} {:<9} {}\n  {:<19} {:<9} breaks: {}", b.name, b.model, b.what, "", "", b.breaks.join(", "));
+        out!("  {:<19} {:<9} {}\n  {:<19} {:<9} breaks: {}", b.name, b.model, b.what, "", "", b.breaks.join(", "));
     }
 }
 
@@ -108,7 +116,7 @@ pub fn verify_main(args: &[String]) -> i32 {
         return match spin::emit(&opts, dir) {
             Ok(paths) => {
                 for p in paths {
-                    println!("wrote {}", p.display());
+                    out!("wrote {}", p.display());
                 }
                 0
             }
@@ -119,16 +127,16 @@ pub fn verify_main(args: &[String]) -> i32 {
         };
     }
     if let Some(b) = opts.broken.as_deref().and_then(models::broken) {
-        println!("checking deliberately broken variant `{}`: {}", b.name, b.what);
-        println!("expected to break: {}\n", b.breaks.join(", "));
+        out!("checking deliberately broken variant `{}`: {}", b.name, b.what);
+        out!("expected to break: {}\n", b.breaks.join(", "));
     }
     let mut header = false;
     let report = spin::run(&opts, &mut |o| {
         if !header {
-            println!("{:<9} {:<22} {:<11} {:>4} {:>10} {:>6} {:>8}", "model", "property", "verdict", "", "states", "depth", "time");
+            out!("{:<9} {:<22} {:<11} {:>4} {:>10} {:>6} {:>8}", "model", "property", "verdict", "", "states", "depth", "time");
             header = true;
         }
-        println!(
+        out!(
             "{:<9} {:<22} {:<11} {:>4} {:>10} {:>6} {:>7.2}s",
             o.model,
             o.property,
@@ -140,18 +148,18 @@ pub fn verify_main(args: &[String]) -> i32 {
         );
         if let (Some(t), true) = (&o.trail, !o.ok || a.witness) {
             let what = if o.ok { "witness" } else { "counterexample" };
-            println!("  {what} ({}):", o.error.as_deref().unwrap_or("trail"));
-            print!("{t}");
+            out!("  {what} ({}):", o.error.as_deref().unwrap_or("trail"));
+            let _ = write!(std::io::stdout(), "{t}");
         }
     });
     match report {
         Ok(r) => {
             let bad: Vec<_> = r.outcomes.iter().filter(|o| !o.ok).map(|o| o.property).collect();
             if bad.is_empty() {
-                println!("\nall {} properties as expected", r.outcomes.len());
+                out!("\nall {} properties as expected", r.outcomes.len());
                 0
             } else {
-                println!("\nunexpected verdicts: {}", bad.join(", "));
+                out!("\nunexpected verdicts: {}", bad.join(", "));
                 1
             }
         }
