@@ -312,3 +312,37 @@ fn unconnected_with_recv_err_surfaces_icmp_errors_like_the_kernel() {
     assert_eq!(seen, Some(libc::ECONNREFUSED));
     assert_eq!(a.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock, "reported once");
 }
+
+#[test]
+fn busy_poll_and_pinned_engine_deliver_the_same() {
+    let e = engine(Config { busy_poll: true, cpu: Some(0), ..Config::default() });
+    let (a, b) = pair(&e, false);
+    let dst = b.local_addr().unwrap();
+    let mut buf = [0u8; 1000];
+    // Bursts of 50, each received before the next (inside SO_RCVBUF).
+    for burst in 0..10u64 {
+        for i in burst * 50..(burst + 1) * 50 {
+            a.send_to(&payload(i, 700), dst).unwrap();
+        }
+        for i in burst * 50..(burst + 1) * 50 {
+            let m = b.recv(&mut buf).unwrap();
+            check(&buf[..m], i, 700, &b);
+        }
+    }
+    // A busy-polling engine never sleeps, so it never counts a wake-up.
+    assert_eq!(e.wakeups(), 0);
+}
+
+#[test]
+fn idle_engine_sleeps() {
+    let e = engine(Config::default());
+    let (a, b) = pair(&e, false);
+    a.send_to(b"x", b.local_addr().unwrap()).unwrap();
+    let mut buf = [0u8; 4];
+    b.recv(&mut buf).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let w0 = e.wakeups();
+    // Nothing happens: the engine must not wake up (no spinning, no timers).
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(e.wakeups(), w0);
+}
