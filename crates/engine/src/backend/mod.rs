@@ -107,3 +107,4 @@ impl Backend for kernel::UdpSocket {
         kernel::UdpSocket::option(self, level, name)
     }
 }
+#[path = "tcp/mod.rs"] pub mod tcp;

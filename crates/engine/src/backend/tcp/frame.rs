@@ -109,17 +109,26 @@ impl Decoder {
         self.end - self.start
     }
 
-    /// Hands every complete frame to `f(src_port, dst_port, payload)`.
-    pub fn drain(&mut self, mut f: impl FnMut(u16, u16, &[u8])) -> Result<usize, FrameError> {
-        let mut n = 0;
+    /// Parses the hello once enough bytes are buffered; returns the lane.
+    pub fn take_hello(&mut self) -> Result<Option<u8>, FrameError> {
         if self.lane.is_none() {
             if self.end - self.start < HELLO_LEN {
-                return Ok(0);
+                return Ok(None);
             }
             let mut h = [0u8; HELLO_LEN];
             h.copy_from_slice(&self.buf[self.start..self.start + HELLO_LEN]);
             self.lane = Some(parse_hello(&h)?);
             self.start += HELLO_LEN;
+        }
+        Ok(self.lane)
+    }
+
+    /// Hands every complete frame to `f(src_port, dst_port, payload)`
+    /// (after the hello).
+    pub fn drain(&mut self, mut f: impl FnMut(u16, u16, &[u8])) -> Result<usize, FrameError> {
+        let mut n = 0;
+        if self.take_hello()?.is_none() {
+            return Ok(0);
         }
         loop {
             let avail = self.end - self.start;

@@ -68,15 +68,6 @@ fn set_int(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()> {
     cvt(unsafe { libc::setsockopt(fd, level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32) }).map(drop)
 }
 
-/// Reads an integer socket option.
-pub fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
-    let mut v: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: pointer to a live c_int and its length.
-    cvt(unsafe { libc::getsockopt(fd, level, name, &mut v as *mut _ as *mut libc::c_void, &mut len) })?;
-    Ok(v)
-}
-
 /// Sets an integer option on a TCP socket.
 pub fn set_int_opt(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()> {
     set_int(fd, level, name, val)
@@ -127,18 +118,23 @@ pub fn connect_start(dst: &SocketAddr, src: Option<IpAddr>, opts: &SockOpts) -> 
     Ok((TcpStream::from(fd), done))
 }
 
-/// A nonblocking listener on `addr` with SO_REUSEADDR (and dual-stack for
-/// `[::]`), for the pre-decided port.
-pub fn listen(addr: &SocketAddr, opts: &SockOpts, backlog: i32) -> io::Result<TcpListener> {
+/// A nonblocking TCP socket bound to `addr` with SO_REUSEADDR (and
+/// dual-stack for `[::]`), for the pre-decided port; [`start_listening`]
+/// makes it accept.
+pub fn bind_listener(addr: &SocketAddr, opts: &SockOpts) -> io::Result<TcpListener> {
     let fd = new_socket(addr.is_ipv6(), opts)?;
     set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     if addr.is_ipv6() {
         let _ = set_int(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0);
     }
     bind_fd(fd.as_raw_fd(), addr)?;
-    // SAFETY: plain syscall on a descriptor we own.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
     Ok(TcpListener::from(fd))
+}
+
+/// `listen(2)` on a socket from [`bind_listener`].
+pub fn start_listening(l: &TcpListener, backlog: i32) -> io::Result<()> {
+    // SAFETY: plain syscall on a descriptor the listener owns.
+    cvt(unsafe { libc::listen(l.as_raw_fd(), backlog) }).map(drop)
 }
 
 /// Sets TCP_CONGESTION (a string option) on one connection.

@@ -1,0 +1,1151 @@
+//! The UOE manager: Connection Management Layer (lazy connections, the
+//! listener, demultiplexing) and Data Management Layer (bounded queues,
+//! background retry, deadlines, reconnect) for one process.
+//!
+//! Threads: the manager thread owns the epoll set (listener, doorbell, every
+//! connection, edge-triggered) and does all reads, accepts, connect
+//! completions, retries and deadline drops. Senders (application threads
+//! for direct posts, the engine thread for batches) append frames to a
+//! lane's queue and write them to the connection themselves, under the
+//! lane's lock, so an idle path costs one `send(2)` and a busy one batches
+//! many frames per call. The manager finishes writes the socket refused
+//! (EPOLLOUT).
+//!
+//! Locks, in the order they may nest: `Conn::rx` → `Lane::st` → `Mgr::conns`
+//! / `Mgr::lanes` / `Mgr::ports` → `RxQueue::inner`.
+
+use super::frame::{self, Decoder, FrameError, HEADER_LEN, MAX_PAYLOAD};
+use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
+use super::{Dml, TcpConfig};
+use crate::backend::kernel::{to_family, unmap, EventFd};
+use serde::Serialize;
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const DOORBELL: u64 = 0;
+const LISTENER: u64 = 1;
+/// Bytes per read from a connection.
+const READ_CHUNK: usize = 256 << 10;
+/// Bytes read from one connection per readiness event before others get a turn.
+const READ_BUDGET: usize = 4 << 20;
+/// Accounting overhead per queued received datagram (like skb truesize).
+pub(super) const RX_OVERHEAD: usize = 64;
+/// A lane with nothing queued and no connection is forgotten after this.
+const LANE_IDLE: Duration = Duration::from_secs(30);
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn err(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+/// Normalises IPv4-mapped IPv6 addresses to IPv4.
+pub(super) fn norm_ip(ip: IpAddr) -> IpAddr {
+    unmap(SocketAddr::new(ip, 0)).ip()
+}
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal,)*) => {
+        #[derive(Debug, Default)]
+        pub(super) struct Counters { $(pub(super) $name: AtomicU64,)* }
+        /// Counters of one UOE transport (all lanes, connections, endpoints).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+        pub struct TcpStats { $(#[doc = $doc] pub $name: u64,)* }
+        impl Counters {
+            fn snapshot(&self) -> TcpStats { TcpStats { $($name: self.$name.load(Relaxed),)* } }
+        }
+    };
+}
+
+counters! {
+    conns_opened: "Outgoing connections attempted (sockets created).",
+    conns_accepted: "Incoming connections accepted.",
+    conns_closed: "Connections closed for any reason.",
+    connect_failures: "Connection attempts that failed (refused, unreachable, cap).",
+    reconnects: "Lanes that came up again after having been up before.",
+    rejected_conns: "Connections refused by the caps (total or per peer).",
+    bad_hello: "Connections closed because the preamble was not ours.",
+    malformed: "Connections closed on a malformed frame header.",
+    oversized: "Connections closed on a frame longer than 65507 bytes.",
+    hello_timeouts: "Connections closed for not sending the preamble in time.",
+    frames_sent: "Datagrams written to connections.",
+    bytes_sent: "Bytes written to connections (headers included).",
+    frames_received: "Datagrams decoded from connections.",
+    bytes_received: "Payload bytes decoded.",
+    drop_queue_full: "Datagrams dropped: lane queue full while not connected (DML bound).",
+    drop_deadline: "Datagrams dropped: waited past the DML deadline while not connected.",
+    drop_max_wait: "Datagrams dropped: waited past the bound on a stalled connection.",
+    drop_no_lane: "Datagrams dropped: lane cap reached.",
+    drop_no_port: "Datagrams received for a port no endpoint is bound to.",
+    drop_rx_full: "Datagrams dropped: the endpoint's receive queue was full.",
+    drop_filtered: "Datagrams dropped by a connected endpoint (other source).",
+    lost_partial: "Datagrams cut off by a connection failure mid-frame.",
+    block_waits: "DML (b): sends that blocked waiting for a connection.",
+    block_timeouts: "DML (b): blocks that timed out and fell back to queueing.",
+    backpressure_waits: "Sends that waited for room on a connected lane.",
+    cc_errors: "Connections on which TCP_CONGESTION could not be set.",
+}
+
+/// What an endpoint's receive queue holds; filled by the manager thread,
+/// drained by [`super::TcpSocket::recv_batch`].
+#[derive(Debug)]
+pub(super) struct RxQueue {
+    pub(super) inner: Mutex<RxInner>,
+    /// Readable exactly while `inner.items` is non-empty.
+    pub(super) ready: EventFd,
+    pub(super) v6: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct RxInner {
+    pub(super) items: VecDeque<(Vec<u8>, SocketAddr)>,
+    pub(super) bytes: usize,
+    pub(super) cap: usize,
+    /// Connected endpoint: only datagrams from this peer are accepted.
+    pub(super) peer: Option<SocketAddr>,
+}
+
+enum Push {
+    Ok,
+    Full,
+    Filtered,
+}
+
+impl RxQueue {
+    pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
+        Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None }), ready: EventFd::new()?, v6 })
+    }
+
+    fn push(&self, payload: &[u8], src: SocketAddr) -> Push {
+        if !self.v6 && src.is_ipv6() {
+            return Push::Filtered;
+        }
+        let mut q = lock(&self.inner);
+        if let Some(p) = q.peer {
+            if unmap(p) != src {
+                return Push::Filtered;
+            }
+        }
+        let cost = payload.len() + RX_OVERHEAD;
+        if q.bytes + cost > q.cap {
+            return Push::Full;
+        }
+        let was_empty = q.items.is_empty();
+        q.items.push_back((payload.to_vec(), to_family(src, self.v6)));
+        q.bytes += cost;
+        if was_empty {
+            self.ready.set();
+        }
+        Push::Ok
+    }
+}
+
+/// Datagrams queued for one lane, as the bytes that go on the wire, with
+/// the enqueue time of every frame (for the deadlines).
+#[derive(Debug, Default)]
+struct OutBuf {
+    buf: Vec<u8>,
+    head: usize,
+    /// Stream position of `buf[head]`.
+    pos: u64,
+    /// (start, end, enqueued) of every frame not completely written.
+    frames: VecDeque<(u64, u64, Instant)>,
+}
+
+impl OutBuf {
+    fn queued(&self) -> usize {
+        self.buf.len() - self.head
+    }
+
+    fn push(&mut self, src: u16, dst: u16, parts: &[IoSlice<'_>], len: usize, now: Instant) {
+        let start = self.pos + self.queued() as u64;
+        self.buf.extend_from_slice(&frame::header(src, dst, len));
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.frames.push_back((start, start + (HEADER_LEN + len) as u64, now));
+    }
+
+    fn unwritten(&self) -> &[u8] {
+        &self.buf[self.head..]
+    }
+
+    /// `n` bytes were written; returns frames completed.
+    fn advance(&mut self, n: usize) -> u64 {
+        self.skip(n);
+        let mut done = 0;
+        while self.frames.front().is_some_and(|f| f.1 <= self.pos) {
+            self.frames.pop_front();
+            done += 1;
+        }
+        done
+    }
+
+    fn skip(&mut self, n: usize) {
+        self.head += n;
+        self.pos += n as u64;
+        if self.head == self.buf.len() {
+            self.buf.clear();
+            self.head = 0;
+        } else if self.head >= (1 << 20) && self.head * 2 >= self.buf.len() {
+            self.buf.drain(..self.head);
+            self.head = 0;
+        }
+    }
+
+    /// The connection died mid-frame: the rest of that frame is useless.
+    fn discard_partial(&mut self) -> bool {
+        match self.frames.front().copied() {
+            Some((s, e, _)) if s < self.pos => {
+                self.skip((e - self.pos) as usize);
+                self.frames.pop_front();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops whole, unwritten frames at the head enqueued before `cutoff`.
+    fn drop_older(&mut self, cutoff: Instant) -> u64 {
+        let mut n = 0;
+        while let Some(&(s, e, t)) = self.frames.front() {
+            if s != self.pos || t >= cutoff {
+                break;
+            }
+            self.skip((e - s) as usize);
+            self.frames.pop_front();
+            n += 1;
+        }
+        n
+    }
+
+    fn clear(&mut self) -> u64 {
+        let n = self.frames.len() as u64;
+        let q = self.queued();
+        self.skip(q);
+        self.frames.clear();
+        n
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Connecting,
+    Up,
+    Backoff,
+}
+
+/// One lane: the datagrams to one peer host that hash to one connection.
+#[derive(Debug)]
+pub(super) struct Lane {
+    key: (IpAddr, u8),
+    st: Mutex<LaneSt>,
+    cv: Condvar,
+}
+
+#[derive(Debug)]
+struct LaneSt {
+    phase: Phase,
+    conn: Option<Arc<Conn>>,
+    out: OutBuf,
+    attempts: u32,
+    retry_at: Option<Instant>,
+    /// DML (b) timed out: queue without blocking until the lane is up.
+    fallback: bool,
+    was_up: bool,
+    waiters: u32,
+    last_used: Instant,
+    /// Removed from the lane map (idle) or the transport shut down.
+    retired: bool,
+    closed: bool,
+}
+
+/// One TCP connection, outgoing or accepted.
+#[derive(Debug)]
+struct Conn {
+    token: u64,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local_ip: IpAddr,
+    inbound: bool,
+    created: Instant,
+    dead: AtomicBool,
+    hello_seen: AtomicBool,
+    rx: Mutex<Decoder>,
+    /// The lane this connection transmits for, if any.
+    lane: Mutex<Option<Weak<Lane>>>,
+}
+
+impl Conn {
+    fn new(token: u64, stream: TcpStream, peer: SocketAddr, inbound: bool) -> Arc<Conn> {
+        let local_ip = stream.local_addr().map(|a| norm_ip(a.ip())).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        Arc::new(Conn {
+            token,
+            stream,
+            peer: unmap(peer),
+            local_ip,
+            inbound,
+            created: Instant::now(),
+            dead: AtomicBool::new(false),
+            hello_seen: AtomicBool::new(false),
+            rx: Mutex::new(Decoder::new(READ_CHUNK)),
+            lane: Mutex::new(None),
+        })
+    }
+
+    fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
+/// Information about one live connection (diagnostics and tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub inbound: bool,
+    pub lane: Option<u8>,
+    pub congestion: String,
+    pub nodelay: bool,
+}
+
+/// How long a sender may wait, by caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Caller {
+    /// An application thread (direct post): DML (b) may block it.
+    App,
+    /// The engine thread (queued batches): never blocked by DML.
+    Engine,
+}
+
+/// Bound UDP ports: port → (bound address, receive queue).
+type Ports = HashMap<u16, Vec<(IpAddr, Weak<RxQueue>)>>;
+
+/// Everything one transport shares between its threads.
+#[derive(Debug)]
+pub(super) struct Mgr {
+    pub(super) cfg: TcpConfig,
+    opts: SockOpts,
+    poller: Poller,
+    doorbell: EventFd,
+    stop: AtomicBool,
+    listener: Mutex<Option<TcpListener>>,
+    listen_addr: Option<SocketAddr>,
+    listening: AtomicBool,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    lanes: Mutex<HashMap<(IpAddr, u8), Arc<Lane>>>,
+    ports: Mutex<Ports>,
+    queued_total: AtomicUsize,
+    next_token: AtomicU64,
+    cc_warned: AtomicBool,
+    pub(super) c: Counters,
+}
+
+/// A UOE transport: the manager thread and its state. Dropping it closes
+/// the listener and every connection (in tests: a peer "restart").
+#[derive(Debug)]
+pub struct TcpTransport {
+    pub(super) mgr: Arc<Mgr>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+static GLOBAL: OnceLock<Result<TcpTransport, i32>> = OnceLock::new();
+
+impl TcpTransport {
+    /// Starts a transport: binds the listener (unless `cfg.listen` is off)
+    /// and the manager thread.
+    pub fn start(cfg: TcpConfig) -> io::Result<TcpTransport> {
+        let opts = SockOpts { sndbuf: cfg.sndbuf, rcvbuf: cfg.rcvbuf };
+        let poller = Poller::new()?;
+        let doorbell = EventFd::new()?;
+        poller.add_level(doorbell.as_raw_fd(), DOORBELL)?;
+        let mut listener = None;
+        if cfg.listen {
+            // Bound now (the port is ours), listening from the first bound
+            // endpoint on: until then peers are refused, as a UDP port
+            // nobody has opened, and their DML keeps the datagrams.
+            let l = match cfg.bind_ip {
+                Some(ip) => sys::bind_listener(&SocketAddr::new(ip, cfg.port), &opts)?,
+                None => sys::bind_listener(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), cfg.port), &opts)
+                    .or_else(|_| sys::bind_listener(&SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.port), &opts))?,
+            };
+            listener = Some(l);
+        }
+        let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let mgr = Arc::new(Mgr {
+            cfg,
+            opts,
+            poller,
+            doorbell,
+            stop: AtomicBool::new(false),
+            listener: Mutex::new(listener),
+            listen_addr,
+            listening: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(HashMap::new()),
+            ports: Mutex::new(HashMap::new()),
+            queued_total: AtomicUsize::new(0),
+            next_token: AtomicU64::new(2),
+            cc_warned: AtomicBool::new(false),
+            c: Counters::default(),
+        });
+        let m2 = mgr.clone();
+        let thread = std::thread::Builder::new().name("eudp-uoe".into()).spawn(move || m2.run())?;
+        Ok(TcpTransport { mgr, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// The process-wide transport, from `EUDP_TCP_*` (see [`TcpConfig`]).
+    /// When the pre-decided port is taken on this host (another UOE process
+    /// listens), it runs without a listener and says so on stderr.
+    pub fn global() -> io::Result<&'static TcpTransport> {
+        let r = GLOBAL.get_or_init(|| {
+            let cfg = TcpConfig::from_env().unwrap_or_else(|e| {
+                eprintln!("eudp: {e}; using tcp defaults");
+                TcpConfig::default()
+            });
+            match TcpTransport::start(cfg.clone()) {
+                Ok(t) => Ok(t),
+                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
+                    eprintln!("eudp: tcp port {} is in use; this process will not accept UOE connections", cfg.port);
+                    TcpTransport::start(TcpConfig { listen: false, ..cfg }).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+                }
+                Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+            }
+        });
+        r.as_ref().map_err(|&c| err(c))
+    }
+
+    /// The transport's settings.
+    pub fn config(&self) -> &TcpConfig {
+        &self.mgr.cfg
+    }
+
+    /// Where the listener is bound (None when not listening).
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.mgr.listen_addr
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TcpStats {
+        self.mgr.c.snapshot()
+    }
+
+    /// Live connections.
+    pub fn connections(&self) -> Vec<ConnInfo> {
+        let conns: Vec<Arc<Conn>> = lock(&self.mgr.conns).values().cloned().collect();
+        conns
+            .iter()
+            .map(|c| ConnInfo {
+                peer: c.peer,
+                inbound: c.inbound,
+                lane: lock(&c.lane).as_ref().and_then(Weak::upgrade).map(|l| l.key.1),
+                congestion: sys::congestion(c.fd()).unwrap_or_default(),
+                nodelay: c.stream.nodelay().unwrap_or(false),
+            })
+            .collect()
+    }
+
+    /// Bytes waiting in user-space lane queues.
+    pub fn queued_bytes(&self) -> usize {
+        self.mgr.queued_total.load(SeqCst)
+    }
+
+    /// A backend socket for [`crate::Endpoint::with_backend`].
+    pub fn socket(&self, v6: bool) -> io::Result<super::TcpSocket> {
+        super::TcpSocket::new(self.mgr.clone(), v6)
+    }
+
+    /// An endpoint on `engine` over this transport.
+    pub fn endpoint(&self, engine: &crate::Engine, v6: bool) -> io::Result<crate::Endpoint> {
+        crate::Endpoint::with_backend(engine, Box::new(self.socket(v6)?))
+    }
+
+    /// Stops the manager, closes the listener and every connection, and
+    /// drops what is queued. Sockets of this transport then fail with
+    /// ENETDOWN.
+    pub fn shutdown(&self) {
+        let m = &self.mgr;
+        m.stop.store(true, SeqCst);
+        m.doorbell.set();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+        if let Some(l) = lock(&m.listener).take() {
+            m.poller.remove(l.as_raw_fd());
+        }
+        let lanes: Vec<Arc<Lane>> = lock(&m.lanes).drain().map(|(_, l)| l).collect();
+        for lane in lanes {
+            let mut st = lock(&lane.st);
+            st.closed = true;
+            st.retired = true;
+            st.conn = None;
+            let before = st.out.queued();
+            st.out.clear();
+            m.queued_total.fetch_sub(before, SeqCst);
+            lane.cv.notify_all();
+        }
+        let conns: Vec<Arc<Conn>> = lock(&m.conns).drain().map(|(_, c)| c).collect();
+        for c in conns {
+            m.poller.remove(c.fd());
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+            c.dead.store(true, SeqCst);
+        }
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Mgr {
+    pub(super) fn stopped(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+
+    fn ring(&self) {
+        self.doorbell.set();
+    }
+
+    // ---- port registry (demultiplexing) ----
+
+    pub(super) fn register_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) -> io::Result<()> {
+        {
+            let mut p = lock(&self.ports);
+            let v = p.entry(addr.port()).or_default();
+            v.retain(|(_, w)| w.strong_count() > 0);
+            v.push((norm_ip(addr.ip()), Arc::downgrade(q)));
+        }
+        self.start_listening()
+    }
+
+    /// The first bound endpoint opens the pre-decided port for peers.
+    fn start_listening(&self) -> io::Result<()> {
+        let l = lock(&self.listener);
+        let Some(l) = l.as_ref() else { return Ok(()) };
+        if self.listening.load(SeqCst) {
+            return Ok(());
+        }
+        sys::start_listening(l, 1024)?;
+        self.poller.add_level(l.as_raw_fd(), LISTENER)?;
+        self.listening.store(true, SeqCst);
+        Ok(())
+    }
+
+    pub(super) fn unregister_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) {
+        let mut p = lock(&self.ports);
+        if let Some(v) = p.get_mut(&addr.port()) {
+            v.retain(|(_, w)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(q)));
+            if v.is_empty() {
+                p.remove(&addr.port());
+            }
+        }
+    }
+
+    fn lookup(ports: &Ports, port: u16, local: IpAddr) -> Option<Arc<RxQueue>> {
+        let v = ports.get(&port)?;
+        let exact = v.iter().find(|(ip, _)| *ip == local).and_then(|(_, w)| w.upgrade());
+        exact.or_else(|| v.iter().find(|(ip, _)| ip.is_unspecified()).and_then(|(_, w)| w.upgrade()))
+    }
+
+    // ---- lanes (send side) ----
+
+    /// The lane for `(peer, idx)`, created on first use; None at the cap.
+    pub(super) fn lane(&self, peer: IpAddr, idx: u8) -> io::Result<Option<Arc<Lane>>> {
+        if self.stopped() {
+            return Err(err(libc::ENETDOWN));
+        }
+        let key = (norm_ip(peer), idx);
+        let mut lanes = lock(&self.lanes);
+        if let Some(l) = lanes.get(&key) {
+            return Ok(Some(l.clone()));
+        }
+        if lanes.len() >= self.cfg.max_conns {
+            return Ok(None);
+        }
+        let l = Arc::new(Lane {
+            key,
+            st: Mutex::new(LaneSt {
+                phase: Phase::Idle,
+                conn: None,
+                out: OutBuf::default(),
+                attempts: 0,
+                retry_at: None,
+                fallback: false,
+                was_up: false,
+                waiters: 0,
+                last_used: Instant::now(),
+                retired: false,
+                closed: false,
+            }),
+            cv: Condvar::new(),
+        });
+        lanes.insert(key, l.clone());
+        Ok(Some(l))
+    }
+
+    /// Lane index of a flow.
+    pub(super) fn lane_index(&self, src: u16, dst: u16) -> u8 {
+        let n = u32::from(self.cfg.conns_per_peer.max(1));
+        if n == 1 {
+            return 0;
+        }
+        let h = ((u32::from(src) << 16) | u32::from(dst)).wrapping_mul(0x9E37_79B1);
+        ((h >> 16) % n) as u8
+    }
+
+    /// Queues datagrams `(src port, dst port, payload pieces, length)` on a
+    /// lane and pushes them out. Returns how many were taken (sent, queued
+    /// or dropped with a counter, as UDP would); `WouldBlock` only when a
+    /// connected lane stayed full for the caller's wait.
+    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller) -> io::Result<usize> {
+        let now = Instant::now();
+        let mut st = lock(&lane.st);
+        if st.closed || self.stopped() {
+            return Err(err(libc::ENETDOWN));
+        }
+        if st.retired {
+            return Err(err(libc::ESTALE)); // the caller fetches the lane again
+        }
+        st.last_used = now;
+        let before = st.out.queued();
+        let wait_room = match caller {
+            Caller::App => Duration::from_millis(2),
+            Caller::Engine => Duration::from_millis(10),
+        };
+        let mut room_deadline: Option<Instant> = None;
+        let mut taken = 0;
+        let mut i = 0;
+        while i < items.len() {
+            let (src, dst, parts, len) = items[i];
+            if len > MAX_PAYLOAD {
+                if taken == 0 {
+                    self.settle(lane, &mut st, before);
+                    return Err(err(libc::EMSGSIZE));
+                }
+                break;
+            }
+            let size = HEADER_LEN + len;
+            // The bound admits one datagram of any size into an empty queue.
+            let fits = |q: usize| q == 0 || q + size <= self.cfg.queue_bytes;
+            let full = !fits(st.out.queued()) || self.queued_total.load(Relaxed) + size > self.cfg.total_queue_bytes;
+            if full {
+                if st.phase == Phase::Up {
+                    // Connected but the socket is full: push what we have and
+                    // wait (bounded) for the manager to make room.
+                    let b = st.out.queued();
+                    self.flush_lane(lane, &mut st);
+                    self.settle_partial(&mut st, b);
+                    if fits(st.out.queued()) {
+                        continue;
+                    }
+                    let dl = *room_deadline.get_or_insert_with(|| {
+                        Counters::inc(&self.c.backpressure_waits);
+                        now + wait_room
+                    });
+                    let left = dl.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    st.waiters += 1;
+                    st = lane.cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+                    st.waiters -= 1;
+                    if st.closed {
+                        return Err(err(libc::ENETDOWN));
+                    }
+                    continue;
+                }
+                // DML: the bounded queue is full while not connected.
+                Counters::inc(&self.c.drop_queue_full);
+            } else {
+                st.out.push(src, dst, parts, len, now);
+                self.queued_total.fetch_add(size, Relaxed);
+            }
+            taken += 1;
+            i += 1;
+        }
+        match st.phase {
+            Phase::Up => {
+                let b = st.out.queued();
+                self.flush_lane(lane, &mut st);
+                self.settle_partial(&mut st, b);
+            }
+            Phase::Idle => self.start_connect(lane, &mut st),
+            Phase::Connecting | Phase::Backoff => {}
+        }
+        if caller == Caller::App && self.cfg.dml == Dml::Block && st.phase != Phase::Up && !st.fallback && st.out.queued() > 0 {
+            // DML (b): block while the transport retries, then fall back to (a).
+            Counters::inc(&self.c.block_waits);
+            let dl = Instant::now() + self.cfg.block_timeout;
+            while st.phase != Phase::Up && !st.closed {
+                let left = dl.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    st.fallback = true;
+                    Counters::inc(&self.c.block_timeouts);
+                    break;
+                }
+                st.waiters += 1;
+                st = lane.cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+                st.waiters -= 1;
+            }
+        }
+        if taken == 0 && !items.is_empty() {
+            return Err(err(libc::EAGAIN));
+        }
+        Ok(taken)
+    }
+
+    /// Accounts bytes that left the queue since it held `before` and wakes
+    /// senders waiting for room.
+    fn settle(&self, lane: &Lane, st: &mut LaneSt, before: usize) {
+        self.settle_partial(st, before);
+        if st.waiters > 0 {
+            lane.cv.notify_all();
+        }
+    }
+
+    fn settle_partial(&self, st: &mut LaneSt, before: usize) {
+        let now = st.out.queued();
+        if now < before {
+            self.queued_total.fetch_sub(before - now, Relaxed);
+        }
+    }
+
+    /// Writes what the lane holds to its connection until the socket is full.
+    /// The caller accounts the bytes (`settle`).
+    fn flush_lane(&self, lane: &Arc<Lane>, st: &mut LaneSt) {
+        let Some(conn) = st.conn.clone() else { return };
+        if st.phase != Phase::Up {
+            return;
+        }
+        loop {
+            let data = st.out.unwritten();
+            if data.is_empty() {
+                break;
+            }
+            match sys::send_nosignal(conn.fd(), data) {
+                Ok(n) => {
+                    let f = st.out.advance(n);
+                    Counters::add(&self.c.frames_sent, f);
+                    Counters::add(&self.c.bytes_sent, n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.detach(lane, st, &conn);
+                    self.close_socket(&conn);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Opens the lane's connection (nonblocking).
+    fn start_connect(&self, lane: &Arc<Lane>, st: &mut LaneSt) {
+        if st.closed {
+            return;
+        }
+        if lock(&self.conns).len() >= self.cfg.max_conns {
+            Counters::inc(&self.c.rejected_conns);
+            self.connect_failed(st);
+            return;
+        }
+        let dst = SocketAddr::new(lane.key.0, self.cfg.port);
+        Counters::inc(&self.c.conns_opened);
+        match sys::connect_start(&dst, self.cfg.bind_ip, &self.opts) {
+            Ok((stream, done)) => {
+                let conn = Conn::new(self.next_token.fetch_add(1, SeqCst), stream, dst, false);
+                self.apply_opts(&conn);
+                *lock(&conn.lane) = Some(Arc::downgrade(lane));
+                lock(&self.conns).insert(conn.token, conn.clone());
+                if self.poller.add_conn(conn.fd(), conn.token).is_err() {
+                    lock(&self.conns).remove(&conn.token);
+                    self.connect_failed(st);
+                    return;
+                }
+                st.conn = Some(conn.clone());
+                st.phase = Phase::Connecting;
+                if done {
+                    self.conn_up(lane, st, &conn);
+                }
+            }
+            Err(_) => self.connect_failed(st),
+        }
+    }
+
+    fn connect_failed(&self, st: &mut LaneSt) {
+        Counters::inc(&self.c.connect_failures);
+        st.conn = None;
+        st.attempts = st.attempts.saturating_add(1);
+        st.phase = Phase::Backoff;
+        let exp = self.cfg.retry_min.saturating_mul(1u32 << st.attempts.min(16).saturating_sub(1));
+        st.retry_at = Some(Instant::now() + exp.min(self.cfg.retry_max));
+        // The manager recomputes its timer.
+        self.ring();
+    }
+
+    /// An outgoing connection completed: say hello, send what waits.
+    fn conn_up(&self, lane: &Arc<Lane>, st: &mut LaneSt, conn: &Arc<Conn>) {
+        match sys::send_nosignal(conn.fd(), &frame::hello(lane.key.1)) {
+            Ok(frame::HELLO_LEN) => {}
+            _ => {
+                self.close_socket(conn);
+                self.connect_failed(st);
+                return;
+            }
+        }
+        self.lane_up(lane, st);
+    }
+
+    fn lane_up(&self, lane: &Arc<Lane>, st: &mut LaneSt) {
+        st.phase = Phase::Up;
+        st.attempts = 0;
+        st.retry_at = None;
+        st.fallback = false;
+        if st.was_up {
+            Counters::inc(&self.c.reconnects);
+        }
+        st.was_up = true;
+        let b = st.out.queued();
+        self.flush_lane(lane, st);
+        self.settle_partial(st, b);
+        // Wake DML (b) blockers and room waiters.
+        lane.cv.notify_all();
+    }
+
+    /// `conn` no longer carries the lane: forget it, cut a half-written
+    /// frame, and reconnect if datagrams wait.
+    fn detach(&self, lane: &Arc<Lane>, st: &mut LaneSt, conn: &Arc<Conn>) {
+        if !st.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            return;
+        }
+        let b = st.out.queued();
+        if st.out.discard_partial() {
+            Counters::inc(&self.c.lost_partial);
+        }
+        self.settle_partial(st, b);
+        st.conn = None;
+        match st.phase {
+            Phase::Connecting => self.connect_failed(st),
+            _ => {
+                st.phase = Phase::Idle;
+                if st.out.queued() > 0 {
+                    self.start_connect(lane, st);
+                }
+            }
+        }
+        lane.cv.notify_all();
+    }
+
+    /// Removes a connection from the epoll set and the table and shuts it.
+    fn close_socket(&self, conn: &Arc<Conn>) {
+        if conn.dead.swap(true, SeqCst) {
+            return;
+        }
+        self.poller.remove(conn.fd());
+        lock(&self.conns).remove(&conn.token);
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        Counters::inc(&self.c.conns_closed);
+    }
+
+    /// Closes a connection and detaches it from its lane.
+    fn close_conn(&self, conn: &Arc<Conn>) {
+        self.close_socket(conn);
+        let lane = lock(&conn.lane).take().and_then(|w| w.upgrade());
+        if let Some(lane) = lane {
+            let mut st = lock(&lane.st);
+            self.detach(&lane, &mut st, conn);
+        }
+    }
+
+    fn apply_opts(&self, conn: &Conn) {
+        let _ = conn.stream.set_nodelay(self.cfg.nodelay);
+        if let Some(cc) = &self.cfg.congestion {
+            if let Err(e) = sys::set_congestion(conn.fd(), cc) {
+                Counters::inc(&self.c.cc_errors);
+                if !self.cc_warned.swap(true, SeqCst) {
+                    eprintln!("eudp: TCP_CONGESTION {cc:?} not available ({e}); using the system default");
+                }
+            }
+        }
+        if !self.cfg.user_timeout.is_zero() {
+            let ms = self.cfg.user_timeout.as_millis().min(i32::MAX as u128) as i32;
+            let _ = sys::set_int_opt(conn.fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms);
+        }
+    }
+
+    // ---- the manager thread ----
+
+    fn run(self: Arc<Self>) {
+        let mut events: Vec<(u64, u32)> = Vec::with_capacity(128);
+        let mut again: Vec<u64> = Vec::new();
+        let mut next_tick = Instant::now();
+        while !self.stopped() {
+            let now = Instant::now();
+            if now >= next_tick {
+                next_tick = now + self.tick(now);
+            }
+            let timeout = if again.is_empty() { next_tick.saturating_duration_since(now) } else { Duration::ZERO };
+            if let Err(e) = self.poller.wait(&mut events, Some(timeout)) {
+                eprintln!("eudp: uoe epoll_wait failed: {e}");
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let mut work: Vec<(u64, u32)> = again.drain(..).map(|t| (t, EV_IN)).collect();
+            work.extend(events.iter().copied());
+            for (tok, flags) in work {
+                match tok {
+                    DOORBELL => {
+                        self.doorbell.clear();
+                        next_tick = Instant::now();
+                    }
+                    LISTENER => self.accept_all(),
+                    _ => {
+                        let conn = lock(&self.conns).get(&tok).cloned();
+                        if let Some(conn) = conn {
+                            if self.conn_event(&conn, flags) {
+                                again.push(tok);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles readiness of one connection; true when it may hold more input.
+    fn conn_event(&self, conn: &Arc<Conn>, flags: u32) -> bool {
+        let lane = lock(&conn.lane).as_ref().and_then(Weak::upgrade);
+        if let Some(lane) = &lane {
+            let mut st = lock(&lane.st);
+            let mine = st.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn));
+            if mine && st.phase == Phase::Connecting {
+                if flags & (EV_OUT | EV_ERR) == 0 {
+                    return false;
+                }
+                let failed = !matches!(conn.stream.take_error(), Ok(None)) || conn.stream.peer_addr().is_err();
+                if failed {
+                    self.close_socket(conn);
+                    *lock(&conn.lane) = None;
+                    self.connect_failed(&mut st);
+                    return false;
+                }
+                self.conn_up(lane, &mut st, conn);
+            } else if mine && flags & EV_OUT != 0 {
+                let b = st.out.queued();
+                self.flush_lane(lane, &mut st);
+                self.settle(lane, &mut st, b);
+            }
+        }
+        if flags & (EV_IN | EV_ERR) != 0 && !conn.dead.load(SeqCst) {
+            return self.read_conn(conn);
+        }
+        false
+    }
+
+    /// Reads and delivers; closes the connection on EOF, error or bad input.
+    fn read_conn(&self, conn: &Arc<Conn>) -> bool {
+        let mut dec = lock(&conn.rx);
+        let mut budget = READ_BUDGET;
+        loop {
+            let spare = dec.spare();
+            match (&conn.stream).read(spare) {
+                Ok(0) => {
+                    if dec.pending() > 0 {
+                        Counters::inc(&self.c.lost_partial);
+                    }
+                    drop(dec);
+                    self.close_conn(conn);
+                    return false;
+                }
+                Ok(n) => {
+                    dec.commit(n);
+                    // The hello first: an accepted connection carries replies
+                    // to its peer before any datagram is handed up.
+                    let r = if conn.hello_seen.load(Relaxed) {
+                        Ok(())
+                    } else {
+                        match dec.take_hello() {
+                            Ok(Some(idx)) => {
+                                conn.hello_seen.store(true, SeqCst);
+                                if conn.inbound {
+                                    self.attach_inbound(conn, idx);
+                                }
+                                Ok(())
+                            }
+                            Ok(None) => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    };
+                    let r = r.and_then(|()| {
+                        let ports = lock(&self.ports);
+                        let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
+                        let (mut frames, mut bytes) = (0u64, 0u64);
+                        let r = dec.drain(|src, dst, payload| {
+                            frames += 1;
+                            bytes += payload.len() as u64;
+                            if cache.as_ref().map(|c| c.0) != Some(dst) {
+                                cache = Some((dst, Self::lookup(&ports, dst, conn.local_ip)));
+                            }
+                            match cache.as_ref().and_then(|c| c.1.as_ref()) {
+                                None => Counters::inc(&self.c.drop_no_port),
+                                Some(q) => match q.push(payload, SocketAddr::new(conn.peer.ip(), src)) {
+                                    Push::Ok => {}
+                                    Push::Full => Counters::inc(&self.c.drop_rx_full),
+                                    Push::Filtered => Counters::inc(&self.c.drop_filtered),
+                                },
+                            }
+                        });
+                        Counters::add(&self.c.frames_received, frames);
+                        Counters::add(&self.c.bytes_received, bytes);
+                        r.map(drop)
+                    });
+                    if let Err(e) = r {
+                        Counters::inc(match e {
+                            FrameError::BadHello => &self.c.bad_hello,
+                            FrameError::Oversized => &self.c.oversized,
+                            FrameError::Malformed => &self.c.malformed,
+                        });
+                        drop(dec);
+                        self.close_conn(conn);
+                        return false;
+                    }
+                    budget = budget.saturating_sub(n);
+                    if budget == 0 {
+                        return true;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    drop(dec);
+                    self.close_conn(conn);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// An accepted connection said hello: replies to that peer may use it
+    /// (the paper's "connection previously established between the nodes")
+    /// when the lane has no connection of its own.
+    fn attach_inbound(&self, conn: &Arc<Conn>, idx: u8) {
+        let Ok(Some(lane)) = self.lane(conn.peer.ip(), idx) else { return };
+        let mut st = lock(&lane.st);
+        if st.conn.is_none() && matches!(st.phase, Phase::Idle | Phase::Backoff) && !st.closed {
+            *lock(&conn.lane) = Some(Arc::downgrade(&lane));
+            st.conn = Some(conn.clone());
+            self.lane_up(&lane, &mut st);
+        }
+    }
+
+    fn accept_all(&self) {
+        loop {
+            let r = match lock(&self.listener).as_ref() {
+                Some(l) => l.accept(),
+                None => return,
+            };
+            let (stream, peer) = match r {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // ECONNABORTED, EMFILE, ...: try again on the next readiness.
+                Err(_) => return,
+            };
+            let peer_ip = norm_ip(peer.ip());
+            let (total, per_peer) = {
+                let c = lock(&self.conns);
+                (c.len(), c.values().filter(|x| x.peer.ip() == peer_ip).count())
+            };
+            if total >= self.cfg.max_conns || per_peer >= self.cfg.max_conns_per_peer || stream.set_nonblocking(true).is_err() {
+                Counters::inc(&self.c.rejected_conns);
+                continue; // dropping the stream closes it
+            }
+            let conn = Conn::new(self.next_token.fetch_add(1, SeqCst), stream, peer, true);
+            self.apply_opts(&conn);
+            // Our hello first, so the peer may read replies on this connection.
+            if !matches!(sys::send_nosignal(conn.fd(), &frame::hello(0)), Ok(frame::HELLO_LEN)) {
+                continue;
+            }
+            lock(&self.conns).insert(conn.token, conn.clone());
+            if self.poller.add_conn(conn.fd(), conn.token).is_err() {
+                lock(&self.conns).remove(&conn.token);
+                continue;
+            }
+            Counters::inc(&self.c.conns_accepted);
+            // Data may have arrived before registration (edge-triggered).
+            self.read_conn(&conn);
+        }
+    }
+
+    /// Timers: retries, deadlines, hello timeouts, idle lanes. Returns the
+    /// time until the next tick.
+    fn tick(&self, now: Instant) -> Duration {
+        let mut next = Duration::from_secs(1);
+        let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
+        let mut idle = Vec::new();
+        for lane in lanes {
+            let mut st = lock(&lane.st);
+            if st.phase == Phase::Backoff {
+                match st.retry_at {
+                    Some(t) if t > now => next = next.min(t - now),
+                    _ => self.start_connect(&lane, &mut st),
+                }
+            }
+            if st.out.queued() > 0 {
+                let (bound, ctr) =
+                    if st.phase == Phase::Up { (self.cfg.max_wait, &self.c.drop_max_wait) } else { (self.cfg.queue_deadline, &self.c.drop_deadline) };
+                if let Some(cutoff) = now.checked_sub(bound) {
+                    let b = st.out.queued();
+                    let n = st.out.drop_older(cutoff);
+                    if n > 0 {
+                        Counters::add(ctr, n);
+                        self.settle(&lane, &mut st, b);
+                    }
+                }
+                next = next.min(Duration::from_millis(20));
+            }
+            if st.phase == Phase::Idle && st.conn.is_none() && st.out.queued() == 0 && now.duration_since(st.last_used) > LANE_IDLE {
+                st.retired = true;
+                idle.push(lane.key);
+            }
+        }
+        if !idle.is_empty() {
+            let mut lanes = lock(&self.lanes);
+            for k in idle {
+                lanes.remove(&k);
+            }
+        }
+        let conns: Vec<Arc<Conn>> = lock(&self.conns).values().filter(|c| !c.hello_seen.load(SeqCst)).cloned().collect();
+        for c in conns {
+            let age = now.saturating_duration_since(c.created);
+            if age >= self.cfg.hello_timeout {
+                Counters::inc(&self.c.hello_timeouts);
+                self.close_conn(&c);
+            } else {
+                next = next.min(self.cfg.hello_timeout - age);
+            }
+        }
+        next.max(Duration::from_millis(1))
+    }
+}
+
+impl Counters {
+    fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+    fn add(c: &AtomicU64, n: u64) {
+        if n > 0 {
+            c.fetch_add(n, Relaxed);
+        }
+    }
+}

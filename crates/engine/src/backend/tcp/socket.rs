@@ -1,0 +1,330 @@
+//! [`TcpSocket`]: one endpoint's view of the UOE transport, behind the
+//! engine's [`Backend`] trait.
+//!
+//! The UDP port namespace stays the kernel's: every `TcpSocket` binds a
+//! kernel UDP socket it never sends on, so ports are unique per host (and
+//! `EADDRINUSE`, ephemeral ports, `SO_REUSEADDR` behave as for UDP), and the
+//! manager demultiplexes incoming frames by that port. `raw_fd` is an
+//! eventfd readable while datagrams for this socket are queued.
+
+use super::frame::MAX_PAYLOAD;
+use super::manager::{lock, norm_ip, Caller, Lane, Mgr, RxQueue, RX_OVERHEAD};
+use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
+use crate::backend::Backend;
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+fn err(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+/// Largest buffer size SO_SNDBUF/SO_RCVBUF may ask for (after doubling).
+const MAX_BUF: usize = 64 << 20;
+/// Smallest, as the kernel's SOCK_MIN_RCVBUF-ish floor.
+const MIN_BUF: usize = 4608;
+
+#[derive(Debug)]
+struct SockSt {
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    sndbuf: usize,
+}
+
+/// The last lane used, by (peer host, lane index).
+type LaneRef = ((IpAddr, u8), Arc<Lane>);
+
+/// A UDP endpoint carried over the UOE transport.
+#[derive(Debug)]
+pub struct TcpSocket {
+    mgr: Arc<Mgr>,
+    udp: kernel::UdpSocket,
+    rxq: Arc<RxQueue>,
+    st: Mutex<SockSt>,
+    lane_cache: Mutex<Option<LaneRef>>,
+}
+
+impl TcpSocket {
+    pub(super) fn new(mgr: Arc<Mgr>, v6: bool) -> io::Result<TcpSocket> {
+        if mgr.stopped() {
+            return Err(err(libc::ENETDOWN));
+        }
+        let udp = kernel::UdpSocket::new(v6)?;
+        let rxq = Arc::new(RxQueue::new(v6, mgr.cfg.rx_queue_bytes)?);
+        let sndbuf = mgr.cfg.tx_buffer_bytes;
+        Ok(TcpSocket { mgr, udp, rxq, st: Mutex::new(SockSt { local: None, peer: None, sndbuf }), lane_cache: Mutex::new(None) })
+    }
+
+    /// Datagrams waiting in this socket's receive queue.
+    pub fn queued(&self) -> usize {
+        lock(&self.rxq.inner).items.len()
+    }
+
+    fn ensure_bound(&self) -> io::Result<SocketAddr> {
+        if let Some(a) = lock(&self.st).local {
+            return Ok(a);
+        }
+        let any = if self.udp.is_v6() { IpAddr::V6(Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
+        match self.bind(&SocketAddr::new(any, 0)) {
+            Ok(()) => {}
+            // Another thread bound it meanwhile.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+        lock(&self.st).local.ok_or_else(|| err(libc::EINVAL))
+    }
+
+    /// Where a datagram to `dst` goes: peer host and ports.
+    fn target(&self, dst: Option<&SocketAddr>) -> io::Result<(IpAddr, u16, u16)> {
+        let d = match dst {
+            Some(d) => *d,
+            None => lock(&self.st).peer.ok_or_else(|| err(libc::EDESTADDRREQ))?,
+        };
+        let d = unmap(d);
+        if d.port() == 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let local = self.ensure_bound()?;
+        // As for kernel UDP, the unspecified address means this host.
+        let ip = match d.ip() {
+            IpAddr::V4(a) if a.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(a) if a.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => norm_ip(ip),
+        };
+        Ok((ip, local.port(), d.port()))
+    }
+
+    fn lane(&self, ip: IpAddr, idx: u8, fresh: bool) -> io::Result<Option<Arc<Lane>>> {
+        let mut c = lock(&self.lane_cache);
+        if !fresh {
+            if let Some((k, l)) = c.as_ref() {
+                if *k == (ip, idx) {
+                    return Ok(Some(l.clone()));
+                }
+            }
+        }
+        let l = self.mgr.lane(ip, idx)?;
+        *c = l.as_ref().map(|l| ((ip, idx), l.clone()));
+        Ok(l)
+    }
+
+    fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller) -> io::Result<usize> {
+        let mut fresh = false;
+        loop {
+            let Some(lane) = self.lane(ip, idx, fresh)? else {
+                // Lane cap reached: dropped, as a UDP datagram would be.
+                self.mgr.c.drop_no_lane.fetch_add(items.len() as u64, Relaxed);
+                return Ok(items.len());
+            };
+            match self.mgr.submit(&lane, items, caller) {
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) && !fresh => fresh = true,
+                r => return r,
+            }
+        }
+    }
+}
+
+impl Drop for TcpSocket {
+    fn drop(&mut self) {
+        if let Some(a) = lock(&self.st).local {
+            self.mgr.unregister_port(a, &self.rxq);
+        }
+    }
+}
+
+impl Backend for TcpSocket {
+    fn is_v6(&self) -> bool {
+        self.udp.is_v6()
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        self.rxq.ready.as_raw_fd()
+    }
+
+    fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
+        let mut st = lock(&self.st);
+        if st.local.is_some() {
+            return Err(err(libc::EINVAL));
+        }
+        self.udp.bind(addr)?;
+        let local = self.udp.local_addr()?;
+        st.local = Some(local);
+        self.mgr.register_port(local, &self.rxq)
+    }
+
+    fn connect(&self, addr: &SocketAddr) -> io::Result<()> {
+        self.ensure_bound()?;
+        lock(&self.st).peer = Some(*addr);
+        lock(&self.rxq.inner).peer = Some(unmap(*addr));
+        Ok(())
+    }
+
+    fn disconnect(&self) -> io::Result<()> {
+        lock(&self.st).peer = None;
+        lock(&self.rxq.inner).peer = None;
+        Ok(())
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.udp.local_addr()
+    }
+
+    fn peer_addr(&self) -> io::Result<SocketAddr> {
+        lock(&self.st).peer.ok_or_else(|| err(libc::ENOTCONN))
+    }
+
+    fn send_one(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        if buf.len() > MAX_PAYLOAD {
+            return Err(err(libc::EMSGSIZE));
+        }
+        let (ip, src, dport) = self.target(dst)?;
+        let idx = self.mgr.lane_index(src, dport);
+        let iov = [IoSlice::new(buf)];
+        self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], Caller::App).map(|_| buf.len())
+    }
+
+    fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        let mut done = 0usize;
+        let mut i = 0usize;
+        while i < msgs.len() {
+            let m = &msgs[i];
+            let len: usize = m.iov.iter().map(|v| v.len()).sum();
+            if let Some(seg) = m.segment.filter(|&s| (s as usize) < len && s > 0) {
+                // A GSO run (never produced: probe_gso is false): one frame per segment.
+                let whole: Vec<u8> = m.iov.iter().flat_map(|v| v.iter().copied()).collect();
+                for c in whole.chunks(seg as usize) {
+                    let _ = self.send_batch_one(c, m.dst.as_ref(), Caller::Engine);
+                }
+                done += 1;
+                i += 1;
+                continue;
+            }
+            if len > MAX_PAYLOAD {
+                if done == 0 {
+                    return Err(err(libc::EMSGSIZE));
+                }
+                return Ok(done);
+            }
+            let (ip, src, dport) = match self.target(m.dst.as_ref()) {
+                Ok(t) => t,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => return Ok(done),
+            };
+            let idx = self.mgr.lane_index(src, dport);
+            // The run of following messages to the same lane goes in one submit.
+            let mut items: Vec<(u16, u16, &[IoSlice<'_>], usize)> = vec![(src, dport, m.iov, len)];
+            let mut j = i + 1;
+            while j < msgs.len() {
+                let n = &msgs[j];
+                if n.segment.is_some() || n.dst != m.dst {
+                    break;
+                }
+                let l: usize = n.iov.iter().map(|v| v.len()).sum();
+                if l > MAX_PAYLOAD {
+                    break;
+                }
+                items.push((src, dport, n.iov, l));
+                j += 1;
+            }
+            match self.submit(ip, idx, &items, Caller::Engine) {
+                Ok(k) => {
+                    done += k;
+                    if k < items.len() {
+                        return Ok(done);
+                    }
+                }
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => return Ok(done),
+            }
+            i = j;
+        }
+        Ok(done)
+    }
+
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        let want = bufs.len().min(meta.len());
+        let mut got: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(want.min(64));
+        {
+            let mut q = lock(&self.rxq.inner);
+            while got.len() < want {
+                match q.items.pop_front() {
+                    Some(x) => {
+                        q.bytes -= x.0.len() + RX_OVERHEAD;
+                        got.push(x);
+                    }
+                    None => break,
+                }
+            }
+            if q.items.is_empty() {
+                self.rxq.ready.clear();
+            }
+        }
+        if got.is_empty() {
+            return Err(err(libc::EAGAIN));
+        }
+        let n = got.len();
+        for (i, (data, src)) in got.into_iter().enumerate() {
+            if bufs[i].len() < data.len() {
+                bufs[i].resize(data.len(), 0);
+            }
+            bufs[i][..data.len()].copy_from_slice(&data);
+            meta[i] = InMeta { len: data.len(), src: Some(src), segment: None, truncated: false };
+        }
+        Ok(n)
+    }
+
+    fn take_error(&self) -> Option<i32> {
+        None
+    }
+
+    fn send_buffer_size(&self) -> usize {
+        lock(&self.st).sndbuf
+    }
+
+    fn recv_buffer_size(&self) -> usize {
+        lock(&self.rxq.inner).cap
+    }
+
+    fn probe_gso(&self) -> bool {
+        false
+    }
+
+    fn enable_gro(&self) -> bool {
+        false
+    }
+
+    fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()> {
+        // As the kernel: the value is doubled for bookkeeping overhead.
+        let size = (val.max(0) as usize).saturating_mul(2).clamp(MIN_BUF, MAX_BUF);
+        match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) | (libc::SOL_SOCKET, libc::SO_SNDBUFFORCE) => {
+                lock(&self.st).sndbuf = size;
+                Ok(())
+            }
+            (libc::SOL_SOCKET, libc::SO_RCVBUF) | (libc::SOL_SOCKET, libc::SO_RCVBUFFORCE) => {
+                lock(&self.rxq.inner).cap = size;
+                Ok(())
+            }
+            _ => self.udp.set_option(level, name, val),
+        }
+    }
+
+    fn option(&self, level: i32, name: i32) -> io::Result<i32> {
+        match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) => Ok(self.send_buffer_size().min(i32::MAX as usize) as i32),
+            (libc::SOL_SOCKET, libc::SO_RCVBUF) => Ok(self.recv_buffer_size().min(i32::MAX as usize) as i32),
+            _ => self.udp.option(level, name),
+        }
+    }
+}
+
+impl TcpSocket {
+    fn send_batch_one(&self, buf: &[u8], dst: Option<&SocketAddr>, caller: Caller) -> io::Result<usize> {
+        let (ip, src, dport) = self.target(dst)?;
+        let idx = self.mgr.lane_index(src, dport);
+        let iov = [IoSlice::new(buf)];
+        self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], caller)
+    }
+}

@@ -1,0 +1,433 @@
+//! The `tcp` (UDP over TCP) transport over loopback. Every "host" is a
+//! `TcpTransport` bound to its own 127.0.0.x address, all on one
+//! pre-decided port, so tests can start, stop and restart peers in-process.
+
+use eudp_engine::backend::tcp::{Dml, TcpConfig, TcpTransport};
+use eudp_engine::{Config, Endpoint, Engine};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// A port free on every 127.0.0.x we use; distinct per test.
+fn free_port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20000 + (std::process::id() % 2000) as u16 * 10;
+    loop {
+        let p = base + NEXT.fetch_add(1, Ordering::SeqCst);
+        if std::net::TcpListener::bind(("0.0.0.0", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+fn host(ip: &str, port: u16, f: impl FnOnce(&mut TcpConfig)) -> TcpTransport {
+    let mut c = TcpConfig { port, bind_ip: Some(ip.parse().unwrap()), ..TcpConfig::default() };
+    f(&mut c);
+    TcpTransport::start(c).expect("transport")
+}
+
+fn engine() -> Engine {
+    Engine::start(Config::default()).expect("engine")
+}
+
+fn ep(t: &TcpTransport, e: &Engine, ip: &str, port: u16) -> Endpoint {
+    let ep = t.endpoint(e, false).unwrap();
+    ep.bind_to(SocketAddr::new(ip.parse().unwrap(), port)).unwrap();
+    ep.set_read_timeout(Some(Duration::from_secs(5)));
+    ep
+}
+
+fn payload(i: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len).map(|k| (i as usize * 31 + k) as u8).collect();
+    if len >= 8 {
+        v[..8].copy_from_slice(&i.to_be_bytes());
+    }
+    v
+}
+
+fn recv_n(rx: &Endpoint, n: u64, len: usize, from: SocketAddr) {
+    let mut buf = vec![0u8; 65_536];
+    for i in 0..n {
+        let (k, src) = rx.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {i}/{n}: {e}"));
+        assert_eq!(src, from, "source of datagram {i}");
+        assert!(buf[..k] == payload(i, len)[..], "datagram {i}: {k} bytes, want {len}");
+    }
+}
+
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn several_sockets_share_one_connection() {
+    let port = free_port();
+    let (a, b) = (host("127.0.0.2", port, |_| {}), host("127.0.0.3", port, |_| {}));
+    let e = engine();
+    let senders: Vec<Endpoint> = (0..4).map(|_| ep(&a, &e, "127.0.0.2", 0)).collect();
+    let receivers: Vec<Endpoint> = (0..3).map(|_| ep(&b, &e, "127.0.0.3", 0)).collect();
+    for r in &receivers {
+        r.set_recv_buffer_size(4 << 20).unwrap();
+    }
+    // Every sender sends to every receiver, interleaved on one connection.
+    for i in 0..200u64 {
+        for s in &senders {
+            for r in &receivers {
+                s.send_to(&payload(i, 1472), r.local_addr().unwrap()).unwrap();
+            }
+        }
+    }
+    let mut buf = vec![0u8; 2048];
+    for r in &receivers {
+        let mut next = vec![0u64; senders.len()];
+        for _ in 0..200 * senders.len() {
+            let (k, src) = r.recv_from(&mut buf).unwrap();
+            let si = senders.iter().position(|s| s.local_addr().unwrap() == src).expect("known sender");
+            assert!(buf[..k] == payload(next[si], 1472)[..], "per-flow order and content: {:?} {:?}", b.stats(), r.stats());
+            next[si] += 1;
+        }
+    }
+    // Replies go back over the connection the peer opened.
+    let r0 = &receivers[0];
+    for (i, s) in senders.iter().enumerate() {
+        r0.send_to(&payload(i as u64, 100), s.local_addr().unwrap()).unwrap();
+        let (k, src) = s.recv_from(&mut buf).unwrap();
+        assert_eq!((k, src), (100, r0.local_addr().unwrap()));
+    }
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.conns_opened, sa.conns_accepted), (1, 0), "{sa:?}");
+    assert_eq!((sb.conns_opened, sb.conns_accepted), (0, 1), "{sb:?}");
+    assert_eq!(sb.frames_received, 200 * 4 * 3);
+    assert_eq!(sa.frames_received, 4);
+    let conns = a.connections();
+    assert_eq!(conns.len(), 1);
+    assert!(conns[0].nodelay);
+}
+
+#[test]
+fn datagrams_up_to_65507_bytes_keep_their_boundaries() {
+    let port = free_port();
+    let (a, b) = (host("127.0.0.4", port, |_| {}), host("127.0.0.5", port, |_| {}));
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.4", 0);
+    let rx = ep(&b, &e, "127.0.0.5", 0);
+    rx.set_recv_buffer_size(4 << 20).unwrap();
+    let to = rx.local_addr().unwrap();
+    let sizes = [65_507usize, 0, 1, 65_507, 1472, 65_506, 9000];
+    for (i, &s) in sizes.iter().enumerate() {
+        tx.send_to(&payload(i as u64, s), to).unwrap();
+    }
+    let mut buf = vec![0u8; 70_000];
+    for (i, &s) in sizes.iter().enumerate() {
+        let (k, _) = rx.recv_from(&mut buf).unwrap();
+        assert_eq!(k, s, "datagram {i}");
+        assert!(buf[..k] == payload(i as u64, s)[..]);
+    }
+    assert_eq!(tx.send_to(&vec![0u8; 65_508], to).unwrap_err().raw_os_error(), Some(libc::EMSGSIZE));
+    // A truncating read discards the rest of the datagram, as recvfrom does.
+    tx.send_to(&payload(9, 5000), to).unwrap();
+    tx.send_to(&payload(10, 10), to).unwrap();
+    let mut small = [0u8; 100];
+    assert_eq!(rx.recv_from(&mut small).unwrap().0, 100);
+    assert_eq!(rx.recv_from(&mut small).unwrap().0, 10);
+}
+
+#[test]
+fn peer_not_listening_yet_queues_then_delivers() {
+    // DML (a): sends return at once; the datagrams wait and go out once the
+    // peer's endpoint exists (its transport listens from the first bind).
+    let port = free_port();
+    let a = host("127.0.0.6", port, |_| {});
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.6", 0);
+    let to: SocketAddr = format!("127.0.0.7:{}", free_udp_port("127.0.0.7")).parse().unwrap();
+    let t0 = Instant::now();
+    for i in 0..100 {
+        tx.send_to(&payload(i, 1472), to).unwrap();
+    }
+    assert!(t0.elapsed() < Duration::from_millis(200), "DML (a) must not block: {:?}", t0.elapsed());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(a.stats().connect_failures >= 1, "{:?}", a.stats());
+    let b = host("127.0.0.7", port, |_| {});
+    let rx = ep(&b, &e, "127.0.0.7", to.port());
+    recv_n(&rx, 100, 1472, tx.local_addr().unwrap());
+    let s = a.stats();
+    assert_eq!((s.drop_queue_full, s.drop_deadline), (0, 0), "{s:?}");
+}
+
+#[test]
+fn peer_not_listening_yet_blocks_then_delivers() {
+    // DML (b): the first send blocks until the peer accepts.
+    let port = free_port();
+    let a = host("127.0.0.8", port, |c| {
+        c.dml = Dml::Block;
+        c.block_timeout = Duration::from_secs(5);
+    });
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.8", 0);
+    let to: SocketAddr = format!("127.0.0.9:{}", free_udp_port("127.0.0.9")).parse().unwrap();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        let b = host("127.0.0.9", port, |_| {});
+        let e = engine();
+        let rx = ep(&b, &e, "127.0.0.9", to.port());
+        let mut buf = [0u8; 2048];
+        let mut n = 0;
+        while n < 50 {
+            rx.recv_from(&mut buf).unwrap();
+            n += 1;
+        }
+        n
+    });
+    let t0 = Instant::now();
+    tx.send_to(&payload(0, 1472), to).unwrap();
+    let blocked = t0.elapsed();
+    assert!(blocked >= Duration::from_millis(300) && blocked < Duration::from_secs(4), "blocked {blocked:?}");
+    for i in 1..50 {
+        tx.send_to(&payload(i, 1472), to).unwrap();
+    }
+    assert_eq!(late.join().unwrap(), 50);
+    let s = a.stats();
+    assert_eq!((s.block_waits, s.block_timeouts), (1, 0), "{s:?}");
+}
+
+#[test]
+fn blocking_falls_back_to_queueing_and_deadlines_drop() {
+    // DML (b) with a short block: one timed-out block, then (a) without
+    // blocking; the queue bound and the deadline drop with counters.
+    let port = free_port();
+    let a = host("127.0.0.10", port, |c| {
+        c.dml = Dml::Block;
+        c.block_timeout = Duration::from_millis(200);
+        c.queue_bytes = 10 * (1472 + 6);
+        c.queue_deadline = Duration::from_millis(400);
+    });
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.10", 0);
+    let to: SocketAddr = "127.0.0.11:9".parse().unwrap();
+    let t0 = Instant::now();
+    tx.send_to(&payload(0, 1472), to).unwrap();
+    let first = t0.elapsed();
+    assert!(first >= Duration::from_millis(180), "first send blocked only {first:?}");
+    let t1 = Instant::now();
+    for i in 1..50 {
+        tx.send_to(&payload(i, 1472), to).unwrap();
+    }
+    assert!(t1.elapsed() < Duration::from_millis(150), "fallback must not block: {:?}", t1.elapsed());
+    wait_for("deadline drops", 5, || a.stats().drop_deadline >= 10);
+    let s = a.stats();
+    assert_eq!((s.block_timeouts, s.drop_queue_full, s.drop_deadline), (1, 40, 10), "{s:?}");
+    assert_eq!(a.queued_bytes(), 0);
+}
+
+#[test]
+fn peer_restart_reconnects_and_delivers_what_waited() {
+    let port = free_port();
+    let a = host("127.0.0.12", port, |_| {});
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.12", 0);
+    let rx_port = free_udp_port("127.0.0.13");
+    let to: SocketAddr = format!("127.0.0.13:{rx_port}").parse().unwrap();
+    let from = tx.local_addr().unwrap();
+    {
+        let b = host("127.0.0.13", port, |_| {});
+        let rx = ep(&b, &e, "127.0.0.13", rx_port);
+        for i in 0..100 {
+            tx.send_to(&payload(i, 1472), to).unwrap();
+        }
+        recv_n(&rx, 100, 1472, from);
+        // The peer goes away (endpoint and transport).
+    }
+    wait_for("the close to be seen", 5, || a.stats().conns_closed >= 1);
+    // Sent while the peer is down: queued by the DML.
+    for i in 0..100 {
+        tx.send_to(&payload(i, 1472), to).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let b = host("127.0.0.13", port, |_| {});
+    let rx = ep(&b, &e, "127.0.0.13", rx_port);
+    recv_n(&rx, 100, 1472, from);
+    for i in 0..100 {
+        tx.send_to(&payload(i, 1472), to).unwrap();
+    }
+    recv_n(&rx, 100, 1472, from);
+    let s = a.stats();
+    assert!(s.reconnects >= 1 && s.connect_failures >= 1, "{s:?}");
+}
+
+#[test]
+fn malformed_input_closes_only_that_connection() {
+    let port = free_port();
+    let b = host("127.0.0.14", port, |c| {
+        c.hello_timeout = Duration::from_millis(300);
+        c.max_conns_per_peer = 3;
+    });
+    let e = engine();
+    let rx = ep(&b, &e, "127.0.0.14", 0);
+    let rx_port = rx.local_addr().unwrap().port();
+    let addr = SocketAddr::new("127.0.0.14".parse().unwrap(), port);
+    let closed = |mut s: TcpStream| {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = 0;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+            assert!(got <= 8, "only the hello comes back");
+        }
+    };
+    let hello = |lane: u8| -> Vec<u8> { vec![b'E', b'U', b'T', b'1', 1, lane, 0, 0] };
+    // Not our protocol.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(closed(s));
+    // Oversized frame.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut w = hello(0);
+    w.extend_from_slice(&[0, 1, (rx_port >> 8) as u8, rx_port as u8, 0xff, 0xf0]);
+    s.write_all(&w).unwrap();
+    assert!(closed(s));
+    // Destination port 0.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut w = hello(0);
+    w.extend_from_slice(&[0, 1, 0, 0, 0, 4, 1, 2, 3, 4]);
+    s.write_all(&w).unwrap();
+    assert!(closed(s));
+    // Silent connection: closed after the hello timeout.
+    let s = TcpStream::connect(addr).unwrap();
+    assert!(closed(s));
+    wait_for("counters", 5, || b.stats().hello_timeouts == 1);
+    // A well-formed hand-made client is served, frames split at odd places.
+    let mut good = TcpStream::connect(addr).unwrap();
+    let mut w = hello(0);
+    for i in 0..3u64 {
+        let p = payload(i, 300);
+        w.extend_from_slice(&[0x30, 0x39, (rx_port >> 8) as u8, rx_port as u8, (p.len() >> 8) as u8, p.len() as u8]);
+        w.extend_from_slice(&p);
+    }
+    for piece in w.chunks(7) {
+        good.write_all(piece).unwrap();
+        good.flush().unwrap();
+    }
+    recv_n(&rx, 3, 300, "127.0.0.1:12345".parse::<SocketAddr>().map(|a| SocketAddr::new(good.local_addr().unwrap().ip(), a.port())).unwrap());
+    // The per-peer cap: `good` plus two more, the fourth is refused.
+    let _k1 = TcpStream::connect(addr).unwrap();
+    let _k2 = TcpStream::connect(addr).unwrap();
+    let k3 = TcpStream::connect(addr).unwrap();
+    assert!(closed(k3));
+    let s = b.stats();
+    assert_eq!((s.bad_hello, s.oversized, s.malformed, s.hello_timeouts), (1, 1, 1, 1), "{s:?}");
+    assert!(s.rejected_conns >= 1, "{s:?}");
+    assert_eq!(s.frames_received, 3);
+}
+
+#[test]
+fn many_peers_talk_to_one_server() {
+    let port = free_port();
+    let server = host("127.0.1.1", port, |_| {});
+    let e = engine();
+    let srv = ep(&server, &e, "127.0.1.1", 0);
+    srv.set_recv_buffer_size(4 << 20).unwrap();
+    let to = srv.local_addr().unwrap();
+    let clients: Vec<(TcpTransport, Endpoint)> = (2..18)
+        .map(|k| {
+            let ip = format!("127.0.1.{k}");
+            let t = host(&ip, port, |_| {});
+            let c = ep(&t, &e, &ip, 0);
+            (t, c)
+        })
+        .collect();
+    for i in 0..100 {
+        for (_, c) in &clients {
+            c.send_to(&payload(i, 512), to).unwrap();
+        }
+    }
+    // Echo everything back to its source.
+    let mut buf = vec![0u8; 2048];
+    for _ in 0..100 * clients.len() {
+        let (k, src) = srv.recv_from(&mut buf).unwrap();
+        srv.send_to(&buf[..k], src).unwrap();
+    }
+    for (_, c) in &clients {
+        recv_n(c, 100, 512, to);
+    }
+    let s = server.stats();
+    assert_eq!((s.conns_accepted, s.conns_opened), (16, 0), "{s:?}");
+    assert_eq!(server.connections().len(), 16);
+}
+
+#[test]
+fn n_connections_per_peer_hash_flows_and_set_congestion_control() {
+    let port = free_port();
+    let cfg = |c: &mut TcpConfig| {
+        c.conns_per_peer = 4;
+        c.congestion = Some("reno".into());
+    };
+    let (a, b) = (host("127.0.0.15", port, cfg), host("127.0.0.16", port, cfg));
+    let e = engine();
+    let rx = ep(&b, &e, "127.0.0.16", 0);
+    rx.set_recv_buffer_size(8 << 20).unwrap();
+    let to = rx.local_addr().unwrap();
+    let senders: Vec<Endpoint> = (0..16).map(|_| ep(&a, &e, "127.0.0.15", 0)).collect();
+    for i in 0..300 {
+        for s in &senders {
+            s.send_to(&payload(i, 1000), to).unwrap();
+        }
+    }
+    let mut next = vec![0u64; senders.len()];
+    let mut buf = vec![0u8; 2048];
+    for _ in 0..300 * senders.len() {
+        let (k, src) = rx.recv_from(&mut buf).unwrap();
+        let si = senders.iter().position(|s| s.local_addr().unwrap() == src).unwrap();
+        assert!(buf[..k] == payload(next[si], 1000)[..], "per-flow order over several connections: {:?} {:?}", b.stats(), rx.stats());
+        next[si] += 1;
+    }
+    let conns = a.connections();
+    assert!(conns.len() > 1 && conns.len() <= 4, "{conns:?}");
+    assert!(conns.iter().all(|c| c.congestion == "reno" && c.nodelay), "{conns:?}");
+    assert_eq!(a.stats().cc_errors, 0);
+}
+
+#[test]
+fn connected_endpoint_filters_and_ipv6_endpoint_sees_mapped_sources() {
+    let port = free_port();
+    let (a, b) = (host("127.0.0.17", port, |_| {}), host("127.0.0.18", port, |_| {}));
+    let e = engine();
+    let x = ep(&a, &e, "127.0.0.17", 0);
+    let y = ep(&a, &e, "127.0.0.17", 0);
+    let rx = b.endpoint(&e, true).unwrap();
+    rx.bind_to("[::]:0".parse().unwrap()).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(5)));
+    let to = SocketAddr::new("127.0.0.18".parse().unwrap(), rx.local_addr().unwrap().port());
+    x.send_to(b"one", to).unwrap();
+    let mut buf = [0u8; 16];
+    let (n, src) = rx.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"one");
+    let mapped = match x.local_addr().unwrap().ip() {
+        IpAddr::V4(v4) => SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), x.local_addr().unwrap().port()),
+        _ => unreachable!(),
+    };
+    assert_eq!(src, mapped);
+    rx.connect(x.local_addr().unwrap()).unwrap();
+    y.send_to(b"other", to).unwrap();
+    x.send_to(b"two", to).unwrap();
+    let (n, _) = rx.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"two");
+    assert_eq!(b.stats().drop_filtered, 1);
+    // Nobody bound: counted, not fatal.
+    x.send_to(b"void", SocketAddr::new(to.ip(), 9)).unwrap();
+    wait_for("drop_no_port", 5, || b.stats().drop_no_port == 1);
+}
+
+/// A UDP port currently free on `ip` (the receiving endpoint binds it later).
+fn free_udp_port(ip: &str) -> u16 {
+    std::net::UdpSocket::bind((ip, 0)).unwrap().local_addr().unwrap().port()
+}
