@@ -2,5 +2,7 @@
 //! workers, usable from integration tests.
 
 pub mod bench;
+pub mod tcpbench;
 pub mod testbed;
+pub mod trace_cmd;
 pub mod worker;

@@ -1,0 +1,452 @@
+//! The `tcp` (UDP over TCP) transport on the testbed: a worker that runs one
+//! side of a transfer over the UOE, and a bench comparing it with kernel UDP
+//! and eudp's kernel-UDP backend (same datagrams, same checks as
+//! [`crate::worker`]).
+//!
+//! Workers are whatever program the caller names: `eudp worker-tcp ...`
+//! once wired into `main.rs`, or a test binary re-executing itself (see
+//! `crates/cli/tests/tcp_testbed.rs`). A worker reads its job from its
+//! arguments (`key=value` words, see [`Job`]), prints `ready` when a
+//! receiver is bound and one JSON [`Report`] line at the end.
+
+use crate::testbed::{Testbed, ADDR_B};
+use crate::worker::{self, pattern, Mode, Report};
+use eudp_engine::backend::kernel::process_cpu_time;
+use eudp_engine::backend::tcp::{TcpConfig, TcpTransport};
+use eudp_engine::{Config, Engine};
+use serde::Serialize;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The stacks of the tcp bench.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TcpMode {
+    /// Kernel UDP, one `send`/`recv` per datagram.
+    Kernel,
+    /// eudp endpoint over the kernel-UDP backend.
+    Eudp,
+    /// eudp endpoint over the UOE (`tcp`) backend.
+    Tcp,
+}
+
+impl TcpMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TcpMode::Kernel => "kernel",
+            TcpMode::Eudp => "eudp",
+            TcpMode::Tcp => "tcp",
+        }
+    }
+    fn parse(s: &str) -> Option<TcpMode> {
+        Some(match s {
+            "kernel" => TcpMode::Kernel,
+            "eudp" => TcpMode::Eudp,
+            "tcp" => TcpMode::Tcp,
+            _ => return None,
+        })
+    }
+}
+
+/// One side of a transfer.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// `send` or `recv`.
+    pub role: String,
+    pub mode: TcpMode,
+    /// Receiver: bind address; sender: destination.
+    pub addr: SocketAddr,
+    pub size: usize,
+    pub secs: f64,
+    pub count: u64,
+    pub pace_every: u64,
+}
+
+impl Job {
+    /// The job as worker arguments.
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("role={}", self.role),
+            format!("mode={}", self.mode.name()),
+            format!("addr={}", self.addr),
+            format!("size={}", self.size),
+            format!("secs={}", self.secs),
+            format!("count={}", self.count),
+            format!("pace={}", self.pace_every),
+        ]
+    }
+
+    /// Parses worker arguments.
+    pub fn from_args<S: AsRef<str>>(args: &[S]) -> Result<Job, String> {
+        let mut j = Job { role: String::new(), mode: TcpMode::Tcp, addr: "0.0.0.0:0".parse().unwrap(), size: 1472, secs: 3.0, count: 0, pace_every: 0 };
+        for a in args {
+            let (k, v) = a.as_ref().split_once('=').ok_or_else(|| format!("bad worker argument {:?}", a.as_ref()))?;
+            let bad = || format!("bad value for {k}: {v}");
+            match k {
+                "role" => j.role = v.to_string(),
+                "mode" => j.mode = TcpMode::parse(v).ok_or_else(|| format!("unknown mode {v}"))?,
+                "addr" => j.addr = v.parse().map_err(|_| format!("bad address {v}"))?,
+                "size" => j.size = v.parse().map_err(|_| bad())?,
+                "secs" => j.secs = v.parse().map_err(|_| bad())?,
+                "count" => j.count = v.parse().map_err(|_| bad())?,
+                "pace" => j.pace_every = v.parse().map_err(|_| bad())?,
+                _ => return Err(format!("unknown worker argument {k}")),
+            }
+        }
+        if j.role != "send" && j.role != "recv" {
+            return Err("role must be send or recv".into());
+        }
+        if j.size > 65_507 {
+            return Err("size above 65507".into());
+        }
+        Ok(j)
+    }
+}
+
+/// Runs a worker job and prints its report line (`eudp worker-tcp`).
+pub fn worker_main<S: AsRef<str>>(args: &[S]) -> i32 {
+    let r = Job::from_args(args).and_then(|j| run_job(&j));
+    match r {
+        Ok(rep) => {
+            println!("{}", serde_json::to_string(&rep).unwrap_or_default());
+            let _ = std::io::stdout().flush();
+            0
+        }
+        Err(e) => {
+            eprintln!("worker: {e}");
+            2
+        }
+    }
+}
+
+/// Runs one job; kernel and eudp modes are [`crate::worker`]'s own.
+pub fn run_job(j: &Job) -> Result<Report, String> {
+    match (j.mode, j.role.as_str()) {
+        (TcpMode::Kernel | TcpMode::Eudp, "send") => worker::send(worker::SendArgs {
+            mode: if j.mode == TcpMode::Kernel { Mode::Kernel } else { Mode::Eudp },
+            dst: j.addr,
+            size: j.size,
+            secs: j.secs,
+            count: j.count,
+            pace_every: j.pace_every,
+        }),
+        (TcpMode::Kernel | TcpMode::Eudp, _) => worker::recv(worker::RecvArgs {
+            mode: if j.mode == TcpMode::Kernel { Mode::Kernel } else { Mode::Eudp },
+            bind: j.addr,
+            size: j.size,
+            idle: Duration::from_secs(1),
+            max: Duration::from_secs_f64(j.secs + 10.0),
+            count: j.count,
+        }),
+        (TcpMode::Tcp, "send") => tcp_send(j),
+        (TcpMode::Tcp, _) => tcp_recv(j),
+    }
+}
+
+fn fill(buf: &mut [u8], seq: u64) {
+    let n = buf.len().min(8);
+    buf[..n].copy_from_slice(&seq.to_be_bytes()[8 - n..]);
+}
+
+fn transport() -> Result<TcpTransport, String> {
+    let cfg = TcpConfig::from_env().map_err(|e| e.to_string())?;
+    TcpTransport::start(cfg).map_err(|e| format!("tcp transport: {e}"))
+}
+
+fn stats_value(t: &TcpTransport, ep: &eudp_engine::Endpoint) -> serde_json::Value {
+    serde_json::json!({ "endpoint": ep.stats(), "tcp": t.stats() })
+}
+
+fn tcp_send(j: &Job) -> Result<Report, String> {
+    let e = |x: std::io::Error| format!("send: {x}");
+    let t = transport()?;
+    let engine = Engine::start(Config::from_env().map_err(|x| x.to_string())?).map_err(e)?;
+    let ep = t.endpoint(&engine, j.addr.is_ipv6()).map_err(e)?;
+    ep.connect(j.addr).map_err(e)?;
+    let _ = ep.set_send_buffer_size(4 << 20);
+    let mut buf = pattern(j.size.max(8))[..j.size].to_vec();
+    let deadline = Duration::from_secs_f64(j.secs);
+    let count = if j.count == 0 { u64::MAX } else { j.count };
+    let cpu0 = process_cpu_time();
+    let t0 = Instant::now();
+    let (mut seq, mut bytes) = (0u64, 0u64);
+    while seq < count && (seq & 63 != 0 || t0.elapsed() < deadline) {
+        fill(&mut buf, seq);
+        match ep.send(&buf) {
+            Ok(n) => bytes += n as u64,
+            Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(x) => return Err(e(x)),
+        }
+        seq += 1;
+        if j.pace_every > 0 && seq % j.pace_every == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    ep.flush(Duration::from_secs(5));
+    // What waits in the UOE queues still belongs to this transfer.
+    let t1 = Instant::now();
+    while t.queued_bytes() > 0 && t1.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let cpu = (process_cpu_time() - cpu0).as_secs_f64();
+    let stats = stats_value(&t, &ep);
+    // Let the kernel deliver what sits in the socket buffer before exiting.
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(Report { datagrams: seq, bytes, secs, cpu_secs: cpu, max_rss_kib: worker::max_rss_kib(), eudp: Some(stats), ..Report::default() })
+}
+
+fn tcp_recv(j: &Job) -> Result<Report, String> {
+    let e = |x: std::io::Error| format!("recv: {x}");
+    let t = transport()?;
+    let engine = Engine::start(Config::from_env().map_err(|x| x.to_string())?).map_err(e)?;
+    let ep = t.endpoint(&engine, j.addr.is_ipv6()).map_err(e)?;
+    let _ = ep.set_recv_buffer_size(4 << 20);
+    ep.bind_to(j.addr).map_err(e)?;
+    ep.set_read_timeout(Some(Duration::from_millis(50)));
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let pat = pattern(j.size.max(8));
+    let count = if j.count == 0 { u64::MAX } else { j.count };
+    let max = Duration::from_secs_f64(j.secs + 10.0);
+    let idle = Duration::from_secs(1);
+    let start = Instant::now();
+    let cpu0 = process_cpu_time();
+    let mut r = Report::default();
+    let (mut first, mut last, mut next_seq) = (None::<Instant>, Instant::now(), 0u64);
+    let mut buf = vec![0u8; 65_536];
+    let mut i = 0u32;
+    while r.datagrams < count {
+        i = i.wrapping_add(1);
+        match ep.recv(&mut buf) {
+            Ok(n) => {
+                if first.is_none() || r.datagrams % 32 == 0 {
+                    let now = Instant::now();
+                    first.get_or_insert(now);
+                    last = now;
+                }
+                let d = &buf[..n];
+                r.datagrams += 1;
+                r.bytes += n as u64;
+                let mut sb = [0u8; 8];
+                let k = n.min(8);
+                sb[8 - k..].copy_from_slice(&d[..k]);
+                let seq = u64::from_be_bytes(sb);
+                if n != j.size || n > 8 && d[8..] != pat[8..j.size] {
+                    r.corrupt += 1;
+                }
+                if seq < next_seq {
+                    r.reordered += 1;
+                } else {
+                    next_seq = seq + 1;
+                }
+                r.seq_span = r.seq_span.max(seq + 1);
+            }
+            Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => i = 0,
+            Err(x) => return Err(e(x)),
+        }
+        if i % 32 == 0 && (start.elapsed() > max || first.is_some_and(|_| last.elapsed() > idle)) {
+            break;
+        }
+    }
+    r.secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(0.0);
+    r.cpu_secs = (process_cpu_time() - cpu0).as_secs_f64();
+    r.max_rss_kib = worker::max_rss_kib();
+    r.eudp = Some(stats_value(&t, &ep));
+    Ok(r)
+}
+
+/// How to start a worker: program and leading arguments; the job's
+/// arguments follow. Extra environment is passed through `ip netns exec`.
+#[derive(Clone, Debug)]
+pub struct WorkerCmd {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+fn spawn(tb: &Testbed, host: char, w: &WorkerCmd, j: &Job) -> Result<Child, String> {
+    let mut c: Command = tb.command(host, &w.program);
+    c.args(&w.args).args(j.to_args()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in &w.env {
+        c.env(k, v);
+    }
+    c.spawn().map_err(|e| format!("cannot start worker: {e}"))
+}
+
+fn wait_report(mut child: Child, mut out: impl Read, what: &str, timeout: Duration) -> Result<Report, String> {
+    let t0 = Instant::now();
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if t0.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{what} did not finish within {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut s = String::new();
+    let _ = out.read_to_string(&mut s);
+    let line = s.lines().rev().find(|l| l.starts_with('{')).map(str::to_string);
+    match line {
+        Some(l) => serde_json::from_str(&l).map_err(|e| format!("{what}: bad report: {e}")),
+        None => {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            Err(format!("{what} failed: {}", err.trim()))
+        }
+    }
+}
+
+/// One transfer from host a to host b; returns (sender, receiver).
+pub fn transfer(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f64, count: u64, pace_every: u64) -> Result<(Report, Report), String> {
+    let port = 9400 + (size % 500) as u16;
+    let rj = Job { role: "recv".into(), mode, addr: format!("0.0.0.0:{port}").parse().unwrap(), size, secs, count, pace_every };
+    let mut rx = spawn(tb, 'b', w, &rj)?;
+    let mut reader = BufReader::new(rx.stdout.take().ok_or("receiver has no stdout")?);
+    // Skip whatever the worker program prints before `ready` (a test harness banner).
+    let t0 = Instant::now();
+    loop {
+        let mut line = String::new();
+        let n = reader.read_line(&mut line).map_err(|e| format!("receiver: {e}"))?;
+        if line.trim() == "ready" {
+            break;
+        }
+        if n == 0 || t0.elapsed() > Duration::from_secs(30) {
+            let _ = rx.kill();
+            let _ = rx.wait();
+            let mut err = String::new();
+            if let Some(mut e) = rx.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            return Err(format!("receiver did not start: {}", err.trim()));
+        }
+    }
+    let sj = Job { role: "send".into(), addr: format!("{ADDR_B}:{port}").parse().unwrap(), ..rj };
+    let mut tx = spawn(tb, 'a', w, &sj)?;
+    let tx_out = tx.stdout.take().ok_or("sender has no stdout")?;
+    let s = wait_report(tx, tx_out, "sender", Duration::from_secs_f64(secs + 40.0));
+    let r = wait_report(rx, reader, "receiver", Duration::from_secs_f64(secs + 40.0));
+    Ok((s?, r?))
+}
+
+/// One measured row.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpRow {
+    pub mode: TcpMode,
+    pub size: usize,
+    /// Received payload throughput, Gbit/s (receiver's first-to-last window).
+    pub rx_gbps: f64,
+    pub rx_mpps: f64,
+    pub loss: f64,
+    /// Process CPU (all threads) per datagram, microseconds.
+    pub tx_cpu_us_per_dgram: f64,
+    pub rx_cpu_us_per_dgram: f64,
+    pub corrupt: u64,
+    pub reordered: u64,
+    pub sender: Report,
+    pub receiver: Report,
+}
+
+/// A bench run's result (written as JSON).
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpBench {
+    pub kind: &'static str,
+    pub unix_time: u64,
+    pub size: usize,
+    pub secs: f64,
+    pub repeats: usize,
+    pub rows: Vec<TcpRow>,
+    /// tcp rx throughput / kernel rx throughput (medians), and the issue's target.
+    pub tcp_over_kernel: f64,
+    pub tcp_over_eudp: f64,
+    pub target: &'static str,
+    pub target_met: bool,
+    pub env: Vec<(String, String)>,
+}
+
+pub fn row(mode: TcpMode, size: usize, s: Report, r: Report) -> TcpRow {
+    let secs = if r.secs > 0.0 { r.secs } else { s.secs.max(1e-9) };
+    let per = |cpu: f64, n: u64| if n == 0 { 0.0 } else { cpu / n as f64 * 1e6 };
+    TcpRow {
+        mode,
+        size,
+        rx_gbps: r.bytes as f64 * 8.0 / secs / 1e9,
+        rx_mpps: r.datagrams as f64 / secs / 1e6,
+        loss: if s.datagrams == 0 { 0.0 } else { 1.0 - (r.datagrams as f64 / s.datagrams as f64).min(1.0) },
+        tx_cpu_us_per_dgram: per(s.cpu_secs, s.datagrams),
+        rx_cpu_us_per_dgram: per(r.cpu_secs, r.datagrams),
+        corrupt: r.corrupt,
+        reordered: r.reordered,
+        sender: s,
+        receiver: r,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
+
+/// Runs every mode `repeats` times (interleaved), unpaced, and writes
+/// `tcp-<unix time>.json` under `out_dir`.
+pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize, out_dir: &str) -> Result<(TcpBench, String), String> {
+    let mut rows = Vec::new();
+    for _ in 0..repeats.max(1) {
+        for mode in [TcpMode::Kernel, TcpMode::Eudp, TcpMode::Tcp] {
+            let (s, r) = transfer(tb, w, mode, size, secs, 0, 0)?;
+            rows.push(row(mode, size, s, r));
+        }
+    }
+    let med = |m: TcpMode| median(rows.iter().filter(|r| r.mode == m).map(|r| r.rx_gbps).collect());
+    let (k, e, t) = (med(TcpMode::Kernel), med(TcpMode::Eudp), med(TcpMode::Tcp));
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let res = TcpBench {
+        kind: "tcp-transport",
+        unix_time,
+        size,
+        secs,
+        repeats: repeats.max(1),
+        rows,
+        tcp_over_kernel: ratio(t, k),
+        tcp_over_eudp: ratio(t, e),
+        target: ">= 3x kernel UDP received throughput (issue 7, iperf3 1472 B; here the library-level transfer)",
+        target_met: ratio(t, k) >= 3.0,
+        env: w.env.clone(),
+    };
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{out_dir}: {e}"))?;
+    let path = format!("{out_dir}/tcp-{unix_time}.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?).map_err(|e| format!("{path}: {e}"))?;
+    Ok((res, path))
+}
+
+/// A table of a bench result.
+pub fn table(res: &TcpBench) -> String {
+    let mut s = format!("{:<7} {:>6} {:>9} {:>8} {:>8} {:>12} {:>12}\n", "mode", "size", "rx Gb/s", "Mpps", "loss", "tx us/dgram", "rx us/dgram");
+    for r in &res.rows {
+        s += &format!(
+            "{:<7} {:>6} {:>9.2} {:>8.3} {:>7.2}% {:>12.3} {:>12.3}\n",
+            r.mode.name(),
+            r.size,
+            r.rx_gbps,
+            r.rx_mpps,
+            r.loss * 100.0,
+            r.tx_cpu_us_per_dgram,
+            r.rx_cpu_us_per_dgram
+        );
+    }
+    s += &format!(
+        "tcp/kernel {:.2}x, tcp/eudp {:.2}x (medians); target >= 3x: {}\n",
+        res.tcp_over_kernel,
+        res.tcp_over_eudp,
+        if res.target_met { "MET" } else { "MISSED" }
+    );
+    s
+}
