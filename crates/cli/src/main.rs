@@ -64,6 +64,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Per-packet, per-layer time flow on one clock: chart, table, fits.
+    Trace {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Check the pipeline and engine state machines with Spin.
     Verify {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -203,6 +208,7 @@ fn main() {
         Cmd::Model { args } => eudp_model::cli::model_main(&args),
         Cmd::Sim { args } => eudp_model::cli::sim_main(&args),
         Cmd::Verify { args } => eudp_verify::cli::verify_main(&args),
+        Cmd::Trace { args } => eudp_cli::trace_cmd::trace_main(&args),
     };
     std::process::exit(code);
 }

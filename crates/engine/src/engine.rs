@@ -158,6 +158,8 @@ fn run(sh: Arc<Shared>) {
             eprintln!("eudp: cannot pin the engine to CPU {cpu}: {e}");
         }
     }
+    crate::tracepoint::init_from_env();
+    crate::tracepoint::prepare_thread();
     let mut scratch = crate::endpoint::RecvScratch::new(sh.config.max_msgs);
     let mut staging = crate::queue::L1Queue::default();
     let mut ready: Vec<u64> = Vec::with_capacity(64);

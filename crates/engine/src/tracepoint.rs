@@ -32,8 +32,14 @@ static NEXT_EP: AtomicU64 = AtomicU64::new(1);
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Events each thread can hold (32 bytes each).
-pub const THREAD_CAPACITY: usize = 1 << 17;
+/// Events each thread can hold by default (32 bytes each); `EUDP_TRACE_EVENTS`
+/// overrides it.
+pub const THREAD_CAPACITY: usize = 1 << 18;
+
+fn capacity() -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| std::env::var("EUDP_TRACE_EVENTS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(THREAD_CAPACITY))
+}
 
 /// True while tracing is on. This is the only thing a hook costs when off.
 #[inline(always)]
@@ -134,19 +140,31 @@ pub fn realtime_to_raw_offset() -> i64 {
     best.1
 }
 
+/// Allocates this thread's buffer now, so the first traced packet does not
+/// pay for it (the engine thread calls it at start when tracing is on).
+pub fn prepare_thread() {
+    if on() {
+        BUF.with(|cell| {
+            cell.borrow_mut().get_or_insert_with(new_buf);
+        });
+    }
+}
+
+fn new_buf() -> Arc<ThreadBuf> {
+    let words: Vec<AtomicU64> = (0..capacity() * 4).map(|_| AtomicU64::new(0)).collect();
+    let b = Arc::new(ThreadBuf { thread: NEXT_THREAD.fetch_add(1, Relaxed), words: words.into_boxed_slice(), len: AtomicUsize::new(0) });
+    BUFS.lock().unwrap_or_else(|e| e.into_inner()).push(b.clone());
+    b
+}
+
 #[cold]
 #[inline(never)]
 fn push(kind: Kind, ep: u64, ts: u64, a: u64, b: u64) {
     BUF.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let buf = slot.get_or_insert_with(|| {
-            let words: Vec<AtomicU64> = (0..THREAD_CAPACITY * 4).map(|_| AtomicU64::new(0)).collect();
-            let b = Arc::new(ThreadBuf { thread: NEXT_THREAD.fetch_add(1, Relaxed), words: words.into_boxed_slice(), len: AtomicUsize::new(0) });
-            BUFS.lock().unwrap_or_else(|e| e.into_inner()).push(b.clone());
-            b
-        });
+        let buf = slot.get_or_insert_with(new_buf);
         let n = buf.len.load(Relaxed);
-        if n >= THREAD_CAPACITY {
+        if n * 4 >= buf.words.len() {
             DROPPED.fetch_add(1, Relaxed);
             return;
         }

@@ -1,0 +1,564 @@
+//! `eudp trace`: per-packet, per-layer time flow on one clock (issue 4).
+//!
+//! ```text
+//! eudp trace [--packets N] [--run-packets M] [--size S] [--sizes A,B,..] [--compare kernel,eudp]
+//!            [--out DIR] [--testbed NAME] [-- SCENARIO|PROGRAM ARGS...]
+//! ```
+//!
+//! SCENARIO `burst` (the default): on a fresh testbed, for every stack and
+//! every size of the sweep, a receiver on host b and a sender on host a that
+//! sends N datagrams back to back (payloads carry their sequence number; the
+//! receiver checks order and loss). Each worker records tracepoints
+//! (`eudp_engine::tracepoint`) and dumps them; the parent joins the dumps into
+//! one path per packet, writes `trace.json`, `trace.svg` and `table.txt` to
+//! DIR and prints the table. A PROGRAM is run with `EUDP_TRACE` set and its
+//! dump analysed the same way (it must send and receive through eudp).
+//!
+//! Hidden: `eudp trace worker send|recv ...` is one side of a transfer.
+
+use crate::testbed::{unique_name, Testbed, ADDR_B};
+use eudp_engine::backend::kernel::{poll_readable, poll_writable, InMeta, UdpSocket};
+use eudp_engine::tracepoint::{self, EpTrace};
+use eudp_engine::{Config, Endpoint, Engine};
+use eudp_trace::resolve::{self, Dump, Path};
+use eudp_trace::{chart, table, StackPaths, TraceDoc};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: eudp trace [--packets N] [--run-packets M] [--size S] [--sizes A,B,..] [--compare kernel,eudp] [--out DIR] [--testbed NAME] [-- burst | PROGRAM ARGS...]";
+
+/// Entry point of `eudp trace`.
+pub fn trace_main(args: &[String]) -> i32 {
+    let r = if args.first().map(String::as_str) == Some("worker") { worker(&args[1..]) } else { run(args) };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("eudp trace: {e}");
+            1
+        }
+    }
+}
+
+/// Options of `eudp trace`.
+#[derive(Clone, Debug)]
+pub struct TraceArgs {
+    /// Packets charted (the first N of each run).
+    pub packets: u64,
+    /// Packets per run (at least `packets`); the table uses all of them.
+    pub run_packets: u64,
+    pub size: u64,
+    pub sizes: Vec<u64>,
+    pub stacks: Vec<String>,
+    pub out: std::path::PathBuf,
+    pub testbed: Option<String>,
+    /// Empty or `burst`: the built-in scenario; otherwise a program.
+    pub target: Vec<String>,
+}
+
+impl Default for TraceArgs {
+    fn default() -> Self {
+        TraceArgs {
+            packets: 32,
+            run_packets: 512,
+            size: 1472,
+            sizes: vec![64, 256, 512, 1024, 1472],
+            stacks: vec!["kernel".into(), "eudp".into()],
+            out: "trace-out".into(),
+            testbed: None,
+            target: Vec::new(),
+        }
+    }
+}
+
+fn parse_list<T: std::str::FromStr>(v: &str, what: &str) -> Result<Vec<T>, String> {
+    v.split(',').filter(|s| !s.is_empty()).map(|s| s.trim().parse().map_err(|_| format!("{what}: bad value {s:?}"))).collect()
+}
+
+/// Parses the command line (without the `trace` word).
+pub fn parse_args(args: &[String]) -> Result<TraceArgs, String> {
+    let mut a = TraceArgs::default();
+    let mut i = 0;
+    let mut sizes_given = false;
+    while i < args.len() {
+        let k = args[i].as_str();
+        let val = |i: usize| args.get(i + 1).cloned().ok_or_else(|| format!("{k} needs a value\n{USAGE}"));
+        match k {
+            "--" => {
+                a.target = args[i + 1..].to_vec();
+                break;
+            }
+            "--packets" => a.packets = val(i)?.parse().map_err(|_| "--packets: bad number")?,
+            "--run-packets" => a.run_packets = val(i)?.parse().map_err(|_| "--run-packets: bad number")?,
+            "--size" => a.size = val(i)?.parse().map_err(|_| "--size: bad number")?,
+            "--sizes" => {
+                a.sizes = parse_list(&val(i)?, "--sizes")?;
+                sizes_given = true;
+            }
+            "--compare" | "--stacks" => a.stacks = parse_list(&val(i)?, "--compare")?,
+            "--out" => a.out = val(i)?.into(),
+            "--testbed" => a.testbed = Some(val(i)?),
+            "-h" | "--help" => return Err(USAGE.into()),
+            s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
+            _ => {
+                a.target = args[i..].to_vec();
+                break;
+            }
+        }
+        i += if k.starts_with("--") { 2 } else { 1 };
+    }
+    if a.packets == 0 || a.size == 0 {
+        return Err("--packets and --size must be positive".into());
+    }
+    for s in &a.stacks {
+        if s != "kernel" && s != "eudp" {
+            return Err(format!("--compare: unknown stack {s:?} (kernel, eudp)"));
+        }
+    }
+    if !sizes_given && !a.sizes.contains(&a.size) {
+        a.sizes.push(a.size);
+    }
+    if !a.sizes.contains(&a.size) {
+        a.sizes.push(a.size);
+    }
+    a.sizes.sort_unstable();
+    a.sizes.dedup();
+    a.run_packets = a.run_packets.max(a.packets);
+    Ok(a)
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let a = parse_args(args)?;
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let doc = match a.target.first().map(String::as_str) {
+        None | Some("burst") => {
+            let tb = match &a.testbed {
+                Some(n) => Testbed::existing(n)?,
+                None => Testbed::up(&unique_name("trc"))?,
+            };
+            burst(&tb, &a)?
+        }
+        Some(_) => program(&a)?,
+    };
+    write_outputs(&a.out, &doc)?;
+    println!("{}", table::render(&doc.runs, &doc.fits, &doc.crossovers));
+    if !doc.problems.is_empty() {
+        println!("problems:");
+        for p in &doc.problems {
+            println!("  {p}");
+        }
+    }
+    println!("wrote {0}/trace.json, {0}/trace.svg, {0}/table.txt", a.out.display());
+    Ok(())
+}
+
+/// Writes trace.json, trace.svg and table.txt.
+pub fn write_outputs(dir: &std::path::Path, doc: &TraceDoc) -> Result<(), String> {
+    let w = |name: &str, text: &str| std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"));
+    w("trace.json", &serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?)?;
+    let stacks: Vec<&str> = doc.stacks.iter().map(String::as_str).collect();
+    let title = format!("{} datagrams of {} B, host a -> host b: {}", doc.packets, doc.size, doc.stacks.join(" | "));
+    w("trace.svg", &chart::side_by_side(&title, &stacks, &doc.records))?;
+    w("table.txt", &table::render(&doc.runs, &doc.fits, &doc.crossovers))
+}
+
+/// The analysis of one traced run.
+pub struct Analysed {
+    pub stack: String,
+    pub size: u64,
+    pub paths: Vec<Path>,
+    pub records: Vec<resolve::Record>,
+    pub row: table::RunRow,
+    pub problems: Vec<String>,
+}
+
+/// Cross-clock tolerance of the path-order check (kernel stamps are mapped
+/// from CLOCK_REALTIME).
+pub const ORDER_TOLERANCE_NS: u64 = 1_000;
+
+/// Joins dumps and summarises one run.
+pub fn analyse(stack: &str, size: u64, sender: &Dump, receiver: &Dump) -> Analysed {
+    let paths = resolve::join(sender, receiver);
+    let (records, missing) = resolve::records(stack, &paths);
+    let mut problems = Vec::new();
+    if !missing.is_empty() {
+        let (p, l) = missing[0];
+        problems.push(format!("{stack} {size} B: {} (packet, layer) pairs missing, first packet {p} layer {l}", missing.len()));
+    }
+    let v = resolve::order_violations(&paths, ORDER_TOLERANCE_NS);
+    if let Some((p, x, y, d)) = v.first() {
+        problems.push(format!("{stack} {size} B: {} path-order violations, first packet {p}: {x} is {d} ns after {y}", v.len()));
+    }
+    for (d, who) in [(sender, "sender"), (receiver, "receiver")] {
+        if d.dropped > 0 {
+            problems.push(format!("{stack} {size} B: {who} dropped {} events (buffer full; raise EUDP_TRACE_EVENTS)", d.dropped));
+        }
+    }
+    let row = table::run_row(stack, size, &records, table::measured_gbps(&records));
+    Analysed { stack: stack.into(), size, paths, records, row, problems }
+}
+
+/// Builds the document from analysed runs.
+pub fn document(a: &TraceArgs, runs: Vec<Analysed>) -> TraceDoc {
+    let mut doc = TraceDoc {
+        schema: "eudp-trace/1",
+        clock: "CLOCK_MONOTONIC_RAW",
+        size: a.size,
+        packets: a.packets as usize,
+        stacks: a.stacks.clone(),
+        records: Vec::new(),
+        paths: Vec::new(),
+        runs: Vec::new(),
+        fits: Vec::new(),
+        crossovers: Vec::new(),
+        problems: Vec::new(),
+    };
+    for r in runs {
+        doc.problems.extend(r.problems);
+        if r.size == a.size {
+            doc.records.extend(r.records.into_iter().filter(|x| x.packet < a.packets));
+            let paths = r.paths.into_iter().filter(|p| p.packet < a.packets).collect();
+            doc.paths.push(StackPaths { stack: r.stack.clone(), point_names: resolve::POINTS, paths });
+        }
+        doc.runs.push(r.row);
+    }
+    let (lo, hi) = (a.sizes.iter().min().copied().unwrap_or(1) as f64, a.sizes.iter().max().copied().unwrap_or(1) as f64);
+    for s in &a.stacks {
+        if a.sizes.len() >= 2 {
+            let fits = table::fit_layers(s, &doc.runs);
+            doc.crossovers.extend(table::crossovers(s, &fits, lo, hi));
+            doc.fits.extend(fits);
+        }
+    }
+    doc
+}
+
+fn exe() -> String {
+    std::env::var("EUDP_TRACE_EXE").ok().or_else(|| std::env::current_exe().ok().map(|p| p.display().to_string())).unwrap_or_else(|| "eudp".into())
+}
+
+fn spawn(tb: &Testbed, host: char, args: &[String]) -> Result<Child, String> {
+    let mut c = tb.command(host, &exe());
+    c.arg("trace").arg("worker").args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.env_remove("EUDP_TRACE");
+    c.spawn().map_err(|e| format!("cannot start trace worker: {e}"))
+}
+
+fn wait(mut c: Child, what: &str, limit: Duration) -> Result<String, String> {
+    let t0 = Instant::now();
+    while c.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if t0.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            return Err(format!("{what} did not finish within {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = c.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = c.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    if !c.wait().map(|s| s.success()).unwrap_or(false) {
+        return Err(format!("{what} failed: {}", err.trim()));
+    }
+    Ok(out)
+}
+
+/// One traced transfer of `packets` datagrams of `size` bytes with `stack`
+/// on the testbed; returns the sender's and the receiver's dumps.
+pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::path::Path, trace: bool) -> Result<(Dump, Dump, f64), String> {
+    let port = 9400 + (size % 500) as u16;
+    let rx_file = dir.join(format!("raw-{stack}-{size}-rx.json"));
+    let tx_file = dir.join(format!("raw-{stack}-{size}-tx.json"));
+    let common = |role: &str, f: &std::path::Path| -> Vec<String> {
+        let mut v = vec![role.into(), "--stack".into(), stack.into(), "--size".into(), size.to_string(), "--count".into(), packets.to_string(), "--out".into(), f.display().to_string()];
+        if !trace {
+            v.push("--off".into());
+        }
+        v
+    };
+    let mut ra = common("recv", &rx_file);
+    ra.extend(["--addr".into(), format!("0.0.0.0:{port}")]);
+    let mut rx = spawn(tb, 'b', &ra)?;
+    let mut reader = BufReader::new(rx.stdout.take().ok_or("receiver has no stdout")?);
+    let mut line = String::new();
+    reader.read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "ready" {
+        let _ = rx.kill();
+        let mut err = String::new();
+        if let Some(mut e) = rx.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        let _ = rx.wait();
+        return Err(format!("trace receiver did not start: {} {}", line.trim(), err.trim()));
+    }
+    let mut sa = common("send", &tx_file);
+    sa.extend(["--addr".into(), format!("{ADDR_B}:{port}")]);
+    let tx = spawn(tb, 'a', &sa)?;
+    let limit = Duration::from_secs(30 + packets / 10_000);
+    wait(tx, "trace sender", limit)?;
+    let mut rest = String::new();
+    let rxout = wait(rx, "trace receiver", limit);
+    let _ = reader.read_to_string(&mut rest);
+    rxout?;
+    let report: serde_json::Value = rest.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok()).ok_or("trace receiver printed no report")?;
+    let got = report["received"].as_u64().unwrap_or(0);
+    let bad = report["out_of_order"].as_u64().unwrap_or(0);
+    if got != packets || bad != 0 {
+        return Err(format!("{stack} {size} B: received {got} of {packets} datagrams, {bad} out of order; the trace needs a clean run"));
+    }
+    let gbps = report["gbps"].as_f64().unwrap_or(0.0);
+    let load = |f: &std::path::Path| -> Result<Dump, String> { resolve::parse_dump(&std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?) };
+    if !trace {
+        return Ok((Dump::default(), Dump::default(), gbps));
+    }
+    Ok((load(&tx_file)?, load(&rx_file)?, gbps))
+}
+
+fn burst(tb: &Testbed, a: &TraceArgs) -> Result<TraceDoc, String> {
+    let mut runs = Vec::new();
+    for &size in &a.sizes {
+        for stack in &a.stacks {
+            let (tx, rx, _) = transfer(tb, stack, size, a.run_packets, &a.out, true)?;
+            runs.push(analyse(stack, size, &tx, &rx));
+        }
+    }
+    Ok(document(a, runs))
+}
+
+fn program(a: &TraceArgs) -> Result<TraceDoc, String> {
+    let file = a.out.join("raw-program.json");
+    let _ = std::fs::remove_file(&file);
+    let st = Command::new(&a.target[0])
+        .args(&a.target[1..])
+        .env("EUDP_TRACE", &file)
+        .status()
+        .map_err(|e| format!("{}: {e}", a.target[0]))?;
+    if !st.success() {
+        return Err(format!("{} exited with {st}", a.target[0]));
+    }
+    let d = resolve::parse_dump(&std::fs::read_to_string(&file).map_err(|e| format!("{}: no trace written ({e}); the program must use eudp endpoints", file.display()))?)?;
+    let size = d.events.iter().find(|e| e.1 == resolve::kind::SEND_ENTER).map(|e| e.5).unwrap_or(a.size);
+    let r = analyse("eudp", size, &d, &d);
+    let args = TraceArgs { size, sizes: vec![size], stacks: vec!["eudp".into()], packets: r.paths.len() as u64, ..a.clone() };
+    Ok(document(&args, vec![r]))
+}
+
+// ---------------------------------------------------------------- workers
+
+fn fill(buf: &mut [u8], seq: u64) {
+    let b = seq.to_be_bytes();
+    let n = buf.len().min(8);
+    buf[..n].copy_from_slice(&b[8 - n..]);
+}
+
+fn seq_of(d: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = d.len().min(8);
+    b[8 - n..].copy_from_slice(&d[..n]);
+    u64::from_be_bytes(b)
+}
+
+struct WorkerArgs {
+    role: String,
+    stack: String,
+    size: usize,
+    count: u64,
+    addr: SocketAddr,
+    out: String,
+    trace: bool,
+}
+
+fn worker_args(args: &[String]) -> Result<WorkerArgs, String> {
+    let mut w = WorkerArgs { role: args.first().cloned().unwrap_or_default(), stack: "eudp".into(), size: 64, count: 1, addr: "0.0.0.0:9400".parse().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 9400))), out: String::new(), trace: true };
+    let mut i = 1;
+    while i < args.len() {
+        let v = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--stack" => w.stack = v,
+            "--size" => w.size = v.parse().map_err(|_| "--size")?,
+            "--count" => w.count = v.parse().map_err(|_| "--count")?,
+            "--addr" => w.addr = v.parse().map_err(|_| "--addr")?,
+            "--out" => w.out = v,
+            "--off" => {
+                w.trace = false;
+                i += 1;
+                continue;
+            }
+            o => return Err(format!("worker: unknown option {o}")),
+        }
+        i += 2;
+    }
+    Ok(w)
+}
+
+fn worker(args: &[String]) -> Result<(), String> {
+    let w = worker_args(args)?;
+    if w.trace {
+        tracepoint::enable();
+        tracepoint::prepare_thread();
+    }
+    let e = |x: std::io::Error| format!("{} {}: {x}", w.role, w.stack);
+    match (w.role.as_str(), w.stack.as_str()) {
+        ("send", "eudp") => {
+            let engine = Engine::start(Config::from_env().map_err(|x| x.to_string())?).map_err(e)?;
+            let ep = Endpoint::with_engine(&engine, w.addr.is_ipv6()).map_err(e)?;
+            ep.connect(w.addr).map_err(e)?;
+            let _ = ep.set_send_buffer_size(4 << 20);
+            let mut buf = vec![0xa5u8; w.size];
+            for seq in 0..w.count {
+                fill(&mut buf, seq);
+                loop {
+                    match ep.send(&buf) {
+                        Ok(_) => break,
+                        Err(x) if x.raw_os_error() == Some(libc::ENOBUFS) => std::thread::yield_now(),
+                        Err(x) => return Err(e(x)),
+                    }
+                }
+            }
+            ep.flush(Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(20));
+            drop(ep);
+            drop(engine);
+        }
+        ("send", "kernel") => {
+            let s = UdpSocket::new(w.addr.is_ipv6()).map_err(e)?;
+            if w.trace {
+                s.set_option(libc::SOL_SOCKET, eudp_engine::backend::kernel::SO_TIMESTAMPING, tracepoint::timestamping_flags()).map_err(e)?;
+            }
+            let _ = s.set_option(libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+            let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+            s.connect(&w.addr).map_err(e)?;
+            let tr = EpTrace::new();
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+            let mut buf = vec![0xa5u8; w.size];
+            for seq in 0..w.count {
+                fill(&mut buf, seq);
+                let on = tracepoint::on();
+                if on {
+                    tr.send_enter(w.size);
+                }
+                loop {
+                    tr.sys_enter();
+                    match s.send_to(&buf, None) {
+                        Ok(_) => {
+                            tr.sys_return_direct();
+                            break;
+                        }
+                        Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {
+                            let _ = poll_writable(fd, Some(Duration::from_millis(10)));
+                        }
+                        Err(x) if x.raw_os_error() == Some(libc::ENOBUFS) => std::thread::yield_now(),
+                        Err(x) => return Err(e(x)),
+                    }
+                }
+                if on {
+                    tr.send_return(seq);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            tr.drain_tx(fd);
+        }
+        ("recv", stack) => return receive(&w, stack == "eudp"),
+        (r, s) => return Err(format!("worker: unknown role/stack {r}/{s}")),
+    }
+    if w.trace {
+        std::fs::write(&w.out, tracepoint::dump_json()).map_err(|x| format!("{}: {x}", w.out))?;
+    }
+    Ok(())
+}
+
+fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
+    let e = |x: std::io::Error| format!("recv: {x}");
+    let ready = || {
+        println!("ready");
+        let _ = std::io::stdout().flush();
+    };
+    let mut buf = vec![0u8; 65_536];
+    let (mut got, mut bad) = (0u64, 0u64);
+    let (mut first, mut last) = (None::<Instant>, Instant::now());
+    let start = Instant::now();
+    let max = Duration::from_secs(20 + w.count / 10_000);
+    let mut tally = |d: &[u8], got: &mut u64| {
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = now;
+        if seq_of(d) != *got || d.len() != w.size {
+            bad += 1;
+        }
+        *got += 1;
+    };
+    if eudp {
+        let engine = Engine::start(Config::from_env().map_err(|x| x.to_string())?).map_err(e)?;
+        let ep = Endpoint::with_engine(&engine, w.addr.is_ipv6()).map_err(e)?;
+        let _ = ep.set_recv_buffer_size(4 << 20);
+        ep.bind_to(w.addr).map_err(e)?;
+        ep.set_read_timeout(Some(Duration::from_millis(50)));
+        ready();
+        while got < w.count && start.elapsed() < max {
+            match ep.recv(&mut buf) {
+                Ok(n) => tally(&buf[..n], &mut got),
+                Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(x) => return Err(e(x)),
+            }
+        }
+        drop(ep);
+        drop(engine);
+    } else {
+        let s = UdpSocket::new(w.addr.is_ipv6()).map_err(e)?;
+        if w.trace {
+            s.set_option(libc::SOL_SOCKET, eudp_engine::backend::kernel::SO_TIMESTAMPING, tracepoint::timestamping_flags()).map_err(e)?;
+        }
+        let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+        s.bind(&w.addr).map_err(e)?;
+        ready();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+        let tr = EpTrace::new();
+        let mut bufs = vec![vec![0u8; 65_536]];
+        let mut meta = vec![InMeta { len: 0, src: None, segment: None, truncated: false }];
+        let on = tracepoint::on();
+        while got < w.count && start.elapsed() < max {
+            if on {
+                tr.recv_enter();
+            }
+            loop {
+                tr.rx_enter();
+                match s.recv_batch(&mut bufs, &mut meta) {
+                    Ok(1) => {
+                        tr.rx_push(0, 1);
+                        tr.pop();
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {
+                        poll_readable(&[fd], Some(Duration::from_millis(50))).map_err(e)?;
+                        if start.elapsed() > max {
+                            break;
+                        }
+                    }
+                    Err(x) => return Err(e(x)),
+                }
+            }
+            if start.elapsed() > max {
+                break;
+            }
+            if on {
+                tr.recv_return();
+            }
+            let n = meta[0].len;
+            tally(&bufs[0][..n], &mut got);
+        }
+    }
+    if w.trace {
+        std::fs::write(&w.out, tracepoint::dump_json()).map_err(|x| format!("{}: {x}", w.out))?;
+    }
+    let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(0.0);
+    let gbps = if secs > 0.0 { (got.saturating_sub(1) * w.size as u64) as f64 * 8.0 / secs / 1e9 } else { 0.0 };
+    println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps}));
+    Ok(())
+}

@@ -1,0 +1,368 @@
+//! From raw tracepoint events (one dump per process) to one path of
+//! timestamps per packet, and from paths to per-layer records.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Event kinds, as numbered by `eudp_engine::tracepoint::Kind`.
+pub mod kind {
+    pub const SEND_ENTER: u8 = 1;
+    pub const SEND_RETURN: u8 = 2;
+    pub const DIRECT: u8 = 3;
+    pub const ENQUEUE: u8 = 4;
+    pub const TAKE: u8 = 5;
+    pub const BATCH: u8 = 6;
+    pub const SYS_ENTER: u8 = 7;
+    pub const SYS_RETURN: u8 = 8;
+    pub const KMSG: u8 = 9;
+    pub const TX_SCHED: u8 = 10;
+    pub const TX_SOFT: u8 = 11;
+    pub const RX_ENTER: u8 = 12;
+    pub const RX_SOFT: u8 = 13;
+    pub const RX_PUSH: u8 = 14;
+    pub const POP: u8 = 15;
+    pub const RECV_ENTER: u8 = 16;
+    pub const RECV_RETURN: u8 = 17;
+}
+
+/// One raw event: `[ts_ns, kind, ep, thread, a, b]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawEvent(pub u64, pub u8, pub u64, pub u64, pub u64, pub u64);
+
+impl RawEvent {
+    fn ts(&self) -> u64 {
+        self.0
+    }
+    fn kind(&self) -> u8 {
+        self.1
+    }
+    fn ep(&self) -> u64 {
+        self.2
+    }
+    fn thread(&self) -> u64 {
+        self.3
+    }
+    fn a(&self) -> u64 {
+        self.4
+    }
+    fn b(&self) -> u64 {
+        self.5
+    }
+}
+
+/// A process's dump (`EUDP_TRACE` file).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Dump {
+    #[serde(default)]
+    pub clock: String,
+    #[serde(default)]
+    pub dropped: u64,
+    pub events: Vec<RawEvent>,
+}
+
+/// Parses a dump.
+pub fn parse_dump(text: &str) -> Result<Dump, String> {
+    serde_json::from_str(text).map_err(|e| format!("invalid trace dump: {e}"))
+}
+
+/// The points of a packet's path, in path order (`CLOCK_MONOTONIC_RAW` ns;
+/// `None` where the stack has no such point or it was not recorded).
+pub const POINTS: [&str; 11] = [
+    "app_send_enter",
+    "l1_enqueue",
+    "engine_take",
+    "batch_formed",
+    "syscall_enter",
+    "tx_sched",
+    "tx_software",
+    "rx_software",
+    "rx_read",
+    "ring_delivery",
+    "app_recv_return",
+];
+
+/// One packet's timestamps.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Path {
+    pub packet: u64,
+    pub bytes: u64,
+    /// Indexed like [`POINTS`].
+    pub points: [Option<u64>; 11],
+    /// Off-path points: the application's send call returns, the send
+    /// syscall returns, the receive syscall was entered, the application's
+    /// receive call was entered.
+    pub app_send_return: Option<u64>,
+    pub syscall_return: Option<u64>,
+    pub rx_syscall_enter: Option<u64>,
+    pub app_recv_enter: Option<u64>,
+    /// Datagrams in the kernel message that carried it (GSO run length).
+    pub msg_datagrams: u64,
+}
+
+fn by_thread(d: &Dump, ep_pick: impl Fn(&RawEvent) -> bool) -> Vec<Vec<RawEvent>> {
+    let mut m: HashMap<u64, Vec<RawEvent>> = HashMap::new();
+    for e in d.events.iter().filter(|e| ep_pick(e)) {
+        m.entry(e.thread()).or_default().push(*e);
+    }
+    let mut v: Vec<_> = m.into_iter().collect();
+    v.sort_by_key(|x| x.0);
+    v.into_iter().map(|x| x.1).collect()
+}
+
+/// The endpoint with the most events of `k` (the traced socket of a worker).
+fn main_ep(d: &Dump, k: u8) -> Option<u64> {
+    let mut c: HashMap<u64, usize> = HashMap::new();
+    for e in d.events.iter().filter(|e| e.kind() == k) {
+        *c.entry(e.ep()).or_default() += 1;
+    }
+    c.into_iter().max_by_key(|x| (x.1, std::cmp::Reverse(x.0))).map(|x| x.0)
+}
+
+/// Joins a sender dump and a receiver dump (they may be the same) into one
+/// path per sent packet. The receiver's n-th datagram is the sender's n-th
+/// send (the scenario checks order and loss from the payloads).
+pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
+    let mut paths: Vec<Path> = Vec::new();
+    let idx = |paths: &mut Vec<Path>, seq: u64| -> usize {
+        let i = seq as usize;
+        if paths.len() <= i {
+            let from = paths.len();
+            paths.extend((from..=i).map(|p| Path { packet: p as u64, ..Path::default() }));
+        }
+        i
+    };
+    if let Some(ep) = main_ep(sender, kind::SEND_ENTER) {
+        let threads = by_thread(sender, |e| e.ep() == ep);
+        let mut q2seq: HashMap<u64, u64> = HashMap::new();
+        let mut q_take: HashMap<u64, u64> = HashMap::new();
+        let mut q_batch: HashMap<u64, u64> = HashMap::new();
+        // kernel message -> (packets, syscall enter, syscall return)
+        let mut kmsgs: HashMap<u64, (Vec<u64>, Option<u64>, u64)> = HashMap::new();
+        let mut kmsg_refs: Vec<(u64, u64, u64, bool, Option<u64>, u64)> = Vec::new();
+        let mut stamps: Vec<RawEvent> = Vec::new();
+        for t in &threads {
+            let mut sys_enter: Option<u64> = None;
+            for e in t {
+                match e.kind() {
+                    kind::SEND_ENTER => {
+                        let i = idx(&mut paths, e.a());
+                        paths[i].points[0] = Some(e.ts());
+                        paths[i].bytes = e.b();
+                    }
+                    kind::SEND_RETURN => {
+                        let i = idx(&mut paths, e.a());
+                        paths[i].app_send_return = Some(e.ts());
+                    }
+                    kind::DIRECT => {
+                        let i = idx(&mut paths, e.a());
+                        for p in 1..=3 {
+                            paths[i].points[p] = Some(e.ts());
+                        }
+                    }
+                    kind::ENQUEUE => {
+                        let i = idx(&mut paths, e.a());
+                        paths[i].points[1] = Some(e.ts());
+                        q2seq.insert(e.b(), e.a());
+                    }
+                    kind::TAKE => {
+                        for q in e.a()..e.a() + e.b() {
+                            q_take.insert(q, e.ts());
+                        }
+                    }
+                    kind::BATCH => {
+                        for q in e.a()..e.a() + e.b() {
+                            q_batch.insert(q, e.ts());
+                        }
+                    }
+                    kind::SYS_ENTER => sys_enter = Some(e.ts()),
+                    kind::KMSG => {
+                        let (first, count, direct) = unpack(e.b());
+                        kmsg_refs.push((e.a(), first, count, direct, sys_enter, e.ts()));
+                    }
+                    kind::TX_SCHED | kind::TX_SOFT => stamps.push(*e),
+                    _ => {}
+                }
+            }
+        }
+        for (q, seq) in &q2seq {
+            let i = idx(&mut paths, *seq);
+            paths[i].points[2] = q_take.get(q).copied();
+            paths[i].points[3] = q_batch.get(q).copied();
+        }
+        for (k, first, count, direct, enter, ret) in kmsg_refs {
+            let seqs: Vec<u64> = if direct { vec![first] } else { (first..first + count).filter_map(|q| q2seq.get(&q).copied()).collect() };
+            for &s in &seqs {
+                let i = idx(&mut paths, s);
+                paths[i].points[4] = enter;
+                paths[i].syscall_return = Some(ret);
+                paths[i].msg_datagrams = count;
+            }
+            kmsgs.insert(k & 0xffff_ffff, (seqs, enter, ret));
+        }
+        for e in stamps {
+            if let Some((seqs, _, _)) = kmsgs.get(&(e.a() & 0xffff_ffff)) {
+                let p = if e.kind() == kind::TX_SCHED { 5 } else { 6 };
+                for &s in seqs {
+                    paths[s as usize].points[p] = Some(e.ts());
+                }
+            }
+        }
+    }
+    if let Some(ep) = main_ep(receiver, kind::RX_PUSH) {
+        for t in by_thread(receiver, |e| e.ep() == ep) {
+            let mut rx_enter = None;
+            let mut recv_enter = None;
+            for e in &t {
+                match e.kind() {
+                    kind::RX_ENTER => rx_enter = Some(e.ts()),
+                    kind::RX_SOFT | kind::RX_PUSH => {
+                        for s in e.a()..e.a() + e.b() {
+                            let i = idx(&mut paths, s);
+                            if e.kind() == kind::RX_SOFT {
+                                paths[i].points[7] = Some(e.ts());
+                            } else {
+                                paths[i].points[8] = Some(e.ts());
+                                paths[i].rx_syscall_enter = rx_enter;
+                            }
+                        }
+                    }
+                    kind::POP => {
+                        let i = idx(&mut paths, e.a());
+                        paths[i].points[9] = Some(e.ts());
+                    }
+                    kind::RECV_ENTER => recv_enter = Some(e.ts()),
+                    kind::RECV_RETURN => {
+                        let i = idx(&mut paths, e.a());
+                        paths[i].points[10] = Some(e.ts());
+                        paths[i].app_recv_enter = recv_enter;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    paths
+}
+
+fn unpack(b: u64) -> (u64, u64, bool) {
+    (b & ((1 << 47) - 1), b >> 48, (b >> 47) & 1 == 1)
+}
+
+/// Which part of a host a layer is, and whether its time is service
+/// (a resource busy with the packet) or waiting in a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LayerDef {
+    pub name: &'static str,
+    pub host: &'static str,
+    /// Service time (counts for the dominant layer) rather than queueing.
+    pub service: bool,
+    pub what: &'static str,
+}
+
+/// Every layer, in chart order (sender at the top, receiver at the bottom).
+pub const LAYERS: [LayerDef; 10] = [
+    LayerDef { name: "app.send", host: "sender", service: true, what: "application send call, enter to return" },
+    LayerDef { name: "l1", host: "sender", service: false, what: "waiting in L1: enqueue to engine take" },
+    LayerDef { name: "engine", host: "sender", service: true, what: "engine: take, batch formed, to syscall enter" },
+    LayerDef { name: "kernel.tx", host: "sender", service: true, what: "send syscall enter to TX_SCHED (UDP/IP output)" },
+    LayerDef { name: "qdisc", host: "sender", service: true, what: "TX_SCHED to TX_SOFTWARE (qdisc and driver)" },
+    LayerDef { name: "veth", host: "wire", service: true, what: "TX_SOFTWARE to RX_SOFTWARE (veth hop, receive softirq)" },
+    LayerDef { name: "socket", host: "receiver", service: false, what: "RX_SOFTWARE to receive syscall enter (socket queue)" },
+    LayerDef { name: "kernel.rx", host: "receiver", service: true, what: "receive syscall enter (or RX_SOFTWARE) to read return" },
+    LayerDef { name: "ring", host: "receiver", service: false, what: "waiting in the eudp ring: push to delivery" },
+    LayerDef { name: "app.recv", host: "receiver", service: true, what: "application receive call, enter (or data ready) to return" },
+];
+
+/// The layers a stack has: the plain-kernel path has no L1, engine or ring.
+pub fn layers_of(stack: &str) -> Vec<LayerDef> {
+    LAYERS.iter().copied().filter(|l| stack != "kernel" || !matches!(l.name, "l1" | "engine" | "ring")).collect()
+}
+
+/// The interval a packet spends in a layer, or `None` when a point is missing.
+pub fn interval(p: &Path, layer: &str) -> Option<(u64, u64)> {
+    let pt = |i: usize| p.points[i];
+    let r = match layer {
+        "app.send" => (pt(0)?, p.app_send_return?),
+        "l1" => (pt(1)?, pt(2)?),
+        "engine" => (pt(2)?, pt(4)?),
+        "kernel.tx" => (pt(4)?, pt(5)?),
+        "qdisc" => (pt(5)?, pt(6)?),
+        "veth" => (pt(6)?, pt(7)?),
+        "socket" => {
+            let s = pt(7)?;
+            (s, p.rx_syscall_enter.unwrap_or(s).max(s).min(pt(8)?))
+        }
+        "kernel.rx" => {
+            let s = pt(7)?;
+            (p.rx_syscall_enter.unwrap_or(s).max(s).min(pt(8)?), pt(8)?)
+        }
+        "ring" => (pt(8)?, pt(9)?),
+        "app.recv" => {
+            let ready = pt(9).or(pt(8))?;
+            (p.app_recv_enter.unwrap_or(ready).max(ready), pt(10)?)
+        }
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// One rectangle of a time-flow chart; a superset of the model's
+/// `TraceRecord` (the model's `sim chart` reads these files).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub stack: String,
+    pub host: String,
+    pub layer: String,
+    pub packet: u64,
+    pub bytes: u64,
+    /// Nanoseconds from the stack's first application send.
+    pub t_start_ns: f64,
+    pub t_end_ns: f64,
+}
+
+/// Layer records of one stack's paths, times relative to its first send.
+/// A layer whose end precedes its start (clock mapping noise) is clamped to
+/// zero width. Returns the records and the (packet, layer) pairs missing.
+pub fn records(stack: &str, paths: &[Path]) -> (Vec<Record>, Vec<(u64, &'static str)>) {
+    let t0 = paths.iter().filter_map(|p| p.points[0]).min().unwrap_or(0);
+    let mut out = Vec::new();
+    let mut missing = Vec::new();
+    for l in layers_of(stack) {
+        for p in paths {
+            match interval(p, l.name) {
+                Some((s, e)) => out.push(Record {
+                    stack: stack.into(),
+                    host: l.host.into(),
+                    layer: l.name.into(),
+                    packet: p.packet,
+                    bytes: p.bytes,
+                    t_start_ns: s as f64 - t0 as f64,
+                    t_end_ns: (e.max(s)) as f64 - t0 as f64,
+                }),
+                None => missing.push((p.packet, l.name)),
+            }
+        }
+    }
+    (out, missing)
+}
+
+/// Violations of path order: (packet, earlier point, later point, how far
+/// back in ns) for every pair of consecutive present points that go back
+/// in time by more than `tolerance_ns`.
+pub fn order_violations(paths: &[Path], tolerance_ns: u64) -> Vec<(u64, &'static str, &'static str, u64)> {
+    let mut v = Vec::new();
+    for p in paths {
+        let mut last: Option<(usize, u64)> = None;
+        for (i, t) in p.points.iter().enumerate() {
+            if let Some(t) = *t {
+                if let Some((j, lt)) = last {
+                    if lt > t + tolerance_ns {
+                        v.push((p.packet, POINTS[j], POINTS[i], lt - t));
+                    }
+                }
+                last = Some((i, t));
+            }
+        }
+    }
+    v
+}
