@@ -113,38 +113,39 @@ pub(super) struct RxInner {
     pub(super) peer: Option<SocketAddr>,
 }
 
-enum Push {
-    Ok,
-    Full,
-    Filtered,
-}
-
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
         Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None }), ready: EventFd::new()?, v6 })
     }
 
-    fn push(&self, payload: &[u8], src: SocketAddr) -> Push {
-        if !self.v6 && src.is_ipv6() {
-            return Push::Filtered;
+    /// Queues a batch under one lock and one readiness signal; counts
+    /// what was dropped into `c`.
+    fn push_many(&self, batch: &mut Vec<(Vec<u8>, SocketAddr)>, c: &Counters) {
+        if batch.is_empty() {
+            return;
         }
         let mut q = lock(&self.inner);
-        if let Some(p) = q.peer {
-            if unmap(p) != src {
-                return Push::Filtered;
-            }
-        }
-        let cost = payload.len() + RX_OVERHEAD;
-        if q.bytes + cost > q.cap {
-            return Push::Full;
-        }
         let was_empty = q.items.is_empty();
-        q.items.push_back((payload.to_vec(), to_family(src, self.v6)));
-        q.bytes += cost;
-        if was_empty {
+        let (mut full, mut filtered) = (0u64, 0u64);
+        for (payload, src) in batch.drain(..) {
+            if (!self.v6 && src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != src) {
+                filtered += 1;
+                continue;
+            }
+            let cost = payload.len() + RX_OVERHEAD;
+            if q.bytes + cost > q.cap {
+                full += 1;
+                continue;
+            }
+            q.items.push_back((payload, to_family(src, self.v6)));
+            q.bytes += cost;
+        }
+        if was_empty && !q.items.is_empty() {
             self.ready.set();
         }
-        Push::Ok
+        drop(q);
+        Counters::add(&c.drop_rx_full, full);
+        Counters::add(&c.drop_filtered, filtered);
     }
 }
 
@@ -988,23 +989,28 @@ impl Mgr {
                     };
                     let r = r.and_then(|()| {
                         let ports = lock(&self.ports);
+                        // Datagrams for one endpoint are handed over in
+                        // batches: one lock and one wake-up per run.
                         let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
+                        let mut batch: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
                         let (mut frames, mut bytes) = (0u64, 0u64);
                         let r = dec.drain(|src, dst, payload| {
                             frames += 1;
                             bytes += payload.len() as u64;
                             if cache.as_ref().map(|c| c.0) != Some(dst) {
+                                if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
+                                    q.push_many(&mut batch, &self.c);
+                                }
                                 cache = Some((dst, Self::lookup(&ports, dst, conn.local_ip)));
                             }
                             match cache.as_ref().and_then(|c| c.1.as_ref()) {
                                 None => Counters::inc(&self.c.drop_no_port),
-                                Some(q) => match q.push(payload, SocketAddr::new(conn.peer.ip(), src)) {
-                                    Push::Ok => {}
-                                    Push::Full => Counters::inc(&self.c.drop_rx_full),
-                                    Push::Filtered => Counters::inc(&self.c.drop_filtered),
-                                },
+                                Some(_) => batch.push((payload.to_vec(), SocketAddr::new(conn.peer.ip(), src))),
                             }
                         });
+                        if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
+                            q.push_many(&mut batch, &self.c);
+                        }
                         Counters::add(&self.c.frames_received, frames);
                         Counters::add(&self.c.bytes_received, bytes);
                         r.map(drop)
