@@ -1,0 +1,1266 @@
+//! The interposed C functions. Every function here has the exact C
+//! signature of the libc function it replaces (variadic `fcntl`/`ioctl`
+//! take their one optional argument as a register-sized integer or pointer,
+//! which is how the Linux ABIs pass it).
+//!
+//! Safety policy: the application's pointers are used only as the C
+//! contract of the replaced function allows (buffers of the stated length,
+//! `msghdr`s whose iovecs and names are valid), for the duration of the
+//! call; anything else goes to libc unchanged. Calls on descriptors that
+//! are not the application's UDP sockets go straight to libc.
+
+#![allow(clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
+
+use crate::real;
+use crate::shim::{self, dlog, ep_recv, ep_send, lookup, Sock, ACTIVE};
+use eudp_engine::{Endpoint, Received};
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+// ------------------------------------------------------------- helpers
+
+fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn fail<T: From<i8>>(e: c_int) -> T {
+    set_errno(e);
+    T::from(-1)
+}
+
+const UDP_GRO: c_int = 104;
+
+pub(crate) fn real_close(fd: c_int) {
+    // SAFETY: closes a descriptor the shim owns.
+    unsafe { real::close(fd) };
+}
+
+pub(crate) fn real_dup_cloexec(fd: c_int) -> io::Result<c_int> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes an integer argument.
+    let d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if d < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(d)
+    }
+}
+
+fn sockopt_int(fd: c_int, level: c_int, name: c_int, v: c_int) {
+    // SAFETY: pointer to a live c_int and its size.
+    unsafe { real::setsockopt(fd, level, name, &v as *const c_int as *const c_void, 4) };
+}
+
+pub(crate) fn gro_off(fd: c_int) {
+    sockopt_int(fd, libc::SOL_UDP, UDP_GRO, 0);
+}
+
+/// After a fallback or before exec: the kernel socket gets the flags the
+/// application asked for and delivers plain (not coalesced) datagrams.
+pub(crate) fn restore_kernel_socket(fd: c_int, nonblock: bool) {
+    gro_off(fd);
+    // SAFETY: fcntl with integer arguments.
+    unsafe {
+        let fl = real::fcntl(fd, libc::F_GETFL, 0);
+        if fl >= 0 {
+            let want = if nonblock { fl | libc::O_NONBLOCK } else { fl & !libc::O_NONBLOCK };
+            real::fcntl(fd, libc::F_SETFL, want as c_ulong);
+        }
+    }
+}
+
+fn timeval_opt(fd: c_int, name: c_int) -> Option<Duration> {
+    let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = std::mem::size_of::<libc::timeval>() as socklen_t;
+    // SAFETY: pointer/length of a live timeval.
+    let r = unsafe { real::getsockopt(fd, libc::SOL_SOCKET, name, &mut tv as *mut _ as *mut c_void, &mut len) };
+    if r != 0 || (tv.tv_sec == 0 && tv.tv_usec == 0) {
+        return None;
+    }
+    Some(Duration::from_secs(tv.tv_sec.max(0) as u64) + Duration::from_micros(tv.tv_usec.max(0) as u64))
+}
+
+/// SO_RCVTIMEO and SO_SNDTIMEO as the kernel socket holds them.
+pub(crate) fn kernel_timeouts(fd: c_int) -> (Option<Duration>, Option<Duration>) {
+    (timeval_opt(fd, libc::SO_RCVTIMEO), timeval_opt(fd, libc::SO_SNDTIMEO))
+}
+
+fn poll_some(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<c_int, c_int> {
+    let ms = timeout.map(|d| d.as_millis().clamp(1, i32::MAX as u128) as c_int).unwrap_or(-1);
+    // SAFETY: pointer/length of a live pollfd slice.
+    let r = unsafe { real::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Sleeps until the socket or the ring is readable (or the timeout).
+pub(crate) fn wait_readable(sock: c_int, ring: Option<c_int>, timeout: Option<Duration>) -> Result<(), c_int> {
+    let mut p = [libc::pollfd { fd: sock, events: libc::POLLIN, revents: 0 }, libc::pollfd { fd: ring.unwrap_or(-1), events: libc::POLLIN, revents: 0 }];
+    poll_some(&mut p, timeout).map(drop)
+}
+
+unsafe fn read_addr(p: *const sockaddr, len: socklen_t) -> Result<SocketAddr, c_int> {
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    match (*p).sa_family as c_int {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            let s = std::ptr::read_unaligned(p as *const libc::sockaddr_in);
+            Ok(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes()), u16::from_be(s.sin_port))))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            let s = std::ptr::read_unaligned(p as *const libc::sockaddr_in6);
+            Ok(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(s.sin6_addr.s6_addr), u16::from_be(s.sin6_port), s.sin6_flowinfo, s.sin6_scope_id)))
+        }
+        libc::AF_INET | libc::AF_INET6 => Err(libc::EINVAL),
+        _ => Err(libc::EAFNOSUPPORT),
+    }
+}
+
+/// Writes `a` as the kernel would for a socket of the given family
+/// (IPv4 senders appear IPv4-mapped on an IPv6 socket).
+unsafe fn write_addr(a: SocketAddr, v6: bool, p: *mut sockaddr, lenp: *mut socklen_t) {
+    if p.is_null() || lenp.is_null() {
+        return;
+    }
+    let a = match (a, v6) {
+        (SocketAddr::V4(x), true) => SocketAddr::V6(SocketAddrV6::new(x.ip().to_ipv6_mapped(), x.port(), 0, 0)),
+        (x, _) => x,
+    };
+    let mut st: libc::sockaddr_storage = std::mem::zeroed();
+    let n = match a {
+        SocketAddr::V4(x) => {
+            let s = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: x.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(x.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in, s);
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(x) => {
+            let s = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: x.port().to_be(),
+                sin6_flowinfo: x.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: x.ip().octets() },
+                sin6_scope_id: x.scope_id(),
+            };
+            std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in6, s);
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    let room = (*lenp as usize).min(n);
+    std::ptr::copy_nonoverlapping(&st as *const _ as *const u8, p as *mut u8, room);
+    *lenp = n as socklen_t;
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+unsafe fn iovs<'a>(iov: *const libc::iovec, n: usize) -> &'a [libc::iovec] {
+    if iov.is_null() || n == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(iov, n)
+    }
+}
+
+/// Runs `f` with one contiguous buffer standing for the iovecs: the first
+/// iovec itself when it is the only non-empty one, else a scratch buffer
+/// gathered from (`gather`) or scattered to the iovecs afterwards.
+unsafe fn with_buf<R>(v: &[libc::iovec], gather: bool, f: impl FnOnce(&mut [u8]) -> (R, usize)) -> R {
+    let nonempty = v.iter().filter(|i| i.iov_len > 0).count();
+    if nonempty <= 1 {
+        let one = v.iter().find(|i| i.iov_len > 0);
+        let buf: &mut [u8] = match one {
+            Some(i) => std::slice::from_raw_parts_mut(i.iov_base as *mut u8, i.iov_len),
+            None => &mut [],
+        };
+        return f(buf).0;
+    }
+    let total: usize = v.iter().map(|i| i.iov_len).sum::<usize>().min(1 << 17);
+    SCRATCH.with(|c| {
+        let mut s = c.take();
+        s.resize(total, 0);
+        if gather {
+            let mut at = 0;
+            for i in v {
+                let n = i.iov_len.min(total - at);
+                std::ptr::copy_nonoverlapping(i.iov_base as *const u8, s.as_mut_ptr().add(at), n);
+                at += n;
+            }
+        }
+        let (r, used) = f(&mut s);
+        if !gather {
+            let mut at = 0;
+            for i in v {
+                if at >= used {
+                    break;
+                }
+                let n = i.iov_len.min(used - at);
+                std::ptr::copy_nonoverlapping(s.as_ptr().add(at), i.iov_base as *mut u8, n);
+                at += n;
+            }
+        }
+        c.replace(s);
+        r
+    })
+}
+
+/// On the kernel path of a socket whose description another process's
+/// engine keeps nonblocking (fork), blocking calls are emulated: `EAGAIN`
+/// for a blocking caller means "wait and retry".
+fn kio(s: &Sock, fd: c_int, events: i16, flags: c_int, mut f: impl FnMut() -> ssize_t) -> ssize_t {
+    let mut deadline: Option<Option<Instant>> = None;
+    loop {
+        let r = f();
+        if r >= 0 || !s.forced() || s.nonblock() || flags & libc::MSG_DONTWAIT != 0 || errno() != libc::EAGAIN {
+            return r;
+        }
+        let dl = *deadline.get_or_insert_with(|| {
+            let (rt, st) = kernel_timeouts(fd);
+            let t = if events == libc::POLLIN { rt } else { st };
+            t.map(|t| Instant::now() + t)
+        });
+        let remaining = match dl {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(w) if !w.is_zero() => Some(w),
+                _ => return fail(libc::EAGAIN),
+            },
+            None => None,
+        };
+        let mut p = [libc::pollfd { fd, events, revents: 0 }];
+        if let Err(e) = poll_some(&mut p, remaining) {
+            if e == libc::EINTR && crate::signals::eintr_wanted() {
+                return fail(libc::EINTR);
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------- receive and send
+
+/// Receive on the shim's path: leftovers of a fallback, then the engine.
+/// `None`: the socket is on the kernel path; use libc.
+fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result<Received, c_int>> {
+    if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
+        return None;
+    }
+    if s.has_leftover() {
+        if let Some(r) = s.pop_leftover(buf, flags & libc::MSG_PEEK != 0) {
+            return Some(Ok(r));
+        }
+    }
+    let ep = s.endpoint(fd)?;
+    let mut r = ep_recv(s, &ep, fd, buf, flags);
+    if let Ok(x) = &mut r {
+        if x.src.port() == 0 {
+            if let Ok(p) = ep.peer_addr() {
+                x.src = p;
+            }
+        }
+    }
+    Some(r)
+}
+
+/// The value recv-family calls return for a datagram.
+fn recv_ret(r: &Received, flags: c_int) -> ssize_t {
+    if flags & libc::MSG_TRUNC != 0 {
+        r.len as ssize_t
+    } else {
+        r.copied as ssize_t
+    }
+}
+
+/// Checks send flags; `Err(reason)` moves the socket to the kernel path.
+fn send_flags_ok(flags: c_int) -> Result<(), &'static str> {
+    if flags & libc::MSG_MORE != 0 {
+        return Err("send flag MSG_MORE (corking)");
+    }
+    if flags & libc::MSG_DONTROUTE != 0 {
+        return Err("send flag MSG_DONTROUTE");
+    }
+    Ok(())
+}
+
+/// Send on the engine path. `None`: kernel path.
+fn shim_send(s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: Option<SocketAddr>) -> Option<Result<usize, c_int>> {
+    if flags & libc::MSG_OOB != 0 {
+        return Some(Err(libc::EOPNOTSUPP));
+    }
+    if s.mode() == shim::KERNEL {
+        return None;
+    }
+    if let Err(why) = send_flags_ok(flags) {
+        s.fallback(fd, why);
+        return None;
+    }
+    let ep = s.endpoint(fd)?;
+    Some(ep_send(&ep, data, dst))
+}
+
+fn ret_isize(r: Result<usize, c_int>) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(e) => fail(e),
+    }
+}
+
+unsafe fn recv_common(fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> Option<ssize_t> {
+    let b: &mut [u8] = if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
+    match shim_recv(s, fd, b, flags)? {
+        Ok(r) => {
+            write_addr(r.src, s.v6, addr, alen);
+            Some(recv_ret(&r, flags))
+        }
+        Err(e) => Some(fail(e)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::recvfrom(fd, buf, len, flags, addr, alen) };
+    if let Some(r) = recv_common(fd, &s, buf, len, flags, addr, alen) {
+        return r;
+    }
+    kio(&s, fd, libc::POLLIN, flags, || real::recvfrom(fd, buf, len, flags, addr, alen))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
+    if len > buflen {
+        return real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
+    }
+    recvfrom(fd, buf, len, flags, addr, alen)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::recv(fd, buf, len, flags) };
+    if let Some(r) = recv_common(fd, &s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
+        return r;
+    }
+    kio(&s, fd, libc::POLLIN, flags, || real::recv(fd, buf, len, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int) -> ssize_t {
+    if len > buflen {
+        return real::__recv_chk(fd, buf, len, buflen, flags);
+    }
+    recv(fd, buf, len, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::read(fd, buf, len) };
+    if let Some(r) = recv_common(fd, &s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
+        return r;
+    }
+    kio(&s, fd, libc::POLLIN, 0, || real::read(fd, buf, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t {
+    if len > buflen {
+        return real::__read_chk(fd, buf, len, buflen);
+    }
+    read(fd, buf, len)
+}
+
+unsafe fn recvmsg_shim(fd: c_int, s: &Sock, msg: *mut libc::msghdr, flags: c_int) -> Option<ssize_t> {
+    if msg.is_null() {
+        return Some(fail(libc::EFAULT));
+    }
+    let m = &mut *msg;
+    let v = iovs(m.msg_iov, m.msg_iovlen);
+    let r = with_buf(v, false, |b| match shim_recv(s, fd, b, flags) {
+        Some(Ok(r)) => {
+            let used = r.copied;
+            (Some(Ok(r)), used)
+        }
+        other => (other, 0),
+    })?;
+    match r {
+        Ok(r) => {
+            if !m.msg_name.is_null() {
+                write_addr(r.src, s.v6, m.msg_name as *mut sockaddr, &mut m.msg_namelen);
+            } else {
+                m.msg_namelen = 0;
+            }
+            m.msg_controllen = 0;
+            m.msg_flags = if r.len > r.copied { libc::MSG_TRUNC } else { 0 };
+            Some(recv_ret(&r, flags))
+        }
+        Err(e) => Some(fail(e)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::recvmsg(fd, msg, flags) };
+    if let Some(r) = recvmsg_shim(fd, &s, msg, flags) {
+        return r;
+    }
+    kio(&s, fd, libc::POLLIN, flags, || real::recvmsg(fd, msg, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::readv(fd, iov, n) };
+    let mut m: libc::msghdr = std::mem::zeroed();
+    m.msg_iov = iov as *mut libc::iovec;
+    m.msg_iovlen = n.max(0) as usize;
+    if let Some(r) = recvmsg_shim(fd, &s, &mut m, 0) {
+        return r;
+    }
+    kio(&s, fd, libc::POLLIN, 0, || real::readv(fd, iov, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int {
+    let Some(s) = lookup(fd) else { return real::recvmmsg(fd, msgs, vlen, flags, timeout) };
+    if s.mode() != shim::KERNEL && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
+        let base = flags & !libc::MSG_WAITFORONE;
+        let mut got = 0u32;
+        while got < vlen {
+            let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
+            let h = &mut *msgs.add(got as usize);
+            match recvmsg_shim(fd, &s, &mut h.msg_hdr, f) {
+                None => break, // moved to the kernel path meanwhile
+                Some(r) if r >= 0 => {
+                    h.msg_len = r as c_uint;
+                    got += 1;
+                }
+                Some(_) => {
+                    if got == 0 {
+                        return -1;
+                    }
+                    break;
+                }
+            }
+        }
+        if got > 0 || s.mode() != shim::KERNEL {
+            return got as c_int;
+        }
+    }
+    kio(&s, fd, libc::POLLIN, flags, || real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t) as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::sendto(fd, buf, len, flags, addr, alen) };
+    let dst = if addr.is_null() {
+        None
+    } else {
+        match read_addr(addr, alen) {
+            Ok(a) => Some(a),
+            Err(_) => return kio(&s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
+        }
+    };
+    let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+    match shim_send(&s, fd, data, flags, dst) {
+        Some(r) => ret_isize(r),
+        None => kio(&s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::send(fd, buf, len, flags) };
+    let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+    match shim_send(&s, fd, data, flags, None) {
+        Some(r) => ret_isize(r),
+        None => kio(&s, fd, libc::POLLOUT, flags, || real::send(fd, buf, len, flags)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::write(fd, buf, len) };
+    let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+    match shim_send(&s, fd, data, 0, None) {
+        Some(r) => ret_isize(r),
+        None => kio(&s, fd, libc::POLLOUT, 0, || real::write(fd, buf, len)),
+    }
+}
+
+/// sendmsg on the shim's path; `None`: kernel path.
+unsafe fn sendmsg_shim(fd: c_int, s: &Arc<Sock>, msg: *const libc::msghdr, flags: c_int) -> Option<ssize_t> {
+    if msg.is_null() {
+        return Some(fail(libc::EFAULT));
+    }
+    let m = &*msg;
+    if s.mode() == shim::KERNEL {
+        return None;
+    }
+    if m.msg_controllen > 0 && !m.msg_control.is_null() {
+        let c = libc::CMSG_FIRSTHDR(m);
+        if !c.is_null() {
+            let why = format!("sendmsg control message (level {}, type {})", (*c).cmsg_level, (*c).cmsg_type);
+            s.fallback(fd, &why);
+            return None;
+        }
+    }
+    let dst = if m.msg_name.is_null() || m.msg_namelen == 0 {
+        None
+    } else {
+        match read_addr(m.msg_name as *const sockaddr, m.msg_namelen) {
+            Ok(a) => Some(a),
+            Err(_) => return None,
+        }
+    };
+    let v = iovs(m.msg_iov, m.msg_iovlen);
+    let r = with_buf(v, true, |b| (shim_send(s, fd, b, flags, dst), 0))?;
+    Some(ret_isize(r))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::sendmsg(fd, msg, flags) };
+    if let Some(r) = sendmsg_shim(fd, &s, msg, flags) {
+        return r;
+    }
+    kio(&s, fd, libc::POLLOUT, flags, || real::sendmsg(fd, msg, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    let Some(s) = lookup(fd) else { return real::writev(fd, iov, n) };
+    let mut m: libc::msghdr = std::mem::zeroed();
+    m.msg_iov = iov as *mut libc::iovec;
+    m.msg_iovlen = n.max(0) as usize;
+    if let Some(r) = sendmsg_shim(fd, &s, &m, 0) {
+        return r;
+    }
+    kio(&s, fd, libc::POLLOUT, 0, || real::writev(fd, iov, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    let Some(s) = lookup(fd) else { return real::sendmmsg(fd, msgs, vlen, flags) };
+    if s.mode() != shim::KERNEL && !msgs.is_null() {
+        let mut sent = 0u32;
+        while sent < vlen {
+            let h = &mut *msgs.add(sent as usize);
+            match sendmsg_shim(fd, &s, &h.msg_hdr, flags) {
+                None => break,
+                Some(r) if r >= 0 => {
+                    h.msg_len = r as c_uint;
+                    sent += 1;
+                }
+                Some(_) => {
+                    if sent == 0 {
+                        return -1;
+                    }
+                    return sent as c_int;
+                }
+            }
+        }
+        if sent == vlen {
+            return sent as c_int;
+        }
+        if sent > 0 {
+            // The rest goes on the kernel path (the socket fell back).
+            let r = real::sendmmsg(fd, msgs.add(sent as usize), vlen - sent, flags);
+            return sent as c_int + r.max(0);
+        }
+    }
+    kio(&s, fd, libc::POLLOUT, flags, || real::sendmmsg(fd, msgs, vlen, flags) as ssize_t) as c_int
+}
+
+// ------------------------------------------------------------ lifecycle
+
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    let fd = real::socket(domain, ty, proto);
+    if fd >= 0
+        && (domain == libc::AF_INET || domain == libc::AF_INET6)
+        && ty & 0xf == libc::SOCK_DGRAM
+        && (proto == 0 || proto == libc::IPPROTO_UDP)
+    {
+        shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
+    }
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    shim::remove(fd);
+    real::close(fd)
+}
+
+fn forget_range(first: u32, last: u32) {
+    if !shim::any() {
+        return;
+    }
+    for (fd, _) in shim::all() {
+        if (fd as u32) >= first && (fd as u32) <= last {
+            shim::remove(fd);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        forget_range(first, last);
+    }
+    real::close_range(first, last, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    forget_range(first.max(0) as u32, u32::MAX);
+    real::closefrom(first)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    if let Some(s) = lookup(fd) {
+        s.fallback(fd, "shutdown()");
+    }
+    real::shutdown(fd, how)
+}
+
+fn after_dup(old: c_int, new: c_int) {
+    if new < 0 || new == old {
+        return;
+    }
+    match lookup(old) {
+        Some(s) => shim::insert(new, s),
+        None => shim::remove(new),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    let r = real::dup(fd);
+    after_dup(fd, r);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    let r = real::dup2(fd, to);
+    after_dup(fd, r);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    let r = real::dup3(fd, to, flags);
+    after_dup(fd, r);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    let Some(s) = lookup(fd) else { return real::connect(fd, addr, len) };
+    let Some(ep) = s.existing() else { return real::connect(fd, addr, len) };
+    if addr.is_null() {
+        return fail(libc::EFAULT);
+    }
+    let r = if (*addr).sa_family as c_int == libc::AF_UNSPEC {
+        ep.disconnect()
+    } else {
+        match read_addr(addr, len) {
+            Ok(a) => ep.connect(a),
+            Err(e) => return fail(e),
+        }
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => fail(shim::errno_of(&e)),
+    }
+}
+
+// ---------------------------------------------------- flags and options
+
+unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, f: unsafe fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
+    let Some(s) = lookup(fd) else { return f(fd, cmd, arg) };
+    match cmd {
+        libc::F_GETFL => {
+            let r = f(fd, cmd, arg);
+            if r >= 0 && (s.mode() == ACTIVE || s.forced()) {
+                (r & !libc::O_NONBLOCK) | if s.nonblock() { libc::O_NONBLOCK } else { 0 }
+            } else {
+                r
+            }
+        }
+        libc::F_SETFL => {
+            let want = arg as c_int & libc::O_NONBLOCK != 0;
+            let keep = s.set_nonblock(want);
+            let a = if keep { arg | libc::O_NONBLOCK as c_ulong } else { arg };
+            f(fd, cmd, a)
+        }
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let r = f(fd, cmd, arg);
+            after_dup(fd, r);
+            r
+        }
+        _ => f(fd, cmd, arg),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    fcntl_common(fd, cmd, arg, real::fcntl)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    fcntl_common(fd, cmd, arg, real::fcntl64)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
+    let Some(s) = lookup(fd) else { return real::ioctl(fd, req, arg) };
+    match req {
+        libc::FIONBIO if !arg.is_null() => {
+            let on = *(arg as *const c_int) != 0;
+            if s.set_nonblock(on) {
+                0
+            } else {
+                real::ioctl(fd, req, arg)
+            }
+        }
+        libc::FIONREAD if !arg.is_null() => {
+            if s.has_leftover() {
+                if let Some(r) = s.pop_leftover(&mut [], true) {
+                    *(arg as *mut c_int) = r.len as c_int;
+                    return 0;
+                }
+            }
+            match s.existing() {
+                Some(ep) => {
+                    let n = match ep.recv_with(&mut [], eudp_engine::RecvFlags { peek: true, dont_wait: true }) {
+                        Ok(r) => r.len,
+                        Err(_) => 0,
+                    };
+                    *(arg as *mut c_int) = n as c_int;
+                    0
+                }
+                None => real::ioctl(fd, req, arg),
+            }
+        }
+        _ => real::ioctl(fd, req, arg),
+    }
+}
+
+/// What the engine makes of a socket option.
+enum Opt {
+    /// Passed to the kernel socket; nothing else to do.
+    Pass,
+    /// Passed, and the endpoint follows it.
+    Sync,
+    /// The engine cannot honour it: kernel path.
+    Unsupported(String),
+}
+
+fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
+    use libc::*;
+    let on = val.map(|v| v != 0).unwrap_or(true);
+    let unsupported = |what: &str| Opt::Unsupported(format!("setsockopt {what}"));
+    match level {
+        SOL_SOCKET => match name {
+            SO_SNDBUF | SO_RCVBUF | SO_SNDBUFFORCE | SO_RCVBUFFORCE | SO_RCVTIMEO | SO_SNDTIMEO | 66 | 67 => Opt::Sync,
+            SO_REUSEADDR | SO_REUSEPORT | SO_BROADCAST | SO_PRIORITY | SO_MARK | SO_BINDTODEVICE | 62 /* SO_BINDTOIFINDEX */
+            | SO_KEEPALIVE | SO_LINGER | SO_ATTACH_FILTER | SO_DETACH_FILTER | SO_LOCK_FILTER | SO_ATTACH_BPF
+            | SO_ATTACH_REUSEPORT_CBPF | SO_ATTACH_REUSEPORT_EBPF | SO_INCOMING_CPU | SO_BUSY_POLL | SO_NO_CHECK
+            | SO_RCVLOWAT | SO_SNDLOWAT | SO_PASSCRED | SO_OOBINLINE => Opt::Pass,
+            SO_TIMESTAMP | SO_TIMESTAMPNS | SO_TIMESTAMPING | SO_RXQ_OVFL | SO_WIFI_STATUS | SO_TXTIME | SO_ZEROCOPY | SO_PASSSEC
+            | 63 /* SO_TIMESTAMP_NEW */ | 64 | 65 => {
+                if on {
+                    unsupported(&format!("SOL_SOCKET/{name} (per-datagram control data)"))
+                } else {
+                    Opt::Pass
+                }
+            }
+            _ => unsupported(&format!("SOL_SOCKET/{name}")),
+        },
+        IPPROTO_IP => match name {
+            IP_TOS | IP_TTL | IP_MTU_DISCOVER | IP_FREEBIND | IP_TRANSPARENT | IP_BIND_ADDRESS_NO_PORT | IP_MULTICAST_IF
+            | IP_MULTICAST_TTL | IP_MULTICAST_LOOP | IP_MULTICAST_ALL | IP_OPTIONS => Opt::Pass,
+            IP_ADD_MEMBERSHIP | IP_DROP_MEMBERSHIP | IP_ADD_SOURCE_MEMBERSHIP | IP_DROP_SOURCE_MEMBERSHIP | MCAST_JOIN_GROUP
+            | MCAST_LEAVE_GROUP | MCAST_JOIN_SOURCE_GROUP | MCAST_LEAVE_SOURCE_GROUP | MCAST_BLOCK_SOURCE
+            | MCAST_UNBLOCK_SOURCE | IP_BLOCK_SOURCE | IP_UNBLOCK_SOURCE => unsupported("multicast membership (not accelerated yet)"),
+            IP_PKTINFO => {
+                if on {
+                    unsupported("IP_PKTINFO (per-datagram destination address)")
+                } else {
+                    Opt::Pass
+                }
+            }
+            _ => {
+                if on {
+                    unsupported(&format!("IPPROTO_IP/{name}"))
+                } else {
+                    Opt::Pass
+                }
+            }
+        },
+        IPPROTO_IPV6 => match name {
+            IPV6_V6ONLY | IPV6_UNICAST_HOPS | IPV6_TCLASS | IPV6_MTU_DISCOVER | IPV6_MULTICAST_IF | IPV6_MULTICAST_HOPS
+            | IPV6_MULTICAST_LOOP | IPV6_FREEBIND | IPV6_TRANSPARENT => Opt::Pass,
+            IPV6_ADD_MEMBERSHIP | IPV6_DROP_MEMBERSHIP | MCAST_JOIN_GROUP | MCAST_LEAVE_GROUP | MCAST_JOIN_SOURCE_GROUP
+            | MCAST_LEAVE_SOURCE_GROUP => unsupported("multicast membership (not accelerated yet)"),
+            IPV6_RECVPKTINFO => {
+                if on {
+                    unsupported("IPV6_RECVPKTINFO (per-datagram destination address)")
+                } else {
+                    Opt::Pass
+                }
+            }
+            _ => {
+                if on {
+                    unsupported(&format!("IPPROTO_IPV6/{name}"))
+                } else {
+                    Opt::Pass
+                }
+            }
+        },
+        _ => unsupported(&format!("level {level} name {name}")),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+    let Some(s) = lookup(fd) else { return real::setsockopt(fd, level, name, val, len) };
+    let iv = if !val.is_null() && len as usize >= 4 { Some(std::ptr::read_unaligned(val as *const c_int)) } else if !val.is_null() && len == 1 { Some(*(val as *const u8) as c_int) } else { None };
+    let kind = classify(level, name, iv);
+    if let Opt::Unsupported(why) = &kind {
+        if s.mode() != shim::KERNEL {
+            s.fallback(fd, why);
+        }
+    }
+    let r = real::setsockopt(fd, level, name, val, len);
+    if r == 0 && matches!(kind, Opt::Sync) {
+        if let Some(ep) = s.existing() {
+            sync_option(&ep, fd, name, iv);
+        }
+    }
+    r
+}
+
+fn sync_option(ep: &Endpoint, fd: c_int, name: c_int, iv: Option<c_int>) {
+    match name {
+        libc::SO_SNDBUF | libc::SO_SNDBUFFORCE => {
+            if let Some(v) = iv {
+                let _ = ep.set_send_buffer_size(v.max(0) as usize);
+            }
+        }
+        libc::SO_RCVBUF | libc::SO_RCVBUFFORCE => {
+            if let Some(v) = iv {
+                let _ = ep.set_recv_buffer_size(v.max(0) as usize);
+            }
+        }
+        _ => {
+            let (r, w) = kernel_timeouts(fd);
+            ep.set_read_timeout(r);
+            ep.set_write_timeout(w);
+        }
+    }
+    dlog!("fd {fd}: option {name} applied to the endpoint");
+}
+
+// ------------------------------------------------------------ readiness
+
+/// poll/ppoll over a mix of kernel fds and accelerated sockets: an
+/// accelerated socket is readable when its kernel socket is (the receive
+/// then reads it directly) or its ring holds a datagram (an extra pollfd
+/// on the ring's eventfd).
+unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+    if !shim::any() || fds.is_null() || n == 0 {
+        return real::ppoll(fds, n, ts, mask);
+    }
+    let app = std::slice::from_raw_parts_mut(fds, n as usize);
+    let mut extra: Vec<(usize, c_int, bool)> = Vec::new();
+    for (i, p) in app.iter().enumerate() {
+        if p.events & libc::POLLIN == 0 {
+            continue;
+        }
+        if let Some(s) = lookup(p.fd) {
+            if let Some(ep) = s.existing() {
+                if let Some(rfd) = s.ring_fd(&ep) {
+                    extra.push((i, rfd, ep.pending_datagrams() > 0));
+                }
+            } else if s.has_leftover() {
+                extra.push((i, -1, true));
+            }
+        }
+    }
+    if extra.is_empty() {
+        return real::ppoll(fds, n, ts, mask);
+    }
+    let ready_now = extra.iter().any(|e| e.2);
+    let mut all: Vec<libc::pollfd> = Vec::with_capacity(app.len() + extra.len());
+    all.extend_from_slice(app);
+    for e in &extra {
+        all.push(libc::pollfd { fd: e.1, events: libc::POLLIN, revents: 0 });
+    }
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let t = if ready_now { &zero as *const _ } else { ts };
+    let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, t, mask);
+    if r < 0 {
+        return r;
+    }
+    for (k, e) in extra.iter().enumerate() {
+        if e.2 || all[app.len() + k].revents & libc::POLLIN != 0 {
+            all[e.0].revents |= libc::POLLIN;
+        }
+    }
+    let mut count = 0;
+    for (i, p) in app.iter_mut().enumerate() {
+        p.revents = all[i].revents;
+        if p.revents != 0 {
+            count += 1;
+        }
+    }
+    count
+}
+
+fn ms_to_ts(ms: c_int) -> Option<libc::timespec> {
+    (ms >= 0).then(|| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) as i64 * 1_000_000) as _ })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    if !shim::any() {
+        return real::poll(fds, n, timeout);
+    }
+    let ts = ms_to_ts(timeout);
+    poll_impl(fds, n, ts.as_ref().map_or(std::ptr::null(), |t| t as *const _), std::ptr::null())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, _fdslen: size_t) -> c_int {
+    poll(fds, n, timeout)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+    poll_impl(fds, n, ts, mask)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, _l: size_t) -> c_int {
+    poll_impl(fds, n, ts, mask)
+}
+
+unsafe fn sets_name_shim(n: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
+    for (fd, s) in shim::all() {
+        if fd < n && (s.mode() == ACTIVE || s.has_leftover()) && sets.iter().any(|&p| !p.is_null() && libc::FD_ISSET(fd, p)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// select/pselect through `poll_impl` when an accelerated socket is named.
+unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+    let n = n.clamp(0, libc::FD_SETSIZE as c_int);
+    let mut p: Vec<libc::pollfd> = Vec::new();
+    for fd in 0..n {
+        let mut ev = 0;
+        if !r.is_null() && libc::FD_ISSET(fd, r) {
+            ev |= libc::POLLIN;
+        }
+        if !w.is_null() && libc::FD_ISSET(fd, w) {
+            ev |= libc::POLLOUT;
+        }
+        if !e.is_null() && libc::FD_ISSET(fd, e) {
+            ev |= libc::POLLPRI;
+        }
+        if ev != 0 {
+            p.push(libc::pollfd { fd, events: ev, revents: 0 });
+        }
+    }
+    let k = poll_impl(p.as_mut_ptr(), p.len() as libc::nfds_t, ts, mask);
+    if k < 0 {
+        return k;
+    }
+    if p.iter().any(|x| x.revents & libc::POLLNVAL != 0) {
+        return fail(libc::EBADF);
+    }
+    for set in [r, w, e] {
+        if !set.is_null() {
+            libc::FD_ZERO(set);
+        }
+    }
+    let mut count = 0;
+    for x in &p {
+        if x.events & libc::POLLIN != 0 && x.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            libc::FD_SET(x.fd, r);
+            count += 1;
+        }
+        if x.events & libc::POLLOUT != 0 && x.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
+            libc::FD_SET(x.fd, w);
+            count += 1;
+        }
+        if x.events & libc::POLLPRI != 0 && x.revents & libc::POLLPRI != 0 {
+            libc::FD_SET(x.fd, e);
+            count += 1;
+        }
+    }
+    count
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int {
+    if !shim::any() || !sets_name_shim(n, [r, w, e]) {
+        return real::select(n, r, w, e, t);
+    }
+    let start = Instant::now();
+    let ts = (!t.is_null()).then(|| libc::timespec { tv_sec: (*t).tv_sec, tv_nsec: ((*t).tv_usec * 1000) as _ });
+    let total = ts.map(|x| Duration::new(x.tv_sec.max(0) as u64, x.tv_nsec.max(0) as u32));
+    let k = select_impl(n, r, w, e, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null());
+    if let Some(total) = total {
+        // Linux reports the time not slept.
+        let left = total.saturating_sub(start.elapsed());
+        (*t).tv_sec = left.as_secs() as libc::time_t;
+        (*t).tv_usec = left.subsec_micros() as libc::suseconds_t;
+    }
+    k
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+    if !shim::any() || !sets_name_shim(n, [r, w, e]) {
+        return real::pselect(n, r, w, e, ts, mask);
+    }
+    select_impl(n, r, w, e, ts, mask)
+}
+
+/// Events of the ring's eventfd registration for an application epoll
+/// registration `ev` (`None`: the application does not want input).
+fn ring_events(ev: u32) -> Option<u32> {
+    if ev & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 == 0 {
+        return None;
+    }
+    let keep = (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLWAKEUP | libc::EPOLLEXCLUSIVE) as u32;
+    Some(libc::EPOLLIN as u32 | (ev & keep))
+}
+
+/// epoll: an accelerated socket is registered twice under the application's
+/// event data — the kernel socket (output, errors, and input still in the
+/// socket) and the ring's eventfd (input in the ring). Each report stands
+/// for at least one distinct datagram, so a duplicate report never makes a
+/// receive block.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int {
+    let Some(s) = lookup(fd) else { return real::epoll_ctl(epfd, op, fd, ev) };
+    let r = real::epoll_ctl(epfd, op, fd, ev);
+    if r != 0 {
+        return r;
+    }
+    let saved = errno();
+    match op {
+        libc::EPOLL_CTL_ADD if !ev.is_null() => {
+            if let Some(events) = ring_events((*ev).events) {
+                if let Some(ep) = s.endpoint(fd) {
+                    if let Some(rfd) = s.ring_fd(&ep) {
+                        let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
+                        real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
+                    }
+                }
+            }
+        }
+        libc::EPOLL_CTL_MOD if !ev.is_null() => {
+            if let Some(ep) = s.existing() {
+                if let Some(rfd) = s.ring_fd(&ep) {
+                    match ring_events((*ev).events) {
+                        Some(events) => {
+                            let mut e2 = libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
+                            if real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0 {
+                                real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
+                            }
+                        }
+                        None => {
+                            let mut e2 = libc::epoll_event { events: 0, u64: 0 };
+                            real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                        }
+                    }
+                }
+            }
+        }
+        libc::EPOLL_CTL_DEL => {
+            if let Some(ep) = s.existing() {
+                if let Some(rfd) = s.ring_fd(&ep) {
+                    let mut e2 = libc::epoll_event { events: 0, u64: 0 };
+                    real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                }
+            }
+        }
+        _ => {}
+    }
+    set_errno(saved);
+    0
+}
+
+// ------------------------------------------------- exec, fork, signals
+
+/// Before exec: what is queued goes out, and sockets the new program
+/// inherits become plain kernel sockets with the flags it asked for.
+fn before_exec() -> Vec<(c_int, bool)> {
+    let mut touched = Vec::new();
+    if !shim::any() {
+        return touched;
+    }
+    crate::stat::write_now(true);
+    for (fd, s) in shim::all() {
+        if let Some(ep) = s.existing() {
+            ep.flush(Duration::from_secs(1));
+            // SAFETY: fcntl with integer arguments.
+            let fdfl = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+            if fdfl >= 0 && fdfl & libc::FD_CLOEXEC == 0 {
+                restore_kernel_socket(fd, s.nonblock());
+                touched.push((fd, s.nonblock()));
+            }
+        }
+    }
+    touched
+}
+
+/// exec failed: the sockets stay on the engine.
+fn after_failed_exec(touched: Vec<(c_int, bool)>) {
+    for (fd, _) in touched {
+        sockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1);
+        // SAFETY: fcntl with integer arguments.
+        unsafe {
+            let fl = real::fcntl(fd, libc::F_GETFL, 0);
+            if fl >= 0 {
+                real::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as c_ulong);
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let t = before_exec();
+    let r = real::execve(path, argv, envp);
+    let e = errno();
+    after_failed_exec(t);
+    set_errno(e);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    let t = before_exec();
+    let r = real::execv(path, argv);
+    let e = errno();
+    after_failed_exec(t);
+    set_errno(e);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    let t = before_exec();
+    let r = real::execvp(file, argv);
+    let e = errno();
+    after_failed_exec(t);
+    set_errno(e);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let t = before_exec();
+    let r = real::execvpe(file, argv, envp);
+    let e = errno();
+    after_failed_exec(t);
+    set_errno(e);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    let r = real::sigaction(sig, act, old);
+    if r == 0 && !act.is_null() {
+        crate::signals::record(sig, (*act).sa_sigaction, (*act).sa_flags);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    let r = real::signal(sig, handler);
+    if r != libc::SIG_ERR {
+        // glibc's signal() has BSD semantics: handlers restart calls.
+        crate::signals::record(sig, handler, libc::SA_RESTART);
+    }
+    r
+}
+
+fn flush_all(t: Duration) {
+    if !shim::any() {
+        return;
+    }
+    for (_, s) in shim::all() {
+        if let Some(ep) = s.existing() {
+            ep.flush(t);
+        }
+    }
+}
+
+/// `_exit` skips atexit handlers, but a kernel socket would already hold
+/// what the program sent: flush the queues first.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    flush_all(Duration::from_secs(2));
+    libc::syscall(libc::SYS_exit_group, code);
+    loop {
+        std::hint::spin_loop();
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
+    _exit(code)
+}
+
+extern "C" fn on_prepare() {
+    shim::fork_prepare();
+}
+extern "C" fn on_parent() {
+    shim::fork_parent();
+}
+extern "C" fn on_child() {
+    shim::fork_child();
+}
+
+/// At exit: what is queued goes out (the kernel would have sent it), and
+/// the final counters are written.
+extern "C" fn on_exit() {
+    flush_all(Duration::from_secs(2));
+    crate::stat::write_now(true);
+}
+
+extern "C" fn init() {
+    // SAFETY: registering plain extern "C" functions with libc.
+    unsafe {
+        libc::pthread_atfork(Some(on_prepare), Some(on_parent), Some(on_child));
+        libc::atexit(on_exit);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;

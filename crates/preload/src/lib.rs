@@ -1,0 +1,23 @@
+//! `libeudp_preload.so`: runs unmodified UDP programs on the eudp engine.
+//!
+//! Loaded with `LD_PRELOAD` (`eudp run -- PROGRAM …` does it), the library
+//! interposes the sockets API. An application UDP socket (AF_INET/AF_INET6,
+//! SOCK_DGRAM, protocol 0 or UDP) stays a real kernel socket whose fd the
+//! program keeps; on its first I/O the shim adopts a duplicate of it as an
+//! engine [`eudp_engine::Endpoint`], and from then on sends go through the
+//! two-level queue and receives come from the engine's ring. Every other
+//! descriptor goes straight to libc. Anything the engine cannot honour
+//! moves that socket to the plain kernel path (counted, logged with
+//! `EUDP_LOG=debug`). See `docs/preload.md`.
+//!
+//! Modules: [`real`] (libc's own functions, via `dlsym(RTLD_NEXT)`),
+//! [`hooks`] (the interposed C functions: all pointer handling), [`shim`]
+//! (socket table and per-socket state), [`signals`], [`stat`].
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod hooks;
+pub mod real;
+pub mod shim;
+pub mod signals;
+pub mod stat;

@@ -1,0 +1,567 @@
+//! The shim's state: the table of the application's UDP sockets, each
+//! socket's mode (not yet accelerated, on the engine, or on the plain
+//! kernel path), the engine of this process generation, fallbacks, the
+//! signal policy and logging.
+//!
+//! Safe Rust except the fork hand-over of the table lock (see
+//! [`ForkGuard`]); raw pointers stay in `hooks`, libc's own functions in
+//! `real`.
+
+use eudp_engine::{Config, Endpoint, Engine, Received, RecvFlags};
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+/// File descriptors at or above this are never accelerated.
+pub const MAX_FD: usize = 1 << 16;
+
+/// The socket was created but has done no I/O yet: options and binds go
+/// straight to the kernel, and an option the engine cannot honour costs
+/// nothing to refuse.
+pub const LAZY: u8 = 0;
+/// On the engine.
+pub const ACTIVE: u8 = 1;
+/// On the plain kernel path (fallback, or inherited across fork).
+pub const KERNEL: u8 = 2;
+
+/// One application UDP socket (shared by every fd that `dup`s it).
+#[derive(Debug)]
+pub struct Sock {
+    pub id: u64,
+    pub v6: bool,
+    /// O_NONBLOCK as the application set it (the engine keeps the shared
+    /// file description nonblocking).
+    nonblock: AtomicBool,
+    mode: AtomicU8,
+    /// The description is nonblocking because of an engine of another
+    /// process (fork); blocking is emulated on the kernel path.
+    forced: AtomicBool,
+    /// The endpoint belongs to the parent of a fork: never touched again.
+    leaked: AtomicBool,
+    /// Table entries (fds) naming this socket.
+    refs: AtomicUsize,
+    ep: Mutex<Option<Arc<Endpoint>>>,
+    dup_fd: AtomicI32,
+    poll_fd: AtomicI32,
+    /// Datagrams left in the ring when the socket fell back to the kernel.
+    leftover: Mutex<VecDeque<(Vec<u8>, SocketAddr)>>,
+    has_leftover: AtomicBool,
+    reason: Mutex<Option<String>>,
+    /// First fd number (for stats).
+    pub fd: i32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn errno_of(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+// ---------------------------------------------------------------- logging
+
+static LOG: AtomicU8 = AtomicU8::new(255);
+
+/// True when `EUDP_LOG=debug`.
+pub fn debug() -> bool {
+    let v = LOG.load(Relaxed);
+    if v != 255 {
+        return v == 1;
+    }
+    let on = std::env::var("EUDP_LOG").map(|v| v.eq_ignore_ascii_case("debug")).unwrap_or(false);
+    LOG.store(on as u8, Relaxed);
+    on
+}
+
+macro_rules! dlog {
+    ($($t:tt)*) => {
+        if $crate::shim::debug() {
+            eprintln!("eudp[{}]: {}", std::process::id(), format!($($t)*));
+        }
+    };
+}
+pub(crate) use dlog;
+
+// ------------------------------------------------------- the socket table
+
+static BITS: [AtomicU64; MAX_FD / 64] = [const { AtomicU64::new(0) }; MAX_FD / 64];
+static TABLE: RwLock<BTreeMap<i32, Arc<Sock>>> = RwLock::new(BTreeMap::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Sockets that fell back to the kernel, and why.
+pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+pub static ACCELERATED: AtomicU64 = AtomicU64::new(0);
+
+fn bit(fd: i32) -> Option<(usize, u64)> {
+    let f = usize::try_from(fd).ok().filter(|&f| f < MAX_FD)?;
+    Some((f / 64, 1u64 << (f % 64)))
+}
+
+/// The socket behind `fd`, when it is one of the application's UDP sockets.
+#[inline]
+pub fn lookup(fd: i32) -> Option<Arc<Sock>> {
+    let (w, b) = bit(fd)?;
+    if BITS[w].load(Relaxed) & b == 0 {
+        return None;
+    }
+    TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()
+}
+
+/// True when some fd in the table may be named (cheap pre-check).
+pub fn any() -> bool {
+    ACTIVE_FDS.load(Relaxed) > 0
+}
+static ACTIVE_FDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Records a new UDP socket created by the application.
+pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
+    if bit(fd).is_none() || disabled() {
+        return;
+    }
+    let s = Arc::new(Sock {
+        id: NEXT_ID.fetch_add(1, Relaxed),
+        v6,
+        nonblock: AtomicBool::new(nonblock),
+        mode: AtomicU8::new(LAZY),
+        forced: AtomicBool::new(false),
+        leaked: AtomicBool::new(false),
+        refs: AtomicUsize::new(0),
+        ep: Mutex::new(None),
+        dup_fd: AtomicI32::new(-1),
+        poll_fd: AtomicI32::new(-1),
+        leftover: Mutex::new(VecDeque::new()),
+        has_leftover: AtomicBool::new(false),
+        reason: Mutex::new(None),
+        fd,
+    });
+    insert(fd, s);
+    crate::stat::ensure_writer();
+}
+
+/// Makes `fd` name `s` too (dup and friends).
+pub fn insert(fd: i32, s: Arc<Sock>) {
+    let Some((w, b)) = bit(fd) else { return };
+    s.refs.fetch_add(1, SeqCst);
+    let old = {
+        let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+        BITS[w].fetch_or(b, SeqCst);
+        t.insert(fd, s)
+    };
+    match old {
+        Some(o) => release(o),
+        None => {
+            ACTIVE_FDS.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Forgets `fd` (it is being closed); the socket's endpoint is closed with
+/// the last fd naming it.
+pub fn remove(fd: i32) {
+    let Some((w, b)) = bit(fd) else { return };
+    if BITS[w].load(Relaxed) & b == 0 {
+        return;
+    }
+    let old = {
+        let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
+        let o = t.remove(&fd);
+        if o.is_some() {
+            BITS[w].fetch_and(!b, SeqCst);
+        }
+        o
+    };
+    if let Some(o) = old {
+        ACTIVE_FDS.fetch_sub(1, Relaxed);
+        release(o);
+    }
+}
+
+fn release(s: Arc<Sock>) {
+    if s.refs.fetch_sub(1, SeqCst) == 1 {
+        s.close();
+    }
+}
+
+/// Every socket in the table (one entry per fd).
+pub fn all() -> Vec<(i32, Arc<Sock>)> {
+    TABLE.read().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (*k, v.clone())).collect()
+}
+
+fn disabled() -> bool {
+    static D: AtomicU8 = AtomicU8::new(255);
+    let v = D.load(Relaxed);
+    if v != 255 {
+        return v == 1;
+    }
+    let off = std::env::var("EUDP_PRELOAD").map(|v| v == "0" || v == "off").unwrap_or(false);
+    D.store(off as u8, Relaxed);
+    off
+}
+
+// ------------------------------------------- process generation and engine
+
+/// Incremented in every fork child: endpoints of an older generation
+/// belong to an engine thread that does not exist in this process.
+static GEN: AtomicU32 = AtomicU32::new(0);
+static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
+static ENGINE_GEN: AtomicU32 = AtomicU32::new(u32::MAX);
+static ENGINE_INIT: Mutex<()> = Mutex::new(());
+
+pub fn generation() -> u32 {
+    GEN.load(SeqCst)
+}
+
+/// The engine of this process (started on first use, again in a fork child).
+pub fn engine() -> io::Result<&'static Engine> {
+    let g = generation();
+    if ENGINE_GEN.load(SeqCst) == g {
+        // SAFETY-free: the pointer was leaked from a Box and is never freed.
+        let p = ENGINE.load(SeqCst);
+        if !p.is_null() {
+            return Ok(leaked(p));
+        }
+    }
+    let _l = lock(&ENGINE_INIT);
+    if ENGINE_GEN.load(SeqCst) == g && !ENGINE.load(SeqCst).is_null() {
+        return Ok(leaked(ENGINE.load(SeqCst)));
+    }
+    let cfg = Config::from_env().unwrap_or_else(|e| {
+        eprintln!("eudp: {e}; using defaults");
+        Config::default()
+    });
+    let e: &'static mut Engine = Box::leak(Box::new(Engine::start(cfg)?));
+    ENGINE.store(e, SeqCst);
+    ENGINE_GEN.store(g, SeqCst);
+    Ok(e)
+}
+
+fn leaked(p: *mut Engine) -> &'static Engine {
+    // SAFETY: ENGINE only ever holds pointers from Box::leak, never freed.
+    #[allow(unsafe_code)]
+    unsafe {
+        &*p
+    }
+}
+
+fn fork_keep() -> bool {
+    std::env::var("EUDP_FORK_KEEP").map(|v| v == "1").unwrap_or(false)
+}
+
+/// Receive spin of the current profile (EUDP_SPIN_US).
+pub fn spin() -> Duration {
+    static S: AtomicU64 = AtomicU64::new(u64::MAX);
+    let v = S.load(Relaxed);
+    if v != u64::MAX {
+        return Duration::from_micros(v);
+    }
+    let us = std::env::var("EUDP_SPIN_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0u64);
+    S.store(us, Relaxed);
+    Duration::from_micros(us)
+}
+
+// ------------------------------------------------------------ per socket
+
+impl Sock {
+    pub fn mode(&self) -> u8 {
+        self.mode.load(Acquire)
+    }
+
+    pub fn nonblock(&self) -> bool {
+        self.nonblock.load(Relaxed)
+    }
+
+    /// Blocking must be emulated on the kernel path (see `forced`).
+    pub fn forced(&self) -> bool {
+        self.forced.load(Relaxed)
+    }
+
+    pub fn has_leftover(&self) -> bool {
+        self.has_leftover.load(Acquire)
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        lock(&self.reason).clone()
+    }
+
+    /// Records the application's O_NONBLOCK. Returns true when the shared
+    /// description must stay nonblocking (the engine owns it).
+    pub fn set_nonblock(&self, on: bool) -> bool {
+        self.nonblock.store(on, Relaxed);
+        if self.mode() == ACTIVE {
+            if let Some(ep) = lock(&self.ep).as_ref() {
+                ep.set_nonblocking(on);
+                return true;
+            }
+        }
+        self.forced()
+    }
+
+    /// The endpoint serving this socket, created on first use; `None` on the
+    /// kernel path.
+    #[inline]
+    pub fn endpoint(&self, fd: i32) -> Option<Arc<Endpoint>> {
+        match self.mode() {
+            ACTIVE => lock(&self.ep).clone(),
+            KERNEL => None,
+            _ => self.activate(fd),
+        }
+    }
+
+    /// The endpoint only if it already exists.
+    pub fn existing(&self) -> Option<Arc<Endpoint>> {
+        if self.mode() == ACTIVE {
+            lock(&self.ep).clone()
+        } else {
+            None
+        }
+    }
+
+    fn activate(&self, fd: i32) -> Option<Arc<Endpoint>> {
+        let mut g = lock(&self.ep);
+        match self.mode() {
+            ACTIVE => return g.clone(),
+            KERNEL => return None,
+            _ => {}
+        }
+        let r = (|| -> io::Result<Endpoint> {
+            let engine = engine()?;
+            // SAFETY-free wrapper: real::fcntl is libc's fcntl.
+            let d = crate::hooks::real_dup_cloexec(fd)?;
+            // SAFETY: d was just returned by fcntl(F_DUPFD_CLOEXEC) and is ours.
+            #[allow(unsafe_code)]
+            let owned = unsafe { OwnedFd::from_raw_fd(d) };
+            let ep = Endpoint::from_kernel_fd(engine, owned)?;
+            ep.set_nonblocking(self.nonblock());
+            let (rt, st) = crate::hooks::kernel_timeouts(fd);
+            ep.set_read_timeout(rt);
+            ep.set_write_timeout(st);
+            self.dup_fd.store(d, SeqCst);
+            Ok(ep)
+        })();
+        match r {
+            Ok(ep) => {
+                let ep = Arc::new(ep);
+                *g = Some(ep.clone());
+                self.mode.store(ACTIVE, Release);
+                ACCELERATED.fetch_add(1, Relaxed);
+                dlog!("fd {fd}: UDP socket on the engine (endpoint over fd {})", ep.raw_fd());
+                Some(ep)
+            }
+            Err(e) => {
+                drop(g);
+                self.fallback(fd, &format!("cannot attach to the engine: {e}"));
+                None
+            }
+        }
+    }
+
+    /// The eventfd readable while the ring holds a datagram.
+    pub fn ring_fd(&self, ep: &Endpoint) -> Option<i32> {
+        let fd = ep.poll_fd().ok()?;
+        self.poll_fd.store(fd, Relaxed);
+        Some(fd)
+    }
+
+    /// Moves this socket to the plain kernel path for good: what the ring
+    /// holds is kept for the application, queued sends are flushed, the
+    /// endpoint is closed and the kernel socket gets back the flags the
+    /// application asked for.
+    pub fn fallback(&self, fd: i32, reason: &str) {
+        let ep = {
+            let mut g = lock(&self.ep);
+            if self.mode() == KERNEL {
+                return;
+            }
+            self.mode.store(KERNEL, Release);
+            g.take()
+        };
+        *lock(&self.reason) = Some(reason.to_string());
+        FALLBACKS.fetch_add(1, Relaxed);
+        crate::stat::note_fallback(reason);
+        dlog!("fd {fd}: UDP socket moved to the kernel path: {reason}");
+        if let Some(ep) = ep {
+            let mut keep = lock(&self.leftover);
+            let mut buf = vec![0u8; 65536];
+            while ep.pending_datagrams() > 0 {
+                match ep.recv_with(&mut buf, RecvFlags { peek: false, dont_wait: true }) {
+                    Ok(r) => keep.push_back((buf[..r.copied].to_vec(), r.src)),
+                    Err(_) => break,
+                }
+            }
+            if !keep.is_empty() {
+                self.has_leftover.store(true, Release);
+            }
+            drop(keep);
+            crate::stat::retire(self, &ep);
+            self.poll_fd.store(-1, Relaxed);
+            self.dup_fd.store(-1, Relaxed);
+            drop(ep);
+            crate::hooks::restore_kernel_socket(fd, self.nonblock());
+        }
+    }
+
+    /// A datagram kept from the ring after a fallback.
+    pub fn pop_leftover(&self, buf: &mut [u8], peek: bool) -> Option<Received> {
+        let mut g = lock(&self.leftover);
+        let (d, src) = if peek { g.front().cloned()? } else { g.pop_front()? };
+        if g.is_empty() && !peek {
+            self.has_leftover.store(false, Release);
+        }
+        let n = d.len().min(buf.len());
+        buf[..n].copy_from_slice(&d[..n]);
+        Some(Received { copied: n, len: d.len(), src })
+    }
+
+    fn close(&self) {
+        if self.leaked.load(SeqCst) {
+            return;
+        }
+        let ep = lock(&self.ep).take();
+        if let Some(ep) = ep {
+            crate::stat::retire(self, &ep);
+            drop(ep); // flushes L1/L2 like close(2)
+        }
+    }
+
+    /// The endpoint's counters, for stats.
+    pub fn snapshot(&self) -> Option<(eudp_engine::StatsSnapshot, Option<SocketAddr>, Option<SocketAddr>)> {
+        if self.leaked.load(SeqCst) {
+            return None;
+        }
+        let ep = self.existing()?;
+        Some((ep.stats(), ep.local_addr().ok(), ep.peer_addr().ok()))
+    }
+}
+
+impl Drop for Sock {
+    fn drop(&mut self) {
+        if self.leaked.load(SeqCst) {
+            // The endpoint's engine is the parent's: dropping it would wait
+            // for a thread that does not exist here.
+            let ep = self.ep.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+            std::mem::forget(ep);
+        }
+    }
+}
+
+// ------------------------------------------------------------- receiving
+
+/// One receive on the engine path with the application's flags.
+pub fn ep_recv(s: &Sock, ep: &Endpoint, fd: i32, buf: &mut [u8], flags: i32) -> Result<Received, i32> {
+    let peek = flags & libc::MSG_PEEK != 0;
+    let dont_wait = flags & libc::MSG_DONTWAIT != 0 || s.nonblock();
+    let spin = spin();
+    if dont_wait || (spin.is_zero() && !crate::signals::eintr_wanted()) {
+        // The engine's own blocking receive: it restarts after signals, as
+        // the kernel does for SA_RESTART handlers.
+        return ep.recv_with(buf, RecvFlags { peek, dont_wait }).map_err(|e| errno_of(&e));
+    }
+    let (timeout, _) = crate::hooks::kernel_timeouts(fd);
+    let start = Instant::now();
+    let deadline = timeout.map(|t| start + t);
+    let spin_until = start + spin;
+    let ring = s.ring_fd(ep);
+    loop {
+        match ep.recv_with(buf, RecvFlags { peek, dont_wait: true }) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(errno_of(&e)),
+        }
+        let now = Instant::now();
+        if now < spin_until {
+            std::hint::spin_loop();
+            continue;
+        }
+        let remaining = match deadline {
+            Some(d) if now >= d => return Err(libc::EAGAIN),
+            Some(d) => Some(d - now),
+            None => None,
+        };
+        match crate::hooks::wait_readable(ep.raw_fd(), ring, remaining) {
+            Ok(()) => {}
+            Err(libc::EINTR) => {
+                if crate::signals::eintr_wanted() {
+                    return Err(libc::EINTR);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One send on the engine path.
+pub fn ep_send(ep: &Endpoint, data: &[u8], dst: Option<SocketAddr>) -> Result<usize, i32> {
+    let r = match dst {
+        Some(d) => ep.send_to(data, d),
+        None => ep.send(data),
+    };
+    r.map_err(|e| errno_of(&e))
+}
+
+// ------------------------------------------------------------------ fork
+
+/// Holds the table's write lock from the fork prepare handler to the
+/// parent/child handler, so the child never inherits a lock held by a
+/// thread that does not exist there.
+struct ForkGuard(std::cell::UnsafeCell<Option<RwLockWriteGuard<'static, BTreeMap<i32, Arc<Sock>>>>>);
+// SAFETY: only the forking thread touches it, between prepare and
+// parent/child, which run on that same thread.
+#[allow(unsafe_code)]
+unsafe impl Sync for ForkGuard {}
+static FORK_GUARD: ForkGuard = ForkGuard(std::cell::UnsafeCell::new(None));
+
+/// Before fork: a socket both processes hold must be read by whichever
+/// calls `recv`, as with the kernel, but the parent's engine would take
+/// every arrival into a ring only the parent reads. So the parent's
+/// sockets move to the kernel path first, unless `EUDP_FORK_KEEP=1` says
+/// the children do not use them (the parent then stays accelerated and
+/// the children see kernel sockets).
+#[allow(unsafe_code)]
+pub fn fork_prepare() {
+    if !fork_keep() {
+        for (fd, s) in all() {
+            if s.mode() == ACTIVE {
+                s.fallback(fd, "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
+            }
+        }
+    }
+    let g = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: see ForkGuard.
+    unsafe { *FORK_GUARD.0.get() = Some(g) };
+}
+
+#[allow(unsafe_code)]
+pub fn fork_parent() {
+    // SAFETY: see ForkGuard.
+    unsafe { *FORK_GUARD.0.get() = None };
+}
+
+/// In the child: the engine thread is gone. Every accelerated socket
+/// becomes a kernel socket (its endpoint is abandoned, the shim's own fds
+/// closed); new sockets get a new engine.
+#[allow(unsafe_code)]
+pub fn fork_child() {
+    GEN.fetch_add(1, SeqCst);
+    // SAFETY: see ForkGuard.
+    let g = unsafe { (*FORK_GUARD.0.get()).take() };
+    if let Some(t) = &g {
+        for (fd, s) in t.iter() {
+            if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {
+                s.mode.store(KERNEL, Release);
+                s.forced.store(true, Relaxed);
+                for f in [s.dup_fd.swap(-1, SeqCst), s.poll_fd.swap(-1, SeqCst)] {
+                    if f >= 0 {
+                        crate::hooks::real_close(f);
+                    }
+                }
+                crate::hooks::gro_off(*fd);
+            }
+        }
+    }
+    drop(g);
+    crate::stat::forked();
+}

@@ -1,0 +1,428 @@
+/* UDP sockets semantics checks. Must print the same lines and exit 0
+ * both on the kernel and under libeudp_preload.so. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__, #c, errno, strerror(errno)); exit(1); } } while (0)
+
+static int udp4(struct sockaddr_in *a) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in b = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    CHECK(bind(fd, (struct sockaddr *)&b, sizeof b) == 0);
+    socklen_t l = sizeof *a;
+    CHECK(getsockname(fd, (struct sockaddr *)a, &l) == 0);
+    return fd;
+}
+
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+
+static void fill(char *p, int n, int seed) { for (int i = 0; i < n; i++) p[i] = (char)(seed * 31 + i * 7); }
+
+static void t_sendto_recvfrom(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    char buf[2000], exp[2000];
+    for (int i = 0; i < 60; i++) {
+        int n = 1 + (i * 37) % 1472;
+        fill(buf, n, i);
+        CHECK(sendto(c, buf, n, 0, (struct sockaddr *)&sa, sizeof sa) == n);
+    }
+    for (int i = 0; i < 60; i++) {
+        int n = 1 + (i * 37) % 1472;
+        struct sockaddr_in from; socklen_t fl = sizeof from;
+        memset(buf, 0, sizeof buf);
+        ssize_t r = recvfrom(s, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);
+        CHECK(r == n);
+        fill(exp, n, i);
+        CHECK(memcmp(buf, exp, n) == 0);
+        CHECK(fl == sizeof from && from.sin_port == ca.sin_port && from.sin_addr.s_addr == ca.sin_addr.s_addr);
+    }
+    close(s); close(c);
+    puts("OK sendto_recvfrom");
+}
+
+static void t_connected(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    CHECK(send(c, "x", 1, 0) == -1 && errno == EDESTADDRREQ);
+    CHECK(connect(c, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CHECK(connect(s, (struct sockaddr *)&ca, sizeof ca) == 0);
+    CHECK(write(c, "hello", 5) == 5);
+    CHECK(send(c, "world!", 6, 0) == 6);
+    char b[64];
+    CHECK(read(s, b, sizeof b) == 5 && memcmp(b, "hello", 5) == 0);
+    CHECK(recv(s, b, sizeof b, 0) == 6 && memcmp(b, "world!", 6) == 0);
+    struct sockaddr_in p; socklen_t pl = sizeof p;
+    CHECK(getpeername(c, (struct sockaddr *)&p, &pl) == 0 && p.sin_port == sa.sin_port);
+    /* AF_UNSPEC dissolves the association */
+    struct sockaddr un = { .sa_family = AF_UNSPEC };
+    CHECK(connect(c, &un, sizeof un) == 0);
+    CHECK(send(c, "x", 1, 0) == -1 && errno == EDESTADDRREQ);
+    struct sockaddr_in ta; int t = udp4(&ta);
+    CHECK(sendto(c, "again", 5, 0, (struct sockaddr *)&ta, sizeof ta) == 5);
+    CHECK(recv(t, b, sizeof b, 0) == 5);
+    close(s); close(c); close(t);
+    puts("OK connected");
+}
+
+static void t_flags(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    char b[64];
+    CHECK(recv(s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    int fl = fcntl(s, F_GETFL);
+    CHECK(fl >= 0 && !(fl & O_NONBLOCK));
+    CHECK(fcntl(s, F_SETFL, fl | O_NONBLOCK) == 0);
+    CHECK(fcntl(s, F_GETFL) & O_NONBLOCK);
+    CHECK(recv(s, b, sizeof b, 0) == -1 && errno == EAGAIN);
+    CHECK(fcntl(s, F_SETFL, fl) == 0);
+    CHECK(!(fcntl(s, F_GETFL) & O_NONBLOCK));
+    int on = 1;
+    CHECK(ioctl(s, FIONBIO, &on) == 0);
+    CHECK(read(s, b, sizeof b) == -1 && errno == EAGAIN);
+    on = 0;
+    CHECK(ioctl(s, FIONBIO, &on) == 0);
+    int avail = -1;
+    CHECK(ioctl(s, FIONREAD, &avail) == 0 && avail == 0);
+    CHECK(sendto(c, "0123456789", 10, 0, (struct sockaddr *)&sa, sizeof sa) == 10);
+    CHECK(sendto(c, "abc", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    struct pollfd p = { .fd = s, .events = POLLIN };
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLIN));
+    CHECK(ioctl(s, FIONREAD, &avail) == 0 && avail == 10);
+    CHECK(recv(s, b, 4, MSG_PEEK) == 4 && memcmp(b, "0123", 4) == 0);
+    CHECK(recv(s, b, 4, MSG_PEEK | MSG_TRUNC) == 10);
+    struct iovec iv = { b, 4 };
+    struct msghdr m = { .msg_iov = &iv, .msg_iovlen = 1 };
+    CHECK(recvmsg(s, &m, 0) == 4 && (m.msg_flags & MSG_TRUNC) && memcmp(b, "0123", 4) == 0);
+    CHECK(recv(s, b, sizeof b, 0) == 3 && memcmp(b, "abc", 3) == 0);
+    CHECK(recv(s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    /* zero-length datagram */
+    CHECK(sendto(c, "", 0, 0, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CHECK(recv(s, b, sizeof b, 0) == 0);
+    close(s); close(c);
+    puts("OK flags");
+}
+
+static void t_timeout(void) {
+    struct sockaddr_in sa;
+    int s = udp4(&sa);
+    struct timeval tv = { 0, 150000 };
+    CHECK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+    char b[8];
+    CHECK(recv(s, b, 1, MSG_DONTWAIT) == -1 && errno == EAGAIN);
+    double t0 = now();
+    CHECK(recv(s, b, sizeof b, 0) == -1 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    double dt = now() - t0;
+    CHECK(dt > 0.12 && dt < 1.0);
+    close(s);
+    puts("OK so_rcvtimeo");
+}
+
+static void t_iov_mmsg(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    char a1[3] = "abc", a2[4] = "defg";
+    struct iovec v[2] = { { a1, 3 }, { a2, 4 } };
+    struct msghdr m = { .msg_name = &sa, .msg_namelen = sizeof sa, .msg_iov = v, .msg_iovlen = 2 };
+    CHECK(sendmsg(c, &m, 0) == 7);
+    char r1[2], r2[10];
+    struct iovec rv[2] = { { r1, 2 }, { r2, 10 } };
+    struct sockaddr_in from;
+    struct msghdr rm = { .msg_name = &from, .msg_namelen = sizeof from, .msg_iov = rv, .msg_iovlen = 2 };
+    CHECK(recvmsg(s, &rm, 0) == 7 && memcmp(r1, "ab", 2) == 0 && memcmp(r2, "cdefg", 5) == 0);
+    CHECK(from.sin_port == ca.sin_port && rm.msg_flags == 0);
+    struct mmsghdr mm[8];
+    char data[8][32];
+    struct iovec mv[8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(data[i], 32, "mmsg-%d", i);
+        mv[i] = (struct iovec){ data[i], strlen(data[i]) };
+        mm[i].msg_hdr = (struct msghdr){ .msg_name = &sa, .msg_namelen = sizeof sa, .msg_iov = &mv[i], .msg_iovlen = 1 };
+    }
+    CHECK(sendmmsg(c, mm, 8, 0) == 8);
+    char in[8][32];
+    for (int i = 0; i < 8; i++) {
+        mv[i] = (struct iovec){ in[i], 32 };
+        mm[i].msg_hdr = (struct msghdr){ .msg_iov = &mv[i], .msg_iovlen = 1 };
+    }
+    int got = 0;
+    while (got < 8) {
+        int k = recvmmsg(s, mm + got, 8 - got, MSG_WAITFORONE, NULL);
+        CHECK(k > 0);
+        got += k;
+    }
+    for (int i = 0; i < 8; i++) {
+        char e[32]; snprintf(e, 32, "mmsg-%d", i);
+        CHECK(mm[i].msg_len == strlen(e) && memcmp(in[i], e, strlen(e)) == 0);
+    }
+    CHECK(writev(c, v, 2) == -1 && errno == EDESTADDRREQ);
+    CHECK(connect(c, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CHECK(writev(c, v, 2) == 7);
+    char x[3], y[10];
+    struct iovec xv[2] = { { x, 3 }, { y, 10 } };
+    CHECK(readv(s, xv, 2) == 7 && memcmp(x, "abc", 3) == 0 && memcmp(y, "defg", 4) == 0);
+    close(s); close(c);
+    puts("OK iov_mmsg");
+}
+
+static void t_readiness(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    char b[64];
+    CHECK(fcntl(s, F_SETFL, O_NONBLOCK) == 0);
+    /* make the socket accelerated before testing readiness */
+    CHECK(recv(s, b, sizeof b, 0) == -1 && errno == EAGAIN);
+    struct pollfd p[2] = { { .fd = s, .events = POLLIN }, { .fd = c, .events = POLLOUT } };
+    CHECK(poll(p, 1, 0) == 0);
+    CHECK(poll(p, 2, 0) == 1 && p[1].revents == POLLOUT);
+    fd_set rs; FD_ZERO(&rs); FD_SET(s, &rs);
+    struct timeval tv = { 0, 0 };
+    CHECK(select(s + 1, &rs, NULL, NULL, &tv) == 0);
+    int ep = epoll_create1(0), et = epoll_create1(0);
+    struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 42 }, out[4];
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) == 0);
+    ev.events = EPOLLIN | EPOLLET; ev.data.u64 = 43;
+    CHECK(epoll_ctl(et, EPOLL_CTL_ADD, s, &ev) == 0);
+    CHECK(epoll_wait(ep, out, 4, 0) == 0);
+    for (int round = 0; round < 20; round++) {
+        CHECK(sendto(c, "ping", 4, 0, (struct sockaddr *)&sa, sizeof sa) == 4);
+        CHECK(sendto(c, "pong", 4, 0, (struct sockaddr *)&sa, sizeof sa) == 4);
+        p[0].revents = 0;
+        CHECK(poll(p, 1, 2000) == 1 && (p[0].revents & POLLIN));
+        FD_ZERO(&rs); FD_SET(s, &rs); tv.tv_sec = 2;
+        CHECK(select(s + 1, &rs, NULL, NULL, &tv) == 1 && FD_ISSET(s, &rs));
+        int n = epoll_wait(ep, out, 4, 2000);
+        CHECK(n >= 1 && out[0].data.u64 == 42 && (out[0].events & EPOLLIN));
+        n = epoll_wait(et, out, 4, 2000);
+        CHECK(n >= 1 && out[0].data.u64 == 43);
+        /* level-triggered stays ready while data waits */
+        CHECK(recv(s, b, sizeof b, 0) == 4 && memcmp(b, "ping", 4) == 0);
+        double t0 = now();
+        int k = 0;
+        while (k == 0 && now() - t0 < 2) { k = recv(s, b, sizeof b, 0) == 4 ? 1 : 0; if (!k) { CHECK(errno == EAGAIN); poll(p, 1, 100); } }
+        CHECK(k == 1 && memcmp(b, "pong", 4) == 0);
+        CHECK(recv(s, b, sizeof b, 0) == -1 && errno == EAGAIN);
+        /* edge-triggered: drained, so no event now */
+        while (epoll_wait(et, out, 4, 0) > 0) {}
+        CHECK(epoll_wait(ep, out, 4, 0) == 0);
+        p[0].revents = 0;
+        CHECK(poll(p, 1, 0) == 0);
+    }
+    CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL) == 0);
+    CHECK(sendto(c, "x", 1, 0, (struct sockaddr *)&sa, sizeof sa) == 1);
+    CHECK(poll(p, 1, 2000) == 1);
+    CHECK(epoll_wait(ep, out, 4, 50) == 0);
+    close(ep); close(et); close(s); close(c);
+    puts("OK readiness");
+}
+
+static void t_blocking_wakeup(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        usleep(100000);
+        for (int i = 0; i < 50; i++) sendto(c, &i, sizeof i, 0, (struct sockaddr *)&sa, sizeof sa);
+        _exit(0);
+    }
+    for (int i = 0; i < 50; i++) {
+        int v = -1;
+        CHECK(recv(s, &v, sizeof v, 0) == sizeof v && v == i);
+    }
+    int st; CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(s); close(c);
+    puts("OK blocking_wakeup");
+}
+
+static void t_fork(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    char b[64];
+    /* accelerate both before fork */
+    CHECK(sendto(c, "pre", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    CHECK(recv(s, b, sizeof b, 0) == 3);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* child: inherited sockets keep working (blocking semantics too) */
+        char cb[64];
+        if (sendto(c, "child", 5, 0, (struct sockaddr *)&sa, sizeof sa) != 5) _exit(2);
+        struct sockaddr_in sa2, ca2;
+        int s2 = udp4(&sa2), c2 = udp4(&ca2);
+        if (sendto(c2, "new", 3, 0, (struct sockaddr *)&sa2, sizeof sa2) != 3) _exit(3);
+        if (recv(s2, cb, sizeof cb, 0) != 3 || memcmp(cb, "new", 3)) _exit(4);
+        int fl = fcntl(c, F_GETFL);
+        if (fl & O_NONBLOCK) _exit(5);
+        ssize_t r = recv(c, cb, sizeof cb, 0); /* blocks until the parent answers */
+        if (r != 6 || memcmp(cb, "parent", 6)) _exit(6);
+        _exit(0);
+    }
+    CHECK(recv(s, b, sizeof b, 0) == 5 && memcmp(b, "child", 5) == 0);
+    usleep(100000);
+    CHECK(sendto(s, "parent", 6, 0, (struct sockaddr *)&ca, sizeof ca) == 6);
+    int st; CHECK(waitpid(pid, &st, 0) == pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) { fprintf(stderr, "child status %d\n", st); exit(1); }
+    CHECK(sendto(c, "after", 5, 0, (struct sockaddr *)&sa, sizeof sa) == 5);
+    CHECK(recv(s, b, sizeof b, 0) == 5 && memcmp(b, "after", 5) == 0);
+    close(s); close(c);
+    puts("OK fork");
+}
+
+static void t_dup(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    char b[16];
+    CHECK(sendto(c, "one", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    CHECK(recv(s, b, sizeof b, 0) == 3);
+    int d = dup(s), d2 = fcntl(s, F_DUPFD_CLOEXEC, 100), d3 = dup2(s, 200);
+    CHECK(d >= 0 && d2 >= 100 && d3 == 200);
+    close(s);
+    CHECK(sendto(c, "two", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    CHECK(recv(d, b, sizeof b, 0) == 3 && memcmp(b, "two", 3) == 0);
+    close(d);
+    CHECK(sendto(c, "six", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    CHECK(recv(d3, b, sizeof b, 0) == 3 && memcmp(b, "six", 3) == 0);
+    close(d3);
+    CHECK(sendto(c, "ten", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    CHECK(recv(d2, b, sizeof b, 0) == 3 && memcmp(b, "ten", 3) == 0);
+    close(d2); close(c);
+    puts("OK dup");
+}
+
+static void t_pktinfo(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    int on = 1;
+    CHECK(setsockopt(s, IPPROTO_IP, IP_PKTINFO, &on, sizeof on) == 0);
+    CHECK(sendto(c, "pk", 2, 0, (struct sockaddr *)&sa, sizeof sa) == 2);
+    char b[16], ctl[256];
+    struct iovec v = { b, sizeof b };
+    struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl };
+    CHECK(recvmsg(s, &m, 0) == 2);
+    int found = 0;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+        if (h->cmsg_level == IPPROTO_IP && h->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo pi; memcpy(&pi, CMSG_DATA(h), sizeof pi);
+            found = pi.ipi_addr.s_addr == htonl(INADDR_LOOPBACK);
+        }
+    CHECK(found);
+    close(s); close(c);
+    puts("OK pktinfo");
+}
+
+static void t_v6(void) {
+    int s = socket(AF_INET6, SOCK_DGRAM, 0);
+    CHECK(s >= 0);
+    int off = 0;
+    CHECK(setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) == 0);
+    struct sockaddr_in6 b = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+    CHECK(bind(s, (struct sockaddr *)&b, sizeof b) == 0);
+    socklen_t l = sizeof b;
+    CHECK(getsockname(s, (struct sockaddr *)&b, &l) == 0);
+    struct sockaddr_in ca; int c = udp4(&ca);
+    struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = b.sin6_port, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    CHECK(sendto(c, "v4", 2, 0, (struct sockaddr *)&to, sizeof to) == 2);
+    struct sockaddr_in6 from; socklen_t fl = sizeof from; char buf[8];
+    CHECK(recvfrom(s, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl) == 2);
+    CHECK(fl == sizeof from && from.sin6_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&from.sin6_addr) && from.sin6_port == ca.sin_port);
+    int c6 = socket(AF_INET6, SOCK_DGRAM, 0);
+    struct sockaddr_in6 lo = { .sin6_family = AF_INET6, .sin6_port = b.sin6_port, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+    CHECK(sendto(c6, "v6", 2, 0, (struct sockaddr *)&lo, sizeof lo) == 2);
+    fl = sizeof from;
+    CHECK(recvfrom(s, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl) == 2 && IN6_IS_ADDR_LOOPBACK(&from.sin6_addr));
+    close(s); close(c); close(c6);
+    puts("OK v6");
+}
+
+static volatile sig_atomic_t got_alarm;
+static void on_alarm(int sig) { (void)sig; got_alarm = 1; }
+
+static void t_signals(void) {
+    struct sockaddr_in sa;
+    int s = udp4(&sa);
+    char b[8];
+    /* without SA_RESTART: EINTR */
+    struct sigaction act = { .sa_handler = on_alarm };
+    sigemptyset(&act.sa_mask);
+    CHECK(sigaction(SIGALRM, &act, NULL) == 0);
+    struct itimerval it = { { 0, 0 }, { 0, 100000 } };
+    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+    CHECK(recv(s, b, sizeof b, 0) == -1 && errno == EINTR && got_alarm);
+    /* with SA_RESTART: the receive continues (until the datagram comes) */
+    act.sa_flags = SA_RESTART; got_alarm = 0;
+    CHECK(sigaction(SIGALRM, &act, NULL) == 0);
+    struct sockaddr_in ca; int c = udp4(&ca);
+    pid_t pid = fork();
+    if (pid == 0) { usleep(300000); sendto(c, "late", 4, 0, (struct sockaddr *)&sa, sizeof sa); _exit(0); }
+    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+    CHECK(recv(s, b, sizeof b, 0) == 4 && got_alarm);
+    waitpid(pid, NULL, 0);
+    signal(SIGALRM, SIG_DFL);
+    close(s); close(c);
+    puts("OK signals");
+}
+
+static void t_threads_nb_burst(void) {
+    /* nonblocking burst: everything sent arrives (loopback, big rcvbuf) */
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    int big = 4 << 20;
+    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    fcntl(c, F_SETFL, O_NONBLOCK);
+    char buf[1472];
+    int sent = 0;
+    for (int i = 0; i < 60; i++) {
+        fill(buf, 1000, i);
+        ssize_t r = sendto(c, buf, 1000, 0, (struct sockaddr *)&sa, sizeof sa);
+        if (r == 1000) sent++;
+        else { CHECK(errno == EAGAIN || errno == ENOBUFS); usleep(100); i--; }
+    }
+    for (int i = 0; i < sent; i++) {
+        char exp[1000];
+        CHECK(recv(s, buf, sizeof buf, 0) == 1000);
+        fill(exp, 1000, i);
+        CHECK(memcmp(buf, exp, 1000) == 0);
+    }
+    close(s); close(c);
+    puts("OK burst");
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    const char *only = argc > 1 ? argv[1] : NULL;
+#define RUN(t) if (!only || strcmp(only, #t) == 0) t_##t()
+    RUN(sendto_recvfrom);
+    RUN(connected);
+    RUN(flags);
+    RUN(timeout);
+    RUN(iov_mmsg);
+    RUN(readiness);
+    RUN(blocking_wakeup);
+    RUN(fork);
+    RUN(dup);
+    RUN(pktinfo);
+    RUN(v6);
+    RUN(signals);
+    RUN(threads_nb_burst);
+    puts("ALL OK");
+    return 0;
+}

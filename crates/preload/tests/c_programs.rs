@@ -1,0 +1,64 @@
+//! C programs using the sockets API directly: the same program must print
+//! the same lines and exit 0 on the kernel and under the shim, and under
+//! the shim its sockets must really have run on the engine.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+const CASES: &[&str] = &[
+    "sendto_recvfrom", "connected", "flags", "timeout", "iov_mmsg", "readiness", "blocking_wakeup", "fork", "dup", "pktinfo",
+    "v6", "signals", "threads_nb_burst",
+];
+
+fn run_case(exe: &std::path::Path, case: &str) {
+    let kernel = Command::new(exe).arg(case).output().unwrap();
+    assert!(kernel.status.success(), "{case} on the kernel: {}", String::from_utf8_lossy(&kernel.stderr));
+    let stats = stat_dir(case);
+    let mut cmd = Command::new(exe);
+    cmd.arg(case);
+    let shim = preloaded(cmd, &stats);
+    assert!(shim.status.success(), "{case} under the shim: {}{}", String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&shim.stderr));
+    assert_eq!(String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&kernel.stdout), "{case}: output differs");
+    let r = reports(&stats);
+    let acc: u64 = r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();
+    assert!(acc > 0, "{case}: no socket ran on the engine: {r:?}");
+    if case == "pktinfo" {
+        let fb: u64 = r.iter().map(|x| x["fallbacks"].as_u64().unwrap_or(0)).sum();
+        assert!(fb >= 1, "IP_PKTINFO must be counted as a fallback");
+    } else if !["fork", "timeout", "signals"].contains(&case) {
+        assert!(total(&r, "datagrams_sent") + total(&r, "datagrams_received") > 0, "{case}: no datagram on the engine");
+    }
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
+#[test]
+fn semantics_match_the_kernel() {
+    let exe = cc("udp_semantics", &[]);
+    for case in CASES {
+        run_case(&exe, case);
+    }
+}
+
+#[test]
+fn whole_program_twice() {
+    let exe = cc("udp_semantics", &[]);
+    for _ in 0..2 {
+        let stats = stat_dir("whole");
+        let out = preloaded(Command::new(&exe), &stats);
+        assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).ends_with("ALL OK\n"));
+        let _ = std::fs::remove_dir_all(&stats);
+    }
+}
+
+#[test]
+fn non_udp_untouched() {
+    // TCP, unix sockets, pipes and files through a shell pipeline.
+    let stats = stat_dir("other");
+    let mut c = Command::new("sh");
+    c.args(["-c", "printf abc | cat | wc -c; python3 -c 'import socket; a,b=socket.socketpair(); a.send(b\"x\"); print(b.recv(1))'"]);
+    let out = preloaded(c, &stats);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3\nb'x'\n");
+}

@@ -1,0 +1,73 @@
+//! Helpers shared by the preload tests: where the built library is, and
+//! running a program with and without it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `libeudp_preload.so` of this build (cargo builds the cdylib before the
+/// integration tests; the test executable lives in `<target>/<profile>/deps`).
+pub fn lib() -> PathBuf {
+    if let Some(p) = std::env::var_os("EUDP_PRELOAD_LIB") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let prof = exe.parent().unwrap().parent().unwrap();
+    let p = prof.join("libeudp_preload.so");
+    assert!(p.exists(), "{} not built", p.display());
+    p
+}
+
+/// Compiles a C test program from `tests/c/NAME.c` into a temporary directory.
+pub fn cc(name: &str, extra: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let dir = std::env::temp_dir().join(format!("eudp-preload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let st = Command::new("cc").args(["-O2", "-Wall", "-o"]).arg(&out).arg(&src).args(extra).status().expect("cc");
+    assert!(st.success(), "cc {name}");
+    out
+}
+
+/// A temporary directory for stats files.
+pub fn stat_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("eudp-stat-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `cmd` under the shim (stats into `stats`).
+pub fn preloaded(mut cmd: Command, stats: &Path) -> Output {
+    cmd.env("LD_PRELOAD", lib()).env("EUDP_STAT_DIR", stats).env("EUDP_STAT_MS", "200");
+    cmd.output().expect("spawn")
+}
+
+/// The stats files written by processes under the shim.
+pub fn reports(stats: &Path) -> Vec<serde_json::Value> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(stats).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            if let Ok(s) = std::fs::read_to_string(&p) {
+                if let Ok(j) = serde_json::from_str(&s) {
+                    v.push(j);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Sum of one counter over every socket (open and closed) of every report.
+pub fn total(reports: &[serde_json::Value], counter: &str) -> u64 {
+    let mut t = 0;
+    for r in reports {
+        for key in ["sockets", "closed"] {
+            for s in r[key].as_array().into_iter().flatten() {
+                t += s["stats"][counter].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    t
+}
