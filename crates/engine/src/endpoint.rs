@@ -508,10 +508,10 @@ impl EpInner {
         if !crate::tracepoint::on() {
             return self.recv(buf, flags);
         }
-        self.trace.recv_enter();
+        let t = self.trace.recv_enter();
         let r = self.recv(buf, flags);
         if r.is_ok() && !flags.peek {
-            self.trace.recv_return();
+            self.trace.recv_return(t);
         }
         r
     }
@@ -701,6 +701,7 @@ impl EpInner {
                 Ok(k) => {
                     if crate::tracepoint::on() {
                         self.trace.sys_return_batch(&mut pending[..k].iter().map(|r| (base + r.start, r.count)));
+                        self.trace.drain_tx(self.backend.raw_fd());
                     }
                     Stats::add(&self.stats.engine_batches, 1);
                     let mut dg = 0u64;

@@ -47,18 +47,15 @@ pub fn on() -> bool {
     ON.load(Relaxed)
 }
 
-/// What an event marks. The numbers are part of the dump format.
+/// What an event marks. The numbers are part of the dump format
+/// (docs/trace.md). Timestamps `ts` and, for the two call events, `a` are
+/// on the trace clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// Application send call entered: a = send seq, b = bytes.
-    SendEnter = 1,
-    /// Application send call returns: a = send seq.
-    SendReturn = 2,
-    /// Posted directly on the caller's thread: a = send seq.
-    Direct = 3,
-    /// Copied into L1: a = send seq, b = L1 index.
-    Enqueue = 4,
+    /// Application send call, recorded at its return: extra = send seq,
+    /// a = enter time, b = [`send_ref`] (L1 index or direct post, bytes).
+    SendCall = 1,
     /// Engine took L1: a = first L1 index, b = count.
     Take = 5,
     /// Engine formed one backend call: a = first L1 index, b = datagrams.
@@ -79,16 +76,16 @@ pub enum Kind {
     RxSoft = 13,
     /// Message read and pushed to the ring (or handed over): a, b as RxSoft.
     RxPush = 14,
-    /// Datagram delivered from the ring: a = arrival index.
-    Pop = 15,
-    /// Application receive call entered.
-    RecvEnter = 16,
-    /// Application receive call returns a datagram: a = arrival index.
-    RecvReturn = 17,
+    /// Application receive call, recorded at its return with a datagram:
+    /// a = enter time, b = arrival index (the ring delivery is this return).
+    RecvCall = 17,
+    /// An application's own sequence number for the datagram it received
+    /// last on this thread: a = arrival index, b = application seq.
+    AppSeq = 18,
 }
 
-/// Packs what a kernel message carries: its first datagram (a send seq when
-/// `direct`, else an L1 index) and how many datagrams it holds.
+/// Packs a kernel message: its first datagram (a send seq when `direct`,
+/// else an L1 index) and how many datagrams it holds.
 pub fn msg_ref(first: u64, count: u64, direct: bool) -> u64 {
     (first & ((1 << 47) - 1)) | (u64::from(direct) << 47) | (count << 48)
 }
@@ -96,6 +93,16 @@ pub fn msg_ref(first: u64, count: u64, direct: bool) -> u64 {
 /// Inverse of [`msg_ref`]: (first, count, direct).
 pub fn unpack_msg_ref(b: u64) -> (u64, u64, bool) {
     (b & ((1 << 47) - 1), b >> 48, (b >> 47) & 1 == 1)
+}
+
+/// Packs a send call: its L1 index (when queued), its bytes, direct or not.
+pub fn send_ref(q: u64, bytes: u64, direct: bool) -> u64 {
+    (q & ((1 << 40) - 1)) | ((bytes & 0x7f_ffff) << 40) | (u64::from(direct) << 63)
+}
+
+/// Inverse of [`send_ref`]: (L1 index, bytes, direct).
+pub fn unpack_send_ref(b: u64) -> (u64, u64, bool) {
+    (b & ((1 << 40) - 1), (b >> 40) & 0x7f_ffff, b >> 63 == 1)
 }
 
 /// One thread's bounded event buffer: 4 words per event.
@@ -110,18 +117,66 @@ thread_local! {
     static BUF: std::cell::RefCell<Option<Arc<ThreadBuf>>> = const { std::cell::RefCell::new(None) };
     /// Send seq of the call in progress on this thread.
     static CUR_SEQ: Cell<u64> = const { Cell::new(0) };
+    /// L1 index of the send in progress, or DIRECT.
+    static CUR_Q: Cell<u64> = const { Cell::new(DIRECT) };
     /// First L1 index of what the engine took last on this thread.
     static TAKE_BASE: Cell<u64> = const { Cell::new(0) };
     /// Arrival index of the datagram this thread popped last.
     static LAST_POP: Cell<u64> = const { Cell::new(u64::MAX) };
     /// RX_SOFTWARE stamps of the last batched receive on this thread, by message.
     static RX_STAMPS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Realtime-to-raw offset and when it was sampled (raw ns).
+    static OFFSET: Cell<(i64, u64)> = const { Cell::new((0, 0)) };
 }
+
+const DIRECT: u64 = u64::MAX;
+/// Event word 1: kind (bits 0-7), timestamps in TSC ticks (bit 8),
+/// endpoint (bits 9-23), extra (bits 24-63).
+const TSC_FLAG: u64 = 1 << 8;
 
 /// `CLOCK_MONOTONIC_RAW` now, in nanoseconds.
 #[inline]
 pub fn now_ns() -> u64 {
     kernel::monotonic_raw_ns()
+}
+
+/// The hot-path clock: the TSC where the CPU has an invariant one (mapped
+/// onto `CLOCK_MONOTONIC_RAW` when events are read), else that clock.
+#[inline]
+fn stamp() -> (u64, bool) {
+    match kernel::tsc() {
+        Some(t) => (t, true),
+        None => (now_ns(), false),
+    }
+}
+
+/// A (TSC, raw ns) pair sampled at one instant, for the linear mapping.
+fn tsc_pair() -> Option<(u64, u64)> {
+    let mut best: Option<(u64, u64, u64)> = None;
+    for _ in 0..5 {
+        let a = kernel::tsc()?;
+        let n = now_ns();
+        let b = kernel::tsc()?;
+        if best.map_or(true, |x| b - a < x.0) {
+            best = Some((b - a, a / 2 + b / 2, n));
+        }
+    }
+    best.map(|x| (x.1, x.2))
+}
+
+static CAL: Mutex<Option<(u64, u64)>> = Mutex::new(None);
+
+/// Maps TSC ticks to raw ns: the pair taken when tracing was enabled and
+/// one taken now (at least 2 ms apart).
+fn tsc_map() -> Option<(u64, u64, f64)> {
+    let p0 = (*CAL.lock().unwrap_or_else(|e| e.into_inner()))?;
+    let mut p1 = tsc_pair()?;
+    if p1.1.saturating_sub(p0.1) < 2_000_000 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        p1 = tsc_pair()?;
+    }
+    let slope = (p1.1 - p0.1) as f64 / (p1.0.wrapping_sub(p0.0)) as f64;
+    Some((p0.0, p0.1, slope))
 }
 
 /// Offset to add to a `CLOCK_REALTIME` nanosecond stamp to put it on
@@ -138,6 +193,18 @@ pub fn realtime_to_raw_offset() -> i64 {
         }
     }
     best.1
+}
+
+/// The offset, re-sampled at most every millisecond per thread.
+fn offset_cached() -> i64 {
+    let now = now_ns();
+    let (off, at) = OFFSET.with(Cell::get);
+    if at != 0 && now.saturating_sub(at) < 1_000_000 {
+        return off;
+    }
+    let off = realtime_to_raw_offset();
+    OFFSET.with(|c| c.set((off, now)));
+    off
 }
 
 /// Allocates this thread's buffer now, so the first traced packet does not
@@ -159,7 +226,7 @@ fn new_buf() -> Arc<ThreadBuf> {
 
 #[cold]
 #[inline(never)]
-fn push(kind: Kind, ep: u64, ts: u64, a: u64, b: u64) {
+fn push_raw(w1: u64, ts: u64, a: u64, b: u64) {
     BUF.with(|cell| {
         let mut slot = cell.borrow_mut();
         let buf = slot.get_or_insert_with(new_buf);
@@ -170,29 +237,43 @@ fn push(kind: Kind, ep: u64, ts: u64, a: u64, b: u64) {
         }
         let w = &buf.words[n * 4..n * 4 + 4];
         w[0].store(ts, Relaxed);
-        w[1].store(kind as u64 | (ep << 8), Relaxed);
+        w[1].store(w1, Relaxed);
         w[2].store(a, Relaxed);
         w[3].store(b, Relaxed);
         buf.len.store(n + 1, Release);
     });
 }
 
-/// Records an event now (for tools that trace their own layers).
-pub fn record(kind: Kind, ep: u64, a: u64, b: u64) {
-    if on() {
-        push(kind, ep, now_ns(), a, b);
-    }
+fn word1(kind: Kind, ep: u64, tsc: bool, extra: u64) -> u64 {
+    kind as u64 | if tsc { TSC_FLAG } else { 0 } | ((ep & 0x7fff) << 9) | (extra << 24)
 }
 
-/// Records an event with a given `CLOCK_MONOTONIC_RAW` timestamp.
-pub fn record_at(kind: Kind, ep: u64, ts: u64, a: u64, b: u64) {
+/// An event stamped now on the hot-path clock.
+#[inline]
+fn push(kind: Kind, ep: u64, a: u64, b: u64) {
+    let (t, tsc) = stamp();
+    push_raw(word1(kind, ep, tsc, 0), t, a, b);
+}
+
+/// An event with a `CLOCK_MONOTONIC_RAW` timestamp.
+fn push_ns(kind: Kind, ep: u64, ts_ns: u64, a: u64, b: u64) {
+    push_raw(word1(kind, ep, false, 0), ts_ns, a, b);
+}
+
+/// Records an event with a given `CLOCK_MONOTONIC_RAW` timestamp (for
+/// tools that trace layers of their own).
+pub fn record_at(kind: Kind, ep: u64, ts_ns: u64, a: u64, b: u64) {
     if on() {
-        push(kind, ep, ts, a, b);
+        push_ns(kind, ep, ts_ns, a, b);
     }
 }
 
 /// Turns tracing on (sockets created from now on are timestamped).
 pub fn enable() {
+    let mut c = CAL.lock().unwrap_or_else(|e| e.into_inner());
+    if c.is_none() {
+        *c = tsc_pair();
+    }
     ON.store(true, Relaxed);
 }
 
@@ -222,13 +303,15 @@ pub fn reset() {
     DROPPED.store(0, Relaxed);
 }
 
-/// One recorded event.
+/// One recorded event, timestamps in `CLOCK_MONOTONIC_RAW` ns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     pub ts_ns: u64,
     pub kind: u8,
     pub ep: u64,
     pub thread: u64,
+    /// The send seq of a [`Kind::SendCall`], else 0.
+    pub extra: u64,
     pub a: u64,
     pub b: u64,
 }
@@ -236,13 +319,27 @@ pub struct Event {
 /// Every event recorded so far, thread by thread in recording order.
 pub fn events() -> Vec<Event> {
     let bufs = BUFS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let map = tsc_map();
+    let conv = |t: u64| match map {
+        Some((t0, n0, slope)) => (n0 as f64 + (t.wrapping_sub(t0) as i64) as f64 * slope).round() as u64,
+        None => t,
+    };
     let mut out = Vec::new();
     for b in bufs {
         let n = b.len.load(Acquire);
         for i in 0..n {
             let w = &b.words[i * 4..i * 4 + 4];
-            let kw = w[1].load(Relaxed);
-            out.push(Event { ts_ns: w[0].load(Relaxed), kind: (kw & 0xff) as u8, ep: kw >> 8, thread: b.thread, a: w[2].load(Relaxed), b: w[3].load(Relaxed) });
+            let w1 = w[1].load(Relaxed);
+            let kind = (w1 & 0xff) as u8;
+            let tsc = w1 & TSC_FLAG != 0;
+            let (mut ts, mut a) = (w[0].load(Relaxed), w[2].load(Relaxed));
+            if tsc {
+                ts = conv(ts);
+                if kind == Kind::SendCall as u8 || kind == Kind::RecvCall as u8 {
+                    a = conv(a);
+                }
+            }
+            out.push(Event { ts_ns: ts, kind, ep: (w1 >> 9) & 0x7fff, thread: b.thread, extra: w1 >> 24, a, b: w[3].load(Relaxed) });
         }
     }
     out
@@ -254,17 +351,17 @@ pub fn dropped() -> u64 {
 }
 
 /// The events as JSON: `{"clock": ..., "dropped": n, "events": [[ts, kind,
-/// ep, thread, a, b], ...]}` (documented in docs/trace.md).
+/// ep, thread, a, b, extra], ...]}` (documented in docs/trace.md).
 pub fn dump_json() -> String {
     use std::fmt::Write;
     let ev = events();
-    let mut s = String::with_capacity(ev.len() * 40 + 128);
+    let mut s = String::with_capacity(ev.len() * 48 + 128);
     let _ = write!(s, "{{\"clock\":\"CLOCK_MONOTONIC_RAW\",\"pid\":{},\"dropped\":{},\"events\":[", std::process::id(), dropped());
     for (i, e) in ev.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
-        let _ = write!(s, "[{},{},{},{},{},{}]", e.ts_ns, e.kind, e.ep, e.thread, e.a, e.b);
+        let _ = write!(s, "[{},{},{},{},{},{},{}]", e.ts_ns, e.kind, e.ep, e.thread, e.a, e.b, e.extra);
     }
     s.push_str("]}\n");
     s
@@ -302,12 +399,13 @@ pub fn setup_socket(b: &dyn Backend) {
 /// Called by the backend's batched receive for message `i` carrying a
 /// `CLOCK_REALTIME` RX_SOFTWARE stamp.
 pub fn note_rx_stamp(i: usize, realtime_ns: u64) {
+    let off = offset_cached();
     RX_STAMPS.with(|v| {
         let mut v = v.borrow_mut();
         if v.len() <= i {
             v.resize(i + 1, 0);
         }
-        v[i] = (realtime_ns as i64 + realtime_to_raw_offset()) as u64;
+        v[i] = (realtime_ns as i64 + off) as u64;
     });
 }
 
@@ -315,6 +413,17 @@ pub fn note_rx_stamp(i: usize, realtime_ns: u64) {
 /// receive (taken: 0 afterwards), 0 when none was reported.
 pub fn take_rx_stamp(i: usize) -> u64 {
     RX_STAMPS.with(|v| v.borrow_mut().get_mut(i).map(std::mem::take).unwrap_or(0))
+}
+
+/// Tags the datagram this thread received last with the application's own
+/// sequence number (lets `eudp trace` match packets across lost datagrams).
+pub fn tag_received(app_seq: u64) {
+    if on() {
+        let i = LAST_POP.with(Cell::get);
+        if i != u64::MAX {
+            push(Kind::AppSeq, 0, i, app_seq);
+        }
+    }
 }
 
 /// Per-endpoint trace counters. Each is written by one thread at a time
@@ -340,10 +449,18 @@ fn bump(c: &AtomicU64, n: u64) -> u64 {
     c.fetch_add(n, Relaxed)
 }
 
+/// What an application send call carries from enter to return.
+#[derive(Clone, Copy, Debug)]
+pub struct SendToken {
+    seq: u64,
+    enter: u64,
+    bytes: u64,
+}
+
 impl EpTrace {
     pub fn new() -> Self {
         EpTrace {
-            id: NEXT_EP.fetch_add(1, Relaxed),
+            id: NEXT_EP.fetch_add(1, Relaxed) & 0x7fff,
             tx_seq: AtomicU64::new(0),
             q_in: AtomicU64::new(0),
             q_out: AtomicU64::new(0),
@@ -353,22 +470,26 @@ impl EpTrace {
         }
     }
 
-    /// Application send entered; returns its seq (also kept per thread).
-    pub fn send_enter(&self, bytes: usize) -> u64 {
+    /// Application send entered (call only while tracing is on).
+    pub fn send_enter(&self, bytes: usize) -> SendToken {
         let seq = bump(&self.tx_seq, 1);
         CUR_SEQ.with(|c| c.set(seq));
-        push(Kind::SendEnter, self.id, now_ns(), seq, bytes as u64);
-        seq
+        CUR_Q.with(|c| c.set(DIRECT));
+        SendToken { seq, enter: stamp().0, bytes: bytes as u64 }
     }
 
-    pub fn send_return(&self, seq: u64) {
-        push(Kind::SendReturn, self.id, now_ns(), seq, 0);
+    /// Application send returns: one event for the whole call.
+    pub fn send_return(&self, t: SendToken) {
+        let (now, tsc) = stamp();
+        let q = CUR_Q.with(Cell::get);
+        let r = if q == DIRECT { send_ref(0, t.bytes, true) } else { send_ref(q, t.bytes, false) };
+        push_raw(word1(Kind::SendCall, self.id, tsc, t.seq), now, t.enter, r);
     }
 
     /// The send in progress on this thread posts directly.
     pub fn direct(&self) {
         if on() {
-            push(Kind::Direct, self.id, now_ns(), CUR_SEQ.with(Cell::get), 0);
+            CUR_Q.with(|c| c.set(DIRECT));
         }
     }
 
@@ -376,7 +497,7 @@ impl EpTrace {
     pub fn enqueue(&self) {
         if on() {
             let q = bump(&self.q_in, 1);
-            push(Kind::Enqueue, self.id, now_ns(), CUR_SEQ.with(Cell::get), q);
+            CUR_Q.with(|c| c.set(q));
         }
     }
 
@@ -385,31 +506,30 @@ impl EpTrace {
         if on() {
             let q0 = bump(&self.q_out, n as u64);
             TAKE_BASE.with(|c| c.set(q0));
-            push(Kind::Take, self.id, now_ns(), q0, n as u64);
+            push(Kind::Take, self.id, q0, n as u64);
         }
     }
 
     /// The engine formed a call of `datagrams` starting at staging index `at`.
     pub fn batch(&self, at: usize, datagrams: usize) {
         if on() {
-            push(Kind::Batch, self.id, now_ns(), TAKE_BASE.with(Cell::get) + at as u64, datagrams as u64);
+            push(Kind::Batch, self.id, TAKE_BASE.with(Cell::get) + at as u64, datagrams as u64);
         }
     }
 
     /// A send syscall is about to be made.
     pub fn sys_enter(&self) {
         if on() {
-            push(Kind::SysEnter, self.id, now_ns(), self.kmsg.load(Relaxed), 0);
+            push(Kind::SysEnter, self.id, self.kmsg.load(Relaxed), 0);
         }
     }
 
     /// A direct send syscall (one datagram) was accepted.
     pub fn sys_return_direct(&self) {
         if on() {
-            let t = now_ns();
             let k = bump(&self.kmsg, 1);
-            push(Kind::SysReturn, self.id, t, k, 1);
-            push(Kind::KMsg, self.id, t, k, msg_ref(CUR_SEQ.with(Cell::get), 1, true));
+            push(Kind::SysReturn, self.id, k, 1);
+            push(Kind::KMsg, self.id, k, msg_ref(CUR_SEQ.with(Cell::get), 1, true));
         }
     }
 
@@ -417,16 +537,15 @@ impl EpTrace {
     /// index of its first datagram, datagrams).
     pub fn sys_return_batch(&self, msgs: &mut dyn Iterator<Item = (usize, usize)>) {
         if on() {
-            let t = now_ns();
             let base = TAKE_BASE.with(Cell::get);
             let k0 = self.kmsg.load(Relaxed);
             let mut n = 0;
             for (first, count) in msgs {
-                push(Kind::KMsg, self.id, t, k0 + n, msg_ref(base + first as u64, count as u64, false));
+                push(Kind::KMsg, self.id, k0 + n, msg_ref(base + first as u64, count as u64, false));
                 n += 1;
             }
             self.kmsg.store(k0 + n, Relaxed);
-            push(Kind::SysReturn, self.id, t, k0, n);
+            push(Kind::SysReturn, self.id, k0, n);
         }
     }
 
@@ -435,18 +554,18 @@ impl EpTrace {
         if !on() {
             return;
         }
-        let off = realtime_to_raw_offset();
+        let off = offset_cached();
         let id = self.id;
         kernel::read_tx_timestamps(fd, &mut |key, sched, real_ns| {
             let kind = if sched { Kind::TxSched } else { Kind::TxSoft };
-            push(kind, id, (real_ns as i64 + off) as u64, u64::from(key), 0);
+            push_ns(kind, id, (real_ns as i64 + off) as u64, u64::from(key), 0);
         });
     }
 
     /// A receive syscall is about to be made.
     pub fn rx_enter(&self) {
         if on() {
-            push(Kind::RxEnter, self.id, now_ns(), self.rx_in.load(Relaxed), 0);
+            push(Kind::RxEnter, self.id, self.rx_in.load(Relaxed), 0);
         }
     }
 
@@ -454,35 +573,36 @@ impl EpTrace {
     /// the ring (or was handed to the application).
     pub fn rx_push(&self, i: usize, datagrams: usize) {
         if on() {
-            let t = now_ns();
             let first = bump(&self.rx_in, datagrams as u64);
             let stamp = take_rx_stamp(i);
             if stamp != 0 {
-                push(Kind::RxSoft, self.id, stamp, first, datagrams as u64);
+                push_ns(Kind::RxSoft, self.id, stamp, first, datagrams as u64);
             }
-            push(Kind::RxPush, self.id, t, first, datagrams as u64);
+            push(Kind::RxPush, self.id, first, datagrams as u64);
         }
     }
 
-    /// A datagram left the ring.
+    /// A datagram left the ring (no event: the receive call's return marks it).
     pub fn pop(&self) {
         if on() {
             let i = bump(&self.rx_out, 1);
             LAST_POP.with(|c| c.set(i));
-            push(Kind::Pop, self.id, now_ns(), i, 0);
         }
     }
 
-    pub fn recv_enter(&self) {
+    /// Application receive entered (call only while tracing is on); returns
+    /// the enter time for [`EpTrace::recv_return`].
+    pub fn recv_enter(&self) -> u64 {
         LAST_POP.with(|c| c.set(u64::MAX));
-        push(Kind::RecvEnter, self.id, now_ns(), 0, 0);
+        stamp().0
     }
 
     /// The receive call returns the datagram this thread popped last.
-    pub fn recv_return(&self) {
+    pub fn recv_return(&self, enter: u64) {
         let i = LAST_POP.with(Cell::get);
         if i != u64::MAX {
-            push(Kind::RecvReturn, self.id, now_ns(), i, 0);
+            let (now, tsc) = stamp();
+            push_raw(word1(Kind::RecvCall, self.id, tsc, 0), now, enter, i);
         }
     }
 }
@@ -495,6 +615,26 @@ mod tests {
     fn refs_round_trip() {
         assert_eq!(unpack_msg_ref(msg_ref(12345, 64, true)), (12345, 64, true));
         assert_eq!(unpack_msg_ref(msg_ref(7, 1, false)), (7, 1, false));
+        assert_eq!(unpack_send_ref(send_ref(123_456, 65_507, false)), (123_456, 65_507, false));
+        assert_eq!(unpack_send_ref(send_ref(0, 64, true)), (0, 64, true));
+    }
+
+    #[test]
+    fn tsc_maps_onto_the_raw_clock() {
+        enable();
+        let t = EpTrace::new();
+        let tok = t.send_enter(100);
+        let before = now_ns();
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        t.send_return(tok);
+        let after = now_ns();
+        disable();
+        let ev: Vec<Event> = events().into_iter().filter(|e| e.ep == t.id && e.kind == Kind::SendCall as u8).collect();
+        assert_eq!(ev.len(), 1);
+        let e = ev[0];
+        // The call began before `before` and ended between the two reads.
+        assert!(e.a <= before + 20_000 && e.ts_ns + 20_000 >= before + 3_000_000 && e.ts_ns <= after + 20_000, "{e:?} {before} {after}");
+        assert_eq!(unpack_send_ref(e.b), (0, 100, true));
     }
 
     #[test]

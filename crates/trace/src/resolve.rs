@@ -6,10 +6,7 @@ use std::collections::HashMap;
 
 /// Event kinds, as numbered by `eudp_engine::tracepoint::Kind`.
 pub mod kind {
-    pub const SEND_ENTER: u8 = 1;
-    pub const SEND_RETURN: u8 = 2;
-    pub const DIRECT: u8 = 3;
-    pub const ENQUEUE: u8 = 4;
+    pub const SEND_CALL: u8 = 1;
     pub const TAKE: u8 = 5;
     pub const BATCH: u8 = 6;
     pub const SYS_ENTER: u8 = 7;
@@ -20,14 +17,13 @@ pub mod kind {
     pub const RX_ENTER: u8 = 12;
     pub const RX_SOFT: u8 = 13;
     pub const RX_PUSH: u8 = 14;
-    pub const POP: u8 = 15;
-    pub const RECV_ENTER: u8 = 16;
-    pub const RECV_RETURN: u8 = 17;
+    pub const RECV_CALL: u8 = 17;
+    pub const APP_SEQ: u8 = 18;
 }
 
-/// One raw event: `[ts_ns, kind, ep, thread, a, b]`.
+/// One raw event: `[ts_ns, kind, ep, thread, a, b, extra]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RawEvent(pub u64, pub u8, pub u64, pub u64, pub u64, pub u64);
+pub struct RawEvent(pub u64, pub u8, pub u64, pub u64, pub u64, pub u64, #[serde(default)] pub u64);
 
 impl RawEvent {
     fn ts(&self) -> u64 {
@@ -47,6 +43,9 @@ impl RawEvent {
     }
     fn b(&self) -> u64 {
         self.5
+    }
+    fn extra(&self) -> u64 {
+        self.6
     }
 }
 
@@ -131,7 +130,7 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
         }
         i
     };
-    if let Some(ep) = main_ep(sender, kind::SEND_ENTER) {
+    if let Some(ep) = main_ep(sender, kind::SEND_CALL) {
         let threads = by_thread(sender, |e| e.ep() == ep);
         let mut q2seq: HashMap<u64, u64> = HashMap::new();
         let mut q_take: HashMap<u64, u64> = HashMap::new();
@@ -144,25 +143,23 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
             let mut sys_enter: Option<u64> = None;
             for e in t {
                 match e.kind() {
-                    kind::SEND_ENTER => {
-                        let i = idx(&mut paths, e.a());
-                        paths[i].points[0] = Some(e.ts());
-                        paths[i].bytes = e.b();
-                    }
-                    kind::SEND_RETURN => {
-                        let i = idx(&mut paths, e.a());
+                    kind::SEND_CALL => {
+                        // Enter time in a, return in ts; a queued datagram
+                        // entered L1 just before the call returned, a direct
+                        // post was decided just after it was entered.
+                        let (q, bytes, direct) = unpack_send(e.b());
+                        let i = idx(&mut paths, e.extra());
+                        paths[i].points[0] = Some(e.a());
                         paths[i].app_send_return = Some(e.ts());
-                    }
-                    kind::DIRECT => {
-                        let i = idx(&mut paths, e.a());
-                        for p in 1..=3 {
-                            paths[i].points[p] = Some(e.ts());
+                        paths[i].bytes = bytes;
+                        if direct {
+                            for p in 1..=3 {
+                                paths[i].points[p] = Some(e.a());
+                            }
+                        } else {
+                            paths[i].points[1] = Some(e.ts());
+                            q2seq.insert(q, e.extra());
                         }
-                    }
-                    kind::ENQUEUE => {
-                        let i = idx(&mut paths, e.a());
-                        paths[i].points[1] = Some(e.ts());
-                        q2seq.insert(e.b(), e.a());
                     }
                     kind::TAKE => {
                         for q in e.a()..e.a() + e.b() {
@@ -208,16 +205,18 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
             }
         }
     }
+    // Arrival index -> application seq, where the application tagged them.
+    let tags: HashMap<u64, u64> = receiver.events.iter().filter(|e| e.kind() == kind::APP_SEQ).map(|e| (e.a(), e.b())).collect();
+    let seq_of = |arrival: u64| tags.get(&arrival).copied().unwrap_or(arrival);
     if let Some(ep) = main_ep(receiver, kind::RX_PUSH) {
         for t in by_thread(receiver, |e| e.ep() == ep) {
             let mut rx_enter = None;
-            let mut recv_enter = None;
             for e in &t {
                 match e.kind() {
                     kind::RX_ENTER => rx_enter = Some(e.ts()),
                     kind::RX_SOFT | kind::RX_PUSH => {
                         for s in e.a()..e.a() + e.b() {
-                            let i = idx(&mut paths, s);
+                            let i = idx(&mut paths, seq_of(s));
                             if e.kind() == kind::RX_SOFT {
                                 paths[i].points[7] = Some(e.ts());
                             } else {
@@ -226,15 +225,13 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
                             }
                         }
                     }
-                    kind::POP => {
-                        let i = idx(&mut paths, e.a());
+                    kind::RECV_CALL => {
+                        // The datagram left the ring in this call; its
+                        // return marks the delivery.
+                        let i = idx(&mut paths, seq_of(e.b()));
                         paths[i].points[9] = Some(e.ts());
-                    }
-                    kind::RECV_ENTER => recv_enter = Some(e.ts()),
-                    kind::RECV_RETURN => {
-                        let i = idx(&mut paths, e.a());
                         paths[i].points[10] = Some(e.ts());
-                        paths[i].app_recv_enter = recv_enter;
+                        paths[i].app_recv_enter = Some(e.a());
                     }
                     _ => {}
                 }
@@ -246,6 +243,10 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
 
 fn unpack(b: u64) -> (u64, u64, bool) {
     (b & ((1 << 47) - 1), b >> 48, (b >> 47) & 1 == 1)
+}
+
+fn unpack_send(b: u64) -> (u64, u64, bool) {
+    (b & ((1 << 40) - 1), (b >> 40) & 0x7f_ffff, b >> 63 == 1)
 }
 
 /// Which part of a host a layer is, and whether its time is service
@@ -269,8 +270,8 @@ pub const LAYERS: [LayerDef; 10] = [
     LayerDef { name: "veth", host: "wire", service: true, what: "TX_SOFTWARE to RX_SOFTWARE (veth hop, receive softirq)" },
     LayerDef { name: "socket", host: "receiver", service: false, what: "RX_SOFTWARE to receive syscall enter (socket queue)" },
     LayerDef { name: "kernel.rx", host: "receiver", service: true, what: "receive syscall enter (or RX_SOFTWARE) to read return" },
-    LayerDef { name: "ring", host: "receiver", service: false, what: "waiting in the eudp ring: push to delivery" },
-    LayerDef { name: "app.recv", host: "receiver", service: true, what: "application receive call, enter (or data ready) to return" },
+    LayerDef { name: "ring", host: "receiver", service: false, what: "in the eudp ring: push to delivery (the receive call's return)" },
+    LayerDef { name: "app.recv", host: "receiver", service: true, what: "application receive call, from enter (or the ring push, if later) to return" },
 ];
 
 /// The layers a stack has: the plain-kernel path has no L1, engine or ring.
@@ -298,7 +299,7 @@ pub fn interval(p: &Path, layer: &str) -> Option<(u64, u64)> {
         }
         "ring" => (pt(8)?, pt(9)?),
         "app.recv" => {
-            let ready = pt(9).or(pt(8))?;
+            let ready = pt(8)?;
             (p.app_recv_enter.unwrap_or(ready).max(ready), pt(10)?)
         }
         _ => return None,

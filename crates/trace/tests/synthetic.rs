@@ -120,15 +120,25 @@ fn chart_has_one_rectangle_per_packet_per_layer_and_shared_axis() {
 }
 
 fn ev(ts: u64, k: u8, thread: u64, a: u64, b: u64) -> RawEvent {
-    RawEvent(ts, k, 7, thread, a, b)
+    RawEvent(ts, k, 7, thread, a, b, 0)
 }
 
 fn msg(first: u64, count: u64, direct: bool) -> u64 {
     first | (u64::from(direct) << 47) | (count << 48)
 }
 
+/// An application send call: entered at `enter`, returned at `ret`.
+fn send(enter: u64, ret: u64, seq: u64, q: Option<u64>) -> RawEvent {
+    let b = match q {
+        Some(q) => q | (500 << 40),
+        None => (500 << 40) | (1 << 63),
+    };
+    RawEvent(ret, kind::SEND_CALL, 7, 1, enter, b, seq)
+}
+
 /// Three sends: the first posted directly, two queued and sent by the engine
-/// as one GSO message; the receiver reads all three in one GRO message.
+/// as one GSO message; the receiver reads the first alone and the other two
+/// as one GRO message.
 fn dumps() -> (Dump, Dump) {
     let app = 1;
     let eng = 2;
@@ -136,18 +146,12 @@ fn dumps() -> (Dump, Dump) {
         clock: "CLOCK_MONOTONIC_RAW".into(),
         dropped: 0,
         events: vec![
-            ev(100, kind::SEND_ENTER, app, 0, 500),
-            ev(110, kind::DIRECT, app, 0, 0),
             ev(120, kind::SYS_ENTER, app, 0, 0),
             ev(200, kind::SYS_RETURN, app, 0, 1),
             ev(200, kind::KMSG, app, 0, msg(0, 1, true)),
-            ev(210, kind::SEND_RETURN, app, 0, 0),
-            ev(220, kind::SEND_ENTER, app, 1, 500),
-            ev(230, kind::ENQUEUE, app, 1, 0),
-            ev(240, kind::SEND_RETURN, app, 1, 0),
-            ev(250, kind::SEND_ENTER, app, 2, 500),
-            ev(260, kind::ENQUEUE, app, 2, 1),
-            ev(270, kind::SEND_RETURN, app, 2, 0),
+            send(100, 210, 0, None),
+            send(220, 240, 1, Some(0)),
+            send(250, 270, 2, Some(1)),
             ev(300, kind::TAKE, eng, 0, 2),
             ev(310, kind::BATCH, eng, 0, 2),
             ev(320, kind::SYS_ENTER, eng, 1, 0),
@@ -163,21 +167,15 @@ fn dumps() -> (Dump, Dump) {
         clock: "CLOCK_MONOTONIC_RAW".into(),
         dropped: 0,
         events: vec![
-            ev(50, kind::RECV_ENTER, 1, 0, 0),
             ev(380, kind::RX_ENTER, 1, 0, 0),
             ev(170, kind::RX_SOFT, 1, 0, 1),
             ev(390, kind::RX_PUSH, 1, 0, 1),
-            ev(400, kind::POP, 1, 0, 0),
-            ev(410, kind::RECV_RETURN, 1, 0, 0),
-            ev(420, kind::RECV_ENTER, 1, 0, 0),
+            ev(410, kind::RECV_CALL, 1, 50, 0),
             ev(500, kind::RX_ENTER, 1, 1, 0),
             ev(370, kind::RX_SOFT, 1, 1, 2),
             ev(520, kind::RX_PUSH, 1, 1, 2),
-            ev(530, kind::POP, 1, 1, 0),
-            ev(540, kind::RECV_RETURN, 1, 1, 0),
-            ev(550, kind::RECV_ENTER, 1, 0, 0),
-            ev(560, kind::POP, 1, 2, 0),
-            ev(570, kind::RECV_RETURN, 1, 2, 0),
+            ev(540, kind::RECV_CALL, 1, 420, 1),
+            ev(570, kind::RECV_CALL, 1, 550, 2),
         ],
     };
     (tx, rx)
@@ -189,9 +187,9 @@ fn join_builds_complete_ordered_paths() {
     let paths = resolve::join(&tx, &rx);
     assert_eq!(paths.len(), 3);
     let p0 = &paths[0];
-    assert_eq!(p0.points, [Some(100), Some(110), Some(110), Some(110), Some(120), Some(150), Some(160), Some(170), Some(390), Some(400), Some(410)]);
+    assert_eq!(p0.points, [Some(100), Some(100), Some(100), Some(100), Some(120), Some(150), Some(160), Some(170), Some(390), Some(410), Some(410)]);
     let p2 = &paths[2];
-    assert_eq!(p2.points, [Some(250), Some(260), Some(300), Some(310), Some(320), Some(350), Some(360), Some(370), Some(520), Some(560), Some(570)]);
+    assert_eq!(p2.points, [Some(250), Some(270), Some(300), Some(310), Some(320), Some(350), Some(360), Some(370), Some(520), Some(570), Some(570)]);
     assert_eq!(p2.msg_datagrams, 2);
     assert!(resolve::order_violations(&paths, 0).is_empty());
     let (recs, missing) = resolve::records("eudp", &paths);
@@ -199,12 +197,15 @@ fn join_builds_complete_ordered_paths() {
     assert_eq!(recs.len(), 3 * resolve::LAYERS.len());
     // Times are relative to the first send; spot-check intervals.
     let find = |l: &str, p: u64| recs.iter().find(|r| r.layer == l && r.packet == p).map(|r| (r.t_start_ns, r.t_end_ns)).unwrap();
-    assert_eq!(find("l1", 2), (160.0, 200.0));
+    assert_eq!(find("l1", 2), (170.0, 200.0));
     assert_eq!(find("engine", 2), (200.0, 220.0));
     assert_eq!(find("socket", 2), (270.0, 400.0));
     assert_eq!(find("kernel.rx", 2), (400.0, 420.0));
-    // Entered at 450, the datagram left the ring at 460.
-    assert_eq!(find("app.recv", 2), (460.0, 470.0));
+    // Entered at 450, after the datagram reached the ring (420).
+    assert_eq!(find("app.recv", 2), (450.0, 470.0));
+    // The first receive was entered (at -50) before its datagram arrived: the
+    // layer starts at the ring push.
+    assert_eq!(find("app.recv", 0), (290.0, 310.0));
     // The plain-kernel stack has fewer layers.
     assert_eq!(resolve::layers_of("kernel").len(), 7);
 }
@@ -216,11 +217,39 @@ fn holes_and_order_violations_are_reported() {
     // before its TX_SOFTWARE.
     tx.events.retain(|e| !(e.1 == kind::TX_SOFT && e.4 == 1));
     let mut rx = rx;
-    rx.events[2].0 = 155;
+    rx.events[1].0 = 155;
     let paths = resolve::join(&tx, &rx);
     let (_, missing) = resolve::records("eudp", &paths);
     assert!(missing.contains(&(1, "qdisc")) && missing.contains(&(2, "veth")));
     let v = resolve::order_violations(&paths, 0);
     assert_eq!(v, vec![(0, "tx_software", "rx_software", 5)]);
     assert!(resolve::order_violations(&paths, 5).is_empty());
+}
+
+#[test]
+fn application_tags_keep_packets_matched_across_a_loss() {
+    // Packet 1 is lost: the receiver's second arrival is packet 2, which the
+    // application tagged with its payload sequence number.
+    let (tx, _) = dumps();
+    let rx = Dump {
+        clock: String::new(),
+        dropped: 0,
+        events: vec![
+            ev(380, kind::RX_ENTER, 1, 0, 0),
+            ev(170, kind::RX_SOFT, 1, 0, 1),
+            ev(390, kind::RX_PUSH, 1, 0, 1),
+            ev(410, kind::RECV_CALL, 1, 50, 0),
+            ev(411, kind::APP_SEQ, 1, 0, 0),
+            ev(500, kind::RX_ENTER, 1, 1, 0),
+            ev(370, kind::RX_SOFT, 1, 1, 1),
+            ev(520, kind::RX_PUSH, 1, 1, 1),
+            ev(540, kind::RECV_CALL, 1, 420, 1),
+            ev(541, kind::APP_SEQ, 1, 1, 2),
+        ],
+    };
+    let paths = resolve::join(&tx, &rx);
+    assert_eq!(paths[2].points[10], Some(540));
+    assert_eq!(paths[1].points[10], None);
+    let (_, missing) = resolve::records("eudp", &paths);
+    assert!(missing.iter().all(|m| m.0 == 1), "{missing:?}");
 }

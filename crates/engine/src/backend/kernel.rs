@@ -640,6 +640,24 @@ pub fn thread_cpu_time() -> Duration {
     clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The time-stamp counter, where it is invariant (x86-64 with
+/// `constant_tsc` and `nonstop_tsc`); `None` elsewhere.
+#[inline]
+pub fn tsc() -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *OK.get_or_init(|| {
+            let c = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            c.contains(" constant_tsc") && c.contains(" nonstop_tsc")
+        }) {
+            // SAFETY: RDTSC has no memory effects; it is available on every x86-64 CPU.
+            return Some(unsafe { core::arch::x86_64::_rdtsc() });
+        }
+    }
+    None
+}
+
 /// `CLOCK_MONOTONIC_RAW` in nanoseconds (the trace clock).
 pub fn monotonic_raw_ns() -> u64 {
     clock(libc::CLOCK_MONOTONIC_RAW).as_nanos() as u64
