@@ -98,6 +98,7 @@ fn several_sockets_share_one_connection() {
         let (k, src) = s.recv_from(&mut buf).unwrap();
         assert_eq!((k, src), (100, r0.local_addr().unwrap()));
     }
+    wait_for("counters", 5, || a.stats().frames_received == 4);
     let (sa, sb) = (a.stats(), b.stats());
     assert_eq!((sa.conns_opened, sa.conns_accepted), (1, 0), "{sa:?}");
     assert_eq!((sb.conns_opened, sb.conns_accepted), (0, 1), "{sb:?}");
@@ -430,4 +431,32 @@ fn connected_endpoint_filters_and_ipv6_endpoint_sees_mapped_sources() {
 /// A UDP port currently free on `ip` (the receiving endpoint binds it later).
 fn free_udp_port(ip: &str) -> u16 {
     std::net::UdpSocket::bind((ip, 0)).unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn adopted_kernel_sockets_keep_their_port_and_peer() {
+    // The preload shim's path: the application's own kernel UDP sockets,
+    // bound (server) or connected (client), put on the UOE.
+    let port = free_port();
+    let (a, b) = (host("127.0.0.19", port, |_| {}), host("127.0.0.20", port, |_| {}));
+    let e = engine();
+    let server = std::net::UdpSocket::bind("127.0.0.20:0").unwrap();
+    let to = server.local_addr().unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.19:0").unwrap();
+    client.connect(to).unwrap();
+    let from = client.local_addr().unwrap();
+    let srv = b.endpoint_from_kernel_fd(&e, std::os::fd::OwnedFd::from(server.try_clone().unwrap())).unwrap();
+    let cli = a.endpoint_from_kernel_fd(&e, std::os::fd::OwnedFd::from(client.try_clone().unwrap())).unwrap();
+    assert!(cli.is_connected());
+    assert_eq!((srv.local_addr().unwrap(), cli.peer_addr().unwrap()), (to, to));
+    srv.set_read_timeout(Some(Duration::from_secs(5)));
+    cli.set_read_timeout(Some(Duration::from_secs(5)));
+    for i in 0..50 {
+        cli.send(&payload(i, 1200)).unwrap();
+    }
+    recv_n(&srv, 50, 1200, from);
+    srv.send_to(b"pong", from).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(cli.recv(&mut buf).unwrap(), 4);
+    assert_eq!(a.stats().frames_sent, 50);
 }

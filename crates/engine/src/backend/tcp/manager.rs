@@ -111,41 +111,56 @@ pub(super) struct RxInner {
     pub(super) cap: usize,
     /// Connected endpoint: only datagrams from this peer are accepted.
     pub(super) peer: Option<SocketAddr>,
+    /// Buffers the reader is done with, for the manager to reuse (no
+    /// malloc/free per datagram across threads). Bounded by [`FREE_MAX`].
+    pub(super) free: Vec<Vec<u8>>,
 }
+
+/// Buffers kept for reuse per receive queue (the manager's pool keeps
+/// twice as many).
+pub(super) const FREE_MAX: usize = 4096;
+/// Larger buffers are not kept for reuse (bounded memory).
+pub(super) const FREE_MAX_CAP: usize = 16 << 10;
 
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
-        Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None }), ready: EventFd::new()?, v6 })
+        Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None, free: Vec::new() }), ready: EventFd::new()?, v6 })
     }
 
     /// Queues a batch under one lock and one readiness signal; counts
     /// what was dropped into `c`.
-    fn push_many(&self, batch: &mut Vec<(Vec<u8>, SocketAddr)>, c: &Counters) {
+    fn push_many(&self, batch: &mut Vec<(Vec<u8>, SocketAddr)>, c: &Counters, pool: &mut Vec<Vec<u8>>) {
         if batch.is_empty() {
             return;
         }
         let mut q = lock(&self.inner);
+        // Take back what the reader has finished with.
+        if pool.len() < 2 * FREE_MAX {
+            pool.append(&mut q.free);
+        }
         let was_empty = q.items.is_empty();
         let (mut full, mut filtered) = (0u64, 0u64);
         for (payload, src) in batch.drain(..) {
             if (!self.v6 && src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != src) {
                 filtered += 1;
+                pool.push(payload);
                 continue;
             }
             let cost = payload.len() + RX_OVERHEAD;
             if q.bytes + cost > q.cap {
                 full += 1;
+                pool.push(payload);
                 continue;
             }
             q.items.push_back((payload, to_family(src, self.v6)));
             q.bytes += cost;
         }
+        // Counters before the wake-up, so a reader woken by it sees them.
+        Counters::add(&c.drop_rx_full, full);
+        Counters::add(&c.drop_filtered, filtered);
         if was_empty && !q.items.is_empty() {
             self.ready.set();
         }
-        drop(q);
-        Counters::add(&c.drop_rx_full, full);
-        Counters::add(&c.drop_filtered, filtered);
     }
 }
 
@@ -345,6 +360,8 @@ pub(super) struct Mgr {
     lanes: Mutex<HashMap<(IpAddr, u8), Arc<Lane>>>,
     ports: Mutex<Ports>,
     queued_total: AtomicUsize,
+    /// Receive buffers for reuse (manager thread only).
+    pool: Mutex<Vec<Vec<u8>>>,
     next_token: AtomicU64,
     cc_warned: AtomicBool,
     pub(super) c: Counters,
@@ -394,6 +411,7 @@ impl TcpTransport {
             lanes: Mutex::new(HashMap::new()),
             ports: Mutex::new(HashMap::new()),
             queued_total: AtomicUsize::new(0),
+            pool: Mutex::new(Vec::new()),
             next_token: AtomicU64::new(2),
             cc_warned: AtomicBool::new(false),
             c: Counters::default(),
@@ -467,6 +485,25 @@ impl TcpTransport {
     /// An endpoint on `engine` over this transport.
     pub fn endpoint(&self, engine: &crate::Engine, v6: bool) -> io::Result<crate::Endpoint> {
         crate::Endpoint::with_backend(engine, Box::new(self.socket(v6)?))
+    }
+
+    /// A backend socket adopting an existing kernel UDP socket (which keeps
+    /// reserving its port; its bound address and peer carry over).
+    pub fn socket_from_kernel_fd(&self, fd: std::os::fd::OwnedFd) -> io::Result<super::TcpSocket> {
+        super::TcpSocket::adopt(self.mgr.clone(), fd)
+    }
+
+    /// As [`crate::Endpoint::from_kernel_fd`], over this transport: the
+    /// preload shim's way to put an application's UDP socket on the UOE.
+    pub fn endpoint_from_kernel_fd(&self, engine: &crate::Engine, fd: std::os::fd::OwnedFd) -> io::Result<crate::Endpoint> {
+        let sock = self.socket_from_kernel_fd(fd)?;
+        let peer = crate::backend::Backend::peer_addr(&sock).ok();
+        let ep = crate::Endpoint::with_backend(engine, Box::new(sock))?;
+        if let Some(p) = peer {
+            // Marks the endpoint connected (nothing is queued yet to flush).
+            ep.connect(p)?;
+        }
+        Ok(ep)
     }
 
     /// Stops the manager, closes the listener and every connection, and
@@ -618,7 +655,6 @@ impl Mgr {
             return Err(err(libc::ESTALE)); // the caller fetches the lane again
         }
         st.last_used = now;
-        let before = st.out.queued();
         let wait_room = match caller {
             Caller::App => Duration::from_millis(2),
             Caller::Engine => Duration::from_millis(10),
@@ -626,11 +662,13 @@ impl Mgr {
         let mut room_deadline: Option<Instant> = None;
         let mut taken = 0;
         let mut i = 0;
+        // Bytes queued by this call not yet added to `queued_total` (one
+        // shared atomic update per call, not per datagram).
+        let mut added = 0usize;
         while i < items.len() {
             let (src, dst, parts, len) = items[i];
             if len > MAX_PAYLOAD {
                 if taken == 0 {
-                    self.settle(lane, &mut st, before);
                     return Err(err(libc::EMSGSIZE));
                 }
                 break;
@@ -638,8 +676,9 @@ impl Mgr {
             let size = HEADER_LEN + len;
             // The bound admits one datagram of any size into an empty queue.
             let fits = |q: usize| q == 0 || q + size <= self.cfg.queue_bytes;
-            let full = !fits(st.out.queued()) || self.queued_total.load(Relaxed) + size > self.cfg.total_queue_bytes;
+            let full = !fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes;
             if full {
+                self.queued_total.fetch_add(std::mem::take(&mut added), Relaxed);
                 if st.phase == Phase::Up {
                     // Connected but the socket is full: push what we have and
                     // wait (bounded) for the manager to make room.
@@ -669,11 +708,12 @@ impl Mgr {
                 Counters::inc(&self.c.drop_queue_full);
             } else {
                 st.out.push(src, dst, parts, len, now);
-                self.queued_total.fetch_add(size, Relaxed);
+                added += size;
             }
             taken += 1;
             i += 1;
         }
+        self.queued_total.fetch_add(added, Relaxed);
         match st.phase {
             Phase::Up => {
                 let b = st.out.queued();
@@ -993,24 +1033,32 @@ impl Mgr {
                         // batches: one lock and one wake-up per run.
                         let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
                         let mut batch: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
+                        let mut pool = lock(&self.pool);
                         let (mut frames, mut bytes) = (0u64, 0u64);
                         let r = dec.drain(|src, dst, payload| {
                             frames += 1;
                             bytes += payload.len() as u64;
                             if cache.as_ref().map(|c| c.0) != Some(dst) {
                                 if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
-                                    q.push_many(&mut batch, &self.c);
+                                    q.push_many(&mut batch, &self.c, &mut pool);
                                 }
                                 cache = Some((dst, Self::lookup(&ports, dst, conn.local_ip)));
                             }
                             match cache.as_ref().and_then(|c| c.1.as_ref()) {
                                 None => Counters::inc(&self.c.drop_no_port),
-                                Some(_) => batch.push((payload.to_vec(), SocketAddr::new(conn.peer.ip(), src))),
+                                Some(_) => {
+                                    let mut b = pool.pop().unwrap_or_default();
+                                    b.clear();
+                                    b.extend_from_slice(payload);
+                                    batch.push((b, SocketAddr::new(conn.peer.ip(), src)));
+                                }
                             }
                         });
                         if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
-                            q.push_many(&mut batch, &self.c);
+                            q.push_many(&mut batch, &self.c, &mut pool);
                         }
+                        pool.retain(|b| b.capacity() <= FREE_MAX_CAP);
+                        pool.truncate(2 * FREE_MAX);
                         Counters::add(&self.c.frames_received, frames);
                         Counters::add(&self.c.bytes_received, bytes);
                         r.map(drop)

@@ -246,6 +246,11 @@ pub fn endpoint(engine: &crate::Engine, v6: bool) -> std::io::Result<crate::Endp
     crate::Endpoint::with_backend(engine, Box::new(t.socket(v6)?))
 }
 
+/// As [`crate::Endpoint::from_kernel_fd`] on the process-wide UOE transport.
+pub fn endpoint_from_kernel_fd(engine: &crate::Engine, fd: std::os::fd::OwnedFd) -> std::io::Result<crate::Endpoint> {
+    TcpTransport::global()?.endpoint_from_kernel_fd(engine, fd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

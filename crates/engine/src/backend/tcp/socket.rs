@@ -8,7 +8,7 @@
 //! eventfd readable while datagrams for this socket are queued.
 
 use super::frame::MAX_PAYLOAD;
-use super::manager::{lock, norm_ip, Caller, Lane, Mgr, RxQueue, RX_OVERHEAD};
+use super::manager::{lock, norm_ip, Caller, Lane, Mgr, RxQueue, FREE_MAX, FREE_MAX_CAP, RX_OVERHEAD};
 use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
 use crate::backend::Backend;
 use std::io::{self, IoSlice};
@@ -48,13 +48,44 @@ pub struct TcpSocket {
 
 impl TcpSocket {
     pub(super) fn new(mgr: Arc<Mgr>, v6: bool) -> io::Result<TcpSocket> {
+        Self::over(mgr, kernel::UdpSocket::new(v6)?)
+    }
+
+    /// Adopts an application's kernel UDP socket (the preload shim's path):
+    /// it keeps reserving the port; a bound socket is registered at once,
+    /// a connected one keeps its peer.
+    pub(super) fn adopt(mgr: Arc<Mgr>, fd: std::os::fd::OwnedFd) -> io::Result<TcpSocket> {
+        let s = Self::over(mgr, kernel::UdpSocket::from_owned_fd(fd)?)?;
+        s.sync_bound()?;
+        if let Ok(p) = s.udp.peer_addr() {
+            lock(&s.st).peer = Some(p);
+            lock(&s.rxq.inner).peer = Some(unmap(p));
+        }
+        Ok(s)
+    }
+
+    fn over(mgr: Arc<Mgr>, udp: kernel::UdpSocket) -> io::Result<TcpSocket> {
         if mgr.stopped() {
             return Err(err(libc::ENETDOWN));
         }
-        let udp = kernel::UdpSocket::new(v6)?;
-        let rxq = Arc::new(RxQueue::new(v6, mgr.cfg.rx_queue_bytes)?);
+        let rxq = Arc::new(RxQueue::new(udp.is_v6(), mgr.cfg.rx_queue_bytes)?);
         let sndbuf = mgr.cfg.tx_buffer_bytes;
         Ok(TcpSocket { mgr, udp, rxq, st: Mutex::new(SockSt { local: None, peer: None, sndbuf }), lane_cache: Mutex::new(None) })
+    }
+
+    /// Registers the kernel socket's port if it was bound behind our back
+    /// (by the application before adoption, or by a kernel autobind).
+    fn sync_bound(&self) -> io::Result<Option<SocketAddr>> {
+        let mut st = lock(&self.st);
+        if st.local.is_none() {
+            if let Ok(a) = self.udp.local_addr() {
+                if a.port() != 0 {
+                    st.local = Some(a);
+                    self.mgr.register_port(a, &self.rxq)?;
+                }
+            }
+        }
+        Ok(st.local)
     }
 
     /// Datagrams waiting in this socket's receive queue.
@@ -64,6 +95,9 @@ impl TcpSocket {
 
     fn ensure_bound(&self) -> io::Result<SocketAddr> {
         if let Some(a) = lock(&self.st).local {
+            return Ok(a);
+        }
+        if let Some(a) = self.sync_bound()? {
             return Ok(a);
         }
         let any = if self.udp.is_v6() { IpAddr::V6(Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
@@ -214,7 +248,8 @@ impl Backend for TcpSocket {
             };
             let idx = self.mgr.lane_index(src, dport);
             // The run of following messages to the same lane goes in one submit.
-            let mut items: Vec<(u16, u16, &[IoSlice<'_>], usize)> = vec![(src, dport, m.iov, len)];
+            let mut items: Vec<(u16, u16, &[IoSlice<'_>], usize)> = Vec::with_capacity(msgs.len() - i);
+            items.push((src, dport, m.iov, len));
             let mut j = i + 1;
             while j < msgs.len() {
                 let n = &msgs[j];
@@ -245,32 +280,27 @@ impl Backend for TcpSocket {
 
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         let want = bufs.len().min(meta.len());
-        let mut got: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(want.min(64));
-        {
-            let mut q = lock(&self.rxq.inner);
-            while got.len() < want {
-                match q.items.pop_front() {
-                    Some(x) => {
-                        q.bytes -= x.0.len() + RX_OVERHEAD;
-                        got.push(x);
-                    }
-                    None => break,
-                }
+        let mut q = lock(&self.rxq.inner);
+        let mut n = 0;
+        while n < want {
+            let Some((data, src)) = q.items.pop_front() else { break };
+            q.bytes -= data.len() + RX_OVERHEAD;
+            if bufs[n].len() < data.len() {
+                bufs[n].resize(data.len(), 0);
             }
-            if q.items.is_empty() {
-                self.rxq.ready.clear();
+            bufs[n][..data.len()].copy_from_slice(&data);
+            meta[n] = InMeta { len: data.len(), src: Some(src), segment: None, truncated: false };
+            // The buffer goes back to the manager for the next datagram.
+            if q.free.len() < FREE_MAX && data.capacity() <= FREE_MAX_CAP {
+                q.free.push(data);
             }
+            n += 1;
         }
-        if got.is_empty() {
+        if q.items.is_empty() {
+            self.rxq.ready.clear();
+        }
+        if n == 0 {
             return Err(err(libc::EAGAIN));
-        }
-        let n = got.len();
-        for (i, (data, src)) in got.into_iter().enumerate() {
-            if bufs[i].len() < data.len() {
-                bufs[i].resize(data.len(), 0);
-            }
-            bufs[i][..data.len()].copy_from_slice(&data);
-            meta[i] = InMeta { len: data.len(), src: Some(src), segment: None, truncated: false };
         }
         Ok(n)
     }
