@@ -114,6 +114,9 @@ pub(super) struct RxInner {
     /// Buffers the reader is done with, for the manager to reuse (no
     /// malloc/free per datagram across threads). Bounded by [`FREE_MAX`].
     pub(super) free: Vec<Vec<u8>>,
+    /// Whether `ready` is set: the eventfd is written and read only on a
+    /// change (a syscall saved per hand-over and per emptying read).
+    pub(super) signalled: bool,
 }
 
 /// Buffers kept for reuse per receive queue (the manager's pool keeps
@@ -124,7 +127,7 @@ pub(super) const FREE_MAX_CAP: usize = 16 << 10;
 
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
-        Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None, free: Vec::new() }), ready: EventFd::new()?, v6 })
+        Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None, free: Vec::new(), signalled: false }), ready: EventFd::new()?, v6 })
     }
 
     /// Queues a batch under one lock and one readiness signal; counts
@@ -138,7 +141,6 @@ impl RxQueue {
         if pool.len() < 2 * FREE_MAX {
             pool.append(&mut q.free);
         }
-        let was_empty = q.items.is_empty();
         let (mut full, mut filtered) = (0u64, 0u64);
         for (payload, src) in batch.drain(..) {
             if (!self.v6 && src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != src) {
@@ -158,7 +160,8 @@ impl RxQueue {
         // Counters before the wake-up, so a reader woken by it sees them.
         Counters::add(&c.drop_rx_full, full);
         Counters::add(&c.drop_filtered, filtered);
-        if was_empty && !q.items.is_empty() {
+        if !q.items.is_empty() && !q.signalled {
+            q.signalled = true;
             self.ready.set();
         }
     }

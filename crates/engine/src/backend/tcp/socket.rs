@@ -296,7 +296,8 @@ impl Backend for TcpSocket {
             }
             n += 1;
         }
-        if q.items.is_empty() {
+        if q.items.is_empty() && q.signalled {
+            q.signalled = false;
             self.rxq.ready.clear();
         }
         if n == 0 {
