@@ -231,12 +231,14 @@ impl TcpConfig {
     }
 }
 
-/// The transport selected by `EUDP_TRANSPORT` (`kernel` when unset).
+/// The transport selected by `EUDP_TRANSPORT` (`kernel` when unset), read
+/// once per process (cheap enough for the preload shim's hot paths).
 pub fn transport_from_env() -> &'static str {
-    match std::env::var("EUDP_TRANSPORT").as_deref() {
+    static T: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    T.get_or_init(|| match std::env::var("EUDP_TRANSPORT").as_deref() {
         Ok("tcp") => "tcp",
         _ => "kernel",
-    }
+    })
 }
 
 /// An endpoint on `engine` whose datagrams travel over the process-wide UOE

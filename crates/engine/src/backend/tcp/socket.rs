@@ -190,12 +190,16 @@ impl Backend for TcpSocket {
 
     fn connect(&self, addr: &SocketAddr) -> io::Result<()> {
         self.ensure_bound()?;
+        // The kernel socket is connected too, so getpeername/getsockname on
+        // it (an application's own fd under the preload shim) agree.
+        self.udp.connect(addr)?;
         lock(&self.st).peer = Some(*addr);
         lock(&self.rxq.inner).peer = Some(unmap(*addr));
         Ok(())
     }
 
     fn disconnect(&self) -> io::Result<()> {
+        self.udp.disconnect()?;
         lock(&self.st).peer = None;
         lock(&self.rxq.inner).peer = None;
         Ok(())
