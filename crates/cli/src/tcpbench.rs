@@ -247,7 +247,7 @@ fn tcp_recv(j: &Job) -> Result<Report, String> {
             Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => i = 0,
             Err(x) => return Err(e(x)),
         }
-        if i % 32 == 0 && (start.elapsed() > max || first.is_some_and(|_| last.elapsed() > idle)) {
+        if i.is_multiple_of(32) && (start.elapsed() > max || first.is_some_and(|_| last.elapsed() > idle)) {
             break;
         }
     }

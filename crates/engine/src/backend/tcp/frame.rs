@@ -53,27 +53,39 @@ pub enum FrameError {
     Malformed,
 }
 
-/// Incremental decoder for one connection's byte stream. Memory is bounded:
-/// the buffer never holds more than one partial frame plus one read chunk.
-#[derive(Debug)]
+/// What the decoder found in the stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// The peer's hello, with its lane index.
+    Hello(u8),
+    /// One datagram.
+    Frame { src: u16, dst: u16, payload: &'a [u8] },
+}
+
+enum Unit {
+    Need(usize),
+    Hello(u8),
+    Frame(u16, u16, usize),
+}
+
+/// Incremental decoder for one connection's byte stream. Input is decoded
+/// in place from the caller's read buffer (shared by all connections); only
+/// a unit cut by the end of a read is kept here, so a connection holds at
+/// most one partial frame ([`Decoder::max_buffer`] bytes).
+#[derive(Debug, Default)]
 pub struct Decoder {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    partial: Vec<u8>,
     lane: Option<u8>,
-    chunk: usize,
 }
 
 impl Decoder {
-    /// A decoder reading up to `chunk` bytes per read.
-    pub fn new(chunk: usize) -> Self {
-        let chunk = chunk.max(HEADER_LEN + MAX_PAYLOAD);
-        Decoder { buf: Vec::new(), start: 0, end: 0, lane: None, chunk }
+    pub fn new() -> Self {
+        Decoder::default()
     }
 
-    /// Largest buffer the decoder will ever hold.
-    pub fn max_buffer(&self) -> usize {
-        self.chunk + HEADER_LEN + MAX_PAYLOAD
+    /// Largest amount of input the decoder keeps between reads.
+    pub fn max_buffer() -> usize {
+        HEADER_LEN + MAX_PAYLOAD
     }
 
     /// The lane announced by the peer's hello, once seen.
@@ -81,77 +93,87 @@ impl Decoder {
         self.lane
     }
 
-    /// Free space to read into (at least one chunk); call [`Decoder::commit`]
-    /// with the bytes read.
-    pub fn spare(&mut self) -> &mut [u8] {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        } else if self.start > 0 && self.buf.len() - self.end < self.chunk {
-            // Keep the partial frame, move it to the front.
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.buf.len() < self.end + self.chunk {
-            self.buf.resize(self.end + self.chunk, 0);
-        }
-        &mut self.buf[self.end..]
-    }
-
-    /// Records `n` bytes read into [`Decoder::spare`].
-    pub fn commit(&mut self, n: usize) {
-        self.end = (self.end + n).min(self.buf.len());
-    }
-
-    /// Bytes buffered but not yet decoded (a partial frame).
+    /// Bytes kept from a unit cut by the end of a read.
     pub fn pending(&self) -> usize {
-        self.end - self.start
+        self.partial.len()
     }
 
-    /// Parses the hello once enough bytes are buffered; returns the lane.
-    pub fn take_hello(&mut self) -> Result<Option<u8>, FrameError> {
+    fn check(&self, b: &[u8]) -> Result<Unit, FrameError> {
         if self.lane.is_none() {
-            if self.end - self.start < HELLO_LEN {
-                return Ok(None);
+            if b.len() < HELLO_LEN {
+                return Ok(Unit::Need(HELLO_LEN - b.len()));
             }
             let mut h = [0u8; HELLO_LEN];
-            h.copy_from_slice(&self.buf[self.start..self.start + HELLO_LEN]);
-            self.lane = Some(parse_hello(&h)?);
-            self.start += HELLO_LEN;
+            h.copy_from_slice(&b[..HELLO_LEN]);
+            return parse_hello(&h).map(Unit::Hello);
         }
-        Ok(self.lane)
+        if b.len() < HEADER_LEN {
+            return Ok(Unit::Need(HEADER_LEN - b.len()));
+        }
+        let src = u16::from_be_bytes([b[0], b[1]]);
+        let dst = u16::from_be_bytes([b[2], b[3]]);
+        let len = u16::from_be_bytes([b[4], b[5]]) as usize;
+        if len > MAX_PAYLOAD {
+            return Err(FrameError::Oversized);
+        }
+        if dst == 0 {
+            return Err(FrameError::Malformed);
+        }
+        if b.len() < HEADER_LEN + len {
+            return Ok(Unit::Need(HEADER_LEN + len - b.len()));
+        }
+        Ok(Unit::Frame(src, dst, len))
     }
 
-    /// Hands every complete frame to `f(src_port, dst_port, payload)`
-    /// (after the hello).
-    pub fn drain(&mut self, mut f: impl FnMut(u16, u16, &[u8])) -> Result<usize, FrameError> {
+    /// Decodes newly read bytes, handing the hello and every complete frame
+    /// to `f`; returns the frames found. After an error the connection must
+    /// be closed.
+    pub fn feed(&mut self, mut input: &[u8], f: &mut impl FnMut(Event<'_>)) -> Result<usize, FrameError> {
         let mut n = 0;
-        if self.take_hello()?.is_none() {
-            return Ok(0);
+        // First complete the unit the previous read cut.
+        while !self.partial.is_empty() {
+            match self.check(&self.partial)? {
+                Unit::Need(k) => {
+                    let take = k.min(input.len());
+                    self.partial.extend_from_slice(&input[..take]);
+                    input = &input[take..];
+                    if take < k {
+                        return Ok(n);
+                    }
+                }
+                Unit::Hello(l) => {
+                    self.lane = Some(l);
+                    self.partial.clear();
+                    f(Event::Hello(l));
+                }
+                Unit::Frame(src, dst, len) => {
+                    f(Event::Frame { src, dst, payload: &self.partial[HEADER_LEN..HEADER_LEN + len] });
+                    self.partial.clear();
+                    n += 1;
+                }
+            }
         }
+        // Then decode in place; keep a cut unit's bytes.
         loop {
-            let avail = self.end - self.start;
-            if avail < HEADER_LEN {
-                return Ok(n);
+            match self.check(input)? {
+                Unit::Need(_) => {
+                    self.partial.extend_from_slice(input);
+                    if self.partial.capacity() > 2 * Self::max_buffer() {
+                        self.partial.shrink_to(Self::max_buffer());
+                    }
+                    return Ok(n);
+                }
+                Unit::Hello(l) => {
+                    self.lane = Some(l);
+                    input = &input[HELLO_LEN..];
+                    f(Event::Hello(l));
+                }
+                Unit::Frame(src, dst, len) => {
+                    f(Event::Frame { src, dst, payload: &input[HEADER_LEN..HEADER_LEN + len] });
+                    input = &input[HEADER_LEN + len..];
+                    n += 1;
+                }
             }
-            let h = &self.buf[self.start..self.start + HEADER_LEN];
-            let src = u16::from_be_bytes([h[0], h[1]]);
-            let dst = u16::from_be_bytes([h[2], h[3]]);
-            let len = u16::from_be_bytes([h[4], h[5]]) as usize;
-            if len > MAX_PAYLOAD {
-                return Err(FrameError::Oversized);
-            }
-            if dst == 0 {
-                return Err(FrameError::Malformed);
-            }
-            if avail < HEADER_LEN + len {
-                return Ok(n);
-            }
-            let p = self.start + HEADER_LEN;
-            f(src, dst, &self.buf[p..p + len]);
-            self.start = p + len;
-            n += 1;
         }
     }
 }
@@ -160,15 +182,17 @@ impl Decoder {
 mod tests {
     use super::*;
 
-    fn feed(d: &mut Decoder, bytes: &[u8]) {
-        let mut at = 0;
-        while at < bytes.len() {
-            let s = d.spare();
-            let k = s.len().min(bytes.len() - at).min(1000);
-            s[..k].copy_from_slice(&bytes[at..at + k]);
-            d.commit(k);
-            at += k;
+    fn decode(d: &mut Decoder, bytes: &[u8], cut: usize) -> Result<Vec<(u16, u16, Vec<u8>)>, FrameError> {
+        let mut got = Vec::new();
+        for piece in bytes.chunks(cut.max(1)) {
+            d.feed(piece, &mut |e| {
+                if let Event::Frame { src, dst, payload } = e {
+                    got.push((src, dst, payload.to_vec()));
+                }
+            })?;
+            assert!(d.pending() <= Decoder::max_buffer());
         }
+        Ok(got)
     }
 
     #[test]
@@ -179,16 +203,12 @@ mod tests {
             wire.extend_from_slice(&header(1000 + i as u16, 2000, s));
             wire.extend((0..s).map(|k| (k + i) as u8));
         }
-        for cut in [1usize, 5, 6, 7, 999, 4096] {
-            let mut d = Decoder::new(1 << 16);
-            let mut got = Vec::new();
-            for piece in wire.chunks(cut) {
-                feed(&mut d, piece);
-                d.drain(|s, t, p| got.push((s, t, p.to_vec()))).unwrap();
-                assert!(d.pending() <= d.max_buffer());
-            }
+        for cut in [1usize, 5, 6, 7, 8, 9, 999, 4096, 70_000, 1 << 20] {
+            let mut d = Decoder::new();
+            let got = decode(&mut d, &wire, cut).unwrap();
             assert_eq!(d.lane(), Some(3));
-            assert_eq!(got.len(), sizes.len());
+            assert_eq!(d.pending(), 0);
+            assert_eq!(got.len(), sizes.len(), "cut {cut}");
             for (i, (s, t, p)) in got.iter().enumerate() {
                 assert_eq!((*s, *t, p.len()), (1000 + i as u16, 2000, sizes[i]));
                 assert!(p.iter().enumerate().all(|(k, &b)| b == (k + i) as u8));
@@ -198,19 +218,14 @@ mod tests {
 
     #[test]
     fn hostile_input_is_rejected() {
-        let mut d = Decoder::new(0);
-        feed(&mut d, b"GET / HTTP/1.1\r\n");
-        assert_eq!(d.drain(|_, _, _| {}), Err(FrameError::BadHello));
-        let mut d = Decoder::new(0);
+        let mut d = Decoder::new();
+        assert_eq!(decode(&mut d, b"GET / HTTP/1.1\r\n", 3), Err(FrameError::BadHello));
         let mut w = hello(0).to_vec();
         w.extend_from_slice(&[0, 1, 0, 2, 0xff, 0xff]);
-        feed(&mut d, &w);
-        assert_eq!(d.drain(|_, _, _| {}), Err(FrameError::Oversized));
-        let mut d = Decoder::new(0);
+        assert_eq!(decode(&mut Decoder::new(), &w, 1), Err(FrameError::Oversized));
         let mut w = hello(0).to_vec();
         w.extend_from_slice(&header(1, 0, 4));
-        feed(&mut d, &w);
-        assert_eq!(d.drain(|_, _, _| {}), Err(FrameError::Malformed));
+        assert_eq!(decode(&mut Decoder::new(), &w, 100), Err(FrameError::Malformed));
         let mut h = hello(0);
         h[7] = 1;
         assert_eq!(parse_hello(&h), Err(FrameError::BadHello));

@@ -11,10 +11,11 @@
 //! many frames per call. The manager finishes writes the socket refused
 //! (EPOLLOUT).
 //!
-//! Locks, in the order they may nest: `Conn::rx` → `Lane::st` → `Mgr::conns`
-//! / `Mgr::lanes` / `Mgr::ports` → `RxQueue::inner`.
+//! Locks, in the order they may nest: `Conn::rx` → `Mgr::rbuf` →
+//! `Mgr::pool` → `Lane::st` → `Mgr::conns` / `Mgr::lanes` / `Mgr::ports`
+//! → `RxQueue::inner`. `rbuf` and `pool` are the manager thread's own.
 
-use super::frame::{self, Decoder, FrameError, HEADER_LEN, MAX_PAYLOAD};
+use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD};
 use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
 use super::{Dml, TcpConfig};
 use crate::backend::kernel::{to_family, unmap, EventFd};
@@ -30,8 +31,8 @@ use std::time::{Duration, Instant};
 
 const DOORBELL: u64 = 0;
 const LISTENER: u64 = 1;
-/// Bytes per read from a connection.
-const READ_CHUNK: usize = 256 << 10;
+/// Bytes per read from a connection (one buffer shared by all).
+const READ_CHUNK: usize = 512 << 10;
 /// Bytes read from one connection per readiness event before others get a turn.
 const READ_BUDGET: usize = 4 << 20;
 /// Accounting overhead per queued received datagram (like skb truesize).
@@ -316,7 +317,7 @@ impl Conn {
             created: Instant::now(),
             dead: AtomicBool::new(false),
             hello_seen: AtomicBool::new(false),
-            rx: Mutex::new(Decoder::new(READ_CHUNK)),
+            rx: Mutex::new(Decoder::new()),
             lane: Mutex::new(None),
         })
     }
@@ -365,6 +366,8 @@ pub(super) struct Mgr {
     queued_total: AtomicUsize,
     /// Receive buffers for reuse (manager thread only).
     pool: Mutex<Vec<Vec<u8>>>,
+    /// The read buffer (manager thread only).
+    rbuf: Mutex<Vec<u8>>,
     next_token: AtomicU64,
     cc_warned: AtomicBool,
     pub(super) c: Counters,
@@ -415,6 +418,7 @@ impl TcpTransport {
             ports: Mutex::new(HashMap::new()),
             queued_total: AtomicUsize::new(0),
             pool: Mutex::new(Vec::new()),
+            rbuf: Mutex::new(Vec::new()),
             next_token: AtomicU64::new(2),
             cc_warned: AtomicBool::new(false),
             c: Counters::default(),
@@ -933,13 +937,25 @@ impl Mgr {
         let mut events: Vec<(u64, u32)> = Vec::with_capacity(128);
         let mut again: Vec<u64> = Vec::new();
         let mut next_tick = Instant::now();
+        // Latency profile: after activity, poll without sleeping this long
+        // (EUDP_TCP_SPIN_US), so an arrival costs no manager wake-up.
+        let spin = self.cfg.spin;
+        let mut busy_until = Instant::now();
         while !self.stopped() {
             let now = Instant::now();
             if now >= next_tick {
                 next_tick = now + self.tick(now);
             }
-            let timeout = if again.is_empty() { next_tick.saturating_duration_since(now) } else { Duration::ZERO };
-            if let Err(e) = self.poller.wait(&mut events, Some(timeout)) {
+            let timeout = if !again.is_empty() || (!spin.is_zero() && now < busy_until) {
+                Duration::ZERO
+            } else {
+                next_tick.saturating_duration_since(now)
+            };
+            let r = self.poller.wait(&mut events, Some(timeout));
+            if !spin.is_zero() && (!events.is_empty() || !again.is_empty()) {
+                busy_until = Instant::now() + spin;
+            }
+            if let Err(e) = r {
                 eprintln!("eudp: uoe epoll_wait failed: {e}");
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
@@ -999,53 +1015,49 @@ impl Mgr {
     /// Reads and delivers; closes the connection on EOF, error or bad input.
     fn read_conn(&self, conn: &Arc<Conn>) -> bool {
         let mut dec = lock(&conn.rx);
+        // One read buffer for all connections (only this thread reads).
+        let mut rbuf = lock(&self.rbuf);
+        if rbuf.len() < READ_CHUNK {
+            rbuf.resize(READ_CHUNK, 0);
+        }
+        let mut pool = lock(&self.pool);
         let mut budget = READ_BUDGET;
         loop {
-            let spare = dec.spare();
-            match (&conn.stream).read(spare) {
+            match (&conn.stream).read(&mut rbuf[..]) {
                 Ok(0) => {
                     if dec.pending() > 0 {
                         Counters::inc(&self.c.lost_partial);
                     }
-                    drop(dec);
+                    drop((dec, rbuf, pool));
                     self.close_conn(conn);
                     return false;
                 }
                 Ok(n) => {
-                    dec.commit(n);
-                    // The hello first: an accepted connection carries replies
-                    // to its peer before any datagram is handed up.
-                    let r = if conn.hello_seen.load(Relaxed) {
-                        Ok(())
-                    } else {
-                        match dec.take_hello() {
-                            Ok(Some(idx)) => {
-                                conn.hello_seen.store(true, SeqCst);
-                                if conn.inbound {
-                                    self.attach_inbound(conn, idx);
-                                }
-                                Ok(())
+                    // Datagrams for one endpoint are handed over in batches:
+                    // one lock and one wake-up per run. The hello comes
+                    // first: an accepted connection carries replies to its
+                    // peer before any datagram is handed up.
+                    let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
+                    let mut batch: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
+                    let (mut frames, mut bytes) = (0u64, 0u64);
+                    let r = dec.feed(&rbuf[..n], &mut |ev| match ev {
+                        Event::Hello(idx) => {
+                            conn.hello_seen.store(true, SeqCst);
+                            if conn.inbound {
+                                self.attach_inbound(conn, idx);
                             }
-                            Ok(None) => Ok(()),
-                            Err(e) => Err(e),
                         }
-                    };
-                    let r = r.and_then(|()| {
-                        let ports = lock(&self.ports);
-                        // Datagrams for one endpoint are handed over in
-                        // batches: one lock and one wake-up per run.
-                        let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
-                        let mut batch: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
-                        let mut pool = lock(&self.pool);
-                        let (mut frames, mut bytes) = (0u64, 0u64);
-                        let r = dec.drain(|src, dst, payload| {
+                        Event::Frame { src, dst, payload } => {
                             frames += 1;
                             bytes += payload.len() as u64;
                             if cache.as_ref().map(|c| c.0) != Some(dst) {
                                 if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
+                                    // Counted before the hand-over wakes a reader.
+                                    Counters::add(&self.c.frames_received, std::mem::take(&mut frames));
+                                    Counters::add(&self.c.bytes_received, std::mem::take(&mut bytes));
                                     q.push_many(&mut batch, &self.c, &mut pool);
                                 }
-                                cache = Some((dst, Self::lookup(&ports, dst, conn.local_ip)));
+                                cache = Some((dst, Self::lookup(&lock(&self.ports), dst, conn.local_ip)));
                             }
                             match cache.as_ref().and_then(|c| c.1.as_ref()) {
                                 None => Counters::inc(&self.c.drop_no_port),
@@ -1056,23 +1068,22 @@ impl Mgr {
                                     batch.push((b, SocketAddr::new(conn.peer.ip(), src)));
                                 }
                             }
-                        });
-                        if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
-                            q.push_many(&mut batch, &self.c, &mut pool);
                         }
-                        pool.retain(|b| b.capacity() <= FREE_MAX_CAP);
-                        pool.truncate(2 * FREE_MAX);
-                        Counters::add(&self.c.frames_received, frames);
-                        Counters::add(&self.c.bytes_received, bytes);
-                        r.map(drop)
                     });
+                    Counters::add(&self.c.frames_received, frames);
+                    Counters::add(&self.c.bytes_received, bytes);
+                    if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
+                        q.push_many(&mut batch, &self.c, &mut pool);
+                    }
+                    pool.retain(|b| b.capacity() <= FREE_MAX_CAP);
+                    pool.truncate(2 * FREE_MAX);
                     if let Err(e) = r {
                         Counters::inc(match e {
                             FrameError::BadHello => &self.c.bad_hello,
                             FrameError::Oversized => &self.c.oversized,
                             FrameError::Malformed => &self.c.malformed,
                         });
-                        drop(dec);
+                        drop((dec, rbuf, pool));
                         self.close_conn(conn);
                         return false;
                     }
@@ -1080,11 +1091,16 @@ impl Mgr {
                     if budget == 0 {
                         return true;
                     }
+                    if n < rbuf.len() {
+                        // Short read: the socket is drained; any later
+                        // arrival (or FIN) raises a new edge-triggered event.
+                        return false;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
-                    drop(dec);
+                    drop((dec, rbuf, pool));
                     self.close_conn(conn);
                     return false;
                 }
@@ -1170,6 +1186,11 @@ impl Mgr {
                     }
                 }
                 next = next.min(Duration::from_millis(20));
+            }
+            if st.out.queued() == 0 && st.out.buf.capacity() > (1 << 20) {
+                // A burst grew the queue; give the memory back once drained.
+                st.out.buf = Vec::new();
+                st.out.head = 0;
             }
             if st.phase == Phase::Idle && st.conn.is_none() && st.out.queued() == 0 && now.duration_since(st.last_used) > LANE_IDLE {
                 st.retired = true;

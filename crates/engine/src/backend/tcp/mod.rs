@@ -68,6 +68,7 @@ pub enum Dml {
 /// | `EUDP_TCP_DEADLINE_MS` | drop queued datagrams older than this while unconnected | 5000 |
 /// | `EUDP_TCP_MAX_WAIT_MS` | drop queued datagrams older than this on a stalled connection | 1000 |
 /// | `EUDP_TCP_MAX_CONNS` / `EUDP_TCP_MAX_PER_PEER` | connection caps | 1024 / 32 |
+/// | `EUDP_TCP_SPIN_US` | manager polls this long after activity before sleeping | 0 |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
     pub port: u16,
@@ -98,6 +99,9 @@ pub struct TcpConfig {
     pub rx_queue_bytes: usize,
     /// Default per-endpoint send size reported to the engine (sizes L1).
     pub tx_buffer_bytes: usize,
+    /// The manager thread keeps polling this long after activity instead
+    /// of sleeping (latency profile; 0: sleep at once).
+    pub spin: Duration,
 }
 
 impl Default for TcpConfig {
@@ -125,6 +129,7 @@ impl Default for TcpConfig {
             user_timeout: Duration::from_secs(10),
             rx_queue_bytes: 212_992,
             tx_buffer_bytes: 212_992,
+            spin: Duration::ZERO,
         }
     }
 }
@@ -226,6 +231,9 @@ impl TcpConfig {
         }
         if let Some(v) = get("EUDP_TCP_MAX_PER_PEER") {
             c.max_conns_per_peer = num("EUDP_TCP_MAX_PER_PEER", &v)?;
+        }
+        if let Some(v) = get("EUDP_TCP_SPIN_US") {
+            c.spin = Duration::from_micros(num("EUDP_TCP_SPIN_US", &v)?);
         }
         Ok(c)
     }
