@@ -156,7 +156,7 @@ fn transport() -> Result<TcpTransport, String> {
 }
 
 fn stats_value(t: &TcpTransport, ep: &eudp_engine::Endpoint) -> serde_json::Value {
-    serde_json::json!({ "endpoint": ep.stats(), "tcp": t.stats() })
+    serde_json::json!({ "endpoint": ep.stats(), "tcp": t.stats(), "queued_bytes": t.queued_bytes() })
 }
 
 fn tcp_send(j: &Job) -> Result<Report, String> {

@@ -54,6 +54,7 @@ fn exact(tb: &Testbed, size: usize, count: u64) {
     let tx = s.eudp.expect("sender stats");
     assert_eq!(tx["tcp"]["conns_opened"], 1, "{tx}");
     assert_eq!(tx["tcp"]["frames_sent"], count, "{tx}");
+    assert_eq!(tx["queued_bytes"], 0, "{tx}");
     let rx = r.eudp.expect("receiver stats");
     assert_eq!(rx["tcp"]["conns_accepted"], 1, "{rx}");
     assert_eq!(rx["tcp"]["frames_received"], count, "{rx}");

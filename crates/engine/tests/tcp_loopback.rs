@@ -103,6 +103,7 @@ fn several_sockets_share_one_connection() {
     assert_eq!((sa.conns_opened, sa.conns_accepted), (1, 0), "{sa:?}");
     assert_eq!((sb.conns_opened, sb.conns_accepted), (0, 1), "{sb:?}");
     assert_eq!(sb.frames_received, 200 * 4 * 3);
+    assert_eq!((a.queued_bytes(), b.queued_bytes()), (0, 0), "queue accounting");
     assert_eq!(sa.frames_received, 4);
     let conns = a.connections();
     assert_eq!(conns.len(), 1);

@@ -652,7 +652,10 @@ impl Mgr {
     /// lane and pushes them out. Returns how many were taken (sent, queued
     /// or dropped with a counter, as UDP would); `WouldBlock` only when a
     /// connected lane stayed full for the caller's wait.
-    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller) -> io::Result<usize> {
+    ///
+    /// `whole`: the items are one message (a GSO-style run from the engine)
+    /// that is taken completely or not at all, as `sendmmsg` takes messages.
+    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: bool) -> io::Result<usize> {
         let now = Instant::now();
         let mut st = lock(&lane.st);
         if st.closed || self.stopped() {
@@ -672,18 +675,26 @@ impl Mgr {
         // Bytes queued by this call not yet added to `queued_total` (one
         // shared atomic update per call, not per datagram).
         let mut added = 0usize;
+        if items.iter().any(|it| it.3 > MAX_PAYLOAD) && (whole || items[0].3 > MAX_PAYLOAD) {
+            return Err(err(libc::EMSGSIZE));
+        }
+        let whole_size: usize = if whole { items.iter().map(|it| HEADER_LEN + it.3).sum() } else { 0 };
         while i < items.len() {
             let (src, dst, parts, len) = items[i];
             if len > MAX_PAYLOAD {
-                if taken == 0 {
-                    return Err(err(libc::EMSGSIZE));
-                }
                 break;
             }
-            let size = HEADER_LEN + len;
-            // The bound admits one datagram of any size into an empty queue.
+            // On a connected lane a whole message is admitted at once (the
+            // engine retries what is not taken, so no part may be taken
+            // twice); while unconnected, datagrams are queued or dropped one
+            // by one and all count as taken.
+            let atomic = whole && st.phase == Phase::Up;
+            let size = if atomic && i == 0 { whole_size } else { HEADER_LEN + len };
+            // The bound admits one datagram (or message) of any size into an
+            // empty queue; the items of an admitted whole message follow it.
             let fits = |q: usize| q == 0 || q + size <= self.cfg.queue_bytes;
-            let full = !fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes;
+            let check = !atomic || i == 0;
+            let full = check && (!fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes);
             if full {
                 self.queued_total.fetch_add(std::mem::take(&mut added), Relaxed);
                 if st.phase == Phase::Up {
@@ -715,7 +726,7 @@ impl Mgr {
                 Counters::inc(&self.c.drop_queue_full);
             } else {
                 st.out.push(src, dst, parts, len, now);
-                added += size;
+                added += HEADER_LEN + len;
             }
             taken += 1;
             i += 1;

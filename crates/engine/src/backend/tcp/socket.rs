@@ -144,7 +144,7 @@ impl TcpSocket {
         Ok(l)
     }
 
-    fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller) -> io::Result<usize> {
+    fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: bool) -> io::Result<usize> {
         let mut fresh = false;
         loop {
             let Some(lane) = self.lane(ip, idx, fresh)? else {
@@ -152,7 +152,7 @@ impl TcpSocket {
                 self.mgr.c.drop_no_lane.fetch_add(items.len() as u64, Relaxed);
                 return Ok(items.len());
             };
-            match self.mgr.submit(&lane, items, caller) {
+            match self.mgr.submit(&lane, items, caller, whole) {
                 Err(e) if e.raw_os_error() == Some(libc::ESTALE) && !fresh => fresh = true,
                 r => return r,
             }
@@ -220,7 +220,7 @@ impl Backend for TcpSocket {
         let (ip, src, dport) = self.target(dst)?;
         let idx = self.mgr.lane_index(src, dport);
         let iov = [IoSlice::new(buf)];
-        self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], Caller::App).map(|_| buf.len())
+        self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], Caller::App, false).map(|_| buf.len())
     }
 
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
@@ -230,12 +230,31 @@ impl Backend for TcpSocket {
             let m = &msgs[i];
             let len: usize = m.iov.iter().map(|v| v.len()).sum();
             if let Some(seg) = m.segment.filter(|&s| (s as usize) < len && s > 0) {
-                // A GSO run (never produced: probe_gso is false): one frame per segment.
-                let whole: Vec<u8> = m.iov.iter().flat_map(|v| v.iter().copied()).collect();
-                for c in whole.chunks(seg as usize) {
-                    let _ = self.send_batch_one(c, m.dst.as_ref(), Caller::Engine);
+                // A run of equal-size datagrams (the engine batches them like
+                // GSO super-packets since `probe_gso` is true): one frame per
+                // segment, taken whole or not at all.
+                let seg = seg as usize;
+                let (ip, src, dport) = match self.target(m.dst.as_ref()) {
+                    Ok(t) => t,
+                    Err(e) if done == 0 => return Err(e),
+                    Err(_) => return Ok(done),
+                };
+                let idx = self.mgr.lane_index(src, dport);
+                let n = m.iov.len();
+                let one_per_iov = m.iov.iter().enumerate().all(|(k, v)| if k + 1 < n { v.len() == seg } else { v.len() <= seg && !v.is_empty() });
+                let whole: Vec<u8>;
+                let pieces: Vec<[IoSlice<'_>; 1]> = if one_per_iov {
+                    m.iov.iter().map(|v| [IoSlice::new(v)]).collect()
+                } else {
+                    whole = m.iov.iter().flat_map(|v| v.iter().copied()).collect();
+                    whole.chunks(seg).map(|c| [IoSlice::new(c)]).collect()
+                };
+                let items: Vec<(u16, u16, &[IoSlice<'_>], usize)> = pieces.iter().map(|p| (src, dport, &p[..], p[0].len())).collect();
+                match self.submit(ip, idx, &items, Caller::Engine, true) {
+                    Ok(_) => done += 1,
+                    Err(e) if done == 0 => return Err(e),
+                    Err(_) => return Ok(done),
                 }
-                done += 1;
                 i += 1;
                 continue;
             }
@@ -267,7 +286,7 @@ impl Backend for TcpSocket {
                 items.push((src, dport, n.iov, l));
                 j += 1;
             }
-            match self.submit(ip, idx, &items, Caller::Engine) {
+            match self.submit(ip, idx, &items, Caller::Engine, false) {
                 Ok(k) => {
                     done += k;
                     if k < items.len() {
@@ -322,8 +341,11 @@ impl Backend for TcpSocket {
         lock(&self.rxq.inner).cap
     }
 
+    /// True: the engine then hands over runs of equal-size datagrams as one
+    /// message (fewer, larger calls); each run becomes one frame per
+    /// datagram. Nothing is segmented by the kernel.
     fn probe_gso(&self) -> bool {
-        false
+        true
     }
 
     fn enable_gro(&self) -> bool {
@@ -352,14 +374,5 @@ impl Backend for TcpSocket {
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => Ok(self.recv_buffer_size().min(i32::MAX as usize) as i32),
             _ => self.udp.option(level, name),
         }
-    }
-}
-
-impl TcpSocket {
-    fn send_batch_one(&self, buf: &[u8], dst: Option<&SocketAddr>, caller: Caller) -> io::Result<usize> {
-        let (ip, src, dport) = self.target(dst)?;
-        let idx = self.mgr.lane_index(src, dport);
-        let iov = [IoSlice::new(buf)];
-        self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], caller)
     }
 }
