@@ -194,6 +194,30 @@ impl OutBuf {
         self.frames.push_back((start, start + (HEADER_LEN + len) as u64, now));
     }
 
+    /// `n` bytes went to the socket without passing through the (empty)
+    /// queue: the stream position moves on.
+    fn wrote_direct(&mut self, n: usize) {
+        debug_assert_eq!(self.queued(), 0);
+        self.pos += n as u64;
+    }
+
+    /// Queues the rest of a frame whose first `written` bytes went to the
+    /// socket directly (just before, with the queue empty).
+    fn push_rest(&mut self, header: &[u8; HEADER_LEN], parts: &[IoSlice<'_>], len: usize, written: usize, now: Instant) {
+        debug_assert_eq!(self.queued(), 0);
+        let start = self.pos - written as u64;
+        let mut skip = written;
+        for piece in std::iter::once(&header[..]).chain(parts.iter().map(|p| &p[..])) {
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            self.buf.extend_from_slice(&piece[skip..]);
+            skip = 0;
+        }
+        self.frames.push_back((start, start + (HEADER_LEN + len) as u64, now));
+    }
+
     fn unwritten(&self) -> &[u8] {
         &self.buf[self.head..]
     }
@@ -679,6 +703,13 @@ impl Mgr {
             return Err(err(libc::EMSGSIZE));
         }
         let whole_size: usize = if whole { items.iter().map(|it| HEADER_LEN + it.3).sum() } else { 0 };
+        if st.phase == Phase::Up && st.out.queued() == 0 && items.iter().all(|it| it.3 <= MAX_PAYLOAD) {
+            // Connected and nothing waits: write the frames straight from the
+            // caller's buffers (no copy into the queue). What the socket does
+            // not take is queued below as usual.
+            i = self.write_direct(lane, &mut st, items, now, &mut added);
+            taken = i;
+        }
         while i < items.len() {
             let (src, dst, parts, len) = items[i];
             if len > MAX_PAYLOAD {
@@ -761,6 +792,58 @@ impl Mgr {
             return Err(err(libc::EAGAIN));
         }
         Ok(taken)
+    }
+
+    /// The direct path of [`Mgr::submit`]: one `sendmsg` of headers and
+    /// payloads; returns the items taken (written, or partly written with
+    /// the rest queued, adding the queued bytes to `added`).
+    fn write_direct(&self, lane: &Arc<Lane>, st: &mut LaneSt, items: &[(u16, u16, &[IoSlice<'_>], usize)], now: Instant, added: &mut usize) -> usize {
+        let Some(conn) = st.conn.clone() else { return 0 };
+        // At most 1024 iovecs (IOV_MAX) per call.
+        let mut n_items = 0;
+        let mut n_iov = 0;
+        for it in items {
+            if n_iov + 1 + it.2.len() > 1024 {
+                break;
+            }
+            n_iov += 1 + it.2.len();
+            n_items += 1;
+        }
+        let headers: Vec<[u8; HEADER_LEN]> = items[..n_items].iter().map(|it| frame::header(it.0, it.1, it.3)).collect();
+        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(n_iov);
+        for (h, it) in headers.iter().zip(items) {
+            iov.push(IoSlice::new(h));
+            iov.extend_from_slice(it.2);
+        }
+        loop {
+            match sys::sendv_nosignal(conn.fd(), &iov) {
+                Ok(w) => {
+                    Counters::add(&self.c.bytes_sent, w as u64);
+                    st.out.wrote_direct(w);
+                    let mut left = w;
+                    let mut k = 0;
+                    while k < n_items && left >= HEADER_LEN + items[k].3 {
+                        left -= HEADER_LEN + items[k].3;
+                        k += 1;
+                    }
+                    Counters::add(&self.c.frames_sent, k as u64);
+                    if k < n_items && left > 0 {
+                        let it = items[k];
+                        st.out.push_rest(&headers[k], it.2, it.3, left, now);
+                        *added += HEADER_LEN + it.3 - left;
+                        k += 1;
+                    }
+                    return k;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return 0,
+                Err(_) => {
+                    self.detach(lane, st, &conn);
+                    self.close_socket(&conn);
+                    return 0;
+                }
+            }
+        }
     }
 
     /// Accounts bytes that left the queue since it held `before` and wakes
@@ -1236,5 +1319,37 @@ impl Counters {
         if n > 0 {
             c.fetch_add(n, Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbuf_partial_frames_and_deadlines() {
+        let t0 = Instant::now();
+        let mut o = OutBuf::default();
+        let a = [1u8; 10];
+        let b = [2u8; 20];
+        // A frame half written directly, then one queued whole.
+        o.wrote_direct(7);
+        o.push_rest(&frame::header(1, 2, 10), &[IoSlice::new(&a)], 10, 7, t0);
+        assert_eq!(o.queued(), HEADER_LEN + 10 - 7);
+        o.push(1, 2, &[IoSlice::new(&b)], 20, t0 + Duration::from_millis(5));
+        // The half-written frame is never dropped by a deadline...
+        assert_eq!(o.drop_older(t0 + Duration::from_secs(1)), 0);
+        // ...but cut when its connection dies; the next one is intact.
+        assert!(o.discard_partial());
+        assert_eq!(o.unwritten(), &[&frame::header(1, 2, 20)[..], &b[..]].concat()[..]);
+        assert_eq!(o.drop_older(t0 + Duration::from_millis(1)), 0);
+        assert_eq!(o.drop_older(t0 + Duration::from_millis(6)), 1);
+        assert_eq!(o.queued(), 0);
+        // Writes complete frames as they pass their end.
+        o.push(1, 2, &[IoSlice::new(&a)], 10, t0);
+        o.push(1, 2, &[IoSlice::new(&b)], 20, t0);
+        assert_eq!(o.advance(HEADER_LEN + 10 + 3), 1);
+        assert!(o.discard_partial());
+        assert_eq!((o.queued(), o.clear()), (0, 0));
     }
 }

@@ -168,6 +168,23 @@ pub fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// `sendmsg(2)` of several buffers with MSG_NOSIGNAL | MSG_DONTWAIT.
+pub fn sendv_nosignal(fd: RawFd, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is valid (no name, no control).
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    // IoSlice is ABI-compatible with iovec on Unix (documented by std); the
+    // kernel only reads the buffers for the duration of the call.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len() as _;
+    // SAFETY: msg points to live iovecs for the duration of the call.
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 /// Readiness flags reported by [`Poller::wait`].
 pub const EV_IN: u32 = libc::EPOLLIN as u32;
 pub const EV_OUT: u32 = libc::EPOLLOUT as u32;
