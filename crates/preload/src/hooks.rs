@@ -588,6 +588,7 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
 #[no_mangle]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
     let fd = real::socket(domain, ty, proto);
+    shim::forget_stale(fd);
     if fd >= 0
         && (domain == libc::AF_INET || domain == libc::AF_INET6)
         && ty & 0xf == libc::SOCK_DGRAM
@@ -596,6 +597,45 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
     }
     fd
+}
+
+#[cfg(target_arch = "x86_64")]
+const SYS_DUP2: libc::c_long = libc::SYS_dup2;
+#[cfg(not(target_arch = "x86_64"))]
+const SYS_DUP2: libc::c_long = -1;
+
+/// `syscall(2)`: libuv, for one, closes descriptors with
+/// `syscall(SYS_close, fd)`; the shim must see those closes. The six
+/// argument registers are taken as plain arguments (how the x86-64 and
+/// AArch64 ABIs pass variadic integers) and handed on unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn syscall(n: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long {
+    match n {
+        libc::SYS_close => shim::remove(a as c_int),
+        libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as libc::c_long == 0 => forget_range(a as u32, b as u32),
+        SYS_DUP2 | libc::SYS_dup3 => shim::remove(b as c_int),
+        _ => {}
+    }
+    // Socket calls made through syscall() (libuv's uv__sendmmsg and
+    // uv__recvmmsg, for one) on an application UDP socket.
+    if matches!(n, libc::SYS_sendmmsg | libc::SYS_recvmmsg | libc::SYS_sendto | libc::SYS_recvfrom | libc::SYS_sendmsg | libc::SYS_recvmsg)
+        && lookup(a as c_int).is_some()
+    {
+        let fd = a as c_int;
+        return match n {
+            libc::SYS_sendmmsg => sendmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int) as libc::c_long,
+            libc::SYS_recvmmsg => recvmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int, e as *mut libc::timespec) as libc::c_long,
+            libc::SYS_sendto => sendto(fd, b as *const c_void, c as size_t, d as c_int, e as *const sockaddr, f as socklen_t) as libc::c_long,
+            libc::SYS_recvfrom => recvfrom(fd, b as *mut c_void, c as size_t, d as c_int, e as *mut sockaddr, f as *mut socklen_t) as libc::c_long,
+            libc::SYS_sendmsg => sendmsg(fd, b as *const libc::msghdr, c as c_int) as libc::c_long,
+            _ => recvmsg(fd, b as *mut libc::msghdr, c as c_int) as libc::c_long,
+        };
+    }
+    let r = real::syscall(n, a, b, c, d, e, f);
+    if (n == SYS_DUP2 || n == libc::SYS_dup3) && r >= 0 {
+        after_dup(a as c_int, r as c_int);
+    }
+    r
 }
 
 #[no_mangle]

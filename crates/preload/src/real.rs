@@ -84,6 +84,7 @@ real! {
     execv(path: *const c_char, argv: *const *const c_char) -> c_int;
     execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    syscall(n: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long;
     sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
     signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
 }

@@ -101,11 +101,33 @@ fn bit(fd: i32) -> Option<(usize, u64)> {
     Some((f / 64, 1u64 << (f % 64)))
 }
 
+thread_local! {
+    /// Set while the shim itself calls into the engine (creating an
+    /// endpoint): the engine's own libc calls then bypass the shim.
+    static INSIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+struct Inside;
+impl Inside {
+    fn enter() -> Inside {
+        INSIDE.with(|c| c.set(true));
+        Inside
+    }
+}
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|c| c.set(false));
+    }
+}
+
 /// The socket behind `fd`, when it is one of the application's UDP sockets.
 #[inline]
 pub fn lookup(fd: i32) -> Option<Arc<Sock>> {
     let (w, b) = bit(fd)?;
     if BITS[w].load(Relaxed) & b == 0 {
+        return None;
+    }
+    if INSIDE.with(|c| c.get()) {
         return None;
     }
     TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()
@@ -155,6 +177,17 @@ pub fn insert(fd: i32, s: Arc<Sock>) {
         Some(o) => release(o),
         None => {
             ACTIVE_FDS.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Drops a table entry for a descriptor number that was reused after a
+/// close the shim did not see.
+pub fn forget_stale(fd: i32) {
+    if let Some((w, b)) = bit(fd) {
+        if BITS[w].load(Relaxed) & b != 0 {
+            dlog!("fd {fd}: closed without close(): forgetting the socket");
+            remove(fd);
         }
     }
 }
@@ -328,9 +361,13 @@ impl Sock {
             _ => {}
         }
         let r = (|| -> io::Result<Endpoint> {
+            let _inside = Inside::enter();
             let engine = engine()?;
             // SAFETY-free wrapper: real::fcntl is libc's fcntl.
             let d = crate::hooks::real_dup_cloexec(fd)?;
+            // A number the kernel just handed out cannot name an application
+            // socket: an entry for it is stale (closed behind the shim's back).
+            forget_stale(d);
             // SAFETY: d was just returned by fcntl(F_DUPFD_CLOEXEC) and is ours.
             #[allow(unsafe_code)]
             let owned = unsafe { OwnedFd::from_raw_fd(d) };
@@ -455,7 +492,10 @@ pub fn ep_recv(s: &Sock, ep: &Endpoint, fd: i32, buf: &mut [u8], flags: i32) -> 
     let peek = flags & libc::MSG_PEEK != 0;
     let dont_wait = flags & libc::MSG_DONTWAIT != 0 || s.nonblock();
     let spin = spin();
-    if dont_wait || (spin.is_zero() && !crate::signals::eintr_wanted()) {
+    if dont_wait {
+        return nonblocking_recv(s, ep, buf, peek);
+    }
+    if spin.is_zero() && !crate::signals::eintr_wanted() {
         // The engine's own blocking receive: it restarts after signals, as
         // the kernel does for SA_RESTART handlers.
         return ep.recv_with(buf, RecvFlags { peek, dont_wait }).map_err(|e| errno_of(&e));
@@ -489,6 +529,44 @@ pub fn ep_recv(s: &Sock, ep: &Endpoint, fd: i32, buf: &mut [u8], flags: i32) -> 
                 }
             }
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A nonblocking receive that never reports `EAGAIN` for a datagram that
+/// is on its way into the ring. The engine takes a datagram off the socket
+/// and pushes it into the ring a moment later; a receive in between finds
+/// both empty, while the program was told (by the socket's readiness) that
+/// a datagram is there — and some programs (libuv users such as dig) take
+/// such an `EAGAIN` for end of stream. A receive that could not read the
+/// socket itself (its `direct_recv_calls` did not move: the engine or
+/// another thread holds the socket) waits briefly for the ring.
+fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Result<Received, i32> {
+    let f = RecvFlags { peek, dont_wait: true };
+    match ep.recv_with(buf, f) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        r => return r.map_err(|e| errno_of(&e)),
+    }
+    let before = ep.stats().direct_recv_calls;
+    match ep.recv_with(buf, f) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        r => return r.map_err(|e| errno_of(&e)),
+    }
+    if ep.stats().direct_recv_calls != before {
+        return Err(libc::EAGAIN); // the socket was read: really empty
+    }
+    let ring = s.ring_fd(ep);
+    let deadline = Instant::now() + Duration::from_millis(2);
+    loop {
+        if let Some(r) = ring {
+            let _ = crate::hooks::wait_readable(r, None, Some(Duration::from_millis(1)));
+        }
+        match ep.recv_with(buf, f) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return r.map_err(|e| errno_of(&e)),
+        }
+        if Instant::now() >= deadline {
+            return Err(libc::EAGAIN);
         }
     }
 }

@@ -30,6 +30,20 @@ pub fn record(sig: i32, handler: usize, flags: i32) {
 }
 
 /// True when an interrupted blocking receive must fail with EINTR.
+/// `EUDP_EINTR=0` treats every handler as restarting (the engine's own
+/// blocking receive is then used: one wake-up less per datagram).
 pub fn eintr_wanted() -> bool {
-    NO_RESTART.load(Relaxed) != 0
+    NO_RESTART.load(Relaxed) != 0 && !never()
+}
+
+fn never() -> bool {
+    use std::sync::atomic::AtomicU8;
+    static N: AtomicU8 = AtomicU8::new(255);
+    let v = N.load(Relaxed);
+    if v != 255 {
+        return v == 1;
+    }
+    let n = std::env::var("EUDP_EINTR").map(|v| v == "0").unwrap_or(false);
+    N.store(n as u8, Relaxed);
+    n
 }

@@ -1,0 +1,557 @@
+//! `eudp run`, `eudp stat` and `eudp bench --apps`: unmodified programs on
+//! the engine through `libeudp_preload.so` (crate `eudp-preload`).
+//!
+//! * `eudp run [--profile default|throughput|latency] [--] PROGRAM ARGS…`
+//!   execs PROGRAM with the library in `LD_PRELOAD` and the profile's
+//!   `EUDP_*` settings (variables already set win).
+//! * `eudp stat [--dir D] [--all] [--json] [PID…]` prints the per-socket
+//!   counters the shim writes to `D/<pid>.json` (default `/run/eudp`).
+//! * `eudp bench --apps [--secs S] [--out DIR]`: iperf3 and sockperf on a
+//!   testbed, kernel and eudp side by side, JSON under `DIR`.
+//!
+//! Uses only std, libc, serde_json and `crate::testbed`, so tests can
+//! include it with `#[path]`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Named sets of engine settings.
+pub const PROFILES: &[(&str, &[(&str, &str)])] = &[
+    ("default", &[]),
+    // Bigger batches per syscall once sends queue up.
+    ("throughput", &[("EUDP_MAX_MSGS", "64"), ("EUDP_L2_DEPTH", "1")]),
+    // A blocked receiver spins before it sleeps.
+    ("latency", &[("EUDP_SPIN_US", "50")]),
+];
+
+/// The settings of a profile.
+pub fn profile(name: &str) -> Result<&'static [(&'static str, &'static str)], String> {
+    PROFILES.iter().find(|p| p.0 == name).map(|p| p.1).ok_or_else(|| {
+        let names: Vec<&str> = PROFILES.iter().map(|p| p.0).collect();
+        format!("unknown profile {name:?} (profiles: {})", names.join(", "))
+    })
+}
+
+/// Where `libeudp_preload.so` is: `$EUDP_PRELOAD_LIB`, else next to the
+/// running executable (`target/{debug,release}/`), else one directory up
+/// (test executables live in `deps/`).
+pub fn preload_lib() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("EUDP_PRELOAD_LIB") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut dir = exe.parent().map(Path::to_path_buf);
+    for _ in 0..2 {
+        let Some(d) = dir else { break };
+        let p = d.join("libeudp_preload.so");
+        if p.exists() {
+            return Ok(p);
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    Err(format!(
+        "libeudp_preload.so not found next to {} (build it: cargo build --release -p eudp-preload, or set EUDP_PRELOAD_LIB)",
+        exe.display()
+    ))
+}
+
+/// Adds the shim and a profile to a command (variables already set in
+/// this environment are left alone).
+pub fn preload(cmd: &mut Command, lib: &Path, profile_name: &str) -> Result<(), String> {
+    let mut pre = OsString::from(lib.as_os_str());
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        pre.push(":");
+        pre.push(old);
+    }
+    cmd.env("LD_PRELOAD", pre);
+    for (k, v) in profile(profile_name)? {
+        if std::env::var_os(k).is_none() {
+            cmd.env(k, v);
+        }
+    }
+    Ok(())
+}
+
+fn usage_run() -> i32 {
+    eprintln!("usage: eudp run [--profile default|throughput|latency] [--] PROGRAM [ARGS...]");
+    2
+}
+
+/// `eudp run …` (arguments after `run`). Execs the program; returns only
+/// on error.
+pub fn run_main(args: &[String]) -> i32 {
+    let mut prof = "default".to_string();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--profile" | "-p" => {
+                let Some(v) = args.get(i + 1) else { return usage_run() };
+                prof = v.clone();
+                i += 2;
+            }
+            s if s.starts_with("--profile=") => {
+                prof = s["--profile=".len()..].to_string();
+                i += 1;
+            }
+            "--" => {
+                i += 1;
+                break;
+            }
+            "-h" | "--help" => return usage_run(),
+            _ => break,
+        }
+    }
+    let Some(prog) = args.get(i) else { return usage_run() };
+    let lib = match preload_lib() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("eudp run: {e}");
+            return 1;
+        }
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(&args[i + 1..]);
+    if let Err(e) = preload(&mut cmd, &lib, &prof) {
+        eprintln!("eudp run: {e}");
+        return 2;
+    }
+    use std::os::unix::process::CommandExt;
+    let e = cmd.exec();
+    eprintln!("eudp run: {prog}: {e}");
+    if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
+// ------------------------------------------------------------------ stat
+
+fn stat_dir_default() -> PathBuf {
+    std::env::var_os("EUDP_STAT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/eudp"))
+}
+
+fn alive(pid: u64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Reports found in `dir` (of live processes unless `all`), by pid.
+pub fn read_reports(dir: &Path, all: bool, pids: &[u64]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else { continue };
+        let Ok(pid) = stem.parse::<u64>() else { continue };
+        if p.extension().is_none_or(|x| x != "json") || (!pids.is_empty() && !pids.contains(&pid)) {
+            continue;
+        }
+        if !all && pids.is_empty() && !alive(pid) {
+            continue;
+        }
+        if let Ok(s) = std::fs::read_to_string(&p) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
+                out.push(v);
+            }
+        }
+    }
+    out.sort_by_key(|v| v["pid"].as_u64().unwrap_or(0));
+    out
+}
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v["stats"][k].as_u64().unwrap_or(0)
+}
+
+/// Mean engine batch size from the histogram (bucket i: 2^i..2^(i+1)-1).
+fn mean_batch(v: &serde_json::Value) -> f64 {
+    let batches = u(v, "engine_batches");
+    if batches == 0 {
+        return 0.0;
+    }
+    let queued_sent = u(v, "datagrams_sent").saturating_sub(u(v, "direct_posts"));
+    queued_sent as f64 / batches as f64
+}
+
+/// A table of the reports.
+pub fn format_reports(reports: &[serde_json::Value]) -> String {
+    let mut s = String::new();
+    for r in reports {
+        s += &format!(
+            "pid {} {}{}: {} socket(s) accelerated, {} fallback(s)",
+            r["pid"],
+            r["exe"].as_str().unwrap_or("?"),
+            if r["exited"].as_bool() == Some(true) { " (exited)" } else { "" },
+            r["accelerated"],
+            r["fallbacks"]
+        );
+        if let Some(m) = r["fallback_reasons"].as_object().filter(|m| !m.is_empty()) {
+            let why: Vec<String> = m.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
+            s += &format!(" [{}]", why.join("; "));
+        }
+        s += "\n";
+        s += &format!(
+            "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8}\n",
+            "fd", "mode", "local", "peer", "sent", "direct", "queued", "batch", "received", "ring_drop", "gro"
+        );
+        for key in ["sockets", "closed"] {
+            for x in r[key].as_array().into_iter().flatten() {
+                s += &format!(
+                    "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8.1} {:>10} {:>8} {:>8}{}{}\n",
+                    x["fd"],
+                    x["mode"].as_str().unwrap_or("?"),
+                    x["local"].as_str().unwrap_or("-"),
+                    x["peer"].as_str().unwrap_or("-"),
+                    u(x, "datagrams_sent"),
+                    u(x, "direct_posts"),
+                    u(x, "queued_posts"),
+                    mean_batch(x),
+                    u(x, "datagrams_received"),
+                    u(x, "drop_ring_full"),
+                    u(x, "gro_superpackets"),
+                    if key == "closed" { "  (closed)" } else { "" },
+                    x["fallback_reason"].as_str().map(|r| format!("  fallback: {r}")).unwrap_or_default(),
+                );
+            }
+        }
+    }
+    s
+}
+
+/// `eudp stat …` (arguments after `stat`).
+pub fn stat_main(args: &[String]) -> i32 {
+    let mut dir = stat_dir_default();
+    let (mut all, mut json) = (false, false);
+    let mut pids = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--dir" => {
+                let Some(d) = args.get(i + 1) else {
+                    eprintln!("eudp stat: --dir needs a value");
+                    return 2;
+                };
+                dir = PathBuf::from(d);
+                i += 1;
+            }
+            "--all" => all = true,
+            "--json" => json = true,
+            "-h" | "--help" => {
+                eprintln!("usage: eudp stat [--dir DIR] [--all] [--json] [PID...]");
+                return 0;
+            }
+            p => match p.parse() {
+                Ok(pid) => pids.push(pid),
+                Err(_) => {
+                    eprintln!("eudp stat: unexpected argument {p:?}");
+                    return 2;
+                }
+            },
+        }
+        i += 1;
+    }
+    let reps = read_reports(&dir, all, &pids);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reps).unwrap_or_default());
+    } else if reps.is_empty() {
+        println!("no eudp programs found in {} (run one with `eudp run`; --all includes exited ones)", dir.display());
+    } else {
+        print!("{}", format_reports(&reps));
+    }
+    0
+}
+
+// ----------------------------------------------------------- bench --apps
+
+/// A background process killed (SIGINT, then SIGKILL) when dropped.
+struct Bg(std::process::Child);
+
+impl Bg {
+    fn stop(&mut self) -> String {
+        // SAFETY-free: kill(2) through libc on our own child.
+        let pid = self.0.id() as i32;
+        #[allow(unsafe_code)]
+        // SAFETY: signals a child process we spawned and have not reaped.
+        unsafe {
+            libc::kill(pid, libc::SIGINT);
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let mut s = String::new();
+        if let Some(mut o) = self.0.stdout.take() {
+            use std::io::Read;
+            let _ = o.read_to_string(&mut s);
+        }
+        let _ = self.0.wait();
+        s
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How one side runs: on the kernel or under the shim with a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stack {
+    Kernel,
+    Eudp(&'static str),
+}
+
+impl Stack {
+    pub fn name(&self) -> String {
+        match self {
+            Stack::Kernel => "kernel".into(),
+            Stack::Eudp("default") => "eudp".into(),
+            Stack::Eudp(p) => format!("eudp-{p}"),
+        }
+    }
+}
+
+/// A command inside testbed host `host` on `stack`.
+pub fn app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: &Path, stat_dir: &Path, argv: &[&str]) -> Command {
+    let mut c = tb.command(host, "env");
+    if let Stack::Eudp(p) = stack {
+        let mut tmp = Command::new("true");
+        let _ = preload(&mut tmp, lib, p);
+        for (k, v) in tmp.get_envs() {
+            if let Some(v) = v {
+                let mut kv = OsString::from(k);
+                kv.push("=");
+                kv.push(v);
+                c.arg(kv);
+            }
+        }
+        c.arg(format!("EUDP_STAT_DIR={}", stat_dir.display()));
+    }
+    c.args(argv);
+    c.stdin(Stdio::null());
+    c
+}
+
+fn spawn_bg(mut c: Command) -> Result<Bg, String> {
+    c.stdout(Stdio::piped()).stderr(Stdio::null());
+    c.spawn().map(Bg).map_err(|e| e.to_string())
+}
+
+fn output(mut c: Command, limit: Duration) -> Result<String, String> {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut ch = c.spawn().map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    loop {
+        if let Some(_st) = ch.try_wait().map_err(|e| e.to_string())? {
+            break;
+        }
+        if t0.elapsed() > limit {
+            let _ = ch.kill();
+            let _ = ch.wait();
+            return Err(format!("timed out after {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = ch.wait_with_output().map_err(|e| e.to_string())?;
+    let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
+    s += &String::from_utf8_lossy(&o.stderr);
+    Ok(s)
+}
+
+/// One iperf3 UDP run (`reverse`: -R) between host a (client) and b.
+pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, reverse: bool) -> Result<serde_json::Value, String> {
+    let port = "5301";
+    let srv = spawn_bg(app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port]))?;
+    std::thread::sleep(Duration::from_millis(400));
+    let t = secs.to_string();
+    let l = len.to_string();
+    let mut argv = vec!["iperf3", "-c", crate::testbed::ADDR_B, "-p", port, "-u", "-b", rate, "-l", &l, "-t", &t, "--json"];
+    if reverse {
+        argv.push("-R");
+    }
+    let out = output(app_command(tb, 'a', stack, lib, stats, &argv), Duration::from_secs(secs as u64 + 20));
+    drop(srv);
+    let out = out?;
+    let start = out.find('{').ok_or_else(|| format!("iperf3: no JSON: {out}"))?;
+    let v: serde_json::Value = serde_json::from_str(&out[start..]).map_err(|e| format!("iperf3 JSON: {e}: {out}"))?;
+    if let Some(e) = v["error"].as_str() {
+        return Err(format!("iperf3: {e}"));
+    }
+    let sum = &v["end"]["sum"];
+    let packets = sum["packets"].as_u64().unwrap_or(0);
+    let lost = sum["lost_packets"].as_u64().unwrap_or(0);
+    let secs_f = sum["seconds"].as_f64().unwrap_or(secs as f64).max(1e-9);
+    let received = packets.saturating_sub(lost);
+    Ok(serde_json::json!({
+        "tool": "iperf3", "stack": stack.name(), "reverse": reverse, "len": len, "rate": rate,
+        "packets_sent": packets, "lost_packets": lost, "lost_percent": sum["lost_percent"],
+        "received_pps": received as f64 / secs_f,
+        "received_gbps": received as f64 * len as f64 * 8.0 / secs_f / 1e9,
+        "jitter_ms": sum["jitter_ms"],
+    }))
+}
+
+fn parse_after(s: &str, key: &str) -> Option<f64> {
+    let i = s.find(key)? + key.len();
+    let rest = s[i..].trim_start();
+    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// sockperf ping-pong or throughput (`mode`) from a to a server on b.
+pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib: &Path, stats: &Path, mode: &str, secs: u32, size: usize) -> Result<serde_json::Value, String> {
+    let port = "11311";
+    let mut srv = spawn_bg(app_command(tb, 'b', server, lib, stats, &["sockperf", "server", "-i", crate::testbed::ADDR_B, "-p", port]))?;
+    std::thread::sleep(Duration::from_millis(400));
+    let t = secs.to_string();
+    let m = size.to_string();
+    let out = output(
+        app_command(tb, 'a', client, lib, stats, &["sockperf", mode, "-i", crate::testbed::ADDR_B, "-p", port, "-t", &t, "-m", &m]),
+        Duration::from_secs(secs as u64 + 20),
+    );
+    let srv_out = srv.stop();
+    let out = out?;
+    let received = parse_after(&srv_out, "Total ").map(|v| v as u64);
+    let mut v = serde_json::json!({ "tool": "sockperf", "mode": mode, "client": client.name(), "server": server.name(), "size": size, "secs": secs });
+    if mode == "ping-pong" {
+        v["p50_us"] = parse_after(&out, "percentile 50.000 =").into();
+        v["p99_us"] = parse_after(&out, "percentile 99.000 =").into();
+        v["avg_us"] = parse_after(&out, "Latency is").into();
+        v["dropped"] = parse_after(&out, "# dropped messages =").into();
+        if v["p50_us"].is_null() {
+            return Err(format!("sockperf ping-pong: no percentiles: {out}"));
+        }
+    } else {
+        let sent = parse_after(&out, "Total of").unwrap_or(0.0);
+        v["sent_msgs"] = sent.into();
+        v["sent_rate"] = parse_after(&out, "Message Rate is").into();
+        v["server_received_msgs"] = received.into();
+        // The server count includes the warm-up's few messages.
+        v["received_rate"] = received.map(|r| r as f64 / secs as f64).into();
+    }
+    Ok(v)
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// `eudp bench --apps …`: iperf3 and sockperf, kernel vs eudp, one testbed.
+pub fn bench_apps_main(args: &[String]) -> i32 {
+    let mut secs = 3u32;
+    let mut out_dir = PathBuf::from("bench/results");
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--secs" => {
+                secs = args.get(i + 1).and_then(|v| v.parse::<f64>().ok()).map(|v| v.ceil().max(1.0) as u32).unwrap_or(3);
+                i += 1;
+            }
+            "--out" => {
+                out_dir = args.get(i + 1).map(PathBuf::from).unwrap_or(out_dir);
+                i += 1;
+            }
+            "--apps" => {}
+            a => {
+                eprintln!("eudp bench --apps: unexpected argument {a:?}");
+                return 2;
+            }
+        }
+        i += 1;
+    }
+    match bench_apps(secs, &out_dir) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("eudp bench --apps: {e}");
+            1
+        }
+    }
+}
+
+/// Runs the application bench and writes its JSON; returns the result.
+pub fn bench_apps(secs: u32, out_dir: &Path) -> Result<serde_json::Value, String> {
+    let lib = preload_lib()?;
+    let tb = crate::testbed::Testbed::up(&crate::testbed::unique_name("app"))?;
+    let stats = std::env::temp_dir().join(format!("eudp-bench-apps-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&stats);
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let mut rows = Vec::new();
+    let mut targets = Vec::new();
+    let get = |rows: &Vec<serde_json::Value>, f: &dyn Fn(&serde_json::Value) -> bool, k: &str| rows.iter().find(|r| f(r)).and_then(|r| r[k].as_f64());
+
+    // iperf3 -u -l 1472 -b 0, both directions.
+    for reverse in [false, true] {
+        for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
+            let r = iperf3_udp(&tb, stack, &lib, &stats, secs, 1472, "0", reverse).unwrap_or_else(|e| serde_json::json!({"tool": "iperf3", "stack": stack.name(), "reverse": reverse, "error": e}));
+            eprintln!("{r}");
+            rows.push(r);
+        }
+        let is = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "iperf3" && r["reverse"] == reverse && r["stack"] == s;
+        let k = get(&rows, &is("kernel"), "received_pps");
+        let e = get(&rows, &is("eudp-throughput"), "received_pps");
+        let kl = get(&rows, &is("kernel"), "lost_percent");
+        let el = get(&rows, &is("eudp-throughput"), "lost_percent");
+        let x = ratio(e, k);
+        targets.push(serde_json::json!({
+            "target": format!("iperf3 -u -l 1472 -b 0{} received throughput >= 5x kernel, loss <= kernel's", if reverse { " -R" } else { "" }),
+            "ratio": x, "loss_kernel_percent": kl, "loss_eudp_percent": el,
+            "met": x.is_some_and(|x| x >= 5.0) && matches!((el, kl), (Some(e), Some(k)) if e <= k),
+        }));
+    }
+    // sockperf throughput 64 B.
+    for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
+        let r = sockperf(&tb, stack, stack, &lib, &stats, "throughput", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "throughput", "client": stack.name(), "error": e}));
+        eprintln!("{r}");
+        rows.push(r);
+    }
+    let tp = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "throughput" && r["client"] == s;
+    let x = ratio(get(&rows, &tp("eudp-throughput"), "received_rate"), get(&rows, &tp("kernel"), "received_rate"));
+    targets.push(serde_json::json!({"target": "sockperf throughput 64 B received message rate >= 5x kernel", "ratio": x, "met": x.is_some_and(|x| x >= 5.0)}));
+    // sockperf ping-pong 64 B.
+    for stack in [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency")] {
+        let r = sockperf(&tb, stack, stack, &lib, &stats, "ping-pong", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "ping-pong", "client": stack.name(), "error": e}));
+        eprintln!("{r}");
+        rows.push(r);
+    }
+    let pp = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "ping-pong" && r["client"] == s;
+    let (k50, k99) = (get(&rows, &pp("kernel"), "p50_us"), get(&rows, &pp("kernel"), "p99_us"));
+    let (e50, e99) = (get(&rows, &pp("eudp"), "p50_us"), get(&rows, &pp("eudp"), "p99_us"));
+    let l50 = get(&rows, &pp("eudp-latency"), "p50_us");
+    targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile p50 <= kernel p50", "ratio": ratio(e50, k50), "met": ratio(e50, k50).is_some_and(|x| x <= 1.0)}));
+    targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile p99 <= 1.2x kernel p99", "ratio": ratio(e99, k99), "met": ratio(e99, k99).is_some_and(|x| x <= 1.2)}));
+    targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B latency profile p50 <= 0.5x kernel p50", "ratio": ratio(l50, k50), "met": ratio(l50, k50).is_some_and(|x| x <= 0.5)}));
+
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let res = serde_json::json!({
+        "schema": "eudp-bench-apps/1", "started_unix": started, "secs_per_run": secs,
+        "host": {"kernel": kernel, "cpus": cpus}, "preload_lib": lib.display().to_string(),
+        "rows": rows, "targets": targets,
+    });
+    println!("{:<72} {:>8}  {}", "target", "ratio", "");
+    for t in res["targets"].as_array().into_iter().flatten() {
+        println!(
+            "{:<72} {:>8}  {}",
+            t["target"].as_str().unwrap_or(""),
+            t["ratio"].as_f64().map(|r| format!("{r:.2}")).unwrap_or("-".into()),
+            if t["met"] == true { "MET" } else { "MISSED" }
+        );
+    }
+    std::fs::create_dir_all(out_dir).map_err(|e| e.to_string())?;
+    let path = out_dir.join(format!("apps-{started}.json"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&res).unwrap_or_default()).map_err(|e| e.to_string())?;
+    println!("wrote {}", path.display());
+    let _ = std::fs::remove_dir_all(&stats);
+    Ok(res)
+}

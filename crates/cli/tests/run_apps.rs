@@ -1,0 +1,260 @@
+//! `eudp run` with real programs: socat, iperf3, dig against dnsmasq and
+//! sockperf over the netns testbed (root, as CI), and `eudp stat` on a
+//! Python program over loopback. Each program runs unmodified under
+//! `libeudp_preload.so`; outputs are compared byte for byte with what the
+//! test expects, and the shim's counters with what the programs report.
+
+#[path = "../src/run.rs"]
+#[allow(dead_code)]
+mod run;
+mod testbed {
+    pub use eudp_cli::testbed::*;
+}
+
+use run::{app_command, Stack};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use testbed::{unique_name, Testbed, ADDR_B};
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// The shim library: next to this build's executables, or built once into
+/// a side target directory (a separate directory, so no build lock is shared
+/// with the cargo running this test).
+fn lib() -> PathBuf {
+    if let Ok(p) = run::preload_lib() {
+        return p;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.parent().unwrap().parent().unwrap().parent().unwrap().join("preload-for-tests");
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().parent().unwrap();
+    let st = Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+        .args(["build", "--release", "-p", "eudp-preload"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(ws)
+        .status()
+        .expect("cargo build -p eudp-preload");
+    assert!(st.success());
+    target.join("release/libeudp_preload.so")
+}
+
+fn stat_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("eudp-runapps-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn total(dir: &Path, counter: &str) -> u64 {
+    let mut t = 0;
+    for r in run::read_reports(dir, true, &[]) {
+        for key in ["sockets", "closed"] {
+            for s in r[key].as_array().into_iter().flatten() {
+                t += s["stats"][counter].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    t
+}
+
+fn testbed(prefix: &str) -> Option<Testbed> {
+    if !is_root() {
+        eprintln!("SKIPPED: the testbed needs root (CI runs as root)");
+        return None;
+    }
+    Some(Testbed::up(&unique_name(prefix)).expect("testbed up"))
+}
+
+#[test]
+fn profiles_and_environment() {
+    assert!(run::profile("latency").unwrap().iter().any(|(k, _)| *k == "EUDP_SPIN_US"));
+    assert!(run::profile("nope").is_err());
+    let mut c = Command::new("sh");
+    c.args(["-c", "echo \"$LD_PRELOAD|$EUDP_SPIN_US\""]);
+    run::preload(&mut c, Path::new("/x/libeudp_preload.so"), "latency").unwrap();
+    let o = c.output().unwrap();
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.starts_with("/x/libeudp_preload.so"), "{s}");
+    assert!(s.trim_end().ends_with("|50") || std::env::var_os("EUDP_SPIN_US").is_some(), "{s}");
+}
+
+const PY_ECHO: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('127.0.0.1', 0))
+c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.connect(s.getsockname())
+for i in range(100):
+    c.send(b'%d' % i)
+    d, a = s.recvfrom(100)
+    s.sendto(d, a)
+    assert c.recv(100) == d
+print('done', flush=True)
+if len(sys.argv) > 1: time.sleep(float(sys.argv[1]))
+"#;
+
+#[test]
+fn stat_shows_running_and_exited_programs() {
+    let lib = lib();
+    let dir = stat_dir("stat");
+    let mut c = Command::new("python3");
+    c.args(["-c", PY_ECHO, "1.5"]).env("EUDP_STAT_DIR", &dir).env("EUDP_STAT_MS", "100").stdout(Stdio::piped());
+    run::preload(&mut c, &lib, "default").unwrap();
+    let mut ch = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(900));
+    let live = run::read_reports(&dir, false, &[]);
+    assert_eq!(live.len(), 1, "one running program");
+    let table = run::format_reports(&live);
+    assert!(table.contains(" eudp ") && table.contains("127.0.0.1"), "{table}");
+    assert!(ch.wait().unwrap().success());
+    // After exit: only with --all, with final counters.
+    assert!(run::read_reports(&dir, false, &[]).is_empty());
+    assert_eq!(total(&dir, "datagrams_sent"), 200);
+    assert_eq!(total(&dir, "datagrams_received"), 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    (0..(1 + (i * 37) % 1400)).map(|j| ((i * 131 + j * 7) % 251) as u8).collect()
+}
+
+/// A Python receiver on host b printing count and a digest of everything.
+const PY_SINK: &str = r#"
+import socket, sys, hashlib
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], int(sys.argv[2])))
+s.settimeout(5)
+h, n = hashlib.sha256(), 0
+print('ready', flush=True)
+try:
+    while n < int(sys.argv[3]):
+        d = s.recv(65536); h.update(len(d).to_bytes(2, 'big') + d); n += 1
+except socket.timeout: pass
+print(n, h.hexdigest(), flush=True)
+"#;
+
+const PY_SOURCE: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+n = int(sys.argv[3])
+for i in range(n):
+    d = bytes(((i * 131 + j * 7) % 251) for j in range(1 + (i * 37) % 1400))
+    s.sendto(d, (sys.argv[1], int(sys.argv[2])))
+    if i % 50 == 49: time.sleep(0.002)
+"#;
+
+#[test]
+fn socat_udp_relay_byte_exact() {
+    let Some(tb) = testbed("soc") else { return };
+    let lib = lib();
+    let stats = stat_dir("socat");
+    let n = 2000;
+    let mut h = sha256_frames(n);
+    h.truncate(64);
+    let mut sink = tb.command('b', "python3");
+    sink.args(["-c", PY_SINK, ADDR_B, "7000", &n.to_string()]).stdout(Stdio::piped());
+    let sink = sink.spawn().unwrap();
+    let mut relay = app_command(&tb, 'a', Stack::Eudp("default"), &lib, &stats, &["socat", "-u", "-b", "65536", "UDP4-RECV:6000,bind=127.0.0.1", &format!("UDP4-SENDTO:{ADDR_B}:7000")]);
+    relay.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut relay = relay.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let st = tb.command('a', "python3").args(["-c", PY_SOURCE, "127.0.0.1", "6000", &n.to_string()]).status().unwrap();
+    assert!(st.success());
+    let out = sink.wait_with_output().unwrap();
+    // SIGTERM: socat exits normally, so the shim writes its final counters.
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(relay.id() as i32, libc::SIGTERM) };
+    let _ = relay.wait();
+    let got = String::from_utf8_lossy(&out.stdout);
+    let last = got.lines().last().unwrap_or("");
+    assert_eq!(last, format!("{n} {h}"), "relay output differs");
+    // Every datagram went through socat's two endpoints.
+    assert_eq!(total(&stats, "datagrams_received"), n as u64, "socat's receive endpoint");
+    assert_eq!(total(&stats, "datagrams_sent"), n as u64, "socat's send endpoint");
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
+/// The digest PY_SINK prints for payloads 0..n (computed by Python, so the
+/// test needs no hashing crate).
+fn sha256_frames(n: usize) -> String {
+    let _ = payload(0);
+    let code = format!(
+        "import hashlib\nh=hashlib.sha256()\nfor i in range({n}):\n d=bytes(((i*131+j*7)%251) for j in range(1+(i*37)%1400))\n h.update(len(d).to_bytes(2,'big')+d)\nprint(h.hexdigest())"
+    );
+    let o = Command::new("python3").args(["-c", &code]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn iperf3_udp_both_directions() {
+    let Some(tb) = testbed("ipf") else { return };
+    let lib = lib();
+    for reverse in [false, true] {
+        let stats = stat_dir(if reverse { "iperfR" } else { "iperf" });
+        let r = run::iperf3_udp(&tb, Stack::Eudp("default"), &lib, &stats, 2, 1400, "200M", reverse).expect("iperf3");
+        eprintln!("{r}");
+        let sent = r["packets_sent"].as_u64().unwrap();
+        assert!(sent > 10_000, "{r}");
+        assert!(r["lost_percent"].as_f64().unwrap() < 2.0, "paced run lost too much: {r}");
+        // The data went through the engine on both sides: the sender's
+        // datagrams were sent by endpoints and the receiver's came from rings.
+        let tx = total(&stats, "datagrams_sent");
+        let rx = total(&stats, "datagrams_received");
+        assert!(tx >= sent, "engine sent {tx} < iperf3's {sent} (reverse={reverse})");
+        assert!(rx >= sent - r["lost_packets"].as_u64().unwrap(), "engine received {rx} (reverse={reverse})");
+        let _ = std::fs::remove_dir_all(&stats);
+    }
+}
+
+#[test]
+fn dig_against_dnsmasq() {
+    let Some(tb) = testbed("dns") else { return };
+    let lib = lib();
+    let stats = stat_dir("dns");
+    let mut dns = app_command(&tb, 'b', Stack::Eudp("default"), &lib, &stats, &[
+        "dnsmasq", "-k", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address", ADDR_B,
+        "-p", "5353", "--user=root", "--pid-file=", "--address=/eudp.test/198.18.0.99", "--txt-record=t.eudp.test,byte-exact",
+    ]);
+    dns.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut dns = dns.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let dig = |stack: Stack, q: &[&str]| {
+        let mut argv = vec!["dig", "@198.18.0.2", "-p", "5353", "+short", "+tries=2", "+time=3"];
+        argv.extend_from_slice(q);
+        let o = app_command(&tb, 'a', stack, &lib, &stats, &argv).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let kernel_a = dig(Stack::Kernel, &["eudp.test", "A"]);
+    let kernel_txt = dig(Stack::Kernel, &["t.eudp.test", "TXT"]);
+    assert_eq!(kernel_a, "198.18.0.99\n");
+    assert_eq!(kernel_txt, "\"byte-exact\"\n");
+    for _ in 0..5 {
+        assert_eq!(dig(Stack::Eudp("default"), &["eudp.test", "A"]), kernel_a);
+        assert_eq!(dig(Stack::Eudp("default"), &["t.eudp.test", "TXT"]), kernel_txt);
+    }
+    let _ = dns.kill();
+    let _ = dns.wait();
+    // dig's queries and answers went through its endpoint.
+    assert!(total(&stats, "datagrams_sent") >= 10);
+    assert!(total(&stats, "datagrams_received") >= 10);
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
+#[test]
+fn sockperf_ping_pong_and_throughput() {
+    let Some(tb) = testbed("spf") else { return };
+    let lib = lib();
+    let stats = stat_dir("sockperf");
+    let r = run::sockperf(&tb, Stack::Eudp("default"), Stack::Eudp("default"), &lib, &stats, "ping-pong", 2, 64).expect("ping-pong");
+    eprintln!("{r}");
+    assert_eq!(r["dropped"].as_f64(), Some(0.0), "{r}");
+    assert!(r["p50_us"].as_f64().unwrap() > 0.0);
+    let r = run::sockperf(&tb, Stack::Eudp("throughput"), Stack::Eudp("throughput"), &lib, &stats, "throughput", 2, 64).expect("throughput");
+    eprintln!("{r}");
+    let sent = r["sent_msgs"].as_f64().unwrap();
+    let got = r["server_received_msgs"].as_f64().unwrap_or(0.0);
+    assert!(sent > 0.0 && got > 0.0 && got <= sent + 1000.0, "{r}");
+    let _ = std::fs::remove_dir_all(&stats);
+}
