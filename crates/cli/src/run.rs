@@ -381,11 +381,17 @@ pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats:
     drop(srv);
     let out = out?;
     let start = out.find('{').ok_or_else(|| format!("iperf3: no JSON: {out}"))?;
-    let v: serde_json::Value = serde_json::from_str(&out[start..]).map_err(|e| format!("iperf3 JSON: {e}: {out}"))?;
+    // iperf3 may print warnings after its JSON: read the first value only.
+    let v: serde_json::Value = serde_json::Deserializer::from_str(&out[start..])
+        .into_iter::<serde_json::Value>()
+        .next()
+        .ok_or_else(|| format!("iperf3: no JSON: {out}"))?
+        .map_err(|e| format!("iperf3 JSON: {e}: {out}"))?;
     if let Some(e) = v["error"].as_str() {
         return Err(format!("iperf3: {e}"));
     }
-    let sum = &v["end"]["sum"];
+    // iperf3 >= 3.9 reports the receiver's view in sum_received.
+    let sum = if v["end"]["sum_received"].is_object() { &v["end"]["sum_received"] } else { &v["end"]["sum"] };
     let packets = sum["packets"].as_u64().unwrap_or(0);
     let lost = sum["lost_packets"].as_u64().unwrap_or(0);
     let secs_f = sum["seconds"].as_f64().unwrap_or(secs as f64).max(1e-9);

@@ -258,3 +258,18 @@ fn sockperf_ping_pong_and_throughput() {
     assert!(sent > 0.0 && got > 0.0 && got <= sent + 1000.0, "{r}");
     let _ = std::fs::remove_dir_all(&stats);
 }
+
+/// `eudp bench --apps` through the library (until the subcommand is wired):
+/// `EUDP_PRELOAD_LIB=target/release/libeudp_preload.so cargo test -p eudp-cli
+/// --test run_apps bench_apps -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_apps() {
+    if !is_root() {
+        return;
+    }
+    let secs = std::env::var("EUDP_BENCH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/results");
+    let r = run::bench_apps(secs, &out).expect("bench --apps");
+    assert!(r["rows"].as_array().unwrap().iter().all(|x| x["error"].is_null()), "{r:#}");
+}
