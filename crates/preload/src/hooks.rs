@@ -59,6 +59,25 @@ fn sockopt_int(fd: c_int, level: c_int, name: c_int, v: c_int) {
     unsafe { real::setsockopt(fd, level, name, &v as *const c_int as *const c_void, 4) };
 }
 
+/// Raises the kernel receive buffer of `fd` to at least `bytes` (never
+/// lowers it): SO_RCVBUFFORCE when privileged, else SO_RCVBUF (capped by
+/// rmem_max).
+pub(crate) fn grow_kernel_rcvbuf(fd: c_int, bytes: c_int) {
+    let mut cur: c_int = 0;
+    let mut len = 4 as socklen_t;
+    // SAFETY: pointer/length of a live c_int.
+    unsafe { real::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &mut cur as *mut c_int as *mut c_void, &mut len) };
+    if cur >= bytes {
+        return;
+    }
+    let v = bytes / 2; // the kernel doubles the value it is given
+    // SAFETY: pointer to a live c_int and its size.
+    let r = unsafe { real::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v as *const c_int as *const c_void, 4) };
+    if r != 0 {
+        sockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v);
+    }
+}
+
 pub(crate) fn gro_off(fd: c_int) {
     sockopt_int(fd, libc::SOL_UDP, UDP_GRO, 0);
 }
@@ -948,6 +967,21 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         return real::ppoll(fds, n, ts, mask);
     }
     let ready_now = extra.iter().any(|e| e.2);
+    if ready_now && SKIPPED.with(|c| c.get()) < SKIP_LIMIT {
+        SKIPPED.with(|c| c.set(c.get() + 1));
+        for p in app.iter_mut() {
+            p.revents = 0;
+        }
+        let mut count = 0;
+        for e in &extra {
+            if e.2 {
+                app[e.0].revents = libc::POLLIN;
+                count += 1;
+            }
+        }
+        return count;
+    }
+    SKIPPED.with(|c| c.set(0));
     let mut all: Vec<libc::pollfd> = Vec::with_capacity(app.len() + extra.len());
     all.extend_from_slice(app);
     for e in &extra {
@@ -1003,13 +1037,29 @@ pub unsafe extern "C" fn __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, ts
 }
 
 unsafe fn sets_name_shim(n: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
-    for (fd, s) in shim::all() {
-        if fd < n && (s.mode() == ACTIVE || s.has_leftover()) && sets.iter().any(|&p| !p.is_null() && libc::FD_ISSET(fd, p)) {
-            return true;
+    let n = n.clamp(0, libc::FD_SETSIZE as c_int);
+    for fd in 0..n {
+        if shim::maybe(fd) && sets.iter().any(|&p| !p.is_null() && libc::FD_ISSET(fd, p)) {
+            if let Some(s) = lookup(fd) {
+                if s.mode() == ACTIVE || s.has_leftover() {
+                    return true;
+                }
+            }
         }
     }
     false
 }
+
+thread_local! {
+    /// Consecutive poll/select calls answered from the rings alone.
+    static SKIPPED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A poll/select whose accelerated sockets already have datagrams in
+/// their rings is answered without a syscall, except every
+/// `SKIP_LIMIT`-th time, when the kernel is asked (timeout 0) about the
+/// other descriptors too, so none of them waits for long.
+const SKIP_LIMIT: u32 = 8;
 
 /// select/pselect through `poll_impl` when an accelerated socket is named.
 unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {

@@ -133,6 +133,12 @@ pub fn lookup(fd: i32) -> Option<Arc<Sock>> {
     TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()
 }
 
+/// True when `fd` may be in the table (one bit test).
+#[inline]
+pub fn maybe(fd: i32) -> bool {
+    bit(fd).is_some_and(|(w, b)| BITS[w].load(Relaxed) & b != 0)
+}
+
 /// True when some fd in the table may be named (cheap pre-check).
 pub fn any() -> bool {
     ACTIVE_FDS.load(Relaxed) > 0
@@ -280,6 +286,11 @@ fn leaked(p: *mut Engine) -> &'static Engine {
     }
 }
 
+/// `EUDP_SOCK_RCVBUF`: kernel receive buffer of adopted sockets, in bytes.
+fn sock_rcvbuf() -> Option<i32> {
+    std::env::var("EUDP_SOCK_RCVBUF").ok().and_then(|v| v.trim().parse().ok()).filter(|&b: &i32| b > 0)
+}
+
 fn fork_keep() -> bool {
     std::env::var("EUDP_FORK_KEEP").map(|v| v == "1").unwrap_or(false)
 }
@@ -373,6 +384,11 @@ impl Sock {
             let owned = unsafe { OwnedFd::from_raw_fd(d) };
             let ep = Endpoint::from_kernel_fd(engine, owned)?;
             ep.set_nonblocking(self.nonblock());
+            if let Some(bytes) = sock_rcvbuf() {
+                // Kernel-side room for bursts while the engine thread is not
+                // running (the ring keeps the program's SO_RCVBUF size).
+                crate::hooks::grow_kernel_rcvbuf(d, bytes);
+            }
             let (rt, st) = crate::hooks::kernel_timeouts(fd);
             ep.set_read_timeout(rt);
             ep.set_write_timeout(st);
