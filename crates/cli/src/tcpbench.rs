@@ -366,6 +366,14 @@ pub struct TcpBench {
     pub target: &'static str,
     pub target_met: bool,
     pub env: Vec<(String, String)>,
+    /// /proc/loadavg before and after: other work on the machine skews
+    /// every row (all stacks share the same cores).
+    pub loadavg_before: String,
+    pub loadavg_after: String,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 pub fn row(mode: TcpMode, size: usize, s: Report, r: Report) -> TcpRow {
@@ -397,6 +405,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Runs every mode `repeats` times (interleaved), unpaced, and writes
 /// `tcp-<unix time>.json` under `out_dir`.
 pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize, out_dir: &str) -> Result<(TcpBench, String), String> {
+    let loadavg_before = loadavg();
     let mut rows = Vec::new();
     for _ in 0..repeats.max(1) {
         for mode in [TcpMode::Kernel, TcpMode::Eudp, TcpMode::Tcp] {
@@ -420,6 +429,8 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
         target: ">= 3x kernel UDP received throughput (issue 7, iperf3 1472 B; here the library-level transfer)",
         target_met: ratio(t, k) >= 3.0,
         env: w.env.clone(),
+        loadavg_before,
+        loadavg_after: loadavg(),
     };
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{out_dir}: {e}"))?;
     let path = format!("{out_dir}/tcp-{unix_time}.json");
@@ -448,5 +459,6 @@ pub fn table(res: &TcpBench) -> String {
         res.tcp_over_eudp,
         if res.target_met { "MET" } else { "MISSED" }
     );
+    s += &format!("load average before/after: {} / {}\n", res.loadavg_before, res.loadavg_after);
     s
 }
