@@ -5,5 +5,8 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 . ./scripts/env.sh
+# Build every artifact first: the shim's tests preload target/release/libeudp_preload.so
+# and the C ABI tests link the built libraries.
+cargo build --workspace --release
 cargo test --workspace --release
 ./target/release/eudp verify
