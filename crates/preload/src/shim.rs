@@ -424,6 +424,9 @@ impl Sock {
     /// endpoint is closed and the kernel socket gets back the flags the
     /// application asked for.
     pub fn fallback(&self, fd: i32, reason: &str) {
+        if self.mode() == KERNEL {
+            return; // also keeps a fork child off locks the parent's threads held
+        }
         let ep = {
             let mut g = lock(&self.ep);
             if self.mode() == KERNEL {
@@ -601,7 +604,7 @@ pub fn ep_send(ep: &Endpoint, data: &[u8], dst: Option<SocketAddr>) -> Result<us
 /// Holds the table's write lock from the fork prepare handler to the
 /// parent/child handler, so the child never inherits a lock held by a
 /// thread that does not exist there.
-struct ForkGuard(std::cell::UnsafeCell<Option<RwLockWriteGuard<'static, BTreeMap<i32, Arc<Sock>>>>>);
+struct ForkGuard(std::cell::UnsafeCell<Option<(MutexGuard<'static, ()>, RwLockWriteGuard<'static, BTreeMap<i32, Arc<Sock>>>, crate::stat::Guards)>>);
 // SAFETY: only the forking thread touches it, between prepare and
 // parent/child, which run on that same thread.
 #[allow(unsafe_code)]
@@ -623,9 +626,12 @@ pub fn fork_prepare() {
             }
         }
     }
+    // Every lock the child may need, in one order (engine, table, stats).
+    let e = lock(&ENGINE_INIT);
     let g = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let st = crate::stat::lock_all();
     // SAFETY: see ForkGuard.
-    unsafe { *FORK_GUARD.0.get() = Some(g) };
+    unsafe { *FORK_GUARD.0.get() = Some((e, g, st)) };
 }
 
 #[allow(unsafe_code)]
@@ -642,7 +648,7 @@ pub fn fork_child() {
     GEN.fetch_add(1, SeqCst);
     // SAFETY: see ForkGuard.
     let g = unsafe { (*FORK_GUARD.0.get()).take() };
-    if let Some(t) = &g {
+    if let Some((_, t, _)) = &g {
         for (fd, s) in t.iter() {
             if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {
                 s.mode.store(KERNEL, Release);

@@ -126,11 +126,16 @@ pub fn ensure_writer() {
     }
 }
 
-/// In a fork child: the writer thread did not survive, the parent's closed
-/// sockets are not ours.
+/// The stats locks, held across fork (see `shim::fork_prepare`).
+pub type Guards = (std::sync::MutexGuard<'static, Vec<Value>>, std::sync::MutexGuard<'static, BTreeMap<String, u64>>);
+
+pub fn lock_all() -> Guards {
+    (lock(&CLOSED), lock(&REASONS))
+}
+
+/// In a fork child (stats locks released just before): the writer thread
+/// did not survive, the parent's closed sockets are not ours.
 pub fn forked() {
     WRITER_GEN.store(u32::MAX, SeqCst);
-    if let Ok(mut c) = CLOSED.try_lock() {
-        c.clear();
-    }
+    lock(&CLOSED).clear();
 }

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__, #c, errno, strerror(errno)); exit(1); } } while (0)
 
@@ -406,6 +407,47 @@ static void t_threads_nb_burst(void) {
     puts("OK burst");
 }
 
+static struct sockaddr_in echo_addr;
+static int echo_fd;
+static void *echo_main(void *arg) {
+    (void)arg;
+    char b[2048];
+    for (;;) {
+        struct sockaddr_in from; socklen_t fl = sizeof from;
+        ssize_t n = recvfrom(echo_fd, b, sizeof b, 0, (struct sockaddr *)&from, &fl);
+        if (n < 0) { if (errno == EINTR) continue; return NULL; }
+        if (n == 4 && memcmp(b, "stop", 4) == 0) return NULL;
+        sendto(echo_fd, b, n, 0, (struct sockaddr *)&from, fl);
+    }
+}
+static void *client_main(void *arg) {
+    long id = (long)arg;
+    struct sockaddr_in ca; int c = udp4(&ca);
+    struct timeval tv = { 5, 0 };
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[2048], e[2048];
+    for (int i = 0; i < 300; i++) {
+        int n = 1 + (int)((id * 1000 + i * 13) % 1400);
+        fill(e, n, (int)id * 1000 + i);
+        if (sendto(c, e, n, 0, (struct sockaddr *)&echo_addr, sizeof echo_addr) != n) return (void *)1;
+        if (recv(c, b, sizeof b, 0) != n || memcmp(b, e, n)) return (void *)2;
+    }
+    close(c);
+    return NULL;
+}
+static void t_threads(void) {
+    echo_fd = udp4(&echo_addr);
+    pthread_t srv, cl[4];
+    CHECK(pthread_create(&srv, NULL, echo_main, NULL) == 0);
+    for (long i = 0; i < 4; i++) CHECK(pthread_create(&cl[i], NULL, client_main, (void *)i) == 0);
+    for (int i = 0; i < 4; i++) { void *r; CHECK(pthread_join(cl[i], &r) == 0); CHECK(r == NULL); }
+    struct sockaddr_in ca; int c = udp4(&ca);
+    CHECK(sendto(c, "stop", 4, 0, (struct sockaddr *)&echo_addr, sizeof echo_addr) == 4);
+    CHECK(pthread_join(srv, NULL) == 0);
+    close(c); close(echo_fd);
+    puts("OK threads");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -423,6 +465,7 @@ int main(int argc, char **argv) {
     RUN(v6);
     RUN(signals);
     RUN(threads_nb_burst);
+    RUN(threads);
     puts("ALL OK");
     return 0;
 }

@@ -24,7 +24,7 @@ pub fn cc(name: &str, extra: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("eudp-preload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name);
-    let st = Command::new("cc").args(["-O2", "-Wall", "-o"]).arg(&out).arg(&src).args(extra).status().expect("cc");
+    let st = Command::new("cc").args(["-O2", "-Wall", "-pthread", "-o"]).arg(&out).arg(&src).args(extra).status().expect("cc");
     assert!(st.success(), "cc {name}");
     out
 }
