@@ -384,6 +384,8 @@ pub(super) struct Mgr {
     listener: Mutex<Option<TcpListener>>,
     listen_addr: Option<SocketAddr>,
     listening: AtomicBool,
+    /// Accepting is paused until then (out of descriptors).
+    accept_paused: Mutex<Option<Instant>>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     lanes: Mutex<HashMap<(IpAddr, u8), Arc<Lane>>>,
     ports: Mutex<Ports>,
@@ -437,6 +439,7 @@ impl TcpTransport {
             listener: Mutex::new(listener),
             listen_addr,
             listening: AtomicBool::new(false),
+            accept_paused: Mutex::new(None),
             conns: Mutex::new(HashMap::new()),
             lanes: Mutex::new(HashMap::new()),
             ports: Mutex::new(HashMap::new()),
@@ -1062,7 +1065,7 @@ impl Mgr {
                         self.doorbell.clear();
                         next_tick = Instant::now();
                     }
-                    LISTENER => self.accept_all(),
+                    LISTENER => again.extend(self.accept_all()),
                     _ => {
                         let conn = lock(&self.conns).get(&tok).cloned();
                         if let Some(conn) = conn {
@@ -1215,18 +1218,29 @@ impl Mgr {
         }
     }
 
-    fn accept_all(&self) {
+    /// Accepts what waits; returns connections that may hold more input.
+    fn accept_all(&self) -> Vec<u64> {
+        let mut more = Vec::new();
         loop {
             let r = match lock(&self.listener).as_ref() {
                 Some(l) => l.accept(),
-                None => return,
+                None => return more,
             };
             let (stream, peer) = match r {
                 Ok(x) => x,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return more,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // ECONNABORTED, EMFILE, ...: try again on the next readiness.
-                Err(_) => return,
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+                Err(_) => {
+                    // EMFILE, ENFILE, ENOBUFS, ...: the listener stays readable,
+                    // so stop watching it for a while instead of spinning.
+                    if let Some(l) = lock(&self.listener).as_ref() {
+                        self.poller.remove(l.as_raw_fd());
+                    }
+                    *lock(&self.accept_paused) = Some(Instant::now() + Duration::from_millis(100));
+                    self.ring(); // the timer resumes it
+                    return more;
+                }
             };
             let peer_ip = norm_ip(peer.ip());
             let (total, per_peer) = {
@@ -1250,7 +1264,9 @@ impl Mgr {
             }
             Counters::inc(&self.c.conns_accepted);
             // Data may have arrived before registration (edge-triggered).
-            self.read_conn(&conn);
+            if self.read_conn(&conn) {
+                more.push(conn.token);
+            }
         }
     }
 
@@ -1258,6 +1274,17 @@ impl Mgr {
     /// time until the next tick.
     fn tick(&self, now: Instant) -> Duration {
         let mut next = Duration::from_secs(1);
+        let paused = *lock(&self.accept_paused);
+        if let Some(t) = paused {
+            if t <= now {
+                *lock(&self.accept_paused) = None;
+                if let Some(l) = lock(&self.listener).as_ref() {
+                    let _ = self.poller.add_level(l.as_raw_fd(), LISTENER);
+                }
+            } else {
+                next = next.min(t - now);
+            }
+        }
         let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
         let mut idle = Vec::new();
         for lane in lanes {
