@@ -1,7 +1,7 @@
 //! `eudp run`, `eudp stat` and `eudp bench --apps`: unmodified programs on
 //! the engine through `libeudp_preload.so` (crate `eudp-preload`).
 //!
-//! * `eudp run [--profile default|throughput|latency] [--] PROGRAM ARGS…`
+//! * `eudp run [--profile default|throughput|latency] [--transport kernel|tcp] [--] PROGRAM ARGS…`
 //!   execs PROGRAM with the library in `LD_PRELOAD` and the profile's
 //!   `EUDP_*` settings (variables already set win).
 //! * `eudp stat [--dir D] [--all] [--json] [PID…]` prints the per-socket
@@ -76,7 +76,7 @@ pub fn preload(cmd: &mut Command, lib: &Path, profile_name: &str) -> Result<(), 
 }
 
 fn usage_run() -> i32 {
-    eprintln!("usage: eudp run [--profile default|throughput|latency] [--] PROGRAM [ARGS...]");
+    eprintln!("usage: eudp run [--profile default|throughput|latency] [--transport kernel|tcp] [--] PROGRAM [ARGS...]");
     2
 }
 
@@ -84,12 +84,20 @@ fn usage_run() -> i32 {
 /// on error.
 pub fn run_main(args: &[String]) -> i32 {
     let mut prof = "default".to_string();
+    let mut transport: Option<String> = None;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "--profile" | "-p" => {
                 let Some(v) = args.get(i + 1) else { return usage_run() };
                 prof = v.clone();
+                i += 2;
+            }
+            "--transport" => {
+                match args.get(i + 1).map(String::as_str) {
+                    Some(t @ ("kernel" | "tcp")) => transport = Some(t.to_string()),
+                    _ => return usage_run(),
+                }
                 i += 2;
             }
             s if s.starts_with("--profile=") => {
@@ -117,6 +125,10 @@ pub fn run_main(args: &[String]) -> i32 {
     if let Err(e) = preload(&mut cmd, &lib, &prof) {
         eprintln!("eudp run: {e}");
         return 2;
+    }
+    if let Some(t) = transport {
+        // The engine's transport: kernel UDP (default) or TCP lanes (UOE).
+        cmd.env("EUDP_TRANSPORT", t);
     }
     use std::os::unix::process::CommandExt;
     let e = cmd.exec();

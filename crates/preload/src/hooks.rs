@@ -954,9 +954,13 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
             continue;
         }
         if let Some(s) = lookup(p.fd) {
-            if let Some(ep) = s.existing() {
+            let tcp = shim::tcp_transport();
+            if let Some(ep) = if tcp { s.endpoint(p.fd) } else { s.existing() } {
                 if let Some(rfd) = s.ring_fd(&ep) {
                     extra.push((i, rfd, ep.pending_datagrams() > 0));
+                }
+                if tcp {
+                    extra.push((i, ep.raw_fd(), false));
                 }
             } else if s.has_leftover() {
                 extra.push((i, -1, true));
@@ -1041,7 +1045,7 @@ unsafe fn sets_name_shim(n: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
     for fd in 0..n {
         if shim::maybe(fd) && sets.iter().any(|&p| !p.is_null() && libc::FD_ISSET(fd, p)) {
             if let Some(s) = lookup(fd) {
-                if s.mode() == ACTIVE || s.has_leftover() {
+                if s.mode() == ACTIVE || s.has_leftover() || (shim::tcp_transport() && s.endpoint(fd).is_some()) {
                     return true;
                 }
             }
@@ -1146,6 +1150,17 @@ fn ring_events(ev: u32) -> Option<u32> {
     Some(libc::EPOLLIN as u32 | (ev & keep))
 }
 
+/// Descriptors whose readability means input for an accelerated socket,
+/// besides the socket itself: the ring's eventfd, and under the TCP
+/// transport the backend's descriptor.
+fn ready_fds(s: &Sock, ep: &Endpoint) -> Vec<c_int> {
+    let mut v: Vec<c_int> = s.ring_fd(ep).into_iter().collect();
+    if shim::tcp_transport() {
+        v.push(ep.raw_fd());
+    }
+    v
+}
+
 /// epoll: an accelerated socket is registered twice under the application's
 /// event data — the kernel socket (output, errors, and input still in the
 /// socket) and the ring's eventfd (input in the ring). Each report stands
@@ -1163,7 +1178,7 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
         libc::EPOLL_CTL_ADD if !ev.is_null() => {
             if let Some(events) = ring_events((*ev).events) {
                 if let Some(ep) = s.endpoint(fd) {
-                    if let Some(rfd) = s.ring_fd(&ep) {
+                    for rfd in ready_fds(&s, &ep) {
                         let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
                         real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
                     }
@@ -1172,7 +1187,7 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
         }
         libc::EPOLL_CTL_MOD if !ev.is_null() => {
             if let Some(ep) = s.existing() {
-                if let Some(rfd) = s.ring_fd(&ep) {
+                for rfd in ready_fds(&s, &ep) {
                     match ring_events((*ev).events) {
                         Some(events) => {
                             let mut e2 = libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
@@ -1190,7 +1205,7 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
         }
         libc::EPOLL_CTL_DEL => {
             if let Some(ep) = s.existing() {
-                if let Some(rfd) = s.ring_fd(&ep) {
+                for rfd in ready_fds(&s, &ep) {
                     let mut e2 = libc::epoll_event { events: 0, u64: 0 };
                     real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
                 }

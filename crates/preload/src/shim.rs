@@ -291,6 +291,14 @@ fn sock_rcvbuf() -> Option<i32> {
     std::env::var("EUDP_SOCK_RCVBUF").ok().and_then(|v| v.trim().parse().ok()).filter(|&b: &i32| b > 0)
 }
 
+/// `EUDP_TRANSPORT=tcp`: endpoints use the engine's TCP (UOE) backend.
+/// The application's kernel socket then never becomes readable: sockets
+/// are adopted as soon as they are waited on, and readiness includes the
+/// backend's descriptor.
+pub fn tcp_transport() -> bool {
+    eudp_engine::backend::tcp::transport_from_env() == "tcp"
+}
+
 fn fork_keep() -> bool {
     std::env::var("EUDP_FORK_KEEP").map(|v| v == "1").unwrap_or(false)
 }
@@ -382,7 +390,12 @@ impl Sock {
             // SAFETY: d was just returned by fcntl(F_DUPFD_CLOEXEC) and is ours.
             #[allow(unsafe_code)]
             let owned = unsafe { OwnedFd::from_raw_fd(d) };
-            let ep = Endpoint::from_kernel_fd(engine, owned)?;
+            let ep = if tcp_transport() {
+                // Paper 002's emulated UOE: datagrams travel over TCP lanes.
+                eudp_engine::backend::tcp::endpoint_from_kernel_fd(engine, owned)?
+            } else {
+                Endpoint::from_kernel_fd(engine, owned)?
+            };
             ep.set_nonblocking(self.nonblock());
             if let Some(bytes) = sock_rcvbuf() {
                 // Kernel-side room for bursts while the engine thread is not
