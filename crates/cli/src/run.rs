@@ -381,15 +381,20 @@ fn output(mut c: Command, limit: Duration) -> Result<String, String> {
 
 /// One iperf3 UDP run (`reverse`: -R) between host a (client) and b.
 pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, reverse: bool) -> Result<serde_json::Value, String> {
+    iperf3_udp_with(tb, stack, lib, stats, secs, len, rate, if reverse { &["-R"] } else { &[] })
+}
+
+/// As [`iperf3_udp`] with extra client options (`-R`, `--bidir`, `-P 4`).
+#[allow(clippy::too_many_arguments)]
+pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, extra: &[&str]) -> Result<serde_json::Value, String> {
+    let reverse = extra.contains(&"-R");
     let port = "5301";
     let srv = spawn_bg(app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port]))?;
     std::thread::sleep(Duration::from_millis(400));
     let t = secs.to_string();
     let l = len.to_string();
     let mut argv = vec!["iperf3", "-c", crate::testbed::ADDR_B, "-p", port, "-u", "-b", rate, "-l", &l, "-t", &t, "--json"];
-    if reverse {
-        argv.push("-R");
-    }
+    argv.extend_from_slice(extra);
     let out = output(app_command(tb, 'a', stack, lib, stats, &argv), Duration::from_secs(secs as u64 + 20));
     drop(srv);
     let out = out?;
@@ -410,7 +415,7 @@ pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats:
     let secs_f = sum["seconds"].as_f64().unwrap_or(secs as f64).max(1e-9);
     let received = packets.saturating_sub(lost);
     Ok(serde_json::json!({
-        "tool": "iperf3", "stack": stack.name(), "reverse": reverse, "len": len, "rate": rate,
+        "tool": "iperf3", "stack": stack.name(), "reverse": reverse, "options": extra.join(" "), "len": len, "rate": rate,
         "packets_sent": packets, "lost_packets": lost, "lost_percent": sum["lost_percent"],
         "received_pps": received as f64 / secs_f,
         "received_gbps": received as f64 * len as f64 * 8.0 / secs_f / 1e9,
@@ -440,13 +445,13 @@ pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib:
     let out = out?;
     let received = parse_after(&srv_out, "Total ").map(|v| v as u64);
     let mut v = serde_json::json!({ "tool": "sockperf", "mode": mode, "client": client.name(), "server": server.name(), "size": size, "secs": secs });
-    if mode == "ping-pong" {
+    if mode == "ping-pong" || mode == "under-load" {
         v["p50_us"] = parse_after(&out, "percentile 50.000 =").into();
         v["p99_us"] = parse_after(&out, "percentile 99.000 =").into();
         v["avg_us"] = parse_after(&out, "Latency is").into();
         v["dropped"] = parse_after(&out, "# dropped messages =").into();
         if v["p50_us"].is_null() {
-            return Err(format!("sockperf ping-pong: no percentiles: {out}"));
+            return Err(format!("sockperf {mode}: no percentiles: {out}"));
         }
     } else {
         let sent = parse_after(&out, "Total of").unwrap_or(0.0);

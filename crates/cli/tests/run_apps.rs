@@ -209,6 +209,22 @@ fn iperf3_udp_both_directions() {
 }
 
 #[test]
+fn iperf3_udp_bidir_and_parallel() {
+    let Some(tb) = testbed("ipp") else { return };
+    let lib = lib();
+    for extra in [&["--bidir"][..], &["-P", "4"][..]] {
+        let stats = stat_dir("iperfx");
+        let r = run::iperf3_udp_with(&tb, Stack::Eudp("default"), &lib, &stats, 2, 1400, "100M", extra).expect("iperf3");
+        eprintln!("{r}");
+        assert!(r["packets_sent"].as_u64().unwrap() > 5_000, "{r}");
+        assert!(r["lost_percent"].as_f64().unwrap() < 2.0, "paced run lost too much: {r}");
+        let sockets = run::read_reports(&stats, true, &[]).iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum::<u64>();
+        assert!(sockets >= if extra[0] == "-P" { 8 } else { 2 }, "{extra:?}: {sockets} sockets on the engine");
+        let _ = std::fs::remove_dir_all(&stats);
+    }
+}
+
+#[test]
 fn dig_against_dnsmasq() {
     let Some(tb) = testbed("dns") else { return };
     let lib = lib();
@@ -251,6 +267,9 @@ fn sockperf_ping_pong_and_throughput() {
     eprintln!("{r}");
     assert_eq!(r["dropped"].as_f64(), Some(0.0), "{r}");
     assert!(r["p50_us"].as_f64().unwrap() > 0.0);
+    let r = run::sockperf(&tb, Stack::Eudp("default"), Stack::Eudp("default"), &lib, &stats, "under-load", 2, 64).expect("under-load");
+    eprintln!("{r}");
+    assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
     let r = run::sockperf(&tb, Stack::Eudp("throughput"), Stack::Eudp("throughput"), &lib, &stats, "throughput", 2, 64).expect("throughput");
     eprintln!("{r}");
     let sent = r["sent_msgs"].as_f64().unwrap();
