@@ -448,9 +448,38 @@ static void t_threads(void) {
     puts("OK threads");
 }
 
+/* exec: sockets survive as plain kernel sockets with the program's flags */
+static void t_exec(const char *self) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    char b[16];
+    CHECK(sendto(c, "pre", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    CHECK(recv(s, b, sizeof b, 0) == 3);
+    char fs[16], fc[16];
+    snprintf(fs, sizeof fs, "%d", s); snprintf(fc, sizeof fc, "%d", c);
+    char *argv[] = { (char *)self, "exec_child", fs, fc, NULL };
+    execv(self, argv);
+    CHECK(0);
+}
+
+static int exec_child(int s, int c) {
+    CHECK(!(fcntl(s, F_GETFL) & O_NONBLOCK) && !(fcntl(c, F_GETFL) & O_NONBLOCK));
+    struct sockaddr_in sa; socklen_t l = sizeof sa;
+    CHECK(getsockname(s, (struct sockaddr *)&sa, &l) == 0);
+    char b[16];
+    for (int i = 0; i < 5; i++) {
+        CHECK(sendto(c, "after", 5, 0, (struct sockaddr *)&sa, sizeof sa) == 5);
+        CHECK(recv(s, b, sizeof b, 0) == 5 && memcmp(b, "after", 5) == 0);
+    }
+    puts("OK exec");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *only = argc > 1 ? argv[1] : NULL;
+    if (only && strcmp(only, "exec_child") == 0) return exec_child(atoi(argv[2]), atoi(argv[3]));
+    if (only && strcmp(only, "exec") == 0) t_exec(argv[0]);
 #define RUN(t) if (!only || strcmp(only, #t) == 0) t_##t()
     RUN(sendto_recvfrom);
     RUN(connected);
