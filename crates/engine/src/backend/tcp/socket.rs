@@ -14,7 +14,7 @@ use crate::backend::Backend;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 fn err(code: i32) -> io::Error {
@@ -44,6 +44,15 @@ pub struct TcpSocket {
     rxq: Arc<RxQueue>,
     st: Mutex<SockSt>,
     lane_cache: Mutex<Option<LaneRef>>,
+    /// Coalesce received datagrams (set by `enable_gro`).
+    gro: AtomicBool,
+}
+
+/// The buffer goes back to the manager for the next datagram (bounded).
+fn recycle(free: &mut Vec<Vec<u8>>, b: Vec<u8>) {
+    if free.len() < FREE_MAX && b.capacity() <= FREE_MAX_CAP {
+        free.push(b);
+    }
 }
 
 impl TcpSocket {
@@ -70,7 +79,7 @@ impl TcpSocket {
         }
         let rxq = Arc::new(RxQueue::new(udp.is_v6(), mgr.cfg.rx_queue_bytes)?);
         let sndbuf = mgr.cfg.tx_buffer_bytes;
-        Ok(TcpSocket { mgr, udp, rxq, st: Mutex::new(SockSt { local: None, peer: None, sndbuf }), lane_cache: Mutex::new(None) })
+        Ok(TcpSocket { mgr, udp, rxq, st: Mutex::new(SockSt { local: None, peer: None, sndbuf }), lane_cache: Mutex::new(None), gro: AtomicBool::new(false) })
     }
 
     /// Registers the kernel socket's port if it was bound behind our back
@@ -303,20 +312,39 @@ impl Backend for TcpSocket {
 
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         let want = bufs.len().min(meta.len());
+        let gro = self.gro.load(Relaxed);
         let mut q = lock(&self.rxq.inner);
         let mut n = 0;
         while n < want {
             let Some((data, src)) = q.items.pop_front() else { break };
             q.bytes -= data.len() + RX_OVERHEAD;
-            if bufs[n].len() < data.len() {
-                bufs[n].resize(data.len(), 0);
+            let seg = data.len();
+            if bufs[n].len() < seg {
+                bufs[n].resize(seg, 0);
             }
-            bufs[n][..data.len()].copy_from_slice(&data);
-            meta[n] = InMeta { len: data.len(), src: Some(src), segment: None, truncated: false };
-            // The buffer goes back to the manager for the next datagram.
-            if q.free.len() < FREE_MAX && data.capacity() <= FREE_MAX_CAP {
-                q.free.push(data);
+            bufs[n][..seg].copy_from_slice(&data);
+            let mut end = seg;
+            recycle(&mut q.free, data);
+            // Like UDP GRO: following datagrams of the same size from the
+            // same source share the buffer (the last may be shorter); the
+            // engine's ring cuts them apart at `segment` without copying.
+            if gro && seg > 0 {
+                while let Some((next, nsrc)) = q.items.front() {
+                    let l = next.len();
+                    if *nsrc != src || l == 0 || l > seg || end + l > bufs[n].len() {
+                        break;
+                    }
+                    let (d, _) = q.items.pop_front().expect("front exists");
+                    q.bytes -= l + RX_OVERHEAD;
+                    bufs[n][end..end + l].copy_from_slice(&d);
+                    end += l;
+                    recycle(&mut q.free, d);
+                    if l < seg {
+                        break;
+                    }
+                }
             }
+            meta[n] = InMeta { len: end, src: Some(src), segment: (end > seg).then_some(seg), truncated: false };
             n += 1;
         }
         if q.items.is_empty() && q.signalled {
@@ -348,8 +376,10 @@ impl Backend for TcpSocket {
         true
     }
 
+    /// Receive coalescing of equal-size datagrams (see `recv_batch`).
     fn enable_gro(&self) -> bool {
-        false
+        self.gro.store(true, Relaxed);
+        true
     }
 
     fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()> {
