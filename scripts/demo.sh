@@ -5,5 +5,5 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 . ./scripts/env.sh
-cargo build --release -q -p eudp-cli
+cargo build --release -q -p eudp-cli -p eudp-preload
 exec ./target/release/eudp demo "$@"

@@ -47,6 +47,31 @@ enum Cmd {
         /// Do not write JSON.
         #[arg(long)]
         no_json: bool,
+        /// Unmodified programs instead: iperf3 and sockperf, kernel vs `eudp run`.
+        #[arg(long, conflicts_with = "tcp")]
+        apps: bool,
+        /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
+        #[arg(long)]
+        tcp: bool,
+        /// With --tcp: interleaved repetitions per mode (medians are reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+    /// Run an unmodified program with its UDP sockets on the engine (LD_PRELOAD).
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Per-socket counters of programs running under `eudp run`.
+    Stat {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// One side of a UDP-over-TCP transfer (used by `bench --tcp`).
+    #[command(hide = true, name = "worker-tcp")]
+    WorkerTcp {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
     },
     /// One side of a measured transfer (used by bench and tests).
     #[command(hide = true)]
@@ -177,7 +202,15 @@ fn main() {
                 Err(e) => fail(e),
             },
         },
-        Cmd::Bench { sizes, modes, secs, out, no_json } => {
+        Cmd::Run { args } => eudp_cli::run::run_main(&args),
+        Cmd::Stat { args } => eudp_cli::run::stat_main(&args),
+        Cmd::WorkerTcp { words } => eudp_cli::tcpbench::worker_main(&words),
+        Cmd::Bench { apps: true, secs, out, .. } => match eudp_cli::run::bench_apps(secs.ceil().max(1.0) as u32, &out) {
+            Ok(_) => 0,
+            Err(e) => fail(e),
+        },
+        Cmd::Bench { tcp: true, secs, out, repeats, .. } => bench_tcp(secs, repeats, &out),
+        Cmd::Bench { sizes, modes, secs, out, no_json, .. } => {
             if let Some(e) = sizes.iter().find_map(|&s| check_size(s).err()) {
                 std::process::exit(fail(e));
             }
@@ -211,6 +244,25 @@ fn main() {
         Cmd::Trace { args } => eudp_cli::trace_cmd::trace_main(&args),
     };
     std::process::exit(code);
+}
+
+fn bench_tcp(secs: f64, repeats: usize, out: &std::path::Path) -> i32 {
+    use eudp_cli::tcpbench;
+    let tb = match testbed::Testbed::up(&testbed::unique_name("tcb")) {
+        Ok(tb) => tb,
+        Err(e) => return fail(e),
+    };
+    let program = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "eudp".into());
+    let env = std::env::vars().filter(|(k, _)| k.starts_with("EUDP_")).collect();
+    let w = tcpbench::WorkerCmd { program, args: vec!["worker-tcp".into()], env };
+    match tcpbench::bench(&tb, &w, 1472, secs, repeats, &out.display().to_string()) {
+        Ok((r, path)) => {
+            print!("{}", tcpbench::table(&r));
+            eprintln!("bench: wrote {path}");
+            0
+        }
+        Err(e) => fail(e),
+    }
 }
 
 fn demo(secs: f64) -> i32 {

@@ -97,6 +97,8 @@ pub(crate) struct EpInner {
     rx_waiters: std::sync::atomic::AtomicU32,
     /// The engine's one-shot watch on the socket is armed.
     rx_armed: AtomicBool,
+    /// The application dropped the endpoint; the engine lets go of it.
+    pub(crate) closed: AtomicBool,
     /// Receive calls made by application threads (written by them only).
     rx_calls: std::sync::atomic::AtomicU64,
     /// `rx_calls` when the engine last looked (written by the engine only).
@@ -208,6 +210,7 @@ impl Endpoint {
             rx_sock: Mutex::new(()),
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
             rx_armed: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
             rx_seen: std::sync::atomic::AtomicU64::new(0),
             gso: AtomicBool::new(gso),
@@ -455,7 +458,17 @@ impl Drop for Endpoint {
             s.l1.len() as u64 + u64::from(s.staged)
         };
         Stats::add(&inner.stats.drop_shutdown, lost);
+        inner.closed.store(true, SeqCst);
         inner.engine.deregister(inner);
+        // The engine may still hold this endpoint on a receive list; it lets
+        // go at its next turn. Wait for that (briefly), so the kernel socket
+        // is closed when this returns, as close(2) would — a program may
+        // bind the same port again at once.
+        inner.engine.wake();
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while Arc::strong_count(inner) > 1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(50));
+        }
     }
 }
 
@@ -634,20 +647,28 @@ impl EpInner {
     fn send_staged(&self, staging: &L1Queue) {
         let items: Vec<(Option<SocketAddr>, usize)> = staging.slots().iter().map(|s| (s.dst, s.len as usize)).collect();
         let mut done = 0usize;
+        // Plan once per staging; plan again only when a GSO fallback changed
+        // the limits (planning per call would be quadratic in L1's length).
         while done < items.len() {
             let mut lim = self.gso_limits;
             lim.enabled = self.gso.load(Relaxed);
             lim.max_segment_size = lim.max_segment_size.min(self.gso_seg_cap.load(Relaxed));
-            let runs = gso_batch(&items[done..], &lim);
-            let calls = group_calls(&runs, self.engine.config.max_msgs, 1024);
-            let (first, n) = calls[0];
-            let call_runs = &runs[first..first + n];
-            let datagrams: usize = call_runs.iter().map(|r| r.count).sum();
-            self.trace.batch(done, datagrams);
-            self.wait_l2_room_and_begin(datagrams as u32);
-            self.send_call(staging, done, call_runs);
-            lock(&self.send).end_batch();
-            done += datagrams;
+            let base = done;
+            let runs = gso_batch(&items[base..], &lim);
+            let fallbacks = self.stats.gso_fallbacks.load(Relaxed);
+            for (first, n) in group_calls(&runs, self.engine.config.max_msgs, 1024) {
+                let call_runs: Vec<crate::batch::Run> =
+                    runs[first..first + n].iter().map(|r| crate::batch::Run { start: r.start + base - done, ..*r }).collect();
+                let datagrams: usize = call_runs.iter().map(|r| r.count).sum();
+                self.trace.batch(done, datagrams);
+                self.wait_l2_room_and_begin(datagrams as u32);
+                self.send_call(staging, done, &call_runs);
+                lock(&self.send).end_batch();
+                done += datagrams;
+                if self.stats.gso_fallbacks.load(Relaxed) != fallbacks {
+                    break;
+                }
+            }
         }
     }
 
@@ -902,6 +923,9 @@ impl EpInner {
 
     /// Re-arms the engine's watch on the socket if it is off.
     fn rearm_rx(&self) {
+        if self.closed.load(SeqCst) {
+            return;
+        }
         if !self.rx_armed.swap(true, SeqCst) {
             if let Err(e) = self.engine.epoll.rearm(self.backend.raw_fd(), self.id) {
                 self.rx_armed.store(false, SeqCst);

@@ -61,6 +61,13 @@ impl Shared {
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).remove(&ep.id);
     }
 
+    /// Wakes the engine thread if it sleeps.
+    pub(crate) fn wake(&self) {
+        if self.sleeping.load(SeqCst) {
+            self.doorbell.set();
+        }
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, SeqCst)
     }
@@ -205,6 +212,9 @@ fn run(sh: Arc<Shared>) {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
+        // Let go of endpoints the application has dropped.
+        rx_parked.retain(|ep| !ep.closed.load(SeqCst));
+        rx_more.retain(|ep| !ep.closed.load(SeqCst));
         let mut todo = std::mem::take(&mut rx_more);
         for &tok in &ready {
             if tok == DOORBELL {

@@ -346,3 +346,20 @@ fn idle_engine_sleeps() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(e.wakeups(), w0);
 }
+
+#[test]
+fn dropping_an_endpoint_frees_its_port_at_once() {
+    let e = engine(Config::default());
+    for _ in 0..20 {
+        let (a, b) = pair(&e, false);
+        let port = b.local_addr().unwrap();
+        // Traffic in both directions puts the endpoint on the engine's lists.
+        a.send_to(b"x", port).unwrap();
+        let mut buf = [0u8; 4];
+        b.recv(&mut buf).unwrap();
+        drop(b);
+        // Like close(2): the port can be bound again immediately.
+        let again = Endpoint::with_engine(&e, false).unwrap();
+        again.bind_to(port).expect("port still held after drop");
+    }
+}
