@@ -90,6 +90,11 @@ impl RawAddr {
         RawAddr { storage, len: len as libc::socklen_t }
     }
 
+    /// The storage and its length, for callers that build their own calls.
+    pub(crate) fn into_parts(self) -> (libc::sockaddr_storage, libc::socklen_t) {
+        (self.storage, self.len)
+    }
+
     fn empty() -> Self {
         // SAFETY: plain data.
         RawAddr { storage: unsafe { zeroed() }, len: size_of::<libc::sockaddr_storage>() as libc::socklen_t }
