@@ -472,6 +472,8 @@ fn worker(args: &[String]) -> Result<(), String> {
             let engine = Engine::start(Config::from_env().map_err(|x| x.to_string())?).map_err(e)?;
             let ep = Endpoint::with_engine(&engine, w.addr.is_ipv6()).map_err(e)?;
             ep.connect(w.addr).map_err(e)?;
+            // Let the engine thread allocate its trace buffer first.
+            std::thread::sleep(Duration::from_millis(50));
             let _ = ep.set_send_buffer_size(4 << 20);
             let mut buf = vec![0xa5u8; w.size];
             for seq in 0..w.count {
@@ -503,6 +505,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             for seq in 0..w.count {
                 fill(&mut buf, seq);
                 let tok = tracepoint::on().then(|| tr.send_enter(w.size));
+                tr.direct();
                 loop {
                     tr.sys_enter();
                     match s.send_to(&buf, None) {
@@ -520,6 +523,10 @@ fn worker(args: &[String]) -> Result<(), String> {
                 if let Some(t) = tok {
                     tr.send_return(t);
                 }
+                // Keep the error queue short: it is charged to the receive buffer.
+                if seq % 64 == 63 {
+                    tr.drain_tx(fd);
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
             tr.drain_tx(fd);
@@ -527,10 +534,18 @@ fn worker(args: &[String]) -> Result<(), String> {
         ("recv", stack) => return receive(&w, stack == "eudp"),
         (r, s) => return Err(format!("worker: unknown role/stack {r}/{s}")),
     }
+    // Format the dump only once the receiver is done, so it does not take
+    // the CPU from the receiver's tail.
+    std::thread::sleep(Duration::from_millis(300 + w.count / 1000));
     if w.trace {
         std::fs::write(&w.out, tracepoint::dump_json()).map_err(|x| format!("{}: {x}", w.out))?;
     }
     Ok(())
+}
+
+/// Data arrived and then nothing for a while: the rest was lost.
+fn idle(first: Option<Instant>, last: Instant) -> bool {
+    first.is_some() && last.elapsed() > Duration::from_millis(500)
 }
 
 fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
@@ -541,15 +556,17 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
     };
     let mut buf = vec![0u8; 65_536];
     let (mut got, mut bad) = (0u64, 0u64);
-    let (mut first, mut last) = (None::<Instant>, Instant::now());
+    let (first, last) = (std::cell::Cell::new(None::<Instant>), std::cell::Cell::new(Instant::now()));
     let start = Instant::now();
     let max = Duration::from_secs(20 + w.count / 10_000);
     let mut next = 0u64;
     let tag = w.tag;
     let mut tally = |d: &[u8], got: &mut u64| {
         let now = Instant::now();
-        first.get_or_insert(now);
-        last = now;
+        if first.get().is_none() {
+            first.set(Some(now));
+        }
+        last.set(now);
         let seq = seq_of(d);
         if tag {
             tracepoint::tag_received(seq);
@@ -566,8 +583,9 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         let _ = ep.set_recv_buffer_size(4 << 20);
         ep.bind_to(w.addr).map_err(e)?;
         ep.set_read_timeout(Some(Duration::from_millis(50)));
+        std::thread::sleep(Duration::from_millis(50));
         ready();
-        while got < w.count && start.elapsed() < max {
+        while got < w.count && start.elapsed() < max && !idle(first.get(), last.get()) {
             match ep.recv(&mut buf) {
                 Ok(n) => tally(&buf[..n], &mut got),
                 Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -589,7 +607,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         let mut bufs = vec![vec![0u8; 65_536]];
         let mut meta = vec![InMeta { len: 0, src: None, segment: None, truncated: false }];
         let on = tracepoint::on();
-        while got < w.count && start.elapsed() < max {
+        while got < w.count && start.elapsed() < max && !idle(first.get(), last.get()) {
             let enter = on.then(|| tr.recv_enter());
             loop {
                 tr.rx_enter();
@@ -602,14 +620,14 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
                     Ok(_) => {}
                     Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {
                         poll_readable(&[fd], Some(Duration::from_millis(50))).map_err(e)?;
-                        if start.elapsed() > max {
+                        if start.elapsed() > max || idle(first.get(), last.get()) {
                             break;
                         }
                     }
                     Err(x) => return Err(e(x)),
                 }
             }
-            if start.elapsed() > max {
+            if start.elapsed() > max || idle(first.get(), last.get()) {
                 break;
             }
             if let Some(t) = enter {
@@ -622,7 +640,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
     if w.trace {
         std::fs::write(&w.out, tracepoint::dump_json()).map_err(|x| format!("{}: {x}", w.out))?;
     }
-    let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(0.0);
+    let secs = first.get().map(|f| (last.get() - f).as_secs_f64()).unwrap_or(0.0);
     let gbps = if secs > 0.0 { (got.saturating_sub(1) * w.size as u64) as f64 * 8.0 / secs / 1e9 } else { 0.0 };
     println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps}));
     Ok(())

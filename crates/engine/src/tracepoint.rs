@@ -31,6 +31,8 @@ static BUFS: Mutex<Vec<Arc<ThreadBuf>>> = Mutex::new(Vec::new());
 static NEXT_EP: AtomicU64 = AtomicU64::new(1);
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Record one application call in this many (per thread); 1: every call.
+static SAMPLE: AtomicU64 = AtomicU64::new(1);
 
 /// Events each thread can hold by default (32 bytes each); `EUDP_TRACE_EVENTS`
 /// overrides it.
@@ -127,6 +129,21 @@ thread_local! {
     static RX_STAMPS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Realtime-to-raw offset and when it was sampled (raw ns).
     static OFFSET: Cell<(i64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Records the application calls of one packet in `n` (send seq or arrival
+/// index divisible by `n`, so both ends sample the same packets; 1: all).
+/// The engine's batch events and kernel stamps are always recorded. Also
+/// `EUDP_TRACE_SAMPLE`.
+pub fn set_sample(n: u64) {
+    SAMPLE.store(n.max(1), Relaxed);
+}
+
+/// True when packet `i`'s application calls are recorded.
+#[inline]
+fn sampled(i: u64) -> bool {
+    let k = SAMPLE.load(Relaxed);
+    k <= 1 || i % k == 0
 }
 
 const DIRECT: u64 = u64::MAX;
@@ -286,6 +303,9 @@ pub fn disable() {
 /// file the events go to.
 pub fn init_from_env() {
     ENV.call_once(|| {
+        if let Some(k) = std::env::var("EUDP_TRACE_SAMPLE").ok().and_then(|v| v.parse().ok()) {
+            set_sample(k);
+        }
         if let Ok(p) = std::env::var("EUDP_TRACE") {
             if !p.is_empty() {
                 *PATH.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
@@ -377,19 +397,24 @@ pub fn finish() -> std::io::Result<()> {
 }
 
 /// Kernel timestamping flags the engine asks for on a traced socket.
+/// `EUDP_TRACE_KERNEL` narrows them: `0` none (user-space points only),
+/// `rx` receive only, `tx` transmit only; anything else (default) both.
 pub fn timestamping_flags() -> i32 {
-    (libc::SOF_TIMESTAMPING_TX_SCHED
-        | libc::SOF_TIMESTAMPING_TX_SOFTWARE
-        | libc::SOF_TIMESTAMPING_RX_SOFTWARE
-        | libc::SOF_TIMESTAMPING_SOFTWARE
-        | libc::SOF_TIMESTAMPING_OPT_ID
-        | libc::SOF_TIMESTAMPING_OPT_TSONLY) as i32
+    let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY) as i32;
+    let rx = libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32;
+    let sw = libc::SOF_TIMESTAMPING_SOFTWARE as i32;
+    match std::env::var("EUDP_TRACE_KERNEL").as_deref() {
+        Ok("0") => 0,
+        Ok("rx") => rx | sw,
+        Ok("tx") => tx | sw,
+        _ => tx | rx | sw,
+    }
 }
 
 /// Turns kernel timestamping on for a new socket when tracing is on.
 pub fn setup_socket(b: &dyn Backend) {
     init_from_env();
-    if on() {
+    if on() && timestamping_flags() != 0 {
         if let Err(e) = b.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, timestamping_flags()) {
             eprintln!("eudp trace: SO_TIMESTAMPING: {e}");
         }
@@ -449,10 +474,17 @@ fn bump(c: &AtomicU64, n: u64) -> u64 {
     c.fetch_add(n, Relaxed)
 }
 
+/// As [`bump`] for a counter only ever written under a lock the caller
+/// holds (no locked instruction).
+fn bump_locked(c: &AtomicU64, n: u64) -> u64 {
+    let v = c.load(Relaxed);
+    c.store(v + n, Relaxed);
+    v
+}
+
 /// What an application send call carries from enter to return.
 #[derive(Clone, Copy, Debug)]
 pub struct SendToken {
-    seq: u64,
     enter: u64,
     bytes: u64,
 }
@@ -470,41 +502,52 @@ impl EpTrace {
         }
     }
 
-    /// Application send entered (call only while tracing is on).
+    /// Application send entered (call only while tracing is on). The send
+    /// gets its sequence number when it is posted or queued.
     pub fn send_enter(&self, bytes: usize) -> SendToken {
-        let seq = bump(&self.tx_seq, 1);
-        CUR_SEQ.with(|c| c.set(seq));
-        CUR_Q.with(|c| c.set(DIRECT));
-        SendToken { seq, enter: stamp().0, bytes: bytes as u64 }
+        CUR_SEQ.with(|c| c.set(u64::MAX));
+        // The seq this call will most likely get (exact with one sending
+        // thread); unsampled calls read no clock at all.
+        let enter = if sampled(self.tx_seq.load(Relaxed)) { stamp().0.max(1) } else { 0 };
+        SendToken { enter, bytes: bytes as u64 }
     }
 
-    /// Application send returns: one event for the whole call.
+    /// Application send returns: one event for the whole call (unless the
+    /// call was not sampled or never posted).
     pub fn send_return(&self, t: SendToken) {
+        let seq = CUR_SEQ.with(Cell::get);
+        if t.enter == 0 || seq == u64::MAX || !sampled(seq) {
+            return;
+        }
         let (now, tsc) = stamp();
         let q = CUR_Q.with(Cell::get);
         let r = if q == DIRECT { send_ref(0, t.bytes, true) } else { send_ref(q, t.bytes, false) };
-        push_raw(word1(Kind::SendCall, self.id, tsc, t.seq), now, t.enter, r);
+        push_raw(word1(Kind::SendCall, self.id, tsc, seq), now, t.enter, r);
     }
 
-    /// The send in progress on this thread posts directly.
+    /// The send in progress on this thread posts directly (called under the
+    /// endpoint's send lock, or by an only sender).
     pub fn direct(&self) {
         if on() {
+            CUR_SEQ.with(|c| c.set(bump_locked(&self.tx_seq, 1)));
             CUR_Q.with(|c| c.set(DIRECT));
         }
     }
 
-    /// The send in progress on this thread was copied into L1.
+    /// The send in progress on this thread was copied into L1 (under the
+    /// send lock).
     pub fn enqueue(&self) {
         if on() {
-            let q = bump(&self.q_in, 1);
+            CUR_SEQ.with(|c| c.set(bump_locked(&self.tx_seq, 1)));
+            let q = bump_locked(&self.q_in, 1);
             CUR_Q.with(|c| c.set(q));
         }
     }
 
-    /// The engine took `n` datagrams from L1.
+    /// The engine took `n` datagrams from L1 (under the send lock).
     pub fn take(&self, n: usize) {
         if on() {
-            let q0 = bump(&self.q_out, n as u64);
+            let q0 = bump_locked(&self.q_out, n as u64);
             TAKE_BASE.with(|c| c.set(q0));
             push(Kind::Take, self.id, q0, n as u64);
         }
@@ -529,7 +572,10 @@ impl EpTrace {
         if on() {
             let k = bump(&self.kmsg, 1);
             push(Kind::SysReturn, self.id, k, 1);
-            push(Kind::KMsg, self.id, k, msg_ref(CUR_SEQ.with(Cell::get), 1, true));
+            let seq = CUR_SEQ.with(Cell::get);
+            if seq != u64::MAX {
+                push(Kind::KMsg, self.id, k, msg_ref(seq, 1, true));
+            }
         }
     }
 
@@ -573,7 +619,8 @@ impl EpTrace {
     /// the ring (or was handed to the application).
     pub fn rx_push(&self, i: usize, datagrams: usize) {
         if on() {
-            let first = bump(&self.rx_in, datagrams as u64);
+            // Pushes are serialised by the endpoint's socket-read lock.
+            let first = bump_locked(&self.rx_in, datagrams as u64);
             let stamp = take_rx_stamp(i);
             if stamp != 0 {
                 push_ns(Kind::RxSoft, self.id, stamp, first, datagrams as u64);
@@ -582,10 +629,11 @@ impl EpTrace {
         }
     }
 
-    /// A datagram left the ring (no event: the receive call's return marks it).
+    /// A datagram left the ring, under the ring's lock (no event: the
+    /// receive call's return marks it).
     pub fn pop(&self) {
         if on() {
-            let i = bump(&self.rx_out, 1);
+            let i = bump_locked(&self.rx_out, 1);
             LAST_POP.with(|c| c.set(i));
         }
     }
@@ -594,13 +642,17 @@ impl EpTrace {
     /// the enter time for [`EpTrace::recv_return`].
     pub fn recv_enter(&self) -> u64 {
         LAST_POP.with(|c| c.set(u64::MAX));
-        stamp().0
+        if sampled(self.rx_out.load(Relaxed)) {
+            stamp().0.max(1)
+        } else {
+            0
+        }
     }
 
     /// The receive call returns the datagram this thread popped last.
     pub fn recv_return(&self, enter: u64) {
         let i = LAST_POP.with(Cell::get);
-        if i != u64::MAX {
+        if i != u64::MAX && enter != 0 && sampled(i) {
             let (now, tsc) = stamp();
             push_raw(word1(Kind::RecvCall, self.id, tsc, 0), now, enter, i);
         }
@@ -624,6 +676,7 @@ mod tests {
         enable();
         let t = EpTrace::new();
         let tok = t.send_enter(100);
+        t.direct();
         let before = now_ns();
         std::thread::sleep(std::time::Duration::from_millis(3));
         t.send_return(tok);
@@ -643,5 +696,36 @@ mod tests {
         let raw = now_ns() as i64;
         let real = kernel::realtime_ns() as i64;
         assert!((real + off - raw).abs() < 1_000_000, "offset {off}");
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    /// Cost of one traced application call (enter + return event), printed;
+    /// run with `--release --nocapture` to measure.
+    #[test]
+    fn traced_call_cost() {
+        enable();
+        prepare_thread();
+        let t = EpTrace::new();
+        let n = 200_000u64;
+        let t0 = now_ns();
+        for _ in 0..n {
+            let tok = t.send_enter(64);
+            t.enqueue();
+            t.send_return(tok);
+        }
+        let per = (now_ns() - t0) as f64 / n as f64;
+        let t1 = now_ns();
+        for _ in 0..n {
+            let e = t.recv_enter();
+            t.pop();
+            t.recv_return(e);
+        }
+        let per_rx = (now_ns() - t1) as f64 / n as f64;
+        eprintln!("traced send call {per:.1} ns, traced recv call {per_rx:.1} ns");
+        assert!(per < 10_000.0);
     }
 }
