@@ -380,6 +380,7 @@ fn output(mut c: Command, limit: Duration) -> Result<String, String> {
 }
 
 /// One iperf3 UDP run (`reverse`: -R) between host a (client) and b.
+#[allow(clippy::too_many_arguments)]
 pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, reverse: bool) -> Result<serde_json::Value, String> {
     iperf3_udp_with(tb, stack, lib, stats, secs, len, rate, if reverse { &["-R"] } else { &[] })
 }
@@ -430,7 +431,8 @@ fn parse_after(s: &str, key: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-/// sockperf ping-pong or throughput (`mode`) from a to a server on b.
+/// sockperf ping-pong, under-load or throughput (`mode`) from a to a server on b.
+#[allow(clippy::too_many_arguments)]
 pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib: &Path, stats: &Path, mode: &str, secs: u32, size: usize) -> Result<serde_json::Value, String> {
     let port = "11311";
     let mut srv = spawn_bg(app_command(tb, 'b', server, lib, stats, &["sockperf", "server", "-i", crate::testbed::ADDR_B, "-p", port]))?;
@@ -563,7 +565,7 @@ pub fn bench_apps(secs: u32, out_dir: &Path) -> Result<serde_json::Value, String
         "host": {"kernel": kernel, "cpus": cpus}, "preload_lib": lib.display().to_string(),
         "rows": rows, "targets": targets,
     });
-    println!("{:<72} {:>8}  {}", "target", "ratio", "");
+    println!("{:<72} {:>8}", "target", "ratio");
     for t in res["targets"].as_array().into_iter().flatten() {
         println!(
             "{:<72} {:>8}  {}",

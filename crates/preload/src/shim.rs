@@ -617,7 +617,8 @@ pub fn ep_send(ep: &Endpoint, data: &[u8], dst: Option<SocketAddr>) -> Result<us
 /// Holds the table's write lock from the fork prepare handler to the
 /// parent/child handler, so the child never inherits a lock held by a
 /// thread that does not exist there.
-struct ForkGuard(std::cell::UnsafeCell<Option<(MutexGuard<'static, ()>, RwLockWriteGuard<'static, BTreeMap<i32, Arc<Sock>>>, crate::stat::Guards)>>);
+type Held = (MutexGuard<'static, ()>, RwLockWriteGuard<'static, BTreeMap<i32, Arc<Sock>>>, crate::stat::Guards);
+struct ForkGuard(std::cell::UnsafeCell<Option<Held>>);
 // SAFETY: only the forking thread touches it, between prepare and
 // parent/child, which run on that same thread.
 #[allow(unsafe_code)]
