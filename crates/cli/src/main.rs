@@ -132,6 +132,8 @@ enum WorkerRole {
         count: u64,
         #[arg(long, default_value_t = 0)]
         pace_every: u64,
+        #[arg(long, default_value_t = 0.0)]
+        rate_pps: f64,
     },
     Recv {
         #[arg(long, value_enum)]
@@ -224,8 +226,8 @@ fn main() {
             }
         }
         Cmd::Worker { role } => match role {
-            WorkerRole::Send { mode, dst, size, secs, count, pace_every } => {
-                print_report(check_size(size).and_then(|_| worker::send(worker::SendArgs { mode, dst, size, secs, count, pace_every })))
+            WorkerRole::Send { mode, dst, size, secs, count, pace_every, rate_pps } => {
+                print_report(check_size(size).and_then(|_| worker::send(worker::SendArgs { mode, dst, size, secs, count, pace_every, rate_pps })))
             }
             WorkerRole::Recv { mode, bind, size, count, idle_ms, max_secs } => print_report(check_size(size).and_then(|_| {
                 worker::recv(worker::RecvArgs {

@@ -131,6 +131,7 @@ pub fn run_job(j: &Job) -> Result<Report, String> {
             secs: j.secs,
             count: j.count,
             pace_every: j.pace_every,
+            rate_pps: 0.0,
         }),
         (TcpMode::Kernel | TcpMode::Eudp, _) => worker::recv(worker::RecvArgs {
             mode: if j.mode == TcpMode::Kernel { Mode::Kernel } else { Mode::Eudp },

@@ -93,6 +93,8 @@ pub struct SendArgs {
     /// Pause 1 ms after every this many datagrams (0: never), to send
     /// without loss in correctness tests.
     pub pace_every: u64,
+    /// Offered load in datagrams per second (0: as fast as possible).
+    pub rate_pps: f64,
 }
 
 /// Receiver arguments.
@@ -119,9 +121,18 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
     let mut bytes = 0u64;
     let mut eudp_stats = None;
     let e = |e: std::io::Error| format!("send: {e}");
+    let next_check = std::cell::Cell::new(0u64);
     let pace = |seq: u64| {
         if a.pace_every > 0 && seq % a.pace_every == 0 {
             std::thread::sleep(Duration::from_millis(1));
+        }
+        // Rate pacing: every 16 datagrams, sleep until the schedule allows.
+        if a.rate_pps > 0.0 && seq >= next_check.get() {
+            next_check.set(seq + 16);
+            let due = t0 + Duration::from_secs_f64(seq as f64 / a.rate_pps);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
         }
     };
     match a.mode {
