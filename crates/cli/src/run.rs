@@ -4,8 +4,9 @@
 //! * `eudp run [--profile default|throughput|latency] [--transport kernel|tcp] [--] PROGRAM ARGS…`
 //!   execs PROGRAM with the library in `LD_PRELOAD` and the profile's
 //!   `EUDP_*` settings (variables already set win).
-//! * `eudp stat [--dir D] [--all] [--json] [PID…]` prints the per-socket
-//!   counters the shim writes to `D/<pid>.json` (default `/run/eudp`).
+//! * `eudp stat [--dir D] [--all] [--json] [--clean] [PID…]` prints the
+//!   per-socket counters the shim writes to `D/<pid>.json` (default
+//!   `/run/eudp`); `--clean` removes the reports of exited programs.
 //! * `eudp bench --apps [--secs S] [--out DIR]`: iperf3 and sockperf on a
 //!   testbed, kernel and eudp side by side, JSON under `DIR`.
 //!
@@ -213,7 +214,7 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
             for x in r[key].as_array().into_iter().flatten() {
                 s += &format!(
                     "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8.1} {:>10} {:>8} {:>8}{}{}\n",
-                    x["fd"],
+                    x["fd"].as_i64().unwrap_or(-1),
                     x["mode"].as_str().unwrap_or("?"),
                     x["local"].as_str().unwrap_or("-"),
                     x["peer"].as_str().unwrap_or("-"),
@@ -236,7 +237,7 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
 /// `eudp stat …` (arguments after `stat`).
 pub fn stat_main(args: &[String]) -> i32 {
     let mut dir = stat_dir_default();
-    let (mut all, mut json) = (false, false);
+    let (mut all, mut json, mut clean) = (false, false, false);
     let mut pids = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -250,9 +251,10 @@ pub fn stat_main(args: &[String]) -> i32 {
                 i += 1;
             }
             "--all" => all = true,
+            "--clean" => clean = true,
             "--json" => json = true,
             "-h" | "--help" => {
-                eprintln!("usage: eudp stat [--dir DIR] [--all] [--json] [PID...]");
+                eprintln!("usage: eudp stat [--dir DIR] [--all] [--json] [--clean] [PID...]");
                 return 0;
             }
             p => match p.parse() {
@@ -264,6 +266,19 @@ pub fn stat_main(args: &[String]) -> i32 {
             },
         }
         i += 1;
+    }
+    if clean {
+        // Remove the reports of processes that have exited.
+        let mut n = 0;
+        for r in read_reports(&dir, true, &[]) {
+            if let Some(pid) = r["pid"].as_u64().filter(|&p| !alive(p)) {
+                if std::fs::remove_file(dir.join(format!("{pid}.json"))).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        println!("removed {n} report(s) of exited programs from {}", dir.display());
+        return 0;
     }
     let reps = read_reports(&dir, all, &pids);
     if json {

@@ -86,9 +86,13 @@ pub fn report(exited: bool) -> Value {
     })
 }
 
+/// Set once this process created a UDP socket: processes without one
+/// (shells, helpers started under `eudp run`) write no report.
+pub static HAD_SOCKET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Writes the report now (atomically: temporary file, then rename).
 pub fn write_now(exited: bool) {
-    if interval().is_none() {
+    if interval().is_none() || !HAD_SOCKET.load(Relaxed) {
         return;
     }
     let d = dir();
@@ -106,6 +110,7 @@ pub fn write_now(exited: bool) {
 
 /// Starts this process generation's writer thread once.
 pub fn ensure_writer() {
+    HAD_SOCKET.store(true, Relaxed);
     let g = shim::generation();
     if WRITER_GEN.load(Relaxed) == g {
         return;
