@@ -929,7 +929,10 @@ impl EpInner {
         if !self.rx_armed.swap(true, SeqCst) {
             if let Err(e) = self.engine.epoll.rearm(self.backend.raw_fd(), self.id) {
                 self.rx_armed.store(false, SeqCst);
-                eprintln!("eudp: cannot re-arm receive watch: {e}");
+                // ENOENT/EBADF: the endpoint is being closed; nothing to watch.
+                if !matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EBADF)) {
+                    eprintln!("eudp: cannot re-arm receive watch: {e}");
+                }
             }
         }
     }
@@ -963,13 +966,20 @@ impl EpInner {
             }
             // Ring empty: read the socket on this thread (no hop), unless the
             // engine is reading it right now — then its push will wake us.
-            if let Ok(_g) = self.rx_sock.try_lock() {
-                Stats::add(&self.stats.direct_recv_calls, 1);
-                CALLER_SCRATCH.with(|c| {
-                    let mut c = c.borrow_mut();
-                    let sc = c.get_or_insert_with(|| RecvScratch::new(4));
-                    self.fill_ring(sc, 1)
-                });
+            match self.rx_sock.try_lock() {
+                Ok(_g) => {
+                    Stats::add(&self.stats.direct_recv_calls, 1);
+                    CALLER_SCRATCH.with(|c| {
+                        let mut c = c.borrow_mut();
+                        let sc = c.get_or_insert_with(|| RecvScratch::new(4));
+                        self.fill_ring(sc, 1)
+                    });
+                }
+                // The engine is reading the socket right now: wait for that
+                // read to land in the ring (one syscall) rather than report
+                // EAGAIN for data that is already on its way — a program told
+                // "readable" must not see EAGAIN.
+                Err(_) => drop(lock(&self.rx_sock)),
             }
             let ready = {
                 let mut rs = lock(&self.recv);

@@ -312,7 +312,7 @@ impl UdpSocket {
         };
         // SAFETY: buffer and address pointers come from live borrows.
         cvt_isize(unsafe {
-            libc::sendto(self.fd.as_raw_fd(), buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL, p, l)
+            libc::sendto(self.fd.as_raw_fd(), buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT, p, l)
         })
     }
 
@@ -359,7 +359,7 @@ impl UdpSocket {
         }
         // SAFETY: every pointer in hdrs refers to addrs, cmsgs or the caller's
         // iov slices, all alive across this call.
-        let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_NOSIGNAL) };
+        let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
         cvt(r).map(|v| v as usize)
     }
 
