@@ -141,6 +141,7 @@ pub fn set_sample(n: u64) {
 
 /// True when packet `i`'s application calls are recorded.
 #[inline]
+#[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
 fn sampled(i: u64) -> bool {
     let k = SAMPLE.load(Relaxed);
     k <= 1 || i % k == 0
@@ -174,7 +175,7 @@ fn tsc_pair() -> Option<(u64, u64)> {
         let a = kernel::tsc()?;
         let n = now_ns();
         let b = kernel::tsc()?;
-        if best.map_or(true, |x| b - a < x.0) {
+        if !matches!(best, Some(x) if x.0 <= b - a) {
             best = Some((b - a, a / 2 + b / 2, n));
         }
     }

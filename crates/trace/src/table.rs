@@ -243,7 +243,7 @@ pub fn crossovers(stack: &str, fits: &[LayerFit], lo: f64, hi: f64) -> Vec<Cross
                 continue;
             }
             let x = (cur.g_ns - f.g_ns) / dg;
-            if x > b && x < hi && next.map_or(true, |(nx, _)| x < nx) {
+            if x > b && x < hi && !matches!(next, Some((nx, _)) if nx <= x) {
                 next = Some((x, f));
             }
         }
