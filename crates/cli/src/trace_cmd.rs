@@ -402,7 +402,7 @@ fn program(a: &TraceArgs) -> Result<TraceDoc, String> {
     let d = resolve::parse_dump(&std::fs::read_to_string(&file).map_err(|e| format!("{}: no trace written ({e}); the program must use eudp endpoints", file.display()))?)?;
     let size = d.events.iter().find(|e| e.1 == resolve::kind::SEND_CALL).map(|e| (e.5 >> 40) & 0x7f_ffff).unwrap_or(a.size);
     let r = analyse("eudp", size, &d, &d);
-    let args = TraceArgs { size, sizes: vec![size], stacks: vec!["eudp".into()], packets: r.paths.len() as u64, ..a.clone() };
+    let args = TraceArgs { size, sizes: vec![size], stacks: vec!["eudp".into()], packets: a.packets.min(r.paths.len() as u64), ..a.clone() };
     Ok(document(&args, vec![r]))
 }
 
