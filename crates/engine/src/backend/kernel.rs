@@ -674,50 +674,58 @@ pub fn realtime_ns() -> u64 {
 }
 
 /// Reads every kernel TX timestamp queued on `fd`'s error queue
-/// (`SO_TIMESTAMPING` with `OPT_ID | OPT_TSONLY`), calling `f(key, sched,
+/// (`SO_TIMESTAMPING` with `OPT_ID | OPT_TSONLY`), up to 64 per `recvmmsg`, calling `f(key, sched,
 /// realtime_ns)` for each: `sched` for TX_SCHED, otherwise TX_SOFTWARE.
 /// Other queued errors read on the way are consumed, so only traced sockets
 /// are drained. Returns how many messages were read.
 pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize {
+    const BATCH: usize = 64;
     let mut n = 0;
     loop {
-        let mut ctrl = [0u64; 32];
-        let mut data = [0u8; 64];
-        let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
-        // SAFETY: plain data.
-        let mut h: libc::msghdr = unsafe { zeroed() };
-        h.msg_iov = &mut iov;
-        h.msg_iovlen = 1;
-        h.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
-        h.msg_controllen = std::mem::size_of_val(&ctrl);
-        // SAFETY: pointers refer to the live locals above.
-        let r = unsafe { libc::recvmsg(fd, &mut h, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-        if r < 0 {
+        let mut ctrl = [[0u64; 16]; BATCH];
+        let mut data = [[0u8; 16]; BATCH];
+        let mut iovs: Vec<libc::iovec> = data.iter_mut().map(|d| libc::iovec { iov_base: d.as_mut_ptr() as *mut libc::c_void, iov_len: d.len() }).collect();
+        // SAFETY: mmsghdr is plain data; zero is a valid initial value.
+        let mut hdrs: Vec<libc::mmsghdr> = (0..BATCH).map(|_| unsafe { zeroed() }).collect();
+        for (k, h) in hdrs.iter_mut().enumerate() {
+            h.msg_hdr.msg_iov = &mut iovs[k];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = ctrl[k].as_mut_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_controllen = std::mem::size_of_val(&ctrl[k]);
+        }
+        // SAFETY: every pointer refers to the live arrays above.
+        let r = unsafe { libc::recvmmsg(fd, hdrs.as_mut_ptr(), BATCH as u32, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        if r <= 0 {
             return n;
         }
-        n += 1;
-        let mut stamp = None;
-        let mut key = None;
-        // SAFETY: walking the control data the kernel wrote.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&h);
-            while !c.is_null() {
-                let lvl = (*c).cmsg_level;
-                let ty = (*c).cmsg_type;
-                if lvl == libc::SOL_SOCKET && ty == SO_TIMESTAMPING {
-                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
-                    stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                } else if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR) || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR) {
-                    let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
-                    if ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
-                        key = Some((ee.ee_data, ee.ee_info == SCM_TSTAMP_SCHED));
+        for h in &hdrs[..r as usize] {
+            n += 1;
+            let mut stamp = None;
+            let mut key = None;
+            // SAFETY: walking the control data the kernel wrote for this message.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                while !c.is_null() {
+                    let lvl = (*c).cmsg_level;
+                    let ty = (*c).cmsg_type;
+                    if lvl == libc::SOL_SOCKET && ty == SO_TIMESTAMPING {
+                        let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                        stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                    } else if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR) || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR) {
+                        let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
+                        if ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
+                            key = Some((ee.ee_data, ee.ee_info == SCM_TSTAMP_SCHED));
+                        }
                     }
+                    c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
                 }
-                c = libc::CMSG_NXTHDR(&h, c);
+            }
+            if let (Some(ts), Some((k, sched))) = (stamp, key) {
+                f(k, sched, ts);
             }
         }
-        if let (Some(ts), Some((k, sched))) = (stamp, key) {
-            f(k, sched, ts);
+        if (r as usize) < BATCH {
+            return n;
         }
     }
 }
