@@ -31,9 +31,10 @@ pub const SO_TIMESTAMPING: libc::c_int = 37;
 const SCM_TSTAMP_SCHED: u32 = 1;
 /// Room for one `UDP_SEGMENT` (u16) control message.
 const GSO_CMSG_SPACE: usize = 32;
-/// Room for the receive control messages we ask for (`UDP_GRO` int, and
-/// `SCM_TIMESTAMPING` when tracing).
-const RX_CMSG_SPACE: usize = 128;
+/// Room for the receive control messages we ask for: `UDP_GRO` (an int, 24
+/// bytes with its header) and, when tracing, `SCM_TIMESTAMPING` (three
+/// timespecs, 64 bytes).
+const RX_CMSG_SPACE: usize = 96;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
