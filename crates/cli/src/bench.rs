@@ -148,19 +148,7 @@ pub fn transfer_at(tb: &Testbed, mode: Mode, size: usize, secs: f64, count: u64,
         &["recv".into(), "--mode".into(), m.clone(), "--bind".into(), bind, "--size".into(), size.to_string(), "--count".into(), count.to_string(), "--max-secs".into(), max.to_string()],
     )?;
     // Wait for the receiver to be bound before sending.
-    let stdout = rx.stdout.take().ok_or("receiver has no stdout")?;
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    reader.read_line(&mut line).map_err(|e| format!("receiver: {e}"))?;
-    if line.trim() != "ready" {
-        let _ = rx.kill();
-        let mut err = String::new();
-        if let Some(mut e) = rx.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        let _ = rx.wait();
-        return Err(format!("receiver did not start: {}{}", line.trim(), err.trim()));
-    }
+    let mut reader = await_ready(&mut rx, "receiver")?;
     let tx = spawn_worker(
         tb,
         'a',
@@ -192,17 +180,62 @@ pub fn transfer_at(tb: &Testbed, mode: Mode, size: usize, secs: f64, count: u64,
     Ok((s?, r?))
 }
 
+/// Waits for a receiver worker's `ready` line (it is bound); on anything
+/// else kills it and returns its stderr. The reader keeps the rest of stdout.
+pub fn await_ready(rx: &mut Child, what: &str) -> Result<BufReader<std::process::ChildStdout>, String> {
+    let stdout = rx.stdout.take().ok_or_else(|| format!("{what} has no stdout"))?;
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).map_err(|e| format!("{what}: {e}"))?;
+    if line.trim() != "ready" {
+        let _ = rx.kill();
+        let mut err = String::new();
+        if let Some(mut e) = rx.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        let _ = rx.wait();
+        return Err(format!("{what} did not start: {} {}", line.trim(), err.trim()));
+    }
+    Ok(reader)
+}
+
+/// What a sender/receiver report pair says about the transfer.
+#[derive(Debug, Clone, Copy)]
+pub struct Rates {
+    /// Received payload Gbit/s and million datagrams/s, over the receiver's window.
+    pub gbps: f64,
+    pub mpps: f64,
+    /// 1 − received / sent.
+    pub loss: f64,
+    /// CPU seconds per million datagrams (= µs per datagram), sender and receiver.
+    pub tx_cpu_per_m: f64,
+    pub rx_cpu_per_m: f64,
+}
+
+impl Rates {
+    pub fn of(s: &Report, r: &Report) -> Rates {
+        let secs = if r.secs > 0.0 { r.secs } else { s.secs.max(1e-9) };
+        let per_m = |cpu: f64, n: u64| if n == 0 { 0.0 } else { cpu / n as f64 * 1e6 };
+        Rates {
+            gbps: r.bytes as f64 * 8.0 / secs / 1e9,
+            mpps: r.datagrams as f64 / secs / 1e6,
+            loss: if s.datagrams == 0 { 0.0 } else { 1.0 - (r.datagrams as f64 / s.datagrams as f64).min(1.0) },
+            tx_cpu_per_m: per_m(s.cpu_secs, s.datagrams),
+            rx_cpu_per_m: per_m(r.cpu_secs, r.datagrams),
+        }
+    }
+}
+
 fn row(mode: Mode, size: usize, s: Report, r: Report) -> Row {
-    let secs = if r.secs > 0.0 { r.secs } else { s.secs.max(1e-9) };
-    let per_m = |cpu: f64, n: u64| if n == 0 { 0.0 } else { cpu / n as f64 * 1e6 };
+    let m = Rates::of(&s, &r);
     Row {
         mode,
         size,
-        gbps: r.bytes as f64 * 8.0 / secs / 1e9,
-        mpps: r.datagrams as f64 / secs / 1e6,
-        loss: if s.datagrams == 0 { 0.0 } else { 1.0 - (r.datagrams as f64 / s.datagrams as f64).min(1.0) },
-        tx_cpu_s_per_m: per_m(s.cpu_secs, s.datagrams),
-        rx_cpu_s_per_m: per_m(r.cpu_secs, r.datagrams),
+        gbps: m.gbps,
+        mpps: m.mpps,
+        loss: m.loss,
+        tx_cpu_s_per_m: m.tx_cpu_per_m,
+        rx_cpu_s_per_m: m.rx_cpu_per_m,
         offered_pps: 0.0,
         corrupt: r.corrupt,
         reordered: r.reordered,

@@ -378,16 +378,15 @@ fn loadavg() -> String {
 }
 
 pub fn row(mode: TcpMode, size: usize, s: Report, r: Report) -> TcpRow {
-    let secs = if r.secs > 0.0 { r.secs } else { s.secs.max(1e-9) };
-    let per = |cpu: f64, n: u64| if n == 0 { 0.0 } else { cpu / n as f64 * 1e6 };
+    let m = crate::bench::Rates::of(&s, &r);
     TcpRow {
         mode,
         size,
-        rx_gbps: r.bytes as f64 * 8.0 / secs / 1e9,
-        rx_mpps: r.datagrams as f64 / secs / 1e6,
-        loss: if s.datagrams == 0 { 0.0 } else { 1.0 - (r.datagrams as f64 / s.datagrams as f64).min(1.0) },
-        tx_cpu_us_per_dgram: per(s.cpu_secs, s.datagrams),
-        rx_cpu_us_per_dgram: per(r.cpu_secs, r.datagrams),
+        rx_gbps: m.gbps,
+        rx_mpps: m.mpps,
+        loss: m.loss,
+        tx_cpu_us_per_dgram: m.tx_cpu_per_m,
+        rx_cpu_us_per_dgram: m.rx_cpu_per_m,
         corrupt: r.corrupt,
         reordered: r.reordered,
         sender: s,

@@ -134,6 +134,13 @@ impl Drop for Testbed {
     }
 }
 
+/// True when running as root (network namespaces need it).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
 /// A testbed name unique to this process and moment.
 pub fn unique_name(prefix: &str) -> String {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);

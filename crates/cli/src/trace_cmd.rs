@@ -22,7 +22,7 @@ use eudp_engine::tracepoint::{self, EpTrace};
 use eudp_engine::{Config, Endpoint, Engine};
 use eudp_trace::resolve::{self, Dump, Path};
 use eudp_trace::{chart, table, StackPaths, TraceDoc};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -306,18 +306,7 @@ pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::p
     let mut ra = common("recv", &rx_file);
     ra.extend(["--addr".into(), format!("0.0.0.0:{port}")]);
     let mut rx = spawn(tb, 'b', &ra)?;
-    let mut reader = BufReader::new(rx.stdout.take().ok_or("receiver has no stdout")?);
-    let mut line = String::new();
-    reader.read_line(&mut line).map_err(|e| e.to_string())?;
-    if line.trim() != "ready" {
-        let _ = rx.kill();
-        let mut err = String::new();
-        if let Some(mut e) = rx.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        let _ = rx.wait();
-        return Err(format!("trace receiver did not start: {} {}", line.trim(), err.trim()));
-    }
+    let mut reader = crate::bench::await_ready(&mut rx, "trace receiver")?;
     let mut sa = common("send", &tx_file);
     sa.extend(["--addr".into(), format!("{ADDR_B}:{port}")]);
     let tx = spawn(tb, 'a', &sa)?;

@@ -17,11 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use testbed::{unique_name, Testbed, ADDR_B};
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
+use eudp_cli::testbed::is_root;
 
 /// The shim library: next to this build's executables, or built once into
 /// a side target directory (a separate directory, so no build lock is shared

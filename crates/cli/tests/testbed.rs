@@ -7,11 +7,7 @@ use eudp_cli::testbed::{unique_name, Testbed};
 use eudp_cli::worker::Mode;
 use std::process::Command;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
+use eudp_cli::testbed::is_root;
 
 fn testbed(prefix: &str) -> Option<Testbed> {
     if !is_root() {

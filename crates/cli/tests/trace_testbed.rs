@@ -7,11 +7,7 @@ use eudp_cli::testbed::{unique_name, Testbed};
 use eudp_cli::trace_cmd::{self, analyse, transfer, ORDER_TOLERANCE_NS};
 use eudp_trace::resolve;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
+use eudp_cli::testbed::is_root;
 
 fn setup(prefix: &str) -> Option<(Testbed, std::path::PathBuf)> {
     if !is_root() {
