@@ -21,9 +21,14 @@ pub fn lib() -> PathBuf {
 /// Compiles a C test program from `tests/c/NAME.c` into a temporary directory.
 pub fn cc(name: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    // One output file per call: tests of one binary run in parallel in one
+    // process, and two of them compiling the same program into one path
+    // could exec a half-written file (EACCES/ETXTBSY).
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("eudp-preload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(name);
+    let out = dir.join(format!("{name}-{n}"));
     let st = Command::new("cc").args(["-O2", "-Wall", "-pthread", "-o"]).arg(&out).arg(&src).args(extra).status().expect("cc");
     assert!(st.success(), "cc {name}");
     out
