@@ -94,7 +94,7 @@ pub fn rows_000() -> Result<Vec<Row>, String> {
     out.push(row("000-udp-link-idle", "000 §3.2.4, Fig. 4", "traditional UDP: link idle in 10 x 32 kB burst", 50.0, idle0 * 100.0, "%"));
     let le = latency_us(&p, "eudp", big)?;
     let theo = big as f64 / p.resources["tx.bus"].rate().unwrap_or(f64::NAN) / 1000.0;
-    out.push(row("000-eudp-lat-min", "000 §5.2, Fig. 10a", "E-UDP 32 kB latency / theoretical minimum (32 kB over PCI)", 1.0, le / theo, "ratio"));
+    out.push(row("000-eudp-lat-min", "000 §5.2, Fig. 10a", "E-UDP 32 kB latency / theoretical minimum (32 kB at the PCI rate, the bottleneck named in §5.2)", 1.0, le / theo, "ratio"));
     let lg = latency_us(&p, "gm", big)?;
     out.push(holds("000-eudp-below-gm", "000 §5.2, Fig. 10a", format!("E-UDP 32 kB latency below GM ({le:.1} vs {lg:.1} us)"), le < lg));
     let small: Vec<(String, f64)> = ["udp", "coarse", "eudp", "gm", "bvia"].iter().map(|s| latency_us(&p, s, 1).map(|l| (s.to_string(), l))).collect::<Result<_, _>>()?;

@@ -38,8 +38,8 @@ macro_rules! figure {
 // ---- paper 000 (E-UDP, LANai9 / PCI 32/33 / Myrinet-1280) ----
 figure!(p000_eudp_peak_bandwidth, "000-eudp-peak");
 figure!(p000_eudp_fraction_of_pci, "000-eudp-pci-frac");
-figure!(p000_udp_link_idle, "000-udp-link-idle", ignore = "measured 33.8% link idle vs published ~50%: with PCI-rate DMA and the 000 §5.1 per-packet costs the traditional stack's NIC is not slow enough");
-figure!(p000_eudp_latency_at_minimum, "000-eudp-lat-min", ignore = "measured 1.36x the 32 kB-over-PCI minimum vs ~1.0: per-packet costs of both NICs and hosts (44.7 us, 000 §5.1) stay on the path");
+figure!(p000_udp_link_idle, "000-udp-link-idle", ignore = "measured 33.8% link idle vs published ~50%: the sender NIC takes 260-320 us per 32 kB packet (PCI-rate DMA slowed by the host copy) against 205 us on the link; ~50% needs ~410 us per packet, and 000 gives no cited cost (PIO post, NIC receive buffering, interrupt work on the NIC) that would add it");
+figure!(p000_eudp_latency_at_minimum, "000-eudp-lat-min", ignore = "measured 1.36x the minimum that 000 §5.2 derives from the PCI bus (32 kB at 132 MB/s = 248 us) vs ~1.0: the 44.7 us of per-packet costs (000 §5.1) and the threshold fills stay on the path; the paper's own eq. (3) gives 1.20 with the same inputs");
 figure!(p000_eudp_latency_below_gm, "000-eudp-below-gm");
 figure!(p000_gm_best_small, "000-gm-small-best");
 figure!(p000_gm_below_eudp_bandwidth, "000-gm-below-eudp");
@@ -51,7 +51,7 @@ figure!(p000_10g_cannot_fill_link, "000-10g-short");
 figure!(p000_store_and_forward_shrinks_gain, "000-sf-switch");
 
 // ---- paper 001 (firmware latency analysis, LANai4.3 / PPro 180) ----
-figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "host never dominates: 001 gives only the per-byte copy (Table 1), not the host per-packet cost that makes the host side larger up to 5 kB");
+figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "host never dominates: 001 Tables 1-2 give the copy and DMA only; the host per-packet cost (system call, UDP/IP, driver) that makes the host side larger up to 5 kB is in Figs. 6-10, not in the text");
 figure!(p001_audp_crossover, "001-audp-host-dom", ignore = "host never dominates: Asynchronous UDP has no per-byte host work and 001 gives no host per-packet cost");
 figure!(p001_bpi_crossover, "001-bpi-nic-dom", ignore = "measured 256 B vs published 128 B: Table 2 copy alone crosses the DMA between 256 and 512 B");
 figure!(p001_ebpi_crossover, "001-ebpi-nic-dom", ignore = "NIC dominates at every size from Table 2 (as 001 §5.1's text says), Table 3 says host above 64 B");
