@@ -284,7 +284,7 @@ impl eudp_endpoint {
     }
 
     fn recv_into(&self, buf: &mut [u8], flags: c_int) -> Result<Received, c_int> {
-        let f = RecvFlags { peek: flags & EUDP_MSG_PEEK != 0, dont_wait: flags & EUDP_MSG_DONTWAIT != 0 };
+        let f = RecvFlags { peek: flags & EUDP_MSG_PEEK != 0, dont_wait: flags & EUDP_MSG_DONTWAIT != 0, interruptible: false };
         self.ep.recv_with(buf, f).map_err(code)
     }
 

@@ -124,6 +124,10 @@ pub struct RecvFlags {
     pub peek: bool,
     /// Do not block for this call (MSG_DONTWAIT).
     pub dont_wait: bool,
+    /// A signal handler that runs while this call is blocked fails it with
+    /// `ErrorKind::Interrupted` (`EINTR`), as the kernel does for handlers
+    /// installed without `SA_RESTART`; otherwise the wait resumes.
+    pub interruptible: bool,
 }
 
 /// One datagram received by [`Endpoint::recv_with`].
@@ -416,7 +420,7 @@ impl Endpoint {
     pub fn recv_batch(&self, bufs: &mut [&mut [u8]], out: &mut Vec<Received>) -> io::Result<usize> {
         out.clear();
         for (i, b) in bufs.iter_mut().enumerate() {
-            let flags = RecvFlags { peek: false, dont_wait: i > 0 };
+            let flags = RecvFlags { dont_wait: i > 0, ..RecvFlags::default() };
             match self.inner.traced_recv(b, flags) {
                 Ok(r) => out.push(r),
                 Err(e) if i > 0 && e.kind() == io::ErrorKind::WouldBlock => break,
@@ -556,14 +560,22 @@ impl EpInner {
         let mut deadline: Option<Option<Instant>> = None;
         loop {
             let mut s = lock(&self.send);
+            if s.l1_empty() && !s.l2_has_room() && self.rx_calls.load(Relaxed) != s.rx_mark {
+                s = self.await_slot(s);
+            }
             match s.post(dst, data) {
                 PostDecision::Direct => {
                     self.trace.direct();
                     drop(s);
                     let r = self.direct_send(data, dst.as_ref());
                     let mut s = lock(&self.send);
-                    s.direct_done();
-                    self.kick(&mut s);
+                    let rx = self.rx_calls.load(Relaxed);
+                    let responsive = std::mem::replace(&mut s.rx_mark, rx) != rx;
+                    if !s.direct_done(responsive) {
+                        self.kick(&mut s);
+                    } else if s.flushers > 0 {
+                        self.send_cv.notify_all();
+                    }
                     return r;
                 }
                 PostDecision::Queued => {
@@ -588,6 +600,26 @@ impl EpInner {
                     };
                     let _ = self.send_cv.wait_timeout(s, wait.min(Duration::from_millis(100)));
                 }
+            }
+        }
+    }
+
+    /// A request/response caller (it received since its last direct post)
+    /// found L1 empty and L2 held — typically by the engine's descriptor,
+    /// whose syscall woke this caller's peer before it returned. Queueing
+    /// would put an engine hop on the latency path; the slot frees within
+    /// one syscall, so wait for it briefly (bounded) and post directly.
+    fn await_slot<'a>(&'a self, mut s: MutexGuard<'a, SendState>) -> MutexGuard<'a, SendState> {
+        const BOUND: Duration = Duration::from_micros(20);
+        let start = Instant::now();
+        loop {
+            drop(s);
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+            s = lock(&self.send);
+            if !s.l1_empty() || s.l2_has_room() || start.elapsed() > BOUND {
+                return s;
             }
         }
     }
@@ -776,21 +808,24 @@ impl EpInner {
     /// Waits until L1 and L2 are empty or the deadline passes.
     pub(crate) fn flush(self: &Arc<Self>, deadline: Instant) -> bool {
         let mut s = lock(&self.send);
-        loop {
+        s.flushers += 1;
+        let drained = loop {
             if s.drained() {
-                return true;
+                break true;
             }
             if self.engine.is_stopped() {
-                return false;
+                break false;
             }
             self.kick(&mut s);
             let now = Instant::now();
             if now >= deadline {
-                return false;
+                break false;
             }
             let wait = (deadline - now).min(Duration::from_millis(20));
             s = self.send_cv.wait_timeout(s, wait).unwrap_or_else(|e| e.into_inner()).0;
-        }
+        };
+        s.flushers -= 1;
+        drained
     }
 
     fn ready_fd<'a>(&self, rs: &'a mut RecvSide) -> io::Result<&'a Arc<EventFd>> {
@@ -1012,7 +1047,12 @@ impl EpInner {
             // Wake on data in the socket (we read it ourselves) or in the ring
             // (the engine got there first).
             self.rx_waiters.fetch_add(1, SeqCst);
-            let r = poll_readable(&[self.backend.raw_fd(), ready.as_raw_fd()], remaining);
+            let fds = [self.backend.raw_fd(), ready.as_raw_fd()];
+            let r = if flags.interruptible {
+                kernel::poll_readable_interruptible(&fds, remaining)
+            } else {
+                poll_readable(&fds, remaining)
+            };
             self.rx_waiters.fetch_sub(1, SeqCst);
             r?;
         }

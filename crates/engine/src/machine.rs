@@ -30,8 +30,15 @@ pub enum QueueEvent {
     Enqueue,
     /// Caller found L1 full (or the queue shut down) and was refused; no change.
     Refuse,
-    /// A direct post's backend operation returned: `done_unreaped += 1`.
+    /// A direct post's backend operation returned; its L2 slot stays taken
+    /// until the engine reaps it (the self-clocking that turns a sender's
+    /// next posts into queued batches): `done_unreaped += 1`.
     DirectDone,
+    /// A direct post's backend operation returned with L1 empty and the
+    /// caller frees its L2 slot at once — a request/response caller, where
+    /// waking the engine only to reap would sit on the latency path:
+    /// `l2 -= 1`.
+    DirectRetire,
     /// The engine (completion handler) reaped `n` completions:
     /// `l2 -= n`, `done_unreaped -= n`.
     Reap { n: u32 },
@@ -71,6 +78,7 @@ pub enum EventKind {
     Enqueue,
     Refuse,
     DirectDone,
+    DirectRetire,
     Reap,
     TakeBatch,
     BatchDone,
@@ -79,11 +87,12 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in table order.
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::DirectPost,
         EventKind::Enqueue,
         EventKind::Refuse,
         EventKind::DirectDone,
+        EventKind::DirectRetire,
         EventKind::Reap,
         EventKind::TakeBatch,
         EventKind::BatchDone,
@@ -97,6 +106,7 @@ impl EventKind {
             EventKind::Enqueue => QueueEvent::Enqueue,
             EventKind::Refuse => QueueEvent::Refuse,
             EventKind::DirectDone => QueueEvent::DirectDone,
+            EventKind::DirectRetire => QueueEvent::DirectRetire,
             EventKind::Reap => QueueEvent::Reap { n: p },
             EventKind::TakeBatch => QueueEvent::TakeBatch { datagrams: p },
             EventKind::BatchDone => QueueEvent::BatchDone,
@@ -113,6 +123,7 @@ impl QueueEvent {
             QueueEvent::Enqueue => EventKind::Enqueue,
             QueueEvent::Refuse => EventKind::Refuse,
             QueueEvent::DirectDone => EventKind::DirectDone,
+            QueueEvent::DirectRetire => EventKind::DirectRetire,
             QueueEvent::Reap { .. } => EventKind::Reap,
             QueueEvent::TakeBatch { .. } => EventKind::TakeBatch,
             QueueEvent::BatchDone => EventKind::BatchDone,
@@ -342,7 +353,19 @@ pub fn table() -> Table {
                 cmp(v(DoneUnreaped), Op::Lt, v(L2)),
             ]),
             effects: vec![sub(DirectInflight, c(1)), add(DoneUnreaped, c(1))],
-            doc: "caller: its backend operation returned; the L2 slot stays taken until reaped",
+            doc: "caller: its backend operation returned; the L2 slot stays taken until the engine reaps it",
+        },
+        Rule {
+            kind: EventKind::DirectRetire,
+            actor: Actor::App,
+            param_max: None,
+            guard: Cond::All(vec![
+                cmp(v(DirectInflight), Op::Gt, c(0)),
+                cmp(v(DoneUnreaped), Op::Lt, v(L2)),
+                cmp(v(L1), Op::Eq, c(0)),
+            ]),
+            effects: vec![sub(DirectInflight, c(1)), sub(L2, c(1))],
+            doc: "caller: its backend operation returned, L1 empty; nobody waits for the slot, the caller may free it",
         },
         Rule {
             kind: EventKind::Reap,
@@ -780,10 +803,11 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
     let _ = write!(
         o,
         "proctype app(byte me) {{\n  byte k, id, tmp0, tmp1, tmp2;\n  do\n  :: k < PER_APP ->\n     id = me * PER_APP + k; k++;\n     if\n\
-         \x20    :: {};\n        atomic {{ hand(id) }};   /* the caller's own backend operation */\n        {}\n\
+         \x20    :: {};\n        atomic {{ hand(id) }};   /* the caller's own backend operation */\n        if\n        :: {}\n        :: {}\n        fi\n\
          \x20    :: {}\n     :: {}\n     fi;\n     tmp0 = 0; tmp1 = 0; tmp2 = 0; id = 0\n  :: else -> break\n  od\n}}\n\n",
         emit_step(table, cfg, EventKind::DirectPost, None, " acc[id] = 1; accepted++; in_desc++"),
         emit_step(table, cfg, EventKind::DirectDone, None, ""),
+        emit_step(table, cfg, EventKind::DirectRetire, None, ""),
         emit_step(table, cfg, EventKind::Enqueue, None, " l1q!id; acc[id] = 1; accepted++"),
         emit_step(table, cfg, EventKind::Refuse, None, " refused++"),
     );
@@ -887,11 +911,16 @@ mod tests {
         // A completion reaped twice.
         let t = vec![
             (DirectPost, st(0, 1, 0, false)),
-            (DirectDone, st(0, 1, 1, false)),
-            (Reap { n: 1 }, st(0, 0, 0, false)),
-            (Reap { n: 1 }, st(0, 0, 0, false)),
+            (Enqueue, st(1, 1, 0, false)),
+            (DirectDone, st(1, 1, 1, false)),
+            (Reap { n: 1 }, st(1, 0, 0, false)),
+            (Reap { n: 1 }, st(1, 0, 0, false)),
         ];
-        assert!(check_trace(&t, 2).unwrap_err().contains("event #3"));
+        assert!(check_trace(&t, 1).unwrap_err().contains("event #4"));
+
+        // A caller retiring its slot while L1 holds datagrams.
+        let t = vec![(DirectPost, st(0, 1, 0, false)), (Enqueue, st(1, 1, 0, false)), (DirectRetire, st(1, 0, 0, false))];
+        assert!(check_trace(&t, 1).unwrap_err().contains("event #2"));
 
         // A batch completion with no batch in flight (ghost counter).
         let t = vec![(DirectPost, st(0, 1, 0, false)), (BatchDone, st(0, 0, 0, false))];

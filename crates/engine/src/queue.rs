@@ -131,6 +131,13 @@ pub struct SendState {
     pub shutdown: bool,
     /// The engine has this endpoint on its work list.
     pub scheduled: bool,
+    /// Threads waiting in a flush for the queue to drain (they sleep on the
+    /// endpoint's condition variable; a caller retiring the last slot wakes
+    /// them).
+    pub flushers: u32,
+    /// The endpoint's receive-call count at the last direct completion: a
+    /// change means the caller waited on its peer in between.
+    pub rx_mark: u64,
     /// Post outcomes, counted under the lock the caller already holds so the
     /// hot path touches no shared counter cache line.
     pub counts: PostCounts,
@@ -157,6 +164,8 @@ impl SendState {
             capacity,
             shutdown: false,
             scheduled: false,
+            flushers: 0,
+            rx_mark: 0,
             counts: PostCounts::default(),
             recorder,
         }
@@ -188,7 +197,7 @@ impl SendState {
                 self.staged -= datagrams;
                 self.l2 += 1;
             }
-            QueueEvent::BatchDone => self.l2 -= 1,
+            QueueEvent::BatchDone | QueueEvent::DirectRetire => self.l2 -= 1,
             QueueEvent::Shutdown => self.shutdown = true,
         }
         if let Some(r) = &self.recorder {
@@ -226,8 +235,22 @@ impl SendState {
     }
 
     /// A direct post's backend call returned (successfully or not).
-    pub fn direct_done(&mut self) {
-        self.apply(QueueEvent::DirectDone);
+    ///
+    /// Normally the slot stays taken until the engine reaps it, so a
+    /// sender's next posts queue and leave in batches (returns false: the
+    /// engine must run). A caller that is waiting on its peer between sends
+    /// (`responsive`: it received since its previous direct post) gains
+    /// nothing from batching; with L1 empty nobody waits for the slot and
+    /// the caller frees it itself (returns true), so a request/response
+    /// exchange never wakes the engine.
+    pub fn direct_done(&mut self, responsive: bool) -> bool {
+        if responsive && self.l1_empty() {
+            self.apply(QueueEvent::DirectRetire);
+            true
+        } else {
+            self.apply(QueueEvent::DirectDone);
+            false
+        }
     }
 
     /// The engine reaps all completed direct posts. Returns how many.
@@ -286,12 +309,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn responsive_direct_post_is_retired_by_its_caller() {
+        let mut s = SendState::new(1, 10_000, None);
+        for _ in 0..3 {
+            assert_eq!(s.post(None, b"a"), PostDecision::Direct);
+            assert!(s.direct_done(true));
+            assert_eq!(s.reap(), 0);
+            assert!(s.drained());
+        }
+        // A streaming sender keeps the slot until the engine reaps it.
+        assert_eq!(s.post(None, b"a"), PostDecision::Direct);
+        assert!(!s.direct_done(false));
+        assert_eq!(s.post(None, b"b"), PostDecision::Queued);
+        assert_eq!(s.reap(), 1);
+    }
+
+    #[test]
     fn direct_when_idle_then_queue_until_reaped() {
         let mut s = SendState::new(1, 10_000, None);
         assert_eq!(s.post(None, b"a"), PostDecision::Direct);
-        s.direct_done();
-        // The slot stays occupied until the engine reaps it.
+        // "a" is in flight and holds the only L2 slot.
         assert_eq!(s.post(None, b"b"), PostDecision::Queued);
+        // L1 is busy: the slot stays occupied until the engine reaps it.
+        assert!(!s.direct_done(true));
         assert_eq!(s.post(None, b"c"), PostDecision::Queued);
         assert_eq!(s.reap(), 1);
         // L1 is not empty, so even with L2 room the next send queues (order).
@@ -335,7 +375,7 @@ mod tests {
         s.begin_shutdown();
         assert_eq!(s.post(None, b"b"), PostDecision::Closed);
         assert!(!s.drained());
-        s.direct_done();
+        assert!(!s.direct_done(false));
         s.reap();
         assert!(s.drained());
     }

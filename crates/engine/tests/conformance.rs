@@ -73,3 +73,36 @@ fn a_tampered_trace_is_rejected() {
     trace.insert(i + 1, (QueueEvent::DirectPost, eudp_engine::machine::QueueState { l2: st.l2 + 1, ..st }));
     assert!(check_trace(&trace, 1).is_err());
 }
+
+/// Request/response: a caller that receives between its sends frees its own
+/// L2 slot (`DirectRetire`) instead of waking the engine to reap it, and the
+/// recorded trace is still one the table allows.
+#[test]
+fn request_response_retires_on_the_callers_thread() {
+    let engine = Engine::start(Config { record_transitions: true, ..Config::default() }).unwrap();
+    let a = Endpoint::with_engine(&engine, false).unwrap();
+    a.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(5)));
+    let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let mut buf = [0u8; 64];
+    for i in 0..200u32 {
+        a.send_to(&i.to_be_bytes(), b_addr).unwrap();
+        let (n, _) = b.recv_from(&mut buf).unwrap();
+        b.send_to(&buf[..n], a_addr).unwrap();
+        let (n, _) = a.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &i.to_be_bytes());
+    }
+    let t = a.transitions();
+    check_trace(&t, 1).unwrap();
+    let retired = t.iter().filter(|(e, _)| matches!(e, QueueEvent::DirectRetire)).count();
+    let engine_reaps = t.iter().filter(|(e, _)| matches!(e, QueueEvent::Reap { .. })).count();
+    // The first send has no receive before it (its slot waits for the
+    // engine, so the next may queue behind it). Later sends retire their
+    // own slot, except while a descriptor of the engine's is still in its
+    // syscall when the reply arrives (the engine thread preempted by the
+    // peer it woke): then they queue, which the table allows too.
+    assert!(retired >= 100, "{retired} of 200 retired: {:?}", &t[..8.min(t.len())]);
+    assert!(engine_reaps <= 2, "{engine_reaps} engine reaps");
+}

@@ -187,7 +187,7 @@ fn nonblocking_and_timeout_and_peek() {
     assert!(t0.elapsed() >= Duration::from_millis(90));
     a.send_to(b"hello world", b.local_addr().unwrap()).unwrap();
     b.set_read_timeout(Some(Duration::from_secs(5)));
-    let r = b.recv_with(&mut buf, RecvFlags { peek: true, dont_wait: false }).unwrap();
+    let r = b.recv_with(&mut buf, RecvFlags { peek: true, ..RecvFlags::default() }).unwrap();
     assert_eq!((r.copied, r.len), (8, 11));
     assert_eq!(b.pending_datagrams(), 1);
     assert_eq!(b.next_datagram_len(), 11);

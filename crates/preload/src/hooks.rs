@@ -285,7 +285,7 @@ fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result
         }
     }
     let ep = s.endpoint(fd)?;
-    let mut r = ep_recv(s, &ep, fd, buf, flags);
+    let mut r = ep_recv(s, &ep, buf, flags);
     if let Ok(x) = &mut r {
         if x.src.port() == 0 {
             if let Ok(p) = ep.peer_addr() {
@@ -807,7 +807,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
             }
             match s.existing() {
                 Some(ep) => {
-                    let n = match ep.recv_with(&mut [], eudp_engine::RecvFlags { peek: true, dont_wait: true }) {
+                    let n = match ep.recv_with(&mut [], eudp_engine::RecvFlags { peek: true, dont_wait: true, interruptible: false }) {
                         Ok(r) => r.len,
                         Err(_) => 0,
                     };

@@ -303,18 +303,6 @@ fn fork_keep() -> bool {
     std::env::var("EUDP_FORK_KEEP").map(|v| v == "1").unwrap_or(false)
 }
 
-/// Receive spin of the current profile (EUDP_SPIN_US).
-pub fn spin() -> Duration {
-    static S: AtomicU64 = AtomicU64::new(u64::MAX);
-    let v = S.load(Relaxed);
-    if v != u64::MAX {
-        return Duration::from_micros(v);
-    }
-    let us = std::env::var("EUDP_SPIN_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0u64);
-    S.store(us, Relaxed);
-    Duration::from_micros(us)
-}
-
 // ------------------------------------------------------------ per socket
 
 impl Sock {
@@ -456,7 +444,7 @@ impl Sock {
             let mut keep = lock(&self.leftover);
             let mut buf = vec![0u8; 65536];
             while ep.pending_datagrams() > 0 {
-                match ep.recv_with(&mut buf, RecvFlags { peek: false, dont_wait: true }) {
+                match ep.recv_with(&mut buf, RecvFlags { dont_wait: true, ..RecvFlags::default() }) {
                     Ok(r) => keep.push_back((buf[..r.copied].to_vec(), r.src)),
                     Err(_) => break,
                 }
@@ -520,49 +508,20 @@ impl Drop for Sock {
 // ------------------------------------------------------------- receiving
 
 /// One receive on the engine path with the application's flags.
-pub fn ep_recv(s: &Sock, ep: &Endpoint, fd: i32, buf: &mut [u8], flags: i32) -> Result<Received, i32> {
+///
+/// A blocking receive is the engine's own: it reads the socket on this
+/// thread, keeps the engine off it while waiting (no second wake-up per
+/// arrival), spins first under the latency profile (`EUDP_SPIN_US`, the
+/// engine's `recv_spin`), honours SO_RCVTIMEO (mirrored into the endpoint
+/// by `setsockopt`) and fails with `EINTR` when the program has a handler
+/// without `SA_RESTART`, as the kernel would.
+pub fn ep_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], flags: i32) -> Result<Received, i32> {
     let peek = flags & libc::MSG_PEEK != 0;
-    let dont_wait = flags & libc::MSG_DONTWAIT != 0 || s.nonblock();
-    let spin = spin();
-    if dont_wait {
+    if flags & libc::MSG_DONTWAIT != 0 || s.nonblock() {
         return nonblocking_recv(s, ep, buf, peek);
     }
-    if spin.is_zero() && !crate::signals::eintr_wanted() {
-        // The engine's own blocking receive: it restarts after signals, as
-        // the kernel does for SA_RESTART handlers.
-        return ep.recv_with(buf, RecvFlags { peek, dont_wait }).map_err(|e| errno_of(&e));
-    }
-    let (timeout, _) = crate::hooks::kernel_timeouts(fd);
-    let start = Instant::now();
-    let deadline = timeout.map(|t| start + t);
-    let spin_until = start + spin;
-    let ring = s.ring_fd(ep);
-    loop {
-        match ep.recv_with(buf, RecvFlags { peek, dont_wait: true }) {
-            Ok(r) => return Ok(r),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(errno_of(&e)),
-        }
-        let now = Instant::now();
-        if now < spin_until {
-            std::hint::spin_loop();
-            continue;
-        }
-        let remaining = match deadline {
-            Some(d) if now >= d => return Err(libc::EAGAIN),
-            Some(d) => Some(d - now),
-            None => None,
-        };
-        match crate::hooks::wait_readable(ep.raw_fd(), ring, remaining) {
-            Ok(()) => {}
-            Err(libc::EINTR) => {
-                if crate::signals::eintr_wanted() {
-                    return Err(libc::EINTR);
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let f = RecvFlags { peek, dont_wait: false, interruptible: crate::signals::eintr_wanted() };
+    ep.recv_with(buf, f).map_err(|e| errno_of(&e))
 }
 
 /// A nonblocking receive that never reports `EAGAIN` for a datagram that
@@ -574,7 +533,7 @@ pub fn ep_recv(s: &Sock, ep: &Endpoint, fd: i32, buf: &mut [u8], flags: i32) -> 
 /// socket itself (its `direct_recv_calls` did not move: the engine or
 /// another thread holds the socket) waits briefly for the ring.
 fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Result<Received, i32> {
-    let f = RecvFlags { peek, dont_wait: true };
+    let f = RecvFlags { peek, dont_wait: true, interruptible: false };
     match ep.recv_with(buf, f) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         r => return r.map_err(|e| errno_of(&e)),

@@ -4,7 +4,8 @@
  *   DirectPost  App     caller: L1 empty and L2 below its bound -> post on the caller's thread
  *   Enqueue     App     caller: L1 busy or L2 full, L1 has room -> queue in L1
  *   Refuse      App     caller: shut down, or L1 full -> refused
- *   DirectDone  App     caller: its backend operation returned; the L2 slot stays taken until reaped
+ *   DirectDone  App     caller: its backend operation returned; the L2 slot stays taken until the engine reaps it
+ *   DirectRetire App     caller: its backend operation returned, L1 empty; nobody waits for the slot, the caller may free it
  *   Reap        Engine  engine: reap n completed direct posts, freeing their L2 slots (self-clocking)
  *   TakeBatch   Engine  engine: L2 has room -> move 1..l1 datagrams from L1 into one descriptor
  *   BatchDone   Engine  engine: its descriptor's backend operation returned; reaped at once
@@ -55,7 +56,10 @@ proctype app(byte me) {
      if
      :: atomic { ((shutdown == 0) && ((l1 == 0) && (l2 < L2_BOUND))) -> l2 = l2 + 1; direct_inflight = direct_inflight + 1; acc[id] = 1; accepted++; in_desc++; printf("@@ app%d DirectPost #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) };
         atomic { hand(id) };   /* the caller's own backend operation */
-        atomic { ((direct_inflight > 0) && (done_unreaped < l2)) -> direct_inflight = direct_inflight - 1; done_unreaped = done_unreaped + 1; printf("@@ app%d DirectDone #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
+        if
+        :: atomic { ((direct_inflight > 0) && (done_unreaped < l2)) -> direct_inflight = direct_inflight - 1; done_unreaped = done_unreaped + 1; printf("@@ app%d DirectDone #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
+        :: atomic { ((direct_inflight > 0) && (done_unreaped < l2) && (l1 == 0)) -> direct_inflight = direct_inflight - 1; l2 = l2 - 1; printf("@@ app%d DirectRetire #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
+        fi
      :: atomic { ((shutdown == 0) && !((l1 == 0) && (l2 < L2_BOUND)) && !((l1 >= 1) && (l1 >= L1_CAP))) -> l1 = l1 + 1; l1q!id; acc[id] = 1; accepted++; printf("@@ app%d Enqueue #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
      :: atomic { ((shutdown == 1) || ((l1 >= 1) && (l1 >= L1_CAP))) -> refused++; printf("@@ app%d Refuse #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
      fi;

@@ -583,22 +583,42 @@ impl Epoll {
 /// Blocks until one of `fds` is readable or `timeout` passes (`None`: forever).
 /// Returns true when something became readable. EINTR counts as a wake-up.
 pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<bool> {
+    restarted(poll_events(fds, libc::POLLIN, timeout))
+}
+
+/// As [`poll_readable`], but a signal handler that ran during the wait
+/// fails it with `ErrorKind::Interrupted` (a receive that must report
+/// `EINTR` as the kernel would for a handler without `SA_RESTART`).
+pub fn poll_readable_interruptible(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<bool> {
     poll_events(fds, libc::POLLIN, timeout)
 }
 
 /// As [`poll_readable`] for writability.
 pub fn poll_writable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
-    poll_events(&[fd], libc::POLLOUT, timeout)
+    restarted(poll_events(&[fd], libc::POLLOUT, timeout))
+}
+
+/// An interrupted wait counts as a wake-up: the caller looks again.
+fn restarted(r: io::Result<bool>) -> io::Result<bool> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+        r => r,
+    }
 }
 
 fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut p: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events, revents: 0 }).collect();
+    // At most two descriptors are ever polled: no allocation on the wait path.
+    let mut p = [libc::pollfd { fd: -1, events, revents: 0 }; 4];
+    debug_assert!(fds.len() <= p.len());
+    let n = fds.len().min(p.len());
+    for (slot, &fd) in p.iter_mut().zip(fds) {
+        slot.fd = fd;
+    }
     let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32).unwrap_or(-1);
-    // SAFETY: pointer/length of a live pollfd vector.
-    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    // SAFETY: pointer to a live pollfd array and a length within it.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, ms) };
     if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted { Ok(true) } else { Err(e) };
+        return Err(io::Error::last_os_error());
     }
     Ok(r > 0)
 }
