@@ -345,7 +345,9 @@ fn burst(tb: &Testbed, a: &TraceArgs) -> Result<TraceDoc, String> {
 }
 
 /// Receive rates of untraced and traced transfers, alternating, with the
-/// median of each and their ratio; also written to DIR/overhead.txt.
+/// median of each and their ratio; also written to DIR/overhead.txt. Every
+/// traced transfer is analysed too: a rate counts as fully traced only if
+/// its trace has every layer of every packet (its problems are reported).
 fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     use std::fmt::Write as _;
     let median = |v: &mut Vec<f64>| {
@@ -356,20 +358,29 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     let _ = writeln!(out, "{:<7} {:>6} {:>10} {:>10} {:>9}", "stack", "size", "off", "on", "on/off");
     for &size in &a.sizes {
         for stack in &a.stacks {
-            let (mut off, mut on) = (Vec::new(), Vec::new());
+            let (mut off, mut on, mut problems) = (Vec::new(), Vec::new(), Vec::new());
             for r in 0..a.overhead_reps {
                 for first in [r % 2 == 0, r % 2 == 1] {
-                    let (_, _, rep) = transfer(tb, stack, size, a.run_packets, &a.out, first, false)?;
+                    let (tx, rx, rep) = transfer(tb, stack, size, a.run_packets, &a.out, first, false)?;
                     if first {
-                        on.push(rep.gbps)
+                        on.push(rep.gbps);
+                        let mut p = analyse(stack, size, &tx, &rx).problems;
+                        if rep.received != a.run_packets {
+                            p.push(format!("{} of {} datagrams received", rep.received, a.run_packets));
+                        }
+                        problems.extend(p);
                     } else {
                         off.push(rep.gbps)
                     }
                 }
             }
+            let range = |v: &[f64]| format!("{:.2}-{:.2}", v.first().copied().unwrap_or(0.0), v.last().copied().unwrap_or(0.0));
             let (f, n) = (median(&mut off), median(&mut on));
-            let _ = writeln!(out, "{stack:<7} {size:>6} {f:>10.3} {n:>10.3} {:>9.3}", n / f);
+            let _ = writeln!(out, "{stack:<7} {size:>6} {f:>10.3} {n:>10.3} {:>9.3}   off {} on {}", n / f, range(&off), range(&on));
             print!("{}", out.lines().last().map(|l| format!("{l}\n")).unwrap_or_default());
+            let complete = if problems.is_empty() { "every traced run complete (every layer of every packet)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
+            let _ = writeln!(out, "        {complete}");
+            println!("        {complete}");
         }
     }
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
@@ -452,6 +463,9 @@ fn worker_args(args: &[String]) -> Result<WorkerArgs, String> {
 fn worker(args: &[String]) -> Result<(), String> {
     let w = worker_args(args)?;
     if w.trace {
+        // Room for every event of the transfer on each thread (one or two
+        // per datagram on an application thread), so nothing is dropped.
+        tracepoint::set_capacity(w.count as usize * 2 + (1 << 16));
         tracepoint::enable();
         tracepoint::prepare_thread();
     }

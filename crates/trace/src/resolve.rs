@@ -183,8 +183,15 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
         }
         for (q, seq) in &q2seq {
             let i = idx(&mut paths, *seq);
-            paths[i].points[2] = q_take.get(q).copied();
+            let take = q_take.get(q).copied();
+            paths[i].points[2] = take;
             paths[i].points[3] = q_batch.get(q).copied();
+            // The datagram was in L1 before the call returned and before the
+            // engine took it: a caller preempted between its enqueue and its
+            // return lets the engine take the datagram first.
+            if let (Some(enq), Some(t)) = (paths[i].points[1], take) {
+                paths[i].points[1] = Some(enq.min(t));
+            }
         }
         for (k, first, count, direct, enter, ret) in kmsg_refs {
             let seqs: Vec<u64> = if direct { vec![first] } else { (first..first + count).filter_map(|q| q2seq.get(&q).copied()).collect() };
