@@ -76,6 +76,31 @@ struct RecvSide {
     ring: RecvRing,
     /// Readable exactly when the ring holds a datagram; created on demand.
     ready: Option<Arc<EventFd>>,
+    /// Whether `ready` is readable now: it is written only on a change, so
+    /// a receive that fills and empties the ring itself costs no syscall.
+    ready_set: bool,
+}
+
+impl RecvSide {
+    /// Makes `ready` readable (one syscall, only on a change).
+    fn signal(&mut self) {
+        if let Some(fd) = &self.ready {
+            if !self.ready_set {
+                fd.set();
+                self.ready_set = true;
+            }
+        }
+    }
+
+    /// Makes `ready` unreadable (one syscall, only on a change).
+    fn unsignal(&mut self) {
+        if let Some(fd) = &self.ready {
+            if self.ready_set {
+                fd.clear();
+                self.ready_set = false;
+            }
+        }
+    }
 }
 
 /// What the engine and the application share about one endpoint.
@@ -210,7 +235,7 @@ impl Endpoint {
             id: sh.next_id(),
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             send_cv: Condvar::new(),
-            recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None }),
+            recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false }),
             rx_sock: Mutex::new(()),
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
             rx_armed: AtomicBool::new(true),
@@ -830,18 +855,21 @@ impl EpInner {
 
     fn ready_fd<'a>(&self, rs: &'a mut RecvSide) -> io::Result<&'a Arc<EventFd>> {
         if rs.ready.is_none() {
-            let fd = EventFd::new()?;
-            if !rs.ring.is_empty() {
-                fd.set();
+            rs.ready = Some(Arc::new(EventFd::new()?));
+            rs.ready_set = false;
+            if !rs.ring.is_empty() || self.pending_error.load(Relaxed) != 0 {
+                rs.signal();
             }
-            rs.ready = Some(Arc::new(fd));
         }
         Ok(rs.ready.as_ref().expect("just created"))
     }
 
     /// Moves what the socket holds into the ring; returns datagrams added.
     /// The caller holds `rx_sock`; the ring lock is taken only to push.
-    fn fill_ring(&self, scratch: &mut RecvScratch, rounds: usize) -> (usize, bool) {
+    /// `signal`: make the ready fd readable on an empty→non-empty push (the
+    /// engine); a receiving thread that pops next passes false and settles
+    /// readiness after its pop.
+    fn fill_ring(&self, scratch: &mut RecvScratch, rounds: usize, signal: bool) -> (usize, bool) {
         let mut added = 0;
         for round in 0..rounds {
             Stats::add(&self.stats.recv_calls, 1);
@@ -858,7 +886,7 @@ impl EpInner {
                             let code = e.raw_os_error().unwrap_or(libc::EIO);
                             self.set_pending_error(code);
                             while self.backend.take_error().is_some() {}
-                            self.signal_ready(&lock(&self.recv));
+                            lock(&self.recv).signal();
                         }
                     }
                     break;
@@ -888,8 +916,8 @@ impl EpInner {
                         added += n;
                         Stats::add(&self.stats.datagrams_received, n as u64);
                         Stats::add(&self.stats.bytes_received, m.len as u64);
-                        if was_empty {
-                            self.signal_ready(&rs);
+                        if was_empty && signal {
+                            rs.signal();
                         }
                     }
                     Err(n) => Stats::add(&self.stats.drop_ring_full, n as u64),
@@ -904,12 +932,6 @@ impl EpInner {
             }
         }
         (added, false)
-    }
-
-    fn signal_ready(&self, rs: &RecvSide) {
-        if let Some(fd) = &rs.ready {
-            fd.set();
-        }
     }
 
     /// Engine side: the socket is readable (or has an error).
@@ -933,7 +955,7 @@ impl EpInner {
             return RxOutcome::Parked;
         }
         let more = match self.rx_sock.try_lock() {
-            Ok(_g) => self.fill_ring(scratch, RX_ROUNDS).1,
+            Ok(_g) => self.fill_ring(scratch, RX_ROUNDS, true).1,
             // An application thread is reading the socket right now.
             Err(_) => return RxOutcome::Parked,
         };
@@ -978,9 +1000,7 @@ impl EpInner {
             self.trace.pop();
         }
         if rs.ring.is_empty() && self.pending_error.load(Relaxed) == 0 {
-            if let Some(fd) = &rs.ready {
-                fd.clear();
-            }
+            rs.unsignal();
         }
         let src = d.src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
         Some(Received { copied: d.copied, len: d.len, src })
@@ -1007,7 +1027,8 @@ impl EpInner {
                     CALLER_SCRATCH.with(|c| {
                         let mut c = c.borrow_mut();
                         let sc = c.get_or_insert_with(|| RecvScratch::new(4));
-                        self.fill_ring(sc, 1)
+                        // Readiness is settled after this thread's pop below.
+                        self.fill_ring(sc, 1, false)
                     });
                 }
                 // The engine is reading the socket right now: wait for that
@@ -1019,12 +1040,13 @@ impl EpInner {
             let ready = {
                 let mut rs = lock(&self.recv);
                 if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
+                    if !rs.ring.is_empty() {
+                        rs.signal();
+                    }
                     return Ok(r);
                 }
                 if let Some(e) = self.take_pending_error() {
-                    if let Some(fd) = &rs.ready {
-                        fd.clear();
-                    }
+                    rs.unsignal();
                     return Err(e);
                 }
                 if nonblocking {
