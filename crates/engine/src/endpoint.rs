@@ -155,6 +155,14 @@ pub struct RecvFlags {
     pub interruptible: bool,
 }
 
+/// Flags for [`Endpoint::send_with`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SendFlags {
+    /// Do not block for this call (MSG_DONTWAIT): a full L1 or a full
+    /// kernel send buffer fails it with `EAGAIN` even on a blocking endpoint.
+    pub dont_wait: bool,
+}
+
 /// One datagram received by [`Endpoint::recv_with`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Received {
@@ -387,19 +395,29 @@ impl Endpoint {
 
     /// Sends on a connected endpoint.
     pub fn send(&self, data: &[u8]) -> io::Result<usize> {
-        if !self.inner.connected.load(Relaxed) {
-            return Err(err(libc::EDESTADDRREQ));
-        }
-        self.inner.traced_send(data, None)
+        self.send_with(data, None, SendFlags::default())
     }
 
     /// Sends one datagram to `dst`.
     pub fn send_to(&self, data: &[u8], dst: SocketAddr) -> io::Result<usize> {
-        let dst = self.family_addr(dst)?;
-        if dst.port() == 0 {
-            return Err(err(libc::EINVAL));
-        }
-        self.inner.traced_send(data, Some(dst))
+        self.send_with(data, Some(dst), SendFlags::default())
+    }
+
+    /// Sends one datagram to `dst` (`None`: the connected peer) with
+    /// per-call flags.
+    pub fn send_with(&self, data: &[u8], dst: Option<SocketAddr>, flags: SendFlags) -> io::Result<usize> {
+        let dst = match dst {
+            Some(d) => {
+                let d = self.family_addr(d)?;
+                if d.port() == 0 {
+                    return Err(err(libc::EINVAL));
+                }
+                Some(d)
+            }
+            None if !self.inner.connected.load(Relaxed) => return Err(err(libc::EDESTADDRREQ)),
+            None => None,
+        };
+        self.inner.traced_send(data, dst, flags)
     }
 
     /// Sends several datagrams; returns how many were accepted. Stops at the
@@ -535,12 +553,12 @@ impl EpInner {
     }
 
     /// [`EpInner::send`] between the application-call tracepoints.
-    fn traced_send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>) -> io::Result<usize> {
+    fn traced_send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>, flags: SendFlags) -> io::Result<usize> {
         if !crate::tracepoint::on() {
-            return self.send(data, dst);
+            return self.send(data, dst, flags);
         }
         let seq = self.trace.send_enter(data.len());
-        let r = self.send(data, dst);
+        let r = self.send(data, dst, flags);
         self.trace.send_return(seq);
         r
     }
@@ -558,7 +576,8 @@ impl EpInner {
         r
     }
 
-    fn send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>) -> io::Result<usize> {
+    fn send(self: &Arc<Self>, data: &[u8], dst: Option<SocketAddr>, flags: SendFlags) -> io::Result<usize> {
+        let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
         // The limit follows the destination's family: an IPv4 (or
         // IPv4-mapped) peer of a dual-stack socket gets IPv4's limit. Only
         // lengths between the two limits need the (syscall) peer lookup.
@@ -580,7 +599,7 @@ impl EpInner {
             return Err(e);
         }
         if self.engine.is_stopped() {
-            return self.direct_send(data, dst.as_ref());
+            return self.direct_send(data, dst.as_ref(), nonblocking);
         }
         let mut deadline: Option<Option<Instant>> = None;
         loop {
@@ -592,7 +611,7 @@ impl EpInner {
                 PostDecision::Direct => {
                     self.trace.direct();
                     drop(s);
-                    let r = self.direct_send(data, dst.as_ref());
+                    let r = self.direct_send(data, dst.as_ref(), nonblocking);
                     let mut s = lock(&self.send);
                     let rx = self.rx_calls.load(Relaxed);
                     let responsive = std::mem::replace(&mut s.rx_mark, rx) != rx;
@@ -611,7 +630,7 @@ impl EpInner {
                 PostDecision::Closed => return Err(err(libc::EPIPE)),
                 PostDecision::Full => {
                     self.kick(&mut s);
-                    if self.nonblocking.load(Relaxed) {
+                    if nonblocking {
                         return Err(err(libc::EAGAIN));
                     }
                     let dl = *deadline.get_or_insert_with(|| self.deadline(true));
@@ -651,7 +670,7 @@ impl EpInner {
 
     /// One datagram on the caller's thread. A full kernel send buffer makes
     /// a blocking endpoint wait for room, as a blocking socket would.
-    fn direct_send(&self, data: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+    fn direct_send(&self, data: &[u8], dst: Option<&SocketAddr>, nonblocking: bool) -> io::Result<usize> {
         let mut deadline: Option<Option<Instant>> = None;
         loop {
             Stats::add(&self.stats.send_calls, 1);
@@ -663,7 +682,7 @@ impl EpInner {
                     Stats::add(&self.stats.bytes_sent, n as u64);
                     return Ok(n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !self.nonblocking.load(Relaxed) => {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !nonblocking => {
                     let dl = *deadline.get_or_insert_with(|| self.deadline(true));
                     let wait = match dl {
                         Some(d) => match d.checked_duration_since(Instant::now()) {

@@ -1,6 +1,6 @@
 //! Endpoint behaviour over loopback: payloads, order, counters, errors.
 
-use eudp_engine::{Config, Endpoint, Engine, RecvFlags};
+use eudp_engine::{Config, Endpoint, Engine, RecvFlags, SendFlags};
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -362,4 +362,40 @@ fn dropping_an_endpoint_frees_its_port_at_once() {
         let again = Endpoint::with_engine(&e, false).unwrap();
         again.bind_to(port).expect("port still held after drop");
     }
+}
+
+#[test]
+fn dont_wait_send_on_a_blocking_endpoint_fails_instead_of_waiting() {
+    let e = engine(Config::default());
+    let (a, b) = pair(&e, false);
+    // L1 holds about two 1400 B datagrams: the sender outruns the engine.
+    a.set_send_buffer_size(4096).unwrap();
+    let dst = b.local_addr().unwrap();
+    let data = [7u8; 1400];
+    let (mut sent, mut again) = (0u64, 0u64);
+    let start = Instant::now();
+    for _ in 0..200_000 {
+        match a.send_with(&data, Some(dst), SendFlags { dont_wait: true }) {
+            Ok(n) => {
+                assert_eq!(n, data.len());
+                sent += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+                again += 1;
+                if again >= 100 {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(again > 0, "{sent} sends, none refused: the flag was not honoured");
+    assert!(start.elapsed() < Duration::from_secs(20));
+    // Every accepted datagram still goes out; blocking sends still work.
+    assert!(a.flush(Duration::from_secs(10)));
+    assert_eq!(a.stats().datagrams_sent, sent);
+    assert_eq!(a.send_to(&data, dst).unwrap(), data.len());
+    // Without a destination on an unconnected endpoint: like the kernel.
+    let r = a.send_with(&data, None, SendFlags::default()).unwrap_err();
+    assert_eq!(r.raw_os_error(), Some(libc::EDESTADDRREQ));
 }

@@ -329,7 +329,7 @@ fn shim_send(s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: Option<So
         return None;
     }
     let ep = s.endpoint(fd)?;
-    Some(ep_send(&ep, data, dst))
+    Some(ep_send(&ep, data, dst, flags))
 }
 
 fn ret_isize(r: Result<usize, c_int>) -> ssize_t {

@@ -562,13 +562,11 @@ fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Resu
     }
 }
 
-/// One send on the engine path.
-pub fn ep_send(ep: &Endpoint, data: &[u8], dst: Option<SocketAddr>) -> Result<usize, i32> {
-    let r = match dst {
-        Some(d) => ep.send_to(data, d),
-        None => ep.send(data),
-    };
-    r.map_err(|e| errno_of(&e))
+/// One send on the engine path; `MSG_DONTWAIT` makes this call
+/// nonblocking on a blocking socket, as the kernel does.
+pub fn ep_send(ep: &Endpoint, data: &[u8], dst: Option<SocketAddr>, flags: i32) -> Result<usize, i32> {
+    let f = eudp_engine::SendFlags { dont_wait: flags & libc::MSG_DONTWAIT != 0 };
+    ep.send_with(data, dst, f).map_err(|e| errno_of(&e))
 }
 
 // ------------------------------------------------------------------ fork
