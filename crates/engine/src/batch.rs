@@ -17,8 +17,12 @@ pub struct GsoLimits {
     /// Maximum total payload bytes per super-packet.
     pub max_bytes: usize,
     /// Largest segment size that may be segmented: a segment plus headers
-    /// must fit the path MTU, or the kernel rejects the send.
+    /// must fit the path MTU, or the kernel rejects the send. Applies to
+    /// IPv6 destinations and to connected sends (`dst` `None`).
     pub max_segment_size: usize,
+    /// The same for IPv4 destinations, including IPv4-mapped ones of a
+    /// dual-stack IPv6 socket, whose packets carry the smaller IPv4 header.
+    pub max_segment_size_v4: usize,
     /// GSO is usable at all on this socket.
     pub enabled: bool,
 }
@@ -31,6 +35,7 @@ impl GsoLimits {
             max_segments: eudp_wire::limits::GSO_MAX_SEGMENTS,
             max_bytes: if v6 { eudp_wire::limits::GSO_MAX_BYTES_V6 } else { eudp_wire::limits::GSO_MAX_BYTES_V4 },
             max_segment_size: if v6 { 1500 - 48 } else { 1500 - 28 },
+            max_segment_size_v4: 1500 - 28,
             enabled: true,
         }
     }
@@ -52,7 +57,12 @@ pub fn gso_batch(items: &[(Option<SocketAddr>, usize)], lim: &GsoLimits) -> Vec<
     let mut i = 0;
     while i < items.len() {
         let (dst, seg) = items[i];
-        let segmentable = lim.enabled && seg > 0 && seg <= lim.max_segment_size && seg <= u16::MAX as usize;
+        let cap = match dst {
+            Some(SocketAddr::V4(_)) => lim.max_segment_size_v4,
+            Some(SocketAddr::V6(a)) if a.ip().to_ipv4_mapped().is_some() => lim.max_segment_size_v4,
+            _ => lim.max_segment_size,
+        };
+        let segmentable = lim.enabled && seg > 0 && seg <= cap && seg <= u16::MAX as usize;
         if !segmentable {
             runs.push(Run { start: i, count: 1, segment: None });
             i += 1;
@@ -110,7 +120,18 @@ mod tests {
     }
 
     fn lim() -> GsoLimits {
-        GsoLimits { max_segments: 64, max_bytes: 65_507, max_segment_size: 1472, enabled: true }
+        GsoLimits { max_segments: 64, max_bytes: 65_507, max_segment_size: 1472, max_segment_size_v4: 1472, enabled: true }
+    }
+
+    #[test]
+    fn dual_stack_socket_segments_ipv4_mapped_peers_at_the_ipv4_limit() {
+        let v6 = GsoLimits::ethernet(true);
+        let mapped = Some("[::ffff:198.18.0.2]:9".parse().unwrap());
+        let native = Some("[2001:2::2]:9".parse().unwrap());
+        assert_eq!(gso_batch(&vec![(mapped, 1472); 4], &v6), vec![Run { start: 0, count: 4, segment: Some(1472) }]);
+        // 1472 B does not fit a 1500 B MTU under an IPv6 header.
+        assert_eq!(gso_batch(&vec![(native, 1472); 2], &v6).len(), 2);
+        assert_eq!(gso_batch(&vec![(native, 1452); 2], &v6).len(), 1);
     }
 
     #[test]

@@ -722,13 +722,24 @@ impl EpInner {
     /// Hands the staged datagrams to the backend, one descriptor per call.
     fn send_staged(&self, staging: &L1Queue) {
         let items: Vec<(Option<SocketAddr>, usize)> = staging.slots().iter().map(|s| (s.dst, s.len as usize)).collect();
+        // Connected sends carry no destination: their segment limit follows
+        // the peer's family (an IPv4-mapped peer of a dual-stack socket
+        // takes IPv4's larger segments). One lookup per staging.
+        let connected_v4 = self.backend.is_v6()
+            && items.iter().any(|(d, _)| d.is_none())
+            && matches!(self.backend.peer_addr(), Ok(SocketAddr::V6(a)) if a.ip().to_ipv4_mapped().is_some());
         let mut done = 0usize;
         // Plan once per staging; plan again only when a GSO fallback changed
         // the limits (planning per call would be quadratic in L1's length).
         while done < items.len() {
             let mut lim = self.gso_limits;
             lim.enabled = self.gso.load(Relaxed);
-            lim.max_segment_size = lim.max_segment_size.min(self.gso_seg_cap.load(Relaxed));
+            if connected_v4 {
+                lim.max_segment_size = lim.max_segment_size_v4;
+            }
+            let cap = self.gso_seg_cap.load(Relaxed);
+            lim.max_segment_size = lim.max_segment_size.min(cap);
+            lim.max_segment_size_v4 = lim.max_segment_size_v4.min(cap);
             let base = done;
             let runs = gso_batch(&items[base..], &lim);
             let fallbacks = self.stats.gso_fallbacks.load(Relaxed);

@@ -399,3 +399,42 @@ fn dont_wait_send_on_a_blocking_endpoint_fails_instead_of_waiting() {
     let r = a.send_with(&data, None, SendFlags::default()).unwrap_err();
     assert_eq!(r.raw_os_error(), Some(libc::EDESTADDRREQ));
 }
+
+/// A dual-stack IPv6 endpoint sending full-size IPv4 datagrams (1472 B, too
+/// big for a segment under an IPv6 header) to an IPv4-mapped peer — what a
+/// server listening on `::` does — still sends them as GSO super-packets,
+/// to an explicit destination and to its connected peer alike.
+#[test]
+fn dual_stack_sender_uses_gso_towards_ipv4_peers() {
+    let e = engine(Config::default());
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let port = rx.local_addr().unwrap().port();
+    let mapped: SocketAddr = format!("[::ffff:127.0.0.1]:{port}").parse().unwrap();
+    for connected in [false, true] {
+        let a = Endpoint::with_engine(&e, true).unwrap();
+        a.bind_to("[::]:0".parse().unwrap()).unwrap();
+        if connected {
+            a.connect(mapped).unwrap();
+        }
+        // Within the receiver's default socket buffer.
+        let n = 60u64;
+        for i in 0..n {
+            let p = payload(i, 1472);
+            if connected {
+                a.send(&p).unwrap();
+            } else {
+                a.send_to(&p, mapped).unwrap();
+            }
+        }
+        assert!(a.flush(Duration::from_secs(5)));
+        let s = a.stats();
+        assert_eq!(s.datagrams_sent, n);
+        assert!(s.queued_posts > 0 && s.gso_messages > 0, "connected={connected}: {s:?}");
+        let mut buf = [0u8; 2000];
+        for i in 0..n {
+            let m = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..m], &payload(i, 1472)[..]);
+        }
+    }
+}
