@@ -407,8 +407,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize, out_dir: &str) -> Result<(TcpBench, String), String> {
     let loadavg_before = loadavg();
     let mut rows = Vec::new();
+    // TCP_BENCH_MODES=tcp (comma list) runs a subset, e.g. under a profiler.
+    let only = std::env::var("TCP_BENCH_MODES").unwrap_or_default();
+    let modes: Vec<TcpMode> =
+        [TcpMode::Kernel, TcpMode::Eudp, TcpMode::Tcp].into_iter().filter(|m| only.is_empty() || only.split(',').any(|w| w.trim() == m.name())).collect();
     for _ in 0..repeats.max(1) {
-        for mode in [TcpMode::Kernel, TcpMode::Eudp, TcpMode::Tcp] {
+        for &mode in &modes {
             let (s, r) = transfer(tb, w, mode, size, secs, 0, 0)?;
             rows.push(row(mode, size, s, r));
         }

@@ -486,6 +486,18 @@ fn coalesced_receive_keeps_every_boundary() {
         plan.push((1000, round % 2 == 0));
         plan.push((1472, false));
         plan.push((1000, false));
+        // Packed blocks (>= 1 KiB): a run cut by a shorter tail, by another
+        // source, by a larger and by a small datagram, and one over 64 KiB.
+        for _ in 0..50 {
+            plan.push((1400, false));
+        }
+        plan.push((1300, false));
+        plan.push((1400, false));
+        plan.push((1400, round % 3 == 0));
+        plan.push((1400, false));
+        plan.push((1472, false));
+        plan.push((700, false));
+        plan.push((1400, false));
     }
     for (i, &(len, other)) in plan.iter().enumerate() {
         let s = if other { &tx2 } else { &tx };
@@ -506,4 +518,59 @@ fn coalesced_receive_keeps_every_boundary() {
         assert!(buf[..k] == payload(i as u64, len)[..], "datagram {i}: got seq {:?}", buf[..8.min(k)].to_vec());
     }
     assert!(rx.stats().gro_superpackets > 0, "{:?}", rx.stats());
+}
+
+#[test]
+fn streaming_sends_are_coalesced_and_the_tail_is_flushed() {
+    // An application thread sending back to back (the backend called
+    // directly, as the engine's direct path does) has its datagrams gathered
+    // into block writes; the last block goes out on the manager's timer.
+    use eudp_engine::backend::Backend;
+    let port = free_port();
+    let (a, b) = (host("127.0.0.23", port, |_| {}), host("127.0.0.24", port, |_| {}));
+    let e = engine();
+    let rx = ep(&b, &e, "127.0.0.24", 0);
+    rx.set_recv_buffer_size(8 << 20).unwrap();
+    let to = rx.local_addr().unwrap();
+    let tx = a.socket(false).unwrap();
+    tx.bind(&"127.0.0.23:0".parse().unwrap()).unwrap();
+    let from = tx.local_addr().unwrap();
+    // The connection is up first (until then datagrams wait in the DML queue).
+    tx.send_one(b"up", Some(&to)).unwrap();
+    let mut first = [0u8; 8];
+    assert_eq!(rx.recv_from(&mut first).unwrap(), (2, from));
+    let n = 2000u64;
+    for i in 0..n {
+        loop {
+            match tx.send_one(&payload(i, 1472), Some(&to)) {
+                Ok(_) => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => panic!("send {i}: {e}"),
+            }
+        }
+    }
+    recv_n(&rx, n, 1472, from);
+    let st = a.stats();
+    assert!(st.coalesced_sends > n / 2, "{st:?}");
+    assert_eq!(st.frames_sent, n + 1, "{st:?}");
+    assert_eq!(a.queued_bytes(), 0);
+    // A request/response exchange is never held back by the timer.
+    let t0 = Instant::now();
+    for i in 0..20u64 {
+        tx.send_one(&payload(i, 100), Some(&to)).unwrap();
+        let mut buf = [0u8; 200];
+        let (k, _) = rx.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..k], &payload(i, 100)[..]);
+        rx.send_to(&buf[..k], from).unwrap();
+        let mut got = vec![0u8; 200];
+        let mut bufs = [std::mem::take(&mut got)];
+        let mut meta = [eudp_engine::backend::InMeta { len: 0, src: None, segment: None, truncated: false }];
+        let t = Instant::now();
+        while tx.recv_batch(&mut bufs, &mut meta).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(5), "no reply {i}");
+            std::thread::yield_now();
+        }
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(a.stats().coalesced_sends, st.coalesced_sends, "request/response sends were coalesced");
 }

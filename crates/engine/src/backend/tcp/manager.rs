@@ -17,7 +17,7 @@
 
 use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD};
 use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use super::{Dml, TcpConfig};
+use super::{Dml, TcpConfig, CORK_BYTES};
 use crate::backend::kernel::{to_family, unmap, EventFd};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -93,6 +93,8 @@ counters! {
     block_timeouts: "DML (b): blocks that timed out and fell back to queueing.",
     backpressure_waits: "Sends that waited for room on a connected lane.",
     cc_errors: "Connections on which TCP_CONGESTION could not be set.",
+    coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
+    cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -103,11 +105,48 @@ pub(super) struct RxQueue {
     /// Readable exactly while `inner.items` is non-empty.
     pub(super) ready: EventFd,
     pub(super) v6: bool,
+    /// Runs of equal-size datagrams are packed into blocks (`enable_gro`).
+    pub(super) gro: AtomicBool,
+}
+
+/// One received datagram, or (`big`) a run of equal-size datagrams from one
+/// source packed back to back in a [`BIG_BUF`] block, the last possibly
+/// shorter, as UDP GRO packs them. A block is handed to the engine whole
+/// (the buffers are swapped, nothing is copied); the engine's ring cuts it
+/// at `seg`.
+#[derive(Debug)]
+pub(super) struct RxItem {
+    pub(super) buf: Vec<u8>,
+    pub(super) len: usize,
+    pub(super) seg: usize,
+    pub(super) n: usize,
+    pub(super) src: SocketAddr,
+    pub(super) big: bool,
+}
+
+impl RxItem {
+    /// Charged against the queue bound: payload plus per-datagram overhead,
+    /// and at least the block's memory (like skb truesize).
+    pub(super) fn cost(&self) -> usize {
+        let c = self.len + self.n * RX_OVERHEAD;
+        if self.big {
+            c.max(self.buf.len())
+        } else {
+            c
+        }
+    }
+
+    /// Whether a `len`-byte datagram from `src` continues this block.
+    fn extends(&self, src: SocketAddr, len: usize) -> bool {
+        self.big && self.src == src && len > 0 && len <= self.seg && self.len == self.n * self.seg && self.len + len <= self.buf.len()
+    }
 }
 
 #[derive(Debug)]
 pub(super) struct RxInner {
-    pub(super) items: VecDeque<(Vec<u8>, SocketAddr)>,
+    pub(super) items: VecDeque<RxItem>,
+    /// Datagrams in `items`.
+    pub(super) dgrams: usize,
     pub(super) bytes: usize,
     pub(super) cap: usize,
     /// Connected endpoint: only datagrams from this peer are accepted.
@@ -115,6 +154,8 @@ pub(super) struct RxInner {
     /// Buffers the reader is done with, for the manager to reuse (no
     /// malloc/free per datagram across threads). Bounded by [`FREE_MAX`].
     pub(super) free: Vec<Vec<u8>>,
+    /// Blocks the reader got in exchange, for the manager (≤ [`BIG_FREE_MAX`]).
+    pub(super) free_big: Vec<Vec<u8>>,
     /// Whether `ready` is set: the eventfd is written and read only on a
     /// change (a syscall saved per hand-over and per emptying read).
     pub(super) signalled: bool,
@@ -125,38 +166,113 @@ pub(super) struct RxInner {
 pub(super) const FREE_MAX: usize = 4096;
 /// Larger buffers are not kept for reuse (bounded memory).
 pub(super) const FREE_MAX_CAP: usize = 16 << 10;
+/// Size of a packed block: the engine's receive buffer size, so its ring
+/// keeps the block for reuse.
+pub(super) const BIG_BUF: usize = 1 << 16;
+/// Blocks kept for reuse per receive queue (the manager keeps twice as many).
+pub(super) const BIG_FREE_MAX: usize = 64;
+/// Smaller datagrams are not packed into blocks (a block charges its memory).
+const PACK_MIN: usize = 1024;
+
+/// The manager thread's buffers for received payloads.
+#[derive(Debug, Default)]
+struct Pools {
+    small: Vec<Vec<u8>>,
+    big: Vec<Vec<u8>>,
+}
+
+impl Pools {
+    fn give(&mut self, buf: Vec<u8>, big: bool) {
+        if big {
+            self.big.push(buf);
+        } else {
+            self.small.push(buf);
+        }
+    }
+
+    fn small_copy(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut b = self.small.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(data);
+        b
+    }
+
+    fn block(&mut self) -> Vec<u8> {
+        match self.big.pop() {
+            Some(b) if b.len() == BIG_BUF => b,
+            _ => vec![0u8; BIG_BUF],
+        }
+    }
+
+    /// Appends a datagram to `batch`, continuing the last block if it can.
+    fn add(&mut self, batch: &mut Vec<RxItem>, pack: bool, src: SocketAddr, payload: &[u8]) {
+        let len = payload.len();
+        if let Some(last) = batch.last_mut().filter(|l| l.extends(src, len)) {
+            last.buf[last.len..last.len + len].copy_from_slice(payload);
+            last.len += len;
+            last.n += 1;
+            return;
+        }
+        if pack && len >= PACK_MIN {
+            let mut buf = self.block();
+            buf[..len].copy_from_slice(payload);
+            batch.push(RxItem { buf, len, seg: len, n: 1, src, big: true });
+        } else {
+            batch.push(RxItem { buf: self.small_copy(payload), len, seg: len, n: 1, src, big: false });
+        }
+    }
+
+    fn trim(&mut self) {
+        self.small.retain(|b| b.capacity() <= FREE_MAX_CAP);
+        self.small.truncate(2 * FREE_MAX);
+        self.big.truncate(2 * BIG_FREE_MAX);
+    }
+}
 
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
-        Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None, free: Vec::new(), signalled: false }), ready: EventFd::new()?, v6 })
+        let inner = RxInner { items: VecDeque::new(), dgrams: 0, bytes: 0, cap, peer: None, free: Vec::new(), free_big: Vec::new(), signalled: false };
+        Ok(RxQueue { inner: Mutex::new(inner), ready: EventFd::new()?, v6, gro: AtomicBool::new(false) })
     }
 
     /// Queues a batch under one lock and one readiness signal; counts
     /// what was dropped into `c`.
-    fn push_many(&self, batch: &mut Vec<(Vec<u8>, SocketAddr)>, c: &Counters, pool: &mut Vec<Vec<u8>>) {
+    fn push_many(&self, batch: &mut Vec<RxItem>, c: &Counters, pools: &mut Pools) {
         if batch.is_empty() {
             return;
         }
         let mut q = lock(&self.inner);
         // Take back what the reader has finished with.
-        if pool.len() < 2 * FREE_MAX {
-            pool.append(&mut q.free);
+        if pools.small.len() < 2 * FREE_MAX {
+            pools.small.append(&mut q.free);
+        }
+        if pools.big.len() < 2 * BIG_FREE_MAX {
+            pools.big.append(&mut q.free_big);
         }
         let (mut full, mut filtered) = (0u64, 0u64);
-        for (payload, src) in batch.drain(..) {
-            if (!self.v6 && src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != src) {
-                filtered += 1;
-                pool.push(payload);
+        for mut it in batch.drain(..) {
+            if it.big && it.n == 1 {
+                // A run of one: an exact-size buffer (memory stays near the charge).
+                let b = pools.small_copy(&it.buf[..it.len]);
+                pools.big.push(std::mem::replace(&mut it.buf, b));
+                it.big = false;
+            }
+            if (!self.v6 && it.src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != it.src) {
+                filtered += it.n as u64;
+                pools.give(it.buf, it.big);
                 continue;
             }
-            let cost = payload.len() + RX_OVERHEAD;
-            if q.bytes + cost > q.cap {
-                full += 1;
-                pool.push(payload);
+            let cost = it.cost();
+            // A block larger than a tiny bound is still admitted into an empty queue.
+            if q.bytes + cost > q.cap && !(it.big && q.items.is_empty()) {
+                full += it.n as u64;
+                pools.give(it.buf, it.big);
                 continue;
             }
-            q.items.push_back((payload, to_family(src, self.v6)));
+            it.src = to_family(it.src, self.v6);
             q.bytes += cost;
+            q.dgrams += it.n;
+            q.items.push_back(it);
         }
         // Counters before the wake-up, so a reader woken by it sees them.
         Counters::add(&c.drop_rx_full, full);
@@ -311,6 +427,9 @@ struct LaneSt {
     /// Removed from the lane map (idle) or the transport shut down.
     retired: bool,
     closed: bool,
+    /// Coalesced datagrams wait unwritten since then (the manager writes
+    /// them when `cfg.cork` has passed).
+    corked_at: Option<Instant>,
 }
 
 /// One TCP connection, outgoing or accepted.
@@ -366,6 +485,9 @@ pub struct ConnInfo {
 pub(super) enum Caller {
     /// An application thread (direct post): DML (b) may block it.
     App,
+    /// An application thread sending back to back: as `App`, and its
+    /// datagrams may be coalesced (see [`TcpConfig::cork`]).
+    Stream,
     /// The engine thread (queued batches): never blocked by DML.
     Engine,
 }
@@ -391,11 +513,13 @@ pub(super) struct Mgr {
     ports: Mutex<Ports>,
     queued_total: AtomicUsize,
     /// Receive buffers for reuse (manager thread only).
-    pool: Mutex<Vec<Vec<u8>>>,
+    pool: Mutex<Pools>,
     /// The read buffer (manager thread only).
     rbuf: Mutex<Vec<u8>>,
     next_token: AtomicU64,
     cc_warned: AtomicBool,
+    /// Some lane may hold coalesced datagrams: the manager runs its timer.
+    cork_armed: AtomicBool,
     pub(super) c: Counters,
 }
 
@@ -444,10 +568,11 @@ impl TcpTransport {
             lanes: Mutex::new(HashMap::new()),
             ports: Mutex::new(HashMap::new()),
             queued_total: AtomicUsize::new(0),
-            pool: Mutex::new(Vec::new()),
+            pool: Mutex::new(Pools::default()),
             rbuf: Mutex::new(Vec::new()),
             next_token: AtomicU64::new(2),
             cc_warned: AtomicBool::new(false),
+            cork_armed: AtomicBool::new(false),
             c: Counters::default(),
         });
         let m2 = mgr.clone();
@@ -658,6 +783,7 @@ impl Mgr {
                 last_used: Instant::now(),
                 retired: false,
                 closed: false,
+                corked_at: None,
             }),
             cv: Condvar::new(),
         });
@@ -693,7 +819,7 @@ impl Mgr {
         }
         st.last_used = now;
         let wait_room = match caller {
-            Caller::App => Duration::from_millis(2),
+            Caller::App | Caller::Stream => Duration::from_millis(2),
             Caller::Engine => Duration::from_millis(10),
         };
         let mut room_deadline: Option<Instant> = None;
@@ -706,7 +832,10 @@ impl Mgr {
             return Err(err(libc::EMSGSIZE));
         }
         let whole_size: usize = if whole { items.iter().map(|it| HEADER_LEN + it.3).sum() } else { 0 };
-        if st.phase == Phase::Up && st.out.queued() == 0 && items.iter().all(|it| it.3 <= MAX_PAYLOAD) {
+        // A streaming sender's datagrams are gathered in the queue instead
+        // (one write per block, below).
+        let cork = caller == Caller::Stream && !self.cfg.cork.is_zero();
+        if st.phase == Phase::Up && st.out.queued() == 0 && !cork && items.iter().all(|it| it.3 <= MAX_PAYLOAD) {
             // Connected and nothing waits: write the frames straight from the
             // caller's buffers (no copy into the queue). What the socket does
             // not take is queued below as usual.
@@ -767,7 +896,21 @@ impl Mgr {
         }
         self.queued_total.fetch_add(added, Relaxed);
         match st.phase {
+            Phase::Up if cork && st.out.queued() < CORK_BYTES => {
+                Counters::add(&self.c.coalesced_sends, taken as u64);
+                if st.corked_at.is_none() && st.out.queued() > 0 {
+                    st.corked_at = Some(now);
+                    // Lane lock held: the manager's scan sees this lane or
+                    // we see its disarm and ring.
+                    if !self.cork_armed.swap(true, SeqCst) {
+                        self.ring();
+                    }
+                }
+            }
             Phase::Up => {
+                if cork {
+                    Counters::add(&self.c.coalesced_sends, taken as u64);
+                }
                 let b = st.out.queued();
                 self.flush_lane(lane, &mut st);
                 self.settle_partial(&mut st, b);
@@ -775,7 +918,7 @@ impl Mgr {
             Phase::Idle => self.start_connect(lane, &mut st),
             Phase::Connecting | Phase::Backoff => {}
         }
-        if caller == Caller::App && self.cfg.dml == Dml::Block && st.phase != Phase::Up && !st.fallback && st.out.queued() > 0 {
+        if matches!(caller, Caller::App | Caller::Stream) && self.cfg.dml == Dml::Block && st.phase != Phase::Up && !st.fallback && st.out.queued() > 0 {
             // DML (b): block while the transport retries, then fall back to (a).
             Counters::inc(&self.c.block_waits);
             let dl = Instant::now() + self.cfg.block_timeout;
@@ -872,6 +1015,8 @@ impl Mgr {
         if st.phase != Phase::Up {
             return;
         }
+        // What the socket does not take now is finished on EPOLLOUT.
+        st.corked_at = None;
         loop {
             let data = st.out.unwritten();
             if data.is_empty() {
@@ -1043,11 +1188,16 @@ impl Mgr {
             if now >= next_tick {
                 next_tick = now + self.tick(now);
             }
-            let timeout = if !again.is_empty() || (!spin.is_zero() && now < busy_until) {
+            let mut timeout = if !again.is_empty() || (!spin.is_zero() && now < busy_until) {
                 Duration::ZERO
             } else {
                 next_tick.saturating_duration_since(now)
             };
+            if self.cork_armed.load(SeqCst) {
+                if let Some(d) = self.flush_corked(now) {
+                    timeout = timeout.min(d);
+                }
+            }
             let r = self.poller.wait(&mut events, Some(timeout));
             if !spin.is_zero() && (!events.is_empty() || !again.is_empty()) {
                 busy_until = Instant::now() + spin;
@@ -1077,6 +1227,32 @@ impl Mgr {
                 }
             }
         }
+    }
+
+    /// Writes coalesced datagrams that waited `cfg.cork`; returns the time
+    /// until the next lane is due (None: nothing is coalesced, timer off).
+    fn flush_corked(&self, now: Instant) -> Option<Duration> {
+        // Disarm before the scan: a lane corked after its scan re-arms and rings.
+        self.cork_armed.store(false, SeqCst);
+        let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
+        let mut next: Option<Duration> = None;
+        for lane in lanes {
+            let mut st = lock(&lane.st);
+            let Some(t) = st.corked_at else { continue };
+            let due = t + self.cfg.cork;
+            if due <= now {
+                Counters::inc(&self.c.cork_timer_flushes);
+                let b = st.out.queued();
+                self.flush_lane(&lane, &mut st);
+                self.settle(&lane, &mut st, b);
+            } else {
+                next = Some(next.map_or(due - now, |n: Duration| n.min(due - now)));
+            }
+        }
+        if next.is_some() {
+            self.cork_armed.store(true, SeqCst);
+        }
+        next
     }
 
     /// Handles readiness of one connection; true when it may hold more input.
@@ -1135,7 +1311,7 @@ impl Mgr {
                     // first: an accepted connection carries replies to its
                     // peer before any datagram is handed up.
                     let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
-                    let mut batch: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
+                    let mut batch: Vec<RxItem> = Vec::new();
                     let (mut frames, mut bytes) = (0u64, 0u64);
                     let r = dec.feed(&rbuf[..n], &mut |ev| match ev {
                         Event::Hello(idx) => {
@@ -1158,12 +1334,7 @@ impl Mgr {
                             }
                             match cache.as_ref().and_then(|c| c.1.as_ref()) {
                                 None => Counters::inc(&self.c.drop_no_port),
-                                Some(_) => {
-                                    let mut b = pool.pop().unwrap_or_default();
-                                    b.clear();
-                                    b.extend_from_slice(payload);
-                                    batch.push((b, SocketAddr::new(conn.peer.ip(), src)));
-                                }
+                                Some(q) => pool.add(&mut batch, q.gro.load(Relaxed), SocketAddr::new(conn.peer.ip(), src), payload),
                             }
                         }
                     });
@@ -1172,8 +1343,7 @@ impl Mgr {
                     if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
                         q.push_many(&mut batch, &self.c, &mut pool);
                     }
-                    pool.retain(|b| b.capacity() <= FREE_MAX_CAP);
-                    pool.truncate(2 * FREE_MAX);
+                    pool.trim();
                     if let Err(e) = r {
                         Counters::inc(match e {
                             FrameError::BadHello => &self.c.bad_hello,
