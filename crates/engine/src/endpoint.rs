@@ -1093,7 +1093,9 @@ impl EpInner {
             };
             let spin = self.engine.config.recv_spin;
             if !spin.is_zero() && *spin_until.get_or_insert(now + spin) > now {
-                std::hint::spin_loop();
+                // Polite spinning: on a machine with fewer cores than busy
+                // threads the peer this receive waits for may need this CPU.
+                std::thread::yield_now();
                 continue;
             }
             // Wake on data in the socket (we read it ourselves) or in the ring
