@@ -455,6 +455,18 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
     let Some(s) = lookup(fd) else { return real::recvmmsg(fd, msgs, vlen, flags, timeout) };
     if s.mode() != shim::KERNEL && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
         let base = flags & !libc::MSG_WAITFORONE;
+        // As in the kernel: the timeout is looked at after each datagram
+        // (the time left is written back); the receives themselves wait as
+        // plain receives would (recvmmsg(2), BUGS).
+        let deadline = if timeout.is_null() {
+            None
+        } else {
+            let t = *timeout;
+            if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+                return fail(libc::EINVAL);
+            }
+            Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+        };
         let mut got = 0u32;
         while got < vlen {
             let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
@@ -464,6 +476,9 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
                 Some(r) if r >= 0 => {
                     h.msg_len = r as c_uint;
                     got += 1;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
                 }
                 Some(_) => {
                     if got == 0 {
@@ -472,6 +487,12 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
                     break;
                 }
             }
+        }
+        if let Some(d) = deadline {
+            // Linux writes back the time left.
+            let left = d.saturating_duration_since(Instant::now());
+            (*timeout).tv_sec = left.as_secs() as libc::time_t;
+            (*timeout).tv_nsec = left.subsec_nanos() as _;
         }
         if got > 0 || s.mode() != shim::KERNEL {
             return got as c_int;

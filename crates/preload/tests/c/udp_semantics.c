@@ -180,6 +180,20 @@ static void t_iov_mmsg(void) {
     char x[3], y[10];
     struct iovec xv[2] = { { x, 3 }, { y, 10 } };
     CHECK(readv(s, xv, 2) == 7 && memcmp(x, "abc", 3) == 0 && memcmp(y, "defg", 4) == 0);
+    /* recvmmsg's timeout is looked at after each datagram: an expired one
+       returns after the first; a long one lets MSG_WAITFORONE take the rest
+       and gets the time left written back. */
+    for (int i = 0; i < 3; i++) CHECK(send(c, "t", 1, 0) == 1);
+    for (int i = 0; i < 8; i++) {
+        mv[i] = (struct iovec){ in[i], 32 };
+        mm[i].msg_hdr = (struct msghdr){ .msg_iov = &mv[i], .msg_iovlen = 1 };
+    }
+    struct timespec zero = { 0, 0 }, longer = { 5, 0 };
+    CHECK(recvmmsg(s, mm, 8, 0, &zero) == 1);
+    CHECK(recvmmsg(s, mm, 8, MSG_WAITFORONE, &longer) == 2);
+    CHECK(longer.tv_sec <= 5 && (longer.tv_sec > 0 || longer.tv_nsec > 0));
+    struct timespec bad = { 0, 1000000000 };
+    CHECK(recvmmsg(s, mm, 8, MSG_DONTWAIT, &bad) == -1 && errno == EINVAL);
     close(s); close(c);
     puts("OK iov_mmsg");
 }
