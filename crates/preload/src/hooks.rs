@@ -1316,6 +1316,48 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char
     r
 }
 
+// execl, execlp and execle are variadic, and glibc's versions call its
+// internal execve, bypassing the hook above. Stable Rust cannot define a
+// C-variadic function, so these take 32 pointer arguments: on x86-64 and
+// AArch64 Linux a variadic call passes its pointer arguments exactly where
+// these parameters are read from (registers, then the caller's stack), and
+// only the slots up to the terminating NULL (and execle's envp after it)
+// are used. A list longer than 30 arguments fails with E2BIG.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod exec_list {
+    use super::*;
+
+    /// The argument vector up to and including its NULL, and the slot after.
+    fn argv(slots: &[*const c_char]) -> Option<(Vec<*const c_char>, *const c_char)> {
+        let end = slots.iter().position(|p| p.is_null())?;
+        Some((slots[..=end].to_vec(), slots.get(end + 1).copied().unwrap_or(std::ptr::null())))
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn execl(path: *const c_char, a0: *const c_char, a1: *const c_char, a2: *const c_char, a3: *const c_char, a4: *const c_char, a5: *const c_char, a6: *const c_char, a7: *const c_char, a8: *const c_char, a9: *const c_char, a10: *const c_char, a11: *const c_char, a12: *const c_char, a13: *const c_char, a14: *const c_char, a15: *const c_char, a16: *const c_char, a17: *const c_char, a18: *const c_char, a19: *const c_char, a20: *const c_char, a21: *const c_char, a22: *const c_char, a23: *const c_char, a24: *const c_char, a25: *const c_char, a26: *const c_char, a27: *const c_char, a28: *const c_char, a29: *const c_char, a30: *const c_char, a31: *const c_char) -> c_int {
+        match argv(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31]) {
+            Some((v, _)) => execv(path, v.as_ptr()),
+            None => fail::<c_int>(libc::E2BIG),
+        }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn execlp(file: *const c_char, a0: *const c_char, a1: *const c_char, a2: *const c_char, a3: *const c_char, a4: *const c_char, a5: *const c_char, a6: *const c_char, a7: *const c_char, a8: *const c_char, a9: *const c_char, a10: *const c_char, a11: *const c_char, a12: *const c_char, a13: *const c_char, a14: *const c_char, a15: *const c_char, a16: *const c_char, a17: *const c_char, a18: *const c_char, a19: *const c_char, a20: *const c_char, a21: *const c_char, a22: *const c_char, a23: *const c_char, a24: *const c_char, a25: *const c_char, a26: *const c_char, a27: *const c_char, a28: *const c_char, a29: *const c_char, a30: *const c_char, a31: *const c_char) -> c_int {
+        match argv(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31]) {
+            Some((v, _)) => execvp(file, v.as_ptr()),
+            None => fail::<c_int>(libc::E2BIG),
+        }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn execle(path: *const c_char, a0: *const c_char, a1: *const c_char, a2: *const c_char, a3: *const c_char, a4: *const c_char, a5: *const c_char, a6: *const c_char, a7: *const c_char, a8: *const c_char, a9: *const c_char, a10: *const c_char, a11: *const c_char, a12: *const c_char, a13: *const c_char, a14: *const c_char, a15: *const c_char, a16: *const c_char, a17: *const c_char, a18: *const c_char, a19: *const c_char, a20: *const c_char, a21: *const c_char, a22: *const c_char, a23: *const c_char, a24: *const c_char, a25: *const c_char, a26: *const c_char, a27: *const c_char, a28: *const c_char, a29: *const c_char, a30: *const c_char, a31: *const c_char) -> c_int {
+        match argv(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31]) {
+            Some((v, envp)) if v.len() < 32 => execve(path, v.as_ptr(), envp as *const *const c_char),
+            _ => fail::<c_int>(libc::E2BIG),
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
     let r = real::sigaction(sig, act, old);

@@ -463,7 +463,10 @@ static void t_threads(void) {
 }
 
 /* exec: sockets survive as plain kernel sockets with the program's flags */
-static void t_exec(const char *self) {
+extern char **environ;
+
+/* how: "execv", or a variadic form, which glibc runs without its execve */
+static void t_exec(const char *self, const char *how) {
     struct sockaddr_in sa, ca;
     int s = udp4(&sa), c = udp4(&ca);
     char b[16];
@@ -472,7 +475,10 @@ static void t_exec(const char *self) {
     char fs[16], fc[16];
     snprintf(fs, sizeof fs, "%d", s); snprintf(fc, sizeof fc, "%d", c);
     char *argv[] = { (char *)self, "exec_child", fs, fc, NULL };
-    execv(self, argv);
+    if (strcmp(how, "execl") == 0) execl(self, self, "exec_child", fs, fc, (char *)NULL);
+    else if (strcmp(how, "execlp") == 0) execlp(self, self, "exec_child", fs, fc, (char *)NULL);
+    else if (strcmp(how, "execle") == 0) execle(self, self, "exec_child", fs, fc, (char *)NULL, environ);
+    else execv(self, argv);
     CHECK(0);
 }
 
@@ -493,7 +499,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *only = argc > 1 ? argv[1] : NULL;
     if (only && strcmp(only, "exec_child") == 0) return exec_child(atoi(argv[2]), atoi(argv[3]));
-    if (only && strcmp(only, "exec") == 0) t_exec(argv[0]);
+    if (only && strcmp(only, "exec") == 0) t_exec(argv[0], "execv");
+    if (only && strncmp(only, "execl", 5) == 0) t_exec(argv[0], only);
 #define RUN(t) if (!only || strcmp(only, #t) == 0) t_##t()
     RUN(sendto_recvfrom);
     RUN(connected);
