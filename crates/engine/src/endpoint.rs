@@ -375,6 +375,12 @@ impl Endpoint {
         Ok(self.inner.ready_fd(&mut rs)?.as_raw_fd())
     }
 
+    /// Whether a send would be accepted without waiting, as `POLLOUT` on a
+    /// kernel socket reports it: L1 is less than half full.
+    pub fn writable(&self) -> bool {
+        lock(&self.inner.send).writable()
+    }
+
     /// Datagrams waiting in the ring.
     pub fn pending_datagrams(&self) -> usize {
         lock(&self.inner.recv).ring.datagrams()

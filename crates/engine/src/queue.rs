@@ -298,6 +298,13 @@ impl SendState {
         }
     }
 
+    /// Room for more sends, judged as the kernel judges a socket writable:
+    /// less than half of the capacity charged (L1 only; staged datagrams
+    /// have left it).
+    pub fn writable(&self) -> bool {
+        !self.shutdown && self.l1.charged() * 2 < self.capacity.max(1)
+    }
+
     /// Everything sent and reaped: the flush after shutdown is complete.
     pub fn drained(&self) -> bool {
         self.l1_empty() && self.l2 == 0

@@ -969,6 +969,49 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         return real::ppoll(fds, n, ts, mask);
     }
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
+    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && !send_room(p.fd)) {
+        return poll_input(fds, n, ts, mask);
+    }
+    // Some accelerated socket asked for output has its L1 queue over half
+    // full: the kernel socket would say writable, the engine would not take
+    // a send. Report POLLOUT only with room; the queue drains within the
+    // engine's next turns, so wait in short slices and look again.
+    const SLICE: Duration = Duration::from_micros(200);
+    let deadline = (!ts.is_null()).then(|| Instant::now() + Duration::new((*ts).tv_sec.max(0) as u64, (*ts).tv_nsec.clamp(0, 999_999_999) as u32));
+    loop {
+        let now = Instant::now();
+        let slice = deadline.map_or(SLICE, |d| d.saturating_duration_since(now).min(SLICE));
+        let st = libc::timespec { tv_sec: 0, tv_nsec: slice.as_nanos() as _ };
+        let r = poll_input(fds, n, &st, mask);
+        if r < 0 {
+            return r;
+        }
+        let mut count = 0;
+        for p in app.iter_mut() {
+            if p.revents & libc::POLLOUT != 0 && !send_room(p.fd) {
+                p.revents &= !libc::POLLOUT;
+            }
+            if p.revents != 0 {
+                count += 1;
+            }
+        }
+        if count > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+            return count;
+        }
+    }
+}
+
+/// False only for an accelerated socket whose L1 queue has no room.
+fn send_room(fd: c_int) -> bool {
+    match lookup(fd).and_then(|s| s.existing()) {
+        Some(ep) => ep.writable(),
+        None => true,
+    }
+}
+
+/// poll for input readiness of accelerated sockets (ring and socket).
+unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+    let app = std::slice::from_raw_parts_mut(fds, n as usize);
     let mut extra: Vec<(usize, c_int, bool)> = Vec::new();
     for (i, p) in app.iter().enumerate() {
         if p.events & libc::POLLIN == 0 {

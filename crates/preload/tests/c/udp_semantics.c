@@ -463,6 +463,30 @@ static void t_threads(void) {
 }
 
 /* exec: sockets survive as plain kernel sockets with the program's flags */
+/* A nonblocking sender that meets EAGAIN waits for POLLOUT; once poll says
+   writable, the next send is accepted (the shim must not report POLLOUT while
+   its send queue has no room). */
+static void t_pollout(void) {
+    struct sockaddr_in sa, ca;
+    int s = udp4(&sa), c = udp4(&ca);
+    int small = 4096;
+    CHECK(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+    CHECK(fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK) == 0);
+    char b[1400];
+    memset(b, 'p', sizeof b);
+    int broken = 0;
+    for (int i = 0; i < 20000; i++) {
+        if (sendto(c, b, sizeof b, 0, (struct sockaddr *)&sa, sizeof sa) == (ssize_t)sizeof b) continue;
+        CHECK(errno == EAGAIN);
+        struct pollfd p = { .fd = c, .events = POLLOUT };
+        CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLOUT));
+        if (sendto(c, b, sizeof b, 0, (struct sockaddr *)&sa, sizeof sa) != (ssize_t)sizeof b) broken++;
+    }
+    CHECK(broken == 0);
+    close(s); close(c);
+    puts("OK pollout");
+}
+
 extern char **environ;
 
 /* how: "execv", or a variadic form, which glibc runs without its execve */
@@ -516,6 +540,7 @@ int main(int argc, char **argv) {
     RUN(signals);
     RUN(threads_nb_burst);
     RUN(threads);
+    RUN(pollout);
     puts("ALL OK");
     return 0;
 }
