@@ -608,7 +608,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
         let tr = EpTrace::new();
         let mut bufs = vec![vec![0u8; 65_536]];
-        let mut meta = vec![InMeta { len: 0, src: None, segment: None, truncated: false }];
+        let mut meta = vec![InMeta::default()];
         let on = tracepoint::on();
         while got < w.count && start.elapsed() < max && !idle(first.get(), last.get()) {
             let enter = on.then(|| tr.recv_enter());

@@ -310,7 +310,7 @@ pub fn recv(a: RecvArgs) -> Result<Report, String> {
             ready();
             let (n, sz) = if gro { (8, 65_536) } else { (32, a.size.max(1) + 1) };
             let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; sz]).collect();
-            let mut meta = vec![InMeta { len: 0, src: None, segment: None, truncated: false }; n];
+            let mut meta = vec![InMeta::default(); n];
             let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
             while !done(&t) {
                 match s.recv_batch(&mut bufs, &mut meta) {

@@ -248,6 +248,18 @@ fn dig_against_dnsmasq() {
         assert_eq!(dig(Stack::Eudp("default"), &["eudp.test", "A"]), kernel_a);
         assert_eq!(dig(Stack::Eudp("default"), &["t.eudp.test", "TXT"]), kernel_txt);
     }
+    // dnsmasq asks for IP_PKTINFO: its socket stays on the engine (the
+    // report of a running program is refreshed every second).
+    std::thread::sleep(Duration::from_millis(1300));
+    let server: Vec<_> = run::read_reports(&stats, true, &[])
+        .into_iter()
+        .filter(|r| r["exe"].as_str().is_some_and(|e| e.ends_with("dnsmasq")))
+        .collect();
+    assert!(!server.is_empty(), "no report from dnsmasq");
+    for r in &server {
+        assert_eq!(r["fallbacks"].as_u64(), Some(0), "{r}");
+        assert!(r["accelerated"].as_u64().unwrap_or(0) >= 1, "{r}");
+    }
     let _ = dns.kill();
     let _ = dns.wait();
     // dig's queries and answers went through its endpoint.

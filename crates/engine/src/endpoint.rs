@@ -61,7 +61,7 @@ impl RecvScratch {
         let n = n.clamp(1, 64);
         RecvScratch {
             bufs: (0..n).map(|_| vec![0u8; RX_BUF]).collect(),
-            meta: vec![InMeta { len: 0, src: None, segment: None, truncated: false }; n],
+            meta: vec![InMeta::default(); n],
         }
     }
 }
@@ -172,6 +172,9 @@ pub struct Received {
     pub len: usize,
     /// Sender.
     pub src: SocketAddr,
+    /// Where the datagram was addressed (`IP_PKTINFO`/`IPV6_RECVPKTINFO`
+    /// on the socket), as the kernel reported it.
+    pub pktinfo: Option<crate::backend::PktInfo>,
 }
 
 /// A UDP endpoint served by an eudp engine.
@@ -946,7 +949,7 @@ impl EpInner {
                 }
                 let was_empty = rs.ring.is_empty();
                 let len = m.len.min(buf.len());
-                match rs.ring.push_prefix(buf, len, m.segment, m.src) {
+                match rs.ring.push_message(buf, len, m.segment, m.src, m.pktinfo) {
                     Ok(n) => {
                         self.trace.rx_push(i, n);
                         added += n;
@@ -1039,7 +1042,7 @@ impl EpInner {
             rs.unsignal();
         }
         let src = d.src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        Some(Received { copied: d.copied, len: d.len, src })
+        Some(Received { copied: d.copied, len: d.len, src, pktinfo: d.pktinfo })
     }
 
     fn recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {

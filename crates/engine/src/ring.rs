@@ -6,6 +6,7 @@
 //! The ring is bounded in bytes like a kernel receive buffer (`SO_RCVBUF`):
 //! a message that does not fit is dropped and counted, never silently.
 
+use crate::backend::PktInfo;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -20,6 +21,7 @@ struct Entry {
     buf: Vec<u8>,
     end: usize,
     src: Option<SocketAddr>,
+    pktinfo: Option<PktInfo>,
     /// Segment size (the whole message when not coalesced).
     segment: usize,
     /// Offset of the next undelivered datagram.
@@ -34,6 +36,8 @@ pub struct Delivered {
     /// The datagram's full length (larger than `copied` when truncated).
     pub len: usize,
     pub src: Option<SocketAddr>,
+    /// Destination information, when the socket asked for it.
+    pub pktinfo: Option<PktInfo>,
 }
 
 /// Bounded FIFO of received messages.
@@ -88,6 +92,12 @@ impl RecvRing {
 
     /// As [`RecvRing::push`] for a message held in `buf[..len]`.
     pub fn push_prefix(&mut self, buf: Vec<u8>, len: usize, segment: Option<usize>, src: Option<SocketAddr>) -> Result<usize, usize> {
+        self.push_message(buf, len, segment, src, None)
+    }
+
+    /// As [`RecvRing::push_prefix`], keeping the message's destination
+    /// information for every datagram cut from it.
+    pub fn push_message(&mut self, buf: Vec<u8>, len: usize, segment: Option<usize>, src: Option<SocketAddr>, pktinfo: Option<PktInfo>) -> Result<usize, usize> {
         debug_assert!(len <= buf.len());
         let segment = match segment {
             Some(s) if s > 0 && s < len => s,
@@ -101,7 +111,7 @@ impl RecvRing {
         }
         self.charged += charge;
         self.datagrams += n;
-        self.entries.push_back(Entry { buf, end: len, src, segment, pos: 0 });
+        self.entries.push_back(Entry { buf, end: len, src, pktinfo, segment, pos: 0 });
         Ok(n)
     }
 
@@ -112,7 +122,7 @@ impl RecvRing {
         let dgram = &e.buf[e.pos..end];
         let copied = dgram.len().min(out.len());
         out[..copied].copy_from_slice(&dgram[..copied]);
-        let d = Delivered { copied, len: dgram.len(), src: e.src };
+        let d = Delivered { copied, len: dgram.len(), src: e.src, pktinfo: e.pktinfo };
         if !peek {
             e.pos = end;
             self.datagrams -= 1;

@@ -421,12 +421,63 @@ unsafe fn recvmsg_shim(fd: c_int, s: &Sock, msg: *mut libc::msghdr, flags: c_int
             } else {
                 m.msg_namelen = 0;
             }
-            m.msg_controllen = 0;
             m.msg_flags = if r.len > r.copied { libc::MSG_TRUNC } else { 0 };
+            write_pktinfo(m, r.pktinfo.as_ref());
             Some(recv_ret(&r, flags))
         }
         Err(e) => Some(fail(e)),
     }
+}
+
+/// The destination control messages the kernel gave the engine for this
+/// datagram (`IP_PKTINFO`, `IPV6_PKTINFO`), written as the kernel's
+/// `put_cmsg` does: a message that does not fit is cut to the room left
+/// (header included when it fits) and flagged `MSG_CTRUNC`.
+unsafe fn write_pktinfo(m: &mut libc::msghdr, info: Option<&eudp_engine::backend::PktInfo>) {
+    let room = if m.msg_control.is_null() { 0 } else { m.msg_controllen };
+    m.msg_controllen = 0;
+    let Some(info) = info else { return };
+    let mut parts: Vec<(c_int, c_int, Vec<u8>)> = Vec::new();
+    if let Some((ifindex, spec, addr)) = info.v4 {
+        let p = libc::in_pktinfo {
+            ipi_ifindex: ifindex as c_int,
+            ipi_spec_dst: libc::in_addr { s_addr: u32::from(spec).to_be() },
+            ipi_addr: libc::in_addr { s_addr: u32::from(addr).to_be() },
+        };
+        parts.push((libc::IPPROTO_IP, libc::IP_PKTINFO, as_bytes(&p)));
+    }
+    if let Some((addr, ifindex)) = info.v6 {
+        let p = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: addr.octets() }, ipi6_ifindex: ifindex };
+        parts.push((libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, as_bytes(&p)));
+    }
+    let hdr = std::mem::size_of::<libc::cmsghdr>();
+    let mut used = 0usize;
+    for (level, kind, data) in parts {
+        let left = room - used;
+        if left < hdr {
+            m.msg_flags |= libc::MSG_CTRUNC;
+            break;
+        }
+        let full = libc::CMSG_LEN(data.len() as u32) as usize;
+        let len = if left < full {
+            m.msg_flags |= libc::MSG_CTRUNC;
+            left
+        } else {
+            full
+        };
+        let c = (m.msg_control as *mut u8).add(used) as *mut libc::cmsghdr;
+        (*c).cmsg_len = len as _;
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = kind;
+        std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(c), len - hdr);
+        used += (libc::CMSG_SPACE(data.len() as u32) as usize).min(left);
+    }
+    m.msg_controllen = used as _;
+}
+
+fn as_bytes<T: Copy>(v: &T) -> Vec<u8> {
+    // SAFETY: a plain C struct read as its bytes.
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()).to_vec() }
 }
 
 #[no_mangle]
@@ -879,13 +930,9 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
             IP_ADD_MEMBERSHIP | IP_DROP_MEMBERSHIP | IP_ADD_SOURCE_MEMBERSHIP | IP_DROP_SOURCE_MEMBERSHIP | MCAST_JOIN_GROUP
             | MCAST_LEAVE_GROUP | MCAST_JOIN_SOURCE_GROUP | MCAST_LEAVE_SOURCE_GROUP | MCAST_BLOCK_SOURCE
             | MCAST_UNBLOCK_SOURCE | IP_BLOCK_SOURCE | IP_UNBLOCK_SOURCE => unsupported("multicast membership (not accelerated yet)"),
-            IP_PKTINFO => {
-                if on {
-                    unsupported("IP_PKTINFO (per-datagram destination address)")
-                } else {
-                    Opt::Pass
-                }
-            }
+            // The engine keeps the kernel's IP_PKTINFO of every datagram and
+            // the shim hands it back in recvmsg.
+            IP_PKTINFO => Opt::Pass,
             _ => {
                 if on {
                     unsupported(&format!("IPPROTO_IP/{name}"))
@@ -899,13 +946,7 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
             | IPV6_MULTICAST_LOOP | IPV6_FREEBIND | IPV6_TRANSPARENT => Opt::Pass,
             IPV6_ADD_MEMBERSHIP | IPV6_DROP_MEMBERSHIP | MCAST_JOIN_GROUP | MCAST_LEAVE_GROUP | MCAST_JOIN_SOURCE_GROUP
             | MCAST_LEAVE_SOURCE_GROUP => unsupported("multicast membership (not accelerated yet)"),
-            IPV6_RECVPKTINFO => {
-                if on {
-                    unsupported("IPV6_RECVPKTINFO (per-datagram destination address)")
-                } else {
-                    Opt::Pass
-                }
-            }
+            IPV6_RECVPKTINFO => Opt::Pass,
             _ => {
                 if on {
                     unsupported(&format!("IPPROTO_IPV6/{name}"))

@@ -470,7 +470,7 @@ impl Sock {
         }
         let n = d.len().min(buf.len());
         buf[..n].copy_from_slice(&d[..n]);
-        Some(Received { copied: n, len: d.len(), src })
+        Some(Received { copied: n, len: d.len(), src, pktinfo: None })
     }
 
     fn close(&self) {

@@ -34,7 +34,7 @@ const GSO_CMSG_SPACE: usize = 32;
 /// Room for the receive control messages we ask for: `UDP_GRO` (an int, 24
 /// bytes with its header) and, when tracing, `SCM_TIMESTAMPING` (three
 /// timespecs, 64 bytes).
-const RX_CMSG_SPACE: usize = 96;
+const RX_CMSG_SPACE: usize = 160;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -136,8 +136,27 @@ pub struct OutMsg<'a> {
     pub segment: Option<u16>,
 }
 
+/// Where a received datagram was addressed, as the kernel reports it in
+/// `IP_PKTINFO` / `IPV6_PKTINFO` control messages (present only while the
+/// socket has `IP_PKTINFO` / `IPV6_RECVPKTINFO` on). A server bound to a
+/// wildcard address replies from the address it was asked on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PktInfo {
+    /// `IP_PKTINFO`: interface index, local address (`ipi_spec_dst`) and
+    /// header destination address (`ipi_addr`).
+    pub v4: Option<(u32, std::net::Ipv4Addr, std::net::Ipv4Addr)>,
+    /// `IPV6_PKTINFO`: header destination address and interface index.
+    pub v6: Option<(std::net::Ipv6Addr, u32)>,
+}
+
+impl PktInfo {
+    fn is_empty(&self) -> bool {
+        self.v4.is_none() && self.v6.is_none()
+    }
+}
+
 /// Metadata of one received (possibly coalesced) message.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct InMeta {
     /// Bytes received into the buffer.
     pub len: usize,
@@ -148,6 +167,8 @@ pub struct InMeta {
     pub segment: Option<usize>,
     /// The datagram did not fit in the buffer (MSG_TRUNC).
     pub truncated: bool,
+    /// Destination information, when the socket asked for it.
+    pub pktinfo: Option<PktInfo>,
 }
 
 /// A nonblocking kernel UDP socket owned by the engine.
@@ -398,6 +419,7 @@ impl UdpSocket {
             let h = &hdrs[i].msg_hdr;
             addrs[i].len = h.msg_namelen;
             let mut segment = None;
+            let mut info = PktInfo::default();
             // SAFETY: the kernel filled msg_control/msg_controllen; the CMSG
             // macros walk only within that range.
             unsafe {
@@ -408,6 +430,15 @@ impl UdpSocket {
                         if v > 0 {
                             segment = Some(v as usize);
                         }
+                    }
+                    if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_PKTINFO {
+                        let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in_pktinfo);
+                        let a = |x: libc::in_addr| std::net::Ipv4Addr::from(u32::from_be(x.s_addr));
+                        info.v4 = Some((p.ipi_ifindex as u32, a(p.ipi_spec_dst), a(p.ipi_addr)));
+                    }
+                    if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_PKTINFO {
+                        let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
+                        info.v6 = Some((std::net::Ipv6Addr::from(p.ipi6_addr.s6_addr), p.ipi6_ifindex));
                     }
                     if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPING && crate::tracepoint::on() {
                         let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
@@ -421,6 +452,7 @@ impl UdpSocket {
                 src: addrs[i].to_std(),
                 segment,
                 truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+                pktinfo: (!info.is_empty()).then_some(info),
             };
         }
         Ok(got)

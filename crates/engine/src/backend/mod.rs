@@ -11,7 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
-pub use kernel::{InMeta, OutMsg};
+pub use kernel::{InMeta, OutMsg, PktInfo};
 
 /// The operations the engine performs on an endpoint's transport.
 pub trait Backend: Send + Sync + std::fmt::Debug {

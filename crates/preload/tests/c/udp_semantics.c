@@ -338,9 +338,50 @@ static void t_pktinfo(void) {
         if (h->cmsg_level == IPPROTO_IP && h->cmsg_type == IP_PKTINFO) {
             struct in_pktinfo pi; memcpy(&pi, CMSG_DATA(h), sizeof pi);
             found = pi.ipi_addr.s_addr == htonl(INADDR_LOOPBACK);
+            printf("pktinfo ifindex %d spec %08x addr %08x len %zu\n", pi.ipi_ifindex, ntohl(pi.ipi_spec_dst.s_addr), ntohl(pi.ipi_addr.s_addr), (size_t)h->cmsg_len);
         }
     CHECK(found);
+    /* a burst keeps each datagram's information; then a control buffer too
+       small for the message: cut and flagged as the kernel does */
+    for (int i = 0; i < 20; i++) CHECK(sendto(c, "pk", 2, 0, (struct sockaddr *)&sa, sizeof sa) == 2);
+    for (int i = 0; i < 19; i++) {
+        m.msg_control = ctl; m.msg_controllen = sizeof ctl;
+        CHECK(recvmsg(s, &m, 0) == 2 && CMSG_FIRSTHDR(&m) && CMSG_FIRSTHDR(&m)->cmsg_type == IP_PKTINFO && !(m.msg_flags & MSG_CTRUNC));
+    }
+    m.msg_control = ctl; m.msg_controllen = sizeof(struct cmsghdr) + 4;
+    CHECK(recvmsg(s, &m, 0) == 2);
+    printf("short control: flags %x controllen %zu\n", m.msg_flags & MSG_CTRUNC, (size_t)m.msg_controllen);
+    /* without the option: no control data */
+    int off = 0;
+    CHECK(setsockopt(s, IPPROTO_IP, IP_PKTINFO, &off, sizeof off) == 0);
+    CHECK(sendto(c, "pk", 2, 0, (struct sockaddr *)&sa, sizeof sa) == 2);
+    m.msg_control = ctl; m.msg_controllen = sizeof ctl;
+    CHECK(recvmsg(s, &m, 0) == 2 && m.msg_controllen == 0);
     close(s); close(c);
+    /* a dual-stack socket asking IPV6_RECVPKTINFO, reached over IPv4 */
+    int s6 = socket(AF_INET6, SOCK_DGRAM, 0);
+    CHECK(s6 >= 0);
+    CHECK(setsockopt(s6, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) == 0);
+    CHECK(setsockopt(s6, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on) == 0);
+    struct sockaddr_in6 b6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+    CHECK(bind(s6, (struct sockaddr *)&b6, sizeof b6) == 0);
+    socklen_t l6 = sizeof b6;
+    CHECK(getsockname(s6, (struct sockaddr *)&b6, &l6) == 0);
+    c = udp4(&ca);
+    struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = b6.sin6_port, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    CHECK(sendto(c, "p6", 2, 0, (struct sockaddr *)&to, sizeof to) == 2);
+    m.msg_control = ctl; m.msg_controllen = sizeof ctl;
+    CHECK(recvmsg(s6, &m, 0) == 2);
+    found = 0;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+        if (h->cmsg_level == IPPROTO_IPV6 && h->cmsg_type == IPV6_PKTINFO) {
+            struct in6_pktinfo pi; memcpy(&pi, CMSG_DATA(h), sizeof pi);
+            char a[64]; inet_ntop(AF_INET6, &pi.ipi6_addr, a, sizeof a);
+            printf("pktinfo6 ifindex %u addr %s\n", pi.ipi6_ifindex, a);
+            found = 1;
+        }
+    CHECK(found);
+    close(s6); close(c);
     puts("OK pktinfo");
 }
 

@@ -375,7 +375,7 @@ impl Backend for TcpSocket {
                 if q.free_big.len() < BIG_FREE_MAX && old.len() == BIG_BUF {
                     q.free_big.push(old);
                 }
-                meta[n] = InMeta { len: it.len, src: Some(it.src), segment, truncated: false };
+                meta[n] = InMeta { len: it.len, src: Some(it.src), segment, truncated: false, pktinfo: None };
                 n += 1;
                 continue;
             }
@@ -407,7 +407,7 @@ impl Backend for TcpSocket {
                     }
                 }
             }
-            meta[n] = InMeta { len: end, src: Some(src), segment: (end > seg).then_some(seg), truncated: false };
+            meta[n] = InMeta { len: end, src: Some(src), segment: (end > seg).then_some(seg), truncated: false, pktinfo: None };
             n += 1;
         }
         if q.items.is_empty() && q.signalled {
