@@ -187,8 +187,18 @@ pub const ORDER_TOLERANCE_NS: u64 = 1_000;
 
 /// Joins dumps and summarises one run.
 pub fn analyse(stack: &str, size: u64, sender: &Dump, receiver: &Dump) -> Analysed {
+    analyse_lossy(stack, size, sender, receiver, u64::MAX)
+}
+
+/// As [`analyse`] for a run whose receiver got only its first `received`
+/// arrivals (matched by order): the receiver's layers of the packets that
+/// never arrived are not holes; every sender layer of every packet and
+/// every layer of each arrival still must be there.
+pub fn analyse_lossy(stack: &str, size: u64, sender: &Dump, receiver: &Dump, received: u64) -> Analysed {
     let paths = resolve::join(sender, receiver);
-    let (records, missing) = resolve::records(stack, &paths);
+    let (records, mut missing) = resolve::records(stack, &paths);
+    let host = |l: &str| resolve::LAYERS.iter().find(|d| d.name == l).map_or("", |d| d.host);
+    missing.retain(|&(p, l)| p < received || host(l) == "sender");
     let mut problems = Vec::new();
     if !missing.is_empty() {
         let (p, l) = missing[0];
@@ -285,6 +295,10 @@ pub struct RxReport {
     pub received: u64,
     pub out_of_order: u64,
     pub gbps: f64,
+    /// CPU time (ns, all threads) the sender spent sending and the receiver
+    /// receiving (their dumps excluded).
+    pub tx_cpu_ns: u64,
+    pub rx_cpu_ns: u64,
 }
 
 /// One transfer; `trace` turns the tracepoints on, `tag` has the receiver
@@ -311,7 +325,7 @@ pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::p
     sa.extend(["--addr".into(), format!("{ADDR_B}:{port}")]);
     let tx = spawn(tb, 'a', &sa)?;
     let limit = Duration::from_secs(30 + packets / 10_000);
-    wait(tx, "trace sender", limit)?;
+    let txout = wait(tx, "trace sender", limit)?;
     let mut rest = String::new();
     let rxout = wait(rx, "trace receiver", limit);
     let _ = reader.read_to_string(&mut rest);
@@ -321,6 +335,8 @@ pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::p
         received: report["received"].as_u64().unwrap_or(0),
         out_of_order: report["out_of_order"].as_u64().unwrap_or(0),
         gbps: report["gbps"].as_f64().unwrap_or(0.0),
+        tx_cpu_ns: txout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).and_then(|v| v["cpu_ns"].as_u64()).unwrap_or(0),
+        rx_cpu_ns: report["cpu_ns"].as_u64().unwrap_or(0),
     };
     let load = |f: &std::path::Path| -> Result<Dump, String> { resolve::parse_dump(&std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?) };
     if !trace {
@@ -345,42 +361,61 @@ fn burst(tb: &Testbed, a: &TraceArgs) -> Result<TraceDoc, String> {
 }
 
 /// Receive rates of untraced and traced transfers, alternating, with the
-/// median of each and their ratio; also written to DIR/overhead.txt. Every
-/// traced transfer is analysed too: a rate counts as fully traced only if
-/// its trace has every layer of every packet (its problems are reported).
+/// median of each and their ratio; also written to DIR/overhead.txt. On a
+/// shared machine the rates swing with other jobs, so the CPU time each
+/// side spent per datagram (sender: per datagram sent, receiver: per
+/// datagram received) is reported too, a steadier measure of the same
+/// cost. Every traced transfer is analysed: a rate counts as fully traced
+/// only if its trace has every layer of every packet that arrived.
 fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     use std::fmt::Write as _;
-    let median = |v: &mut Vec<f64>| {
+    /// Median and range of a sample.
+    fn summary(v: &mut [f64]) -> (f64, String) {
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let mut out = format!("{} datagrams per transfer, {} transfers each way; Gbit/s at the receiver (median)\n", a.run_packets, a.overhead_reps);
-    let _ = writeln!(out, "{:<7} {:>6} {:>10} {:>10} {:>9}", "stack", "size", "off", "on", "on/off");
+        (v[v.len() / 2], format!("{:.2}-{:.2}", v[0], v[v.len() - 1]))
+    }
+    let mut out = format!(
+        "{} datagrams per transfer, {} transfers each way, interleaved; medians (ranges)\n\
+         rate: Gbit/s at the receiver; cpu: ns of CPU per datagram, sender (per sent) + receiver (per received)\n",
+        a.run_packets, a.overhead_reps
+    );
+    let _ = writeln!(out, "{:<7} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7}  ranges", "stack", "size", "rate off", "rate on", "on/off", "cpu off", "cpu on", "off/on");
     for &size in &a.sizes {
         for stack in &a.stacks {
-            let (mut off, mut on, mut problems) = (Vec::new(), Vec::new(), Vec::new());
+            // [off, on]: rates, CPU ns per datagram, datagrams lost.
+            let (mut rate, mut cpu, mut lost) = ([vec![], vec![]], [vec![], vec![]], [0u64; 2]);
+            let (mut tx_cpu, mut rx_cpu) = ([vec![], vec![]], [vec![], vec![]]);
+            let mut problems = Vec::new();
             for r in 0..a.overhead_reps {
-                for first in [r % 2 == 0, r % 2 == 1] {
-                    let (tx, rx, rep) = transfer(tb, stack, size, a.run_packets, &a.out, first, false)?;
-                    if first {
-                        on.push(rep.gbps);
-                        let mut p = analyse(stack, size, &tx, &rx).problems;
-                        if rep.received != a.run_packets {
-                            p.push(format!("{} of {} datagrams received", rep.received, a.run_packets));
-                        }
-                        problems.extend(p);
-                    } else {
-                        off.push(rep.gbps)
+                for traced in [r % 2 == 0, r % 2 == 1] {
+                    let (tx, rx, rep) = transfer(tb, stack, size, a.run_packets, &a.out, traced, false)?;
+                    let k = usize::from(traced);
+                    lost[k] += a.run_packets.saturating_sub(rep.received);
+                    rate[k].push(rep.gbps);
+                    tx_cpu[k].push(rep.tx_cpu_ns as f64 / a.run_packets as f64);
+                    rx_cpu[k].push(rep.rx_cpu_ns as f64 / rep.received.max(1) as f64);
+                    cpu[k].push(tx_cpu[k][tx_cpu[k].len() - 1] + rx_cpu[k][rx_cpu[k].len() - 1]);
+                    if traced {
+                        problems.extend(analyse_lossy(stack, size, &tx, &rx, rep.received).problems);
                     }
                 }
             }
-            let range = |v: &[f64]| format!("{:.2}-{:.2}", v.first().copied().unwrap_or(0.0), v.last().copied().unwrap_or(0.0));
-            let (f, n) = (median(&mut off), median(&mut on));
-            let _ = writeln!(out, "{stack:<7} {size:>6} {f:>10.3} {n:>10.3} {:>9.3}   off {} on {}", n / f, range(&off), range(&on));
-            print!("{}", out.lines().last().map(|l| format!("{l}\n")).unwrap_or_default());
-            let complete = if problems.is_empty() { "every traced run complete (every layer of every packet)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
+            let ((r0, rr0), (r1, rr1)) = (summary(&mut rate[0]), summary(&mut rate[1]));
+            let ((c0, cr0), (c1, cr1)) = (summary(&mut cpu[0]), summary(&mut cpu[1]));
+            let (t0, t1) = (summary(&mut tx_cpu[0]).0, summary(&mut tx_cpu[1]).0);
+            let (x0, x1) = (summary(&mut rx_cpu[0]).0, summary(&mut rx_cpu[1]).0);
+            let total = (a.run_packets * u64::from(a.overhead_reps)).max(1) as f64;
+            let _ = writeln!(
+                out,
+                "{stack:<7} {size:>6} {r0:>8.3} {r1:>8.3} {:>7.3} {c0:>8.0} {c1:>8.0} {:>7.3}  rate off {rr0} on {rr1}, cpu off {cr0} on {cr1}, lost off {:.1}% on {:.1}%; cpu sender {t0:.0} -> {t1:.0}, receiver {x0:.0} -> {x1:.0}",
+                r1 / r0,
+                c0 / c1,
+                100.0 * lost[0] as f64 / total,
+                100.0 * lost[1] as f64 / total
+            );
+            let complete = if problems.is_empty() { "every traced run complete (every layer of every packet that arrived)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
             let _ = writeln!(out, "        {complete}");
-            println!("        {complete}");
+            print!("{}", out.lines().rev().take(2).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
         }
     }
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
@@ -479,6 +514,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(50));
             let _ = ep.set_send_buffer_size(4 << 20);
             let mut buf = vec![0xa5u8; w.size];
+            let cpu0 = cpu_ns();
             for seq in 0..w.count {
                 fill(&mut buf, seq);
                 loop {
@@ -490,6 +526,7 @@ fn worker(args: &[String]) -> Result<(), String> {
                 }
             }
             ep.flush(Duration::from_secs(5));
+            println!("{}", serde_json::json!({"cpu_ns": cpu_ns() - cpu0}));
             std::thread::sleep(Duration::from_millis(20));
             drop(ep);
             drop(engine);
@@ -505,6 +542,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             let tr = EpTrace::new();
             let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
             let mut buf = vec![0xa5u8; w.size];
+            let cpu0 = cpu_ns();
             for seq in 0..w.count {
                 fill(&mut buf, seq);
                 let tok = tracepoint::on().then(|| tr.send_enter(w.size));
@@ -533,6 +571,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             }
             std::thread::sleep(Duration::from_millis(20));
             tr.drain_tx(fd);
+            println!("{}", serde_json::json!({"cpu_ns": cpu_ns() - cpu0}));
         }
         ("recv", stack) => return receive(&w, stack == "eudp"),
         (r, s) => return Err(format!("worker: unknown role/stack {r}/{s}")),
@@ -546,9 +585,68 @@ fn worker(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Data arrived and then nothing for a while: the rest was lost.
-fn idle(first: Option<Instant>, last: Instant) -> bool {
-    first.is_some() && last.elapsed() > Duration::from_millis(500)
+/// CPU time this process's threads have run, in ns (the first field of
+/// each thread's `schedstat`); 0 where the kernel does not report it.
+fn cpu_ns() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    dir.flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// The receive loop's clock: read once per [`Arrivals::EVERY`] datagrams,
+/// not per datagram (three clock reads per datagram would be a large share
+/// of a small datagram's cost and hide the tracing overhead being measured).
+struct Arrivals {
+    start: Instant,
+    max: Duration,
+    first: Option<Instant>,
+    /// The latest clock read on an arrival and how many had arrived then.
+    last: (Instant, u64),
+}
+
+impl Arrivals {
+    const EVERY: u64 = 64;
+
+    fn new(max: Duration) -> Self {
+        let now = Instant::now();
+        Arrivals { start: now, max, first: None, last: (now, 0) }
+    }
+
+    /// The `got`-th datagram arrived; true when the loop should look at the
+    /// clock now (see [`Arrivals::over`]).
+    fn arrived(&mut self, got: u64) -> bool {
+        if got == 1 || got % Self::EVERY == 0 {
+            let now = Instant::now();
+            self.first.get_or_insert(now);
+            self.last = (now, got);
+            return true;
+        }
+        false
+    }
+
+    /// Time is up, or data arrived and then nothing for a while (the rest
+    /// was lost).
+    fn over(&self) -> bool {
+        self.start.elapsed() > self.max || (self.first.is_some() && self.last.0.elapsed() > Duration::from_millis(500))
+    }
+
+    /// The loop ended with `got` datagrams: the last one's arrival is now
+    /// if all came, else the last clock read on an arrival.
+    fn end(&mut self, got: u64, all: bool) {
+        if all && got > 0 {
+            self.last = (Instant::now(), got);
+        }
+    }
+
+    /// Receive span (s) and rate (Gbit/s) from the first arrival to the
+    /// last timed one.
+    fn rate(&self, size: usize) -> (f64, f64) {
+        let secs = self.first.map(|f| (self.last.0 - f).as_secs_f64()).unwrap_or(0.0);
+        let gbps = if secs > 0.0 { (self.last.1.saturating_sub(1) * size as u64) as f64 * 8.0 / secs / 1e9 } else { 0.0 };
+        (secs, gbps)
+    }
 }
 
 fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
@@ -559,19 +657,13 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
     };
     let mut buf = vec![0u8; 65_536];
     let (mut got, mut bad) = (0u64, 0u64);
-    let (first, last) = (std::cell::Cell::new(None::<Instant>), std::cell::Cell::new(Instant::now()));
-    let start = Instant::now();
-    let max = Duration::from_secs(20 + w.count / 10_000);
+    let mut t = Arrivals::new(Duration::from_secs(20 + w.count / 10_000));
+    let (cpu0, cpu);
     let mut next = 0u64;
-    let tag = w.tag;
-    let mut tally = |d: &[u8], got: &mut u64| {
-        let now = Instant::now();
-        if first.get().is_none() {
-            first.set(Some(now));
-        }
-        last.set(now);
+    // Counts one datagram; true when the loop should check the clock.
+    let mut tally = |d: &[u8], got: &mut u64, t: &mut Arrivals| {
         let seq = seq_of(d);
-        if tag {
+        if w.tag {
             tracepoint::tag_received(seq);
         }
         if seq < next || d.len() != w.size {
@@ -579,6 +671,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         }
         next = next.max(seq + 1);
         *got += 1;
+        t.arrived(*got)
     };
     if eudp {
         let engine = Engine::start(Config::from_env().map_err(|x| x.to_string())?).map_err(e)?;
@@ -588,13 +681,19 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         ep.set_read_timeout(Some(Duration::from_millis(50)));
         std::thread::sleep(Duration::from_millis(50));
         ready();
-        while got < w.count && start.elapsed() < max && !idle(first.get(), last.get()) {
-            match ep.recv(&mut buf) {
-                Ok(n) => tally(&buf[..n], &mut got),
-                Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {}
+        cpu0 = cpu_ns();
+        while got < w.count {
+            let look = match ep.recv(&mut buf) {
+                Ok(n) => tally(&buf[..n], &mut got, &mut t),
+                Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => true,
                 Err(x) => return Err(e(x)),
+            };
+            if look && t.over() {
+                break;
             }
         }
+        t.end(got, got == w.count);
+        cpu = cpu_ns() - cpu0;
         drop(ep);
         drop(engine);
     } else {
@@ -605,12 +704,13 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         s.bind(&w.addr).map_err(e)?;
         ready();
+        cpu0 = cpu_ns();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
         let tr = EpTrace::new();
         let mut bufs = vec![vec![0u8; 65_536]];
         let mut meta = vec![InMeta::default()];
         let on = tracepoint::on();
-        while got < w.count && start.elapsed() < max && !idle(first.get(), last.get()) {
+        'outer: while got < w.count {
             let enter = on.then(|| tr.recv_enter());
             loop {
                 tr.rx_enter();
@@ -623,28 +723,28 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
                     Ok(_) => {}
                     Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {
                         poll_readable(&[fd], Some(Duration::from_millis(50))).map_err(e)?;
-                        if start.elapsed() > max || idle(first.get(), last.get()) {
-                            break;
+                        if t.over() {
+                            break 'outer;
                         }
                     }
                     Err(x) => return Err(e(x)),
                 }
             }
-            if start.elapsed() > max || idle(first.get(), last.get()) {
-                break;
-            }
-            if let Some(t) = enter {
-                tr.recv_return(t);
+            if let Some(x) = enter {
+                tr.recv_return(x);
             }
             let n = meta[0].len;
-            tally(&bufs[0][..n], &mut got);
+            if tally(&bufs[0][..n], &mut got, &mut t) && t.over() {
+                break;
+            }
         }
+        t.end(got, got == w.count);
+        cpu = cpu_ns() - cpu0;
     }
     if w.trace {
         std::fs::write(&w.out, tracepoint::dump_json()).map_err(|x| format!("{}: {x}", w.out))?;
     }
-    let secs = first.get().map(|f| (last.get() - f).as_secs_f64()).unwrap_or(0.0);
-    let gbps = if secs > 0.0 { (got.saturating_sub(1) * w.size as u64) as f64 * 8.0 / secs / 1e9 } else { 0.0 };
-    println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps}));
+    let (secs, gbps) = t.rate(w.size);
+    println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps, "cpu_ns": cpu}));
     Ok(())
 }
