@@ -564,7 +564,7 @@ fn streaming_sends_are_coalesced_and_the_tail_is_flushed() {
         rx.send_to(&buf[..k], from).unwrap();
         let mut got = vec![0u8; 200];
         let mut bufs = [std::mem::take(&mut got)];
-        let mut meta = [eudp_engine::backend::InMeta { len: 0, src: None, segment: None, truncated: false }];
+        let mut meta = [eudp_engine::backend::InMeta::default()];
         let t = Instant::now();
         while tx.recv_batch(&mut bufs, &mut meta).is_err() {
             assert!(t.elapsed() < Duration::from_secs(5), "no reply {i}");
@@ -573,4 +573,76 @@ fn streaming_sends_are_coalesced_and_the_tail_is_flushed() {
     }
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(a.stats().coalesced_sends, st.coalesced_sends, "request/response sends were coalesced");
+}
+
+#[test]
+fn in_place_reads_survive_every_cut_and_mismatch() {
+    // Bulk frames are read straight into receive blocks when their header
+    // repeats the previous one. A hand-made client cuts the stream at
+    // every awkward point and breaks the pattern (shorter, longer, empty,
+    // other source, unbound port, finally an oversized header): every
+    // datagram must still arrive exactly once, in order.
+    let port = free_port();
+    let b = host("127.0.0.25", port, |_| {});
+    let e = engine();
+    let rx = ep(&b, &e, "127.0.0.25", 0);
+    rx.set_recv_buffer_size(16 << 20).unwrap();
+    let rx_port = rx.local_addr().unwrap().port();
+    let mut s = TcpStream::connect(SocketAddr::new("127.0.0.25".parse().unwrap(), port)).unwrap();
+    let mut w = vec![b'E', b'U', b'T', b'1', 1, 0, 0, 0];
+    let mut want: Vec<(u16, Vec<u8>)> = Vec::new();
+    let mut frame = |w: &mut Vec<u8>, src: u16, dst: u16, p: Vec<u8>| {
+        w.extend_from_slice(&src.to_be_bytes());
+        w.extend_from_slice(&dst.to_be_bytes());
+        w.extend_from_slice(&(p.len() as u16).to_be_bytes());
+        w.extend_from_slice(&p);
+        if dst == rx_port {
+            want.push((src, p));
+        }
+    };
+    let mut i = 0u64;
+    for round in 0..12u64 {
+        for _ in 0..(40 + round * 7) {
+            frame(&mut w, 1000, rx_port, payload(i, 1472));
+            i += 1;
+        }
+        match round % 6 {
+            0 => frame(&mut w, 1000, rx_port, payload(i, 1400)),
+            1 => frame(&mut w, 1001, rx_port, payload(i, 1472)),
+            2 => frame(&mut w, 1000, rx_port, payload(i, 2000)),
+            3 => frame(&mut w, 1000, rx_port, Vec::new()),
+            4 => frame(&mut w, 1000, rx_port ^ 1, payload(i, 1472)),
+            _ => frame(&mut w, 1000, rx_port, payload(i, 65_507)),
+        }
+        i += 1;
+    }
+    let unbound = (0..12).filter(|r| r % 6 == 4).count() as u64;
+    let total = want.len() as u64 + unbound;
+    // Finally a header that looks like the bulk one but is oversized.
+    w.extend_from_slice(&1000u16.to_be_bytes());
+    w.extend_from_slice(&rx_port.to_be_bytes());
+    w.extend_from_slice(&[0xff, 0xf0]);
+    let cuts = [1usize, 5, 6, 7, 1477, 1478, 1479, 3000, 9000, 70_000, 2, 1484];
+    let mut at = 0;
+    for k in 0.. {
+        if at == w.len() {
+            break;
+        }
+        let n = cuts[k % cuts.len()].min(w.len() - at);
+        s.write_all(&w[at..at + n]).unwrap();
+        at += n;
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    let client = s.local_addr().unwrap().ip();
+    let mut buf = vec![0u8; 65_536];
+    for (k, (src, p)) in want.iter().enumerate() {
+        let (n, from) = rx.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {k}/{}: {e}", want.len()));
+        assert_eq!(from, SocketAddr::new(client, *src), "source of datagram {k}");
+        assert!(buf[..n] == p[..], "datagram {k}: {n} bytes, want {}", p.len());
+    }
+    wait_for("the oversized header to close the connection", 5, || b.stats().oversized == 1);
+    let st = b.stats();
+    assert_eq!((st.frames_received, st.drop_no_port, st.drop_rx_full), (total, unbound, 0), "{st:?}");
+    assert!(st.frames_in_place > total / 2, "{st:?}");
+    assert!(rx.stats().gro_superpackets > 0);
 }

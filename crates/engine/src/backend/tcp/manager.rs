@@ -21,7 +21,7 @@ use super::{Dml, TcpConfig, CORK_BYTES};
 use crate::backend::kernel::{to_family, unmap, EventFd};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, Read};
+use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -37,6 +37,9 @@ const READ_CHUNK: usize = 512 << 10;
 const READ_BUDGET: usize = 4 << 20;
 /// Accounting overhead per queued received datagram (like skb truesize).
 pub(super) const RX_OVERHEAD: usize = 64;
+/// User-space queue bound of a connected lane (the DML bound,
+/// `cfg.queue_bytes`, applies while it is not connected).
+const UP_QUEUE_BYTES: usize = 2 * CORK_BYTES;
 /// A lane with nothing queued and no connection is forgotten after this.
 const LANE_IDLE: Duration = Duration::from_secs(30);
 
@@ -95,6 +98,7 @@ counters! {
     cc_errors: "Connections on which TCP_CONGESTION could not be set.",
     coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
     cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
+    frames_in_place: "Datagrams read straight into receive blocks (not copied by the manager).",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -855,7 +859,11 @@ impl Mgr {
             let size = if atomic && i == 0 { whole_size } else { HEADER_LEN + len };
             // The bound admits one datagram (or message) of any size into an
             // empty queue; the items of an admitted whole message follow it.
-            let fits = |q: usize| q == 0 || q + size <= self.cfg.queue_bytes;
+            // On a connected lane the kernel's socket buffer is the queue:
+            // a sender that finds it full waits for room rather than copying
+            // megabytes into user space for the manager to write later.
+            let bound = if st.phase == Phase::Up { self.cfg.queue_bytes.min(UP_QUEUE_BYTES) } else { self.cfg.queue_bytes };
+            let fits = |q: usize| q == 0 || q + size <= bound;
             let check = !atomic || i == 0;
             let full = check && (!fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes);
             if full {
@@ -1293,86 +1301,157 @@ impl Mgr {
         if rbuf.len() < READ_CHUNK {
             rbuf.resize(READ_CHUNK, 0);
         }
-        let mut pool = lock(&self.pool);
+        let mut pools = lock(&self.pool);
         let mut budget = READ_BUDGET;
         loop {
-            match (&conn.stream).read(&mut rbuf[..]) {
-                Ok(0) => {
+            let mut out = Deliver { mgr: self, conn, pools: &mut pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0 };
+            let r = match self.scatter_plan(&dec, conn) {
+                Some(plan) => self.read_in_place(conn, &mut dec, &mut rbuf, plan, &mut out),
+                None => match (&conn.stream).read(&mut rbuf[..]) {
+                    Ok(0) => Ok((0, rbuf.len())),
+                    Ok(n) => out.feed(&mut dec, &rbuf[..n]).map(|_| (n, rbuf.len())).map_err(ReadErr::Frame),
+                    Err(e) => Err(ReadErr::Io(e)),
+                },
+            };
+            out.flush();
+            pools.trim();
+            match r {
+                Ok((0, _)) => {
                     if dec.pending() > 0 {
                         Counters::inc(&self.c.lost_partial);
                     }
-                    drop((dec, rbuf, pool));
+                    drop((dec, rbuf, pools));
                     self.close_conn(conn);
                     return false;
                 }
-                Ok(n) => {
-                    // Datagrams for one endpoint are handed over in batches:
-                    // one lock and one wake-up per run. The hello comes
-                    // first: an accepted connection carries replies to its
-                    // peer before any datagram is handed up.
-                    let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
-                    let mut batch: Vec<RxItem> = Vec::new();
-                    let (mut frames, mut bytes) = (0u64, 0u64);
-                    let r = dec.feed(&rbuf[..n], &mut |ev| match ev {
-                        Event::Hello(idx) => {
-                            conn.hello_seen.store(true, SeqCst);
-                            if conn.inbound {
-                                self.attach_inbound(conn, idx);
-                            }
-                        }
-                        Event::Frame { src, dst, payload } => {
-                            frames += 1;
-                            bytes += payload.len() as u64;
-                            if cache.as_ref().map(|c| c.0) != Some(dst) {
-                                if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
-                                    // Counted before the hand-over wakes a reader.
-                                    Counters::add(&self.c.frames_received, std::mem::take(&mut frames));
-                                    Counters::add(&self.c.bytes_received, std::mem::take(&mut bytes));
-                                    q.push_many(&mut batch, &self.c, &mut pool);
-                                }
-                                cache = Some((dst, Self::lookup(&lock(&self.ports), dst, conn.local_ip)));
-                            }
-                            match cache.as_ref().and_then(|c| c.1.as_ref()) {
-                                None => Counters::inc(&self.c.drop_no_port),
-                                Some(q) => pool.add(&mut batch, q.gro.load(Relaxed), SocketAddr::new(conn.peer.ip(), src), payload),
-                            }
-                        }
-                    });
-                    Counters::add(&self.c.frames_received, frames);
-                    Counters::add(&self.c.bytes_received, bytes);
-                    if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
-                        q.push_many(&mut batch, &self.c, &mut pool);
-                    }
-                    pool.trim();
-                    if let Err(e) = r {
-                        Counters::inc(match e {
-                            FrameError::BadHello => &self.c.bad_hello,
-                            FrameError::Oversized => &self.c.oversized,
-                            FrameError::Malformed => &self.c.malformed,
-                        });
-                        drop((dec, rbuf, pool));
-                        self.close_conn(conn);
-                        return false;
-                    }
+                Ok((n, room)) => {
                     budget = budget.saturating_sub(n);
                     if budget == 0 {
                         return true;
                     }
-                    if n < rbuf.len() {
+                    if n < room {
                         // Short read: the socket is drained; any later
                         // arrival (or FIN) raises a new edge-triggered event.
                         return false;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    drop((dec, rbuf, pool));
+                Err(ReadErr::Frame(e)) => {
+                    Counters::inc(match e {
+                        FrameError::BadHello => &self.c.bad_hello,
+                        FrameError::Oversized => &self.c.oversized,
+                        FrameError::Malformed => &self.c.malformed,
+                    });
+                    drop((dec, rbuf, pools));
+                    self.close_conn(conn);
+                    return false;
+                }
+                Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(ReadErr::Io(_)) => {
+                    drop((dec, rbuf, pools));
                     self.close_conn(conn);
                     return false;
                 }
             }
         }
+    }
+
+    /// The frames that follow are guessed to repeat the last one's header
+    /// (a bulk flow): when that one was large enough to be packed for an
+    /// endpoint that packs, they may be read straight into blocks.
+    fn scatter_plan(&self, dec: &Decoder, conn: &Conn) -> Option<Plan> {
+        let (src, dst, len) = dec.last_frame()?;
+        if len < PACK_MIN || len > BIG_BUF {
+            return None;
+        }
+        let need = dec.need()?;
+        let q = Self::lookup(&lock(&self.ports), dst, conn.local_ip)?;
+        if !q.gro.load(Relaxed) {
+            return None;
+        }
+        Some(Plan { header: frame::header(src, dst, len), len, need })
+    }
+
+    /// One `readv` laid out for the guessed frames: the rest of a cut frame
+    /// into `rbuf`, then each frame's header into a small array and its
+    /// payload into its place in a block. Frames whose header matches the guess are handed
+    /// over in their blocks without a copy; anything else (the first
+    /// mismatch on, a frame cut by the end of the read) goes through the
+    /// decoder as usual. Returns (bytes read, bytes the read could take).
+    fn read_in_place(&self, conn: &Conn, dec: &mut Decoder, rbuf: &mut [u8], plan: Plan, out: &mut Deliver<'_>) -> Result<(usize, usize), ReadErr> {
+        let len = plan.len;
+        let per_block = BIG_BUF / len;
+        let nblocks = SCATTER_BLOCKS.min(1000 / (2 * per_block)).max(1);
+        let mut blocks: Vec<Vec<u8>> = (0..nblocks).map(|_| out.pools.block()).collect();
+        let mut hdrs = vec![[0u8; HEADER_LEN]; nblocks * per_block];
+        // No spare room after the slots: a fuller socket is read again in
+        // place rather than into `rbuf` (which would cost a copy).
+        let head = &mut rbuf[..plan.need];
+        let room = plan.need + hdrs.len() * (HEADER_LEN + len);
+        let n = {
+            let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(1 + 2 * hdrs.len());
+            iov.push(IoSliceMut::new(head));
+            let mut hs = hdrs.iter_mut();
+            for b in blocks.iter_mut() {
+                for slot in b[..per_block * len].chunks_exact_mut(len) {
+                    iov.push(IoSliceMut::new(hs.next().expect("one header per slot")));
+                    iov.push(IoSliceMut::new(slot));
+                }
+            }
+            match (&conn.stream).read_vectored(&mut iov) {
+                Ok(n) => n,
+                Err(e) => {
+                    blocks.into_iter().for_each(|b| out.pools.big.push(b));
+                    return Err(ReadErr::Io(e));
+                }
+            }
+        };
+        let mut rest = n;
+        let first = rest.min(plan.need);
+        out.feed(dec, &rbuf[..first]).map_err(ReadErr::Frame)?;
+        rest -= first;
+        // Frames in place, while their headers match the guess.
+        let mut good = 0;
+        if dec.pending() == 0 {
+            while good < hdrs.len() && rest >= HEADER_LEN + len && hdrs[good] == plan.header {
+                rest -= HEADER_LEN + len;
+                good += 1;
+            }
+        }
+        // What follows them, in stream order (a mismatch, or a frame cut by
+        // the end of the read), is gathered before the blocks go.
+        let mut spill: Vec<u8> = Vec::new();
+        let mut left = rest;
+        for s in good..hdrs.len() {
+            if left == 0 {
+                break;
+            }
+            let h = &hdrs[s][..HEADER_LEN.min(left)];
+            spill.extend_from_slice(h);
+            left -= h.len();
+            let at = (s % per_block) * len;
+            let p = &blocks[s / per_block][at..at + len.min(left)];
+            spill.extend_from_slice(p);
+            left -= p.len();
+        }
+        let [s0, s1, d0, d1, ..] = plan.header;
+        let (src, dst) = (u16::from_be_bytes([s0, s1]), u16::from_be_bytes([d0, d1]));
+        let from = SocketAddr::new(conn.peer.ip(), src);
+        for (b, buf) in blocks.into_iter().enumerate() {
+            let k = good.saturating_sub(b * per_block).min(per_block);
+            if k == 0 {
+                out.pools.big.push(buf);
+            } else {
+                out.block(dst, RxItem { buf, len: k * len, seg: len, n: k, src: from, big: true });
+            }
+        }
+        if good > 0 {
+            dec.note_frame(src, dst, len);
+            Counters::add(&self.c.frames_in_place, good as u64);
+        }
+        debug_assert_eq!(left, 0);
+        out.feed(dec, &spill).map_err(ReadErr::Frame)?;
+        Ok((n, room))
     }
 
     /// An accepted connection said hello: replies to that peer may use it
@@ -1505,6 +1584,89 @@ impl Mgr {
             }
         }
         next.max(Duration::from_millis(1))
+    }
+}
+
+/// Why a read ended the connection's turn.
+enum ReadErr {
+    Frame(FrameError),
+    Io(io::Error),
+}
+
+/// A guess at the frames that follow (see [`Mgr::scatter_plan`]).
+struct Plan {
+    header: [u8; HEADER_LEN],
+    len: usize,
+    /// Bytes that complete the frame cut by the previous read.
+    need: usize,
+}
+
+/// Blocks one in-place read fills at most.
+const SCATTER_BLOCKS: usize = 8;
+
+/// Hands one read's datagrams to their endpoints' queues, one run per
+/// destination (one lock and one wake-up per run).
+struct Deliver<'a> {
+    mgr: &'a Mgr,
+    conn: &'a Arc<Conn>,
+    pools: &'a mut Pools,
+    cache: Option<(u16, Option<Arc<RxQueue>>)>,
+    batch: Vec<RxItem>,
+    frames: u64,
+    bytes: u64,
+}
+
+impl Deliver<'_> {
+    /// Switches to `dst`'s queue, handing over what was gathered for the previous one.
+    fn to(&mut self, dst: u16) {
+        if self.cache.as_ref().map(|c| c.0) != Some(dst) {
+            self.flush();
+            self.cache = Some((dst, Mgr::lookup(&lock(&self.mgr.ports), dst, self.conn.local_ip)));
+        }
+    }
+
+    /// Decodes bytes of the stream. The hello comes first: an accepted
+    /// connection carries replies to its peer before any datagram is handed up.
+    fn feed(&mut self, dec: &mut Decoder, bytes: &[u8]) -> Result<usize, FrameError> {
+        dec.feed(bytes, &mut |ev| match ev {
+            Event::Hello(idx) => {
+                self.conn.hello_seen.store(true, SeqCst);
+                if self.conn.inbound {
+                    self.mgr.attach_inbound(self.conn, idx);
+                }
+            }
+            Event::Frame { src, dst, payload } => {
+                self.frames += 1;
+                self.bytes += payload.len() as u64;
+                self.to(dst);
+                match self.cache.as_ref().and_then(|c| c.1.as_ref()) {
+                    None => Counters::inc(&self.mgr.c.drop_no_port),
+                    Some(q) => self.pools.add(&mut self.batch, q.gro.load(Relaxed), SocketAddr::new(self.conn.peer.ip(), src), payload),
+                }
+            }
+        })
+    }
+
+    /// A block of frames read in place.
+    fn block(&mut self, dst: u16, it: RxItem) {
+        self.frames += it.n as u64;
+        self.bytes += it.len as u64;
+        self.to(dst);
+        if self.cache.as_ref().and_then(|c| c.1.as_ref()).is_some() {
+            self.batch.push(it);
+        } else {
+            Counters::add(&self.mgr.c.drop_no_port, it.n as u64);
+            self.pools.big.push(it.buf);
+        }
+    }
+
+    fn flush(&mut self) {
+        // Counted before the hand-over wakes a reader.
+        Counters::add(&self.mgr.c.frames_received, std::mem::take(&mut self.frames));
+        Counters::add(&self.mgr.c.bytes_received, std::mem::take(&mut self.bytes));
+        if let Some(q) = self.cache.as_ref().and_then(|c| c.1.as_ref()) {
+            q.push_many(&mut self.batch, &self.mgr.c, self.pools);
+        }
     }
 }
 
