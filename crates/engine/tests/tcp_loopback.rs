@@ -646,3 +646,53 @@ fn in_place_reads_survive_every_cut_and_mismatch() {
     assert!(st.frames_in_place > total / 2, "{st:?}");
     assert!(rx.stats().gro_superpackets > 0);
 }
+
+#[test]
+fn a_full_lane_can_be_waited_on_and_the_socket_reached_through_the_endpoint() {
+    use eudp_engine::backend::tcp::TcpSocket;
+    use eudp_engine::backend::Backend;
+    let port = free_port();
+    let a = host("127.0.0.26", port, |c| c.sndbuf = 4608);
+    let e = engine();
+    // The socket behind an endpoint is reachable for its own API.
+    let mine = ep(&a, &e, "127.0.0.26", 0);
+    let sock = mine.backend().as_any().downcast_ref::<TcpSocket>().expect("a TcpSocket");
+    assert_eq!(sock.queued(), 0);
+    // The peer host accepts but does not read (yet).
+    let peer = std::net::TcpListener::bind(("127.0.0.27", port)).unwrap();
+    let to: SocketAddr = "127.0.0.27:5000".parse().unwrap();
+    let tx = a.socket(false).unwrap();
+    tx.bind(&"127.0.0.26:0".parse().unwrap()).unwrap();
+    // Nothing sent yet: no lane, writable.
+    assert!(tx.wait_writable(Duration::from_millis(1)).unwrap());
+    tx.send_one(b"up", Some(&to)).unwrap();
+    let (mut conn, _) = peer.accept().unwrap();
+    wait_for("the lane to come up", 5, || a.stats().frames_sent == 1);
+    let big = vec![7u8; 60_000];
+    let mut refused = false;
+    for _ in 0..2000 {
+        match tx.send_one(&big, Some(&to)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(refused, "the lane never filled: {:?}", a.stats());
+    // Full: wait_writable times out instead of returning at once.
+    let t0 = Instant::now();
+    assert!(!tx.wait_writable(Duration::from_millis(30)).unwrap());
+    assert!(t0.elapsed() >= Duration::from_millis(25));
+    // The peer reads: the waiter wakes well before its timeout.
+    let drain = std::thread::spawn(move || {
+        conn.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let t0 = Instant::now();
+    assert!(tx.wait_writable(Duration::from_secs(5)).unwrap());
+    assert!(t0.elapsed() < Duration::from_secs(4));
+    drain.join().unwrap();
+}

@@ -10,6 +10,7 @@ pub mod kernel;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 pub use kernel::{InMeta, OutMsg, PktInfo};
 
@@ -44,6 +45,20 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()>;
     /// Reads an integer socket option of the underlying socket.
     fn option(&self, level: i32, name: i32) -> io::Result<i32>;
+    /// Waits at most `timeout` until a send may make progress (after
+    /// `EAGAIN`); true when it may. The default polls `raw_fd` for
+    /// writability, which is exact for a kernel socket. A backend whose
+    /// `raw_fd` is not its send path (the `tcp` backend's is an eventfd,
+    /// always writable) overrides it.
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        kernel::poll_writable(self.raw_fd(), Some(timeout))
+    }
+    /// The backend itself, to reach its own API through a `dyn Backend`
+    /// (`downcast_ref::<tcp::TcpSocket>()`). The default is `()`, which
+    /// downcasts to nothing.
+    fn as_any(&self) -> &dyn std::any::Any {
+        &()
+    }
 }
 
 impl Backend for kernel::UdpSocket {
@@ -105,6 +120,9 @@ impl Backend for kernel::UdpSocket {
     }
     fn option(&self, level: i32, name: i32) -> io::Result<i32> {
         kernel::UdpSocket::option(self, level, name)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 #[path = "tcp/mod.rs"] pub mod tcp;

@@ -113,11 +113,11 @@ pub(super) struct RxQueue {
     pub(super) gro: AtomicBool,
 }
 
-/// One received datagram, or (`big`) a run of equal-size datagrams from one
-/// source packed back to back in a [`BIG_BUF`] block, the last possibly
-/// shorter, as UDP GRO packs them. A block is handed to the engine whole
-/// (the buffers are swapped, nothing is copied); the engine's ring cuts it
-/// at `seg`.
+/// One received datagram, or a run of `n` equal-size datagrams from one
+/// source packed back to back, the last possibly shorter, as UDP GRO packs
+/// them. A `big` item is a [`BIG_BUF`] block, handed to the engine whole
+/// (the buffers are swapped, nothing is copied); others are exact-size
+/// buffers that are copied. The engine's ring cuts a run at `seg`.
 #[derive(Debug)]
 pub(super) struct RxItem {
     pub(super) buf: Vec<u8>,
@@ -255,8 +255,10 @@ impl RxQueue {
         }
         let (mut full, mut filtered) = (0u64, 0u64);
         for mut it in batch.drain(..) {
-            if it.big && it.n == 1 {
-                // A run of one: an exact-size buffer (memory stays near the charge).
+            if it.big && (it.n == 1 || it.len < BIG_BUF / 2) {
+                // A run of one, or a block less than half full (the end of a
+                // read): into an exact-size buffer, so memory stays near what
+                // is charged and a short burst is not charged whole blocks.
                 let b = pools.small_copy(&it.buf[..it.len]);
                 pools.big.push(std::mem::replace(&mut it.buf, b));
                 it.big = false;
@@ -948,6 +950,30 @@ impl Mgr {
         Ok(taken)
     }
 
+    /// Waits at most `timeout` until a send on `lane` would not find it
+    /// full: true when any datagram fits (or the lane is not connected, where
+    /// the DML takes every datagram, or closed, where a send fails at once).
+    pub(super) fn wait_room(&self, lane: &Arc<Lane>, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&lane.st);
+        loop {
+            // Room for a datagram of any size (as POLLOUT means room for one).
+            let q = st.out.queued();
+            let room = q == 0 || q + HEADER_LEN + MAX_PAYLOAD <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES);
+            if st.closed || st.retired || st.phase != Phase::Up || room {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            // The manager's EPOLLOUT flush wakes waiters (`settle`).
+            st.waiters += 1;
+            st = lane.cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+            st.waiters -= 1;
+        }
+    }
+
     /// The direct path of [`Mgr::submit`]: one `sendmsg` of headers and
     /// payloads; returns the items taken (written, or partly written with
     /// the rest queued, adding the queued bytes to `added`).
@@ -1361,7 +1387,7 @@ impl Mgr {
     /// endpoint that packs, they may be read straight into blocks.
     fn scatter_plan(&self, dec: &Decoder, conn: &Conn) -> Option<Plan> {
         let (src, dst, len) = dec.last_frame()?;
-        if len < PACK_MIN || len > BIG_BUF {
+        if !(PACK_MIN..=BIG_BUF).contains(&len) {
             return None;
         }
         let need = dec.need()?;

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
@@ -379,21 +379,20 @@ impl Backend for TcpSocket {
                 n += 1;
                 continue;
             }
-            let (data, src) = (it.buf, it.src);
-            let seg = data.len();
-            if bufs[n].len() < seg {
-                bufs[n].resize(seg, 0);
+            let (data, src, seg, len) = (it.buf, it.src, it.seg, it.len);
+            if bufs[n].len() < len {
+                bufs[n].resize(len, 0);
             }
-            bufs[n][..seg].copy_from_slice(&data);
-            let mut end = seg;
+            bufs[n][..len].copy_from_slice(&data[..len]);
+            let mut end = len;
             recycle(&mut q.free, data);
             // Like UDP GRO: following datagrams of the same size from the
             // same source share the buffer (the last may be shorter); the
             // engine's ring cuts them apart at `segment` without copying.
-            if gro && seg > 0 {
+            if gro && seg > 0 && len == it.n * seg {
                 while let Some(next) = q.items.front() {
                     let l = next.len;
-                    if next.big || next.src != src || l == 0 || l > seg || end + l > bufs[n].len() {
+                    if next.big || next.n != 1 || next.src != src || l == 0 || l > seg || end + l > bufs[n].len() {
                         break;
                     }
                     let d = q.items.pop_front().expect("front exists");
@@ -460,6 +459,21 @@ impl Backend for TcpSocket {
             }
             _ => self.udp.set_option(level, name, val),
         }
+    }
+
+    /// Waits for room on the lane this socket last sent on (its raw fd
+    /// is the receive eventfd, always writable). A lane that is not
+    /// connected never refuses a send (DML), so it counts as writable.
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        let lane = lock(&self.lane_cache).as_ref().map(|(_, l)| l.clone());
+        match lane {
+            Some(l) => Ok(self.mgr.wait_room(&l, timeout)),
+            None => Ok(true),
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn option(&self, level: i32, name: i32) -> io::Result<i32> {
