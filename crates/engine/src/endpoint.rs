@@ -7,7 +7,7 @@
 //! receive served from the ring costs no syscall, and when the ring is empty
 //! the caller reads the socket itself before sleeping.
 
-use crate::backend::kernel::{self, poll_readable, poll_writable, EventFd, InMeta, OutMsg};
+use crate::backend::kernel::{self, poll_readable, EventFd, InMeta, OutMsg};
 use crate::backend::Backend;
 use crate::batch::{group_calls, gso_batch, GsoLimits};
 use crate::engine::{Engine, Shared};
@@ -700,7 +700,7 @@ impl EpInner {
                         },
                         None => Duration::from_millis(100),
                     };
-                    poll_writable(self.backend.raw_fd(), Some(wait.min(Duration::from_millis(100))))?;
+                    self.backend.wait_writable(wait.min(Duration::from_millis(100)))?;
                 }
                 Err(e) => return Err(e),
             }
@@ -835,7 +835,7 @@ impl EpInner {
                     m += k;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let _ = poll_writable(self.backend.raw_fd(), Some(Duration::from_millis(10)));
+                    let _ = self.backend.wait_writable(Duration::from_millis(10));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
