@@ -407,6 +407,13 @@ pub fn events() -> Vec<Event> {
     out
 }
 
+/// How many threads have a trace buffer (a tool can wait for the engine
+/// thread's before it starts timing: allocating and touching a buffer of
+/// many events takes milliseconds).
+pub fn thread_buffers() -> usize {
+    BUFS.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
 /// Events dropped because a thread's buffer was full.
 pub fn dropped() -> u64 {
     DROPPED.load(Relaxed)
