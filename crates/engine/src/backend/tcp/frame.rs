@@ -76,6 +76,8 @@ enum Unit {
 pub struct Decoder {
     partial: Vec<u8>,
     lane: Option<u8>,
+    /// Header of the last complete frame (src, dst, len).
+    last: Option<(u16, u16, usize)>,
 }
 
 impl Decoder {
@@ -96,6 +98,30 @@ impl Decoder {
     /// Bytes kept from a unit cut by the end of a read.
     pub fn pending(&self) -> usize {
         self.partial.len()
+    }
+
+    /// Header (src, dst, len) of the last complete frame: the reader's guess
+    /// for the frames that follow.
+    pub fn last_frame(&self) -> Option<(u16, u16, usize)> {
+        self.last
+    }
+
+    /// Records a frame decoded outside the decoder (read in place).
+    pub fn note_frame(&mut self, src: u16, dst: u16, len: usize) {
+        self.last = Some((src, dst, len));
+    }
+
+    /// Bytes that complete the unit cut by the end of the previous read (0
+    /// at a frame boundary). While the cut header itself is incomplete,
+    /// only its rest is counted. None when the kept bytes are invalid.
+    pub fn need(&self) -> Option<usize> {
+        if self.partial.is_empty() {
+            return Some(0);
+        }
+        match self.check(&self.partial) {
+            Ok(Unit::Need(k)) => Some(k),
+            _ => None,
+        }
     }
 
     fn check(&self, b: &[u8]) -> Result<Unit, FrameError> {
@@ -148,6 +174,7 @@ impl Decoder {
                 }
                 Unit::Frame(src, dst, len) => {
                     f(Event::Frame { src, dst, payload: &self.partial[HEADER_LEN..HEADER_LEN + len] });
+                    self.last = Some((src, dst, len));
                     self.partial.clear();
                     n += 1;
                 }
@@ -170,6 +197,7 @@ impl Decoder {
                 }
                 Unit::Frame(src, dst, len) => {
                     f(Event::Frame { src, dst, payload: &input[HEADER_LEN..HEADER_LEN + len] });
+                    self.last = Some((src, dst, len));
                     input = &input[HEADER_LEN + len..];
                     n += 1;
                 }

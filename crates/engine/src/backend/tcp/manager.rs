@@ -17,11 +17,11 @@
 
 use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD};
 use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use super::{Dml, TcpConfig};
+use super::{Dml, TcpConfig, CORK_BYTES};
 use crate::backend::kernel::{to_family, unmap, EventFd};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, Read};
+use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -37,6 +37,9 @@ const READ_CHUNK: usize = 512 << 10;
 const READ_BUDGET: usize = 4 << 20;
 /// Accounting overhead per queued received datagram (like skb truesize).
 pub(super) const RX_OVERHEAD: usize = 64;
+/// User-space queue bound of a connected lane (the DML bound,
+/// `cfg.queue_bytes`, applies while it is not connected).
+const UP_QUEUE_BYTES: usize = 2 * CORK_BYTES;
 /// A lane with nothing queued and no connection is forgotten after this.
 const LANE_IDLE: Duration = Duration::from_secs(30);
 
@@ -93,6 +96,9 @@ counters! {
     block_timeouts: "DML (b): blocks that timed out and fell back to queueing.",
     backpressure_waits: "Sends that waited for room on a connected lane.",
     cc_errors: "Connections on which TCP_CONGESTION could not be set.",
+    coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
+    cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
+    frames_in_place: "Datagrams read straight into receive blocks (not copied by the manager).",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -103,11 +109,48 @@ pub(super) struct RxQueue {
     /// Readable exactly while `inner.items` is non-empty.
     pub(super) ready: EventFd,
     pub(super) v6: bool,
+    /// Runs of equal-size datagrams are packed into blocks (`enable_gro`).
+    pub(super) gro: AtomicBool,
+}
+
+/// One received datagram, or a run of `n` equal-size datagrams from one
+/// source packed back to back, the last possibly shorter, as UDP GRO packs
+/// them. A `big` item is a [`BIG_BUF`] block, handed to the engine whole
+/// (the buffers are swapped, nothing is copied); others are exact-size
+/// buffers that are copied. The engine's ring cuts a run at `seg`.
+#[derive(Debug)]
+pub(super) struct RxItem {
+    pub(super) buf: Vec<u8>,
+    pub(super) len: usize,
+    pub(super) seg: usize,
+    pub(super) n: usize,
+    pub(super) src: SocketAddr,
+    pub(super) big: bool,
+}
+
+impl RxItem {
+    /// Charged against the queue bound: payload plus per-datagram overhead,
+    /// and at least the block's memory (like skb truesize).
+    pub(super) fn cost(&self) -> usize {
+        let c = self.len + self.n * RX_OVERHEAD;
+        if self.big {
+            c.max(self.buf.len())
+        } else {
+            c
+        }
+    }
+
+    /// Whether a `len`-byte datagram from `src` continues this block.
+    fn extends(&self, src: SocketAddr, len: usize) -> bool {
+        self.big && self.src == src && len > 0 && len <= self.seg && self.len == self.n * self.seg && self.len + len <= self.buf.len()
+    }
 }
 
 #[derive(Debug)]
 pub(super) struct RxInner {
-    pub(super) items: VecDeque<(Vec<u8>, SocketAddr)>,
+    pub(super) items: VecDeque<RxItem>,
+    /// Datagrams in `items`.
+    pub(super) dgrams: usize,
     pub(super) bytes: usize,
     pub(super) cap: usize,
     /// Connected endpoint: only datagrams from this peer are accepted.
@@ -115,6 +158,8 @@ pub(super) struct RxInner {
     /// Buffers the reader is done with, for the manager to reuse (no
     /// malloc/free per datagram across threads). Bounded by [`FREE_MAX`].
     pub(super) free: Vec<Vec<u8>>,
+    /// Blocks the reader got in exchange, for the manager (≤ [`BIG_FREE_MAX`]).
+    pub(super) free_big: Vec<Vec<u8>>,
     /// Whether `ready` is set: the eventfd is written and read only on a
     /// change (a syscall saved per hand-over and per emptying read).
     pub(super) signalled: bool,
@@ -125,38 +170,115 @@ pub(super) struct RxInner {
 pub(super) const FREE_MAX: usize = 4096;
 /// Larger buffers are not kept for reuse (bounded memory).
 pub(super) const FREE_MAX_CAP: usize = 16 << 10;
+/// Size of a packed block: the engine's receive buffer size, so its ring
+/// keeps the block for reuse.
+pub(super) const BIG_BUF: usize = 1 << 16;
+/// Blocks kept for reuse per receive queue (the manager keeps twice as many).
+pub(super) const BIG_FREE_MAX: usize = 64;
+/// Smaller datagrams are not packed into blocks (a block charges its memory).
+const PACK_MIN: usize = 1024;
+
+/// The manager thread's buffers for received payloads.
+#[derive(Debug, Default)]
+struct Pools {
+    small: Vec<Vec<u8>>,
+    big: Vec<Vec<u8>>,
+}
+
+impl Pools {
+    fn give(&mut self, buf: Vec<u8>, big: bool) {
+        if big {
+            self.big.push(buf);
+        } else {
+            self.small.push(buf);
+        }
+    }
+
+    fn small_copy(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut b = self.small.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(data);
+        b
+    }
+
+    fn block(&mut self) -> Vec<u8> {
+        match self.big.pop() {
+            Some(b) if b.len() == BIG_BUF => b,
+            _ => vec![0u8; BIG_BUF],
+        }
+    }
+
+    /// Appends a datagram to `batch`, continuing the last block if it can.
+    fn add(&mut self, batch: &mut Vec<RxItem>, pack: bool, src: SocketAddr, payload: &[u8]) {
+        let len = payload.len();
+        if let Some(last) = batch.last_mut().filter(|l| l.extends(src, len)) {
+            last.buf[last.len..last.len + len].copy_from_slice(payload);
+            last.len += len;
+            last.n += 1;
+            return;
+        }
+        if pack && len >= PACK_MIN {
+            let mut buf = self.block();
+            buf[..len].copy_from_slice(payload);
+            batch.push(RxItem { buf, len, seg: len, n: 1, src, big: true });
+        } else {
+            batch.push(RxItem { buf: self.small_copy(payload), len, seg: len, n: 1, src, big: false });
+        }
+    }
+
+    fn trim(&mut self) {
+        self.small.retain(|b| b.capacity() <= FREE_MAX_CAP);
+        self.small.truncate(2 * FREE_MAX);
+        self.big.truncate(2 * BIG_FREE_MAX);
+    }
+}
 
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
-        Ok(RxQueue { inner: Mutex::new(RxInner { items: VecDeque::new(), bytes: 0, cap, peer: None, free: Vec::new(), signalled: false }), ready: EventFd::new()?, v6 })
+        let inner = RxInner { items: VecDeque::new(), dgrams: 0, bytes: 0, cap, peer: None, free: Vec::new(), free_big: Vec::new(), signalled: false };
+        Ok(RxQueue { inner: Mutex::new(inner), ready: EventFd::new()?, v6, gro: AtomicBool::new(false) })
     }
 
     /// Queues a batch under one lock and one readiness signal; counts
     /// what was dropped into `c`.
-    fn push_many(&self, batch: &mut Vec<(Vec<u8>, SocketAddr)>, c: &Counters, pool: &mut Vec<Vec<u8>>) {
+    fn push_many(&self, batch: &mut Vec<RxItem>, c: &Counters, pools: &mut Pools) {
         if batch.is_empty() {
             return;
         }
         let mut q = lock(&self.inner);
         // Take back what the reader has finished with.
-        if pool.len() < 2 * FREE_MAX {
-            pool.append(&mut q.free);
+        if pools.small.len() < 2 * FREE_MAX {
+            pools.small.append(&mut q.free);
+        }
+        if pools.big.len() < 2 * BIG_FREE_MAX {
+            pools.big.append(&mut q.free_big);
         }
         let (mut full, mut filtered) = (0u64, 0u64);
-        for (payload, src) in batch.drain(..) {
-            if (!self.v6 && src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != src) {
-                filtered += 1;
-                pool.push(payload);
+        for mut it in batch.drain(..) {
+            if it.big && (it.n == 1 || it.len < BIG_BUF / 2) {
+                // A run of one, or a block less than half full (the end of a
+                // read): into an exact-size buffer, so memory stays near what
+                // is charged and a short burst is not charged whole blocks.
+                let b = pools.small_copy(&it.buf[..it.len]);
+                pools.big.push(std::mem::replace(&mut it.buf, b));
+                it.big = false;
+            }
+            if (!self.v6 && it.src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != it.src) {
+                filtered += it.n as u64;
+                pools.give(it.buf, it.big);
                 continue;
             }
-            let cost = payload.len() + RX_OVERHEAD;
-            if q.bytes + cost > q.cap {
-                full += 1;
-                pool.push(payload);
+            let cost = it.cost();
+            // A block larger than a tiny bound is still admitted into an empty queue.
+            if q.bytes + cost > q.cap && !(it.big && q.items.is_empty()) {
+                full += it.n as u64;
+                pools.give(it.buf, it.big);
                 continue;
             }
-            q.items.push_back((payload, to_family(src, self.v6)));
+            it.src = to_family(it.src, self.v6);
             q.bytes += cost;
+            q.dgrams += it.n;
+            q.items.push_back(it);
         }
         // Counters before the wake-up, so a reader woken by it sees them.
         Counters::add(&c.drop_rx_full, full);
@@ -311,6 +433,9 @@ struct LaneSt {
     /// Removed from the lane map (idle) or the transport shut down.
     retired: bool,
     closed: bool,
+    /// Coalesced datagrams wait unwritten since then (the manager writes
+    /// them when `cfg.cork` has passed).
+    corked_at: Option<Instant>,
 }
 
 /// One TCP connection, outgoing or accepted.
@@ -366,6 +491,9 @@ pub struct ConnInfo {
 pub(super) enum Caller {
     /// An application thread (direct post): DML (b) may block it.
     App,
+    /// An application thread sending back to back: as `App`, and its
+    /// datagrams may be coalesced (see [`TcpConfig::cork`]).
+    Stream,
     /// The engine thread (queued batches): never blocked by DML.
     Engine,
 }
@@ -391,11 +519,13 @@ pub(super) struct Mgr {
     ports: Mutex<Ports>,
     queued_total: AtomicUsize,
     /// Receive buffers for reuse (manager thread only).
-    pool: Mutex<Vec<Vec<u8>>>,
+    pool: Mutex<Pools>,
     /// The read buffer (manager thread only).
     rbuf: Mutex<Vec<u8>>,
     next_token: AtomicU64,
     cc_warned: AtomicBool,
+    /// Some lane may hold coalesced datagrams: the manager runs its timer.
+    cork_armed: AtomicBool,
     pub(super) c: Counters,
 }
 
@@ -444,10 +574,11 @@ impl TcpTransport {
             lanes: Mutex::new(HashMap::new()),
             ports: Mutex::new(HashMap::new()),
             queued_total: AtomicUsize::new(0),
-            pool: Mutex::new(Vec::new()),
+            pool: Mutex::new(Pools::default()),
             rbuf: Mutex::new(Vec::new()),
             next_token: AtomicU64::new(2),
             cc_warned: AtomicBool::new(false),
+            cork_armed: AtomicBool::new(false),
             c: Counters::default(),
         });
         let m2 = mgr.clone();
@@ -658,6 +789,7 @@ impl Mgr {
                 last_used: Instant::now(),
                 retired: false,
                 closed: false,
+                corked_at: None,
             }),
             cv: Condvar::new(),
         });
@@ -693,7 +825,7 @@ impl Mgr {
         }
         st.last_used = now;
         let wait_room = match caller {
-            Caller::App => Duration::from_millis(2),
+            Caller::App | Caller::Stream => Duration::from_millis(2),
             Caller::Engine => Duration::from_millis(10),
         };
         let mut room_deadline: Option<Instant> = None;
@@ -706,7 +838,10 @@ impl Mgr {
             return Err(err(libc::EMSGSIZE));
         }
         let whole_size: usize = if whole { items.iter().map(|it| HEADER_LEN + it.3).sum() } else { 0 };
-        if st.phase == Phase::Up && st.out.queued() == 0 && items.iter().all(|it| it.3 <= MAX_PAYLOAD) {
+        // A streaming sender's datagrams are gathered in the queue instead
+        // (one write per block, below).
+        let cork = caller == Caller::Stream && !self.cfg.cork.is_zero();
+        if st.phase == Phase::Up && st.out.queued() == 0 && !cork && items.iter().all(|it| it.3 <= MAX_PAYLOAD) {
             // Connected and nothing waits: write the frames straight from the
             // caller's buffers (no copy into the queue). What the socket does
             // not take is queued below as usual.
@@ -726,7 +861,11 @@ impl Mgr {
             let size = if atomic && i == 0 { whole_size } else { HEADER_LEN + len };
             // The bound admits one datagram (or message) of any size into an
             // empty queue; the items of an admitted whole message follow it.
-            let fits = |q: usize| q == 0 || q + size <= self.cfg.queue_bytes;
+            // On a connected lane the kernel's socket buffer is the queue:
+            // a sender that finds it full waits for room rather than copying
+            // megabytes into user space for the manager to write later.
+            let bound = if st.phase == Phase::Up { self.cfg.queue_bytes.min(UP_QUEUE_BYTES) } else { self.cfg.queue_bytes };
+            let fits = |q: usize| q == 0 || q + size <= bound;
             let check = !atomic || i == 0;
             let full = check && (!fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes);
             if full {
@@ -767,7 +906,21 @@ impl Mgr {
         }
         self.queued_total.fetch_add(added, Relaxed);
         match st.phase {
+            Phase::Up if cork && st.out.queued() < CORK_BYTES => {
+                Counters::add(&self.c.coalesced_sends, taken as u64);
+                if st.corked_at.is_none() && st.out.queued() > 0 {
+                    st.corked_at = Some(now);
+                    // Lane lock held: the manager's scan sees this lane or
+                    // we see its disarm and ring.
+                    if !self.cork_armed.swap(true, SeqCst) {
+                        self.ring();
+                    }
+                }
+            }
             Phase::Up => {
+                if cork {
+                    Counters::add(&self.c.coalesced_sends, taken as u64);
+                }
                 let b = st.out.queued();
                 self.flush_lane(lane, &mut st);
                 self.settle_partial(&mut st, b);
@@ -775,7 +928,7 @@ impl Mgr {
             Phase::Idle => self.start_connect(lane, &mut st),
             Phase::Connecting | Phase::Backoff => {}
         }
-        if caller == Caller::App && self.cfg.dml == Dml::Block && st.phase != Phase::Up && !st.fallback && st.out.queued() > 0 {
+        if matches!(caller, Caller::App | Caller::Stream) && self.cfg.dml == Dml::Block && st.phase != Phase::Up && !st.fallback && st.out.queued() > 0 {
             // DML (b): block while the transport retries, then fall back to (a).
             Counters::inc(&self.c.block_waits);
             let dl = Instant::now() + self.cfg.block_timeout;
@@ -795,6 +948,30 @@ impl Mgr {
             return Err(err(libc::EAGAIN));
         }
         Ok(taken)
+    }
+
+    /// Waits at most `timeout` until a send on `lane` would not find it
+    /// full: true when any datagram fits (or the lane is not connected, where
+    /// the DML takes every datagram, or closed, where a send fails at once).
+    pub(super) fn wait_room(&self, lane: &Arc<Lane>, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&lane.st);
+        loop {
+            // Room for a datagram of any size (as POLLOUT means room for one).
+            let q = st.out.queued();
+            let room = q == 0 || q + HEADER_LEN + MAX_PAYLOAD <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES);
+            if st.closed || st.retired || st.phase != Phase::Up || room {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            // The manager's EPOLLOUT flush wakes waiters (`settle`).
+            st.waiters += 1;
+            st = lane.cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+            st.waiters -= 1;
+        }
     }
 
     /// The direct path of [`Mgr::submit`]: one `sendmsg` of headers and
@@ -872,6 +1049,8 @@ impl Mgr {
         if st.phase != Phase::Up {
             return;
         }
+        // What the socket does not take now is finished on EPOLLOUT.
+        st.corked_at = None;
         loop {
             let data = st.out.unwritten();
             if data.is_empty() {
@@ -1043,11 +1222,16 @@ impl Mgr {
             if now >= next_tick {
                 next_tick = now + self.tick(now);
             }
-            let timeout = if !again.is_empty() || (!spin.is_zero() && now < busy_until) {
+            let mut timeout = if !again.is_empty() || (!spin.is_zero() && now < busy_until) {
                 Duration::ZERO
             } else {
                 next_tick.saturating_duration_since(now)
             };
+            if self.cork_armed.load(SeqCst) {
+                if let Some(d) = self.flush_corked(now) {
+                    timeout = timeout.min(d);
+                }
+            }
             let r = self.poller.wait(&mut events, Some(timeout));
             if !spin.is_zero() && (!events.is_empty() || !again.is_empty()) {
                 busy_until = Instant::now() + spin;
@@ -1077,6 +1261,32 @@ impl Mgr {
                 }
             }
         }
+    }
+
+    /// Writes coalesced datagrams that waited `cfg.cork`; returns the time
+    /// until the next lane is due (None: nothing is coalesced, timer off).
+    fn flush_corked(&self, now: Instant) -> Option<Duration> {
+        // Disarm before the scan: a lane corked after its scan re-arms and rings.
+        self.cork_armed.store(false, SeqCst);
+        let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
+        let mut next: Option<Duration> = None;
+        for lane in lanes {
+            let mut st = lock(&lane.st);
+            let Some(t) = st.corked_at else { continue };
+            let due = t + self.cfg.cork;
+            if due <= now {
+                Counters::inc(&self.c.cork_timer_flushes);
+                let b = st.out.queued();
+                self.flush_lane(&lane, &mut st);
+                self.settle(&lane, &mut st, b);
+            } else {
+                next = Some(next.map_or(due - now, |n: Duration| n.min(due - now)));
+            }
+        }
+        if next.is_some() {
+            self.cork_armed.store(true, SeqCst);
+        }
+        next
     }
 
     /// Handles readiness of one connection; true when it may hold more input.
@@ -1117,92 +1327,157 @@ impl Mgr {
         if rbuf.len() < READ_CHUNK {
             rbuf.resize(READ_CHUNK, 0);
         }
-        let mut pool = lock(&self.pool);
+        let mut pools = lock(&self.pool);
         let mut budget = READ_BUDGET;
         loop {
-            match (&conn.stream).read(&mut rbuf[..]) {
-                Ok(0) => {
+            let mut out = Deliver { mgr: self, conn, pools: &mut pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0 };
+            let r = match self.scatter_plan(&dec, conn) {
+                Some(plan) => self.read_in_place(conn, &mut dec, &mut rbuf, plan, &mut out),
+                None => match (&conn.stream).read(&mut rbuf[..]) {
+                    Ok(0) => Ok((0, rbuf.len())),
+                    Ok(n) => out.feed(&mut dec, &rbuf[..n]).map(|_| (n, rbuf.len())).map_err(ReadErr::Frame),
+                    Err(e) => Err(ReadErr::Io(e)),
+                },
+            };
+            out.flush();
+            pools.trim();
+            match r {
+                Ok((0, _)) => {
                     if dec.pending() > 0 {
                         Counters::inc(&self.c.lost_partial);
                     }
-                    drop((dec, rbuf, pool));
+                    drop((dec, rbuf, pools));
                     self.close_conn(conn);
                     return false;
                 }
-                Ok(n) => {
-                    // Datagrams for one endpoint are handed over in batches:
-                    // one lock and one wake-up per run. The hello comes
-                    // first: an accepted connection carries replies to its
-                    // peer before any datagram is handed up.
-                    let mut cache: Option<(u16, Option<Arc<RxQueue>>)> = None;
-                    let mut batch: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
-                    let (mut frames, mut bytes) = (0u64, 0u64);
-                    let r = dec.feed(&rbuf[..n], &mut |ev| match ev {
-                        Event::Hello(idx) => {
-                            conn.hello_seen.store(true, SeqCst);
-                            if conn.inbound {
-                                self.attach_inbound(conn, idx);
-                            }
-                        }
-                        Event::Frame { src, dst, payload } => {
-                            frames += 1;
-                            bytes += payload.len() as u64;
-                            if cache.as_ref().map(|c| c.0) != Some(dst) {
-                                if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
-                                    // Counted before the hand-over wakes a reader.
-                                    Counters::add(&self.c.frames_received, std::mem::take(&mut frames));
-                                    Counters::add(&self.c.bytes_received, std::mem::take(&mut bytes));
-                                    q.push_many(&mut batch, &self.c, &mut pool);
-                                }
-                                cache = Some((dst, Self::lookup(&lock(&self.ports), dst, conn.local_ip)));
-                            }
-                            match cache.as_ref().and_then(|c| c.1.as_ref()) {
-                                None => Counters::inc(&self.c.drop_no_port),
-                                Some(_) => {
-                                    let mut b = pool.pop().unwrap_or_default();
-                                    b.clear();
-                                    b.extend_from_slice(payload);
-                                    batch.push((b, SocketAddr::new(conn.peer.ip(), src)));
-                                }
-                            }
-                        }
-                    });
-                    Counters::add(&self.c.frames_received, frames);
-                    Counters::add(&self.c.bytes_received, bytes);
-                    if let Some(q) = cache.as_ref().and_then(|c| c.1.as_ref()) {
-                        q.push_many(&mut batch, &self.c, &mut pool);
-                    }
-                    pool.retain(|b| b.capacity() <= FREE_MAX_CAP);
-                    pool.truncate(2 * FREE_MAX);
-                    if let Err(e) = r {
-                        Counters::inc(match e {
-                            FrameError::BadHello => &self.c.bad_hello,
-                            FrameError::Oversized => &self.c.oversized,
-                            FrameError::Malformed => &self.c.malformed,
-                        });
-                        drop((dec, rbuf, pool));
-                        self.close_conn(conn);
-                        return false;
-                    }
+                Ok((n, room)) => {
                     budget = budget.saturating_sub(n);
                     if budget == 0 {
                         return true;
                     }
-                    if n < rbuf.len() {
+                    if n < room {
                         // Short read: the socket is drained; any later
                         // arrival (or FIN) raises a new edge-triggered event.
                         return false;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    drop((dec, rbuf, pool));
+                Err(ReadErr::Frame(e)) => {
+                    Counters::inc(match e {
+                        FrameError::BadHello => &self.c.bad_hello,
+                        FrameError::Oversized => &self.c.oversized,
+                        FrameError::Malformed => &self.c.malformed,
+                    });
+                    drop((dec, rbuf, pools));
+                    self.close_conn(conn);
+                    return false;
+                }
+                Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(ReadErr::Io(_)) => {
+                    drop((dec, rbuf, pools));
                     self.close_conn(conn);
                     return false;
                 }
             }
         }
+    }
+
+    /// The frames that follow are guessed to repeat the last one's header
+    /// (a bulk flow): when that one was large enough to be packed for an
+    /// endpoint that packs, they may be read straight into blocks.
+    fn scatter_plan(&self, dec: &Decoder, conn: &Conn) -> Option<Plan> {
+        let (src, dst, len) = dec.last_frame()?;
+        if !(PACK_MIN..=BIG_BUF).contains(&len) {
+            return None;
+        }
+        let need = dec.need()?;
+        let q = Self::lookup(&lock(&self.ports), dst, conn.local_ip)?;
+        if !q.gro.load(Relaxed) {
+            return None;
+        }
+        Some(Plan { header: frame::header(src, dst, len), len, need })
+    }
+
+    /// One `readv` laid out for the guessed frames: the rest of a cut frame
+    /// into `rbuf`, then each frame's header into a small array and its
+    /// payload into its place in a block. Frames whose header matches the guess are handed
+    /// over in their blocks without a copy; anything else (the first
+    /// mismatch on, a frame cut by the end of the read) goes through the
+    /// decoder as usual. Returns (bytes read, bytes the read could take).
+    fn read_in_place(&self, conn: &Conn, dec: &mut Decoder, rbuf: &mut [u8], plan: Plan, out: &mut Deliver<'_>) -> Result<(usize, usize), ReadErr> {
+        let len = plan.len;
+        let per_block = BIG_BUF / len;
+        let nblocks = SCATTER_BLOCKS.min(1000 / (2 * per_block)).max(1);
+        let mut blocks: Vec<Vec<u8>> = (0..nblocks).map(|_| out.pools.block()).collect();
+        let mut hdrs = vec![[0u8; HEADER_LEN]; nblocks * per_block];
+        // No spare room after the slots: a fuller socket is read again in
+        // place rather than into `rbuf` (which would cost a copy).
+        let head = &mut rbuf[..plan.need];
+        let room = plan.need + hdrs.len() * (HEADER_LEN + len);
+        let n = {
+            let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(1 + 2 * hdrs.len());
+            iov.push(IoSliceMut::new(head));
+            let mut hs = hdrs.iter_mut();
+            for b in blocks.iter_mut() {
+                for slot in b[..per_block * len].chunks_exact_mut(len) {
+                    iov.push(IoSliceMut::new(hs.next().expect("one header per slot")));
+                    iov.push(IoSliceMut::new(slot));
+                }
+            }
+            match (&conn.stream).read_vectored(&mut iov) {
+                Ok(n) => n,
+                Err(e) => {
+                    blocks.into_iter().for_each(|b| out.pools.big.push(b));
+                    return Err(ReadErr::Io(e));
+                }
+            }
+        };
+        let mut rest = n;
+        let first = rest.min(plan.need);
+        out.feed(dec, &rbuf[..first]).map_err(ReadErr::Frame)?;
+        rest -= first;
+        // Frames in place, while their headers match the guess.
+        let mut good = 0;
+        if dec.pending() == 0 {
+            while good < hdrs.len() && rest >= HEADER_LEN + len && hdrs[good] == plan.header {
+                rest -= HEADER_LEN + len;
+                good += 1;
+            }
+        }
+        // What follows them, in stream order (a mismatch, or a frame cut by
+        // the end of the read), is gathered before the blocks go.
+        let mut spill: Vec<u8> = Vec::new();
+        let mut left = rest;
+        for s in good..hdrs.len() {
+            if left == 0 {
+                break;
+            }
+            let h = &hdrs[s][..HEADER_LEN.min(left)];
+            spill.extend_from_slice(h);
+            left -= h.len();
+            let at = (s % per_block) * len;
+            let p = &blocks[s / per_block][at..at + len.min(left)];
+            spill.extend_from_slice(p);
+            left -= p.len();
+        }
+        let [s0, s1, d0, d1, ..] = plan.header;
+        let (src, dst) = (u16::from_be_bytes([s0, s1]), u16::from_be_bytes([d0, d1]));
+        let from = SocketAddr::new(conn.peer.ip(), src);
+        for (b, buf) in blocks.into_iter().enumerate() {
+            let k = good.saturating_sub(b * per_block).min(per_block);
+            if k == 0 {
+                out.pools.big.push(buf);
+            } else {
+                out.block(dst, RxItem { buf, len: k * len, seg: len, n: k, src: from, big: true });
+            }
+        }
+        if good > 0 {
+            dec.note_frame(src, dst, len);
+            Counters::add(&self.c.frames_in_place, good as u64);
+        }
+        debug_assert_eq!(left, 0);
+        out.feed(dec, &spill).map_err(ReadErr::Frame)?;
+        Ok((n, room))
     }
 
     /// An accepted connection said hello: replies to that peer may use it
@@ -1335,6 +1610,89 @@ impl Mgr {
             }
         }
         next.max(Duration::from_millis(1))
+    }
+}
+
+/// Why a read ended the connection's turn.
+enum ReadErr {
+    Frame(FrameError),
+    Io(io::Error),
+}
+
+/// A guess at the frames that follow (see [`Mgr::scatter_plan`]).
+struct Plan {
+    header: [u8; HEADER_LEN],
+    len: usize,
+    /// Bytes that complete the frame cut by the previous read.
+    need: usize,
+}
+
+/// Blocks one in-place read fills at most.
+const SCATTER_BLOCKS: usize = 8;
+
+/// Hands one read's datagrams to their endpoints' queues, one run per
+/// destination (one lock and one wake-up per run).
+struct Deliver<'a> {
+    mgr: &'a Mgr,
+    conn: &'a Arc<Conn>,
+    pools: &'a mut Pools,
+    cache: Option<(u16, Option<Arc<RxQueue>>)>,
+    batch: Vec<RxItem>,
+    frames: u64,
+    bytes: u64,
+}
+
+impl Deliver<'_> {
+    /// Switches to `dst`'s queue, handing over what was gathered for the previous one.
+    fn to(&mut self, dst: u16) {
+        if self.cache.as_ref().map(|c| c.0) != Some(dst) {
+            self.flush();
+            self.cache = Some((dst, Mgr::lookup(&lock(&self.mgr.ports), dst, self.conn.local_ip)));
+        }
+    }
+
+    /// Decodes bytes of the stream. The hello comes first: an accepted
+    /// connection carries replies to its peer before any datagram is handed up.
+    fn feed(&mut self, dec: &mut Decoder, bytes: &[u8]) -> Result<usize, FrameError> {
+        dec.feed(bytes, &mut |ev| match ev {
+            Event::Hello(idx) => {
+                self.conn.hello_seen.store(true, SeqCst);
+                if self.conn.inbound {
+                    self.mgr.attach_inbound(self.conn, idx);
+                }
+            }
+            Event::Frame { src, dst, payload } => {
+                self.frames += 1;
+                self.bytes += payload.len() as u64;
+                self.to(dst);
+                match self.cache.as_ref().and_then(|c| c.1.as_ref()) {
+                    None => Counters::inc(&self.mgr.c.drop_no_port),
+                    Some(q) => self.pools.add(&mut self.batch, q.gro.load(Relaxed), SocketAddr::new(self.conn.peer.ip(), src), payload),
+                }
+            }
+        })
+    }
+
+    /// A block of frames read in place.
+    fn block(&mut self, dst: u16, it: RxItem) {
+        self.frames += it.n as u64;
+        self.bytes += it.len as u64;
+        self.to(dst);
+        if self.cache.as_ref().and_then(|c| c.1.as_ref()).is_some() {
+            self.batch.push(it);
+        } else {
+            Counters::add(&self.mgr.c.drop_no_port, it.n as u64);
+            self.pools.big.push(it.buf);
+        }
+    }
+
+    fn flush(&mut self) {
+        // Counted before the hand-over wakes a reader.
+        Counters::add(&self.mgr.c.frames_received, std::mem::take(&mut self.frames));
+        Counters::add(&self.mgr.c.bytes_received, std::mem::take(&mut self.bytes));
+        if let Some(q) = self.cache.as_ref().and_then(|c| c.1.as_ref()) {
+            q.push_many(&mut self.batch, &self.mgr.c, self.pools);
+        }
     }
 }
 

@@ -102,7 +102,17 @@ pub struct TcpConfig {
     /// The manager thread keeps polling this long after activity instead
     /// of sleeping (latency profile; 0: sleep at once).
     pub spin: Duration,
+    /// Send coalescing (`EUDP_TCP_CORK_US`, 0 = off): while an application
+    /// thread sends back to back without receiving, its datagrams are
+    /// gathered in the lane queue and written in blocks of up to
+    /// [`CORK_BYTES`] (one `send` and one TCP segment train per block, not
+    /// one per datagram); what is left is written by the manager at most
+    /// this long after it was queued.
+    pub cork: Duration,
 }
+
+/// Block size of send coalescing (see [`TcpConfig::cork`]).
+pub const CORK_BYTES: usize = 64 << 10;
 
 impl Default for TcpConfig {
     fn default() -> Self {
@@ -130,6 +140,7 @@ impl Default for TcpConfig {
             rx_queue_bytes: 212_992,
             tx_buffer_bytes: 212_992,
             spin: Duration::ZERO,
+            cork: Duration::from_micros(100),
         }
     }
 }
@@ -234,6 +245,9 @@ impl TcpConfig {
         }
         if let Some(v) = get("EUDP_TCP_SPIN_US") {
             c.spin = Duration::from_micros(num("EUDP_TCP_SPIN_US", &v)?);
+        }
+        if let Some(v) = get("EUDP_TCP_CORK_US") {
+            c.cork = Duration::from_micros(num("EUDP_TCP_CORK_US", &v)?);
         }
         Ok(c)
     }

@@ -8,14 +8,15 @@
 //! eventfd readable while datagrams for this socket are queued.
 
 use super::frame::MAX_PAYLOAD;
-use super::manager::{lock, norm_ip, Caller, Lane, Mgr, RxQueue, FREE_MAX, FREE_MAX_CAP, RX_OVERHEAD};
+use super::manager::{lock, norm_ip, Caller, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP};
 use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
 use crate::backend::Backend;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
@@ -44,8 +45,21 @@ pub struct TcpSocket {
     rxq: Arc<RxQueue>,
     st: Mutex<SockSt>,
     lane_cache: Mutex<Option<LaneRef>>,
-    /// Coalesce received datagrams (set by `enable_gro`).
-    gro: AtomicBool,
+    /// How the application sends (decides send coalescing).
+    pace: Mutex<Pace>,
+    /// recv_batch calls that returned datagrams.
+    rx_count: AtomicU64,
+}
+
+/// Back-to-back sends (with no receive between them) before coalescing starts.
+const STREAM_AFTER: u32 = 8;
+
+#[derive(Debug, Default)]
+struct Pace {
+    /// When the previous send returned.
+    last: Option<Instant>,
+    streak: u32,
+    rx_seen: u64,
 }
 
 /// The buffer goes back to the manager for the next datagram (bounded).
@@ -79,7 +93,15 @@ impl TcpSocket {
         }
         let rxq = Arc::new(RxQueue::new(udp.is_v6(), mgr.cfg.rx_queue_bytes)?);
         let sndbuf = mgr.cfg.tx_buffer_bytes;
-        Ok(TcpSocket { mgr, udp, rxq, st: Mutex::new(SockSt { local: None, peer: None, sndbuf }), lane_cache: Mutex::new(None), gro: AtomicBool::new(false) })
+        Ok(TcpSocket {
+            mgr,
+            udp,
+            rxq,
+            st: Mutex::new(SockSt { local: None, peer: None, sndbuf }),
+            lane_cache: Mutex::new(None),
+            pace: Mutex::new(Pace::default()),
+            rx_count: AtomicU64::new(0),
+        })
     }
 
     /// Registers the kernel socket's port if it was bound behind our back
@@ -99,7 +121,7 @@ impl TcpSocket {
 
     /// Datagrams waiting in this socket's receive queue.
     pub fn queued(&self) -> usize {
-        lock(&self.rxq.inner).items.len()
+        lock(&self.rxq.inner).dgrams
     }
 
     fn ensure_bound(&self) -> io::Result<SocketAddr> {
@@ -137,6 +159,28 @@ impl TcpSocket {
             ip => norm_ip(ip),
         };
         Ok((ip, local.port(), d.port()))
+    }
+
+    /// An application send: `Stream` once this socket has sent
+    /// [`STREAM_AFTER`] times back to back (each less than the coalescing
+    /// delay after the previous one returned) without receiving in between (a
+    /// request/response program never qualifies, so it never waits for the
+    /// coalescing timer), else `App`.
+    fn app_caller(&self) -> Caller {
+        if self.mgr.cfg.cork.is_zero() {
+            return Caller::App;
+        }
+        let now = Instant::now();
+        let rx = self.rx_count.load(Relaxed);
+        let mut p = lock(&self.pace);
+        let quick = p.rx_seen == rx && p.last.is_some_and(|t| now.saturating_duration_since(t) < self.mgr.cfg.cork);
+        p.streak = if quick { p.streak.saturating_add(1) } else { 0 };
+        p.rx_seen = rx;
+        if p.streak >= STREAM_AFTER {
+            Caller::Stream
+        } else {
+            Caller::App
+        }
     }
 
     fn lane(&self, ip: IpAddr, idx: u8, fresh: bool) -> io::Result<Option<Arc<Lane>>> {
@@ -229,7 +273,11 @@ impl Backend for TcpSocket {
         let (ip, src, dport) = self.target(dst)?;
         let idx = self.mgr.lane_index(src, dport);
         let iov = [IoSlice::new(buf)];
-        self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], Caller::App, false).map(|_| buf.len())
+        let r = self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], self.app_caller(), false);
+        if !self.mgr.cfg.cork.is_zero() {
+            lock(&self.pace).last = Some(Instant::now());
+        }
+        r.map(|_| buf.len())
     }
 
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
@@ -312,39 +360,53 @@ impl Backend for TcpSocket {
 
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         let want = bufs.len().min(meta.len());
-        let gro = self.gro.load(Relaxed);
+        let gro = self.rxq.gro.load(Relaxed);
         let mut q = lock(&self.rxq.inner);
         let mut n = 0;
         while n < want {
-            let Some((data, src)) = q.items.pop_front() else { break };
-            q.bytes -= data.len() + RX_OVERHEAD;
-            let seg = data.len();
-            if bufs[n].len() < seg {
-                bufs[n].resize(seg, 0);
+            let Some(it) = q.items.pop_front() else { break };
+            q.bytes -= it.cost();
+            q.dgrams -= it.n;
+            if it.big {
+                // A packed block: handed over by swapping buffers (no copy);
+                // the caller's buffer goes back to the manager.
+                let segment = (it.n > 1).then_some(it.seg);
+                let old = std::mem::replace(&mut bufs[n], it.buf);
+                if q.free_big.len() < BIG_FREE_MAX && old.len() == BIG_BUF {
+                    q.free_big.push(old);
+                }
+                meta[n] = InMeta { len: it.len, src: Some(it.src), segment, truncated: false, pktinfo: None };
+                n += 1;
+                continue;
             }
-            bufs[n][..seg].copy_from_slice(&data);
-            let mut end = seg;
+            let (data, src, seg, len) = (it.buf, it.src, it.seg, it.len);
+            if bufs[n].len() < len {
+                bufs[n].resize(len, 0);
+            }
+            bufs[n][..len].copy_from_slice(&data[..len]);
+            let mut end = len;
             recycle(&mut q.free, data);
             // Like UDP GRO: following datagrams of the same size from the
             // same source share the buffer (the last may be shorter); the
             // engine's ring cuts them apart at `segment` without copying.
-            if gro && seg > 0 {
-                while let Some((next, nsrc)) = q.items.front() {
-                    let l = next.len();
-                    if *nsrc != src || l == 0 || l > seg || end + l > bufs[n].len() {
+            if gro && seg > 0 && len == it.n * seg {
+                while let Some(next) = q.items.front() {
+                    let l = next.len;
+                    if next.big || next.n != 1 || next.src != src || l == 0 || l > seg || end + l > bufs[n].len() {
                         break;
                     }
-                    let (d, _) = q.items.pop_front().expect("front exists");
-                    q.bytes -= l + RX_OVERHEAD;
-                    bufs[n][end..end + l].copy_from_slice(&d);
+                    let d = q.items.pop_front().expect("front exists");
+                    q.bytes -= d.cost();
+                    q.dgrams -= 1;
+                    bufs[n][end..end + l].copy_from_slice(&d.buf);
                     end += l;
-                    recycle(&mut q.free, d);
+                    recycle(&mut q.free, d.buf);
                     if l < seg {
                         break;
                     }
                 }
             }
-            meta[n] = InMeta { len: end, src: Some(src), segment: (end > seg).then_some(seg), truncated: false };
+            meta[n] = InMeta { len: end, src: Some(src), segment: (end > seg).then_some(seg), truncated: false, pktinfo: None };
             n += 1;
         }
         if q.items.is_empty() && q.signalled {
@@ -354,6 +416,7 @@ impl Backend for TcpSocket {
         if n == 0 {
             return Err(err(libc::EAGAIN));
         }
+        self.rx_count.fetch_add(1, Relaxed);
         Ok(n)
     }
 
@@ -378,7 +441,7 @@ impl Backend for TcpSocket {
 
     /// Receive coalescing of equal-size datagrams (see `recv_batch`).
     fn enable_gro(&self) -> bool {
-        self.gro.store(true, Relaxed);
+        self.rxq.gro.store(true, Relaxed);
         true
     }
 
@@ -396,6 +459,21 @@ impl Backend for TcpSocket {
             }
             _ => self.udp.set_option(level, name, val),
         }
+    }
+
+    /// Waits for room on the lane this socket last sent on (its raw fd
+    /// is the receive eventfd, always writable). A lane that is not
+    /// connected never refuses a send (DML), so it counts as writable.
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        let lane = lock(&self.lane_cache).as_ref().map(|(_, l)| l.clone());
+        match lane {
+            Some(l) => Ok(self.mgr.wait_room(&l, timeout)),
+            None => Ok(true),
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn option(&self, level: i32, name: i32) -> io::Result<i32> {
