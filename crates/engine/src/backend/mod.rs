@@ -30,6 +30,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Several messages (plain or GSO) in one call; returns how many were accepted.
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize>;
     /// Several messages (possibly GRO-coalesced) in one call, nonblocking.
+    /// A backend may replace a buffer in `bufs` by one of its own holding
+    /// the message (the `tcp` backend hands over 64 KiB blocks this way,
+    /// without a copy); `meta[i].len` bytes of `bufs[i]` are valid.
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize>;
     /// Takes one asynchronous error, if any (pending error or error queue).
     fn take_error(&self) -> Option<i32>;
