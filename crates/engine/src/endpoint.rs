@@ -384,6 +384,24 @@ impl Endpoint {
         lock(&self.inner.send).writable()
     }
 
+    /// Waits at most `timeout` for [`Endpoint::writable`]; the engine wakes
+    /// the wait as soon as it takes L1. Returns whether it became writable.
+    pub fn wait_writable(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut s = lock(&self.inner.send);
+        loop {
+            if s.writable() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline || self.inner.engine.is_stopped() {
+                return false;
+            }
+            self.inner.kick(&mut s);
+            s = self.inner.send_cv.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
     /// Datagrams waiting in the ring.
     pub fn pending_datagrams(&self) -> usize {
         lock(&self.inner.recv).ring.datagrams()

@@ -1013,41 +1013,56 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
     if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && !send_room(p.fd)) {
         return poll_input(fds, n, ts, mask);
     }
-    // Some accelerated socket asked for output has its L1 queue over half
-    // full: the kernel socket would say writable, the engine would not take
-    // a send. Report POLLOUT only with room; the queue drains within the
-    // engine's next turns, so wait in short slices and look again.
-    const SLICE: Duration = Duration::from_micros(200);
+    // Some accelerated socket asked for output has its L1 queue half full
+    // or more: the kernel socket would say writable, the engine would not
+    // take a send. Report POLLOUT only with room: look at everything
+    // without sleeping, then sleep on that queue — the engine wakes it the
+    // moment it takes L1 — for at most a slice, so the other descriptors
+    // are looked at again at least that often.
+    const SLICE: Duration = Duration::from_millis(1);
     let deadline = (!ts.is_null()).then(|| Instant::now() + Duration::new((*ts).tv_sec.max(0) as u64, (*ts).tv_nsec.clamp(0, 999_999_999) as u32));
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     loop {
-        let now = Instant::now();
-        let slice = deadline.map_or(SLICE, |d| d.saturating_duration_since(now).min(SLICE));
-        let st = libc::timespec { tv_sec: 0, tv_nsec: slice.as_nanos() as _ };
-        let r = poll_input(fds, n, &st, mask);
+        let r = poll_input(fds, n, &zero, mask);
         if r < 0 {
             return r;
         }
         let mut count = 0;
+        let mut full = None;
         for p in app.iter_mut() {
-            if p.revents & libc::POLLOUT != 0 && !send_room(p.fd) {
-                p.revents &= !libc::POLLOUT;
+            if p.revents & libc::POLLOUT != 0 {
+                if let Some(ep) = full_queue(p.fd) {
+                    p.revents &= !libc::POLLOUT;
+                    full.get_or_insert(ep);
+                }
             }
             if p.revents != 0 {
                 count += 1;
             }
         }
-        if count > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+        let now = Instant::now();
+        if count > 0 || deadline.is_some_and(|d| now >= d) {
             return count;
+        }
+        let wait = deadline.map_or(SLICE, |d| (d - now).min(SLICE));
+        match full {
+            Some(ep) => {
+                ep.wait_writable(wait);
+            }
+            // Nothing ready and no queue to wait on: the kernel sleeps.
+            None => return poll_input(fds, n, ts, mask),
         }
     }
 }
 
+/// The endpoint of an accelerated socket whose L1 queue has no room.
+fn full_queue(fd: c_int) -> Option<Arc<Endpoint>> {
+    lookup(fd).and_then(|s| s.existing()).filter(|ep| !ep.writable())
+}
+
 /// False only for an accelerated socket whose L1 queue has no room.
 fn send_room(fd: c_int) -> bool {
-    match lookup(fd).and_then(|s| s.existing()) {
-        Some(ep) => ep.writable(),
-        None => true,
-    }
+    full_queue(fd).is_none()
 }
 
 /// poll for input readiness of accelerated sockets (ring and socket).
