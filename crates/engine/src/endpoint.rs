@@ -642,6 +642,23 @@ impl EpInner {
                     let mut s = lock(&self.send);
                     let rx = self.rx_calls.load(Relaxed);
                     let responsive = std::mem::replace(&mut s.rx_mark, rx) != rx;
+                    // The kernel's send buffer is full (the engine's last GSO
+                    // message is still charged to it): rather than fail a
+                    // send that L1 has room for, queue it while this post
+                    // still holds L2 (so it queues behind nothing and the
+                    // order holds) and let the engine send it once the kernel
+                    // has room — a kernel socket with this SO_SNDBUF would
+                    // have accepted it.
+                    if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                        let queued = (!s.l1_empty() || !s.l2_has_room()) && s.post(dst, data) == PostDecision::Queued;
+                        s.direct_done(false);
+                        self.kick(&mut s);
+                        if queued {
+                            self.trace.enqueue();
+                            return Ok(data.len());
+                        }
+                        return r;
+                    }
                     if !s.direct_done(responsive) {
                         self.kick(&mut s);
                     } else if s.flushers > 0 {

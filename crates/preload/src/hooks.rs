@@ -1030,7 +1030,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         let mut count = 0;
         let mut full = None;
         for p in app.iter_mut() {
-            if p.revents & libc::POLLOUT != 0 {
+            if p.events & libc::POLLOUT != 0 {
                 if let Some(ep) = full_queue(p.fd) {
                     p.revents &= !libc::POLLOUT;
                     full.get_or_insert(ep);
@@ -1044,13 +1044,23 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         if count > 0 || deadline.is_some_and(|d| now >= d) {
             return count;
         }
-        let wait = deadline.map_or(SLICE, |d| (d - now).min(SLICE));
         match full {
             Some(ep) => {
-                ep.wait_writable(wait);
+                ep.wait_writable(deadline.map_or(SLICE, |d| (d - now).min(SLICE)));
             }
-            // Nothing ready and no queue to wait on: the kernel sleeps.
-            None => return poll_input(fds, n, ts, mask),
+            // Every queue has room but nothing is ready yet: the kernel
+            // sleeps until something is (or the time is up), then the
+            // queues are looked at again.
+            None => {
+                let left = deadline.map(|d| {
+                    let l = d.saturating_duration_since(Instant::now());
+                    libc::timespec { tv_sec: l.as_secs() as libc::time_t, tv_nsec: l.subsec_nanos() as _ }
+                });
+                let r = poll_input(fds, n, left.as_ref().map_or(std::ptr::null(), |t| t as *const _), mask);
+                if r <= 0 {
+                    return r;
+                }
+            }
         }
     }
 }
