@@ -645,10 +645,10 @@ impl EpInner {
                     // The kernel's send buffer is full (the engine's last GSO
                     // message is still charged to it): rather than fail a
                     // send that L1 has room for, queue it while this post
-                    // still holds L2 (so it queues behind nothing and the
-                    // order holds) and let the engine send it once the kernel
-                    // has room — a kernel socket with this SO_SNDBUF would
-                    // have accepted it.
+                    // still holds L2 (this caller's earlier datagrams are all
+                    // out, so its order holds) and let the engine send it once
+                    // the kernel has room — a kernel socket with this
+                    // SO_SNDBUF would have accepted it.
                     if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
                         let queued = (!s.l1_empty() || !s.l2_has_room()) && s.post(dst, data) == PostDecision::Queued;
                         s.direct_done(false);
