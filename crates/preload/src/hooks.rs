@@ -437,47 +437,43 @@ unsafe fn write_pktinfo(m: &mut libc::msghdr, info: Option<&eudp_engine::backend
     let room = if m.msg_control.is_null() { 0 } else { m.msg_controllen };
     m.msg_controllen = 0;
     let Some(info) = info else { return };
-    let mut parts: Vec<(c_int, c_int, Vec<u8>)> = Vec::new();
+    let mut used = 0usize;
     if let Some((ifindex, spec, addr)) = info.v4 {
         let p = libc::in_pktinfo {
             ipi_ifindex: ifindex as c_int,
             ipi_spec_dst: libc::in_addr { s_addr: u32::from(spec).to_be() },
             ipi_addr: libc::in_addr { s_addr: u32::from(addr).to_be() },
         };
-        parts.push((libc::IPPROTO_IP, libc::IP_PKTINFO, as_bytes(&p)));
+        put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_PKTINFO, &p);
     }
     if let Some((addr, ifindex)) = info.v6 {
         let p = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: addr.octets() }, ipi6_ifindex: ifindex };
-        parts.push((libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, as_bytes(&p)));
-    }
-    let hdr = std::mem::size_of::<libc::cmsghdr>();
-    let mut used = 0usize;
-    for (level, kind, data) in parts {
-        let left = room - used;
-        if left < hdr {
-            m.msg_flags |= libc::MSG_CTRUNC;
-            break;
-        }
-        let full = libc::CMSG_LEN(data.len() as u32) as usize;
-        let len = if left < full {
-            m.msg_flags |= libc::MSG_CTRUNC;
-            left
-        } else {
-            full
-        };
-        let c = (m.msg_control as *mut u8).add(used) as *mut libc::cmsghdr;
-        (*c).cmsg_len = len as _;
-        (*c).cmsg_level = level;
-        (*c).cmsg_type = kind;
-        std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(c), len - hdr);
-        used += (libc::CMSG_SPACE(data.len() as u32) as usize).min(left);
+        put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &p);
     }
     m.msg_controllen = used as _;
 }
 
-fn as_bytes<T: Copy>(v: &T) -> Vec<u8> {
-    // SAFETY: a plain C struct read as its bytes.
-    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()).to_vec() }
+/// Appends one control message at `*used` within `room` bytes of
+/// `m.msg_control`, cut (and `MSG_CTRUNC`) when it does not fit.
+unsafe fn put_cmsg<T: Copy>(m: &mut libc::msghdr, room: usize, used: &mut usize, level: c_int, kind: c_int, data: &T) {
+    let hdr = std::mem::size_of::<libc::cmsghdr>();
+    let size = std::mem::size_of::<T>();
+    let left = room - *used;
+    if left < hdr {
+        m.msg_flags |= libc::MSG_CTRUNC;
+        return;
+    }
+    let full = libc::CMSG_LEN(size as u32) as usize;
+    if left < full {
+        m.msg_flags |= libc::MSG_CTRUNC;
+    }
+    let len = full.min(left);
+    let c = (m.msg_control as *mut u8).add(*used) as *mut libc::cmsghdr;
+    (*c).cmsg_len = len as _;
+    (*c).cmsg_level = level;
+    (*c).cmsg_type = kind;
+    std::ptr::copy_nonoverlapping(data as *const T as *const u8, libc::CMSG_DATA(c), len - hdr);
+    *used += (libc::CMSG_SPACE(size as u32) as usize).min(left);
 }
 
 #[no_mangle]
@@ -1010,7 +1006,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         return real::ppoll(fds, n, ts, mask);
     }
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && !send_room(p.fd)) {
+    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && full_queue(p.fd).is_some()) {
         return poll_input(fds, n, ts, mask);
     }
     // Some accelerated socket asked for output has its L1 queue half full
@@ -1070,10 +1066,6 @@ fn full_queue(fd: c_int) -> Option<Arc<Endpoint>> {
     lookup(fd).and_then(|s| s.existing()).filter(|ep| !ep.writable())
 }
 
-/// False only for an accelerated socket whose L1 queue has no room.
-fn send_room(fd: c_int) -> bool {
-    full_queue(fd).is_none()
-}
 
 /// poll for input readiness of accelerated sockets (ring and socket).
 unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
