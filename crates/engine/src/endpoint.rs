@@ -18,7 +18,7 @@ use crate::machine::{QueueEvent, QueueState};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -117,6 +117,11 @@ pub(crate) struct EpInner {
     /// ring, so datagrams enter the ring in socket order whoever reads them,
     /// while pops (which take only `recv`) never wait for a syscall.
     rx_sock: Mutex<()>,
+    /// Datagrams in the ring (see [`RingLen`]).
+    ring_len: Arc<RingLen>,
+    /// Datagrams the last read of the socket added: a large one means a
+    /// stream is arriving and the socket likely holds more already.
+    last_fill: std::sync::atomic::AtomicUsize,
     /// Application threads blocked on this socket; while there are any, the
     /// engine leaves arrivals to them (one wake-up instead of two).
     rx_waiters: std::sync::atomic::AtomicU32,
@@ -175,6 +180,21 @@ pub struct Received {
     /// Where the datagram was addressed (`IP_PKTINFO`/`IPV6_RECVPKTINFO`
     /// on the socket), as the kernel reported it.
     pub pktinfo: Option<crate::backend::PktInfo>,
+}
+
+/// How many datagrams an endpoint's ring holds, stored under the ring's
+/// lock after every push and pop and read without it, so readiness checks
+/// (poll, select) take no lock. A reader racing a pop may see a datagram
+/// another thread is taking, as a second thread receiving on a kernel
+/// socket may. It can be held apart from the endpoint (and outlive it).
+#[derive(Debug)]
+pub struct RingLen(std::sync::atomic::AtomicUsize);
+
+impl RingLen {
+    /// Datagrams waiting.
+    pub fn get(&self) -> usize {
+        self.0.load(Acquire)
+    }
 }
 
 /// A UDP endpoint served by an eudp engine.
@@ -248,6 +268,8 @@ impl Endpoint {
             send_cv: Condvar::new(),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false }),
             rx_sock: Mutex::new(()),
+            ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
+            last_fill: std::sync::atomic::AtomicUsize::new(0),
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
             rx_armed: AtomicBool::new(true),
             closed: AtomicBool::new(false),
@@ -404,7 +426,36 @@ impl Endpoint {
 
     /// Datagrams waiting in the ring.
     pub fn pending_datagrams(&self) -> usize {
-        lock(&self.inner.recv).ring.datagrams()
+        self.inner.ring_len.get()
+    }
+
+    /// The ring's datagram count, as a handle that can be read without the
+    /// endpoint (see [`RingLen`]).
+    pub fn ring_len(&self) -> Arc<RingLen> {
+        self.inner.ring_len.clone()
+    }
+
+    /// Readiness for input without waiting: true when the ring holds a
+    /// datagram, after first reading the socket on the caller's thread if
+    /// the ring is empty and the last read found a stream arriving (it then
+    /// likely holds more). That read replaces the poll a readiness check
+    /// would otherwise make before the receive; for sparse traffic (the
+    /// last read found one datagram) nothing is read and the caller polls.
+    pub fn ready_or_fill(&self) -> bool {
+        let i = &self.inner;
+        if i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0 {
+            return true;
+        }
+        if i.last_fill.load(Relaxed) < 2 {
+            return false;
+        }
+        let Ok(_g) = i.rx_sock.try_lock() else { return false };
+        CALLER_SCRATCH.with(|c| {
+            let mut c = c.borrow_mut();
+            let sc = c.get_or_insert_with(|| RecvScratch::new(4));
+            i.fill_ring(sc, 1, true)
+        });
+        i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
     }
 
     /// Size of the next waiting datagram (FIONREAD), 0 when none.
@@ -952,7 +1003,11 @@ impl EpInner {
                 Ok(n) => n,
                 Err(e) => {
                     match e.kind() {
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {}
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
+                            if added == 0 {
+                                self.last_fill.store(0, Relaxed);
+                            }
+                        }
                         _ => {
                             // An asynchronous error (e.g. ICMP port unreachable):
                             // keep it for the caller, and drain the error queue so
@@ -997,7 +1052,9 @@ impl EpInner {
                     Err(n) => Stats::add(&self.stats.drop_ring_full, n as u64),
                 }
             }
+            self.ring_len.0.store(rs.ring.datagrams(), Release);
             drop(rs);
+            self.last_fill.store(added, Relaxed);
             if got < scratch.bufs.len() {
                 break;
             }
@@ -1070,6 +1127,7 @@ impl EpInner {
 
     fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool) -> Option<Received> {
         let d = rs.ring.pop_into(buf, peek)?;
+        self.ring_len.0.store(rs.ring.datagrams(), Release);
         if !peek {
             self.trace.pop();
         }

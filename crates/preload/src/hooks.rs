@@ -12,7 +12,7 @@
 #![allow(clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 
 use crate::real;
-use crate::shim::{self, dlog, ep_recv, ep_send, lookup, Sock, ACTIVE};
+use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock, Sock, ACTIVE};
 use eudp_engine::{Endpoint, Received};
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use std::io;
@@ -352,11 +352,13 @@ unsafe fn recv_common(fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags:
 
 #[no_mangle]
 pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::recvfrom(fd, buf, len, flags, addr, alen) };
-    if let Some(r) = recv_common(fd, &s, buf, len, flags, addr, alen) {
-        return r;
-    }
-    kio(&s, fd, libc::POLLIN, flags, || real::recvfrom(fd, buf, len, flags, addr, alen))
+    with_sock(fd, |s| {
+        if let Some(r) = recv_common(fd, s, buf, len, flags, addr, alen) {
+            return r;
+        }
+        kio(s, fd, libc::POLLIN, flags, || real::recvfrom(fd, buf, len, flags, addr, alen))
+    })
+    .unwrap_or_else(|| real::recvfrom(fd, buf, len, flags, addr, alen))
 }
 
 #[no_mangle]
@@ -369,11 +371,13 @@ pub unsafe extern "C" fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t
 
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::recv(fd, buf, len, flags) };
-    if let Some(r) = recv_common(fd, &s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
-        return r;
-    }
-    kio(&s, fd, libc::POLLIN, flags, || real::recv(fd, buf, len, flags))
+    with_sock(fd, |s| {
+        if let Some(r) = recv_common(fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
+            return r;
+        }
+        kio(s, fd, libc::POLLIN, flags, || real::recv(fd, buf, len, flags))
+    })
+    .unwrap_or_else(|| real::recv(fd, buf, len, flags))
 }
 
 #[no_mangle]
@@ -386,11 +390,13 @@ pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, bu
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::read(fd, buf, len) };
-    if let Some(r) = recv_common(fd, &s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
-        return r;
-    }
-    kio(&s, fd, libc::POLLIN, 0, || real::read(fd, buf, len))
+    with_sock(fd, |s| {
+        if let Some(r) = recv_common(fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
+            return r;
+        }
+        kio(s, fd, libc::POLLIN, 0, || real::read(fd, buf, len))
+    })
+    .unwrap_or_else(|| real::read(fd, buf, len))
 }
 
 #[no_mangle]
@@ -478,112 +484,124 @@ unsafe fn put_cmsg<T: Copy>(m: &mut libc::msghdr, room: usize, used: &mut usize,
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::recvmsg(fd, msg, flags) };
-    if let Some(r) = recvmsg_shim(fd, &s, msg, flags) {
-        return r;
-    }
-    kio(&s, fd, libc::POLLIN, flags, || real::recvmsg(fd, msg, flags))
+    with_sock(fd, |s| {
+        if let Some(r) = recvmsg_shim(fd, s, msg, flags) {
+            return r;
+        }
+        kio(s, fd, libc::POLLIN, flags, || real::recvmsg(fd, msg, flags))
+    })
+    .unwrap_or_else(|| real::recvmsg(fd, msg, flags))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::readv(fd, iov, n) };
-    let mut m: libc::msghdr = std::mem::zeroed();
-    m.msg_iov = iov as *mut libc::iovec;
-    m.msg_iovlen = n.max(0) as usize;
-    if let Some(r) = recvmsg_shim(fd, &s, &mut m, 0) {
-        return r;
-    }
-    kio(&s, fd, libc::POLLIN, 0, || real::readv(fd, iov, n))
+    with_sock(fd, |s| {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov as *mut libc::iovec;
+        m.msg_iovlen = n.max(0) as usize;
+        if let Some(r) = recvmsg_shim(fd, s, &mut m, 0) {
+            return r;
+        }
+        kio(s, fd, libc::POLLIN, 0, || real::readv(fd, iov, n))
+    })
+    .unwrap_or_else(|| real::readv(fd, iov, n))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int {
-    let Some(s) = lookup(fd) else { return real::recvmmsg(fd, msgs, vlen, flags, timeout) };
-    if s.mode() != shim::KERNEL && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
-        let base = flags & !libc::MSG_WAITFORONE;
-        // As in the kernel: the timeout is looked at after each datagram
-        // (the time left is written back); the receives themselves wait as
-        // plain receives would (recvmmsg(2), BUGS).
-        let deadline = if timeout.is_null() {
-            None
-        } else {
-            let t = *timeout;
-            if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
-                return fail(libc::EINVAL);
-            }
-            Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
-        };
-        let mut got = 0u32;
-        while got < vlen {
-            let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
-            let h = &mut *msgs.add(got as usize);
-            match recvmsg_shim(fd, &s, &mut h.msg_hdr, f) {
-                None => break, // moved to the kernel path meanwhile
-                Some(r) if r >= 0 => {
-                    h.msg_len = r as c_uint;
-                    got += 1;
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
+    with_sock(fd, |s| {
+        if s.mode() != shim::KERNEL && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
+            let base = flags & !libc::MSG_WAITFORONE;
+            // As in the kernel: the timeout is looked at after each datagram
+            // (the time left is written back); the receives themselves wait as
+            // plain receives would (recvmmsg(2), BUGS).
+            let deadline = if timeout.is_null() {
+                None
+            } else {
+                let t = *timeout;
+                if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+                    return fail(libc::EINVAL);
+                }
+                Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+            };
+            let mut got = 0u32;
+            while got < vlen {
+                let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
+                let h = &mut *msgs.add(got as usize);
+                match recvmsg_shim(fd, s, &mut h.msg_hdr, f) {
+                    None => break, // moved to the kernel path meanwhile
+                    Some(r) if r >= 0 => {
+                        h.msg_len = r as c_uint;
+                        got += 1;
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            break;
+                        }
+                    }
+                    Some(_) => {
+                        if got == 0 {
+                            return -1;
+                        }
                         break;
                     }
                 }
-                Some(_) => {
-                    if got == 0 {
-                        return -1;
-                    }
-                    break;
-                }
+            }
+            if let Some(d) = deadline {
+                // Linux writes back the time left.
+                let left = d.saturating_duration_since(Instant::now());
+                (*timeout).tv_sec = left.as_secs() as libc::time_t;
+                (*timeout).tv_nsec = left.subsec_nanos() as _;
+            }
+            if got > 0 || s.mode() != shim::KERNEL {
+                return got as c_int;
             }
         }
-        if let Some(d) = deadline {
-            // Linux writes back the time left.
-            let left = d.saturating_duration_since(Instant::now());
-            (*timeout).tv_sec = left.as_secs() as libc::time_t;
-            (*timeout).tv_nsec = left.subsec_nanos() as _;
-        }
-        if got > 0 || s.mode() != shim::KERNEL {
-            return got as c_int;
-        }
-    }
-    kio(&s, fd, libc::POLLIN, flags, || real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t) as c_int
+        kio(s, fd, libc::POLLIN, flags, || real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t) as c_int
+    })
+    .unwrap_or_else(|| real::recvmmsg(fd, msgs, vlen, flags, timeout))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::sendto(fd, buf, len, flags, addr, alen) };
-    let dst = if addr.is_null() {
-        None
-    } else {
-        match read_addr(addr, alen) {
-            Ok(a) => Some(a),
-            Err(_) => return kio(&s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
+    with_sock(fd, |s| {
+        let dst = if addr.is_null() {
+            None
+        } else {
+            match read_addr(addr, alen) {
+                Ok(a) => Some(a),
+                Err(_) => return kio(s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
+            }
+        };
+        let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+        match shim_send(s, fd, data, flags, dst) {
+            Some(r) => ret_isize(r),
+            None => kio(s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
         }
-    };
-    let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
-    match shim_send(&s, fd, data, flags, dst) {
-        Some(r) => ret_isize(r),
-        None => kio(&s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
-    }
+    })
+    .unwrap_or_else(|| real::sendto(fd, buf, len, flags, addr, alen))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::send(fd, buf, len, flags) };
-    let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
-    match shim_send(&s, fd, data, flags, None) {
-        Some(r) => ret_isize(r),
-        None => kio(&s, fd, libc::POLLOUT, flags, || real::send(fd, buf, len, flags)),
-    }
+    with_sock(fd, |s| {
+        let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+        match shim_send(s, fd, data, flags, None) {
+            Some(r) => ret_isize(r),
+            None => kio(s, fd, libc::POLLOUT, flags, || real::send(fd, buf, len, flags)),
+        }
+    })
+    .unwrap_or_else(|| real::send(fd, buf, len, flags))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::write(fd, buf, len) };
-    let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
-    match shim_send(&s, fd, data, 0, None) {
-        Some(r) => ret_isize(r),
-        None => kio(&s, fd, libc::POLLOUT, 0, || real::write(fd, buf, len)),
-    }
+    with_sock(fd, |s| {
+        let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+        match shim_send(s, fd, data, 0, None) {
+            Some(r) => ret_isize(r),
+            None => kio(s, fd, libc::POLLOUT, 0, || real::write(fd, buf, len)),
+        }
+    })
+    .unwrap_or_else(|| real::write(fd, buf, len))
 }
 
 /// sendmsg on the shim's path; `None`: kernel path.
@@ -618,56 +636,62 @@ unsafe fn sendmsg_shim(fd: c_int, s: &Arc<Sock>, msg: *const libc::msghdr, flags
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::sendmsg(fd, msg, flags) };
-    if let Some(r) = sendmsg_shim(fd, &s, msg, flags) {
-        return r;
-    }
-    kio(&s, fd, libc::POLLOUT, flags, || real::sendmsg(fd, msg, flags))
+    with_sock(fd, |s| {
+        if let Some(r) = sendmsg_shim(fd, s, msg, flags) {
+            return r;
+        }
+        kio(s, fd, libc::POLLOUT, flags, || real::sendmsg(fd, msg, flags))
+    })
+    .unwrap_or_else(|| real::sendmsg(fd, msg, flags))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    let Some(s) = lookup(fd) else { return real::writev(fd, iov, n) };
-    let mut m: libc::msghdr = std::mem::zeroed();
-    m.msg_iov = iov as *mut libc::iovec;
-    m.msg_iovlen = n.max(0) as usize;
-    if let Some(r) = sendmsg_shim(fd, &s, &m, 0) {
-        return r;
-    }
-    kio(&s, fd, libc::POLLOUT, 0, || real::writev(fd, iov, n))
+    with_sock(fd, |s| {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov as *mut libc::iovec;
+        m.msg_iovlen = n.max(0) as usize;
+        if let Some(r) = sendmsg_shim(fd, s, &m, 0) {
+            return r;
+        }
+        kio(s, fd, libc::POLLOUT, 0, || real::writev(fd, iov, n))
+    })
+    .unwrap_or_else(|| real::writev(fd, iov, n))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
-    let Some(s) = lookup(fd) else { return real::sendmmsg(fd, msgs, vlen, flags) };
-    if s.mode() != shim::KERNEL && !msgs.is_null() {
-        let mut sent = 0u32;
-        while sent < vlen {
-            let h = &mut *msgs.add(sent as usize);
-            match sendmsg_shim(fd, &s, &h.msg_hdr, flags) {
-                None => break,
-                Some(r) if r >= 0 => {
-                    h.msg_len = r as c_uint;
-                    sent += 1;
-                }
-                Some(_) => {
-                    if sent == 0 {
-                        return -1;
+    with_sock(fd, |s| {
+        if s.mode() != shim::KERNEL && !msgs.is_null() {
+            let mut sent = 0u32;
+            while sent < vlen {
+                let h = &mut *msgs.add(sent as usize);
+                match sendmsg_shim(fd, s, &h.msg_hdr, flags) {
+                    None => break,
+                    Some(r) if r >= 0 => {
+                        h.msg_len = r as c_uint;
+                        sent += 1;
                     }
-                    return sent as c_int;
+                    Some(_) => {
+                        if sent == 0 {
+                            return -1;
+                        }
+                        return sent as c_int;
+                    }
                 }
             }
+            if sent == vlen {
+                return sent as c_int;
+            }
+            if sent > 0 {
+                // The rest goes on the kernel path (the socket fell back).
+                let r = real::sendmmsg(fd, msgs.add(sent as usize), vlen - sent, flags);
+                return sent as c_int + r.max(0);
+            }
         }
-        if sent == vlen {
-            return sent as c_int;
-        }
-        if sent > 0 {
-            // The rest goes on the kernel path (the socket fell back).
-            let r = real::sendmmsg(fd, msgs.add(sent as usize), vlen - sent, flags);
-            return sent as c_int + r.max(0);
-        }
-    }
-    kio(&s, fd, libc::POLLOUT, flags, || real::sendmmsg(fd, msgs, vlen, flags) as ssize_t) as c_int
+        kio(s, fd, libc::POLLOUT, flags, || real::sendmmsg(fd, msgs, vlen, flags) as ssize_t) as c_int
+    })
+    .unwrap_or_else(|| real::sendmmsg(fd, msgs, vlen, flags))
 }
 
 // ------------------------------------------------------------ lifecycle
@@ -1042,6 +1066,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         }
         match full {
             Some(ep) => {
+                mark_sleep(std::ptr::null());
                 ep.wait_writable(deadline.map_or(SLICE, |d| (d - now).min(SLICE)));
             }
             // Every queue has room but nothing is ready yet: the kernel
@@ -1063,75 +1088,178 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
 
 /// The endpoint of an accelerated socket whose L1 queue has no room.
 fn full_queue(fd: c_int) -> Option<Arc<Endpoint>> {
-    lookup(fd).and_then(|s| s.existing()).filter(|ep| !ep.writable())
+    with_sock(fd, |s| s.existing()).flatten().filter(|ep| !ep.writable())
 }
 
 
 /// poll for input readiness of accelerated sockets (ring and socket).
+///
+/// An accelerated socket whose ring holds a datagram is ready without a
+/// syscall; so is one whose ring was empty but whose socket, read right
+/// here because a stream is arriving (see `Endpoint::ready_or_fill`),
+/// gave more. Such calls are answered from the rings alone (see
+/// `may_skip_kernel`); otherwise the kernel is asked about everything, the
+/// rings' eventfds included, and sleeps if nothing is ready.
 unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    let mut extra: Vec<(usize, c_int, bool)> = Vec::new();
-    for (i, p) in app.iter().enumerate() {
-        if p.events & libc::POLLIN == 0 {
-            continue;
-        }
-        if let Some(s) = lookup(p.fd) {
-            let tcp = shim::tcp_transport();
-            if let Some(ep) = if tcp { s.endpoint(p.fd) } else { s.existing() } {
-                if let Some(rfd) = s.ring_fd(&ep) {
-                    extra.push((i, rfd, ep.pending_datagrams() > 0));
-                }
-                if tcp {
-                    extra.push((i, ep.raw_fd(), false));
-                }
-            } else if s.has_leftover() {
-                extra.push((i, -1, true));
+    let mut fixed: [Extra; EXTRA_MAX] = [(0, -1, false); EXTRA_MAX];
+    let mut k = 0;
+    let mut many: Vec<Extra> = Vec::new();
+    scan_input(app, |e| {
+        if k < EXTRA_MAX {
+            fixed[k] = e;
+            k += 1;
+        } else {
+            if many.is_empty() {
+                many.extend_from_slice(&fixed);
             }
+            many.push(e);
         }
-    }
+    });
+    let extra: &[Extra] = if many.is_empty() { &fixed[..k] } else { &many };
     if extra.is_empty() {
         return real::ppoll(fds, n, ts, mask);
     }
     let ready_now = extra.iter().any(|e| e.2);
-    if ready_now && SKIPPED.with(|c| c.get()) < SKIP_LIMIT {
-        SKIPPED.with(|c| c.set(c.get() + 1));
+    if ready_now && may_skip_kernel() {
         for p in app.iter_mut() {
             p.revents = 0;
         }
         let mut count = 0;
-        for e in &extra {
-            if e.2 {
+        for e in extra {
+            if e.2 && app[e.0].revents == 0 {
                 app[e.0].revents = libc::POLLIN;
                 count += 1;
             }
         }
         return count;
     }
-    SKIPPED.with(|c| c.set(0));
-    let mut all: Vec<libc::pollfd> = Vec::with_capacity(app.len() + extra.len());
-    all.extend_from_slice(app);
-    for e in &extra {
-        all.push(libc::pollfd { fd: e.1, events: libc::POLLIN, revents: 0 });
-    }
+    kernel_checked();
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     let t = if ready_now { &zero as *const _ } else { ts };
-    let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, t, mask);
-    if r < 0 {
-        return r;
+    if !ready_now {
+        mark_sleep(ts);
     }
-    for (k, e) in extra.iter().enumerate() {
-        if e.2 || all[app.len() + k].revents & libc::POLLIN != 0 {
-            all[e.0].revents |= libc::POLLIN;
+    POLL_ALL.with(|cell| {
+        // A signal handler polling inside a poll gets its own array.
+        let mut fresh = Vec::new();
+        let mut guard = cell.try_borrow_mut().ok();
+        let all: &mut Vec<libc::pollfd> = guard.as_deref_mut().unwrap_or(&mut fresh);
+        all.clear();
+        all.extend_from_slice(app);
+        all.extend(extra.iter().map(|e| libc::pollfd { fd: e.1, events: libc::POLLIN, revents: 0 }));
+        let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, t, mask);
+        if r < 0 {
+            return r;
         }
-    }
-    let mut count = 0;
-    for (i, p) in app.iter_mut().enumerate() {
-        p.revents = all[i].revents;
-        if p.revents != 0 {
-            count += 1;
+        for (j, e) in extra.iter().enumerate() {
+            if e.2 || all[app.len() + j].revents & libc::POLLIN != 0 {
+                all[e.0].revents |= libc::POLLIN;
+            }
         }
+        let mut count = 0;
+        for (i, p) in app.iter_mut().enumerate() {
+            p.revents = all[i].revents;
+            if p.revents != 0 {
+                count += 1;
+            }
+        }
+        count
+    })
+}
+
+/// (index in the application's array, extra fd to poll or -1, input ready now)
+type Extra = (usize, c_int, bool);
+
+/// Accelerated sockets a poll names before `poll_input` allocates.
+const EXTRA_MAX: usize = 16;
+
+/// Reports, for each accelerated socket polled for input, the descriptors
+/// that stand for its input besides itself and whether input is there now.
+fn scan_input(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
+    let tcp = shim::tcp_transport();
+    for (i, p) in app.iter().enumerate() {
+        if p.events & libc::POLLIN == 0 || !shim::maybe(p.fd) {
+            continue;
+        }
+        with_sock(p.fd, |s| {
+            if !tcp {
+                if let Some(rfd) = s.ready_ring_fd() {
+                    add((i, rfd, true));
+                    return;
+                }
+            }
+            if let Some(ep) = if tcp { s.endpoint(p.fd) } else { s.existing() } {
+                let ready = ep.ready_or_fill();
+                if let Some(rfd) = s.ring_fd(&ep) {
+                    add((i, rfd, ready));
+                }
+                if tcp {
+                    add((i, ep.raw_fd(), false));
+                }
+            } else if s.has_leftover() {
+                add((i, -1, true));
+            }
+        });
     }
-    count
+}
+
+thread_local! {
+    /// Consecutive poll/select calls answered from the rings alone, and
+    /// the coarse clock (ns) when the kernel was last asked.
+    static SKIPPED: std::cell::Cell<(u32, i64)> = const { std::cell::Cell::new((0, 0)) };
+    /// Set by `select` while it runs: the first moment it may sleep (the
+    /// time it writes back counts from there; until then it only computed).
+    static SLEEP_MARK: std::cell::Cell<(bool, Option<Instant>)> = const { std::cell::Cell::new((false, None)) };
+    /// The pollfd array handed to the kernel, reused across calls.
+    static POLL_ALL: std::cell::RefCell<Vec<libc::pollfd>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// select's pollfd array, reused across calls.
+    static SELECT_FDS: std::cell::RefCell<Vec<libc::pollfd>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A poll/select whose accelerated sockets already have datagrams in their
+/// rings is answered without a syscall, except that the kernel is asked
+/// (timeout 0) about the other descriptors at least every
+/// `SKIP_LIMIT`-th call and at least once per tick of the coarse clock
+/// (a few ms), so none of them waits long behind a busy socket.
+const SKIP_LIMIT: u32 = 64;
+
+fn coarse_ns() -> i64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer; CLOCK_MONOTONIC_COARSE is served by the vDSO.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec * 1_000_000_000 + t.tv_nsec
+}
+
+/// True (and counted) when this call may be answered from the rings alone.
+fn may_skip_kernel() -> bool {
+    SKIPPED.with(|c| {
+        let (n, at) = c.get();
+        if n < SKIP_LIMIT && coarse_ns() == at {
+            c.set((n + 1, at));
+            true
+        } else {
+            false
+        }
+    })
+}
+
+/// The kernel is being asked about every descriptor now.
+fn kernel_checked() {
+    SKIPPED.with(|c| c.set((0, coarse_ns())));
+}
+
+/// Records, for a running `select`, the moment before a call that may sleep
+/// (`ts` not zero).
+unsafe fn mark_sleep(ts: *const libc::timespec) {
+    if !ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0 {
+        return;
+    }
+    SLEEP_MARK.with(|c| {
+        if let (true, None) = c.get() {
+            c.set((true, Some(Instant::now())));
+        }
+    });
 }
 
 fn ms_to_ts(ms: c_int) -> Option<libc::timespec> {
@@ -1162,91 +1290,83 @@ pub unsafe extern "C" fn __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, ts
     poll_impl(fds, n, ts, mask)
 }
 
-unsafe fn sets_name_shim(n: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
+/// select/pselect through `poll_impl` when an accelerated socket is named:
+/// `None` when none is (the kernel's select then serves the call as is).
+unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> Option<c_int> {
     let n = n.clamp(0, libc::FD_SETSIZE as c_int);
-    for fd in 0..n {
-        if shim::maybe(fd) && sets.iter().any(|&p| !p.is_null() && libc::FD_ISSET(fd, p)) {
-            if let Some(s) = lookup(fd) {
-                if s.mode() == ACTIVE || s.has_leftover() || (shim::tcp_transport() && s.endpoint(fd).is_some()) {
-                    return true;
-                }
+    SELECT_FDS.with(|cell| {
+        let mut fresh = Vec::new();
+        let mut guard = cell.try_borrow_mut().ok();
+        let p: &mut Vec<libc::pollfd> = guard.as_deref_mut().unwrap_or(&mut fresh);
+        p.clear();
+        let mut named = false;
+        for fd in 0..n {
+            let mut ev = 0;
+            if !r.is_null() && libc::FD_ISSET(fd, r) {
+                ev |= libc::POLLIN;
             }
-        }
-    }
-    false
-}
-
-thread_local! {
-    /// Consecutive poll/select calls answered from the rings alone.
-    static SKIPPED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// A poll/select whose accelerated sockets already have datagrams in
-/// their rings is answered without a syscall, except every
-/// `SKIP_LIMIT`-th time, when the kernel is asked (timeout 0) about the
-/// other descriptors too, so none of them waits for long.
-const SKIP_LIMIT: u32 = 8;
-
-/// select/pselect through `poll_impl` when an accelerated socket is named.
-unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
-    let n = n.clamp(0, libc::FD_SETSIZE as c_int);
-    let mut p: Vec<libc::pollfd> = Vec::new();
-    for fd in 0..n {
-        let mut ev = 0;
-        if !r.is_null() && libc::FD_ISSET(fd, r) {
-            ev |= libc::POLLIN;
-        }
-        if !w.is_null() && libc::FD_ISSET(fd, w) {
-            ev |= libc::POLLOUT;
-        }
-        if !e.is_null() && libc::FD_ISSET(fd, e) {
-            ev |= libc::POLLPRI;
-        }
-        if ev != 0 {
+            if !w.is_null() && libc::FD_ISSET(fd, w) {
+                ev |= libc::POLLOUT;
+            }
+            if !e.is_null() && libc::FD_ISSET(fd, e) {
+                ev |= libc::POLLPRI;
+            }
+            if ev == 0 {
+                continue;
+            }
+            if !named && shim::maybe(fd) {
+                named = with_sock(fd, |s| s.mode() == ACTIVE || s.has_leftover() || (shim::tcp_transport() && s.endpoint(fd).is_some())).unwrap_or(false);
+            }
             p.push(libc::pollfd { fd, events: ev, revents: 0 });
         }
-    }
-    let k = poll_impl(p.as_mut_ptr(), p.len() as libc::nfds_t, ts, mask);
-    if k < 0 {
-        return k;
-    }
-    if p.iter().any(|x| x.revents & libc::POLLNVAL != 0) {
-        return fail(libc::EBADF);
-    }
-    for set in [r, w, e] {
-        if !set.is_null() {
-            libc::FD_ZERO(set);
+        if !named {
+            return None;
         }
-    }
-    let mut count = 0;
-    for x in &p {
-        if x.events & libc::POLLIN != 0 && x.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-            libc::FD_SET(x.fd, r);
-            count += 1;
+        let k = poll_impl(p.as_mut_ptr(), p.len() as libc::nfds_t, ts, mask);
+        if k < 0 {
+            return Some(k);
         }
-        if x.events & libc::POLLOUT != 0 && x.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
-            libc::FD_SET(x.fd, w);
-            count += 1;
+        if p.iter().any(|x| x.revents & libc::POLLNVAL != 0) {
+            return Some(fail(libc::EBADF));
         }
-        if x.events & libc::POLLPRI != 0 && x.revents & libc::POLLPRI != 0 {
-            libc::FD_SET(x.fd, e);
-            count += 1;
+        for set in [r, w, e] {
+            if !set.is_null() {
+                libc::FD_ZERO(set);
+            }
         }
-    }
-    count
+        let mut count = 0;
+        for x in p.iter() {
+            if x.events & libc::POLLIN != 0 && x.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                libc::FD_SET(x.fd, r);
+                count += 1;
+            }
+            if x.events & libc::POLLOUT != 0 && x.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
+                libc::FD_SET(x.fd, w);
+                count += 1;
+            }
+            if x.events & libc::POLLPRI != 0 && x.revents & libc::POLLPRI != 0 {
+                libc::FD_SET(x.fd, e);
+                count += 1;
+            }
+        }
+        Some(count)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int {
-    if !shim::any() || !sets_name_shim(n, [r, w, e]) {
+    if !shim::any() {
         return real::select(n, r, w, e, t);
     }
-    let start = Instant::now();
     let ts = (!t.is_null()).then(|| libc::timespec { tv_sec: (*t).tv_sec, tv_nsec: ((*t).tv_usec * 1000) as _ });
-    let total = ts.map(|x| Duration::new(x.tv_sec.max(0) as u64, x.tv_nsec.max(0) as u32));
+    let outer = SLEEP_MARK.with(|c| c.replace((true, None)));
     let k = select_impl(n, r, w, e, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null());
-    if let Some(total) = total {
-        // Linux reports the time not slept.
+    let slept = SLEEP_MARK.with(|c| c.replace(outer)).1;
+    let Some(k) = k else { return real::select(n, r, w, e, t) };
+    if let (Some(x), Some(start)) = (ts, slept) {
+        // Linux writes back the time not slept; a call answered without
+        // sleeping used (well) under a microsecond and leaves it unchanged.
+        let total = Duration::new(x.tv_sec.max(0) as u64, x.tv_nsec.max(0) as u32);
         let left = total.saturating_sub(start.elapsed());
         (*t).tv_sec = left.as_secs() as libc::time_t;
         (*t).tv_usec = left.subsec_micros() as libc::suseconds_t;
@@ -1256,10 +1376,13 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd
 
 #[no_mangle]
 pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
-    if !shim::any() || !sets_name_shim(n, [r, w, e]) {
+    if !shim::any() {
         return real::pselect(n, r, w, e, ts, mask);
     }
-    select_impl(n, r, w, e, ts, mask)
+    match select_impl(n, r, w, e, ts, mask) {
+        Some(k) => k,
+        None => real::pselect(n, r, w, e, ts, mask),
+    }
 }
 
 /// Events of the ring's eventfd registration for an application epoll

@@ -7,7 +7,7 @@
 //! [`ForkGuard`]); raw pointers stay in `hooks`, libc's own functions in
 //! `real`.
 
-use eudp_engine::{Config, Endpoint, Engine, Received, RecvFlags};
+use eudp_engine::{Config, Endpoint, Engine, Received, RecvFlags, RingLen};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -47,6 +47,9 @@ pub struct Sock {
     ep: Mutex<Option<Arc<Endpoint>>>,
     dup_fd: AtomicI32,
     poll_fd: AtomicI32,
+    /// The endpoint's ring count, readable without the endpoint: a poll
+    /// that finds datagrams waiting takes no lock and no reference.
+    ring_len: std::sync::OnceLock<Arc<RingLen>>,
     /// Datagrams left in the ring when the socket fell back to the kernel.
     leftover: Mutex<VecDeque<(Vec<u8>, SocketAddr)>>,
     has_leftover: AtomicBool,
@@ -123,6 +126,33 @@ impl Drop for Inside {
 /// The socket behind `fd`, when it is one of the application's UDP sockets.
 #[inline]
 pub fn lookup(fd: i32) -> Option<Arc<Sock>> {
+    with_sock(fd, Arc::clone)
+}
+
+/// Bumped on every change of the table, so a cached lookup can tell it is
+/// still what the table says.
+static TABLE_GEN: AtomicU64 = AtomicU64::new(0);
+
+/// Entries in each thread's lookup cache.
+const CACHE_WAYS: usize = 4;
+
+/// A thread's cached lookups: (fd, `TABLE_GEN` when looked up, socket),
+/// and the way to replace next.
+type LookupCache = ([Option<(i32, u64, Arc<Sock>)>; CACHE_WAYS], usize);
+
+thread_local! {
+    /// This thread's recent lookups, each valid while `TABLE_GEN` is
+    /// unchanged: a hit costs no lock and no reference count. An entry only
+    /// keeps the small `Sock` alive: its endpoint is released by `close`
+    /// and `fallback`, whoever still holds the `Sock`.
+    static CACHE: std::cell::RefCell<LookupCache> =
+        const { std::cell::RefCell::new(([const { None }; CACHE_WAYS], 0)) };
+}
+
+/// Runs `f` on the socket behind `fd` (see [`lookup`]) without taking the
+/// table's lock or a reference when this thread looked it up recently.
+#[inline]
+pub fn with_sock<R>(fd: i32, f: impl FnOnce(&Arc<Sock>) -> R) -> Option<R> {
     let (w, b) = bit(fd)?;
     if BITS[w].load(Relaxed) & b == 0 {
         return None;
@@ -130,7 +160,32 @@ pub fn lookup(fd: i32) -> Option<Arc<Sock>> {
     if INSIDE.with(|c| c.get()) {
         return None;
     }
-    TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()
+    let gen = TABLE_GEN.load(Acquire);
+    CACHE.with(|c| {
+        // A signal handler calling in while `f` runs finds the cache busy
+        // and takes the table path.
+        let Ok(mut c) = c.try_borrow_mut() else {
+            let s = TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()?;
+            return Some(f(&s));
+        };
+        let (ways, next) = &mut *c;
+        if let Some(i) = ways.iter().position(|e| matches!(e, Some((k, g, _)) if *k == fd && *g == gen)) {
+            let (_, _, s) = ways[i].as_ref().expect("matched");
+            return Some(f(s));
+        }
+        let s = TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()?;
+        let i = *next % CACHE_WAYS;
+        *next = next.wrapping_add(1);
+        // Stale entries of this fd go too, so one fd holds one way.
+        for e in ways.iter_mut() {
+            if matches!(e, Some((k, _, _)) if *k == fd) {
+                *e = None;
+            }
+        }
+        ways[i] = Some((fd, gen, s));
+        let (_, _, s) = ways[i].as_ref().expect("just stored");
+        Some(f(s))
+    })
 }
 
 /// True when `fd` may be in the table (one bit test).
@@ -161,6 +216,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         ep: Mutex::new(None),
         dup_fd: AtomicI32::new(-1),
         poll_fd: AtomicI32::new(-1),
+        ring_len: std::sync::OnceLock::new(),
         leftover: Mutex::new(VecDeque::new()),
         has_leftover: AtomicBool::new(false),
         reason: Mutex::new(None),
@@ -177,6 +233,7 @@ pub fn insert(fd: i32, s: Arc<Sock>) {
     let old = {
         let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
         BITS[w].fetch_or(b, SeqCst);
+        TABLE_GEN.fetch_add(1, Release);
         t.insert(fd, s)
     };
     match old {
@@ -208,6 +265,7 @@ pub fn remove(fd: i32) {
     let old = {
         let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
         let o = t.remove(&fd);
+        TABLE_GEN.fetch_add(1, Release);
         if o.is_some() {
             BITS[w].fetch_and(!b, SeqCst);
         }
@@ -400,6 +458,7 @@ impl Sock {
             Ok(ep) => {
                 let ep = Arc::new(ep);
                 *g = Some(ep.clone());
+                let _ = self.ring_len.set(ep.ring_len());
                 self.mode.store(ACTIVE, Release);
                 ACCELERATED.fetch_add(1, Relaxed);
                 dlog!("fd {fd}: UDP socket on the engine (endpoint over fd {})", ep.raw_fd());
@@ -413,8 +472,21 @@ impl Sock {
         }
     }
 
+    /// The ring's eventfd when the socket is on the engine and its ring
+    /// holds a datagram now, found without touching the endpoint.
+    pub fn ready_ring_fd(&self) -> Option<i32> {
+        let fd = self.poll_fd.load(Relaxed);
+        (fd >= 0 && self.mode() == ACTIVE && self.ring_len.get()?.get() > 0).then_some(fd)
+    }
+
     /// The eventfd readable while the ring holds a datagram.
     pub fn ring_fd(&self, ep: &Endpoint) -> Option<i32> {
+        // The endpoint creates its ready fd once and keeps it for life; the
+        // cache is cleared when the endpoint goes (fallback, fork).
+        let cached = self.poll_fd.load(Relaxed);
+        if cached >= 0 {
+            return Some(cached);
+        }
         let fd = ep.poll_fd().ok()?;
         self.poll_fd.store(fd, Relaxed);
         Some(fd)
