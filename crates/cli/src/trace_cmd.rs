@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: eudp trace [--packets N] [--run-packets M] [--size S] [--sizes A,B,..] [--compare kernel,eudp] [--out DIR] [--testbed NAME] [--overhead REPS] [-- burst | PROGRAM ARGS...]";
+const USAGE: &str = "usage: eudp trace [--packets N] [--run-packets M] [--size S] [--sizes A,B,..] [--compare kernel,eudp] [--out DIR] [--testbed NAME] [--overhead REPS [--overhead-modes full,user,noclock,sample16]] [-- burst | PROGRAM ARGS...]";
 
 /// Entry point of `eudp trace`.
 pub fn trace_main(args: &[String]) -> i32 {
@@ -58,6 +58,9 @@ pub struct TraceArgs {
     /// Instead of tracing: this many alternating untraced/traced transfers
     /// per stack and size, comparing their receive rates.
     pub overhead_reps: u32,
+    /// The traced settings `--overhead` compares with untraced runs
+    /// ([`Variant::named`]); default `full`.
+    pub overhead_modes: Vec<String>,
 }
 
 impl Default for TraceArgs {
@@ -72,6 +75,7 @@ impl Default for TraceArgs {
             testbed: None,
             target: Vec::new(),
             overhead_reps: 0,
+            overhead_modes: vec!["full".into()],
         }
     }
 }
@@ -104,6 +108,7 @@ pub fn parse_args(args: &[String]) -> Result<TraceArgs, String> {
             "--out" => a.out = val(i)?.into(),
             "--testbed" => a.testbed = Some(val(i)?),
             "--overhead" => a.overhead_reps = val(i)?.parse().map_err(|_| "--overhead: bad number")?,
+            "--overhead-modes" => a.overhead_modes = parse_list(&val(i)?, "--overhead-modes")?,
             "-h" | "--help" => return Err(USAGE.into()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n{USAGE}")),
             _ => {
@@ -115,6 +120,9 @@ pub fn parse_args(args: &[String]) -> Result<TraceArgs, String> {
     }
     if a.packets == 0 || a.size == 0 {
         return Err("--packets and --size must be positive".into());
+    }
+    for m in &a.overhead_modes {
+        Variant::named(m)?;
     }
     for s in &a.stacks {
         if s != "kernel" && s != "eudp" {
@@ -256,10 +264,11 @@ fn exe() -> String {
     std::env::var("EUDP_TRACE_EXE").ok().or_else(|| std::env::current_exe().ok().map(|p| p.display().to_string())).unwrap_or_else(|| "eudp".into())
 }
 
-fn spawn(tb: &Testbed, host: char, args: &[String]) -> Result<Child, String> {
+fn spawn(tb: &Testbed, host: char, args: &[String], env: &[(&str, &str)]) -> Result<Child, String> {
     let mut c = tb.command(host, &exe());
     c.arg("trace").arg("worker").args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     c.env_remove("EUDP_TRACE");
+    c.envs(env.iter().copied());
     c.spawn().map_err(|e| format!("cannot start trace worker: {e}"))
 }
 
@@ -304,6 +313,49 @@ pub struct RxReport {
 /// One transfer; `trace` turns the tracepoints on, `tag` has the receiver
 /// tag each datagram with its payload sequence number.
 pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::path::Path, trace: bool, tag: bool) -> Result<(Dump, Dump, RxReport), String> {
+    let v = if trace { Variant::named("full")? } else { Variant::named("off")? };
+    transfer_variant(tb, stack, size, packets, dir, &v, tag)
+}
+
+/// A setting of `eudp trace --overhead`: traced or not, and the
+/// environment its workers run with.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    pub name: String,
+    pub trace: bool,
+    pub env: Vec<(&'static str, &'static str)>,
+    /// Its traces must be complete (every layer of every packet, in order).
+    pub complete: bool,
+    /// What it records, for the report.
+    pub what: &'static str,
+}
+
+impl Variant {
+    /// `off`; `full` (every layer of every packet, the issue's setting);
+    /// `user` (no kernel stamps); `noclock` (every event, no clock read:
+    /// a measurement of what the clock reads cost, its times are
+    /// meaningless); `sampleN` (application calls of one packet in N).
+    pub fn named(name: &str) -> Result<Variant, String> {
+        let v = |trace, env: Vec<(&'static str, &'static str)>, complete, what| Variant { name: name.into(), trace, env, complete, what };
+        Ok(match name {
+            "off" => v(false, vec![], false, "untraced"),
+            "full" => v(true, vec![], true, "every layer of every packet, kernel stamps included"),
+            "user" => v(true, vec![("EUDP_TRACE_KERNEL", "0")], false, "user-space points only (no SO_TIMESTAMPING)"),
+            "noclock" => v(true, vec![("EUDP_TRACE_CLOCK", "none")], false, "every event, no clock read (experiment: no timing)"),
+            s if s.starts_with("sample") => {
+                let k: u64 = s["sample".len()..].parse().map_err(|_| format!("--overhead-modes: bad mode {s:?}"))?;
+                let k: &'static str = Box::leak(k.to_string().into_boxed_str());
+                v(true, vec![("EUDP_TRACE_SAMPLE", k)], false, "application calls of one packet in N")
+            }
+            s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, noclock, sampleN)")),
+        })
+    }
+}
+
+/// As [`transfer`], in a given setting (the dumps are read only when its
+/// traces are to be checked).
+pub fn transfer_variant(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::path::Path, v: &Variant, tag: bool) -> Result<(Dump, Dump, RxReport), String> {
+    let trace = v.trace;
     let port = 9400 + (size % 500) as u16;
     let rx_file = dir.join(format!("raw-{stack}-{size}-rx.json"));
     let tx_file = dir.join(format!("raw-{stack}-{size}-tx.json"));
@@ -319,11 +371,11 @@ pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::p
     };
     let mut ra = common("recv", &rx_file);
     ra.extend(["--addr".into(), format!("0.0.0.0:{port}")]);
-    let mut rx = spawn(tb, 'b', &ra)?;
+    let mut rx = spawn(tb, 'b', &ra, &v.env)?;
     let mut reader = crate::bench::await_ready(&mut rx, "trace receiver")?;
     let mut sa = common("send", &tx_file);
     sa.extend(["--addr".into(), format!("{ADDR_B}:{port}")]);
-    let tx = spawn(tb, 'a', &sa)?;
+    let tx = spawn(tb, 'a', &sa, &v.env)?;
     let limit = Duration::from_secs(30 + packets / 10_000);
     let txout = wait(tx, "trace sender", limit)?;
     let mut rest = String::new();
@@ -339,7 +391,7 @@ pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::p
         rx_cpu_ns: report["cpu_ns"].as_u64().unwrap_or(0),
     };
     let load = |f: &std::path::Path| -> Result<Dump, String> { resolve::parse_dump(&std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?) };
-    if !trace {
+    if !trace || !v.complete {
         return Ok((Dump::default(), Dump::default(), rep));
     }
     Ok((load(&tx_file)?, load(&rx_file)?, rep))
@@ -360,67 +412,109 @@ fn burst(tb: &Testbed, a: &TraceArgs) -> Result<TraceDoc, String> {
     Ok(document(a, runs))
 }
 
-/// Receive rates of untraced and traced transfers, alternating, with the
-/// median of each and their ratio; also written to DIR/overhead.txt. On a
-/// shared machine the rates swing with other jobs, so the CPU time each
-/// side spent per datagram (sender: per datagram sent, receiver: per
+/// Receive rates of untraced and traced transfers, interleaved, with the
+/// median of each and their ratio; also written to DIR/overhead.txt. Each
+/// repetition runs one untraced transfer and one per traced setting
+/// (`--overhead-modes`), in an order that rotates from one repetition to
+/// the next, so drift of the shared machine falls on every setting alike.
+/// On a shared machine the rates swing with other jobs, so the CPU time
+/// each side spent per datagram (sender: per datagram sent, receiver: per
 /// datagram received) is reported too, a steadier measure of the same
-/// cost. Every traced transfer is analysed: a rate counts as fully traced
-/// only if its trace has every layer of every packet that arrived.
+/// cost, as well as the median of the per-repetition (paired) ratios.
+/// Every `full` transfer is analysed: a rate counts as fully traced only
+/// if its trace has every layer of every packet that arrived.
 fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     use std::fmt::Write as _;
-    /// Median and range of a sample.
-    fn summary(v: &mut [f64]) -> (f64, String) {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], format!("{:.2}-{:.2}", v[0], v[v.len() - 1]))
+    let mut vars = vec![Variant::named("off")?];
+    for m in &a.overhead_modes {
+        vars.push(Variant::named(m)?);
     }
     let mut out = format!(
-        "{} datagrams per transfer, {} transfers each way, interleaved; medians (ranges)\n\
-         rate: Gbit/s at the receiver; cpu: ns of CPU per datagram, sender (per sent) + receiver (per received)\n",
-        a.run_packets, a.overhead_reps
+        "{} datagrams per transfer, {} repetitions; each runs untraced and {} once, interleaved (order rotating); medians (ranges)\n\
+         rate: Gbit/s at the receiver; cpu: ns of CPU per datagram, sender (per sent) + receiver (per received)\n\
+         on/off: ratio of the medians; paired: median of the per-repetition ratios\n",
+        a.run_packets,
+        a.overhead_reps,
+        a.overhead_modes.join(", ")
     );
-    let _ = writeln!(out, "{:<7} {:>6} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7}  ranges", "stack", "size", "rate off", "rate on", "on/off", "cpu off", "cpu on", "off/on");
+    for v in &vars[1..] {
+        let _ = writeln!(out, "  {}: {}", v.name, v.what);
+    }
+    let _ = writeln!(out, "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7}  ranges", "stack", "size", "mode", "rate", "on/off", "paired", "cpu", "off/on", "paired", "tx,rx");
     for &size in &a.sizes {
         for stack in &a.stacks {
-            // [off, on]: rates, CPU ns per datagram, datagrams lost.
-            let (mut rate, mut cpu, mut lost) = ([vec![], vec![]], [vec![], vec![]], [0u64; 2]);
-            let (mut tx_cpu, mut rx_cpu) = ([vec![], vec![]], [vec![], vec![]]);
+            // Per setting: rates, CPU ns per datagram (total, sender, receiver), datagrams lost.
+            let n = vars.len();
+            let (mut rate, mut cpu, mut tx_cpu, mut rx_cpu) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
+            let mut lost = vec![0u64; n];
             let mut problems = Vec::new();
-            for r in 0..a.overhead_reps {
-                for traced in [r % 2 == 0, r % 2 == 1] {
-                    let (tx, rx, rep) = transfer(tb, stack, size, a.run_packets, &a.out, traced, false)?;
-                    let k = usize::from(traced);
+            for r in 0..a.overhead_reps as usize {
+                for j in 0..n {
+                    let k = (r + j) % n;
+                    let (tx, rx, rep) = transfer_variant(tb, stack, size, a.run_packets, &a.out, &vars[k], false)?;
                     lost[k] += a.run_packets.saturating_sub(rep.received);
                     rate[k].push(rep.gbps);
-                    tx_cpu[k].push(rep.tx_cpu_ns as f64 / a.run_packets as f64);
-                    rx_cpu[k].push(rep.rx_cpu_ns as f64 / rep.received.max(1) as f64);
-                    cpu[k].push(tx_cpu[k][tx_cpu[k].len() - 1] + rx_cpu[k][rx_cpu[k].len() - 1]);
-                    if traced {
+                    let (t, x) = (rep.tx_cpu_ns as f64 / a.run_packets as f64, rep.rx_cpu_ns as f64 / rep.received.max(1) as f64);
+                    tx_cpu[k].push(t);
+                    rx_cpu[k].push(x);
+                    cpu[k].push(t + x);
+                    if vars[k].complete {
                         problems.extend(analyse_lossy(stack, size, &tx, &rx, rep.received).problems);
                     }
                 }
             }
-            let ((r0, rr0), (r1, rr1)) = (summary(&mut rate[0]), summary(&mut rate[1]));
-            let ((c0, cr0), (c1, cr1)) = (summary(&mut cpu[0]), summary(&mut cpu[1]));
-            let (t0, t1) = (summary(&mut tx_cpu[0]).0, summary(&mut tx_cpu[1]).0);
-            let (x0, x1) = (summary(&mut rx_cpu[0]).0, summary(&mut rx_cpu[1]).0);
             let total = (a.run_packets * u64::from(a.overhead_reps)).max(1) as f64;
+            let (r0, rr0) = summary(&rate[0]);
+            let (c0, cr0) = summary(&cpu[0]);
             let _ = writeln!(
                 out,
-                "{stack:<7} {size:>6} {r0:>8.3} {r1:>8.3} {:>7.3} {c0:>8.0} {c1:>8.0} {:>7.3}  rate off {rr0} on {rr1}, cpu off {cr0} on {cr1}, lost off {:.1}% on {:.1}%; cpu sender {t0:.0} -> {t1:.0}, receiver {x0:.0} -> {x1:.0}",
-                r1 / r0,
-                c0 / c1,
-                100.0 * lost[0] as f64 / total,
-                100.0 * lost[1] as f64 / total
+                "{stack:<7} {size:>6} {:<9} {r0:>8.3} {:>7} {:>7} {c0:>6.0} {:>7} {:>7} {:>3.0},{:<3.0}  rate {rr0}, cpu {cr0}, lost {:.1}%",
+                "off",
+                "",
+                "",
+                "",
+                "",
+                summary(&tx_cpu[0]).0,
+                summary(&rx_cpu[0]).0,
+                100.0 * lost[0] as f64 / total
             );
-            let complete = if problems.is_empty() { "every traced run complete (every layer of every packet that arrived)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
-            let _ = writeln!(out, "        {complete}");
-            print!("{}", out.lines().rev().take(2).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
+            for k in 1..n {
+                let (r1, rr1) = summary(&rate[k]);
+                let (c1, cr1) = summary(&cpu[k]);
+                let paired = |v: &[f64], base: &[f64], inv: bool| summary(&v.iter().zip(base).map(|(x, b)| if inv { b / x } else { x / b }).collect::<Vec<_>>()).0;
+                let _ = writeln!(
+                    out,
+                    "{stack:<7} {size:>6} {:<9} {r1:>8.3} {:>7.3} {:>7.3} {c1:>6.0} {:>7.3} {:>7.3} {:>3.0},{:<3.0}  rate {rr1}, cpu {cr1}, lost {:.1}%",
+                    vars[k].name,
+                    r1 / r0,
+                    paired(&rate[k], &rate[0], false),
+                    c0 / c1,
+                    paired(&cpu[k], &cpu[0], true),
+                    summary(&tx_cpu[k]).0,
+                    summary(&rx_cpu[k]).0,
+                    100.0 * lost[k] as f64 / total
+                );
+            }
+            if vars.iter().any(|v| v.complete) {
+                let complete = if problems.is_empty() { "every full-traced run complete (every layer of every packet that arrived)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
+                let _ = writeln!(out, "        {complete}");
+            }
+            print!("{}", out.lines().rev().take(n + 1).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
         }
     }
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
     println!("wrote {}/overhead.txt", a.out.display());
     Ok(())
+}
+
+/// Median and range of a sample.
+fn summary(v: &[f64]) -> (f64, String) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => (f64::NAN, "-".into()),
+        n => (v[n / 2], format!("{:.2}-{:.2}", v[0], v[n - 1])),
+    }
 }
 
 fn program(a: &TraceArgs) -> Result<TraceDoc, String> {
@@ -761,4 +855,36 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
     let (secs, gbps) = t.rate(w.size);
     println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps, "cpu_ns": cpu}));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overhead_modes_parse() {
+        let a = parse_args(&["--overhead".into(), "3".into(), "--overhead-modes".into(), "full,user,noclock,sample16".into()]).unwrap();
+        assert_eq!(a.overhead_reps, 3);
+        assert_eq!(a.overhead_modes, ["full", "user", "noclock", "sample16"]);
+        assert_eq!(parse_args(&[]).unwrap().overhead_modes, ["full"]);
+        assert!(parse_args(&["--overhead-modes".into(), "fast".into()]).is_err());
+        assert!(parse_args(&["--overhead-modes".into(), "samplex".into()]).is_err());
+        let full = Variant::named("full").unwrap();
+        assert!(full.trace && full.complete && full.env.is_empty());
+        let off = Variant::named("off").unwrap();
+        assert!(!off.trace && !off.complete);
+        // Only the full setting is held to complete traces; the others
+        // leave layers out (user, sampleN) or have no timing (noclock).
+        for (m, var, val) in [("user", "EUDP_TRACE_KERNEL", "0"), ("noclock", "EUDP_TRACE_CLOCK", "none"), ("sample16", "EUDP_TRACE_SAMPLE", "16")] {
+            let v = Variant::named(m).unwrap();
+            assert!(v.trace && !v.complete, "{m}");
+            assert_eq!(v.env, [(var, val)], "{m}");
+        }
+    }
+
+    #[test]
+    fn summary_is_median_and_range() {
+        assert_eq!(summary(&[3.0, 1.0, 2.0]), (2.0, "1.00-3.00".to_string()));
+        assert!(summary(&[]).0.is_nan());
+    }
 }

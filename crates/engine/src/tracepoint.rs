@@ -21,7 +21,7 @@
 use crate::backend::kernel;
 use crate::backend::Backend;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Mutex, Once};
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -185,13 +185,42 @@ pub fn now_ns() -> u64 {
     kernel::monotonic_raw_ns()
 }
 
-/// The hot-path clock: the TSC where the CPU has an invariant one (mapped
-/// onto `CLOCK_MONOTONIC_RAW` when events are read), else that clock.
+/// The hot-path clock, chosen when tracing is enabled: [`CLOCK_TSC`],
+/// [`CLOCK_RAW`] or [`CLOCK_NONE`]; 0 before the first [`enable`].
+static CLOCK: AtomicU8 = AtomicU8::new(0);
+/// The invariant TSC (mapped onto `CLOCK_MONOTONIC_RAW` when events are read).
+const CLOCK_TSC: u8 = 1;
+/// `CLOCK_MONOTONIC_RAW` itself (no invariant TSC).
+const CLOCK_RAW: u8 = 2;
+/// Measurement only (`EUDP_TRACE_CLOCK=none`): no clock is read and every
+/// hot-path time is 1, so `eudp trace --overhead` can tell the cost of the
+/// clock reads from the rest of the tracing. Such a trace has no timing.
+const CLOCK_NONE: u8 = 3;
+
+/// Picks the hot-path clock (once per process: events of one buffer must
+/// share it).
+fn choose_clock() {
+    if CLOCK.load(Relaxed) != 0 {
+        return;
+    }
+    let c = if std::env::var("EUDP_TRACE_CLOCK").as_deref() == Ok("none") {
+        CLOCK_NONE
+    } else if kernel::tsc().is_some() {
+        CLOCK_TSC
+    } else {
+        CLOCK_RAW
+    };
+    CLOCK.store(c, Relaxed);
+}
+
+/// The hot-path clock: one relaxed load selects it (no lazy check per read).
 #[inline]
 fn stamp() -> (u64, bool) {
-    match kernel::tsc() {
-        Some(t) => (t, true),
-        None => (now_ns(), false),
+    match CLOCK.load(Relaxed) {
+        // Only chosen where kernel::tsc found an invariant TSC.
+        CLOCK_TSC => (kernel::tsc_unchecked(), true),
+        CLOCK_NONE => (1, false),
+        _ => (now_ns(), false),
     }
 }
 
@@ -330,7 +359,8 @@ pub fn record_at(kind: Kind, ep: u64, ts_ns: u64, a: u64, b: u64) {
 /// Turns tracing on (sockets created from now on are timestamped).
 pub fn enable() {
     let mut c = CAL.lock().unwrap_or_else(|e| e.into_inner());
-    if c.is_none() {
+    choose_clock();
+    if c.is_none() && CLOCK.load(Relaxed) == CLOCK_TSC {
         *c = tsc_pair();
     }
     ON.store(true, Relaxed);
