@@ -157,7 +157,34 @@ fn transport() -> Result<TcpTransport, String> {
 }
 
 fn stats_value(t: &TcpTransport, ep: &eudp_engine::Endpoint) -> serde_json::Value {
-    serde_json::json!({ "endpoint": ep.stats(), "tcp": t.stats(), "queued_bytes": t.queued_bytes() })
+    serde_json::json!({ "endpoint": ep.stats(), "tcp": t.stats(), "queued_bytes": t.queued_bytes(), "threads": thread_stats() })
+}
+
+/// Per thread of this process, from `/proc/self/task`: name, CPU seconds
+/// (user + system) and context switches (voluntary ones are sleeps, so
+/// wake-ups; involuntary ones are preemptions). Shows where the CPU goes
+/// and how often each stage of the pipeline sleeps.
+pub fn thread_stats() -> Vec<serde_json::Value> {
+    let tick = 100.0; // USER_HZ
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut v = Vec::new();
+    for e in dir.flatten() {
+        let p = e.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default().trim().to_string();
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+        let f: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+        let ticks = |i: usize| f.get(i - 3).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+        let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
+        let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).and_then(|x| x.trim().parse::<u64>().ok()).unwrap_or(0);
+        v.push(serde_json::json!({
+            "name": comm,
+            "cpu_secs": (ticks(14) + ticks(15)) / tick,
+            "voluntary_switches": field("voluntary_ctxt_switches:"),
+            "involuntary_switches": field("nonvoluntary_ctxt_switches:"),
+        }));
+    }
+    v
 }
 
 fn tcp_send(j: &Job) -> Result<Report, String> {

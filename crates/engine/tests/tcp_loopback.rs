@@ -696,3 +696,82 @@ fn a_full_lane_can_be_waited_on_and_the_socket_reached_through_the_endpoint() {
     assert!(t0.elapsed() < Duration::from_secs(4));
     drain.join().unwrap();
 }
+
+#[test]
+fn a_full_lane_refuses_whole_runs_at_once_and_delivers_what_it_took() {
+    use eudp_engine::backend::kernel::OutMsg;
+    use eudp_engine::backend::Backend;
+    use std::io::IoSlice;
+    const SEG: usize = 1000;
+    const PER_RUN: usize = 20;
+    let port = free_port();
+    let a = host("127.0.0.28", port, |_| {});
+    // The peer host accepts but does not read (yet).
+    let peer = std::net::TcpListener::bind(("127.0.0.29", port)).unwrap();
+    let to: SocketAddr = "127.0.0.29:5000".parse().unwrap();
+    let tx = a.socket(false).unwrap();
+    tx.bind(&"127.0.0.28:0".parse().unwrap()).unwrap();
+    tx.send_one(&payload(0, SEG), Some(&to)).unwrap();
+    let (mut conn, _) = peer.accept().unwrap();
+    wait_for("the lane to come up", 5, || a.stats().frames_sent == 1);
+    // Batches of four runs (the last one shorter) until the lane refuses:
+    // the refusal is immediate (EAGAIN, as a full kernel socket), and
+    // counts only whole runs.
+    let mut seq = 1u64;
+    let mut refused = false;
+    let mut batches = 0u64;
+    for _ in 0..2000 {
+        batches += 1;
+        let datagrams: Vec<Vec<Vec<u8>>> = (0..4u64)
+            .map(|r| (0..PER_RUN as u64).map(|k| payload(seq + r * PER_RUN as u64 + k, if r == 3 && k + 1 == PER_RUN as u64 { SEG / 2 } else { SEG })).collect())
+            .collect();
+        let iovs: Vec<Vec<IoSlice<'_>>> = datagrams.iter().map(|run| run.iter().map(|d| IoSlice::new(d)).collect()).collect();
+        let msgs: Vec<OutMsg<'_>> = iovs.iter().map(|iov| OutMsg { dst: Some(to), iov, segment: Some(SEG as u16) }).collect();
+        match tx.send_batch(&msgs) {
+            Ok(k) => {
+                assert!((1..=4).contains(&k));
+                seq += (k * PER_RUN) as u64;
+                if k < 4 {
+                    refused = true;
+                    break;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(refused, "the lane never filled: {:?}", a.stats());
+    let st = a.stats();
+    assert!(batches > 1 && st.backpressure_waits > 0, "{batches} batches, {st:?}");
+    assert!(st.writes > 0 && st.writes <= st.frames_sent);
+    // What was taken arrives exactly: every run whole, in order, nothing of a refused one.
+    let sent = seq;
+    let reader = std::thread::spawn(move || {
+        conn.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let mut stream = Vec::new();
+        let mut buf = vec![0u8; 1 << 20];
+        while let Ok(n) = conn.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            stream.extend_from_slice(&buf[..n]);
+        }
+        stream
+    });
+    assert!(tx.wait_writable(Duration::from_secs(5)).unwrap());
+    let stream = reader.join().unwrap();
+    let mut at = 8; // the hello
+    let mut i = 0u64;
+    while at < stream.len() {
+        let len = u16::from_be_bytes([stream[at + 4], stream[at + 5]]) as usize;
+        let want = if i > 0 && (i - 1) % (4 * PER_RUN as u64) == 4 * PER_RUN as u64 - 1 { SEG / 2 } else { SEG };
+        assert_eq!(&stream[at + 6..at + 6 + len], &payload(i, want)[..], "datagram {i}");
+        at += 6 + len;
+        i += 1;
+    }
+    assert_eq!(i, sent, "datagrams on the wire");
+    assert_eq!(a.stats().frames_sent, sent);
+}

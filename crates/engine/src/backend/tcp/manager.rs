@@ -82,6 +82,7 @@ counters! {
     hello_timeouts: "Connections closed for not sending the preamble in time.",
     frames_sent: "Datagrams written to connections.",
     bytes_sent: "Bytes written to connections (headers included).",
+    writes: "send/sendmsg calls that wrote to connections (joined runs share one).",
     frames_received: "Datagrams decoded from connections.",
     bytes_received: "Payload bytes decoded.",
     drop_queue_full: "Datagrams dropped: lane queue full while not connected (DML bound).",
@@ -94,7 +95,7 @@ counters! {
     lost_partial: "Datagrams cut off by a connection failure mid-frame.",
     block_waits: "DML (b): sends that blocked waiting for a connection.",
     block_timeouts: "DML (b): blocks that timed out and fell back to queueing.",
-    backpressure_waits: "Sends that waited for room on a connected lane.",
+    backpressure_waits: "Sends refused (EAGAIN) by a full connected lane; the caller waits for room (wait_writable).",
     cc_errors: "Connections on which TCP_CONGESTION could not be set.",
     coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
     cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
@@ -809,12 +810,17 @@ impl Mgr {
 
     /// Queues datagrams `(src port, dst port, payload pieces, length)` on a
     /// lane and pushes them out. Returns how many were taken (sent, queued
-    /// or dropped with a counter, as UDP would); `WouldBlock` only when a
-    /// connected lane stayed full for the caller's wait.
+    /// or dropped with a counter, as UDP would), or `WouldBlock` when a
+    /// connected lane is full: the caller then waits with
+    /// [`Mgr::wait_room`] for `*need` bytes of room (the endpoint does this
+    /// through `Backend::wait_writable`), as a full kernel socket returns
+    /// `EAGAIN` and its owner polls for `POLLOUT`.
     ///
-    /// `whole`: the items are one message (a GSO-style run from the engine)
-    /// that is taken completely or not at all, as `sendmmsg` takes messages.
-    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: bool) -> io::Result<usize> {
+    /// `whole`: the exclusive ends of messages (GSO-style runs from the
+    /// engine) whose items are taken completely or not at all, as
+    /// `sendmmsg` takes messages; the count returned then ends on a
+    /// message boundary.
+    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>, need: &mut usize) -> io::Result<usize> {
         let now = Instant::now();
         let mut st = lock(&lane.st);
         if st.closed || self.stopped() {
@@ -824,29 +830,32 @@ impl Mgr {
             return Err(err(libc::ESTALE)); // the caller fetches the lane again
         }
         st.last_used = now;
-        let wait_room = match caller {
-            Caller::App | Caller::Stream => Duration::from_millis(2),
-            Caller::Engine => Duration::from_millis(10),
-        };
-        let mut room_deadline: Option<Instant> = None;
         let mut taken = 0;
         let mut i = 0;
         // Bytes queued by this call not yet added to `queued_total` (one
         // shared atomic update per call, not per datagram).
         let mut added = 0usize;
-        if items.iter().any(|it| it.3 > MAX_PAYLOAD) && (whole || items[0].3 > MAX_PAYLOAD) {
+        if items.iter().any(|it| it.3 > MAX_PAYLOAD) && (whole.is_some() || items[0].3 > MAX_PAYLOAD) {
             return Err(err(libc::EMSGSIZE));
         }
-        let whole_size: usize = if whole { items.iter().map(|it| HEADER_LEN + it.3).sum() } else { 0 };
+        // The end of the message that item `i` starts (a datagram alone
+        // unless `whole` groups it).
+        let group_end = |i: usize| whole.and_then(|e| e.iter().copied().find(|&e| e > i)).unwrap_or(i + 1).min(items.len());
+        // Items before this index belong to a message already admitted.
+        let mut admitted = 0;
         // A streaming sender's datagrams are gathered in the queue instead
         // (one write per block, below).
         let cork = caller == Caller::Stream && !self.cfg.cork.is_zero();
         if st.phase == Phase::Up && st.out.queued() == 0 && !cork && items.iter().all(|it| it.3 <= MAX_PAYLOAD) {
             // Connected and nothing waits: write the frames straight from the
             // caller's buffers (no copy into the queue). What the socket does
-            // not take is queued below as usual.
+            // not take is queued below as usual; so is the rest of a message
+            // it took in part.
             i = self.write_direct(lane, &mut st, items, now, &mut added);
             taken = i;
+            if i > 0 && whole.is_some() {
+                admitted = group_end(i - 1);
+            }
         }
         while i < items.len() {
             let (src, dst, parts, len) = items[i];
@@ -857,50 +866,43 @@ impl Mgr {
             // engine retries what is not taken, so no part may be taken
             // twice); while unconnected, datagrams are queued or dropped one
             // by one and all count as taken.
-            let atomic = whole && st.phase == Phase::Up;
-            let size = if atomic && i == 0 { whole_size } else { HEADER_LEN + len };
-            // The bound admits one datagram (or message) of any size into an
-            // empty queue; the items of an admitted whole message follow it.
-            // On a connected lane the kernel's socket buffer is the queue:
-            // a sender that finds it full waits for room rather than copying
-            // megabytes into user space for the manager to write later.
-            let bound = if st.phase == Phase::Up { self.cfg.queue_bytes.min(UP_QUEUE_BYTES) } else { self.cfg.queue_bytes };
-            let fits = |q: usize| q == 0 || q + size <= bound;
-            let check = !atomic || i == 0;
-            let full = check && (!fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes);
-            if full {
-                self.queued_total.fetch_add(std::mem::take(&mut added), Relaxed);
-                if st.phase == Phase::Up {
-                    // Connected but the socket is full: push what we have and
-                    // wait (bounded) for the manager to make room.
-                    let b = st.out.queued();
-                    self.flush_lane(lane, &mut st);
-                    self.settle_partial(&mut st, b);
-                    if fits(st.out.queued()) {
-                        continue;
-                    }
-                    let dl = *room_deadline.get_or_insert_with(|| {
+            if i >= admitted {
+                let atomic = whole.is_some() && st.phase == Phase::Up;
+                let end = if atomic { group_end(i) } else { i + 1 };
+                let size: usize = items[i..end].iter().map(|it| HEADER_LEN + it.3).sum();
+                // The bound admits one datagram (or message) of any size into
+                // an empty queue. On a connected lane the kernel's socket
+                // buffer is the queue: a sender that finds it full gets
+                // `WouldBlock` rather than copying megabytes into user space
+                // for the manager to write later.
+                let bound = if st.phase == Phase::Up { self.cfg.queue_bytes.min(UP_QUEUE_BYTES) } else { self.cfg.queue_bytes };
+                let fits = |q: usize| q == 0 || q + size <= bound;
+                let full = !fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes;
+                if full {
+                    self.queued_total.fetch_add(std::mem::take(&mut added), Relaxed);
+                    if st.phase == Phase::Up {
+                        // Connected but the socket is full: push what we have;
+                        // if that made no room, the caller waits for it.
+                        let b = st.out.queued();
+                        self.flush_lane(lane, &mut st);
+                        self.settle_partial(&mut st, b);
+                        if fits(st.out.queued()) {
+                            continue;
+                        }
                         Counters::inc(&self.c.backpressure_waits);
-                        now + wait_room
-                    });
-                    let left = dl.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
+                        *need = size;
                         break;
                     }
-                    st.waiters += 1;
-                    st = lane.cv.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
-                    st.waiters -= 1;
-                    if st.closed {
-                        return Err(err(libc::ENETDOWN));
-                    }
+                    // DML: the bounded queue is full while not connected.
+                    Counters::inc(&self.c.drop_queue_full);
+                    taken += 1;
+                    i += 1;
                     continue;
                 }
-                // DML: the bounded queue is full while not connected.
-                Counters::inc(&self.c.drop_queue_full);
-            } else {
-                st.out.push(src, dst, parts, len, now);
-                added += HEADER_LEN + len;
+                admitted = end;
             }
+            st.out.push(src, dst, parts, len, now);
+            added += HEADER_LEN + len;
             taken += 1;
             i += 1;
         }
@@ -953,13 +955,17 @@ impl Mgr {
     /// Waits at most `timeout` until a send on `lane` would not find it
     /// full: true when any datagram fits (or the lane is not connected, where
     /// the DML takes every datagram, or closed, where a send fails at once).
-    pub(super) fn wait_room(&self, lane: &Arc<Lane>, timeout: Duration) -> bool {
+    ///
+    /// `need`: the bytes the refused send wanted (a whole message may be
+    /// larger than a datagram); 0 means room for a datagram of any size,
+    /// as POLLOUT means room for one.
+    pub(super) fn wait_room(&self, lane: &Arc<Lane>, timeout: Duration, need: usize) -> bool {
         let deadline = Instant::now() + timeout;
+        let need = if need == 0 { HEADER_LEN + MAX_PAYLOAD } else { need };
         let mut st = lock(&lane.st);
         loop {
-            // Room for a datagram of any size (as POLLOUT means room for one).
             let q = st.out.queued();
-            let room = q == 0 || q + HEADER_LEN + MAX_PAYLOAD <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES);
+            let room = q == 0 || q + need <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES);
             if st.closed || st.retired || st.phase != Phase::Up || room {
                 return true;
             }
@@ -998,6 +1004,7 @@ impl Mgr {
         loop {
             match sys::sendv_nosignal(conn.fd(), &iov) {
                 Ok(w) => {
+                    Counters::inc(&self.c.writes);
                     Counters::add(&self.c.bytes_sent, w as u64);
                     st.out.wrote_direct(w);
                     let mut left = w;
@@ -1058,6 +1065,7 @@ impl Mgr {
             }
             match sys::send_nosignal(conn.fd(), data) {
                 Ok(n) => {
+                    Counters::inc(&self.c.writes);
                     let f = st.out.advance(n);
                     Counters::add(&self.c.frames_sent, f);
                     Counters::add(&self.c.bytes_sent, n as u64);

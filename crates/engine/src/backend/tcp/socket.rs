@@ -14,7 +14,7 @@ use crate::backend::Backend;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,9 @@ pub struct TcpSocket {
     pace: Mutex<Pace>,
     /// recv_batch calls that returned datagrams.
     rx_count: AtomicU64,
+    /// Bytes of room the last send refused by a full lane wanted
+    /// (`wait_writable` waits for that much).
+    need: AtomicUsize,
 }
 
 /// Back-to-back sends (with no receive between them) before coalescing starts.
@@ -101,6 +104,7 @@ impl TcpSocket {
             lane_cache: Mutex::new(None),
             pace: Mutex::new(Pace::default()),
             rx_count: AtomicU64::new(0),
+            need: AtomicUsize::new(0),
         })
     }
 
@@ -197,7 +201,10 @@ impl TcpSocket {
         Ok(l)
     }
 
-    fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: bool) -> io::Result<usize> {
+    /// Hands items to their lane ([`Mgr::submit`]); `whole`: ends of
+    /// messages taken whole. A full lane's `WouldBlock` records the room the
+    /// send wanted, for `wait_writable`.
+    fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>) -> io::Result<usize> {
         let mut fresh = false;
         loop {
             let Some(lane) = self.lane(ip, idx, fresh)? else {
@@ -205,9 +212,15 @@ impl TcpSocket {
                 self.mgr.c.drop_no_lane.fetch_add(items.len() as u64, Relaxed);
                 return Ok(items.len());
             };
-            match self.mgr.submit(&lane, items, caller, whole) {
+            let mut need = 0;
+            match self.mgr.submit(&lane, items, caller, whole, &mut need) {
                 Err(e) if e.raw_os_error() == Some(libc::ESTALE) && !fresh => fresh = true,
-                r => return r,
+                r => {
+                    if need > 0 {
+                        self.need.store(need, Relaxed);
+                    }
+                    return r;
+                }
             }
         }
     }
@@ -273,7 +286,7 @@ impl Backend for TcpSocket {
         let (ip, src, dport) = self.target(dst)?;
         let idx = self.mgr.lane_index(src, dport);
         let iov = [IoSlice::new(buf)];
-        let r = self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], self.app_caller(), false);
+        let r = self.submit(ip, idx, &[(src, dport, &iov[..], buf.len())], self.app_caller(), None);
         if !self.mgr.cfg.cork.is_zero() {
             lock(&self.pace).last = Some(Instant::now());
         }
@@ -289,7 +302,9 @@ impl Backend for TcpSocket {
             if let Some(seg) = m.segment.filter(|&s| (s as usize) < len && s > 0) {
                 // A run of equal-size datagrams (the engine batches them like
                 // GSO super-packets since `probe_gso` is true): one frame per
-                // segment, taken whole or not at all.
+                // segment, taken whole or not at all. (Joining the runs of a
+                // call into one `sendmsg` of up to 512 frames was measured
+                // slower: docs/tcp.md, third round.)
                 let seg = seg as usize;
                 let (ip, src, dport) = match self.target(m.dst.as_ref()) {
                     Ok(t) => t,
@@ -307,7 +322,7 @@ impl Backend for TcpSocket {
                     whole.chunks(seg).map(|c| [IoSlice::new(c)]).collect()
                 };
                 let items: Vec<(u16, u16, &[IoSlice<'_>], usize)> = pieces.iter().map(|p| (src, dport, &p[..], p[0].len())).collect();
-                match self.submit(ip, idx, &items, Caller::Engine, true) {
+                match self.submit(ip, idx, &items, Caller::Engine, Some(&[items.len()])) {
                     Ok(_) => done += 1,
                     Err(e) if done == 0 => return Err(e),
                     Err(_) => return Ok(done),
@@ -343,7 +358,7 @@ impl Backend for TcpSocket {
                 items.push((src, dport, n.iov, l));
                 j += 1;
             }
-            match self.submit(ip, idx, &items, Caller::Engine, false) {
+            match self.submit(ip, idx, &items, Caller::Engine, None) {
                 Ok(k) => {
                     done += k;
                     if k < items.len() {
@@ -467,7 +482,7 @@ impl Backend for TcpSocket {
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
         let lane = lock(&self.lane_cache).as_ref().map(|(_, l)| l.clone());
         match lane {
-            Some(l) => Ok(self.mgr.wait_room(&l, timeout)),
+            Some(l) => Ok(self.mgr.wait_room(&l, timeout, self.need.load(Relaxed))),
             None => Ok(true),
         }
     }
