@@ -53,7 +53,7 @@ enum Cmd {
         /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
         #[arg(long)]
         tcp: bool,
-        /// With --tcp: interleaved repetitions per mode (medians are reported).
+        /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },
@@ -207,7 +207,7 @@ fn main() {
         Cmd::Run { args } => eudp_cli::run::run_main(&args),
         Cmd::Stat { args } => eudp_cli::run::stat_main(&args),
         Cmd::WorkerTcp { words } => eudp_cli::tcpbench::worker_main(&words),
-        Cmd::Bench { apps: true, secs, out, .. } => match eudp_cli::run::bench_apps(secs.ceil().max(1.0) as u32, &out) {
+        Cmd::Bench { apps: true, secs, out, repeats, .. } => match eudp_cli::run::bench_apps(secs.ceil().max(1.0) as u32, repeats.clamp(1, 50) as u32, &out) {
             Ok(_) => 0,
             Err(e) => fail(e),
         },

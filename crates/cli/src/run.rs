@@ -7,7 +7,7 @@
 //! * `eudp stat [--dir D] [--all] [--json] [--clean] [PID…]` prints the
 //!   per-socket counters the shim writes to `D/<pid>.json` (default
 //!   `/run/eudp`); `--clean` removes the reports of exited programs.
-//! * `eudp bench --apps [--secs S] [--out DIR]`: iperf3 and sockperf on a
+//! * `eudp bench --apps [--secs S] [--repeats N] [--out DIR]`: iperf3 and sockperf on a
 //!   testbed, kernel and eudp side by side, JSON under `DIR`.
 //!
 //! Uses only std, libc, serde_json and `crate::testbed`, so tests can
@@ -430,12 +430,19 @@ pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, s
     let lost = sum["lost_packets"].as_u64().unwrap_or(0);
     let secs_f = sum["seconds"].as_f64().unwrap_or(secs as f64).max(1e-9);
     let received = packets.saturating_sub(lost);
+    // iperf3's CPU use (getrusage of the whole process, engine thread
+    // included) per datagram; "host" is the client, the receiver under -R.
+    let cpu = |k: &str| v["end"]["cpu_utilization_percent"][k].as_f64();
+    let per = |pct: Option<f64>, n: u64| pct.filter(|_| n > 0).map(|p| p / 100.0 * secs_f * 1e9 / n as f64);
+    let (tx_cpu, rx_cpu) = if reverse { (cpu("remote_total"), cpu("host_total")) } else { (cpu("host_total"), cpu("remote_total")) };
     Ok(serde_json::json!({
         "tool": "iperf3", "stack": stack.name(), "reverse": reverse, "options": extra.join(" "), "len": len, "rate": rate,
         "packets_sent": packets, "lost_packets": lost, "lost_percent": sum["lost_percent"],
         "received_pps": received as f64 / secs_f,
         "received_gbps": received as f64 * len as f64 * 8.0 / secs_f / 1e9,
         "jitter_ms": sum["jitter_ms"],
+        "sender_cpu_ns_per_datagram": per(tx_cpu, packets),
+        "receiver_cpu_ns_per_datagram": per(rx_cpu, received),
     }))
 }
 
@@ -488,87 +495,77 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-/// `eudp bench --apps …`: iperf3 and sockperf, kernel vs eudp, one testbed.
-pub fn bench_apps_main(args: &[String]) -> i32 {
-    let mut secs = 3u32;
-    let mut out_dir = PathBuf::from("bench/results");
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--secs" => {
-                secs = args.get(i + 1).and_then(|v| v.parse::<f64>().ok()).map(|v| v.ceil().max(1.0) as u32).unwrap_or(3);
-                i += 1;
-            }
-            "--out" => {
-                out_dir = args.get(i + 1).map(PathBuf::from).unwrap_or(out_dir);
-                i += 1;
-            }
-            "--apps" => {}
-            a => {
-                eprintln!("eudp bench --apps: unexpected argument {a:?}");
-                return 2;
-            }
-        }
-        i += 1;
+/// Median of the values `key` takes in the rows `f` selects.
+fn median_of(rows: &[serde_json::Value], f: &dyn Fn(&serde_json::Value) -> bool, key: &str) -> Option<f64> {
+    let mut v: Vec<f64> = rows.iter().filter(|r| f(r)).filter_map(|r| r[key].as_f64()).collect();
+    if v.is_empty() {
+        return None;
     }
-    match bench_apps(secs, &out_dir) {
-        Ok(_) => 0,
-        Err(e) => {
-            eprintln!("eudp bench --apps: {e}");
-            1
-        }
-    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
 }
 
 /// Runs the application bench and writes its JSON; returns the result.
-pub fn bench_apps(secs: u32, out_dir: &Path) -> Result<serde_json::Value, String> {
+/// Each stack runs `repeats` times, interleaved with the others, and the
+/// targets compare medians.
+pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json::Value, String> {
     let lib = preload_lib()?;
     let tb = crate::testbed::Testbed::up(&crate::testbed::unique_name("app"))?;
     let stats = std::env::temp_dir().join(format!("eudp-bench-apps-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&stats);
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let mut rows = Vec::new();
+    let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut targets = Vec::new();
-    let get = |rows: &Vec<serde_json::Value>, f: &dyn Fn(&serde_json::Value) -> bool, k: &str| rows.iter().find(|r| f(r)).and_then(|r| r[k].as_f64());
+    let push = |rows: &mut Vec<serde_json::Value>, mut r: serde_json::Value, rep: u32| {
+        r["repeat"] = rep.into();
+        eprintln!("{r}");
+        rows.push(r);
+    };
 
     // iperf3 -u -l 1472 -b 0, both directions.
     for reverse in [false, true] {
-        for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
-            let r = iperf3_udp(&tb, stack, &lib, &stats, secs, 1472, "0", reverse).unwrap_or_else(|e| serde_json::json!({"tool": "iperf3", "stack": stack.name(), "reverse": reverse, "error": e}));
-            eprintln!("{r}");
-            rows.push(r);
+        for rep in 0..repeats {
+            for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
+                let r = iperf3_udp(&tb, stack, &lib, &stats, secs, 1472, "0", reverse).unwrap_or_else(|e| serde_json::json!({"tool": "iperf3", "stack": stack.name(), "reverse": reverse, "error": e}));
+                push(&mut rows, r, rep);
+            }
         }
         let is = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "iperf3" && r["reverse"] == reverse && r["stack"] == s;
-        let k = get(&rows, &is("kernel"), "received_pps");
-        let e = get(&rows, &is("eudp-throughput"), "received_pps");
-        let kl = get(&rows, &is("kernel"), "lost_percent");
-        let el = get(&rows, &is("eudp-throughput"), "lost_percent");
+        let k = median_of(&rows, &is("kernel"), "received_pps");
+        let e = median_of(&rows, &is("eudp-throughput"), "received_pps");
+        let kl = median_of(&rows, &is("kernel"), "lost_percent");
+        let el = median_of(&rows, &is("eudp-throughput"), "lost_percent");
         let x = ratio(e, k);
         targets.push(serde_json::json!({
             "target": format!("iperf3 -u -l 1472 -b 0{} received throughput >= 5x kernel, loss <= kernel's", if reverse { " -R" } else { "" }),
             "ratio": x, "loss_kernel_percent": kl, "loss_eudp_percent": el,
+            "receiver_cpu_ns_per_datagram": {"kernel": median_of(&rows, &is("kernel"), "receiver_cpu_ns_per_datagram"), "eudp": median_of(&rows, &is("eudp-throughput"), "receiver_cpu_ns_per_datagram")},
+            "sender_cpu_ns_per_datagram": {"kernel": median_of(&rows, &is("kernel"), "sender_cpu_ns_per_datagram"), "eudp": median_of(&rows, &is("eudp-throughput"), "sender_cpu_ns_per_datagram")},
             "met": x.is_some_and(|x| x >= 5.0) && matches!((el, kl), (Some(e), Some(k)) if e <= k),
         }));
     }
     // sockperf throughput 64 B.
-    for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
-        let r = sockperf(&tb, stack, stack, &lib, &stats, "throughput", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "throughput", "client": stack.name(), "error": e}));
-        eprintln!("{r}");
-        rows.push(r);
+    for rep in 0..repeats {
+        for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
+            let r = sockperf(&tb, stack, stack, &lib, &stats, "throughput", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "throughput", "client": stack.name(), "error": e}));
+            push(&mut rows, r, rep);
+        }
     }
     let tp = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "throughput" && r["client"] == s;
-    let x = ratio(get(&rows, &tp("eudp-throughput"), "received_rate"), get(&rows, &tp("kernel"), "received_rate"));
+    let x = ratio(median_of(&rows, &tp("eudp-throughput"), "received_rate"), median_of(&rows, &tp("kernel"), "received_rate"));
     targets.push(serde_json::json!({"target": "sockperf throughput 64 B received message rate >= 5x kernel", "ratio": x, "met": x.is_some_and(|x| x >= 5.0)}));
     // sockperf ping-pong 64 B.
-    for stack in [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency")] {
-        let r = sockperf(&tb, stack, stack, &lib, &stats, "ping-pong", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "ping-pong", "client": stack.name(), "error": e}));
-        eprintln!("{r}");
-        rows.push(r);
+    for rep in 0..repeats {
+        for stack in [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency")] {
+            let r = sockperf(&tb, stack, stack, &lib, &stats, "ping-pong", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "ping-pong", "client": stack.name(), "error": e}));
+            push(&mut rows, r, rep);
+        }
     }
     let pp = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "ping-pong" && r["client"] == s;
-    let (k50, k99) = (get(&rows, &pp("kernel"), "p50_us"), get(&rows, &pp("kernel"), "p99_us"));
-    let (e50, e99) = (get(&rows, &pp("eudp"), "p50_us"), get(&rows, &pp("eudp"), "p99_us"));
-    let l50 = get(&rows, &pp("eudp-latency"), "p50_us");
+    let (k50, k99) = (median_of(&rows, &pp("kernel"), "p50_us"), median_of(&rows, &pp("kernel"), "p99_us"));
+    let (e50, e99) = (median_of(&rows, &pp("eudp"), "p50_us"), median_of(&rows, &pp("eudp"), "p99_us"));
+    let l50 = median_of(&rows, &pp("eudp-latency"), "p50_us");
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile p50 <= kernel p50", "ratio": ratio(e50, k50), "met": ratio(e50, k50).is_some_and(|x| x <= 1.0)}));
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile p99 <= 1.2x kernel p99", "ratio": ratio(e99, k99), "met": ratio(e99, k99).is_some_and(|x| x <= 1.2)}));
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B latency profile p50 <= 0.5x kernel p50", "ratio": ratio(l50, k50), "met": ratio(l50, k50).is_some_and(|x| x <= 0.5)}));
@@ -576,7 +573,8 @@ pub fn bench_apps(secs: u32, out_dir: &Path) -> Result<serde_json::Value, String
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let res = serde_json::json!({
-        "schema": "eudp-bench-apps/1", "started_unix": started, "secs_per_run": secs,
+        "schema": "eudp-bench-apps/2", "started_unix": started, "secs_per_run": secs, "repeats": repeats,
+        "note": "targets compare medians over the repeats; kernel and eudp runs are interleaved",
         "host": {"kernel": kernel, "cpus": cpus}, "preload_lib": lib.display().to_string(),
         "rows": rows, "targets": targets,
     });

@@ -299,6 +299,6 @@ fn bench_apps() {
     }
     let secs = std::env::var("EUDP_BENCH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/results");
-    let r = run::bench_apps(secs, &out).expect("bench --apps");
+    let r = run::bench_apps(secs, 1, &out).expect("bench --apps");
     assert!(r["rows"].as_array().unwrap().iter().all(|x| x["error"].is_null()), "{r:#}");
 }
