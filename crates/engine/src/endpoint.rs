@@ -450,11 +450,7 @@ impl Endpoint {
             return false;
         }
         let Ok(_g) = i.rx_sock.try_lock() else { return false };
-        CALLER_SCRATCH.with(|c| {
-            let mut c = c.borrow_mut();
-            let sc = c.get_or_insert_with(|| RecvScratch::new(4));
-            i.fill_ring(sc, 1, true)
-        });
+        i.fill_on_caller(true);
         i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
     }
 
@@ -989,6 +985,16 @@ impl EpInner {
         Ok(rs.ready.as_ref().expect("just created"))
     }
 
+    /// One read of the socket into the ring on an application thread, with
+    /// that thread's scratch buffers. The caller holds `rx_sock`.
+    fn fill_on_caller(&self, signal: bool) {
+        CALLER_SCRATCH.with(|c| {
+            let mut c = c.borrow_mut();
+            let sc = c.get_or_insert_with(|| RecvScratch::new(4));
+            self.fill_ring(sc, 1, signal);
+        });
+    }
+
     /// Moves what the socket holds into the ring; returns datagrams added.
     /// The caller holds `rx_sock`; the ring lock is taken only to push.
     /// `signal`: make the ready fd readable on an empty→non-empty push (the
@@ -1156,12 +1162,8 @@ impl EpInner {
             match self.rx_sock.try_lock() {
                 Ok(_g) => {
                     Stats::add(&self.stats.direct_recv_calls, 1);
-                    CALLER_SCRATCH.with(|c| {
-                        let mut c = c.borrow_mut();
-                        let sc = c.get_or_insert_with(|| RecvScratch::new(4));
-                        // Readiness is settled after this thread's pop below.
-                        self.fill_ring(sc, 1, false)
-                    });
+                    // Readiness is settled after this thread's pop below.
+                    self.fill_on_caller(false);
                 }
                 // The engine is reading the socket right now: wait for that
                 // read to land in the ring (one syscall) rather than report
