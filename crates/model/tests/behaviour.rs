@@ -39,10 +39,21 @@ fn every_shipped_preset_loads_and_cites_every_input() {
 
 #[test]
 fn events_per_second() {
-    let (ev, secs) = eudp_model::report::bench(20_000).unwrap();
-    // Timing is printed, not asserted (machines differ); behaviour is.
-    eprintln!("simulator: {ev} events in {secs:.3} s = {:.2} M events/s", ev as f64 / secs / 1e6);
-    assert!(ev > 100_000);
+    // Best of three short runs, so a busy shared machine does not decide.
+    let mut best = 0.0f64;
+    let mut events = 0;
+    for _ in 0..3 {
+        let (ev, secs) = eudp_model::report::bench(20_000).unwrap();
+        events = ev;
+        best = best.max(ev as f64 / secs);
+    }
+    eprintln!("simulator: {events} events per run, best {:.2} M events/s", best / 1e6);
+    assert!(events > 100_000);
+    // Issue 5 asks for at least 1M events/s on one core; an unoptimised
+    // test build is not what that figure is about, so only release asserts it.
+    if !cfg!(debug_assertions) {
+        assert!(best >= 1e6, "simulator below 1M events/s: {best:.0}");
+    }
 }
 
 #[test]

@@ -56,7 +56,7 @@ figure!(p001_audp_crossover, "001-audp-host-dom", ignore = "host never dominates
 figure!(p001_bpi_crossover, "001-bpi-nic-dom", ignore = "measured 256 B vs published 128 B: Table 2 copy alone crosses the DMA between 256 and 512 B");
 figure!(p001_ebpi_crossover, "001-ebpi-nic-dom", ignore = "NIC dominates at every size from Table 2 (as 001 §5.1's text says), Table 3 says host above 64 B");
 figure!(p001_throughputs_converge, "001-converge", ignore = "UDP/AUDP/EBPI at 8 kB span 10.0% (309-340 Mbit/s), just outside the 10% band; BPI is half as predicted");
-figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.5% lower latency vs published ~40%: no host per-packet cost dilutes the copy difference");
+figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.2% lower latency vs published ~40%: no host per-packet cost dilutes the copy difference (only the 4 us detection interval of 001 §5.1 is common to both)");
 
 // ---- paper 002 (emulated UOE on the Chelsio T110) ----
 // 002 gives no per-operation costs; its preset borrows 000's host costs scaled
@@ -73,10 +73,11 @@ figure!(p003_ro_bandwidth, "003-ro-bw");
 figure!(p003_base_bandwidth, "003-base-bw");
 figure!(p003_so_unidirectional_equals_base, "003-so-uni");
 figure!(p003_base_latency, "003-base-lat");
-figure!(p003_ro_latency, "003-ro-lat", ignore = "measured 24.4 us vs 22: with Table 1 steps in sequence a single frame's path is the same in RO and base");
-figure!(p003_ro_latency_14k, "003-ro-lat14k", ignore = "measured 10.2% vs 8.3% improvement at 14 kB");
-figure!(p003_so_bidirectional, "003-so-bidir", ignore = "measured 1630 vs 1100 Mbit/s: NIC memory and PCI contention between the two directions is not in Table 1's costs");
-figure!(p003_base_bidirectional, "003-base-bidir", ignore = "measured 1198 vs 940 Mbit/s: as above");
+figure!(p003_ro_latency, "003-ro-lat");
+figure!(p003_ro_latency_gain, "003-ro-lat-gain", ignore = "RO 23.36 us = base 23.36 us at 10 B: one frame passes recv bookkeep (cpu A) then recv frame and receiving (cpu B) in sequence, so RO's split shortens no step on its path; 003-ro-lat passes only because base itself is 2.7% under 24 us");
+figure!(p003_ro_latency_14k, "003-ro-lat14k", ignore = "measured 9.7% vs 8.3% improvement at 14 kB: base is receiver-bound (13.1 us of Table 1 steps per frame), RO wire-bound");
+figure!(p003_so_bidirectional, "003-so-bidir", ignore = "measured 1664 vs 1100 Mbit/s: 003 §6.3 blames inter-CPU communication, whose cost is not given; NIC SRAM access rate not given");
+figure!(p003_base_bidirectional, "003-base-bidir", ignore = "measured 1269 vs 940 Mbit/s: Table 1 steps give 17.7 us per frame pair per NIC, 940 needs about 24; charging send bookkeeping per frame instead of per message (003 §3.1 marks two of its three parts per message) would give 1013");
 
 // ---- paper 004 (eager data transfer) ----
 figure!(p004_edt_smallest_gain, "004-edt-min", ignore = "measured 43% vs 17%: only the abstract is available, no per-message software costs to dilute the data-transfer gain");
