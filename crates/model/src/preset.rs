@@ -275,6 +275,10 @@ pub struct StageSpec {
     /// Overhead runs after the per-byte work instead of before.
     #[serde(default)]
     pub overhead_after: bool,
+    /// Pay `per_packet_us` only on every n-th segment of a message and on its
+    /// last one (interrupt coalescing: a lone or final segment still interrupts).
+    #[serde(default)]
+    pub every_packets: Option<Cited>,
 }
 
 impl StageSpec {
@@ -379,6 +383,7 @@ pub fn cited_values(p: &Preset) -> Vec<(String, Cited)> {
                 ("threshold_bytes", &st.threshold_bytes),
                 ("startup_us", &st.startup_us),
                 ("header_bytes", &st.header_bytes),
+                ("every_packets", &st.every_packets),
             ];
             for (f, c) in opt {
                 if let Some(c) = c {

@@ -166,10 +166,14 @@ struct StageC {
     credit_take: Vec<usize>,
     credit_give: Vec<usize>,
     msg_at_end: bool,
+    /// per-packet overhead on every n-th segment (and the last) only
+    every: u64,
 }
 
 struct Pkt {
     msg: usize,
+    /// index of the segment within its message
+    idx: u64,
     bytes: u64,
     first: bool,
     last: bool,
@@ -321,6 +325,7 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
                 credit_take: Vec::new(),
                 credit_give: Vec::new(),
                 msg_at_end: s.per_message_at_end,
+                every: s.every_packets.as_ref().map(|c| c.v.max(1.0) as u64).unwrap_or(1),
             });
         }
         let mut credits = Vec::new();
@@ -342,7 +347,7 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
         let mut pkts = Vec::new();
         for m in 0..w.messages {
             for (i, &b) in sizes.iter().enumerate() {
-                pkts.push(Pkt { msg: m, bytes: b, first: i == 0, last: i + 1 == sizes.len() });
+                pkts.push(Pkt { msg: m, idx: i as u64, bytes: b, first: i == 0, last: i + 1 == sizes.len() });
             }
         }
         let ns_ = stages.len();
@@ -502,7 +507,8 @@ impl Sim {
         let fl = &self.flows[th.flow];
         let st = &fl.stages[th.stage];
         let pk = &fl.pkts[th.pkt];
-        st.g_ps + if (st.msg_at_end && pk.last) || (!st.msg_at_end && pk.first) { st.msg_ps } else { 0 }
+        let g = if st.every <= 1 || pk.last || (pk.idx + 1) % st.every == 0 { st.g_ps } else { 0 };
+        g + if (st.msg_at_end && pk.last) || (!st.msg_at_end && pk.first) { st.msg_ps } else { 0 }
     }
 
     fn begin_overhead(&mut self, t: usize) {

@@ -249,3 +249,18 @@ fn validation_fails_when_a_preset_drifts() {
     let row = eudp_model::report::row("drift", "test", "E-UDP peak on the wrong bus", 951.0, drifted, "Mbit/s");
     assert!(!row.pass(), "drifted preset still passes: {drifted}");
 }
+
+#[test]
+fn coalesced_interrupts_fire_every_third_segment_and_on_the_last() {
+    // 002 §4: an interrupt every 3 segments; a message's final segment must
+    // interrupt as well, so a lone datagram pays a whole one.
+    let p = preset::load(&preset::resolve("002").unwrap()).unwrap();
+    let paid = |bytes: u64| {
+        let r = sim::run(&p, "udp", &Workload { msg_bytes: bytes, messages: 1, bidirectional: false, timeline: true }).unwrap();
+        r.records.iter().filter(|x| x.layer == "interrupt" && x.t_end_ns - x.t_start_ns > 1000.0).count()
+    };
+    assert_eq!(paid(1), 1);
+    assert_eq!(paid(3 * 1472), 1);
+    assert_eq!(paid(4 * 1472), 2);
+    assert_eq!(paid(45 * 1472), 15);
+}

@@ -61,11 +61,11 @@ figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.2% l
 // ---- paper 002 (emulated UOE on the Chelsio T110) ----
 // 002 gives no per-operation costs; its preset borrows 000's host costs scaled
 // by clock (flagged ASSUMPTION), so absolute figures are not expected to hold.
-figure!(p002_uoe_latency, "002-uoe-lat", ignore = "measured 9.3 us vs 26: no per-operation costs in 002, host costs borrowed from 000 scaled by clock");
-figure!(p002_udp_latency, "002-udp-lat", ignore = "measured 7.9 us vs 32: as above");
+figure!(p002_uoe_latency, "002-uoe-lat", ignore = "measured 9.4 us vs 26: no per-operation costs in 002 (system call, wake-up, interrupt, TOE firmware), host costs borrowed from 000 scaled by clock");
+figure!(p002_udp_latency, "002-udp-lat", ignore = "measured 9.4 us vs 32: as above (one full receive interrupt per lone datagram)");
 figure!(p002_uoe_bandwidth, "002-uoe-bw", ignore = "measured 6255 vs 7400 Mbit/s (-15%): host copy at full memory rate excludes PCI-X DMA from memory");
 figure!(p002_udp_bandwidth, "002-udp-bw", ignore = "measured 2397 vs 5500 Mbit/s: borrowed per-packet host cost too high for the Opteron");
-figure!(p002_uoe_lower_latency, "002-uoe-faster", ignore = "UOE 9.3 us vs UDP 7.9 us: TOE costs unknown (0), its extra interrupt work per 16 kB segment dominates a 1 B message");
+figure!(p002_uoe_lower_latency, "002-uoe-faster", ignore = "UOE 9.39 us vs UDP 9.37 us: with the same borrowed host costs, one interrupt each and TOE costs unknown (0), a 1 B message costs the same on both paths; 002 credits the gap to TOE packet processing whose cost it does not give");
 figure!(p002_uoe_more_bandwidth, "002-uoe-more-bw");
 
 // ---- paper 003 (EMP on the two-CPU Alteon) ----
