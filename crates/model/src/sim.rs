@@ -507,7 +507,7 @@ impl Sim {
         let fl = &self.flows[th.flow];
         let st = &fl.stages[th.stage];
         let pk = &fl.pkts[th.pkt];
-        let g = if st.every <= 1 || pk.last || (pk.idx + 1) % st.every == 0 { st.g_ps } else { 0 };
+        let g = if st.every <= 1 || pk.last || (pk.idx + 1).is_multiple_of(st.every) { st.g_ps } else { 0 };
         g + if (st.msg_at_end && pk.last) || (!st.msg_at_end && pk.first) { st.msg_ps } else { 0 }
     }
 
