@@ -24,8 +24,9 @@ pub const PROFILES: &[(&str, &[(&str, &str)])] = &[
     // Bigger batches per syscall once sends queue up.
     // and kernel-side room for bursts while the engine thread is off CPU.
     ("throughput", &[("EUDP_MAX_MSGS", "64"), ("EUDP_SOCK_RCVBUF", "8388608")]),
-    // A blocked receiver spins before it sleeps.
-    ("latency", &[("EUDP_SPIN_US", "50")]),
+    // A blocked receiver spins before it sleeps; a queued send wakes the
+    // engine at once instead of waiting to fill a batch.
+    ("latency", &[("EUDP_SPIN_US", "50"), ("EUDP_TX_COALESCE_US", "0")]),
 ];
 
 /// The settings of a profile.

@@ -8,6 +8,7 @@
 //! | `EUDP_GSO` / `EUDP_GRO` | `0` disables UDP GSO / GRO | 1 |
 //! | `EUDP_MAX_MSGS` | messages per `sendmmsg`/`recvmmsg` call | 16 |
 //! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
+//! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 50 |
 //! | `EUDP_RX_HANDOFF_US` | an application thread that stopped receiving hands its socket back to the engine after this long | 1000 |
 
 use std::time::Duration;
@@ -33,6 +34,12 @@ pub struct Config {
     /// socket itself (batched, GRO) and the engine stays off it; once the
     /// thread has been away this long the engine watches the socket again.
     pub rx_handoff: Duration,
+    /// How long a streaming sender's queued datagrams may wait before the
+    /// engine sends them. Within it the sender's own thread sends L1 once it
+    /// holds a full GSO batch, and the engine is not woken per batch (its
+    /// wake-up cost per batch was the largest part of a sender's overhead).
+    /// Zero: every queued send wakes the engine at once.
+    pub tx_coalesce: Duration,
     /// Record every queue transition (tests and conformance checks only).
     pub record_transitions: bool,
 }
@@ -48,6 +55,7 @@ impl Default for Config {
             max_msgs: 16,
             recv_spin: Duration::ZERO,
             rx_handoff: Duration::from_millis(1),
+            tx_coalesce: Duration::from_micros(50),
             record_transitions: false,
         }
     }
@@ -118,6 +126,9 @@ impl Config {
                 return Err(ConfigError { var: "EUDP_RX_HANDOFF_US", value: v });
             }
             c.rx_handoff = Duration::from_micros(us);
+        }
+        if let Some(v) = get("EUDP_TX_COALESCE_US") {
+            c.tx_coalesce = Duration::from_micros(parse("EUDP_TX_COALESCE_US", v)?);
         }
         if let Some(v) = get("EUDP_SPIN_US") {
             c.recv_spin = Duration::from_micros(parse("EUDP_SPIN_US", v)?);

@@ -110,6 +110,9 @@ pub(crate) struct EpInner {
     pub(crate) backend: Box<dyn Backend>,
     engine: Arc<Shared>,
     send: Mutex<SendState>,
+    /// The arena an application thread stages L1 into when it sends a full
+    /// batch itself (see [`EpInner::caller_flush`]).
+    caller_staging: Mutex<L1Queue>,
     /// Signalled when L1 gains room or drains.
     send_cv: Condvar,
     recv: Mutex<RecvSide>,
@@ -265,6 +268,7 @@ impl Endpoint {
         let inner = Arc::new(EpInner {
             id: sh.next_id(),
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
+            caller_staging: Mutex::new(L1Queue::default()),
             send_cv: Condvar::new(),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false }),
             rx_sock: Mutex::new(()),
@@ -618,11 +622,66 @@ impl EpInner {
         d.and_then(deadline_after)
     }
 
-    /// Asks the engine to service this endpoint's send side.
+    /// Asks the engine to service this endpoint's send side now.
     fn kick(self: &Arc<Self>, s: &mut SendState) {
+        if !s.scheduled || s.coalescing {
+            s.scheduled = true;
+            s.coalescing = false;
+            self.engine.schedule(self.clone());
+        }
+    }
+
+    /// Asks the engine to service this endpoint's send side within the
+    /// coalescing interval: a streaming sender keeps queueing meanwhile and
+    /// sends full batches itself, so the engine is not woken per batch.
+    fn kick_later(self: &Arc<Self>, s: &mut SendState) {
+        if self.engine.config.tx_coalesce.is_zero() {
+            return self.kick(s);
+        }
         if !s.scheduled {
             s.scheduled = true;
-            self.engine.schedule(self.clone());
+            s.coalescing = true;
+            self.engine.schedule_coalesced(self.clone());
+        }
+    }
+
+    /// True when L1 holds what one backend message can carry: a full GSO
+    /// super-packet (by segment count or bytes, judged with the size of the
+    /// datagram just queued), or one `sendmmsg` call's worth without GSO.
+    fn l1_holds_a_batch(&self, s: &SendState, last_len: usize) -> bool {
+        let n = s.l1.len();
+        if !self.gso.load(Relaxed) {
+            return n >= self.engine.config.max_msgs;
+        }
+        n >= self.gso_limits.max_segments || s.l1.payload_bytes() + last_len > self.gso_limits.max_bytes
+    }
+
+    /// The caller's thread sends L1 itself as the engine would (reap the
+    /// completed direct posts, take L1, hand it to the backend in batches):
+    /// with a batch's worth queued there is nothing left to coalesce, and
+    /// waking the engine would cost more than the send. Falls back to
+    /// [`EpInner::kick_later`] when another thread is staging or L2 is full.
+    fn caller_flush(self: &Arc<Self>, mut s: MutexGuard<'_, SendState>) {
+        let staging = self.caller_staging.try_lock();
+        s.reap();
+        let mut staging = match staging {
+            Ok(st) if s.l2_has_room() && s.staged == 0 => st,
+            _ => return self.kick_later(&mut s),
+        };
+        let took = s.take_l1(&mut staging);
+        self.trace.take(took);
+        drop(s);
+        Stats::add(&self.stats.caller_flushes, 1);
+        self.send_cv.notify_all();
+        self.send_staged(&staging);
+        staging.clear();
+        drop(staging);
+        let mut s = lock(&self.send);
+        if !s.l1_empty() {
+            self.kick_later(&mut s);
+        } else if s.flushers > 0 {
+            drop(s);
+            self.send_cv.notify_all();
         }
     }
 
@@ -707,7 +766,7 @@ impl EpInner {
                         return r;
                     }
                     if !s.direct_done(responsive) {
-                        self.kick(&mut s);
+                        self.kick_later(&mut s);
                     } else if s.flushers > 0 {
                         self.send_cv.notify_all();
                     }
@@ -715,7 +774,11 @@ impl EpInner {
                 }
                 PostDecision::Queued => {
                     self.trace.enqueue();
-                    self.kick(&mut s);
+                    if self.l1_holds_a_batch(&s, data.len()) {
+                        self.caller_flush(s);
+                    } else {
+                        self.kick_later(&mut s);
+                    }
                     return Ok(data.len());
                 }
                 PostDecision::Closed => return Err(err(libc::EPIPE)),
@@ -798,6 +861,7 @@ impl EpInner {
                 let took = s.take_l1(staging);
                 if took == 0 {
                     s.scheduled = false;
+                    s.coalescing = false;
                     self.send_cv.notify_all();
                     return;
                 }

@@ -25,6 +25,13 @@ const DOORBELL: u64 = 0;
 pub(crate) struct Shared {
     pub(crate) config: Config,
     work: Mutex<VecDeque<Arc<EpInner>>>,
+    /// Endpoints whose queued sends may wait up to `config.tx_coalesce`
+    /// (with the time each was listed): the engine sends what is left of
+    /// their L1 when that time is up, unless their own thread did first.
+    coalescing: Mutex<Vec<(Arc<EpInner>, Instant)>>,
+    /// The engine's current sleep has a deadline (the `coalescing` list was
+    /// not empty when it went to sleep), so a listing needs no doorbell.
+    timed: AtomicBool,
     sleeping: AtomicBool,
     stop: AtomicBool,
     stopped: AtomicBool,
@@ -45,6 +52,46 @@ impl Shared {
         if self.sleeping.load(SeqCst) {
             self.doorbell.set();
         }
+    }
+
+    /// Lists an endpoint whose L1 may wait up to `config.tx_coalesce`.
+    /// Rings the doorbell only when the engine sleeps without a deadline.
+    pub(crate) fn schedule_coalesced(&self, ep: Arc<EpInner>) {
+        let timed = {
+            let mut l = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+            if !l.iter().any(|(e, _)| e.id == ep.id) {
+                l.push((ep, Instant::now()));
+            }
+            self.timed.load(SeqCst)
+        };
+        if !timed && self.sleeping.load(SeqCst) {
+            self.doorbell.set();
+        }
+    }
+
+    /// Services the coalescing endpoints whose time is up; returns how long
+    /// until the next one is due.
+    fn service_coalesced(&self, staging: &mut crate::queue::L1Queue) -> Option<Duration> {
+        let wait = self.config.tx_coalesce;
+        let now = Instant::now();
+        let due: Vec<Arc<EpInner>> = {
+            let mut l = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+            let mut due = Vec::new();
+            l.retain(|(ep, since)| {
+                if now.duration_since(*since) >= wait {
+                    due.push(ep.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            due
+        };
+        for ep in due {
+            ep.service_send(staging);
+        }
+        let l = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+        l.iter().map(|(_, since)| wait.saturating_sub(now.duration_since(*since))).min()
     }
 
     pub(crate) fn register(&self, ep: &Arc<EpInner>) -> io::Result<()> {
@@ -94,6 +141,8 @@ impl Engine {
         let shared = Arc::new(Shared {
             config,
             work: Mutex::new(VecDeque::new()),
+            coalescing: Mutex::new(Vec::new()),
+            timed: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -190,17 +239,30 @@ fn run(sh: Arc<Shared>) {
         if sh.stop.load(SeqCst) {
             break;
         }
+        let coalesce_due = sh.service_coalesced(&mut staging);
         // Receive side, and sleep when idle.
         let timeout = if sh.config.busy_poll {
             Some(Duration::ZERO)
         } else {
             sh.sleeping.store(true, SeqCst);
-            if !rx_more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            // Decided under the list's lock, after `sleeping` is set: a
+            // sender listing an endpoint either is seen here or sees an
+            // untimed sleep and rings.
+            let due = {
+                let l = sh.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+                sh.timed.store(!l.is_empty(), SeqCst);
+                if l.is_empty() { None } else { Some(coalesce_due.unwrap_or(Duration::ZERO)) }
+            };
+            let t = if !rx_more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 Some(Duration::ZERO)
             } else if !rx_parked.is_empty() {
                 Some(handoff)
             } else {
                 None
+            };
+            match (t, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
             }
         };
         let r = sh.epoll.wait(&mut ready, timeout);

@@ -40,13 +40,15 @@ pub enum QueueEvent {
     /// `l2 -= 1`.
     DirectRetire,
     /// The engine (completion handler) reaped `n` completions:
-    /// `l2 -= n`, `done_unreaped -= n`.
+    /// `l2 -= n`, `done_unreaped -= n`. An application thread that drains a
+    /// full L1 itself reaps first, the same way.
     Reap { n: u32 },
-    /// The engine moved `datagrams` (≥ 1) from L1 into one backend
-    /// descriptor: `l1 -= datagrams`, `l2 += 1`.
+    /// The engine — or an application thread that found a full batch in L1
+    /// — moved `datagrams` (≥ 1) from L1 into one backend descriptor:
+    /// `l1 -= datagrams`, `l2 += 1`.
     TakeBatch { datagrams: u32 },
-    /// The engine's own backend operation returned; it reaps it at once:
-    /// `l2 -= 1`.
+    /// The backend operation of a descriptor taken by `TakeBatch` returned;
+    /// its sender reaps it at once: `l2 -= 1`.
     BatchDone,
     /// Shutdown requested.
     Shutdown,
@@ -258,6 +260,9 @@ pub enum Actor {
 pub struct Rule {
     pub kind: EventKind,
     pub actor: Actor,
+    /// Another thread that may take the same step: an application thread
+    /// that finds a full batch queued drains L1 itself, as the engine would.
+    pub also: Option<Actor>,
     /// For events with a parameter: the largest value the model enumerates
     /// (the guard still decides which values are allowed).
     pub param_max: Option<Term>,
@@ -319,6 +324,7 @@ pub fn table() -> Table {
         Rule {
             kind: EventKind::DirectPost,
             actor: Actor::App,
+            also: None,
             param_max: None,
             guard: Cond::All(vec![running(), l1_empty_l2_room.clone()]),
             effects: vec![add(L2, c(1)), add(DirectInflight, c(1))],
@@ -327,6 +333,7 @@ pub fn table() -> Table {
         Rule {
             kind: EventKind::Enqueue,
             actor: Actor::App,
+            also: None,
             param_max: None,
             guard: Cond::All(vec![
                 running(),
@@ -339,6 +346,7 @@ pub fn table() -> Table {
         Rule {
             kind: EventKind::Refuse,
             actor: Actor::App,
+            also: None,
             param_max: None,
             guard: Cond::Any(vec![cmp(v(Shutdown), Op::Eq, c(1)), l1_full]),
             effects: vec![],
@@ -347,6 +355,7 @@ pub fn table() -> Table {
         Rule {
             kind: EventKind::DirectDone,
             actor: Actor::App,
+            also: None,
             param_max: None,
             guard: Cond::All(vec![
                 cmp(v(DirectInflight), Op::Gt, c(0)),
@@ -358,6 +367,7 @@ pub fn table() -> Table {
         Rule {
             kind: EventKind::DirectRetire,
             actor: Actor::App,
+            also: None,
             param_max: None,
             guard: Cond::All(vec![
                 cmp(v(DirectInflight), Op::Gt, c(0)),
@@ -370,14 +380,16 @@ pub fn table() -> Table {
         Rule {
             kind: EventKind::Reap,
             actor: Actor::Engine,
+            also: Some(Actor::App),
             param_max: Some(Term::L2Bound),
             guard: Cond::All(vec![cmp(Term::Param, Op::Ge, c(1)), cmp(Term::Param, Op::Le, v(DoneUnreaped))]),
             effects: vec![sub(L2, Term::Param), sub(DoneUnreaped, Term::Param)],
-            doc: "engine: reap n completed direct posts, freeing their L2 slots (self-clocking)",
+            doc: "engine (or a draining caller): reap n completed direct posts, freeing their L2 slots (self-clocking)",
         },
         Rule {
             kind: EventKind::TakeBatch,
             actor: Actor::Engine,
+            also: Some(Actor::App),
             param_max: Some(Term::L1Cap),
             guard: Cond::All(vec![
                 cmp(Term::Param, Op::Ge, c(1)),
@@ -385,22 +397,24 @@ pub fn table() -> Table {
                 cmp(v(L2), Op::Lt, Term::L2Bound),
             ]),
             effects: vec![sub(L1, Term::Param), add(L2, c(1)), add(BatchInflight, c(1))],
-            doc: "engine: L2 has room -> move 1..l1 datagrams from L1 into one descriptor",
+            doc: "engine (or a caller that found a batch queued): L2 has room -> move 1..l1 datagrams from L1 into one descriptor",
         },
         Rule {
             kind: EventKind::BatchDone,
             actor: Actor::Engine,
+            also: Some(Actor::App),
             param_max: None,
             guard: Cond::All(vec![
                 cmp(v(BatchInflight), Op::Gt, c(0)),
                 cmp(v(DoneUnreaped), Op::Lt, v(L2)),
             ]),
             effects: vec![sub(BatchInflight, c(1)), sub(L2, c(1))],
-            doc: "engine: its descriptor's backend operation returned; reaped at once",
+            doc: "whoever took the batch: its backend operation returned; reaped at once",
         },
         Rule {
             kind: EventKind::Shutdown,
             actor: Actor::Closer,
+            also: None,
             param_max: None,
             guard: Cond::All(vec![]),
             effects: vec![Effect::Set(Shutdown, c(1))],
@@ -687,18 +701,24 @@ fn effect_value(e: &Effect, old: &str, param: Option<u32>) -> (Var, String) {
 /// `cfg.unlocked` the counter updates become a read inside the step and a
 /// write after it, so another thread can interleave (a missing lock).
 fn emit_step(table: &Table, cfg: &PromelaConfig, kind: EventKind, param: Option<u32>, extra: &str) -> String {
+    emit_step_by(table, cfg, kind, param, extra, table.rule(kind).actor)
+}
+
+/// [`emit_step`] taken by `by` (the rule's actor or its `also`).
+fn emit_step_by(table: &Table, cfg: &PromelaConfig, kind: EventKind, param: Option<u32>, extra: &str, by: Actor) -> String {
     let rule = table.rule(kind);
-    let (who, who_args) = match rule.actor {
+    debug_assert!(by == rule.actor || Some(by) == rule.also);
+    let (who, who_args) = match by {
         Actor::App => ("app%d", ", me"),
         Actor::Engine => ("engine", ""),
         Actor::Closer => ("closer", ""),
     };
-    let what = match (param, rule.actor) {
+    let what = match (param, by) {
         (Some(p), _) => format!("{kind:?}({p})"),
-        (None, Actor::App) => format!("{kind:?} #%d"),
+        (None, Actor::App) if rule.actor == Actor::App => format!("{kind:?} #%d"),
         (None, _) => format!("{kind:?}"),
     };
-    let id_arg = if param.is_none() && rule.actor == Actor::App { ", id" } else { "" };
+    let id_arg = if param.is_none() && by == Actor::App && rule.actor == Actor::App { ", id" } else { "" };
     let trace = format!("printf(\"@@ {who} {what}{STATE_FMT}\\n\"{who_args}{id_arg}{STATE_ARGS})");
     emit_guarded(rule, cfg.unlocked.contains(&kind), param, extra, &trace)
 }
@@ -755,7 +775,11 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
     o.push_str("/* eudp engine: two-level send queue. GENERATED from crates/engine/src/machine.rs\n");
     o.push_str(" * by `eudp verify --emit-promela`; edit the table there, not this file.\n *\n");
     for r in &table.rules {
-        let _ = writeln!(o, " *   {:<11} {:<7} {}", format!("{:?}", r.kind), format!("{:?}", r.actor), r.doc);
+        let who = match r.also {
+            Some(a) => format!("{:?}/{:?}", r.actor, a),
+            None => format!("{:?}", r.actor),
+        };
+        let _ = writeln!(o, " *   {:<11} {:<10} {}", format!("{:?}", r.kind), who, r.doc);
     }
     if !cfg.unlocked.is_empty() {
         let _ = writeln!(o, " *\n * BROKEN: the counter updates of {:?} are not atomic with their guard.", cfg.unlocked);
@@ -800,11 +824,29 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
 
     // Application thread: the decision under the queue lock, then for a
     // direct post its own backend operation and completion.
+    // After queueing, a caller may drain L1 itself (the steps the table
+    // shares between the engine and the application: reap, take a batch,
+    // its completion); the model lets it choose freely, a superset of the
+    // engine's "a full batch is queued" rule.
+    let mut drain = String::from("        if   /* the caller drains L1 itself, as the engine would */\n");
+    for n in param_values(table.rule(EventKind::Reap), cfg) {
+        let _ = writeln!(drain, "        :: {}", emit_step_by(table, cfg, EventKind::Reap, Some(n), "", Actor::App));
+    }
+    drain.push_str("        :: skip\n        fi;\n        if\n");
+    for d in param_values(table.rule(EventKind::TakeBatch), cfg) {
+        let extra = format!(" nb = {d}; in_desc = in_desc + {d}; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0");
+        let _ = writeln!(drain, "        :: {}", emit_step_by(table, cfg, EventKind::TakeBatch, Some(d), &extra, Actor::App));
+    }
+    let _ = write!(
+        drain,
+        "        :: skip\n        fi;\n        if\n        :: nb > 0 ->\n           atomic {{ do :: i < nb -> hand(b[i]); b[i] = 0; i++ :: else -> break od; i = 0; nb = 0 }};\n           {}\n        :: else -> skip\n        fi",
+        emit_step_by(table, cfg, EventKind::BatchDone, None, "", Actor::App)
+    );
     let _ = write!(
         o,
-        "proctype app(byte me) {{\n  byte k, id, tmp0, tmp1, tmp2;\n  do\n  :: k < PER_APP ->\n     id = me * PER_APP + k; k++;\n     if\n\
+        "proctype app(byte me) {{\n  byte k, id, b[NDG], nb, i, tmp0, tmp1, tmp2;\n  do\n  :: k < PER_APP ->\n     id = me * PER_APP + k; k++;\n     if\n\
          \x20    :: {};\n        atomic {{ hand(id) }};   /* the caller's own backend operation */\n        if\n        :: {}\n        :: {}\n        fi\n\
-         \x20    :: {}\n     :: {}\n     fi;\n     tmp0 = 0; tmp1 = 0; tmp2 = 0; id = 0\n  :: else -> break\n  od\n}}\n\n",
+         \x20    :: {};\n{drain}\n     :: {}\n     fi;\n     tmp0 = 0; tmp1 = 0; tmp2 = 0; id = 0\n  :: else -> break\n  od\n}}\n\n",
         emit_step(table, cfg, EventKind::DirectPost, None, " acc[id] = 1; accepted++; in_desc++"),
         emit_step(table, cfg, EventKind::DirectDone, None, ""),
         emit_step(table, cfg, EventKind::DirectRetire, None, ""),

@@ -76,6 +76,11 @@ impl L1Queue {
         true
     }
 
+    /// Payload bytes queued (without the per-datagram charge).
+    pub fn payload_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Queued slots in order.
     pub fn slots(&self) -> &[Slot] {
         &self.slots
@@ -131,6 +136,8 @@ pub struct SendState {
     pub shutdown: bool,
     /// The engine has this endpoint on its work list.
     pub scheduled: bool,
+    /// ... on its coalescing list (serviced when the interval is up).
+    pub coalescing: bool,
     /// Threads waiting in a flush for the queue to drain (they sleep on the
     /// endpoint's condition variable; a caller retiring the last slot wakes
     /// them).
@@ -164,6 +171,7 @@ impl SendState {
             capacity,
             shutdown: false,
             scheduled: false,
+            coalescing: false,
             flushers: 0,
             rx_mark: 0,
             counts: PostCounts::default(),

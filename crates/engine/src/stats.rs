@@ -11,6 +11,7 @@ pub const HIST_BUCKETS: usize = 10;
 #[derive(Debug, Default)]
 pub struct Stats {
     pub engine_batches: AtomicU64,
+    pub caller_flushes: AtomicU64,
     pub datagrams_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub send_calls: AtomicU64,
@@ -55,6 +56,7 @@ impl Stats {
             queued_posts: 0,
             send_full: 0,
             engine_batches: g(&self.engine_batches),
+            caller_flushes: g(&self.caller_flushes),
             datagrams_sent: sent,
             bytes_sent: g(&self.bytes_sent),
             send_calls: calls,
@@ -85,8 +87,12 @@ pub struct StatsSnapshot {
     pub queued_posts: u64,
     /// Sends that found L1 full (blocked or EAGAIN).
     pub send_full: u64,
-    /// Backend send calls made by the engine.
+    /// Backend send calls carrying queued datagrams (made by the engine,
+    /// or by a sender's own thread when it drained a full L1).
     pub engine_batches: u64,
+    /// Times a sender's own thread drained L1 because a full batch was
+    /// queued, instead of waking the engine.
+    pub caller_flushes: u64,
     /// Datagrams accepted by the kernel.
     pub datagrams_sent: u64,
     pub bytes_sent: u64,

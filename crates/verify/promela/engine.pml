@@ -1,15 +1,15 @@
 /* eudp engine: two-level send queue. GENERATED from crates/engine/src/machine.rs
  * by `eudp verify --emit-promela`; edit the table there, not this file.
  *
- *   DirectPost  App     caller: L1 empty and L2 below its bound -> post on the caller's thread
- *   Enqueue     App     caller: L1 busy or L2 full, L1 has room -> queue in L1
- *   Refuse      App     caller: shut down, or L1 full -> refused
- *   DirectDone  App     caller: its backend operation returned; the L2 slot stays taken until the engine reaps it
- *   DirectRetire App     caller: its backend operation returned, L1 empty; nobody waits for the slot, the caller may free it
- *   Reap        Engine  engine: reap n completed direct posts, freeing their L2 slots (self-clocking)
- *   TakeBatch   Engine  engine: L2 has room -> move 1..l1 datagrams from L1 into one descriptor
- *   BatchDone   Engine  engine: its descriptor's backend operation returned; reaped at once
- *   Shutdown    Closer  closer: no new posts; the engine flushes
+ *   DirectPost  App        caller: L1 empty and L2 below its bound -> post on the caller's thread
+ *   Enqueue     App        caller: L1 busy or L2 full, L1 has room -> queue in L1
+ *   Refuse      App        caller: shut down, or L1 full -> refused
+ *   DirectDone  App        caller: its backend operation returned; the L2 slot stays taken until the engine reaps it
+ *   DirectRetire App        caller: its backend operation returned, L1 empty; nobody waits for the slot, the caller may free it
+ *   Reap        Engine/App engine (or a draining caller): reap n completed direct posts, freeing their L2 slots (self-clocking)
+ *   TakeBatch   Engine/App engine (or a caller that found a batch queued): L2 has room -> move 1..l1 datagrams from L1 into one descriptor
+ *   BatchDone   Engine/App whoever took the batch: its backend operation returned; reaped at once
+ *   Shutdown    Closer     closer: no new posts; the engine flushes
  */
 #define NAPPS 3
 #define PER_APP 2
@@ -49,7 +49,7 @@ inline hand(id) {
 }
 
 proctype app(byte me) {
-  byte k, id, tmp0, tmp1, tmp2;
+  byte k, id, b[NDG], nb, i, tmp0, tmp1, tmp2;
   do
   :: k < PER_APP ->
      id = me * PER_APP + k; k++;
@@ -60,7 +60,23 @@ proctype app(byte me) {
         :: atomic { ((direct_inflight > 0) && (done_unreaped < l2)) -> direct_inflight = direct_inflight - 1; done_unreaped = done_unreaped + 1; printf("@@ app%d DirectDone #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
         :: atomic { ((direct_inflight > 0) && (done_unreaped < l2) && (l1 == 0)) -> direct_inflight = direct_inflight - 1; l2 = l2 - 1; printf("@@ app%d DirectRetire #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
         fi
-     :: atomic { ((shutdown == 0) && !((l1 == 0) && (l2 < L2_BOUND)) && !((l1 >= 1) && (l1 >= L1_CAP))) -> l1 = l1 + 1; l1q!id; acc[id] = 1; accepted++; printf("@@ app%d Enqueue #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
+     :: atomic { ((shutdown == 0) && !((l1 == 0) && (l2 < L2_BOUND)) && !((l1 >= 1) && (l1 >= L1_CAP))) -> l1 = l1 + 1; l1q!id; acc[id] = 1; accepted++; printf("@@ app%d Enqueue #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) };
+        if   /* the caller drains L1 itself, as the engine would */
+        :: atomic { ((1 >= 1) && (1 <= done_unreaped)) -> l2 = l2 - 1; done_unreaped = done_unreaped - 1; printf("@@ app%d Reap(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
+        :: atomic { ((2 >= 1) && (2 <= done_unreaped)) -> l2 = l2 - 2; done_unreaped = done_unreaped - 2; printf("@@ app%d Reap(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
+        :: skip
+        fi;
+        if
+        :: atomic { ((1 >= 1) && (1 <= l1) && (l2 < L2_BOUND)) -> l1 = l1 - 1; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 1; in_desc = in_desc + 1; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ app%d TakeBatch(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
+        :: atomic { ((2 >= 1) && (2 <= l1) && (l2 < L2_BOUND)) -> l1 = l1 - 2; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 2; in_desc = in_desc + 2; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ app%d TakeBatch(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
+        :: skip
+        fi;
+        if
+        :: nb > 0 ->
+           atomic { do :: i < nb -> hand(b[i]); b[i] = 0; i++ :: else -> break od; i = 0; nb = 0 };
+           atomic { ((batch_inflight > 0) && (done_unreaped < l2)) -> batch_inflight = batch_inflight - 1; l2 = l2 - 1; printf("@@ app%d BatchDone  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
+        :: else -> skip
+        fi
      :: atomic { ((shutdown == 1) || ((l1 >= 1) && (l1 >= L1_CAP))) -> refused++; printf("@@ app%d Refuse #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
      fi;
      tmp0 = 0; tmp1 = 0; tmp2 = 0; id = 0

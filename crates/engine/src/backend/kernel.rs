@@ -19,7 +19,11 @@ use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
+
+/// The kernel lacks `epoll_pwait2` (before 5.11): sub-millisecond waits round up.
+static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
 
 /// `UDP_SEGMENT` (linux/udp.h): per-send GSO segment size.
 const UDP_SEGMENT: libc::c_int = 103;
@@ -592,12 +596,34 @@ impl Epoll {
         cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) }).map(drop)
     }
 
-    /// Waits for readiness; returns the tokens that are ready. `None` waits forever.
+    /// Waits for readiness; returns the tokens that are ready. `None` waits
+    /// forever; a timeout is honoured to the microsecond where the kernel
+    /// allows.
     pub fn wait(&self, out: &mut Vec<u64>, timeout: Option<Duration>) -> io::Result<()> {
         let mut evs: [MaybeUninit<libc::epoll_event>; 64] = [MaybeUninit::uninit(); 64];
-        let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128) as i32).unwrap_or(-1);
-        // SAFETY: the kernel writes at most 64 events into `evs`.
-        let r = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr() as *mut libc::epoll_event, 64, ms) };
+        let r = match timeout {
+            // Below a millisecond `epoll_wait` would round to a busy poll:
+            // `epoll_pwait2` takes nanoseconds (Linux 5.11); older kernels
+            // get the next whole millisecond.
+            Some(d) if !d.is_zero() && d.subsec_nanos() % 1_000_000 != 0 && !NO_PWAIT2.load(Relaxed) => {
+                let ts = libc::timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as i64, tv_nsec: d.subsec_nanos() as i64 };
+                // SAFETY: the kernel writes at most 64 events into `evs` and
+                // reads `ts`; no signal mask is passed.
+                let r = unsafe {
+                    libc::syscall(libc::SYS_epoll_pwait2, self.fd.as_raw_fd(), evs.as_mut_ptr(), 64, &ts, std::ptr::null::<libc::sigset_t>(), 0usize)
+                } as i32;
+                if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                    NO_PWAIT2.store(true, Relaxed);
+                    return self.wait(out, Some(d));
+                }
+                r
+            }
+            _ => {
+                let ms = timeout.map(|d| d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32).unwrap_or(-1);
+                // SAFETY: the kernel writes at most 64 events into `evs`.
+                unsafe { libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr() as *mut libc::epoll_event, 64, ms) }
+            }
+        };
         out.clear();
         if r < 0 {
             let e = io::Error::last_os_error();
