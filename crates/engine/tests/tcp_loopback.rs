@@ -47,12 +47,23 @@ fn payload(i: u64, len: usize) -> Vec<u8> {
 }
 
 fn recv_n(rx: &Endpoint, n: u64, len: usize, from: SocketAddr) {
+    recv_seqs(rx, 0..n, len, from);
+}
+
+/// Receives datagrams `seqs` in order (as sent by [`payload`]) from `from`.
+fn recv_seqs(rx: &Endpoint, seqs: std::ops::Range<u64>, len: usize, from: SocketAddr) {
     let mut buf = vec![0u8; 65_536];
-    for i in 0..n {
-        let (k, src) = rx.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {i}/{n}: {e}"));
+    for i in seqs {
+        let (k, src) = rx.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {i}: {e}"));
         assert_eq!(src, from, "source of datagram {i}");
         assert!(buf[..k] == payload(i, len)[..], "datagram {i}: {k} bytes, want {len}");
     }
+}
+
+/// Two hosts on one fresh pre-decided port, default settings.
+fn two_hosts(ia: &str, ib: &str) -> (TcpTransport, TcpTransport) {
+    let port = free_port();
+    (host(ia, port, |_| {}), host(ib, port, |_| {}))
 }
 
 fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
@@ -112,8 +123,7 @@ fn several_sockets_share_one_connection() {
 
 #[test]
 fn datagrams_up_to_65507_bytes_keep_their_boundaries() {
-    let port = free_port();
-    let (a, b) = (host("127.0.0.4", port, |_| {}), host("127.0.0.5", port, |_| {}));
+    let (a, b) = two_hosts("127.0.0.4", "127.0.0.5");
     let e = engine();
     let tx = ep(&a, &e, "127.0.0.4", 0);
     let rx = ep(&b, &e, "127.0.0.5", 0);
@@ -774,4 +784,71 @@ fn a_full_lane_refuses_whole_runs_at_once_and_delivers_what_it_took() {
     }
     assert_eq!(i, sent, "datagrams on the wire");
     assert_eq!(a.stats().frames_sent, sent);
+}
+
+#[test]
+fn a_bulk_connection_is_read_by_its_endpoint_and_given_back() {
+    let (a, b) = two_hosts("127.0.0.2", "127.0.0.3");
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.2", 0);
+    let from = tx.local_addr().unwrap();
+    let rx1 = ep(&b, &e, "127.0.0.3", 0);
+    let rx2 = ep(&b, &e, "127.0.0.3", 0);
+    for r in [&rx1, &rx2] {
+        r.set_recv_buffer_size(32 << 20).unwrap();
+    }
+    let (to1, to2) = (rx1.local_addr().unwrap(), rx2.local_addr().unwrap());
+    let len = 1472;
+    // A bulk flow to rx1: its readers take the connection over.
+    let mut next1 = 0u64;
+    let mut sent = 0;
+    while b.stats().rx_delegations == 0 {
+        std::thread::scope(|s| {
+            s.spawn(|| recv_seqs(&rx1, next1..next1 + 2000, len, from));
+            for i in next1..next1 + 2000 {
+                tx.send_to(&payload(i, len), to1).unwrap();
+            }
+        });
+        next1 += 2000;
+        sent += 1;
+        assert!(sent < 20, "never delegated: {:?}", b.stats());
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| recv_seqs(&rx1, next1..next1 + 3000, len, from));
+        for i in next1..next1 + 3000 {
+            tx.send_to(&payload(i, len), to1).unwrap();
+        }
+    });
+    next1 += 3000;
+    assert!(b.stats().rx_direct_reads > 0, "{:?}", b.stats());
+    // Another endpoint's frames on the same connection: both get all of
+    // theirs, in order, and the manager reads the connection again.
+    std::thread::scope(|s| {
+        s.spawn(|| recv_seqs(&rx1, next1..next1 + 500, len, from));
+        s.spawn(|| recv_seqs(&rx2, 0..500, len, from));
+        for i in 0..500 {
+            tx.send_to(&payload(next1 + i, len), to1).unwrap();
+            tx.send_to(&payload(i, len), to2).unwrap();
+        }
+    });
+    next1 += 500;
+    // rx1 idle while its flow goes on (its engine reads), then read in bulk
+    // again; then rx1 closes and the flow to rx2 is read by the manager
+    // and later by rx2.
+    for i in next1..next1 + 2000 {
+        tx.send_to(&payload(i, len), to1).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    recv_seqs(&rx1, next1..next1 + 2000, len, from);
+    let d = b.stats().rx_delegations;
+    drop(rx1);
+    std::thread::scope(|s| {
+        s.spawn(|| recv_seqs(&rx2, 500..20_500, len, from));
+        for i in 500..20_500 {
+            tx.send_to(&payload(i, len), to2).unwrap();
+        }
+    });
+    let st = b.stats();
+    assert!(st.rx_delegations > d, "rx2 never took the connection over: {st:?}");
+    assert_eq!((st.drop_rx_full, st.drop_no_port, st.malformed), (0, 0, 0));
 }

@@ -24,7 +24,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -100,6 +100,8 @@ counters! {
     coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
     cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
     frames_in_place: "Datagrams read straight into receive blocks (not copied by the manager).",
+    rx_direct_reads: "Reads of a connection by the receiving thread of the endpoint its bulk flow goes to (not by the manager).",
+    rx_delegations: "Times a connection was handed to an endpoint's readers (see rx_direct_reads).",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -112,6 +114,20 @@ pub(super) struct RxQueue {
     pub(super) v6: bool,
     /// Runs of equal-size datagrams are packed into blocks (`enable_gro`).
     pub(super) gro: AtomicBool,
+    /// The socket's `raw_fd`: an epoll set holding `ready` and, while this
+    /// queue's readers read a connection themselves, that connection.
+    pub(super) poll: Poller,
+    /// The connection this queue's readers read (see [`Mgr::delegate`]).
+    owned: Mutex<Option<Arc<Conn>>>,
+    /// Buffers for those reads.
+    rd: Mutex<RdCtx>,
+}
+
+/// A reader's buffers: the read buffer and receive blocks.
+#[derive(Debug, Default)]
+struct RdCtx {
+    rbuf: Vec<u8>,
+    pools: Pools,
 }
 
 /// One received datagram, or a run of `n` equal-size datagrams from one
@@ -237,12 +253,21 @@ impl Pools {
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
         let inner = RxInner { items: VecDeque::new(), dgrams: 0, bytes: 0, cap, peer: None, free: Vec::new(), free_big: Vec::new(), signalled: false };
-        Ok(RxQueue { inner: Mutex::new(inner), ready: EventFd::new()?, v6, gro: AtomicBool::new(false) })
+        let ready = EventFd::new()?;
+        let poll = Poller::new()?;
+        poll.add_level(ready.as_raw_fd(), 0)?;
+        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()) })
     }
 
-    /// Queues a batch under one lock and one readiness signal; counts
-    /// what was dropped into `c`.
-    fn push_many(&self, batch: &mut Vec<RxItem>, c: &Counters, pools: &mut Pools) {
+    /// Whether a connection is read by this queue's readers.
+    pub(super) fn owns(&self) -> bool {
+        lock(&self.owned).is_some()
+    }
+
+    /// Queues a batch under one lock and one readiness signal (none when
+    /// `!signal`: the reader that pushes pops next); counts what was dropped
+    /// into `c`.
+    fn push_many(&self, batch: &mut Vec<RxItem>, c: &Counters, pools: &mut Pools, signal: bool) {
         if batch.is_empty() {
             return;
         }
@@ -284,7 +309,7 @@ impl RxQueue {
         // Counters before the wake-up, so a reader woken by it sees them.
         Counters::add(&c.drop_rx_full, full);
         Counters::add(&c.drop_filtered, filtered);
-        if !q.items.is_empty() && !q.signalled {
+        if signal && !q.items.is_empty() && !q.signalled {
             q.signalled = true;
             self.ready.set();
         }
@@ -453,6 +478,12 @@ struct Conn {
     rx: Mutex<Decoder>,
     /// The lane this connection transmits for, if any.
     lane: Mutex<Option<Weak<Lane>>>,
+    /// Read by an endpoint's readers, not the manager (see [`Mgr::delegate`]).
+    delegated: AtomicBool,
+    /// That endpoint's queue.
+    owner: Mutex<Option<Weak<RxQueue>>>,
+    /// Consecutive manager reads that went in place to one queue.
+    bulk: AtomicU32,
 }
 
 impl Conn {
@@ -469,6 +500,9 @@ impl Conn {
             hello_seen: AtomicBool::new(false),
             rx: Mutex::new(Decoder::new()),
             lane: Mutex::new(None),
+            delegated: AtomicBool::new(false),
+            owner: Mutex::new(None),
+            bulk: AtomicU32::new(0),
         })
     }
 
@@ -746,6 +780,10 @@ impl Mgr {
     }
 
     pub(super) fn unregister_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) {
+        let owned = lock(&q.owned).clone();
+        if let Some(c) = owned {
+            self.revoke(&c);
+        }
         let mut p = lock(&self.ports);
         if let Some(v) = p.get_mut(&addr.port()) {
             v.retain(|(_, w)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(q)));
@@ -1191,6 +1229,7 @@ impl Mgr {
 
     /// Closes a connection and detaches it from its lane.
     fn close_conn(&self, conn: &Arc<Conn>) {
+        self.revoke(conn);
         self.close_socket(conn);
         let lane = lock(&conn.lane).take().and_then(|w| w.upgrade());
         if let Some(lane) = lane {
@@ -1329,6 +1368,9 @@ impl Mgr {
 
     /// Reads and delivers; closes the connection on EOF, error or bad input.
     fn read_conn(&self, conn: &Arc<Conn>) -> bool {
+        if conn.delegated.load(SeqCst) {
+            return false; // its endpoint's readers read it
+        }
         let mut dec = lock(&conn.rx);
         // One read buffer for all connections (only this thread reads).
         let mut rbuf = lock(&self.rbuf);
@@ -1338,55 +1380,150 @@ impl Mgr {
         let mut pools = lock(&self.pool);
         let mut budget = READ_BUDGET;
         loop {
-            let mut out = Deliver { mgr: self, conn, pools: &mut pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0 };
-            let r = match self.scatter_plan(&dec, conn) {
-                Some(plan) => self.read_in_place(conn, &mut dec, &mut rbuf, plan, &mut out),
-                None => match (&conn.stream).read(&mut rbuf[..]) {
-                    Ok(0) => Ok((0, rbuf.len())),
-                    Ok(n) => out.feed(&mut dec, &rbuf[..n]).map(|_| (n, rbuf.len())).map_err(ReadErr::Frame),
-                    Err(e) => Err(ReadErr::Io(e)),
-                },
+            let (step, only) = self.read_step(conn, &mut dec, &mut rbuf, &mut pools, None, SCATTER_BLOCKS);
+            let n = match step {
+                Step::Closed => {
+                    drop((dec, rbuf, pools));
+                    self.close_conn(conn);
+                    return false;
+                }
+                Step::Again => continue,
+                Step::Drained(n) | Step::Full(n) => n,
             };
-            out.flush();
-            pools.trim();
-            match r {
-                Ok((0, _)) => {
-                    if dec.pending() > 0 {
-                        Counters::inc(&self.c.lost_partial);
-                    }
-                    drop((dec, rbuf, pools));
-                    self.close_conn(conn);
+            if let Some(q) = only.filter(|_| self.cfg.rx_direct) {
+                if conn.bulk.fetch_add(1, Relaxed) + 1 >= DELEGATE_AFTER && self.delegate(conn, &q) {
                     return false;
                 }
-                Ok((n, room)) => {
-                    budget = budget.saturating_sub(n);
-                    if budget == 0 {
-                        return true;
-                    }
-                    if n < room {
-                        // Short read: the socket is drained; any later
-                        // arrival (or FIN) raises a new edge-triggered event.
-                        return false;
-                    }
-                }
-                Err(ReadErr::Frame(e)) => {
-                    Counters::inc(match e {
-                        FrameError::BadHello => &self.c.bad_hello,
-                        FrameError::Oversized => &self.c.oversized,
-                        FrameError::Malformed => &self.c.malformed,
-                    });
-                    drop((dec, rbuf, pools));
-                    self.close_conn(conn);
-                    return false;
-                }
-                Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(ReadErr::Io(_)) => {
-                    drop((dec, rbuf, pools));
-                    self.close_conn(conn);
-                    return false;
-                }
+            } else {
+                conn.bulk.store(0, Relaxed);
             }
+            budget = budget.saturating_sub(n);
+            match step {
+                // Short read: the socket is drained; any later arrival (or
+                // FIN) raises a new edge-triggered event.
+                Step::Drained(_) => return false,
+                _ if budget == 0 => return true,
+                _ => {}
+            }
+        }
+    }
+
+    /// One read of `conn`, delivered (`quiet`: the queue whose reader reads,
+    /// not signalled). Also returns the queue every frame went to in place,
+    /// if there was one (a bulk flow to one endpoint).
+    fn read_step(&self, conn: &Arc<Conn>, dec: &mut Decoder, rbuf: &mut [u8], pools: &mut Pools, quiet: Option<&RxQueue>, blocks: usize) -> (Step, Option<Arc<RxQueue>>) {
+        let mut out = Deliver { mgr: self, conn, pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0, quiet, first: None, mixed: false };
+        let mut in_place = false;
+        let r = match self.scatter_plan(dec, conn) {
+            Some(plan) => {
+                in_place = true;
+                self.read_in_place(conn, dec, rbuf, plan, &mut out, blocks)
+            }
+            None => match (&conn.stream).read(&mut rbuf[..]) {
+                Ok(0) => Ok((0, rbuf.len())),
+                Ok(n) => out.feed(dec, &rbuf[..n]).map(|_| (n, rbuf.len())).map_err(ReadErr::Frame),
+                Err(e) => Err(ReadErr::Io(e)),
+            },
+        };
+        out.flush();
+        let only = if in_place && !out.mixed { out.first.take() } else { None };
+        drop(out);
+        pools.trim();
+        let step = match r {
+            Ok((0, _)) => {
+                if dec.pending() > 0 {
+                    Counters::inc(&self.c.lost_partial);
+                }
+                Step::Closed
+            }
+            Ok((n, room)) if n < room => Step::Drained(n),
+            Ok((n, _)) => Step::Full(n),
+            Err(ReadErr::Frame(e)) => {
+                Counters::inc(match e {
+                    FrameError::BadHello => &self.c.bad_hello,
+                    FrameError::Oversized => &self.c.oversized,
+                    FrameError::Malformed => &self.c.malformed,
+                });
+                Step::Closed
+            }
+            Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => Step::Drained(0),
+            Err(ReadErr::Io(e)) if e.kind() == io::ErrorKind::Interrupted => Step::Again,
+            Err(ReadErr::Io(_)) => Step::Closed,
+        };
+        (step, only)
+    }
+
+    /// Hands `conn` to the readers of `q`, the endpoint all of its recent
+    /// reads went to: its receiving thread (or its engine, while no thread
+    /// receives) reads the connection itself in `recv_batch`, woken through
+    /// `q.poll`, and the manager keeps only the connection's writes. This
+    /// takes the manager's wake-up and the hand-over off the path of a
+    /// bulk flow. Frames for other endpoints are still delivered to them,
+    /// and the first such read gives the connection back ([`Mgr::revoke`]).
+    fn delegate(&self, conn: &Arc<Conn>, q: &Arc<RxQueue>) -> bool {
+        let mut owner = lock(&conn.owner);
+        let mut owned = lock(&q.owned);
+        if owned.is_some() || conn.dead.load(SeqCst) || q.poll.add_level(conn.fd(), 1).is_err() {
+            return false;
+        }
+        if self.poller.conn_out_only(conn.fd(), conn.token).is_err() {
+            q.poll.remove(conn.fd());
+            return false;
+        }
+        *owned = Some(conn.clone());
+        *owner = Some(Arc::downgrade(q));
+        conn.delegated.store(true, SeqCst);
+        Counters::inc(&self.c.rx_delegations);
+        // Wake the readers: input may already wait.
+        let mut i = lock(&q.inner);
+        if !i.signalled {
+            i.signalled = true;
+            q.ready.set();
+        }
+        true
+    }
+
+    /// The manager reads `conn` again (its owner went away, other endpoints
+    /// have frames on it, or it closes).
+    fn revoke(&self, conn: &Arc<Conn>) {
+        let owner = lock(&conn.owner).take().and_then(|w| w.upgrade());
+        if let Some(q) = owner {
+            let mut owned = lock(&q.owned);
+            if owned.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+                *owned = None;
+                q.poll.remove(conn.fd());
+            }
+        }
+        conn.bulk.store(0, Relaxed);
+        if conn.delegated.swap(false, SeqCst) && !conn.dead.load(SeqCst) {
+            // Reports input that already waits, so nothing is stranded.
+            let _ = self.poller.conn_all(conn.fd(), conn.token);
+        }
+    }
+
+    /// A reader of `q` reads the connection handed to it (one read of at
+    /// most `blocks` receive blocks, about what the caller takes at once),
+    /// unless another reader is at it.
+    pub(super) fn read_owned(&self, q: &Arc<RxQueue>, blocks: usize) {
+        let Some(conn) = lock(&q.owned).clone() else { return };
+        let Ok(mut dec) = conn.rx.try_lock() else { return };
+        if !conn.delegated.load(SeqCst) || conn.dead.load(SeqCst) {
+            return;
+        }
+        let mut ctx = lock(&q.rd);
+        let RdCtx { rbuf, pools } = &mut *ctx;
+        if rbuf.len() < READ_CHUNK {
+            rbuf.resize(READ_CHUNK, 0);
+        }
+        Counters::inc(&self.c.rx_direct_reads);
+        let (step, only) = self.read_step(&conn, &mut dec, rbuf, pools, Some(q), blocks.clamp(1, SCATTER_BLOCKS));
+        drop((dec, ctx));
+        match step {
+            Step::Closed => self.close_conn(&conn),
+            // Frames for another endpoint (or a break in the pattern): the
+            // manager reads this connection again.
+            Step::Drained(n) | Step::Full(n) if n > 0 && !only.as_ref().is_some_and(|o| Arc::ptr_eq(o, q)) => self.revoke(&conn),
+            _ => {}
         }
     }
 
@@ -1412,10 +1549,10 @@ impl Mgr {
     /// over in their blocks without a copy; anything else (the first
     /// mismatch on, a frame cut by the end of the read) goes through the
     /// decoder as usual. Returns (bytes read, bytes the read could take).
-    fn read_in_place(&self, conn: &Conn, dec: &mut Decoder, rbuf: &mut [u8], plan: Plan, out: &mut Deliver<'_>) -> Result<(usize, usize), ReadErr> {
+    fn read_in_place(&self, conn: &Conn, dec: &mut Decoder, rbuf: &mut [u8], plan: Plan, out: &mut Deliver<'_>, blocks: usize) -> Result<(usize, usize), ReadErr> {
         let len = plan.len;
         let per_block = BIG_BUF / len;
-        let nblocks = SCATTER_BLOCKS.min(1000 / (2 * per_block)).max(1);
+        let nblocks = blocks.min(1000 / (2 * per_block)).max(1);
         let mut blocks: Vec<Vec<u8>> = (0..nblocks).map(|_| out.pools.block()).collect();
         let mut hdrs = vec![[0u8; HEADER_LEN]; nblocks * per_block];
         // No spare room after the slots: a fuller socket is read again in
@@ -1637,6 +1774,21 @@ struct Plan {
 
 /// Blocks one in-place read fills at most.
 const SCATTER_BLOCKS: usize = 8;
+/// Consecutive in-place manager reads to one endpoint before its readers
+/// read the connection themselves ([`Mgr::delegate`]).
+const DELEGATE_AFTER: u32 = 4;
+
+/// How one read of a connection ended.
+enum Step {
+    /// EOF, error or bad input: the connection is to be closed.
+    Closed,
+    /// Interrupted: read again.
+    Again,
+    /// A short read (the socket is drained) of this many bytes.
+    Drained(usize),
+    /// The read filled its room: more may wait.
+    Full(usize),
+}
 
 /// Hands one read's datagrams to their endpoints' queues, one run per
 /// destination (one lock and one wake-up per run).
@@ -1648,6 +1800,11 @@ struct Deliver<'a> {
     batch: Vec<RxItem>,
     frames: u64,
     bytes: u64,
+    /// The queue whose reader reads (not signalled, it pops next).
+    quiet: Option<&'a RxQueue>,
+    /// The first queue frames went to, and whether any went elsewhere.
+    first: Option<Arc<RxQueue>>,
+    mixed: bool,
 }
 
 impl Deliver<'_> {
@@ -1655,7 +1812,14 @@ impl Deliver<'_> {
     fn to(&mut self, dst: u16) {
         if self.cache.as_ref().map(|c| c.0) != Some(dst) {
             self.flush();
-            self.cache = Some((dst, Mgr::lookup(&lock(&self.mgr.ports), dst, self.conn.local_ip)));
+            let q = Mgr::lookup(&lock(&self.mgr.ports), dst, self.conn.local_ip);
+            match (&self.first, &q) {
+                (_, None) => self.mixed = true,
+                (None, Some(q)) => self.first = Some(q.clone()),
+                (Some(f), Some(q)) if !Arc::ptr_eq(f, q) => self.mixed = true,
+                _ => {}
+            }
+            self.cache = Some((dst, q));
         }
     }
 
@@ -1699,7 +1863,8 @@ impl Deliver<'_> {
         Counters::add(&self.mgr.c.frames_received, std::mem::take(&mut self.frames));
         Counters::add(&self.mgr.c.bytes_received, std::mem::take(&mut self.bytes));
         if let Some(q) = self.cache.as_ref().and_then(|c| c.1.as_ref()) {
-            q.push_many(&mut self.batch, &self.mgr.c, self.pools);
+            let signal = !self.quiet.is_some_and(|r| std::ptr::eq(r, Arc::as_ptr(q)));
+            q.push_many(&mut self.batch, &self.mgr.c, self.pools, signal);
         }
     }
 }

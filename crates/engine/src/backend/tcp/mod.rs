@@ -69,6 +69,7 @@ pub enum Dml {
 /// | `EUDP_TCP_MAX_WAIT_MS` | drop queued datagrams older than this on a stalled connection | 1000 |
 /// | `EUDP_TCP_MAX_CONNS` / `EUDP_TCP_MAX_PER_PEER` | connection caps | 1024 / 32 |
 /// | `EUDP_TCP_SPIN_US` | manager polls this long after activity before sleeping | 0 |
+/// | `EUDP_TCP_RX_DIRECT` | an endpoint reads its bulk connection itself | 1 |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
     pub port: u16,
@@ -109,6 +110,10 @@ pub struct TcpConfig {
     /// one per datagram); what is left is written by the manager at most
     /// this long after it was queued.
     pub cork: Duration,
+    /// `EUDP_TCP_RX_DIRECT`: a connection whose reads all go to one endpoint
+    /// in place (a bulk flow) is read by that endpoint's receiving thread
+    /// itself, not by the manager (no thread hop per batch).
+    pub rx_direct: bool,
 }
 
 /// Block size of send coalescing (see [`TcpConfig::cork`]).
@@ -141,6 +146,7 @@ impl Default for TcpConfig {
             tx_buffer_bytes: 212_992,
             spin: Duration::ZERO,
             cork: Duration::from_micros(100),
+            rx_direct: true,
         }
     }
 }
@@ -248,6 +254,9 @@ impl TcpConfig {
         }
         if let Some(v) = get("EUDP_TCP_CORK_US") {
             c.cork = Duration::from_micros(num("EUDP_TCP_CORK_US", &v)?);
+        }
+        if let Some(v) = get("EUDP_TCP_RX_DIRECT") {
+            c.rx_direct = flag("EUDP_TCP_RX_DIRECT", &v)?;
         }
         Ok(c)
     }

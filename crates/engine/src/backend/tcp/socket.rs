@@ -239,8 +239,10 @@ impl Backend for TcpSocket {
         self.udp.is_v6()
     }
 
+    /// An epoll set: readable while datagrams are queued for this socket,
+    /// or while the connection its readers read themselves has input.
     fn raw_fd(&self) -> RawFd {
-        self.rxq.ready.as_raw_fd()
+        self.rxq.poll.as_raw_fd()
     }
 
     fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
@@ -376,6 +378,11 @@ impl Backend for TcpSocket {
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         let want = bufs.len().min(meta.len());
         let gro = self.rxq.gro.load(Relaxed);
+        if self.rxq.owns() && lock(&self.rxq.inner).items.is_empty() {
+            // This socket's bulk connection is read here, about as many
+            // blocks as the caller takes (see `Mgr::delegate`).
+            self.mgr.read_owned(&self.rxq, want);
+        }
         let mut q = lock(&self.rxq.inner);
         let mut n = 0;
         while n < want {
@@ -427,6 +434,10 @@ impl Backend for TcpSocket {
         if q.items.is_empty() && q.signalled {
             q.signalled = false;
             self.rxq.ready.clear();
+        } else if !q.items.is_empty() && !q.signalled {
+            // Left over from a read of our own (not signalled when pushed).
+            q.signalled = true;
+            self.rxq.ready.set();
         }
         if n == 0 {
             return Err(err(libc::EAGAIN));

@@ -169,6 +169,12 @@ pub struct Poller {
     fd: OwnedFd,
 }
 
+impl AsRawFd for Poller {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 impl Poller {
     pub fn new() -> io::Result<Self> {
         // SAFETY: plain syscall; adopted below.
@@ -185,6 +191,18 @@ impl Poller {
     /// Edge-triggered in/out/hang-up (connections).
     pub fn add_conn(&self, fd: RawFd, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32)
+    }
+
+    /// A connection read by an endpoint (see `Mgr::delegate`): the manager
+    /// keeps only its write readiness (edge-triggered EPOLLOUT).
+    pub fn conn_out_only(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, (libc::EPOLLOUT | libc::EPOLLET) as u32)
+    }
+
+    /// Back to [`Poller::add_conn`]'s events; input already waiting is
+    /// reported at once.
+    pub fn conn_all(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32)
     }
 
     pub fn remove(&self, fd: RawFd) {
