@@ -128,6 +128,13 @@ pub(crate) struct EpInner {
     /// Application threads blocked on this socket; while there are any, the
     /// engine leaves arrivals to them (one wake-up instead of two).
     rx_waiters: std::sync::atomic::AtomicU32,
+    /// An application thread sleeps inside a read of the socket, holding
+    /// `rx_sock`: others wait on the ring's readiness instead of the lock.
+    rx_blocked: AtomicBool,
+    /// Blocking inside the read is possible (the backend supports it and
+    /// the file description is blocking); cleared for good on the first
+    /// sign it is not.
+    rx_blocking_ok: AtomicBool,
     /// The engine's one-shot watch on the socket is armed.
     rx_armed: AtomicBool,
     /// The application dropped the endpoint; the engine lets go of it.
@@ -223,12 +230,16 @@ impl Endpoint {
     /// An unbound endpoint on a given engine.
     pub fn with_engine(engine: &Engine, v6: bool) -> io::Result<Endpoint> {
         let sock = kernel::UdpSocket::new(v6)?;
+        // Every engine call passes MSG_DONTWAIT; a blocking description
+        // lets a blocked receiver sleep inside its read.
+        sock.set_description_blocking()?;
         Self::with_backend(engine, Box::new(sock))
     }
 
     /// An endpoint over an existing kernel UDP socket (the preload shim hands
-    /// over a duplicate of the application's socket). The socket becomes
-    /// nonblocking; the endpoint keeps its own blocking mode.
+    /// over a duplicate of the application's socket). The shared file
+    /// description keeps its O_NONBLOCK; the endpoint keeps its own
+    /// blocking mode.
     pub fn from_kernel_fd(engine: &Engine, fd: std::os::fd::OwnedFd) -> io::Result<Endpoint> {
         let sock = kernel::UdpSocket::from_owned_fd(fd)?;
         let ep = Self::with_backend(engine, Box::new(sock))?;
@@ -275,6 +286,8 @@ impl Endpoint {
             ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
             last_fill: std::sync::atomic::AtomicUsize::new(0),
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
+            rx_blocked: AtomicBool::new(false),
+            rx_blocking_ok: AtomicBool::new(true),
             rx_armed: AtomicBool::new(true),
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
@@ -1072,25 +1085,108 @@ impl EpInner {
             let got = match self.backend.recv_batch(&mut scratch.bufs, &mut scratch.meta) {
                 Ok(n) => n,
                 Err(e) => {
-                    match e.kind() {
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
-                            if added == 0 {
-                                self.last_fill.store(0, Relaxed);
-                            }
-                        }
-                        _ => {
-                            // An asynchronous error (e.g. ICMP port unreachable):
-                            // keep it for the caller, and drain the error queue so
-                            // level-triggered readiness does not spin.
-                            let code = e.raw_os_error().unwrap_or(libc::EIO);
-                            self.set_pending_error(code);
-                            while self.backend.take_error().is_some() {}
-                            lock(&self.recv).signal();
-                        }
-                    }
+                    self.read_failed(&e, added);
                     break;
                 }
             };
+            added += self.push_read(scratch, got, signal);
+            self.last_fill.store(added, Relaxed);
+            if got < scratch.bufs.len() {
+                break;
+            }
+            if round + 1 == rounds {
+                return (added, true);
+            }
+        }
+        (added, false)
+    }
+
+    /// A read of the socket failed: `EAGAIN`/`EINTR` leave nothing to do;
+    /// an asynchronous error (e.g. ICMP port unreachable) is kept for the
+    /// caller and the error queue drained, so level-triggered readiness does
+    /// not spin.
+    fn read_failed(&self, e: &io::Error, added: usize) {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {
+                if added == 0 {
+                    self.last_fill.store(0, Relaxed);
+                }
+            }
+            _ => {
+                let code = e.raw_os_error().unwrap_or(libc::EIO);
+                self.set_pending_error(code);
+                while self.backend.take_error().is_some() {}
+                lock(&self.recv).signal();
+            }
+        }
+    }
+
+    /// One blocking receive with an empty ring, made inside the read: when
+    /// no other thread is reading the socket, this thread takes `rx_sock`
+    /// and sleeps in the kernel until the first message (one syscall, as on
+    /// a kernel socket, instead of a failed read, a wait and a read). Holding
+    /// the lock keeps the engine and other threads off the socket, so no
+    /// datagram can reach the ring behind a sleeping reader's back.
+    ///
+    /// `None`: not tried (another thread reads, or the ring filled
+    /// meanwhile) or not possible (the backend cannot, the description is
+    /// nonblocking): wait on readiness instead. `Some(Err)`: `EINTR`, for
+    /// the caller to report. Only for receives without a timeout (the
+    /// endpoint's timeout is its own, not the socket's `SO_RCVTIMEO`).
+    fn block_in_read(&self, interruptible: bool) -> Option<io::Result<()>> {
+        if !self.rx_blocking_ok.load(Relaxed) {
+            return None;
+        }
+        let _g = self.rx_sock.try_lock().ok()?;
+        if self.ring_len.get() > 0 || self.pending_error.load(Relaxed) != 0 {
+            return None;
+        }
+        self.rx_blocked.store(true, SeqCst);
+        self.rx_waiters.fetch_add(1, SeqCst);
+        let r = CALLER_SCRATCH.with(|c| {
+            let mut c = c.borrow_mut();
+            let sc = c.get_or_insert_with(|| RecvScratch::new(4));
+            loop {
+                Stats::add(&self.stats.recv_calls, 1);
+                Stats::add(&self.stats.direct_recv_calls, 1);
+                self.trace.rx_enter();
+                match self.backend.recv_batch_wait(&mut sc.bufs, &mut sc.meta) {
+                    // A shut-down socket reads nothing without waiting.
+                    Ok(0) => return None,
+                    Ok(got) => {
+                        let added = self.push_read(sc, got, false);
+                        self.last_fill.store(added, Relaxed);
+                        return Some(Ok(()));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                        if interruptible {
+                            return Some(Err(e));
+                        }
+                    }
+                    // Only receives without a timeout come here, so this
+                    // is a nonblocking description (the owner's setting, or
+                    // another process's): wait on readiness from now on.
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Unsupported) => {
+                        self.rx_blocking_ok.store(false, Relaxed);
+                        return None;
+                    }
+                    Err(e) => {
+                        self.read_failed(&e, 0);
+                        return Some(Ok(()));
+                    }
+                }
+            }
+        });
+        self.rx_waiters.fetch_sub(1, SeqCst);
+        self.rx_blocked.store(false, SeqCst);
+        r
+    }
+
+    /// Pushes the `got` messages of a read into the ring; returns datagrams
+    /// added. The caller holds `rx_sock`.
+    fn push_read(&self, scratch: &mut RecvScratch, got: usize, signal: bool) -> usize {
+        let mut added = 0;
+        {
             let mut rs = lock(&self.recv);
             for i in 0..got {
                 let m = scratch.meta[i];
@@ -1123,19 +1219,10 @@ impl EpInner {
                 }
             }
             self.ring_len.0.store(rs.ring.datagrams(), Release);
-            drop(rs);
-            self.last_fill.store(added, Relaxed);
-            if got < scratch.bufs.len() {
-                break;
-            }
-            if round + 1 == rounds {
-                return (added, true);
-            }
         }
-        (added, false)
+        added
     }
 
-    /// Engine side: the socket is readable (or has an error).
     /// Engine side: the socket had an arrival (its one-shot watch fired) or
     /// still holds data from a bounded read.
     ///
@@ -1221,19 +1308,38 @@ impl EpInner {
                     return Ok(r);
                 }
             }
-            // Ring empty: read the socket on this thread (no hop), unless the
-            // engine is reading it right now — then its push will wake us.
-            match self.rx_sock.try_lock() {
-                Ok(_g) => {
-                    Stats::add(&self.stats.direct_recv_calls, 1);
-                    // Readiness is settled after this thread's pop below.
-                    self.fill_on_caller(false);
-                }
-                // The engine is reading the socket right now: wait for that
-                // read to land in the ring (one syscall) rather than report
-                // EAGAIN for data that is already on its way — a program told
-                // "readable" must not see EAGAIN.
-                Err(_) => drop(lock(&self.rx_sock)),
+            // Ring empty. A blocking receive without a timeout (and past its
+            // spin) sleeps inside the read itself when it can.
+            let dl = *deadline.get_or_insert_with(|| self.deadline(false));
+            let spinning = {
+                let spin = self.engine.config.recv_spin;
+                !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now())
+            };
+            let blocked = if nonblocking || dl.is_some() || spinning {
+                None
+            } else {
+                self.block_in_read(flags.interruptible)
+            };
+            match blocked {
+                Some(Err(e)) => return Err(e),
+                Some(Ok(())) => {}
+                // Read the socket on this thread (no hop), unless the engine
+                // is reading it right now — then its push will wake us.
+                None => match self.rx_sock.try_lock() {
+                    Ok(_g) => {
+                        Stats::add(&self.stats.direct_recv_calls, 1);
+                        // Readiness is settled after this thread's pop below.
+                        self.fill_on_caller(false);
+                    }
+                    // Another thread sleeps inside a read: what it gets
+                    // beyond its own datagram reaches the ring and wakes us.
+                    Err(_) if self.rx_blocked.load(SeqCst) => {}
+                    // The engine is reading the socket right now: wait for
+                    // that read to land in the ring (one syscall) rather than
+                    // report EAGAIN for data that is already on its way — a
+                    // program told "readable" must not see EAGAIN.
+                    Err(_) => drop(lock(&self.rx_sock)),
+                },
             }
             let ready = {
                 let mut rs = lock(&self.recv);
@@ -1252,7 +1358,6 @@ impl EpInner {
                 }
                 self.ready_fd(&mut rs)?.clone()
             };
-            let dl = *deadline.get_or_insert_with(|| self.deadline(false));
             let now = Instant::now();
             let remaining = match dl {
                 Some(d) if now >= d => return Err(err(libc::EAGAIN)),

@@ -462,3 +462,53 @@ fn dual_stack_sender_uses_gso_towards_ipv4_peers() {
         assert!(s.queued_posts > 0 && s.gso_messages > 0, "connected={connected}: {s:?}");
     }
 }
+
+/// A blocking receive without a timeout sleeps inside the read: one read
+/// of the socket per datagram that arrives while it waits (no failed read,
+/// no separate wait). Two threads blocked on one endpoint both get served
+/// when a burst arrives: whatever the sleeping reader took beyond its own
+/// datagram reaches the other through the ring.
+#[test]
+fn blocking_receive_sleeps_inside_the_read() {
+    let e = engine(Config::default());
+    let (a, b) = pair(&e, false);
+    b.set_read_timeout(None);
+    let dst = b.local_addr().unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..20u64 {
+        let before = b.stats().recv_calls;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                a.send_to(&payload(i, 32), dst).unwrap();
+            });
+            let (n, _) = b.recv_from(&mut buf).unwrap();
+            check(&buf[..n], i, 32, &b);
+        });
+        let calls = b.stats().recv_calls - before;
+        assert!(calls <= 1, "datagram {i}: {calls} reads of the socket for one blocking receive");
+    }
+    let sleepers = std::sync::atomic::AtomicUsize::new(0);
+    let got: Vec<u64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let (b, sleepers) = (&b, &sleepers);
+                s.spawn(move || {
+                    let mut buf = [0u8; 64];
+                    sleepers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let (n, _) = b.recv_from(&mut buf).unwrap();
+                    u64::from_be_bytes(buf[..8.min(n)].try_into().unwrap())
+                })
+            })
+            .collect();
+        while sleepers.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        a.send_batch(&[(&payload(100, 32)[..], Some(dst)), (&payload(101, 32)[..], Some(dst))]).unwrap();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut got = got;
+    got.sort();
+    assert_eq!(got, vec![100, 101]);
+}

@@ -240,37 +240,6 @@ unsafe fn with_buf<R>(v: &[libc::iovec], gather: bool, f: impl FnOnce(&mut [u8])
     })
 }
 
-/// On the kernel path of a socket whose description another process's
-/// engine keeps nonblocking (fork), blocking calls are emulated: `EAGAIN`
-/// for a blocking caller means "wait and retry".
-fn kio(s: &Sock, fd: c_int, events: i16, flags: c_int, mut f: impl FnMut() -> ssize_t) -> ssize_t {
-    let mut deadline: Option<Option<Instant>> = None;
-    loop {
-        let r = f();
-        if r >= 0 || !s.forced() || s.nonblock() || flags & libc::MSG_DONTWAIT != 0 || errno() != libc::EAGAIN {
-            return r;
-        }
-        let dl = *deadline.get_or_insert_with(|| {
-            let (rt, st) = kernel_timeouts(fd);
-            let t = if events == libc::POLLIN { rt } else { st };
-            t.map(|t| Instant::now() + t)
-        });
-        let remaining = match dl {
-            Some(d) => match d.checked_duration_since(Instant::now()) {
-                Some(w) if !w.is_zero() => Some(w),
-                _ => return fail(libc::EAGAIN),
-            },
-            None => None,
-        };
-        let mut p = [libc::pollfd { fd, events, revents: 0 }];
-        if let Err(e) = poll_some(&mut p, remaining) {
-            if e == libc::EINTR && crate::signals::eintr_wanted() {
-                return fail(libc::EINTR);
-            }
-        }
-    }
-}
-
 // ----------------------------------------------------- receive and send
 
 /// Receive on the shim's path: leftovers of a fallback, then the engine.
@@ -356,7 +325,7 @@ pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flag
         if let Some(r) = recv_common(fd, s, buf, len, flags, addr, alen) {
             return r;
         }
-        kio(s, fd, libc::POLLIN, flags, || real::recvfrom(fd, buf, len, flags, addr, alen))
+        real::recvfrom(fd, buf, len, flags, addr, alen)
     })
     .unwrap_or_else(|| real::recvfrom(fd, buf, len, flags, addr, alen))
 }
@@ -375,7 +344,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
         if let Some(r) = recv_common(fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
             return r;
         }
-        kio(s, fd, libc::POLLIN, flags, || real::recv(fd, buf, len, flags))
+        real::recv(fd, buf, len, flags)
     })
     .unwrap_or_else(|| real::recv(fd, buf, len, flags))
 }
@@ -394,7 +363,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
         if let Some(r) = recv_common(fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
             return r;
         }
-        kio(s, fd, libc::POLLIN, 0, || real::read(fd, buf, len))
+        real::read(fd, buf, len)
     })
     .unwrap_or_else(|| real::read(fd, buf, len))
 }
@@ -488,7 +457,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
         if let Some(r) = recvmsg_shim(fd, s, msg, flags) {
             return r;
         }
-        kio(s, fd, libc::POLLIN, flags, || real::recvmsg(fd, msg, flags))
+        real::recvmsg(fd, msg, flags)
     })
     .unwrap_or_else(|| real::recvmsg(fd, msg, flags))
 }
@@ -502,7 +471,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
         if let Some(r) = recvmsg_shim(fd, s, &mut m, 0) {
             return r;
         }
-        kio(s, fd, libc::POLLIN, 0, || real::readv(fd, iov, n))
+        real::readv(fd, iov, n)
     })
     .unwrap_or_else(|| real::readv(fd, iov, n))
 }
@@ -555,7 +524,7 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
                 return got as c_int;
             }
         }
-        kio(s, fd, libc::POLLIN, flags, || real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t) as c_int
+        real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t as c_int
     })
     .unwrap_or_else(|| real::recvmmsg(fd, msgs, vlen, flags, timeout))
 }
@@ -568,13 +537,13 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
         } else {
             match read_addr(addr, alen) {
                 Ok(a) => Some(a),
-                Err(_) => return kio(s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
+                Err(_) => return real::sendto(fd, buf, len, flags, addr, alen),
             }
         };
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(s, fd, data, flags, dst) {
             Some(r) => ret_isize(r),
-            None => kio(s, fd, libc::POLLOUT, flags, || real::sendto(fd, buf, len, flags, addr, alen)),
+            None => real::sendto(fd, buf, len, flags, addr, alen),
         }
     })
     .unwrap_or_else(|| real::sendto(fd, buf, len, flags, addr, alen))
@@ -586,7 +555,7 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags:
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(s, fd, data, flags, None) {
             Some(r) => ret_isize(r),
-            None => kio(s, fd, libc::POLLOUT, flags, || real::send(fd, buf, len, flags)),
+            None => real::send(fd, buf, len, flags),
         }
     })
     .unwrap_or_else(|| real::send(fd, buf, len, flags))
@@ -598,7 +567,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(s, fd, data, 0, None) {
             Some(r) => ret_isize(r),
-            None => kio(s, fd, libc::POLLOUT, 0, || real::write(fd, buf, len)),
+            None => real::write(fd, buf, len),
         }
     })
     .unwrap_or_else(|| real::write(fd, buf, len))
@@ -640,7 +609,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
         if let Some(r) = sendmsg_shim(fd, s, msg, flags) {
             return r;
         }
-        kio(s, fd, libc::POLLOUT, flags, || real::sendmsg(fd, msg, flags))
+        real::sendmsg(fd, msg, flags)
     })
     .unwrap_or_else(|| real::sendmsg(fd, msg, flags))
 }
@@ -654,7 +623,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
         if let Some(r) = sendmsg_shim(fd, s, &m, 0) {
             return r;
         }
-        kio(s, fd, libc::POLLOUT, 0, || real::writev(fd, iov, n))
+        real::writev(fd, iov, n)
     })
     .unwrap_or_else(|| real::writev(fd, iov, n))
 }
@@ -689,7 +658,7 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
                 return sent as c_int + r.max(0);
             }
         }
-        kio(s, fd, libc::POLLOUT, flags, || real::sendmmsg(fd, msgs, vlen, flags) as ssize_t) as c_int
+        real::sendmmsg(fd, msgs, vlen, flags) as ssize_t as c_int
     })
     .unwrap_or_else(|| real::sendmmsg(fd, msgs, vlen, flags))
 }
@@ -847,17 +816,15 @@ unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, f: unsafe fn(c_int, 
     match cmd {
         libc::F_GETFL => {
             let r = f(fd, cmd, arg);
-            if r >= 0 && (s.mode() == ACTIVE || s.forced()) {
+            if r >= 0 && s.mode() == ACTIVE {
                 (r & !libc::O_NONBLOCK) | if s.nonblock() { libc::O_NONBLOCK } else { 0 }
             } else {
                 r
             }
         }
         libc::F_SETFL => {
-            let want = arg as c_int & libc::O_NONBLOCK != 0;
-            let keep = s.set_nonblock(want);
-            let a = if keep { arg | libc::O_NONBLOCK as c_ulong } else { arg };
-            f(fd, cmd, a)
+            s.set_nonblock(arg as c_int & libc::O_NONBLOCK != 0);
+            f(fd, cmd, arg)
         }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             let r = f(fd, cmd, arg);
@@ -883,12 +850,8 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
     let Some(s) = lookup(fd) else { return real::ioctl(fd, req, arg) };
     match req {
         libc::FIONBIO if !arg.is_null() => {
-            let on = *(arg as *const c_int) != 0;
-            if s.set_nonblock(on) {
-                0
-            } else {
-                real::ioctl(fd, req, arg)
-            }
+            s.set_nonblock(*(arg as *const c_int) != 0);
+            real::ioctl(fd, req, arg)
         }
         libc::FIONREAD if !arg.is_null() => {
             if s.has_leftover() {
@@ -1490,13 +1453,6 @@ fn before_exec() -> Vec<(c_int, bool)> {
 fn after_failed_exec(touched: Vec<(c_int, bool)>) {
     for (fd, _) in touched {
         sockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1);
-        // SAFETY: fcntl with integer arguments.
-        unsafe {
-            let fl = real::fcntl(fd, libc::F_GETFL, 0);
-            if fl >= 0 {
-                real::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as c_ulong);
-            }
-        }
     }
 }
 

@@ -33,13 +33,10 @@ pub const KERNEL: u8 = 2;
 pub struct Sock {
     pub id: u64,
     pub v6: bool,
-    /// O_NONBLOCK as the application set it (the engine keeps the shared
-    /// file description nonblocking).
+    /// O_NONBLOCK as the application set it (the shared file description
+    /// carries the same; the engine's calls pass `MSG_DONTWAIT`).
     nonblock: AtomicBool,
     mode: AtomicU8,
-    /// The description is nonblocking because of an engine of another
-    /// process (fork); blocking is emulated on the kernel path.
-    forced: AtomicBool,
     /// The endpoint belongs to the parent of a fork: never touched again.
     leaked: AtomicBool,
     /// Table entries (fds) naming this socket.
@@ -210,7 +207,6 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         v6,
         nonblock: AtomicBool::new(nonblock),
         mode: AtomicU8::new(LAZY),
-        forced: AtomicBool::new(false),
         leaked: AtomicBool::new(false),
         refs: AtomicUsize::new(0),
         ep: Mutex::new(None),
@@ -372,10 +368,6 @@ impl Sock {
         self.nonblock.load(Relaxed)
     }
 
-    /// Blocking must be emulated on the kernel path (see `forced`).
-    pub fn forced(&self) -> bool {
-        self.forced.load(Relaxed)
-    }
 
     pub fn has_leftover(&self) -> bool {
         self.has_leftover.load(Acquire)
@@ -385,17 +377,17 @@ impl Sock {
         lock(&self.reason).clone()
     }
 
-    /// Records the application's O_NONBLOCK. Returns true when the shared
-    /// description must stay nonblocking (the engine owns it).
-    pub fn set_nonblock(&self, on: bool) -> bool {
+    /// Records the application's O_NONBLOCK; the caller passes it on to
+    /// the shared description too. The engine's own calls never block
+    /// (`MSG_DONTWAIT`), and a blocking receive may then sleep inside its
+    /// read as on a kernel socket.
+    pub fn set_nonblock(&self, on: bool) {
         self.nonblock.store(on, Relaxed);
         if self.mode() == ACTIVE {
             if let Some(ep) = lock(&self.ep).as_ref() {
                 ep.set_nonblocking(on);
-                return true;
             }
         }
-        self.forced()
     }
 
     /// The endpoint serving this socket, created on first use; `None` on the
@@ -695,7 +687,6 @@ pub fn fork_child() {
         for (fd, s) in t.iter() {
             if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {
                 s.mode.store(KERNEL, Release);
-                s.forced.store(true, Relaxed);
                 for f in [s.dup_fd.swap(-1, SeqCst), s.poll_fd.swap(-1, SeqCst)] {
                     if f >= 0 {
                         crate::hooks::real_close(f);

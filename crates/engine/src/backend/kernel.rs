@@ -199,8 +199,11 @@ impl UdpSocket {
         Ok(UdpSocket { fd, v6 })
     }
 
-    /// Adopts an existing kernel UDP socket (e.g. one an application created)
-    /// and makes it nonblocking; the family is read from the socket itself.
+    /// Adopts an existing kernel UDP socket (e.g. one an application
+    /// created); the family is read from the socket itself. Its file
+    /// description keeps the owner's O_NONBLOCK: every call of this type
+    /// passes `MSG_DONTWAIT` except [`UdpSocket::recv_batch_wait`], and an
+    /// application's blocking receive may then sleep in the kernel itself.
     pub fn from_owned_fd(fd: OwnedFd) -> io::Result<Self> {
         let raw = fd.as_raw_fd();
         let mut ty: libc::c_int = 0;
@@ -217,11 +220,17 @@ impl UdpSocket {
         if dom != libc::AF_INET && dom != libc::AF_INET6 {
             return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
         }
-        // SAFETY: fcntl on a valid fd we own.
+        Ok(UdpSocket { fd, v6: dom == libc::AF_INET6 })
+    }
+
+    /// Clears O_NONBLOCK on the file description. Calls of this type pass
+    /// `MSG_DONTWAIT` anyway; only [`UdpSocket::recv_batch_wait`] blocks.
+    pub fn set_description_blocking(&self) -> io::Result<()> {
+        let raw = self.fd.as_raw_fd();
+        // SAFETY: fcntl with integer arguments on a valid fd we own.
         let fl = cvt(unsafe { libc::fcntl(raw, libc::F_GETFL) })?;
         // SAFETY: as above.
-        cvt(unsafe { libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK) })?;
-        Ok(UdpSocket { fd, v6: dom == libc::AF_INET6 })
+        cvt(unsafe { libc::fcntl(raw, libc::F_SETFL, fl & !libc::O_NONBLOCK) }).map(drop)
     }
 
     /// True for an IPv6 socket.
@@ -393,6 +402,18 @@ impl UdpSocket {
     /// With GRO enabled a message may hold several datagrams of
     /// `meta.segment` bytes each. Returns the number of messages.
     pub fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        self.recv_batch_flags(bufs, meta, libc::MSG_DONTWAIT)
+    }
+
+    /// As [`UdpSocket::recv_batch`], but sleeps in the kernel until the
+    /// first message arrives (`MSG_WAITFORONE`), bounded by the socket's
+    /// `SO_RCVTIMEO`. Only a blocking file description blocks: on a
+    /// nonblocking one this returns `EAGAIN` at once.
+    pub fn recv_batch_wait(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        self.recv_batch_flags(bufs, meta, libc::MSG_WAITFORONE)
+    }
+
+    fn recv_batch_flags(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta], flags: libc::c_int) -> io::Result<usize> {
         let n = bufs.len().min(meta.len()).min(1024);
         if n == 0 {
             return Ok(0);
@@ -416,7 +437,7 @@ impl UdpSocket {
         }
         // SAFETY: all pointers refer to the live vectors above and the caller's buffers.
         let r = unsafe {
-            libc::recvmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
+            libc::recvmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, flags, std::ptr::null_mut())
         };
         let got = cvt(r)? as usize;
         for i in 0..got {

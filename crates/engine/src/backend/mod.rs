@@ -34,6 +34,13 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// the message (the `tcp` backend hands over 64 KiB blocks this way,
     /// without a copy); `meta[i].len` bytes of `bufs[i]` are valid.
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize>;
+    /// As `recv_batch`, but sleeping in the kernel until the first message
+    /// arrives (bounded by the socket's receive timeout), so a blocked
+    /// receiver needs no separate wait. `Unsupported` where the backend
+    /// cannot (the engine then waits on readiness instead).
+    fn recv_batch_wait(&self, _bufs: &mut [Vec<u8>], _meta: &mut [InMeta]) -> io::Result<usize> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// Takes one asynchronous error, if any (pending error or error queue).
     fn take_error(&self) -> Option<i32>;
     /// Send buffer size in bytes (sizes L1).
@@ -94,6 +101,9 @@ impl Backend for kernel::UdpSocket {
     }
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         kernel::UdpSocket::recv_batch(self, bufs, meta)
+    }
+    fn recv_batch_wait(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        kernel::UdpSocket::recv_batch_wait(self, bufs, meta)
     }
     fn take_error(&self) -> Option<i32> {
         // The error queue (IP_RECVERR) first, then the socket's pending error.
