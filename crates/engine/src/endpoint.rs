@@ -648,7 +648,7 @@ impl EpInner {
     /// coalescing interval: a streaming sender keeps queueing meanwhile and
     /// sends full batches itself, so the engine is not woken per batch.
     fn kick_later(self: &Arc<Self>, s: &mut SendState) {
-        if self.engine.config.tx_coalesce.is_zero() {
+        if self.engine.config.tx_coalesce.is_zero() || !self.backend.drain_on_caller() {
             return self.kick(s);
         }
         if !s.scheduled {
@@ -787,7 +787,7 @@ impl EpInner {
                 }
                 PostDecision::Queued => {
                     self.trace.enqueue();
-                    if self.l1_holds_a_batch(&s, data.len()) {
+                    if self.backend.drain_on_caller() && self.l1_holds_a_batch(&s, data.len()) {
                         self.caller_flush(s);
                     } else {
                         self.kick_later(&mut s);

@@ -116,15 +116,31 @@ fn a_streaming_sender_drains_full_batches_itself() {
     let engine = Engine::start(Config { record_transitions: true, ..Config::default() }).unwrap();
     let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // Room for the whole stream where allowed (root), so a starved reader
+    // on a loaded machine loses nothing; without it losses are tolerated.
+    let room: libc::c_int = 32 << 20;
+    // SAFETY: setsockopt on a live socket with a pointer to a c_int.
+    let _ = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&rx),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            &room as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
     let dst = rx.local_addr().unwrap();
     let ep = Endpoint::with_engine(&engine, false).unwrap();
     ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
     ep.set_send_buffer_size(1 << 20).unwrap();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
     let reader = std::thread::spawn(move || {
         let mut buf = [0u8; 2048];
         let mut seen = Vec::new();
         while let Ok(n) = rx.recv(&mut buf) {
             seen.push(u32::from_be_bytes(buf[..4].try_into().unwrap()));
+            counted.store(seen.len(), std::sync::atomic::Ordering::SeqCst);
             assert_eq!(n, 1000);
             if seen.last() == Some(&20_004) {
                 break;
@@ -141,7 +157,17 @@ fn a_streaming_sender_drains_full_batches_itself() {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    std::thread::sleep(Duration::from_millis(20));
+    // Let the reader drain (until nothing new for 20 ms, at most 3 s).
+    let start = std::time::Instant::now();
+    let mut last = usize::MAX;
+    while start.elapsed() < Duration::from_secs(3) {
+        let now = count.load(std::sync::atomic::Ordering::SeqCst);
+        if now == last {
+            break;
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A short burst: nobody sends after it, so the engine must.
     for i in 20_000..20_005u32 {
         msg[..4].copy_from_slice(&i.to_be_bytes());

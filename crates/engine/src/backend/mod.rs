@@ -69,6 +69,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn as_any(&self) -> &dyn std::any::Any {
         &()
     }
+    /// Whether a streaming sender's own thread should drain a full L1 and
+    /// queued sends wait to coalesce. True where a batch costs one cheap
+    /// syscall (UDP GSO); a backend whose send path does more per call (the
+    /// `tcp` backend's framing and its manager) keeps draining on the
+    /// engine, woken at once.
+    fn drain_on_caller(&self) -> bool {
+        true
+    }
 }
 
 impl Backend for kernel::UdpSocket {

@@ -235,6 +235,13 @@ impl Drop for TcpSocket {
 }
 
 impl Backend for TcpSocket {
+    /// Measured in round four (docs/tcp.md): an application thread writing
+    /// the connection itself made smaller writes and cost the sender
+    /// 0.3–0.4 µs per datagram more than an engine woken at once.
+    fn drain_on_caller(&self) -> bool {
+        false
+    }
+
     fn is_v6(&self) -> bool {
         self.udp.is_v6()
     }
