@@ -1331,14 +1331,19 @@ impl EpInner {
                         // Readiness is settled after this thread's pop below.
                         self.fill_on_caller(false);
                     }
-                    // Another thread sleeps inside a read: what it gets
-                    // beyond its own datagram reaches the ring and wakes us.
-                    Err(_) if self.rx_blocked.load(SeqCst) => {}
                     // The engine is reading the socket right now: wait for
                     // that read to land in the ring (one syscall) rather than
                     // report EAGAIN for data that is already on its way — a
-                    // program told "readable" must not see EAGAIN.
-                    Err(_) => drop(lock(&self.rx_sock)),
+                    // program told "readable" must not see EAGAIN. Unless
+                    // another thread sleeps inside a read (it may have just
+                    // taken the lock): what that read brings beyond its own
+                    // datagram reaches the ring and wakes us.
+                    Err(_) => loop {
+                        if self.rx_blocked.load(SeqCst) || self.rx_sock.try_lock().is_ok() {
+                            break;
+                        }
+                        std::thread::yield_now();
+                    },
                 },
             }
             let ready = {
