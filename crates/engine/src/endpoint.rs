@@ -70,6 +70,11 @@ thread_local! {
     static CALLER_SCRATCH: std::cell::RefCell<Option<RecvScratch>> = const { std::cell::RefCell::new(None) };
 }
 
+/// Runs `f` with this application thread's receive scratch buffers.
+fn with_caller_scratch<R>(f: impl FnOnce(&mut RecvScratch) -> R) -> R {
+    CALLER_SCRATCH.with(|c| f(c.borrow_mut().get_or_insert_with(|| RecvScratch::new(4))))
+}
+
 /// Receive-side state under one lock: the ring and the readiness flag.
 #[derive(Debug)]
 struct RecvSide {
@@ -113,6 +118,8 @@ pub(crate) struct EpInner {
     /// The arena an application thread stages L1 into when it sends a full
     /// batch itself (see [`EpInner::caller_flush`]).
     caller_staging: Mutex<L1Queue>,
+    /// The backend's [`Backend::drain_on_caller`], read once.
+    caller_drains: bool,
     /// Signalled when L1 gains room or drains.
     send_cv: Condvar,
     recv: Mutex<RecvSide>,
@@ -280,6 +287,7 @@ impl Endpoint {
             id: sh.next_id(),
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             caller_staging: Mutex::new(L1Queue::default()),
+            caller_drains: backend.drain_on_caller(),
             send_cv: Condvar::new(),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false }),
             rx_sock: Mutex::new(()),
@@ -648,7 +656,7 @@ impl EpInner {
     /// coalescing interval: a streaming sender keeps queueing meanwhile and
     /// sends full batches itself, so the engine is not woken per batch.
     fn kick_later(self: &Arc<Self>, s: &mut SendState) {
-        if self.engine.config.tx_coalesce.is_zero() || !self.backend.drain_on_caller() {
+        if self.engine.config.tx_coalesce.is_zero() || !self.caller_drains {
             return self.kick(s);
         }
         if !s.scheduled {
@@ -787,7 +795,7 @@ impl EpInner {
                 }
                 PostDecision::Queued => {
                     self.trace.enqueue();
-                    if self.backend.drain_on_caller() && self.l1_holds_a_batch(&s, data.len()) {
+                    if self.caller_drains && self.l1_holds_a_batch(&s, data.len()) {
                         self.caller_flush(s);
                     } else {
                         self.kick_later(&mut s);
@@ -1065,11 +1073,7 @@ impl EpInner {
     /// One read of the socket into the ring on an application thread, with
     /// that thread's scratch buffers. The caller holds `rx_sock`.
     fn fill_on_caller(&self, signal: bool) {
-        CALLER_SCRATCH.with(|c| {
-            let mut c = c.borrow_mut();
-            let sc = c.get_or_insert_with(|| RecvScratch::new(4));
-            self.fill_ring(sc, 1, signal);
-        });
+        with_caller_scratch(|sc| self.fill_ring(sc, 1, signal));
     }
 
     /// Moves what the socket holds into the ring; returns datagrams added.
@@ -1143,9 +1147,7 @@ impl EpInner {
         }
         self.rx_blocked.store(true, SeqCst);
         self.rx_waiters.fetch_add(1, SeqCst);
-        let r = CALLER_SCRATCH.with(|c| {
-            let mut c = c.borrow_mut();
-            let sc = c.get_or_insert_with(|| RecvScratch::new(4));
+        let r = with_caller_scratch(|sc| {
             loop {
                 Stats::add(&self.stats.recv_calls, 1);
                 Stats::add(&self.stats.direct_recv_calls, 1);
@@ -1310,7 +1312,7 @@ impl EpInner {
             }
             // Ring empty. A blocking receive without a timeout (and past its
             // spin) sleeps inside the read itself when it can.
-            let dl = *deadline.get_or_insert_with(|| self.deadline(false));
+            let dl = if nonblocking { None } else { *deadline.get_or_insert_with(|| self.deadline(false)) };
             let spinning = {
                 let spin = self.engine.config.recv_spin;
                 !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now())

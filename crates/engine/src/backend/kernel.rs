@@ -22,7 +22,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
-/// The kernel lacks `epoll_pwait2` (before 5.11): sub-millisecond waits round up.
+/// The kernel lacks `epoll_pwait2` (before 5.11): waits round up to milliseconds.
 static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
 
 /// `UDP_SEGMENT` (linux/udp.h): per-send GSO segment size.
@@ -622,41 +622,45 @@ impl Epoll {
     /// allows.
     pub fn wait(&self, out: &mut Vec<u64>, timeout: Option<Duration>) -> io::Result<()> {
         let mut evs: [MaybeUninit<libc::epoll_event>; 64] = [MaybeUninit::uninit(); 64];
-        let r = match timeout {
-            // Below a millisecond `epoll_wait` would round to a busy poll:
-            // `epoll_pwait2` takes nanoseconds (Linux 5.11); older kernels
-            // get the next whole millisecond.
-            Some(d) if !d.is_zero() && d.subsec_nanos() % 1_000_000 != 0 && !NO_PWAIT2.load(Relaxed) => {
-                let ts = libc::timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as i64, tv_nsec: d.subsec_nanos() as i64 };
-                // SAFETY: the kernel writes at most 64 events into `evs` and
-                // reads `ts`; no signal mask is passed.
-                let r = unsafe {
-                    libc::syscall(libc::SYS_epoll_pwait2, self.fd.as_raw_fd(), evs.as_mut_ptr(), 64, &ts, std::ptr::null::<libc::sigset_t>(), 0usize)
-                } as i32;
-                if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-                    NO_PWAIT2.store(true, Relaxed);
-                    return self.wait(out, Some(d));
-                }
-                r
-            }
-            _ => {
-                let ms = timeout.map(|d| d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32).unwrap_or(-1);
-                // SAFETY: the kernel writes at most 64 events into `evs`.
-                unsafe { libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr() as *mut libc::epoll_event, 64, ms) }
-            }
-        };
         out.clear();
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
-        }
-        for ev in &evs[..r as usize] {
-            // SAFETY: the first r entries were initialised by epoll_wait.
+        let n = epoll_wait_for(self.fd.as_raw_fd(), &mut evs, timeout)?;
+        for ev in &evs[..n] {
+            // SAFETY: the first n entries were initialised by the kernel.
             let ev = unsafe { ev.assume_init() };
             out.push(ev.u64);
         }
         Ok(())
     }
+}
+
+/// `epoll_pwait2` on `epfd` into `evs`; returns how many events it wrote
+/// (0 on `EINTR`). `None` waits forever. The timeout is honoured to the
+/// nanosecond (a sub-millisecond wait must not round to a busy poll);
+/// before Linux 5.11 `epoll_wait` waits whole milliseconds, rounded up.
+pub(crate) fn epoll_wait_for(epfd: RawFd, evs: &mut [MaybeUninit<libc::epoll_event>], timeout: Option<Duration>) -> io::Result<usize> {
+    let cap = evs.len().min(i32::MAX as usize) as i32;
+    let ptr = evs.as_mut_ptr() as *mut libc::epoll_event;
+    let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let mut r = -1;
+    if !NO_PWAIT2.load(Relaxed) {
+        // SAFETY: the kernel writes at most `cap` events at `ptr`; `tsp` is
+        // null or points to `ts`, alive for the call; no signal mask.
+        r = unsafe { libc::epoll_pwait2(epfd, ptr, cap, tsp, std::ptr::null()) };
+        if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            NO_PWAIT2.store(true, Relaxed);
+        }
+    }
+    if NO_PWAIT2.load(Relaxed) {
+        let ms = timeout.map(|d| d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32).unwrap_or(-1);
+        // SAFETY: as above.
+        r = unsafe { libc::epoll_wait(epfd, ptr, cap, ms) };
+    }
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(e) };
+    }
+    Ok(r as usize)
 }
 
 /// Blocks until one of `fds` is readable or `timeout` passes (`None`: forever).

@@ -218,25 +218,11 @@ impl Poller {
     /// Waits; fills `out` with (token, flags). `None` waits forever.
     pub fn wait(&self, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
         let mut evs: [MaybeUninit<libc::epoll_event>; 128] = [MaybeUninit::uninit(); 128];
-        // epoll_pwait2 takes a nanosecond timeout (the send-coalescing timer
-        // is sub-millisecond); epoll_wait rounds up to whole milliseconds.
-        let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long });
-        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: the kernel writes at most 128 events into `evs`; `tsp` is
-        // null or points to `ts`, alive for the call.
-        let mut r = unsafe { libc::epoll_pwait2(self.fd.as_raw_fd(), evs.as_mut_ptr() as *mut libc::epoll_event, 128, tsp, std::ptr::null()) };
-        if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-            let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32).unwrap_or(-1);
-            // SAFETY: as above.
-            r = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr() as *mut libc::epoll_event, 128, ms) };
-        }
         out.clear();
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
-        }
-        for ev in &evs[..r as usize] {
-            // SAFETY: the first r entries were initialised by epoll_wait.
+        // Nanosecond timeouts: the send-coalescing timer is sub-millisecond.
+        let n = crate::backend::kernel::epoll_wait_for(self.fd.as_raw_fd(), &mut evs, timeout)?;
+        for ev in &evs[..n] {
+            // SAFETY: the first n entries were initialised by the kernel.
             let ev = unsafe { ev.assume_init() };
             out.push((ev.u64, ev.events));
         }
