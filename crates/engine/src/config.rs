@@ -9,6 +9,7 @@
 //! | `EUDP_MAX_MSGS` | messages per `sendmmsg`/`recvmmsg` call | 16 |
 //! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
 //! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 50 |
+//! | `EUDP_TX_FLUSH_BATCHES` | a streaming sender's own thread sends L1 once it holds this many GSO batches (or half of L1), in one `sendmmsg`; more per call means fewer syscalls and fewer receiver wake-ups, at the cost of that much more queueing delay | 1 |
 //! | `EUDP_RX_HANDOFF_US` | an application thread that stopped receiving hands its socket back to the engine after this long | 1000 |
 
 use std::time::Duration;
@@ -40,6 +41,11 @@ pub struct Config {
     /// wake-up cost per batch was the largest part of a sender's overhead).
     /// Zero: every queued send wakes the engine at once.
     pub tx_coalesce: Duration,
+    /// GSO batches L1 holds before the sender's own thread sends them (one
+    /// backend call of that many messages, `max_msgs` permitting); L1 half
+    /// full also triggers the send. A receiver is woken once per call's
+    /// burst, so several batches per call also spare it wake-ups.
+    pub tx_flush_batches: usize,
     /// Record every queue transition (tests and conformance checks only).
     pub record_transitions: bool,
 }
@@ -56,6 +62,7 @@ impl Default for Config {
             recv_spin: Duration::ZERO,
             rx_handoff: Duration::from_millis(1),
             tx_coalesce: Duration::from_micros(50),
+            tx_flush_batches: 1,
             record_transitions: false,
         }
     }
@@ -130,6 +137,13 @@ impl Config {
         if let Some(v) = get("EUDP_TX_COALESCE_US") {
             c.tx_coalesce = Duration::from_micros(parse("EUDP_TX_COALESCE_US", v)?);
         }
+        if let Some(v) = get("EUDP_TX_FLUSH_BATCHES") {
+            let n: usize = parse("EUDP_TX_FLUSH_BATCHES", v.clone())?;
+            if n == 0 || n > 64 {
+                return Err(ConfigError { var: "EUDP_TX_FLUSH_BATCHES", value: v });
+            }
+            c.tx_flush_batches = n;
+        }
         if let Some(v) = get("EUDP_SPIN_US") {
             c.recv_spin = Duration::from_micros(parse("EUDP_SPIN_US", v)?);
         }
@@ -154,5 +168,11 @@ mod tests {
         let e = Config::from_lookup(|k| (k == "EUDP_L2_DEPTH").then(|| "0".into())).unwrap_err();
         assert_eq!(e.var, "EUDP_L2_DEPTH");
         assert!(Config::from_lookup(|k| (k == "EUDP_GSO").then(|| "maybe".into())).is_err());
+        let c = Config::from_lookup(|k| (k == "EUDP_TX_FLUSH_BATCHES").then(|| "3".into())).unwrap();
+        assert_eq!(c.tx_flush_batches, 3);
+        for bad in ["0", "65", "x"] {
+            let e = Config::from_lookup(|k| (k == "EUDP_TX_FLUSH_BATCHES").then(|| bad.into())).unwrap_err();
+            assert_eq!(e.var, "EUDP_TX_FLUSH_BATCHES");
+        }
     }
 }

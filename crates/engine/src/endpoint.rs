@@ -659,22 +659,34 @@ impl EpInner {
         if self.engine.config.tx_coalesce.is_zero() || !self.caller_drains {
             return self.kick(s);
         }
+        let since = || s.l1_since.filter(|_| !s.l1.is_empty()).unwrap_or_else(Instant::now);
         if !s.scheduled {
             s.scheduled = true;
             s.coalescing = true;
-            self.engine.schedule_coalesced(self.clone());
+            self.engine.schedule_coalesced(self, since());
+        } else if s.coalescing && s.l1.len() == 1 {
+            // The first datagram after this thread sent L1 itself: the
+            // interval restarts from it.
+            self.engine.schedule_coalesced(self, since());
         }
     }
 
-    /// True when L1 holds what one backend message can carry: a full GSO
-    /// super-packet (by segment count or bytes, judged with the size of the
-    /// datagram just queued), or one `sendmmsg` call's worth without GSO.
+    /// True when L1 holds what the caller's thread should send itself:
+    /// `tx_flush_batches` full GSO super-packets (by segment count or
+    /// bytes, judged with the size of the datagram just queued), or one
+    /// `sendmmsg` call's worth without GSO. With more than one batch, L1
+    /// half full also counts, so a small SO_SNDBUF never makes the sender
+    /// wait for the engine.
     fn l1_holds_a_batch(&self, s: &SendState, last_len: usize) -> bool {
         let n = s.l1.len();
+        let k = self.engine.config.tx_flush_batches;
+        if 2 * s.l1.charged() >= s.capacity && k > 1 {
+            return true;
+        }
         if !self.gso.load(Relaxed) {
             return n >= self.engine.config.max_msgs;
         }
-        n >= self.gso_limits.max_segments || s.l1.payload_bytes() + last_len > self.gso_limits.max_bytes
+        n >= k * self.gso_limits.max_segments || s.l1.payload_bytes() + last_len > k * self.gso_limits.max_bytes
     }
 
     /// The caller's thread sends L1 itself as the engine would (reap the
@@ -795,6 +807,9 @@ impl EpInner {
                 }
                 PostDecision::Queued => {
                     self.trace.enqueue();
+                    if s.l1.len() == 1 && self.caller_drains {
+                        s.l1_since = Some(Instant::now());
+                    }
                     if self.caller_drains && self.l1_holds_a_batch(&s, data.len()) {
                         self.caller_flush(s);
                     } else {
@@ -871,6 +886,17 @@ impl EpInner {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Engine side, for a coalescing endpoint whose listing is `wait` old:
+    /// `Some(since)` when L1's oldest datagram was queued less than `wait`
+    /// before `now` (the caller's thread took L1 after the listing), so the
+    /// engine waits until `since + wait` rather than sending a fresh
+    /// remainder early; `None` when it is time to send (or nothing is left).
+    pub(crate) fn coalesce_since(&self, now: Instant, wait: Duration) -> Option<Instant> {
+        let s = lock(&self.send);
+        let since = s.l1_since.filter(|_| !s.l1.is_empty() && s.coalescing && !s.shutdown)?;
+        (now.saturating_duration_since(since) < wait).then_some(since)
     }
 
     /// Engine side: reap completions, drain L1 in batches while L2 has room.

@@ -7,7 +7,7 @@
 //! `epoll_wait` when idle (or spins in busy-poll mode); application threads
 //! ring a doorbell only when it sleeps.
 
-use crate::backend::kernel::{pin_current_thread, EventFd, Epoll};
+use crate::backend::kernel::{pin_current_thread, EventFd, Epoll, TimerFd};
 use crate::config::Config;
 use crate::endpoint::{EpInner, RxOutcome};
 use std::collections::{HashMap, VecDeque};
@@ -19,19 +19,32 @@ use std::time::{Duration, Instant};
 
 /// Token of the doorbell in the engine's epoll set.
 const DOORBELL: u64 = 0;
+/// Token of the coalescing timer (endpoint tokens count up from 1).
+const TIMER: u64 = u64::MAX;
+
+/// Endpoints whose queued sends may wait, and the coalescing timer's
+/// setting.
+#[derive(Debug, Default)]
+struct Coalescing {
+    /// Each endpoint with the time its oldest queued datagram was queued.
+    list: Vec<(Arc<EpInner>, Instant)>,
+    /// When the timer is set to fire (`None`: disarmed or already fired).
+    armed: Option<Instant>,
+}
 
 /// State shared between the engine thread and application threads.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: Config,
     work: Mutex<VecDeque<Arc<EpInner>>>,
-    /// Endpoints whose queued sends may wait up to `config.tx_coalesce`
-    /// (with the time each was listed): the engine sends what is left of
-    /// their L1 when that time is up, unless their own thread did first.
-    coalescing: Mutex<Vec<(Arc<EpInner>, Instant)>>,
-    /// The engine's current sleep has a deadline (the `coalescing` list was
-    /// not empty when it went to sleep), so a listing needs no doorbell.
-    timed: AtomicBool,
+    /// Endpoints whose queued sends may wait up to `config.tx_coalesce`:
+    /// the engine sends what is left of their L1 when that time is up,
+    /// unless their own thread did first.
+    coalescing: Mutex<Coalescing>,
+    /// Fires when the earliest of those is due. Senders move it themselves
+    /// (one `timerfd_settime` per batch), so a streaming sender whose own
+    /// thread sends every batch never has the engine woken at all.
+    timer: TimerFd,
     sleeping: AtomicBool,
     stop: AtomicBool,
     stopped: AtomicBool,
@@ -54,30 +67,40 @@ impl Shared {
         }
     }
 
-    /// Lists an endpoint whose L1 may wait up to `config.tx_coalesce`.
-    /// Rings the doorbell only when the engine sleeps without a deadline.
-    pub(crate) fn schedule_coalesced(&self, ep: Arc<EpInner>) {
-        let timed = {
-            let mut l = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-            if !l.iter().any(|(e, _)| e.id == ep.id) {
-                l.push((ep, Instant::now()));
-            }
-            self.timed.load(SeqCst)
-        };
-        if !timed && self.sleeping.load(SeqCst) {
-            self.doorbell.set();
+    /// Lists an endpoint whose oldest queued datagram was queued at `since`
+    /// and may wait up to `config.tx_coalesce`, or moves its time forward
+    /// when it is listed already (its own thread sent what was queued
+    /// before). The timer follows the earliest listing.
+    pub(crate) fn schedule_coalesced(&self, ep: &Arc<EpInner>, since: Instant) {
+        let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+        match c.list.iter_mut().find(|(e, _)| e.id == ep.id) {
+            Some(entry) => entry.1 = entry.1.max(since),
+            None => c.list.push((ep.clone(), since)),
+        }
+        self.set_timer(&mut c);
+    }
+
+    /// Sets the timer to the earliest listing's due time, if it changed.
+    fn set_timer(&self, c: &mut Coalescing) {
+        let due = c.list.iter().map(|(_, since)| *since).min().map(|t| t + self.config.tx_coalesce);
+        if due != c.armed {
+            c.armed = due;
+            self.timer.set(due.map(|d| d.saturating_duration_since(Instant::now())));
         }
     }
 
-    /// Services the coalescing endpoints whose time is up; returns how long
-    /// until the next one is due.
-    fn service_coalesced(&self, staging: &mut crate::queue::L1Queue) -> Option<Duration> {
+    /// Services the coalescing endpoints whose time is up, then sets the
+    /// timer for the rest. `fired`: the timer expired (it is disarmed now).
+    fn service_coalesced(&self, staging: &mut crate::queue::L1Queue, fired: bool) {
         let wait = self.config.tx_coalesce;
         let now = Instant::now();
         let due: Vec<Arc<EpInner>> = {
-            let mut l = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+            if fired {
+                c.armed = None;
+            }
             let mut due = Vec::new();
-            l.retain(|(ep, since)| {
+            c.list.retain(|(ep, since)| {
                 if now.duration_since(*since) >= wait {
                     due.push(ep.clone());
                     false
@@ -85,13 +108,22 @@ impl Shared {
                     true
                 }
             });
+            if due.is_empty() {
+                self.set_timer(&mut c);
+                return;
+            }
             due
         };
         for ep in due {
-            ep.service_send(staging);
+            // Its own thread took L1 meanwhile: what is queued now is
+            // younger than the listing, and waits out its own interval.
+            match ep.coalesce_since(now, wait) {
+                Some(since) => self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).list.push((ep, since)),
+                None => ep.service_send(staging),
+            }
         }
-        let l = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-        l.iter().map(|(_, since)| wait.saturating_sub(now.duration_since(*since))).min()
+        let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+        self.set_timer(&mut c);
     }
 
     pub(crate) fn register(&self, ep: &Arc<EpInner>) -> io::Result<()> {
@@ -141,8 +173,8 @@ impl Engine {
         let shared = Arc::new(Shared {
             config,
             work: Mutex::new(VecDeque::new()),
-            coalescing: Mutex::new(Vec::new()),
-            timed: AtomicBool::new(false),
+            coalescing: Mutex::new(Coalescing::default()),
+            timer: TimerFd::new()?,
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -153,8 +185,12 @@ impl Engine {
             wakeups: AtomicU64::new(0),
         });
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.doorbell), DOORBELL)?;
+        shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.timer), TIMER)?;
         let s2 = shared.clone();
-        let thread = std::thread::Builder::new().name("eudp-engine".into()).spawn(move || run(s2))?;
+        let thread = std::thread::Builder::new().name("eudp-engine".into()).spawn(move || {
+            crate::backend::kernel::block_async_signals();
+            run(s2)
+        })?;
         Ok(Engine { shared, thread: Mutex::new(Some(thread)) })
     }
 
@@ -227,6 +263,7 @@ fn run(sh: Arc<Shared>) {
     let mut rx_parked: Vec<Arc<EpInner>> = Vec::new();
     let handoff = sh.config.rx_handoff;
     let mut last_check = std::time::Instant::now();
+    let mut timer_fired = false;
     loop {
         // Send side: every endpoint that asked for service.
         loop {
@@ -239,30 +276,19 @@ fn run(sh: Arc<Shared>) {
         if sh.stop.load(SeqCst) {
             break;
         }
-        let coalesce_due = sh.service_coalesced(&mut staging);
-        // Receive side, and sleep when idle.
+        sh.service_coalesced(&mut staging, std::mem::take(&mut timer_fired));
+        // Receive side, and sleep when idle (the coalescing timer is in the
+        // epoll set).
         let timeout = if sh.config.busy_poll {
             Some(Duration::ZERO)
         } else {
             sh.sleeping.store(true, SeqCst);
-            // Decided under the list's lock, after `sleeping` is set: a
-            // sender listing an endpoint either is seen here or sees an
-            // untimed sleep and rings.
-            let due = {
-                let l = sh.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-                sh.timed.store(!l.is_empty(), SeqCst);
-                if l.is_empty() { None } else { Some(coalesce_due.unwrap_or(Duration::ZERO)) }
-            };
-            let t = if !rx_more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            if !rx_more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 Some(Duration::ZERO)
             } else if !rx_parked.is_empty() {
                 Some(handoff)
             } else {
                 None
-            };
-            match (t, due) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
             }
         };
         let r = sh.epoll.wait(&mut ready, timeout);
@@ -281,6 +307,11 @@ fn run(sh: Arc<Shared>) {
         for &tok in &ready {
             if tok == DOORBELL {
                 sh.doorbell.clear();
+                continue;
+            }
+            if tok == TIMER {
+                sh.timer.clear();
+                timer_fired = true;
                 continue;
             }
             let ep = sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&tok).and_then(Weak::upgrade);

@@ -138,6 +138,10 @@ pub struct SendState {
     pub scheduled: bool,
     /// ... on its coalescing list (serviced when the interval is up).
     pub coalescing: bool,
+    /// When the oldest datagram now in `l1` was queued (set by the caller
+    /// that queues into an empty L1): the coalescing interval runs from
+    /// here, so a take by the caller's own thread restarts it.
+    pub l1_since: Option<std::time::Instant>,
     /// Threads waiting in a flush for the queue to drain (they sleep on the
     /// endpoint's condition variable; a caller retiring the last slot wakes
     /// them).
@@ -172,6 +176,7 @@ impl SendState {
             shutdown: false,
             scheduled: false,
             coalescing: false,
+            l1_since: None,
             flushers: 0,
             rx_mark: 0,
             counts: PostCounts::default(),

@@ -178,8 +178,87 @@ fn a_streaming_sender_drains_full_batches_itself() {
     // reorder; the short burst after the pause must arrive whole.
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "order");
     assert!(seen.ends_with(&[20_000, 20_001, 20_002, 20_003, 20_004]), "tail: {:?}", &seen[seen.len().saturating_sub(8)..]);
+    // The engine counts a send after its syscall returns, which may be
+    // after the reader saw the datagrams: settle first.
+    assert!(ep.flush(Duration::from_secs(5)));
     let st = ep.stats();
     assert_eq!(st.datagrams_sent, 20_005);
     assert!(st.caller_flushes > 0, "{st:?}");
     check_trace(&ep.transitions(), 1).unwrap();
+}
+
+/// The coalescing interval runs from the oldest datagram L1 holds now, not
+/// from when the endpoint was first listed: after the sender's own thread
+/// sent a full batch, a later remainder waits out its own interval, and the
+/// engine is not woken at the first listing's (stale) deadline — the sender
+/// moved the engine's timer, so a sender sending every batch itself never
+/// wakes it.
+#[test]
+fn a_remainder_waits_from_its_own_oldest_datagram() {
+    let interval = Duration::from_millis(300);
+    let engine = Engine::start(Config { tx_coalesce: interval, ..Config::default() }).unwrap();
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let dst = rx.local_addr().unwrap();
+    let ep = Endpoint::with_engine(&engine, false).unwrap();
+    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_send_buffer_size(1 << 20).unwrap();
+    let drain = || {
+        let mut buf = [0u8; 256];
+        let mut n = 0;
+        while rx.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    };
+    let t0 = std::time::Instant::now();
+    // One direct post, then a full batch that the caller's thread sends.
+    for _ in 0..65 {
+        ep.send_to(&[1u8; 100], dst).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(drain(), 65, "{:?}", ep.stats());
+    assert!(ep.stats().caller_flushes >= 1, "{:?}", ep.stats());
+    // Well inside the first listing's interval, a short burst: one direct
+    // post and nine queued that nobody else will send.
+    std::thread::sleep(Duration::from_millis(200).saturating_sub(t0.elapsed()));
+    let woken = engine.wakeups();
+    let burst = std::time::Instant::now();
+    for _ in 0..10 {
+        ep.send_to(&[2u8; 100], dst).unwrap();
+    }
+    // Past the first listing's deadline (t0 + 300 ms), before the burst's
+    // own (burst + 300 ms): the queued nine wait, and the engine slept.
+    std::thread::sleep(Duration::from_millis(400).saturating_sub(t0.elapsed()));
+    let early = drain();
+    let woke = engine.wakeups() - woken;
+    assert!(burst.elapsed() < interval, "test thread stalled: timing not checkable");
+    assert_eq!(early, 1, "only the direct post may have left; {:?}", ep.stats());
+    assert_eq!(woke, 0, "the engine woke at a stale deadline");
+    // By the burst's own deadline (with margin) the engine sent them.
+    std::thread::sleep(interval + Duration::from_millis(200));
+    assert_eq!(drain(), 9, "{:?}", ep.stats());
+}
+
+/// With `tx_flush_batches` = 2 the sender's own thread waits for two full
+/// GSO messages and hands them to the kernel in one `sendmmsg`.
+#[test]
+fn a_streaming_sender_gathers_the_configured_batches() {
+    let cfg = Config { tx_flush_batches: 2, max_msgs: 64, tx_coalesce: Duration::from_secs(1), ..Config::default() };
+    let engine = Engine::start(cfg).unwrap();
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dst = rx.local_addr().unwrap();
+    let ep = Endpoint::with_engine(&engine, false).unwrap();
+    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_send_buffer_size(1 << 20).unwrap();
+    // Ten rounds of: a direct post (L1 is empty, L2 has room), then two
+    // batches of 64 queued behind it.
+    for _ in 0..10 * 129 {
+        ep.send_to(&[3u8; 100], dst).unwrap();
+    }
+    let st = ep.stats();
+    assert_eq!(st.caller_flushes, 10, "{st:?}");
+    assert_eq!(st.gso_messages, 20, "two GSO messages per flush: {st:?}");
+    assert_eq!(st.send_calls, 10 + 10, "ten direct posts, one call per flush: {st:?}");
+    assert_eq!(st.datagrams_sent, 10 * 129, "{st:?}");
 }

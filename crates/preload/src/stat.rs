@@ -120,6 +120,7 @@ pub fn ensure_writer() {
     }
     let Some(every) = interval() else { return };
     let r = std::thread::Builder::new().name("eudp-stat".into()).spawn(move || loop {
+        eudp_engine::backend::kernel::block_async_signals();
         std::thread::sleep(every);
         if shim::generation() != g {
             return;

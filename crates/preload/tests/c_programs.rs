@@ -8,7 +8,7 @@ use std::process::Command;
 
 const CASES: &[&str] = &[
     "sendto_recvfrom", "connected", "flags", "timeout", "iov_mmsg", "readiness", "blocking_wakeup", "fork", "dup", "pktinfo",
-    "v6", "signals", "threads_nb_burst", "threads", "pollout", "select_busy", "exec", "execl", "execlp", "execle",
+    "v6", "signals", "poll_signal", "threads_nb_burst", "threads", "pollout", "select_busy", "exec", "execl", "execlp", "execle",
 ];
 
 fn run_case(exe: &std::path::Path, case: &str) {
@@ -28,7 +28,7 @@ fn run_case(exe: &std::path::Path, case: &str) {
         let fb: u64 = r.iter().map(|x| x["fallbacks"].as_u64().unwrap_or(0)).sum();
         assert_eq!(fb, 0, "IP_PKTINFO and IPV6_RECVPKTINFO stay on the engine: {r:?}");
     }
-    if !["fork", "timeout", "signals", "exec", "execl", "execlp", "execle"].contains(&case) {
+    if !["fork", "timeout", "signals", "poll_signal", "exec", "execl", "execlp", "execle"].contains(&case) {
         assert!(total(&r, "datagrams_sent") + total(&r, "datagrams_received") > 0, "{case}: no datagram on the engine");
     }
     let _ = std::fs::remove_dir_all(&stats);
@@ -40,6 +40,22 @@ fn semantics_match_the_kernel() {
     for case in CASES {
         run_case(&exe, case);
     }
+}
+
+#[test]
+fn a_spinning_poll_still_ends_on_signals_and_data() {
+    // EUDP_SPIN_US far longer than the test's waits: a spin that ignored
+    // signals would return late (or 0) and fail the program's checks.
+    let exe = cc("udp_semantics", &[]);
+    let stats = stat_dir("poll_spin");
+    let mut cmd = Command::new(&exe);
+    cmd.arg("poll_signal").env("EUDP_SPIN_US", "2000000");
+    let out = preloaded(cmd, &stats);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "OK poll_signal\nALL OK\n");
+    let r = reports(&stats);
+    assert!(r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum::<u64>() > 0, "{r:?}");
+    let _ = std::fs::remove_dir_all(&stats);
 }
 
 #[test]

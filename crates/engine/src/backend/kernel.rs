@@ -565,6 +565,52 @@ impl EventFd {
     }
 }
 
+/// A one-shot CLOCK_MONOTONIC timer as a file descriptor, so the engine's
+/// deadline can be moved by any thread without waking the engine.
+#[derive(Debug)]
+pub struct TimerFd {
+    fd: OwnedFd,
+}
+
+impl AsRawFd for TimerFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl TimerFd {
+    /// A nonblocking, close-on-exec timer, disarmed.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the fd is owned below.
+        let fd = cvt(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
+        // SAFETY: fresh fd owned by nobody else.
+        Ok(TimerFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Fires once, `after` from now (at least 1 ns: zero would disarm);
+    /// `None` disarms. Replaces any earlier setting.
+    pub fn set(&self, after: Option<Duration>) {
+        let value = match after {
+            Some(d) => {
+                let d = d.max(Duration::from_nanos(1));
+                libc::timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as _ }
+            }
+            None => libc::timespec { tv_sec: 0, tv_nsec: 0 },
+        };
+        let spec = libc::itimerspec { it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 }, it_value: value };
+        // SAFETY: valid itimerspec; the old value is not asked for. It cannot
+        // fail on a valid timerfd with a normalised relative time.
+        unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+    }
+
+    /// Consumes an expiry (the fd is then unreadable until the next one).
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN means not expired.
+        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    }
+}
+
 /// A level-triggered epoll set keyed by `u64` tokens.
 #[derive(Debug)]
 pub struct Epoll {
@@ -726,6 +772,30 @@ pub fn raise_fd_limit(want: u64) -> io::Result<u64> {
         cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
     }
     Ok(r.rlim_cur)
+}
+
+/// Every signal but the synchronous ones a fault raises on the faulting
+/// thread (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) and SIGABRT.
+pub fn async_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigfillset/sigdelset only write it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS, libc::SIGABRT] {
+            libc::sigdelset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Blocks [`async_signals`] in the calling thread, for eudp's own threads:
+/// a signal sent to the process is then taken by one of the program's
+/// threads, as it would be without eudp, and a program's handler never
+/// runs on an engine thread in the middle of its work.
+pub fn block_async_signals() {
+    let set = async_signals();
+    // SAFETY: valid set; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
 /// Pins the calling thread to one CPU.

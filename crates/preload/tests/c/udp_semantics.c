@@ -441,6 +441,51 @@ static void t_signals(void) {
     puts("OK signals");
 }
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* A signal ends a waiting poll/select with EINTR, even a restarting
+ * handler's (the kernel never restarts them), however long the wait would
+ * have been, and a datagram ends it at once. Run with EUDP_SPIN_US set this
+ * checks the spinning wait as well. */
+static void t_poll_signal(void) {
+    struct sockaddr_in sa;
+    int s = udp4(&sa);
+    char b[8];
+    CHECK(sendto(s, "self", 4, 0, (struct sockaddr *)&sa, sizeof sa) == 4);
+    CHECK(recv(s, b, sizeof b, 0) == 4);
+    struct sigaction act = { .sa_handler = on_alarm, .sa_flags = SA_RESTART };
+    sigemptyset(&act.sa_mask);
+    CHECK(sigaction(SIGALRM, &act, NULL) == 0);
+    struct itimerval it = { { 0, 0 }, { 0, 100000 } };
+    got_alarm = 0;
+    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+    double t0 = now_s();
+    struct pollfd p = { .fd = s, .events = POLLIN };
+    CHECK(poll(&p, 1, 3000) == -1 && errno == EINTR && got_alarm);
+    CHECK(now_s() - t0 < 1.5);
+    got_alarm = 0;
+    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+    t0 = now_s();
+    fd_set r; FD_ZERO(&r); FD_SET(s, &r);
+    struct timeval tv = { 3, 0 };
+    CHECK(select(s + 1, &r, NULL, NULL, &tv) == -1 && errno == EINTR && got_alarm);
+    CHECK(now_s() - t0 < 1.5);
+    struct sockaddr_in ca; int c = udp4(&ca);
+    pid_t pid = fork();
+    if (pid == 0) { usleep(100000); sendto(c, "late", 4, 0, (struct sockaddr *)&sa, sizeof sa); _exit(0); }
+    t0 = now_s();
+    CHECK(poll(&p, 1, 3000) == 1 && (p.revents & POLLIN));
+    CHECK(now_s() - t0 < 1.5 && recv(s, b, sizeof b, 0) == 4);
+    waitpid(pid, NULL, 0);
+    signal(SIGALRM, SIG_DFL);
+    close(s); close(c);
+    puts("OK poll_signal");
+}
+
 static void t_threads_nb_burst(void) {
     /* nonblocking burst: everything sent arrives (loopback, big rcvbuf) */
     struct sockaddr_in sa, ca;
@@ -628,6 +673,7 @@ int main(int argc, char **argv) {
     RUN(pktinfo);
     RUN(v6);
     RUN(signals);
+    RUN(poll_signal);
     RUN(threads_nb_burst);
     RUN(threads);
     RUN(pollout);
