@@ -319,9 +319,10 @@ fn trunc(s: &str, n: usize) -> String {
 
 const SIM_HELP: &str = "usage: eudp sim COMMAND [OPTIONS]
 commands:
-  run       --preset P --stack S [--sizes LIST] [--messages N] [--bidir] [--bus B] [--link-mbps X]
-            one-way latency (1 message) and steady bandwidth (N messages, default 64) per size
-            [--csv FILE] [--svg FILE]
+  run       --preset P --stack S [--sizes LIST] [--messages N] [--bidir] [--pingpong] [--bus B]
+            [--link-mbps X] [--csv FILE] [--svg FILE]   one-way latency (1 message; with
+            --pingpong half the mean round trip of 8 exchanges, as 000 §5.2 and 003 §6.2
+            measure it) and steady bandwidth (N messages, default 64) per size
   timeline  --preset P --stack S [--size B] [--messages N] [--bus B] [--link-mbps X]
             [--layers L1,L2] [--json FILE] [--svg FILE]   time-flow chart of a burst (default ten
             32 KB packets); --layers keeps layers by name, host (sender/receiver) or host:layer
@@ -348,7 +349,7 @@ fn sim_cmd(args: &[String]) -> Result<(), String> {
     let a = parse_args(
         rest,
         &["preset", "stack", "stacks", "sizes", "size", "messages", "layers", "trace", "bus", "buses", "link-mbps", "links", "csv", "svg", "json", "jobs", "packets"],
-        &["bidir", "markdown", "assumptions", "help"],
+        &["bidir", "pingpong", "markdown", "assumptions", "help"],
     )?;
     if let Some(p) = a.positional.first() {
         return Err(format!("unexpected argument {p:?}\n{SIM_HELP}"));
@@ -384,20 +385,26 @@ fn sim_run(a: &Args) -> Result<(), String> {
     let sizes = a.list::<f64>("sizes")?.unwrap_or_else(|| default_sizes(65536.0));
     let n: usize = a.num("messages", 64usize)?;
     let bidir = a.flag("bidir");
+    let pp = a.flag("pingpong");
     let unit = p.mbit_bits.v;
-    println!("preset {} stack {stack}: one-way latency (1 message) and bandwidth ({n} messages{})", p.name, if bidir { ", both directions" } else { "" });
+    let how = if pp { "ping-pong latency (half round trip)" } else { "one-way latency (1 message)" };
+    println!("preset {} stack {stack}: {how} and bandwidth ({n} messages{})", p.name, if bidir { ", both directions" } else { "" });
     println!("{:>8} {:>14} {:>16}", "bytes", "latency (us)", "bandwidth (Mbit/s)");
     let mut csv = String::from("bytes,latency_us,bandwidth_mbit\n");
     let mut lat = Vec::new();
     let mut bw = Vec::new();
     for &b in &sizes {
         let b = b as u64;
-        let l = sim::run(&p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: false })?;
+        let l_us = if pp {
+            report::pingpong_us(&p, stack, b)?
+        } else {
+            sim::run(&p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: false })?.latency_ns() / 1000.0
+        };
         let s = sim::run(&p, stack, &Workload { msg_bytes: b, messages: n.max(1), bidirectional: bidir, timeline: false })?;
         let mb = s.total_bits_per_ns(b) * 1e9 / unit;
-        println!("{b:>8} {:>14.2} {:>16.1}", l.latency_ns() / 1000.0, mb);
-        let _ = writeln!(csv, "{b},{:.4},{mb:.3}", l.latency_ns() / 1000.0);
-        lat.push((b as f64, l.latency_ns() / 1000.0));
+        println!("{b:>8} {l_us:>14.2} {mb:>16.1}");
+        let _ = writeln!(csv, "{b},{l_us:.4},{mb:.3}");
+        lat.push((b as f64, l_us));
         bw.push((b as f64, mb));
     }
     if let Some(f) = a.get("csv") {

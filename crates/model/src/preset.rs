@@ -279,6 +279,20 @@ pub struct StageSpec {
     /// last one (interrupt coalescing: a lone or final segment still interrupts).
     #[serde(default)]
     pub every_packets: Option<Cited>,
+    /// The earlier stage whose progress gates this one (default: the stage
+    /// just before it). Lets work that needs only part of the path run beside
+    /// the rest, e.g. 003's send ack once a frame is classified.
+    #[serde(default)]
+    pub after: Option<After>,
+}
+
+/// A stage gated by an earlier stage than the one before it, with the
+/// paper passage that places it there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct After {
+    pub stage: String,
+    pub cite: String,
 }
 
 impl StageSpec {
@@ -440,9 +454,17 @@ fn validate(p: &Preset) -> Result<(), String> {
             return Err(format!("stack {sn}: mtu_bytes must be >= 1"));
         }
         let mut names = std::collections::HashSet::new();
-        for st in &s.stages {
+        for (i, st) in s.stages.iter().enumerate() {
             if !names.insert(st.name.as_str()) {
                 return Err(format!("stack {sn}: duplicate stage name {}", st.name));
+            }
+            if let Some(a) = &st.after {
+                if i == 0 || !s.stages[..i].iter().any(|x| x.name == a.stage) {
+                    return Err(format!("stack {sn} stage {}: after must name an earlier stage, not {:?}", st.name, a.stage));
+                }
+                if a.cite.trim().is_empty() {
+                    return Err(format!("stack {sn} stage {}: after needs a citation", st.name));
+                }
             }
             let all = st.on.iter().map(|u| u.res().to_string()).chain(st.uses.iter().map(|u| u.res().to_string())).chain(st.hold.iter().cloned());
             for r in all {

@@ -54,6 +54,15 @@ pub fn latency_us(p: &Preset, stack: &str, b: u64) -> Result<f64, String> {
     Ok(sim::run(p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: false })?.latency_ns() / 1000.0)
 }
 
+/// Round trips a ping-pong latency averages over.
+pub const PINGPONG_ROUNDS: usize = 8;
+
+/// Ping-pong latency: half the mean round-trip time (µs), as 000 §5.2 and
+/// 003 §6.2 measure it.
+pub fn pingpong_us(p: &Preset, stack: &str, b: u64) -> Result<f64, String> {
+    Ok(sim::pingpong(p, stack, b, PINGPONG_ROUNDS)?.1 / 1000.0)
+}
+
 /// Steady bandwidth of `n` back-to-back messages, in the preset's Mbit unit.
 pub fn bandwidth(p: &Preset, stack: &str, b: u64, n: usize, bidir: bool) -> Result<f64, String> {
     let r = sim::run(p, stack, &Workload { msg_bytes: b, messages: n, bidirectional: bidir, timeline: false })?;

@@ -1,5 +1,5 @@
 //! Headline rows of presets 001-004.
-use crate::report::{bandwidth, holds, latency_us, row, shipped, Row};
+use crate::report::{bandwidth, holds, latency_us, pingpong_us, row, shipped, Row};
 use crate::sim::{self, Workload};
 
 /// Sizes of 001's Tables 1-2.
@@ -63,13 +63,13 @@ pub fn rows_003() -> Result<Vec<Row>, String> {
     out.push(row("003-ro-bw", "003 §1, §6.2", "RO unidirectional bandwidth, 16 kB messages", 964.0, ro, "Mbit/s"));
     out.push(row("003-base-bw", "003 §1, §6.2", "base unidirectional bandwidth, 16 kB messages", 840.0, base, "Mbit/s"));
     out.push(row("003-so-uni", "003 §6.2", "SO unidirectional bandwidth / base (same as base)", 1.0, so / base, "ratio"));
-    let l10b = latency_us(&p, "base", 10)?;
-    let l10r = latency_us(&p, "ro", 10)?;
+    let l10b = pingpong_us(&p, "base", 10)?;
+    let l10r = pingpong_us(&p, "ro", 10)?;
     out.push(row("003-base-lat", "003 §1", "base latency, 10 B", 24.0, l10b, "us"));
     out.push(row("003-ro-lat", "003 §1", "RO latency, 10 B", 22.0, l10r, "us"));
     out.push(holds("003-ro-lat-gain", "003 §1, §6.2", format!("RO 10 B latency below base ({l10r:.2} vs {l10b:.2} us)"), l10r < l10b));
-    let l14b = latency_us(&p, "base", 14336)?;
-    let l14r = latency_us(&p, "ro", 14336)?;
+    let l14b = pingpong_us(&p, "base", 14336)?;
+    let l14r = pingpong_us(&p, "ro", 14336)?;
     out.push(row("003-ro-lat14k", "003 §6.2", "RO latency improvement over base, 14 kB", 8.3, (1.0 - l14r / l14b) * 100.0, "%"));
     out.push(row("003-so-bidir", "003 §1, §6.3", "SO bidirectional bandwidth (total), 16 kB", 1100.0, bandwidth(&p, "so", big, n, true)?, "Mbit/s"));
     out.push(row("003-base-bidir", "003 §1, §6.3", "base bidirectional bandwidth (total), 16 kB", 940.0, bandwidth(&p, "base", big, n, true)?, "Mbit/s"));

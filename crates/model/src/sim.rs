@@ -168,6 +168,10 @@ struct StageC {
     msg_at_end: bool,
     /// per-packet overhead on every n-th segment (and the last) only
     every: u64,
+    /// stage whose progress gates this one (None for the first stage)
+    up: Option<usize>,
+    /// stages gated by this one
+    downs: Vec<usize>,
 }
 
 struct Pkt {
@@ -206,6 +210,11 @@ struct FlowC {
     threads: Vec<usize>,
     msg_start: Vec<u64>,
     msg_end: Vec<u64>,
+    /// ping-pong: messages posted so far, and per message whether it
+    /// reached `complete_at` and whether every stage (acks too) finished it
+    msgs_posted: usize,
+    msg_complete: Vec<bool>,
+    msg_done: Vec<bool>,
 }
 
 /// The simulator state.
@@ -218,6 +227,7 @@ struct Sim {
     threads: Vec<Thread>,
     records: Vec<Record>,
     keep_records: bool,
+    pingpong: bool,
 }
 
 fn swap_side(name: &str) -> String {
@@ -248,6 +258,24 @@ pub fn packetise(msg: u64, mtu: u64, segment: Option<u64>) -> Vec<u64> {
 
 /// Runs `stack` of `preset` under `w`.
 pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, String> {
+    run_mode(preset, stack, w, false)
+}
+
+/// Ping-pong of `rounds` round trips of `msg_bytes` (the latency method of
+/// 000 §5.2 and 003 §6.2): flow 0 sends, flow 1 (the mirror) replies. A side
+/// posts its next message once the other side's message has reached
+/// `complete_at` and every stage of its own previous message has finished
+/// (003's sender waits for the acknowledgement too). Returns the run and
+/// half the mean round-trip time (ns).
+pub fn pingpong(preset: &Preset, stack: &str, msg_bytes: u64, rounds: usize) -> Result<(SimResult, f64), String> {
+    let w = Workload { msg_bytes, messages: rounds.max(1), bidirectional: true, timeline: false };
+    let r = run_mode(preset, stack, &w, true)?;
+    let n = w.messages;
+    let half = (r.messages[1][n - 1].1 - r.messages[0][0].0) / (2 * n) as f64;
+    Ok((r, half))
+}
+
+fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Result<SimResult, String> {
     let st = preset.stacks.get(stack).ok_or_else(|| {
         format!("preset {} has no stack {stack:?} (stacks: {})", preset.name, preset.stacks.keys().cloned().collect::<Vec<_>>().join(", "))
     })?;
@@ -281,7 +309,7 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
             res.push(Res { name: d, cap: 1, used: 0, busy_unit_ps: 0, first: None, last: 0 });
         }
     }
-    let mut sim = Sim { q: Queue::new(), res, pending: Vec::new(), seq: 0, flows: Vec::new(), threads: Vec::new(), records: Vec::new(), keep_records: w.timeline };
+    let mut sim = Sim { q: Queue::new(), res, pending: Vec::new(), seq: 0, flows: Vec::new(), threads: Vec::new(), records: Vec::new(), keep_records: w.timeline, pingpong };
     for f in 0..nflows {
         let map = |n: &str| -> usize {
             let n = if f == 1 { swap_side(n) } else { n.to_string() };
@@ -326,7 +354,17 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
                 credit_give: Vec::new(),
                 msg_at_end: s.per_message_at_end,
                 every: s.every_packets.as_ref().map(|c| c.v.max(1.0) as u64).unwrap_or(1),
+                up: match &s.after {
+                    Some(a) => st.stages.iter().position(|x| x.name == a.stage),
+                    None => stages.len().checked_sub(1),
+                },
+                downs: Vec::new(),
             });
+        }
+        for i in 0..stages.len() {
+            if let Some(u) = stages[i].up {
+                stages[u].downs.push(i);
+            }
         }
         let mut credits = Vec::new();
         for (ci, c) in st.credits.iter().enumerate() {
@@ -373,16 +411,24 @@ pub fn run(preset: &Preset, stack: &str, w: &Workload) -> Result<SimResult, Stri
             threads,
             msg_start: vec![0; w.messages],
             msg_end: vec![0; w.messages],
+            msgs_posted: usize::from(pingpong && sim.flows.is_empty()),
+            msg_complete: vec![false; w.messages],
+            msg_done: vec![false; w.messages],
         });
     }
-    for f in 0..nflows {
+    for f in 0..if pingpong { 1 } else { nflows } {
         sim.q.at(0, Ev::Admit(f));
     }
     let limit = 2_000_000_000u64;
     while let Some((_, e)) = sim.q.pop() {
         match e {
             Ev::Admit(f) => {
-                sim.flows[f].admitted = sim.flows[f].pkts.len();
+                let fl = &mut sim.flows[f];
+                if pingpong {
+                    fl.admitted = fl.pkts.iter().position(|p| p.msg >= fl.msgs_posted).unwrap_or(fl.pkts.len());
+                } else {
+                    fl.admitted = fl.pkts.len();
+                }
                 let t0 = sim.flows[f].threads[0];
                 sim.poke(t0);
             }
@@ -441,10 +487,9 @@ impl Sim {
         let th = &self.threads[t];
         let fl = &self.flows[th.flow];
         let b = fl.pkts[th.pkt].bytes;
-        if th.stage == 0 {
+        let Some(s) = fl.stages[th.stage].up else {
             return (b, true);
-        }
-        let s = th.stage - 1;
+        };
         let fin = fl.finished[s][th.pkt];
         let del = if fin || !fl.stages[s].data { if fin { b } else { 0 } } else { fl.delivered[s][th.pkt] };
         (del, fin)
@@ -652,20 +697,48 @@ impl Sim {
                 bytes: pk.bytes,
             });
         }
-        let nst = self.flows[f].stages.len();
-        if s == self.flows[f].complete_at && self.flows[f].pkts[p].last {
+        if self.flows[f].pkts[p].last {
             let m = self.flows[f].pkts[p].msg;
-            self.flows[f].msg_end[m] = now;
+            if s == self.flows[f].complete_at {
+                self.flows[f].msg_end[m] = now;
+                self.flows[f].msg_complete[m] = true;
+            }
+            if self.flows[f].finished.iter().all(|st| st[p]) {
+                self.flows[f].msg_done[m] = true;
+            }
+            if self.pingpong {
+                self.pingpong_admit();
+            }
         }
         self.threads[t].pkt += 1;
         self.threads[t].phase = Phase::Idle;
         self.try_start(t);
-        if s + 1 < nst {
-            let d = self.flows[f].threads[s + 1];
+        for k in 0..self.flows[f].stages[s].downs.len() {
+            let d = self.flows[f].threads[self.flows[f].stages[s].downs[k]];
             self.poke(d);
         }
         for w in wake {
             self.poke(w);
+        }
+    }
+
+    /// Ping-pong: posts each side's next message once the other side's
+    /// message has arrived and its own previous one is finished. The post is
+    /// an event at the current time, so work the NIC starts on its own at
+    /// this instant (an acknowledgement) is queued before the reply.
+    fn pingpong_admit(&mut self) {
+        for f in 0..self.flows.len() {
+            let m = self.flows[f].msgs_posted;
+            if m >= self.flows[f].msg_start.len() || (f == 0 && m == 0) {
+                continue;
+            }
+            let (other, om) = if f == 0 { (1, m - 1) } else { (0, m) };
+            let arrived = self.flows[other].msg_complete[om];
+            let own_done = m == 0 || self.flows[f].msg_done[m - 1];
+            if arrived && own_done {
+                self.flows[f].msgs_posted += 1;
+                self.q.at(self.now(), Ev::Admit(f));
+            }
         }
     }
 
@@ -772,8 +845,8 @@ impl Sim {
                 let c = self.threads[t].chunk_now;
                 self.flows[f].delivered[s][p] += c;
                 self.threads[t].frag_left -= c;
-                if s + 1 < self.flows[f].stages.len() {
-                    let d = self.flows[f].threads[s + 1];
+                for k in 0..self.flows[f].stages[s].downs.len() {
+                    let d = self.flows[f].threads[self.flows[f].stages[s].downs[k]];
                     if self.threads[d].pkt == p {
                         self.poke(d);
                     }

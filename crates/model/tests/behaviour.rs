@@ -2,6 +2,7 @@
 
 use eudp_model::cli::{model_main, sim_main};
 use eudp_model::preset;
+use eudp_model::report::shipped;
 use eudp_model::sim::{self, Workload};
 use eudp_model::{fit, timeline};
 
@@ -263,4 +264,49 @@ fn coalesced_interrupts_fire_every_third_segment_and_on_the_last() {
     assert_eq!(paid(3 * 1472), 1);
     assert_eq!(paid(4 * 1472), 2);
     assert_eq!(paid(45 * 1472), 15);
+}
+
+#[test]
+fn pingpong_latency_counts_work_left_behind_on_the_path() {
+    // 003 base: the receiving NIC's single CPU still owes the send ack when
+    // the reply is posted, so half a round trip exceeds the one-way time;
+    // with RO's ack beside the receive path (003 §5) the two agree.
+    let p = shipped("003").unwrap();
+    let one = |s: &str| sim::run(&p, s, &Workload { msg_bytes: 10, messages: 1, bidirectional: false, timeline: false }).unwrap().latency_ns();
+    let pp = |s: &str| sim::pingpong(&p, s, 10, 4).unwrap().1;
+    assert!(pp("base") > one("base") + 1000.0, "base ping-pong {} vs one-way {}", pp("base"), one("base"));
+    assert!((pp("ro") - one("ro")).abs() < 1.0, "ro ping-pong {} vs one-way {}", pp("ro"), one("ro"));
+    assert!(pp("ro") < pp("base"));
+    // every round trip is simulated: 4 messages each way, replies after requests
+    let (r, _) = sim::pingpong(&p, "base", 10, 4).unwrap();
+    assert_eq!(r.messages[0].len(), 4);
+    for k in 0..4 {
+        assert!(r.messages[1][k].0 >= r.messages[0][k].1, "reply {k} posted before the request arrived");
+        if k + 1 < 4 {
+            assert!(r.messages[0][k + 1].0 >= r.messages[1][k].1, "request {} posted before reply {k} arrived", k + 1);
+        }
+    }
+}
+
+#[test]
+fn after_gates_a_stage_on_an_earlier_one() {
+    let mut p = shipped("003").unwrap();
+    let w = Workload { msg_bytes: 10, messages: 1, bidirectional: false, timeline: true };
+    let start = |p: &eudp_model::preset::Preset| {
+        let r = sim::run(p, "ro", &w).unwrap();
+        let t = |n: &str| r.records.iter().find(|x| x.stage == n).map(|x| (x.t_start_ns, x.t_end_ns)).unwrap();
+        (t("send_ack"), t("recv_bookkeep"), t("receiving"))
+    };
+    let (ack, bk, rcv) = start(&p);
+    assert!((ack.0 - bk.1).abs() < 1e-6, "send ack starts when receive bookkeeping ends");
+    assert!(ack.1 < rcv.1, "and overlaps receiving");
+    for st in p.stacks.get_mut("ro").unwrap().stages.iter_mut() {
+        st.after = None;
+    }
+    let (ack, _, rcv) = start(&p);
+    assert!(ack.0 >= rcv.1, "without it the ack waits for receiving");
+    let mut bad = shipped("003").unwrap();
+    bad.stacks.get_mut("ro").unwrap().stages[0].after = Some(eudp_model::preset::After { stage: "wire".into(), cite: "x".into() });
+    let text = serde_json::to_string(&bad).unwrap();
+    assert!(eudp_model::preset::parse(&text).is_err(), "after must name an earlier stage");
 }
