@@ -919,3 +919,36 @@ fn a_direct_read_never_takes_more_than_the_receive_queue_holds() {
     let ring = s1.drop_ring_full - s0.drop_ring_full;
     assert_eq!(got + ring, n, "received {got}, ring drops {ring}: {t1:?}");
 }
+
+/// A request/response flow of small datagrams (sockperf ping-pong) is read
+/// by its endpoint too, once the manager has seen a few reads go to that
+/// endpoint only: the receiving thread is woken by the connection itself,
+/// without the manager's wake-up and hand-over per message. Frames for a
+/// second endpoint make the manager take the connection back.
+#[test]
+fn a_small_datagram_flow_is_read_by_its_endpoint() {
+    let (a, b) = two_hosts("127.0.0.42", "127.0.0.43");
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.42", 0);
+    let from = tx.local_addr().unwrap();
+    let rx = ep(&b, &e, "127.0.0.43", 0);
+    let to = rx.local_addr().unwrap();
+    let len = 64;
+    for i in 0..200 {
+        tx.send_to(&payload(i, len), to).unwrap();
+        recv_seqs(&rx, i..i + 1, len, from);
+    }
+    let st = b.stats();
+    assert_eq!(st.rx_delegations, 1, "{st:?}");
+    assert!(st.rx_direct_reads > 100, "the endpoint's thread read the connection: {st:?}");
+    assert_eq!(st.frames_in_place, 0);
+    let rx2 = ep(&b, &e, "127.0.0.43", 0);
+    for i in 200..300 {
+        tx.send_to(&payload(i, len), to).unwrap();
+        tx.send_to(&payload(i, len), rx2.local_addr().unwrap()).unwrap();
+        recv_seqs(&rx, i..i + 1, len, from);
+        recv_seqs(&rx2, i..i + 1, len, from);
+    }
+    let st = b.stats();
+    assert_eq!((st.drop_rx_full, st.drop_no_port, st.frames_received), (0, 0, 400), "{st:?}");
+}

@@ -1461,13 +1461,9 @@ impl Mgr {
     /// not signalled). Also returns the queue every frame went to in place,
     /// if there was one (a bulk flow to one endpoint).
     fn read_step(&self, conn: &Arc<Conn>, dec: &mut Decoder, rbuf: &mut [u8], pools: &mut Pools, quiet: Option<&RxQueue>, blocks: usize) -> (Step, Option<Arc<RxQueue>>) {
-        let mut out = Deliver { mgr: self, conn, pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0, quiet, first: None, mixed: false };
-        let mut in_place = false;
+        let mut out = Deliver { mgr: self, conn, pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0, frames_seen: 0, quiet, first: None, mixed: false };
         let r = match self.scatter_plan(dec, conn) {
-            Some(plan) => {
-                in_place = true;
-                self.read_in_place(conn, dec, rbuf, plan, &mut out, blocks)
-            }
+            Some(plan) => self.read_in_place(conn, dec, rbuf, plan, &mut out, blocks),
             None => {
                 // An endpoint's reader reads no more than its queue holds
                 // (a frame costs at most RX_MAX_RATIO times its wire bytes);
@@ -1481,7 +1477,11 @@ impl Mgr {
             }
         };
         out.flush();
-        let only = if in_place && !out.mixed { out.first.take() } else { None };
+        // Every frame of this read went to one endpoint: a bulk flow read in
+        // place, or a request/response flow of small datagrams (whose
+        // endpoint, once it reads the connection itself, is woken by the
+        // connection directly: no manager wake-up and hand-over per message).
+        let only = if !out.mixed && out.frames_seen > 0 { out.first.take() } else { None };
         drop(out);
         pools.trim();
         let step = match r {
@@ -1887,6 +1887,8 @@ struct Deliver<'a> {
     batch: Vec<RxItem>,
     frames: u64,
     bytes: u64,
+    /// Frames of this read (not reset by `flush`).
+    frames_seen: u64,
     /// The queue whose reader reads (not signalled, it pops next).
     quiet: Option<&'a RxQueue>,
     /// The first queue frames went to, and whether any went elsewhere.
@@ -1922,6 +1924,7 @@ impl Deliver<'_> {
             }
             Event::Frame { src, dst, payload } => {
                 self.frames += 1;
+                self.frames_seen += 1;
                 self.bytes += payload.len() as u64;
                 self.to(dst);
                 match self.cache.as_ref().and_then(|c| c.1.as_ref()) {
@@ -1935,6 +1938,7 @@ impl Deliver<'_> {
     /// A block of frames read in place.
     fn block(&mut self, dst: u16, it: RxItem) {
         self.frames += it.n as u64;
+        self.frames_seen += it.n as u64;
         self.bytes += it.len as u64;
         self.to(dst);
         if self.cache.as_ref().and_then(|c| c.1.as_ref()).is_some() {
