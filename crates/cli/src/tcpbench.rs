@@ -394,6 +394,10 @@ pub struct TcpBench {
     pub target: &'static str,
     pub target_met: bool,
     pub env: Vec<(String, String)>,
+    /// Unmodified programs (see [`apps`]): iperf3 and sockperf ping-pong
+    /// rows, interleaved, with their own ratios; null when skipped
+    /// (`TCP_BENCH_APPS=0`) or when the preload library is missing.
+    pub apps: serde_json::Value,
     /// /proc/loadavg before and after: other work on the machine skews
     /// every row (all stacks share the same cores).
     pub loadavg_before: String,
@@ -444,6 +448,11 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
             rows.push(row(mode, size, s, r));
         }
     }
+    let apps = if std::env::var("TCP_BENCH_APPS").is_ok_and(|v| v == "0") || !only.is_empty() {
+        serde_json::Value::Null
+    } else {
+        apps(tb, (secs.ceil() as u32).max(1), repeats.max(1)).unwrap_or_else(|e| serde_json::json!({ "error": e }))
+    };
     let med = |m: TcpMode| median(rows.iter().filter(|r| r.mode == m).map(|r| r.rx_gbps).collect());
     let (k, e, t) = (med(TcpMode::Kernel), med(TcpMode::Eudp), med(TcpMode::Tcp));
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
@@ -460,6 +469,7 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
         target: ">= 3x kernel UDP received throughput (issue 7, iperf3 1472 B; here the library-level transfer)",
         target_met: ratio(t, k) >= 3.0,
         env: w.env.clone(),
+        apps,
         loadavg_before,
         loadavg_after: loadavg(),
     };
@@ -467,6 +477,136 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
     let path = format!("{out_dir}/tcp-{unix_time}.json");
     std::fs::write(&path, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?).map_err(|e| format!("{path}: {e}"))?;
     Ok((res, path))
+}
+
+/// The stacks of the application rows: kernel UDP, eudp over kernel UDP,
+/// eudp over the UOE (`eudp run --transport tcp`, default profile).
+const APP_STACKS: [(&str, Option<&str>); 3] = [("kernel", None), ("eudp", Some("kernel")), ("tcp", Some("tcp"))];
+
+/// Runs `f` with `EUDP_TRANSPORT` set for the programs it starts (they
+/// inherit this process's environment through `ip netns exec`); the
+/// bench's own thread is the only one reading the environment here.
+fn with_transport<R>(t: Option<&str>, f: impl FnOnce() -> R) -> R {
+    let old = std::env::var_os("EUDP_TRANSPORT");
+    match t {
+        Some(t) => std::env::set_var("EUDP_TRANSPORT", t),
+        None => std::env::remove_var("EUDP_TRANSPORT"),
+    }
+    let r = f();
+    match old {
+        Some(v) => std::env::set_var("EUDP_TRANSPORT", v),
+        None => std::env::remove_var("EUDP_TRANSPORT"),
+    }
+    r
+}
+
+/// Sums the UOE counters that the programs of one run left in `dir`
+/// (`<pid>.tcp.json`, written by the process-wide transport) and removes
+/// every report, so the next run starts empty.
+fn take_tcp_counters(dir: &std::path::Path) -> serde_json::Value {
+    let mut sum = serde_json::Map::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        let v: serde_json::Value = std::fs::read_to_string(&p).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
+        let mut add = |k: &str, x: u64| {
+            let prev = sum.get(k).and_then(|y| y.as_u64()).unwrap_or(0);
+            sum.insert(k.to_string(), (prev + x).into());
+        };
+        if name.ends_with(".tcp.json") {
+            for (k, x) in v["tcp"].as_object().into_iter().flatten() {
+                add(k, x.as_u64().unwrap_or(0));
+            }
+        } else {
+            // The shim's report: drops at the endpoints' rings (the engine
+            // reading for an application that is not receiving).
+            for x in v["sockets"].as_array().into_iter().chain(v["closed"].as_array()).flatten() {
+                add("endpoint_drop_ring_full", x["stats"]["drop_ring_full"].as_u64().unwrap_or(0));
+            }
+        }
+        if name.ends_with(".json") {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    serde_json::Value::Object(sum)
+}
+
+fn median_key(rows: &[serde_json::Value], tool: &str, window: &str, stack: &str, key: &str) -> Option<f64> {
+    let v: Vec<f64> =
+        rows.iter().filter(|r| r["tool"] == tool && r["window"] == window && r["bench_stack"] == stack).filter_map(|r| r[key].as_f64()).collect();
+    (!v.is_empty()).then(|| median(v))
+}
+
+/// iperf3 socket buffers of the application rows: the program's default
+/// (212 992 B, where kernel UDP's receiver loses much of what it is sent)
+/// and `-w 4M` (where it loses next to nothing).
+const WINDOWS: [(&str, &[&str]); 2] = [("default", &[]), ("4M", &["-w", "4M"])];
+
+/// Unmodified programs on the same testbed, interleaved over the stacks
+/// (`repeats` rounds): `iperf3 -u -l 1472 -b 0` with each of [`WINDOWS`]
+/// (received Gbit/s, loss, CPU per datagram of each process from
+/// iperf3's own getrusage) and `sockperf ping-pong -m 64` (p50/p99). Rows
+/// of the `tcp` stack carry the UOE counters of both processes, so a loss
+/// is attributed (`drop_rx_full`, `drop_queue_full`, ...; ring drops of
+/// the endpoint are in `eudp stat`).
+pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value, String> {
+    use crate::run::{iperf3_udp_with, preload_lib, sockperf, Stack};
+    let lib = preload_lib()?;
+    let stats = std::env::temp_dir().join(format!("eudp-tcpbench-{}", std::process::id()));
+    std::fs::create_dir_all(&stats).map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    let runs = WINDOWS.iter().map(|&(w, o)| ("iperf3", w, o)).chain([("sockperf", "", &[][..])]);
+    for (tool, window, opts) in runs {
+        for rep in 0..repeats {
+            for (name, transport) in APP_STACKS {
+                let stack = if transport.is_some() { Stack::Eudp("default") } else { Stack::Kernel };
+                let r = with_transport(transport, || match tool {
+                    "iperf3" => iperf3_udp_with(tb, stack, &lib, &stats, secs, 1472, "0", opts),
+                    _ => sockperf(tb, stack, stack, &lib, &stats, "ping-pong", secs, 64),
+                });
+                let mut r = r.unwrap_or_else(|e| serde_json::json!({ "tool": tool, "error": e }));
+                r["bench_stack"] = name.into();
+                r["window"] = window.into();
+                r["repeat"] = rep.into();
+                let uoe = take_tcp_counters(&stats);
+                if transport.is_some() {
+                    r["uoe"] = uoe;
+                }
+                eprintln!("{r}");
+                rows.push(r);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&stats);
+    let m = |tool: &str, w: &str, stack: &str, key: &str| median_key(&rows, tool, w, stack, key);
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+    let mut medians = serde_json::Map::new();
+    for (name, _) in APP_STACKS {
+        let mut v = serde_json::json!({ "pingpong_p50_us": m("sockperf", "", name, "p50_us"), "pingpong_p99_us": m("sockperf", "", name, "p99_us") });
+        for (w, _) in WINDOWS {
+            v[format!("iperf3_{w}")] = serde_json::json!({
+                "received_gbps": m("iperf3", w, name, "received_gbps"),
+                "lost_percent": m("iperf3", w, name, "lost_percent"),
+                "sender_cpu_ns_per_datagram": m("iperf3", w, name, "sender_cpu_ns_per_datagram"),
+                "receiver_cpu_ns_per_datagram": m("iperf3", w, name, "receiver_cpu_ns_per_datagram"),
+            });
+        }
+        medians.insert(name.into(), v);
+    }
+    let mut res = serde_json::json!({
+        "rows": rows,
+        "medians": medians,
+        "pingpong_p50_tcp_over_kernel": ratio(m("sockperf", "", "tcp", "p50_us"), m("sockperf", "", "kernel", "p50_us")),
+        "pingpong_p99_tcp_over_kernel": ratio(m("sockperf", "", "tcp", "p99_us"), m("sockperf", "", "kernel", "p99_us")),
+    });
+    for (w, _) in WINDOWS {
+        let gbps = |s: &str| m("iperf3", w, s, "received_gbps");
+        let x = ratio(gbps("tcp"), gbps("kernel"));
+        res[format!("iperf3_{w}_tcp_over_kernel")] = x.into();
+        res[format!("iperf3_{w}_tcp_over_eudp")] = ratio(gbps("tcp"), gbps("eudp")).into();
+        res[format!("iperf3_{w}_target_met")] = x.is_some_and(|x| x >= 3.0).into();
+    }
+    Ok(res)
 }
 
 /// A table of a bench result.
@@ -490,6 +630,36 @@ pub fn table(res: &TcpBench) -> String {
         res.tcp_over_eudp,
         if res.target_met { "MET" } else { "MISSED" }
     );
+    if let Some(m) = res.apps["medians"].as_object() {
+        let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
+        let r = |k: &str| res.apps[k].as_f64().map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into());
+        for (w, _) in WINDOWS {
+            s += &format!("{:<7} {:>9} {:>8} {:>12} {:>12}   (iperf3, window {w})\n", "apps", "rx Gb/s", "loss", "tx ns/dgram", "rx ns/dgram");
+            for (name, v) in m {
+                let v = &v[format!("iperf3_{w}")];
+                s += &format!(
+                    "{:<7} {:>9} {:>7}% {:>12} {:>12}\n",
+                    name,
+                    f(&v["received_gbps"]),
+                    f(&v["lost_percent"]),
+                    f(&v["sender_cpu_ns_per_datagram"]),
+                    f(&v["receiver_cpu_ns_per_datagram"])
+                );
+            }
+            s += &format!(
+                "iperf3 ({w}) tcp/kernel {}, tcp/eudp {}; target >= 3x: {}\n",
+                r(&format!("iperf3_{w}_tcp_over_kernel")),
+                r(&format!("iperf3_{w}_tcp_over_eudp")),
+                if res.apps[format!("iperf3_{w}_target_met")] == true { "MET" } else { "MISSED" }
+            );
+        }
+        for (name, v) in m {
+            s += &format!("ping-pong 64 B {name:<7} p50 {:>8} us  p99 {:>8} us\n", f(&v["pingpong_p50_us"]), f(&v["pingpong_p99_us"]));
+        }
+        s += &format!("ping-pong tcp/kernel p50 {}, p99 {}\n", r("pingpong_p50_tcp_over_kernel"), r("pingpong_p99_tcp_over_kernel"));
+    } else if !res.apps.is_null() {
+        s += &format!("apps: {}\n", res.apps);
+    }
     s += &format!("load average before/after: {} / {}\n", res.loadavg_before, res.loadavg_after);
     s
 }

@@ -66,6 +66,10 @@ macro_rules! counters {
         impl Counters {
             fn snapshot(&self) -> TcpStats { TcpStats { $($name: self.$name.load(Relaxed),)* } }
         }
+        impl TcpStats {
+            /// Every counter by name, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> { vec![$((stringify!($name), self.$name),)*] }
+        }
     };
 }
 
@@ -257,6 +261,12 @@ impl RxQueue {
         let poll = Poller::new()?;
         poll.add_level(ready.as_raw_fd(), 0)?;
         Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()) })
+    }
+
+    /// Bytes this queue can still take before its bound.
+    fn room(&self) -> usize {
+        let q = lock(&self.inner);
+        q.cap.saturating_sub(q.bytes)
     }
 
     /// Whether a connection is read by this queue's readers.
@@ -561,6 +571,8 @@ pub(super) struct Mgr {
     cc_warned: AtomicBool,
     /// Some lane may hold coalesced datagrams: the manager runs its timer.
     cork_armed: AtomicBool,
+    /// When the process-wide transport last wrote its counters file.
+    stats_written: Mutex<Option<Instant>>,
     pub(super) c: Counters,
 }
 
@@ -573,6 +585,38 @@ pub struct TcpTransport {
 }
 
 static GLOBAL: OnceLock<Result<TcpTransport, i32>> = OnceLock::new();
+
+/// Where the process-wide transport writes its counters:
+/// `$EUDP_STAT_DIR/<pid>.tcp.json`, next to the shim's `<pid>.json` that
+/// `eudp stat` reads (None: `EUDP_STAT_DIR` unset or `EUDP_STAT_MS=0`).
+fn stats_path() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("EUDP_STAT_DIR")?;
+    if std::env::var("EUDP_STAT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()) == Some(0) {
+        return None;
+    }
+    Some(std::path::Path::new(&dir).join(format!("{}.tcp.json", std::process::id())))
+}
+
+/// Writes `stats` of the transport to [`stats_path`] (temporary file, then rename).
+fn write_stats(stats: &TcpStats, queued: usize) {
+    let Some(path) = stats_path() else { return };
+    let fields: Vec<String> = stats.fields().iter().map(|(k, v)| format!("    \"{k}\": {v}")).collect();
+    let body = format!("{{\n  \"pid\": {},\n  \"queued_bytes\": {queued},\n  \"tcp\": {{\n{}\n  }}\n}}\n", std::process::id(), fields.join(",\n"));
+    let tmp = path.with_extension("json.tmp");
+    if let Some(d) = path.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    if std::fs::write(&tmp, body).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
+}
+
+/// atexit hook of the process-wide transport: the final counters.
+extern "C" fn dump_global_stats() {
+    if let Some(Ok(t)) = GLOBAL.get() {
+        write_stats(&t.stats(), t.queued_bytes());
+    }
+}
 
 impl TcpTransport {
     /// Starts a transport: binds the listener (unless `cfg.listen` is off)
@@ -614,6 +658,7 @@ impl TcpTransport {
             next_token: AtomicU64::new(2),
             cc_warned: AtomicBool::new(false),
             cork_armed: AtomicBool::new(false),
+            stats_written: Mutex::new(None),
             c: Counters::default(),
         });
         let m2 = mgr.clone();
@@ -630,14 +675,18 @@ impl TcpTransport {
                 eprintln!("eudp: {e}; using tcp defaults");
                 TcpConfig::default()
             });
-            match TcpTransport::start(cfg.clone()) {
+            let r = match TcpTransport::start(cfg.clone()) {
                 Ok(t) => Ok(t),
                 Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
                     eprintln!("eudp: tcp port {} is in use; this process will not accept UOE connections", cfg.port);
                     TcpTransport::start(TcpConfig { listen: false, ..cfg }).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
                 }
                 Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+            };
+            if r.is_ok() && stats_path().is_some() {
+                sys::at_exit(dump_global_stats);
             }
+            r
         });
         r.as_ref().map_err(|&c| err(c))
     }
@@ -1412,21 +1461,27 @@ impl Mgr {
     /// not signalled). Also returns the queue every frame went to in place,
     /// if there was one (a bulk flow to one endpoint).
     fn read_step(&self, conn: &Arc<Conn>, dec: &mut Decoder, rbuf: &mut [u8], pools: &mut Pools, quiet: Option<&RxQueue>, blocks: usize) -> (Step, Option<Arc<RxQueue>>) {
-        let mut out = Deliver { mgr: self, conn, pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0, quiet, first: None, mixed: false };
-        let mut in_place = false;
+        let mut out = Deliver { mgr: self, conn, pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0, frames_seen: 0, quiet, first: None, mixed: false };
         let r = match self.scatter_plan(dec, conn) {
-            Some(plan) => {
-                in_place = true;
-                self.read_in_place(conn, dec, rbuf, plan, &mut out, blocks)
+            Some(plan) => self.read_in_place(conn, dec, rbuf, plan, &mut out, blocks),
+            None => {
+                // An endpoint's reader reads no more than its queue holds
+                // (a frame costs at most RX_MAX_RATIO times its wire bytes);
+                // the manager reads for every endpoint at once.
+                let lim = quiet.map_or(rbuf.len(), |q| (q.room() / RX_MAX_RATIO).clamp(PLAIN_MIN, rbuf.len()));
+                match (&conn.stream).read(&mut rbuf[..lim]) {
+                    Ok(0) => Ok((0, lim)),
+                    Ok(n) => out.feed(dec, &rbuf[..n]).map(|_| (n, lim)).map_err(ReadErr::Frame),
+                    Err(e) => Err(ReadErr::Io(e)),
+                }
             }
-            None => match (&conn.stream).read(&mut rbuf[..]) {
-                Ok(0) => Ok((0, rbuf.len())),
-                Ok(n) => out.feed(dec, &rbuf[..n]).map(|_| (n, rbuf.len())).map_err(ReadErr::Frame),
-                Err(e) => Err(ReadErr::Io(e)),
-            },
         };
         out.flush();
-        let only = if in_place && !out.mixed { out.first.take() } else { None };
+        // Every frame of this read went to one endpoint: a bulk flow read in
+        // place, or a request/response flow of small datagrams (whose
+        // endpoint, once it reads the connection itself, is woken by the
+        // connection directly: no manager wake-up and hand-over per message).
+        let only = if !out.mixed && out.frames_seen > 0 { out.first.take() } else { None };
         drop(out);
         pools.trim();
         let step = match r {
@@ -1540,7 +1595,8 @@ impl Mgr {
         if !q.gro.load(Relaxed) {
             return None;
         }
-        Some(Plan { header: frame::header(src, dst, len), len, need })
+        let room = q.room();
+        Some(Plan { header: frame::header(src, dst, len), len, need, room })
     }
 
     /// One `readv` laid out for the guessed frames: the rest of a cut frame
@@ -1552,7 +1608,7 @@ impl Mgr {
     fn read_in_place(&self, conn: &Conn, dec: &mut Decoder, rbuf: &mut [u8], plan: Plan, out: &mut Deliver<'_>, blocks: usize) -> Result<(usize, usize), ReadErr> {
         let len = plan.len;
         let per_block = BIG_BUF / len;
-        let nblocks = blocks.min(1000 / (2 * per_block)).max(1);
+        let nblocks = blocks_for(len, blocks, plan.room);
         let mut blocks: Vec<Vec<u8>> = (0..nblocks).map(|_| out.pools.block()).collect();
         let mut hdrs = vec![[0u8; HEADER_LEN]; nblocks * per_block];
         // No spare room after the slots: a fuller socket is read again in
@@ -1694,6 +1750,17 @@ impl Mgr {
     /// time until the next tick.
     fn tick(&self, now: Instant) -> Duration {
         let mut next = Duration::from_secs(1);
+        if let Some(Ok(t)) = GLOBAL.get() {
+            // The process-wide transport keeps `<pid>.tcp.json` current for
+            // `eudp stat` (the atexit hook writes the final counters).
+            if std::ptr::eq(&*t.mgr, self) && stats_path().is_some() {
+                let mut last = lock(&self.stats_written);
+                if last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+                    *last = Some(now);
+                    write_stats(&self.c.snapshot(), self.queued_total.load(Relaxed));
+                }
+            }
+        }
         let paused = *lock(&self.accept_paused);
         if let Some(t) = paused {
             if t <= now {
@@ -1770,10 +1837,30 @@ struct Plan {
     len: usize,
     /// Bytes that complete the frame cut by the previous read.
     need: usize,
+    /// Room left in the receive queue of the guessed endpoint (bytes).
+    room: usize,
+}
+
+/// Receive blocks an in-place read of `len`-byte frames fills: at most
+/// `blocks`, and no more than `room` bytes of the endpoint's queue hold
+/// (each block charged as [`RxItem::cost`] charges it), but at least one,
+/// so a full queue still drains the connection and drops, as UDP would.
+/// Reading more than the queue holds in one call dropped the excess at
+/// once even when the reader kept up (the loss with a default-size
+/// receive buffer: four blocks of 44 datagrams against 212 992 bytes).
+fn blocks_for(len: usize, blocks: usize, room: usize) -> usize {
+    let per_block = (BIG_BUF / len.max(1)).max(1);
+    let cost = (per_block * (len + RX_OVERHEAD)).max(BIG_BUF);
+    blocks.min(1000 / (2 * per_block)).min(room / cost).max(1)
 }
 
 /// Blocks one in-place read fills at most.
 const SCATTER_BLOCKS: usize = 8;
+/// Bound on a frame's charge ([`RxItem::cost`]) over its wire bytes: an
+/// empty datagram costs [`RX_OVERHEAD`] for a 6-byte header.
+const RX_MAX_RATIO: usize = RX_OVERHEAD.div_ceil(HEADER_LEN);
+/// Smallest plain read by an endpoint's reader.
+const PLAIN_MIN: usize = 4096;
 /// Consecutive in-place manager reads to one endpoint before its readers
 /// read the connection themselves ([`Mgr::delegate`]).
 const DELEGATE_AFTER: u32 = 4;
@@ -1800,6 +1887,8 @@ struct Deliver<'a> {
     batch: Vec<RxItem>,
     frames: u64,
     bytes: u64,
+    /// Frames of this read (not reset by `flush`).
+    frames_seen: u64,
     /// The queue whose reader reads (not signalled, it pops next).
     quiet: Option<&'a RxQueue>,
     /// The first queue frames went to, and whether any went elsewhere.
@@ -1835,6 +1924,7 @@ impl Deliver<'_> {
             }
             Event::Frame { src, dst, payload } => {
                 self.frames += 1;
+                self.frames_seen += 1;
                 self.bytes += payload.len() as u64;
                 self.to(dst);
                 match self.cache.as_ref().and_then(|c| c.1.as_ref()) {
@@ -1848,6 +1938,7 @@ impl Deliver<'_> {
     /// A block of frames read in place.
     fn block(&mut self, dst: u16, it: RxItem) {
         self.frames += it.n as u64;
+        self.frames_seen += it.n as u64;
         self.bytes += it.len as u64;
         self.to(dst);
         if self.cache.as_ref().and_then(|c| c.1.as_ref()).is_some() {

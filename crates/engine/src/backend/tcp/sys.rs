@@ -129,6 +129,15 @@ pub fn congestion(fd: RawFd) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&s[..end]).into_owned())
 }
 
+/// `atexit(3)`: runs `f` when the process exits through `exit()` (the
+/// process-wide transport's final counters). Failure to register is ignored.
+pub fn at_exit(f: extern "C" fn()) {
+    // SAFETY: registers a plain function pointer; `f` is a safe Rust
+    // function that never unwinds across the C boundary (it only writes a
+    // file, ignoring errors).
+    let _ = unsafe { libc::atexit(f) };
+}
+
 /// `send(2)` with MSG_NOSIGNAL: a reset peer yields EPIPE, never SIGPIPE
 /// (the preload shim runs inside C programs that keep SIGPIPE's default).
 pub fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
