@@ -662,7 +662,10 @@ impl TcpTransport {
             c: Counters::default(),
         });
         let m2 = mgr.clone();
-        let thread = std::thread::Builder::new().name("eudp-uoe".into()).spawn(move || m2.run())?;
+        let thread = std::thread::Builder::new().name("eudp-uoe".into()).spawn(move || {
+            crate::backend::kernel::block_async_signals();
+            m2.run()
+        })?;
         Ok(TcpTransport { mgr, thread: Mutex::new(Some(thread)) })
     }
 
