@@ -90,3 +90,16 @@ fn every_row_has_a_test() {
         assert!(src.contains(&format!("\"{}\"", r.id)), "row {} has no test", r.id);
     }
 }
+
+/// The published-vs-simulated tables in the README and in docs/model.md
+/// are what the presets give now (regenerate with `eudp sim validate
+/// --markdown`).
+#[test]
+fn documented_tables_are_current() {
+    let table = report::markdown(rows());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for doc in ["README.md", "docs/model.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        assert!(text.contains(&table), "{doc}: the published-vs-simulated table is stale; paste `eudp sim validate --markdown`");
+    }
+}
