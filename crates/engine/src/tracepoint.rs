@@ -272,7 +272,11 @@ pub fn realtime_to_raw_offset() -> i64 {
 /// The offset, re-sampled about every millisecond per thread (the age is
 /// checked on the hot-path clock, so a cached offset costs no syscall).
 fn offset_cached() -> i64 {
-    let now = stamp().0;
+    offset_cached_at(stamp().0)
+}
+
+/// [`offset_cached`] with the hot-path clock already read (`now`).
+fn offset_cached_at(now: u64) -> i64 {
     let (off, at) = OFFSET.with(Cell::get);
     if at != 0 && now.wrapping_sub(at) < OFFSET_TICKS {
         return off;
@@ -517,9 +521,15 @@ pub fn note_rx_stamp(i: usize, realtime_ns: u64) {
 /// receive on `CLOCK_MONOTONIC_RAW` (taken: 0 afterwards), 0 when none was
 /// reported.
 pub fn take_rx_stamp(i: usize) -> u64 {
+    take_rx_stamp_at(i, stamp().0)
+}
+
+/// [`take_rx_stamp`] with the hot-path clock already read (`now`, for the
+/// offset's age).
+fn take_rx_stamp_at(i: usize, now: u64) -> u64 {
     match RX_STAMPS.with(|v| v.get(i).map(|c| c.replace(0)).unwrap_or(0)) {
         0 => 0,
-        real => (real as i64 + offset_cached()) as u64,
+        real => (real as i64 + offset_cached_at(now)) as u64,
     }
 }
 
@@ -708,11 +718,14 @@ impl EpTrace {
         if on() {
             // Pushes are serialised by the endpoint's socket-read lock.
             let first = bump_locked(&self.rx_in, datagrams as u64);
-            let stamp = take_rx_stamp(i);
-            if stamp != 0 {
-                push_ns(Kind::RxSoft, self.id, stamp, first, datagrams as u64);
+            // One clock read: the push's time, also the age check of the
+            // realtime offset that maps the message's RX stamp.
+            let (now, tsc) = stamp();
+            let rx = take_rx_stamp_at(i, now);
+            if rx != 0 {
+                push_ns(Kind::RxSoft, self.id, rx, first, datagrams as u64);
             }
-            push(Kind::RxPush, self.id, first, datagrams as u64);
+            push_raw(word1(Kind::RxPush, self.id, tsc, 0), now, first, datagrams as u64);
         }
     }
 
