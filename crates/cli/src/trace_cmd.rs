@@ -308,6 +308,9 @@ pub struct RxReport {
     /// receiving (their dumps excluded).
     pub tx_cpu_ns: u64,
     pub rx_cpu_ns: u64,
+    /// Times the sender's and the receiver's threads were switched in.
+    pub tx_switches: u64,
+    pub rx_switches: u64,
 }
 
 /// One transfer; `trace` turns the tracepoints on, `tag` has the receiver
@@ -383,12 +386,15 @@ pub fn transfer_variant(tb: &Testbed, stack: &str, size: u64, packets: u64, dir:
     let _ = reader.read_to_string(&mut rest);
     rxout?;
     let report: serde_json::Value = rest.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok()).ok_or("trace receiver printed no report")?;
+    let tx_report = txout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).unwrap_or_default();
     let rep = RxReport {
         received: report["received"].as_u64().unwrap_or(0),
         out_of_order: report["out_of_order"].as_u64().unwrap_or(0),
         gbps: report["gbps"].as_f64().unwrap_or(0.0),
-        tx_cpu_ns: txout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).and_then(|v| v["cpu_ns"].as_u64()).unwrap_or(0),
+        tx_cpu_ns: tx_report["cpu_ns"].as_u64().unwrap_or(0),
         rx_cpu_ns: report["cpu_ns"].as_u64().unwrap_or(0),
+        tx_switches: tx_report["switches"].as_u64().unwrap_or(0),
+        rx_switches: report["switches"].as_u64().unwrap_or(0),
     };
     let load = |f: &std::path::Path| -> Result<Dump, String> { resolve::parse_dump(&std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?) };
     if !trace || !v.complete {
@@ -440,13 +446,16 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     for v in &vars[1..] {
         let _ = writeln!(out, "  {}: {}", v.name, v.what);
     }
-    let _ = writeln!(out, "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7}  ranges", "stack", "size", "mode", "rate", "on/off", "paired", "cpu", "off/on", "paired", "tx,rx");
+    let _ = writeln!(out, "switches: times the sender's, the receiver's threads were switched in, per 1000 datagrams");
+    let _ = writeln!(out, "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>9}  ranges", "stack", "size", "mode", "rate", "on/off", "paired", "cpu", "off/on", "paired", "tx,rx", "switches");
+    let mut json_runs = Vec::new();
     for &size in &a.sizes {
         for stack in &a.stacks {
             // Per setting: rates, CPU ns per datagram (total, sender, receiver), datagrams lost.
             let n = vars.len();
             let (mut rate, mut cpu, mut tx_cpu, mut rx_cpu) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
             let mut lost = vec![0u64; n];
+            let (mut tx_sw, mut rx_sw) = (vec![vec![]; n], vec![vec![]; n]);
             let mut problems = Vec::new();
             for r in 0..a.overhead_reps as usize {
                 for j in 0..n {
@@ -458,6 +467,10 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     tx_cpu[k].push(t);
                     rx_cpu[k].push(x);
                     cpu[k].push(t + x);
+                    tx_sw[k].push(1000.0 * rep.tx_switches as f64 / a.run_packets as f64);
+                    rx_sw[k].push(1000.0 * rep.rx_switches as f64 / rep.received.max(1) as f64);
+                    json_runs.push(serde_json::json!({"stack": stack, "size": size, "rep": r, "mode": vars[k].name, "gbps": rep.gbps, "received": rep.received,
+                        "tx_cpu_ns_per_dgram": t, "rx_cpu_ns_per_dgram": x, "tx_switches": rep.tx_switches, "rx_switches": rep.rx_switches}));
                     if vars[k].complete {
                         problems.extend(analyse_lossy(stack, size, &tx, &rx, rep.received).problems);
                     }
@@ -468,7 +481,7 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             let (c0, cr0) = summary(&cpu[0]);
             let _ = writeln!(
                 out,
-                "{stack:<7} {size:>6} {:<9} {r0:>8.3} {:>7} {:>7} {c0:>6.0} {:>7} {:>7} {:>3.0},{:<3.0}  rate {rr0}, cpu {cr0}, lost {:.1}%",
+                "{stack:<7} {size:>6} {:<9} {r0:>8.3} {:>7} {:>7} {c0:>6.0} {:>7} {:>7} {:>3.0},{:<3.0} {:>4.0},{:<4.0}  rate {rr0}, cpu {cr0}, lost {:.1}%",
                 "off",
                 "",
                 "",
@@ -476,6 +489,8 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 "",
                 summary(&tx_cpu[0]).0,
                 summary(&rx_cpu[0]).0,
+                summary(&tx_sw[0]).0,
+                summary(&rx_sw[0]).0,
                 100.0 * lost[0] as f64 / total
             );
             for k in 1..n {
@@ -484,7 +499,7 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 let paired = |v: &[f64], base: &[f64], inv: bool| summary(&v.iter().zip(base).map(|(x, b)| if inv { b / x } else { x / b }).collect::<Vec<_>>()).0;
                 let _ = writeln!(
                     out,
-                    "{stack:<7} {size:>6} {:<9} {r1:>8.3} {:>7.3} {:>7.3} {c1:>6.0} {:>7.3} {:>7.3} {:>3.0},{:<3.0}  rate {rr1}, cpu {cr1}, lost {:.1}%",
+                    "{stack:<7} {size:>6} {:<9} {r1:>8.3} {:>7.3} {:>7.3} {c1:>6.0} {:>7.3} {:>7.3} {:>3.0},{:<3.0} {:>4.0},{:<4.0}  rate {rr1}, cpu {cr1}, lost {:.1}%",
                     vars[k].name,
                     r1 / r0,
                     paired(&rate[k], &rate[0], false),
@@ -492,6 +507,8 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     paired(&cpu[k], &cpu[0], true),
                     summary(&tx_cpu[k]).0,
                     summary(&rx_cpu[k]).0,
+                    summary(&tx_sw[k]).0,
+                    summary(&rx_sw[k]).0,
                     100.0 * lost[k] as f64 / total
                 );
             }
@@ -503,7 +520,10 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
         }
     }
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
-    println!("wrote {}/overhead.txt", a.out.display());
+    let doc = serde_json::json!({"command": std::env::args().collect::<Vec<_>>(), "load_avg_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "run_packets": a.run_packets, "reps": a.overhead_reps, "modes": a.overhead_modes, "table": out, "runs": json_runs});
+    std::fs::write(a.out.join("overhead.json"), serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n").map_err(|e| e.to_string())?;
+    println!("wrote {0}/overhead.txt, {0}/overhead.json", a.out.display());
     Ok(())
 }
 
@@ -610,7 +630,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             settle(w.trace);
             let _ = ep.set_send_buffer_size(4 << 20);
             let mut buf = vec![0xa5u8; w.size];
-            let cpu0 = cpu_ns();
+            let cpu0 = usage();
             for seq in 0..w.count {
                 fill(&mut buf, seq);
                 loop {
@@ -622,7 +642,7 @@ fn worker(args: &[String]) -> Result<(), String> {
                 }
             }
             ep.flush(Duration::from_secs(5));
-            println!("{}", serde_json::json!({"cpu_ns": cpu_ns() - cpu0}));
+            println!("{}", used(cpu0));
             std::thread::sleep(Duration::from_millis(20));
             drop(ep);
             drop(engine);
@@ -638,7 +658,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             let tr = EpTrace::new();
             let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
             let mut buf = vec![0xa5u8; w.size];
-            let cpu0 = cpu_ns();
+            let cpu0 = usage();
             for seq in 0..w.count {
                 fill(&mut buf, seq);
                 let tok = tracepoint::on().then(|| tr.send_enter(w.size));
@@ -667,7 +687,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             }
             std::thread::sleep(Duration::from_millis(20));
             tr.drain_tx(fd);
-            println!("{}", serde_json::json!({"cpu_ns": cpu_ns() - cpu0}));
+            println!("{}", used(cpu0));
         }
         ("recv", stack) => return receive(&w, stack == "eudp"),
         (r, s) => return Err(format!("worker: unknown role/stack {r}/{s}")),
@@ -692,14 +712,25 @@ fn settle(trace: bool) {
     std::thread::sleep(Duration::from_millis(50));
 }
 
-/// CPU time this process's threads have run, in ns (the first field of
-/// each thread's `schedstat`); 0 where the kernel does not report it.
-fn cpu_ns() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    dir.flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
-        .sum()
+/// CPU time this process's threads have run, in ns, and how many times
+/// they were switched in (the first and third fields of each thread's
+/// `schedstat`: wakeups and preemptions alike); 0 where the kernel does not
+/// report them.
+fn usage() -> (u64, u64) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return (0, 0) };
+    dir.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()).map(|s| parse_schedstat(&s)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// (run time ns, times switched in) from one `schedstat` line.
+fn parse_schedstat(s: &str) -> (u64, u64) {
+    let f: Vec<u64> = s.split_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
+    (f.first().copied().unwrap_or(0), f.get(2).copied().unwrap_or(0))
+}
+
+/// What a worker used between two [`usage`] readings, as its report's fields.
+fn used(u0: (u64, u64)) -> serde_json::Value {
+    let u = usage();
+    serde_json::json!({"cpu_ns": u.0 - u0.0, "switches": u.1 - u0.1})
 }
 
 /// The receive loop's clock: read once per [`Arrivals::EVERY`] datagrams,
@@ -789,7 +820,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         ep.set_read_timeout(Some(Duration::from_millis(50)));
         settle(w.trace);
         ready();
-        cpu0 = cpu_ns();
+        cpu0 = usage();
         while got < w.count {
             let look = match ep.recv(&mut buf) {
                 Ok(n) => tally(&buf[..n], &mut got, &mut t),
@@ -801,7 +832,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
             }
         }
         t.end(got, got == w.count);
-        cpu = cpu_ns() - cpu0;
+        cpu = used(cpu0);
         drop(ep);
         drop(engine);
     } else {
@@ -812,7 +843,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         s.bind(&w.addr).map_err(e)?;
         ready();
-        cpu0 = cpu_ns();
+        cpu0 = usage();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
         let tr = EpTrace::new();
         let mut bufs = vec![vec![0u8; 65_536]];
@@ -847,13 +878,13 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
             }
         }
         t.end(got, got == w.count);
-        cpu = cpu_ns() - cpu0;
+        cpu = used(cpu0);
     }
     if w.trace {
         std::fs::write(&w.out, tracepoint::dump_json()).map_err(|x| format!("{}: {x}", w.out))?;
     }
     let (secs, gbps) = t.rate(w.size);
-    println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps, "cpu_ns": cpu}));
+    println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps, "cpu_ns": cpu["cpu_ns"], "switches": cpu["switches"]}));
     Ok(())
 }
 

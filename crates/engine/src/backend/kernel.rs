@@ -869,9 +869,11 @@ pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize
     loop {
         let mut ctrl = [[0u64; 16]; BATCH];
         let mut data = [[0u8; 16]; BATCH];
-        let mut iovs: Vec<libc::iovec> = data.iter_mut().map(|d| libc::iovec { iov_base: d.as_mut_ptr() as *mut libc::c_void, iov_len: d.len() }).collect();
+        // Arrays on the stack: this runs after every traced send syscall,
+        // so it allocates nothing.
+        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|k| libc::iovec { iov_base: data[k].as_mut_ptr() as *mut libc::c_void, iov_len: data[k].len() });
         // SAFETY: mmsghdr is plain data; zero is a valid initial value.
-        let mut hdrs: Vec<libc::mmsghdr> = (0..BATCH).map(|_| unsafe { zeroed() }).collect();
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
         for (k, h) in hdrs.iter_mut().enumerate() {
             h.msg_hdr.msg_iov = &mut iovs[k];
             h.msg_hdr.msg_iovlen = 1;
