@@ -117,8 +117,10 @@ impl Shared {
         for ep in due {
             // Its own thread took L1 meanwhile: what is queued now is
             // younger than the listing, and waits out its own interval.
+            // (Listed again through `schedule_coalesced`: its thread may
+            // have listed it meanwhile, and an endpoint is listed once.)
             match ep.coalesce_since(now, wait) {
-                Some(since) => self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).list.push((ep, since)),
+                Some(since) => self.schedule_coalesced(&ep, since),
                 None => ep.service_send(staging),
             }
         }

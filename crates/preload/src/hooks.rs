@@ -1066,9 +1066,9 @@ fn full_queue(fd: c_int) -> Option<Arc<Endpoint>> {
 unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     let limit = (!ts.is_null()).then(|| Duration::new((*ts).tv_sec.max(0) as u64, (*ts).tv_nsec.clamp(0, 999_999_999) as u32));
-    let spin = match shim::engine() {
-        Ok(e) => e.config().recv_spin.min(limit.unwrap_or(Duration::MAX)),
-        Err(_) => Duration::ZERO,
+    let spin = match shim::running_engine() {
+        Some(e) => e.config().recv_spin.min(limit.unwrap_or(Duration::MAX)),
+        None => Duration::ZERO,
     };
     let app = std::slice::from_raw_parts(fds, n as usize);
     if spin.is_zero() || !app.iter().any(|p| p.events & libc::POLLIN != 0 && shim::maybe(p.fd)) {

@@ -308,6 +308,15 @@ pub fn generation() -> u32 {
     GEN.load(SeqCst)
 }
 
+/// The engine of this process if it runs already (never starts one).
+pub fn running_engine() -> Option<&'static Engine> {
+    if ENGINE_GEN.load(SeqCst) != generation() {
+        return None;
+    }
+    let p = ENGINE.load(SeqCst);
+    (!p.is_null()).then(|| leaked(p))
+}
+
 /// The engine of this process (started on first use, again in a fork child).
 pub fn engine() -> io::Result<&'static Engine> {
     let g = generation();

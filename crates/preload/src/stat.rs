@@ -119,13 +119,15 @@ pub fn ensure_writer() {
         return;
     }
     let Some(every) = interval() else { return };
-    let r = std::thread::Builder::new().name("eudp-stat".into()).spawn(move || loop {
+    let r = std::thread::Builder::new().name("eudp-stat".into()).spawn(move || {
         eudp_engine::backend::kernel::block_async_signals();
-        std::thread::sleep(every);
-        if shim::generation() != g {
-            return;
+        loop {
+            std::thread::sleep(every);
+            if shim::generation() != g {
+                return;
+            }
+            write_now(false);
         }
-        write_now(false);
     });
     if r.is_err() {
         WRITER_GEN.store(u32::MAX, SeqCst);
