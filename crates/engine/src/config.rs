@@ -8,8 +8,8 @@
 //! | `EUDP_GSO` / `EUDP_GRO` | `0` disables UDP GSO / GRO | 1 |
 //! | `EUDP_MAX_MSGS` | messages per `sendmmsg`/`recvmmsg` call | 16 |
 //! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
-//! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 50 |
-//! | `EUDP_TX_FLUSH_BATCHES` | a streaming sender's own thread sends L1 once it holds this many GSO batches (or half of L1), in one `sendmmsg`; more per call means fewer syscalls and fewer receiver wake-ups, at the cost of that much more queueing delay | 1 |
+//! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 100 |
+//! | `EUDP_TX_FLUSH_BATCHES` | a streaming sender's own thread sends L1 once it holds this many GSO batches (or half of L1), in one `sendmmsg`; more per call means fewer syscalls and fewer receiver wake-ups, at the cost of that much more queueing delay | 2 |
 //! | `EUDP_RX_HANDOFF_US` | an application thread that stopped receiving hands its socket back to the engine after this long | 1000 |
 
 use std::time::Duration;
@@ -61,8 +61,8 @@ impl Default for Config {
             max_msgs: 16,
             recv_spin: Duration::ZERO,
             rx_handoff: Duration::from_millis(1),
-            tx_coalesce: Duration::from_micros(50),
-            tx_flush_batches: 1,
+            tx_coalesce: Duration::from_micros(100),
+            tx_flush_batches: 2,
             record_transitions: false,
         }
     }

@@ -196,7 +196,7 @@ fn a_streaming_sender_drains_full_batches_itself() {
 #[test]
 fn a_remainder_waits_from_its_own_oldest_datagram() {
     let interval = Duration::from_millis(300);
-    let engine = Engine::start(Config { tx_coalesce: interval, ..Config::default() }).unwrap();
+    let engine = Engine::start(Config { tx_coalesce: interval, tx_flush_batches: 1, ..Config::default() }).unwrap();
     let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_nonblocking(true).unwrap();
     let dst = rx.local_addr().unwrap();

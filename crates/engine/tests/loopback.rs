@@ -379,7 +379,9 @@ fn dropping_an_endpoint_frees_its_port_at_once() {
 
 #[test]
 fn dont_wait_send_on_a_blocking_endpoint_fails_instead_of_waiting() {
-    let e = engine(Config::default());
+    // One batch per caller flush: with more, a half-full L1 is sent by the
+    // caller itself and this small L1 would never fill.
+    let e = engine(Config { tx_flush_batches: 1, ..Config::default() });
     let (a, b) = pair(&e, false);
     // L1 holds about two 1400 B datagrams: the sender outruns the engine.
     a.set_send_buffer_size(4096).unwrap();
