@@ -36,9 +36,10 @@ pub struct Config {
     /// thread has been away this long the engine watches the socket again.
     pub rx_handoff: Duration,
     /// How long a streaming sender's queued datagrams may wait before the
-    /// engine sends them. Within it the sender's own thread sends L1 once it
-    /// holds a full GSO batch, and the engine is not woken per batch (its
-    /// wake-up cost per batch was the largest part of a sender's overhead).
+    /// engine sends them, counted from the oldest one L1 holds. Within it
+    /// the sender's own thread sends L1 once it holds `tx_flush_batches`
+    /// GSO batches, and the engine is not woken at all (its wake-up cost per
+    /// batch was the largest part of a sender's overhead).
     /// Zero: every queued send wakes the engine at once.
     pub tx_coalesce: Duration,
     /// GSO batches L1 holds before the sender's own thread sends them (one

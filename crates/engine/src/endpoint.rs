@@ -888,17 +888,6 @@ impl EpInner {
         }
     }
 
-    /// Engine side, for a coalescing endpoint whose listing is `wait` old:
-    /// `Some(since)` when L1's oldest datagram was queued less than `wait`
-    /// before `now` (the caller's thread took L1 after the listing), so the
-    /// engine waits until `since + wait` rather than sending a fresh
-    /// remainder early; `None` when it is time to send (or nothing is left).
-    pub(crate) fn coalesce_since(&self, now: Instant, wait: Duration) -> Option<Instant> {
-        let s = lock(&self.send);
-        let since = s.l1_since.filter(|_| !s.l1.is_empty() && s.coalescing && !s.shutdown)?;
-        (now.saturating_duration_since(since) < wait).then_some(since)
-    }
-
     /// Engine side: reap completions, drain L1 in batches while L2 has room.
     pub(crate) fn service_send(self: &Arc<Self>, staging: &mut L1Queue) {
         loop {

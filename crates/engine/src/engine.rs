@@ -114,15 +114,10 @@ impl Shared {
             }
             due
         };
+        // (A listing is never older than L1's oldest datagram: the sending
+        // thread moves it forward when it queues after sending L1 itself.)
         for ep in due {
-            // Its own thread took L1 meanwhile: what is queued now is
-            // younger than the listing, and waits out its own interval.
-            // (Listed again through `schedule_coalesced`: its thread may
-            // have listed it meanwhile, and an endpoint is listed once.)
-            match ep.coalesce_since(now, wait) {
-                Some(since) => self.schedule_coalesced(&ep, since),
-                None => ep.service_send(staging),
-            }
+            ep.service_send(staging);
         }
         let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
         self.set_timer(&mut c);

@@ -1003,7 +1003,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
     // moment it takes L1 — for at most a slice, so the other descriptors
     // are looked at again at least that often.
     const SLICE: Duration = Duration::from_millis(1);
-    let deadline = (!ts.is_null()).then(|| Instant::now() + Duration::new((*ts).tv_sec.max(0) as u64, (*ts).tv_nsec.clamp(0, 999_999_999) as u32));
+    let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     loop {
         let r = poll_input(fds, n, &zero, mask);
@@ -1038,7 +1038,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
             None => {
                 let left = deadline.map(|d| {
                     let l = d.saturating_duration_since(Instant::now());
-                    libc::timespec { tv_sec: l.as_secs() as libc::time_t, tv_nsec: l.subsec_nanos() as _ }
+                    timespec_of(l)
                 });
                 let r = poll_input(fds, n, left.as_ref().map_or(std::ptr::null(), |t| t as *const _), mask);
                 if r <= 0 {
@@ -1065,7 +1065,7 @@ fn full_queue(fd: c_int) -> Option<Arc<Endpoint>> {
 /// receiver spinning 50 µs used twice the CPU per datagram and lost more.
 unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    let limit = (!ts.is_null()).then(|| Duration::new((*ts).tv_sec.max(0) as u64, (*ts).tv_nsec.clamp(0, 999_999_999) as u32));
+    let limit = (!ts.is_null()).then(|| duration_of(&*ts));
     let spin = match shim::running_engine() {
         Some(e) => e.config().recv_spin.min(limit.unwrap_or(Duration::MAX)),
         None => Duration::ZERO,
@@ -1096,7 +1096,7 @@ unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::t
         if spent >= spin {
             let left = limit.map(|l| {
                 let l = l.saturating_sub(spent);
-                libc::timespec { tv_sec: l.as_secs() as libc::time_t, tv_nsec: l.subsec_nanos() as _ }
+                timespec_of(l)
             });
             break poll_input_once(fds, n, left.as_ref().map_or(std::ptr::null(), |t| t as *const _), during);
         }
@@ -1276,6 +1276,15 @@ unsafe fn mark_sleep(ts: *const libc::timespec) {
             c.set((true, Some(Instant::now())));
         }
     });
+}
+
+/// A poll timeout as a duration (negative fields count as zero).
+fn duration_of(ts: &libc::timespec) -> Duration {
+    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
+fn timespec_of(d: Duration) -> libc::timespec {
+    libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as _ }
 }
 
 fn ms_to_ts(ms: c_int) -> Option<libc::timespec> {

@@ -559,10 +559,16 @@ impl EventFd {
 
     /// Makes the fd unreadable (drains the counter).
     pub fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64; EAGAIN means already clear.
-        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        read_counter(self.fd.as_raw_fd());
     }
+}
+
+/// Reads (and so resets) the 8-byte counter of an eventfd or timerfd;
+/// EAGAIN means it was zero already.
+fn read_counter(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64.
+    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
 }
 
 /// A one-shot CLOCK_MONOTONIC timer as a file descriptor, so the engine's
@@ -605,9 +611,7 @@ impl TimerFd {
 
     /// Consumes an expiry (the fd is then unreadable until the next one).
     pub fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64; EAGAIN means not expired.
-        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        read_counter(self.fd.as_raw_fd());
     }
 }
 
