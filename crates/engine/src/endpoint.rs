@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 
 /// Receive buffer per message: the largest UDP datagram or GRO super-packet.
 pub(crate) const RX_BUF: usize = 1 << 16;
+/// The most datagrams one received message carries: the kernel coalesces
+/// up to 64 (`UDP_GRO_CNT_MAX`), and a local sender's GSO message, handed
+/// over whole, up to 128 (`UDP_MAX_SEGMENTS`).
+const GRO_MAX_SEGMENTS: usize = 128;
 /// Messages received into a buffer smaller than this are copied into a
 /// right-sized buffer so a small datagram does not pin 64 KiB.
 const COPY_BELOW: usize = 8 << 10;
@@ -132,6 +136,9 @@ pub(crate) struct EpInner {
     /// Datagrams the last read of the socket added: a large one means a
     /// stream is arriving and the socket likely holds more already.
     last_fill: std::sync::atomic::AtomicUsize,
+    /// The largest message the next read may bring, judged from the last
+    /// one (see [`EpInner::read_budget`]).
+    rx_msg_len: std::sync::atomic::AtomicUsize,
     /// Application threads blocked on this socket; while there are any, the
     /// engine leaves arrivals to them (one wake-up instead of two).
     rx_waiters: std::sync::atomic::AtomicU32,
@@ -293,6 +300,7 @@ impl Endpoint {
             rx_sock: Mutex::new(()),
             ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
             last_fill: std::sync::atomic::AtomicUsize::new(0),
+            rx_msg_len: std::sync::atomic::AtomicUsize::new(RX_BUF),
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
             rx_blocked: AtomicBool::new(false),
             rx_blocking_ok: AtomicBool::new(true),
@@ -1091,17 +1099,22 @@ impl EpInner {
         with_caller_scratch(|sc| self.fill_ring(sc, 1, signal));
     }
 
-    /// Moves what the socket holds into the ring; returns datagrams added.
-    /// The caller holds `rx_sock`; the ring lock is taken only to push.
+    /// Moves what the socket holds into the ring, as far as the ring has
+    /// room. The caller holds `rx_sock`; the ring lock is taken only to
+    /// size a read and to push.
     /// `signal`: make the ready fd readable on an empty→non-empty push (the
     /// engine); a receiving thread that pops next passes false and settles
     /// readiness after its pop.
-    fn fill_ring(&self, scratch: &mut RecvScratch, rounds: usize, signal: bool) -> (usize, bool) {
+    fn fill_ring(&self, scratch: &mut RecvScratch, rounds: usize, signal: bool) -> Fill {
         let mut added = 0;
         for round in 0..rounds {
+            let budget = self.read_budget(scratch.bufs.len());
+            if budget == 0 {
+                return Fill { more: false, ring_full: true };
+            }
             Stats::add(&self.stats.recv_calls, 1);
             self.trace.rx_enter();
-            let got = match self.backend.recv_batch(&mut scratch.bufs, &mut scratch.meta) {
+            let got = match self.backend.recv_batch(&mut scratch.bufs[..budget], &mut scratch.meta[..budget]) {
                 Ok(n) => n,
                 Err(e) => {
                     self.read_failed(&e, added);
@@ -1110,14 +1123,27 @@ impl EpInner {
             };
             added += self.push_read(scratch, got, signal);
             self.last_fill.store(added, Relaxed);
-            if got < scratch.bufs.len() {
+            if got < budget {
                 break;
             }
             if round + 1 == rounds {
-                return (added, true);
+                return Fill { more: true, ring_full: false };
             }
         }
-        (added, false)
+        Fill { more: false, ring_full: false }
+    }
+
+    /// Messages the next read of the socket may bring (at most `bufs`):
+    /// no more than the ring has room for, each counted as the largest
+    /// message a stream of the last read's datagrams can form. A read that
+    /// brought more would take datagrams off
+    /// the socket only to drop them, while the socket's own buffer would
+    /// have kept them until the application caught up; so with the ring
+    /// full nothing is read and arrivals wait (or overflow) in the kernel,
+    /// as they would on a plain socket.
+    fn read_budget(&self, bufs: usize) -> usize {
+        let per = self.rx_msg_len.load(Relaxed);
+        lock(&self.recv).ring.room_for(per).min(bufs)
     }
 
     /// A read of the socket failed: `EAGAIN`/`EINTR` leave nothing to do;
@@ -1167,7 +1193,8 @@ impl EpInner {
                 Stats::add(&self.stats.recv_calls, 1);
                 Stats::add(&self.stats.direct_recv_calls, 1);
                 self.trace.rx_enter();
-                match self.backend.recv_batch_wait(&mut sc.bufs, &mut sc.meta) {
+                let budget = self.read_budget(sc.bufs.len());
+                match self.backend.recv_batch_wait(&mut sc.bufs[..budget], &mut sc.meta[..budget]) {
                     // A shut-down socket reads nothing without waiting.
                     Ok(0) => return None,
                     Ok(got) => {
@@ -1203,6 +1230,12 @@ impl EpInner {
     /// added. The caller holds `rx_sock`.
     fn push_read(&self, scratch: &mut RecvScratch, got: usize, signal: bool) -> usize {
         let mut added = 0;
+        // A message is one datagram or a GRO super-packet of at most
+        // `GRO_MAX_SEGMENTS` datagrams of one size, within RX_BUF; so the
+        // largest datagram seen bounds the next messages.
+        if let Some(dgram) = scratch.meta[..got].iter().map(|m| m.segment.unwrap_or(m.len).min(m.len)).max() {
+            self.rx_msg_len.store((dgram.max(1) * GRO_MAX_SEGMENTS).min(RX_BUF), Relaxed);
+        }
         {
             let mut rs = lock(&self.recv);
             for i in 0..got {
@@ -1259,13 +1292,19 @@ impl EpInner {
         if self.rx_waiters.load(SeqCst) > 0 || calls != self.rx_seen.swap(calls, Relaxed) {
             return RxOutcome::Parked;
         }
-        let more = match self.rx_sock.try_lock() {
-            Ok(_g) => self.fill_ring(scratch, RX_ROUNDS, true).1,
+        let fill = match self.rx_sock.try_lock() {
+            Ok(_g) => self.fill_ring(scratch, RX_ROUNDS, true),
             // An application thread is reading the socket right now.
             Err(_) => return RxOutcome::Parked,
         };
-        if more {
+        if fill.more {
             return RxOutcome::More;
+        }
+        if fill.ring_full {
+            // The application is behind: what arrives waits in the socket.
+            // Its next receives drain the ring and read the socket
+            // themselves; the watch comes back once it is away again.
+            return RxOutcome::Parked;
         }
         self.rearm_rx();
         RxOutcome::Done
@@ -1408,6 +1447,15 @@ impl EpInner {
     }
 }
 
+
+/// What one fill of the ring from the socket did.
+#[derive(Clone, Copy, Debug)]
+struct Fill {
+    /// Every read came back full: the socket likely holds more.
+    more: bool,
+    /// Stopped because the ring had no room for another message.
+    ring_full: bool,
+}
 
 /// What the engine did with a socket that had an arrival.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

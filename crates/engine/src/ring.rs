@@ -82,6 +82,19 @@ impl RecvRing {
         self.charged
     }
 
+    /// How many messages of up to `msg_len` bytes a read may bring without
+    /// one of them being dropped for want of room: the free bytes over
+    /// each message's charge, and one into an empty ring (which takes any
+    /// message).
+    pub fn room_for(&self, msg_len: usize) -> usize {
+        let fit = self.capacity.saturating_sub(self.charged) / (msg_len + ENTRY_OVERHEAD).max(1);
+        if self.entries.is_empty() {
+            fit.max(1)
+        } else {
+            fit
+        }
+    }
+
     /// Adds a message of `buf.len()` bytes cut at `segment`. Returns the
     /// number of datagrams it carries, or `Err(n)` with that number when the
     /// ring is full and the message was dropped (its buffer is kept as spare).
@@ -161,6 +174,19 @@ impl RecvRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn room_counts_whole_messages_and_an_empty_ring_takes_one() {
+        let mut r = RecvRing::new(3 * (1000 + ENTRY_OVERHEAD));
+        assert_eq!(r.room_for(1000), 3);
+        assert_eq!(r.room_for(1 << 20), 1, "an empty ring takes any one message");
+        r.push(vec![0; 1000], None, None).unwrap();
+        assert_eq!(r.room_for(1000), 2);
+        r.push(vec![0; 1000], None, None).unwrap();
+        r.push(vec![0; 1000], None, None).unwrap();
+        assert_eq!(r.room_for(1000), 0);
+        assert_eq!(r.room_for(1), 0);
+    }
 
     #[test]
     fn gro_split_with_short_tail() {

@@ -514,3 +514,43 @@ fn blocking_receive_sleeps_inside_the_read() {
     got.sort();
     assert_eq!(got, vec![100, 101]);
 }
+
+/// A receiver that is away while a burst arrives loses nothing its socket
+/// can hold: with the ring full the engine leaves arrivals in the kernel
+/// socket instead of reading datagrams only to drop them.
+#[test]
+fn a_full_ring_leaves_arrivals_in_the_socket() {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    let e = engine(Config::default());
+    let set = |fd: i32, name: i32, v: i32| {
+        // SAFETY: pointer and length of a live c_int.
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, name, &v as *const i32 as *const libc::c_void, 4) }
+    };
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    set(sock.as_raw_fd(), libc::SO_RCVBUF, 64 << 10);
+    let fd: OwnedFd = sock.into();
+    let raw = fd.as_raw_fd();
+    let b = Endpoint::from_kernel_fd(&e, fd).unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(5)));
+    // The ring keeps the 128 KiB the kernel granted; the socket under it
+    // gets more room (as `EUDP_SOCK_RCVBUF` gives it under the shim).
+    if set(raw, libc::SO_RCVBUFFORCE, 1 << 20) != 0 {
+        set(raw, libc::SO_RCVBUF, 1 << 20);
+    }
+    let a = Endpoint::with_engine(&e, false).unwrap();
+    a.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dst = b.local_addr().unwrap();
+    let n = 300u64;
+    for i in 0..n {
+        a.send_to(&payload(i, 1000), dst).unwrap();
+    }
+    assert!(a.flush(Duration::from_secs(5)));
+    // The application is away while the engine sees the arrivals.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut buf = [0u8; 2000];
+    for i in 0..n {
+        let m = b.recv(&mut buf).unwrap_or_else(|err| panic!("datagram {i}: {err}; {:?}", b.stats()));
+        check(&buf[..m], i, 1000, &b);
+    }
+    assert_eq!(b.stats().drop_ring_full, 0, "{:?}", b.stats());
+}

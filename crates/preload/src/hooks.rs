@@ -1108,20 +1108,22 @@ unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::t
     r
 }
 
-/// One look at input readiness of accelerated sockets (ring and socket).
+/// One look at the readiness of accelerated sockets (ring, L1 and socket).
 ///
-/// An accelerated socket whose ring holds a datagram is ready without a
+/// An accelerated socket whose ring holds a datagram is readable without a
 /// syscall; so is one whose ring was empty but whose socket, read right
 /// here because a stream is arriving (see `Endpoint::ready_or_fill`),
-/// gave more. Such calls are answered from the rings alone (see
+/// gave more; one asked for output is writable while its L1 has room (a
+/// streaming sender's select then costs no syscall). Such calls are
+/// answered from what the shim knows alone (see
 /// `may_skip_kernel`); otherwise the kernel is asked about everything, the
 /// rings' eventfds included, and sleeps if nothing is ready.
 unsafe fn poll_input_once(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    let mut fixed: [Extra; EXTRA_MAX] = [(0, -1, false); EXTRA_MAX];
+    let mut fixed: [Extra; EXTRA_MAX] = [Extra { at: 0, fd: -1, ready: 0 }; EXTRA_MAX];
     let mut k = 0;
     let mut many: Vec<Extra> = Vec::new();
-    scan_input(app, |e| {
+    scan_ready(app, |e| {
         if k < EXTRA_MAX {
             fixed[k] = e;
             k += 1;
@@ -1136,16 +1138,16 @@ unsafe fn poll_input_once(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const li
     if extra.is_empty() {
         return real::ppoll(fds, n, ts, mask);
     }
-    let ready_now = extra.iter().any(|e| e.2);
+    let ready_now = extra.iter().any(|e| e.ready != 0);
     if ready_now && may_skip_kernel() {
         for p in app.iter_mut() {
             p.revents = 0;
         }
         let mut count = 0;
         for e in extra {
-            if e.2 && app[e.0].revents == 0 {
-                app[e.0].revents = libc::POLLIN;
-                count += 1;
+            if e.ready != 0 {
+                count += c_int::from(app[e.at].revents == 0);
+                app[e.at].revents |= e.ready;
             }
         }
         return count;
@@ -1163,14 +1165,15 @@ unsafe fn poll_input_once(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const li
         let all: &mut Vec<libc::pollfd> = guard.as_deref_mut().unwrap_or(&mut fresh);
         all.clear();
         all.extend_from_slice(app);
-        all.extend(extra.iter().map(|e| libc::pollfd { fd: e.1, events: libc::POLLIN, revents: 0 }));
+        all.extend(extra.iter().map(|e| libc::pollfd { fd: e.fd, events: libc::POLLIN, revents: 0 }));
         let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, t, mask);
         if r < 0 {
             return r;
         }
         for (j, e) in extra.iter().enumerate() {
-            if e.2 || all[app.len() + j].revents & libc::POLLIN != 0 {
-                all[e.0].revents |= libc::POLLIN;
+            all[e.at].revents |= e.ready;
+            if all[app.len() + j].revents & libc::POLLIN != 0 {
+                all[e.at].revents |= libc::POLLIN;
             }
         }
         let mut count = 0;
@@ -1184,37 +1187,62 @@ unsafe fn poll_input_once(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const li
     })
 }
 
-/// (index in the application's array, extra fd to poll or -1, input ready now)
-type Extra = (usize, c_int, bool);
+/// What stands for one accelerated socket of a poll besides its own
+/// descriptor.
+#[derive(Clone, Copy)]
+struct Extra {
+    /// Index in the application's array.
+    at: usize,
+    /// A descriptor to poll for input on its behalf (its ring's eventfd),
+    /// or -1.
+    fd: c_int,
+    /// Events known to be ready now, without asking the kernel: POLLIN
+    /// (datagrams in the ring) and POLLOUT (room in L1).
+    ready: libc::c_short,
+}
 
 /// Accelerated sockets a poll names before `poll_input` allocates.
 const EXTRA_MAX: usize = 16;
 
-/// Reports, for each accelerated socket polled for input, the descriptors
-/// that stand for its input besides itself and whether input is there now.
-fn scan_input(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
+/// Reports, for each accelerated socket polled for input or output, the
+/// descriptors that stand for its input besides itself and what is ready
+/// now.
+fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
     let tcp = shim::tcp_transport();
-    for (i, p) in app.iter().enumerate() {
-        if p.events & libc::POLLIN == 0 || !shim::maybe(p.fd) {
+    for (at, p) in app.iter().enumerate() {
+        let input = p.events & libc::POLLIN != 0;
+        let output = p.events & libc::POLLOUT != 0;
+        if !(input || output) || !shim::maybe(p.fd) {
             continue;
         }
         with_sock(p.fd, |s| {
-            if !tcp {
-                if let Some(rfd) = s.ready_ring_fd() {
-                    add((i, rfd, true));
+            if !tcp && !output {
+                if let Some(fd) = s.ready_ring_fd() {
+                    add(Extra { at, fd, ready: libc::POLLIN });
                     return;
                 }
             }
-            if let Some(ep) = if tcp { s.endpoint(p.fd) } else { s.existing() } {
-                let ready = ep.ready_or_fill();
-                if let Some(rfd) = s.ring_fd(&ep) {
-                    add((i, rfd, ready));
+            if let Some(ep) = if tcp && input { s.endpoint(p.fd) } else { s.existing() } {
+                // Room in L1 is what POLLOUT means for an accelerated
+                // socket (a full L1 is `poll_impl`'s business).
+                let out = if output && ep.writable() { libc::POLLOUT } else { 0 };
+                if !input {
+                    if out != 0 {
+                        add(Extra { at, fd: -1, ready: out });
+                    }
+                    return;
+                }
+                let ready = if ep.ready_or_fill() { libc::POLLIN } else { 0 } | out;
+                if let Some(fd) = s.ring_fd(&ep) {
+                    add(Extra { at, fd, ready });
+                } else if ready != 0 {
+                    add(Extra { at, fd: -1, ready });
                 }
                 if tcp {
-                    add((i, ep.raw_fd(), false));
+                    add(Extra { at, fd: ep.raw_fd(), ready: 0 });
                 }
-            } else if s.has_leftover() {
-                add((i, -1, true));
+            } else if input && s.has_leftover() {
+                add(Extra { at, fd: -1, ready: libc::POLLIN });
             }
         });
     }
