@@ -52,8 +52,15 @@ pub enum ResourceSpec {
     },
     /// DMA engine (host, send or receive); one transfer at a time.
     Engine {},
-    /// A semaphore / lock with one holder at a time.
-    Lock {},
+    /// A semaphore / lock with one holder at a time. With `spin` (the
+    /// citation that says so), a step waits for it by looping on the CPU it
+    /// runs on: the CPU is taken first and stays busy until the lock is
+    /// granted (003 §2's semaphore register), instead of being free for other
+    /// work while the step waits.
+    Lock {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spin: Option<String>,
+    },
     /// A network link direction.
     Link { mbps: Cited },
 }
@@ -203,6 +210,11 @@ pub fn bus_duplex(name: &str) -> bool {
 }
 
 impl ResourceSpec {
+    /// A lock whose waiters spin on their CPU.
+    pub fn spins(&self) -> bool {
+        matches!(self, ResourceSpec::Lock { spin: Some(_) })
+    }
+
     /// True when this is a full-duplex bus.
     pub fn duplex(&self) -> bool {
         matches!(self, ResourceSpec::Bus { bus: Some(b), .. } if bus_duplex(b))
@@ -377,6 +389,7 @@ pub fn cited_values(p: &Preset) -> Vec<(String, Cited)> {
                 }
             }
             ResourceSpec::Link { mbps } => out.push((format!("resources.{n}.mbps"), mbps.clone())),
+            ResourceSpec::Lock { spin: Some(c) } => out.push((format!("resources.{n}.spin"), Cited::new(1.0, c))),
             _ => {}
         }
     }

@@ -117,6 +117,10 @@ enum Ev {
 enum Phase {
     Idle,
     WaitHold,
+    /// Spin lock: waiting for the CPU the step will spin on.
+    WaitSpinCpu,
+    /// Spin lock: holding the CPU, looping until the lock is granted.
+    Spin,
     WaitOverhead,
     Overhead,
     Startup,
@@ -161,6 +165,9 @@ struct StageC {
     prio: i32,
     after: bool,
     data: bool,
+    /// a `hold` lock spins: take the `on` CPU first and keep it busy while
+    /// waiting for the lock
+    spin: bool,
     /// per-byte ps for each distinct packet size
     per_byte: HashMap<u64, f64>,
     credit_take: Vec<usize>,
@@ -195,6 +202,8 @@ struct Thread {
     chunk_now: u64,
     held: Vec<(usize, u32)>,
     header_due: bool,
+    /// when a spinning step got its CPU (ps)
+    spin_since: u64,
 }
 
 struct FlowC {
@@ -349,6 +358,10 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
                 prio: s.priority,
                 after: s.overhead_after,
                 data: s.per_byte.is_some(),
+                // Spinning needs a CPU to spin on and the overhead before the
+                // data; a step that took the lock first and asked for its CPU
+                // afterwards could deadlock against a spinner.
+                spin: !s.on.is_empty() && !s.overhead_after && s.hold.iter().any(|h| preset.resources[h].spins()),
                 per_byte,
                 credit_take: Vec::new(),
                 credit_give: Vec::new(),
@@ -394,7 +407,7 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
         let mut threads = Vec::new();
         for s in 0..ns_ {
             threads.push(sim.threads.len());
-            sim.threads.push(Thread { flow: fi, stage: s, pkt: 0, phase: Phase::Idle, started: 0, frag_left: 0, chunk_now: 0, held: Vec::new(), header_due: false });
+            sim.threads.push(Thread { flow: fi, stage: s, pkt: 0, phase: Phase::Idle, started: 0, frag_left: 0, chunk_now: 0, held: Vec::new(), header_due: false, spin_since: 0 });
         }
         sim.flows.push(FlowC {
             stages,
@@ -535,6 +548,13 @@ impl Sim {
         let hold = self.flows[f].stages[s].hold.clone();
         if hold.is_empty() {
             self.begin_overhead(t);
+        } else if self.flows[f].stages[s].spin && self.overhead_ps(t) > 0 {
+            // 003 §2: request the semaphore, then loop on the CPU until it
+            // is granted; the CPU comes first and is busy while it waits.
+            self.threads[t].phase = Phase::WaitSpinCpu;
+            let on = self.flows[f].stages[s].on.clone();
+            let prio = self.flows[f].stages[s].prio;
+            self.request(t, on, prio);
         } else {
             self.threads[t].phase = Phase::WaitHold;
             let prio = self.flows[f].stages[s].prio;
@@ -812,6 +832,23 @@ impl Sim {
     fn granted(&mut self, t: usize) {
         match self.threads[t].phase {
             Phase::WaitHold => self.begin_overhead(t),
+            Phase::WaitSpinCpu => {
+                self.threads[t].phase = Phase::Spin;
+                self.threads[t].spin_since = self.now();
+                let hold = self.stage(t).hold.clone();
+                let prio = self.stage(t).prio;
+                self.request(t, hold, prio);
+            }
+            Phase::Spin => {
+                // lock granted: the CPU was busy spinning until now, and the
+                // step's overhead runs on it without asking again
+                self.threads[t].phase = Phase::Overhead;
+                let units = self.step_units(t);
+                let spun = self.now() - self.threads[t].spin_since;
+                let d = self.overhead_ps(t);
+                self.account(&units, spun + d);
+                self.q.after(d, Ev::Timer(t));
+            }
             Phase::WaitOverhead | Phase::WaitOverheadAfter => {
                 self.threads[t].phase = if self.threads[t].phase == Phase::WaitOverhead { Phase::Overhead } else { Phase::OverheadAfter };
                 let d = self.overhead_ps(t);

@@ -310,3 +310,31 @@ fn after_gates_a_stage_on_an_earlier_one() {
     let text = serde_json::to_string(&bad).unwrap();
     assert!(eudp_model::preset::parse(&text).is_err(), "after must name an earlier stage");
 }
+
+#[test]
+fn a_cpu_waiting_for_a_spin_lock_does_no_other_work() {
+    // 003 §2: a Tigon CPU loops on the semaphore register until it owns the
+    // lock. In SO bidirectional traffic cpu A's receive DMA and cpu B's
+    // transmissions contend for the one semaphore; a spinning cpu A cannot
+    // run receive bookkeeping meanwhile, so it is busier and the NIC slower.
+    let spin = shipped("003").unwrap();
+    let mut free = spin.clone();
+    for r in free.resources.values_mut() {
+        if let eudp_model::preset::ResourceSpec::Lock { spin } = r {
+            *spin = None;
+        }
+    }
+    let w = Workload { msg_bytes: 16384, messages: 40, bidirectional: true, timeline: false };
+    let go = |p: &eudp_model::preset::Preset, s: &str| {
+        let r = sim::run(p, s, &w).unwrap();
+        (r.total_bits_per_ns(w.msg_bytes), r.resource("rx.cpuA").unwrap().busy_ns)
+    };
+    let (bw_spin, busy_spin) = go(&spin, "so");
+    let (bw_free, busy_free) = go(&free, "so");
+    assert!(bw_spin < 0.98 * bw_free, "spinning costs bandwidth: {bw_spin} vs {bw_free}");
+    assert!(busy_spin > busy_free * 1.02, "spinning keeps cpu A busy: {busy_spin} vs {busy_free} ns");
+    // base runs on one CPU and never takes the semaphore: unchanged
+    assert_eq!(go(&spin, "base").0, go(&free, "base").0);
+    // the spin is cited like every other input
+    assert!(eudp_model::preset::cited_values(&spin).iter().any(|(f, c)| f.ends_with(".spin") && c.cite.contains("003 §2")));
+}

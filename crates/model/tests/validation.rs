@@ -76,7 +76,7 @@ figure!(p003_base_latency, "003-base-lat");
 figure!(p003_ro_latency, "003-ro-lat");
 figure!(p003_ro_latency_gain, "003-ro-lat-gain");
 figure!(p003_ro_latency_14k, "003-ro-lat14k", ignore = "measured 10.5% vs 8.3% improvement at 14 kB (ping-pong): base is receiver-bound (13.1 us of Table 1 steps per frame on cpu A) and its send ack delays the reply, RO is wire-bound; 003 gives no inter-CPU cost that would take RO's gain back");
-figure!(p003_so_bidirectional, "003-so-bidir", ignore = "measured 1664 vs 1100 Mbit/s: 003 §6.3 blames inter-CPU communication, whose cost is not given; NIC SRAM access rate not given");
+figure!(p003_so_bidirectional, "003-so-bidir", ignore = "measured 1591 vs 1100 Mbit/s with cpu A spinning on the one semaphore (003 §2): 003 §6.3 blames inter-CPU communication, whose cost is not given; NIC SRAM access rate not given");
 figure!(p003_base_bidirectional, "003-base-bidir", ignore = "measured 1269 vs 940 Mbit/s: Table 1 steps give 17.7 us per frame pair per NIC, 940 needs about 24; charging send bookkeeping per frame instead of per message (003 §3.1 marks two of its three parts per message) would give 1013");
 
 // ---- paper 004 (eager data transfer) ----
