@@ -711,6 +711,7 @@ impl EpInner {
         };
         let took = s.take_l1(&mut staging);
         self.trace.take(took);
+        s.caller_flushed = Some((Instant::now(), self.rx_calls.load(Relaxed)));
         drop(s);
         Stats::add(&self.stats.caller_flushes, 1);
         self.send_cv.notify_all();
@@ -781,7 +782,8 @@ impl EpInner {
             if s.l1_empty() && !s.l2_has_room() && self.rx_calls.load(Relaxed) != s.rx_mark {
                 s = self.await_slot(s);
             }
-            match s.post(dst, data) {
+            let decision = if self.streaming(&s) { s.post_streaming(dst, data) } else { s.post(dst, data) };
+            match decision {
                 PostDecision::Direct => {
                     self.trace.direct();
                     drop(s);
@@ -843,6 +845,21 @@ impl EpInner {
                     let _ = self.send_cv.wait_timeout(s, wait.min(Duration::from_millis(100)));
                 }
             }
+        }
+    }
+
+    /// True when this send continues a stream: L1 is empty only because
+    /// the caller's thread sent it itself less than a coalescing interval
+    /// ago, and nothing was received since (a request/response caller
+    /// still posts directly). Posting it directly would send it alone —
+    /// one more syscall, and one more wake-up of the receiver, per batch.
+    fn streaming(&self, s: &SendState) -> bool {
+        let interval = self.engine.config.tx_coalesce;
+        match s.caller_flushed {
+            Some((at, rx)) if s.l1_empty() && !interval.is_zero() => {
+                rx == self.rx_calls.load(Relaxed) && at.elapsed() < interval
+            }
+            _ => false,
         }
     }
 

@@ -149,6 +149,9 @@ pub struct SendState {
     /// The endpoint's receive-call count at the last direct completion: a
     /// change means the caller waited on its peer in between.
     pub rx_mark: u64,
+    /// When a caller's thread last sent L1 itself (a stream is on), and the
+    /// receive-call count then.
+    pub caller_flushed: Option<(std::time::Instant, u64)>,
     /// Post outcomes, counted under the lock the caller already holds so the
     /// hot path touches no shared counter cache line.
     pub counts: PostCounts,
@@ -179,6 +182,7 @@ impl SendState {
             l1_since: None,
             flushers: 0,
             rx_mark: 0,
+            caller_flushed: None,
             counts: PostCounts::default(),
             recorder,
         }
@@ -227,11 +231,23 @@ impl SendState {
     /// Decides a caller's send: direct when nothing is queued and L2 has
     /// room, else queue in L1 (copying `data`), else full.
     pub fn post(&mut self, dst: Option<SocketAddr>, data: &[u8]) -> PostDecision {
+        self.post_with(dst, data, true)
+    }
+
+    /// As [`SendState::post`] for a streaming caller (it sent L1 itself a
+    /// moment ago): never direct, so the datagram waits in L1 for the rest
+    /// of the next batch rather than leaving alone, one extra syscall and
+    /// receiver wake-up per batch.
+    pub fn post_streaming(&mut self, dst: Option<SocketAddr>, data: &[u8]) -> PostDecision {
+        self.post_with(dst, data, false)
+    }
+
+    fn post_with(&mut self, dst: Option<SocketAddr>, data: &[u8], direct_ok: bool) -> PostDecision {
         if self.shutdown {
             self.apply(QueueEvent::Refuse);
             return PostDecision::Closed;
         }
-        if self.l1_empty() && self.l2 < self.l2_depth {
+        if direct_ok && self.l1_empty() && self.l2 < self.l2_depth {
             self.apply(QueueEvent::DirectPost);
             self.counts.direct += 1;
             return PostDecision::Direct;

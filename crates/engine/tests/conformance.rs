@@ -219,8 +219,10 @@ fn a_remainder_waits_from_its_own_oldest_datagram() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(drain(), 65, "{:?}", ep.stats());
     assert!(ep.stats().caller_flushes >= 1, "{:?}", ep.stats());
-    // Well inside the first listing's interval, a short burst: one direct
-    // post and nine queued that nobody else will send.
+    // Well inside the first listing's interval, a short burst of ten that
+    // nobody else will send. It continues the stream (the caller's thread
+    // sent L1 itself within the interval and received nothing since), so
+    // even its first datagram queues instead of leaving alone.
     std::thread::sleep(Duration::from_millis(200).saturating_sub(t0.elapsed()));
     let woken = engine.wakeups();
     let burst = std::time::Instant::now();
@@ -228,16 +230,17 @@ fn a_remainder_waits_from_its_own_oldest_datagram() {
         ep.send_to(&[2u8; 100], dst).unwrap();
     }
     // Past the first listing's deadline (t0 + 300 ms), before the burst's
-    // own (burst + 300 ms): the queued nine wait, and the engine slept.
+    // own (burst + 300 ms): the queued ten wait, and the engine slept.
     std::thread::sleep(Duration::from_millis(400).saturating_sub(t0.elapsed()));
     let early = drain();
     let woke = engine.wakeups() - woken;
     assert!(burst.elapsed() < interval, "test thread stalled: timing not checkable");
-    assert_eq!(early, 1, "only the direct post may have left; {:?}", ep.stats());
+    assert_eq!(early, 0, "nothing may have left; {:?}", ep.stats());
     assert_eq!(woke, 0, "the engine woke at a stale deadline");
     // By the burst's own deadline (with margin) the engine sent them.
     std::thread::sleep(interval + Duration::from_millis(200));
-    assert_eq!(drain(), 9, "{:?}", ep.stats());
+    assert_eq!(drain(), 10, "{:?}", ep.stats());
+    assert_eq!(ep.stats().direct_posts, 1, "{:?}", ep.stats());
 }
 
 /// With `tx_flush_batches` = 2 the sender's own thread waits for two full
@@ -251,14 +254,41 @@ fn a_streaming_sender_gathers_the_configured_batches() {
     let ep = Endpoint::with_engine(&engine, false).unwrap();
     ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
     ep.set_send_buffer_size(1 << 20).unwrap();
-    // Ten rounds of: a direct post (L1 is empty, L2 has room), then two
-    // batches of 64 queued behind it.
-    for _ in 0..10 * 129 {
+    // A direct post (L1 is empty, L2 has room), then ten rounds of two
+    // batches of 64 queued: once the stream is on, a send into the L1 its
+    // thread just emptied queues too (no datagram leaves alone).
+    for _ in 0..1 + 10 * 128 {
         ep.send_to(&[3u8; 100], dst).unwrap();
     }
     let st = ep.stats();
     assert_eq!(st.caller_flushes, 10, "{st:?}");
     assert_eq!(st.gso_messages, 20, "two GSO messages per flush: {st:?}");
-    assert_eq!(st.send_calls, 10 + 10, "ten direct posts, one call per flush: {st:?}");
-    assert_eq!(st.datagrams_sent, 10 * 129, "{st:?}");
+    assert_eq!(st.direct_posts, 1, "{st:?}");
+    assert_eq!(st.send_calls, 1 + 10, "one direct post, one call per flush: {st:?}");
+    assert_eq!(st.datagrams_sent, 1 + 10 * 128, "{st:?}");
+}
+
+/// A caller that receives between its sends is not a stream: after its
+/// thread sent L1 itself, its next send still posts directly, so a reply
+/// never waits for a batch to fill.
+#[test]
+fn a_caller_that_received_posts_directly_after_its_flush() {
+    let cfg = Config { tx_flush_batches: 1, max_msgs: 64, tx_coalesce: Duration::from_secs(1), ..Config::default() };
+    let engine = Engine::start(cfg).unwrap();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dst = peer.local_addr().unwrap();
+    let ep = Endpoint::with_engine(&engine, false).unwrap();
+    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_send_buffer_size(1 << 20).unwrap();
+    ep.set_read_timeout(Some(Duration::from_secs(5)));
+    for _ in 0..65 {
+        ep.send_to(&[4u8; 100], dst).unwrap();
+    }
+    assert_eq!(ep.stats().caller_flushes, 1, "{:?}", ep.stats());
+    peer.send_to(b"reply", ep.local_addr().unwrap()).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(ep.recv(&mut buf).unwrap(), 5);
+    let before = ep.stats().direct_posts;
+    ep.send_to(&[5u8; 100], dst).unwrap();
+    assert_eq!(ep.stats().direct_posts, before + 1, "{:?}", ep.stats());
 }
