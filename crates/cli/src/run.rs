@@ -213,13 +213,13 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
         }
         s += "\n";
         s += &format!(
-            "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8}\n",
-            "fd", "mode", "local", "peer", "sent", "direct", "queued", "batch", "received", "ring_drop", "gro"
+            "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8} {:>8}\n",
+            "fd", "mode", "local", "peer", "sent", "direct", "queued", "batch", "received", "ring_drop", "sock_drop", "gro"
         );
         for key in ["sockets", "closed"] {
             for x in r[key].as_array().into_iter().flatten() {
                 s += &format!(
-                    "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8.1} {:>10} {:>8} {:>8}{}{}\n",
+                    "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8.1} {:>10} {:>8} {:>8} {:>8}{}{}\n",
                     x["fd"].as_i64().unwrap_or(-1),
                     x["mode"].as_str().unwrap_or("?"),
                     x["local"].as_str().unwrap_or("-"),
@@ -230,6 +230,7 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
                     mean_batch(x),
                     u(x, "datagrams_received"),
                     u(x, "drop_ring_full"),
+                    u(x, "socket_drops"),
                     u(x, "gro_superpackets"),
                     if key == "closed" { "  (closed)" } else { "" },
                     x["fallback_reason"].as_str().map(|r| format!("  fallback: {r}")).unwrap_or_default(),

@@ -420,6 +420,15 @@ impl Endpoint {
         snap
     }
 
+    /// [`Endpoint::stats`] with what only the kernel knows: the drops of
+    /// the socket under the endpoint (one syscall; for reports, not for a
+    /// hot path).
+    pub fn report(&self) -> StatsSnapshot {
+        let mut snap = self.stats();
+        snap.socket_drops = self.inner.backend.socket_drops();
+        snap
+    }
+
     /// Queue transitions recorded so far (empty unless
     /// [`crate::Config::record_transitions`] is set).
     pub fn transitions(&self) -> Vec<(QueueEvent, QueueState)> {

@@ -74,6 +74,8 @@ impl Stats {
             drop_ring_full: g(&self.drop_ring_full),
             drop_truncated: g(&self.drop_truncated),
             errors_surfaced: g(&self.errors_surfaced),
+            // Read from the kernel socket by `Endpoint::report`.
+            socket_drops: None,
         }
     }
 }
@@ -124,6 +126,13 @@ pub struct StatsSnapshot {
     pub drop_truncated: u64,
     /// Asynchronous errors reported to the caller.
     pub errors_surfaced: u64,
+    /// Messages the kernel socket under the endpoint dropped (`SO_MEMINFO`
+    /// drops: its own receive buffer was full, or a checksum failed). A
+    /// GRO message counts once however many datagrams it carried. With the
+    /// ring full the engine leaves arrivals in the socket, so a receiver
+    /// that falls behind loses here rather than in `drop_ring_full`.
+    /// `None` unless read (`Endpoint::report`; it costs a syscall).
+    pub socket_drops: Option<u64>,
 }
 
 #[cfg(test)]

@@ -554,3 +554,30 @@ fn a_full_ring_leaves_arrivals_in_the_socket() {
     }
     assert_eq!(b.stats().drop_ring_full, 0, "{:?}", b.stats());
 }
+
+/// What a receiver that is away cannot keep is lost in the kernel socket,
+/// as on a plain socket, and the endpoint's report says so.
+#[test]
+fn an_overflowing_socket_counts_its_drops() {
+    let e = engine(Config::default());
+    let (a, b) = pair(&e, false);
+    b.set_recv_buffer_size(64 << 10).unwrap();
+    let dst = b.local_addr().unwrap();
+    let n = 2000u64;
+    for i in 0..n {
+        a.send_to(&payload(i, 1000), dst).unwrap();
+    }
+    assert!(a.flush(Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut got = 0u64;
+    let mut buf = [0u8; 2000];
+    let f = RecvFlags { dont_wait: true, ..RecvFlags::default() };
+    while b.recv_with(&mut buf, f).is_ok() {
+        got += 1;
+    }
+    let r = b.report();
+    assert!(got < n, "2 MB cannot fit a 128 KiB ring and socket: {r:?}");
+    assert!(r.socket_drops.unwrap() > 0, "{r:?}");
+    assert_eq!(r.drop_ring_full, 0, "{r:?}");
+    assert_eq!(b.stats().socket_drops, None);
+}

@@ -563,7 +563,7 @@ impl Sock {
             return None;
         }
         let ep = self.existing()?;
-        Some((ep.stats(), ep.local_addr().ok(), ep.peer_addr().ok()))
+        Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok()))
     }
 }
 

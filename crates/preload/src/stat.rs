@@ -55,7 +55,7 @@ fn sock_json(fd: i32, s: &Sock, stats: Option<(eudp_engine::StatsSnapshot, Optio
 
 /// Records the final counters of an endpoint being closed or abandoned.
 pub fn retire(s: &Sock, ep: &eudp_engine::Endpoint) {
-    let v = sock_json(s.fd, s, Some((ep.stats(), ep.local_addr().ok(), ep.peer_addr().ok())), false);
+    let v = sock_json(s.fd, s, Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok())), false);
     let mut c = lock(&CLOSED);
     if c.len() >= KEEP_CLOSED {
         c.remove(0);

@@ -274,6 +274,22 @@ impl UdpSocket {
         self.getsockopt_int(libc::SOL_SOCKET, libc::SO_RCVBUF).map(|v| v.max(0) as usize)
     }
 
+    /// Packets this socket dropped on receive (`SO_MEMINFO`'s drop count,
+    /// the one `ss -m` shows).
+    pub fn drops(&self) -> io::Result<u64> {
+        const SO_MEMINFO: libc::c_int = 55;
+        let mut info = [0u32; 16];
+        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+        // SAFETY: pointer and length of a live u32 array; the kernel writes
+        // at most `len` bytes and reports how many.
+        cvt(unsafe { libc::getsockopt(self.fd.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, info.as_mut_ptr() as *mut libc::c_void, &mut len) })?;
+        let at = libc::SK_MEMINFO_DROPS as usize;
+        if (len as usize) < (at + 1) * 4 {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        Ok(u64::from(info[at]))
+    }
+
     /// Probes UDP GSO: true when the kernel accepts `UDP_SEGMENT` on this socket.
     pub fn probe_gso(&self) -> bool {
         // Setting a segment size of 0 as the socket default is a no-op that

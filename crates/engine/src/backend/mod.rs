@@ -47,6 +47,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn send_buffer_size(&self) -> usize;
     /// Receive buffer size in bytes (sizes the receive ring).
     fn recv_buffer_size(&self) -> usize;
+    /// Messages the underlying kernel socket dropped on receive, when the
+    /// backend has one.
+    fn socket_drops(&self) -> Option<u64> {
+        None
+    }
     /// Whether segmentation offload may be used on send.
     fn probe_gso(&self) -> bool;
     /// Enables receive coalescing; false when unavailable.
@@ -129,6 +134,9 @@ impl Backend for kernel::UdpSocket {
     }
     fn recv_buffer_size(&self) -> usize {
         kernel::UdpSocket::recv_buffer_size(self).unwrap_or(212_992)
+    }
+    fn socket_drops(&self) -> Option<u64> {
+        kernel::UdpSocket::drops(self).ok()
     }
     fn probe_gso(&self) -> bool {
         kernel::UdpSocket::probe_gso(self)
