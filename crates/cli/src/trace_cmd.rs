@@ -839,6 +839,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         let s = UdpSocket::new(w.addr.is_ipv6()).map_err(e)?;
         if w.trace {
             s.set_option(libc::SOL_SOCKET, eudp_engine::backend::kernel::SO_TIMESTAMPING, tracepoint::timestamping_flags()).map_err(e)?;
+            tracepoint::rx_stamps_ready(tracepoint::timestamping_flags());
         }
         let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         s.bind(&w.addr).map_err(e)?;
