@@ -797,7 +797,11 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
     let mut buf = vec![0u8; 65_536];
     let (mut got, mut bad) = (0u64, 0u64);
     let mut t = Arrivals::new(Duration::from_secs(20 + w.count / 10_000));
-    let (cpu0, cpu);
+    // CPU is counted from the first arrival: before it the receiver only
+    // waits for the sender to start, which takes longer when the sender is
+    // traced (its buffers), and an idle receiver still uses 1-2 ms of CPU
+    // per second (its engine's timed checks, the read timeouts).
+    let (mut cpu0, cpu);
     let mut next = 0u64;
     // Counts one datagram; true when the loop should check the clock.
     let mut tally = |d: &[u8], got: &mut u64, t: &mut Arrivals| {
@@ -823,7 +827,13 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         cpu0 = usage();
         while got < w.count {
             let look = match ep.recv(&mut buf) {
-                Ok(n) => tally(&buf[..n], &mut got, &mut t),
+                Ok(n) => {
+                    let look = tally(&buf[..n], &mut got, &mut t);
+                    if got == 1 {
+                        cpu0 = usage();
+                    }
+                    look
+                }
                 Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => true,
                 Err(x) => return Err(e(x)),
             };
@@ -839,6 +849,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         let s = UdpSocket::new(w.addr.is_ipv6()).map_err(e)?;
         if w.trace {
             s.set_option(libc::SOL_SOCKET, eudp_engine::backend::kernel::SO_TIMESTAMPING, tracepoint::timestamping_flags()).map_err(e)?;
+            tracepoint::rx_stamps_ready(tracepoint::timestamping_flags());
         }
         let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         s.bind(&w.addr).map_err(e)?;
@@ -873,7 +884,11 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
                 tr.recv_return(x);
             }
             let n = meta[0].len;
-            if tally(&bufs[0][..n], &mut got, &mut t) && t.over() {
+            let look = tally(&bufs[0][..n], &mut got, &mut t);
+            if got == 1 {
+                cpu0 = usage();
+            }
+            if look && t.over() {
                 break;
             }
         }

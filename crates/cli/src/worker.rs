@@ -123,7 +123,7 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
     let e = |e: std::io::Error| format!("send: {e}");
     let next_check = std::cell::Cell::new(0u64);
     let pace = |seq: u64| {
-        if a.pace_every > 0 && seq % a.pace_every == 0 {
+        if a.pace_every > 0 && seq.is_multiple_of(a.pace_every) {
             std::thread::sleep(Duration::from_millis(1));
         }
         // Rate pacing: every 16 datagrams, sleep until the schedule allows.
@@ -239,7 +239,7 @@ impl Tally<'_> {
         // Read the clock for the first datagram and every 32nd after: the
         // window's end is exact to within 32 datagrams, and no stack pays a
         // clock read per datagram.
-        if self.first.is_none() || self.r.datagrams % 32 == 0 {
+        if self.first.is_none() || self.r.datagrams.is_multiple_of(32) {
             let now = Instant::now();
             self.first.get_or_insert(now);
             self.last = now;
@@ -297,7 +297,7 @@ pub fn recv(a: RecvArgs) -> Result<Report, String> {
                     Err(x) => return Err(e(x)),
                 }
                 // Time checks every 32 datagrams, and on every idle timeout.
-                if i % 32 == 0 && done(&t) {
+                if i.is_multiple_of(32) && done(&t) {
                     break;
                 }
             }
@@ -353,7 +353,7 @@ pub fn recv(a: RecvArgs) -> Result<Report, String> {
                     Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => i = 0,
                     Err(x) => return Err(e(x)),
                 }
-                if i % 32 == 0 && done(&t) {
+                if i.is_multiple_of(32) && done(&t) {
                     break;
                 }
             }

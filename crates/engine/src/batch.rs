@@ -128,10 +128,10 @@ mod tests {
         let v6 = GsoLimits::ethernet(true);
         let mapped = Some("[::ffff:198.18.0.2]:9".parse().unwrap());
         let native = Some("[2001:2::2]:9".parse().unwrap());
-        assert_eq!(gso_batch(&vec![(mapped, 1472); 4], &v6), vec![Run { start: 0, count: 4, segment: Some(1472) }]);
+        assert_eq!(gso_batch(&[(mapped, 1472); 4], &v6), vec![Run { start: 0, count: 4, segment: Some(1472) }]);
         // 1472 B does not fit a 1500 B MTU under an IPv6 header.
-        assert_eq!(gso_batch(&vec![(native, 1472); 2], &v6).len(), 2);
-        assert_eq!(gso_batch(&vec![(native, 1452); 2], &v6).len(), 1);
+        assert_eq!(gso_batch(&[(native, 1472); 2], &v6).len(), 2);
+        assert_eq!(gso_batch(&[(native, 1452); 2], &v6).len(), 1);
     }
 
     #[test]
@@ -184,7 +184,7 @@ mod tests {
         assert!(gso_batch(&items, &lim()).iter().all(|r| r.count == 1 && r.segment.is_none()));
         let mut l = lim();
         l.enabled = false;
-        assert!(gso_batch(&vec![(a(1), 100); 5], &l).iter().all(|r| r.count == 1));
+        assert!(gso_batch(&[(a(1), 100); 5], &l).iter().all(|r| r.count == 1));
     }
 
     #[test]

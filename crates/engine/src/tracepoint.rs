@@ -497,10 +497,27 @@ pub fn timestamping_flags() -> i32 {
 /// Turns kernel timestamping on for a new socket when tracing is on.
 pub fn setup_socket(b: &dyn Backend) {
     init_from_env();
-    if on() && timestamping_flags() != 0 {
-        if let Err(e) = b.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, timestamping_flags()) {
+    let flags = timestamping_flags();
+    if on() && flags != 0 {
+        if let Err(e) = b.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, flags) {
             eprintln!("eudp trace: SO_TIMESTAMPING: {e}");
         }
+        rx_stamps_ready(flags);
+    }
+}
+
+/// After a socket asked for `flags`: when they include RX_SOFTWARE, makes
+/// sure the kernel stamps arriving packets before any can arrive (once per
+/// process, up to 200 ms; see [`kernel::hold_rx_timestamps`]: without it
+/// the first packets of a run may lack their RX_SOFTWARE point).
+pub fn rx_stamps_ready(flags: i32) {
+    static HOLD: Once = Once::new();
+    if flags & libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32 != 0 {
+        HOLD.call_once(|| {
+            if !kernel::hold_rx_timestamps(std::time::Duration::from_millis(200)) {
+                eprintln!("eudp trace: kernel RX stamping not confirmed (no loopback?); the first packets may lack RX_SOFTWARE");
+            }
+        });
     }
 }
 
@@ -694,7 +711,10 @@ impl EpTrace {
     /// Reads the kernel's TX timestamps from the socket's error queue;
     /// returns how many error-queue messages it read.
     pub fn drain_tx(&self, fd: std::os::fd::RawFd) -> usize {
-        if !on() {
+        // No TX stamps asked for (`EUDP_TRACE_KERNEL=0` or `rx`): nothing
+        // to read, so no syscall after every send.
+        static TX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !on() || !*TX.get_or_init(|| timestamping_flags() & libc::SOF_TIMESTAMPING_TX_SOFTWARE as i32 != 0) {
             return 0;
         }
         let off = offset_cached();
@@ -873,6 +893,14 @@ mod cost {
     /// TX_SOFTWARE, two stamps per send, read back 64 at a time as the
     /// engine does), alternated, best of 7 rounds each; printed with
     /// `--release --nocapture`.
+    #[test]
+    fn rx_stamping_is_on_once_held() {
+        // The kernel turns RX stamping on asynchronously; once this returns
+        // true, a fresh stamped socket gets a stamp on its first datagram.
+        assert!(kernel::hold_rx_timestamps(std::time::Duration::from_secs(5)));
+        assert!(kernel::hold_rx_timestamps(std::time::Duration::ZERO));
+    }
+
     #[test]
     fn kernel_stamp_cost() {
         use crate::backend::kernel::UdpSocket;
