@@ -1136,7 +1136,7 @@ impl EpInner {
         for round in 0..rounds {
             let budget = self.read_budget(scratch.bufs.len());
             if budget == 0 {
-                return Fill { more: false, ring_full: true };
+                return Fill { added, more: false, ring_full: true };
             }
             Stats::add(&self.stats.recv_calls, 1);
             self.trace.rx_enter();
@@ -1153,10 +1153,10 @@ impl EpInner {
                 break;
             }
             if round + 1 == rounds {
-                return Fill { more: true, ring_full: false };
+                return Fill { added, more: true, ring_full: false };
             }
         }
-        Fill { more: false, ring_full: false }
+        Fill { added, more: false, ring_full: false }
     }
 
     /// Messages the next read of the socket may bring (at most `bufs`):
@@ -1311,9 +1311,7 @@ impl EpInner {
     /// application gone for a handoff interval.
     pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> RxOutcome {
         self.rx_armed.store(false, SeqCst);
-        if crate::tracepoint::on() {
-            self.trace.drain_tx(self.backend.raw_fd());
-        }
+        let stamps = if crate::tracepoint::on() { self.trace.drain_tx(self.backend.raw_fd()) } else { 0 };
         let calls = self.rx_calls.load(Relaxed);
         if self.rx_waiters.load(SeqCst) > 0 || calls != self.rx_seen.swap(calls, Relaxed) {
             return RxOutcome::Parked;
@@ -1326,10 +1324,16 @@ impl EpInner {
         if fill.more {
             return RxOutcome::More;
         }
-        if fill.ring_full {
-            // The application is behind: what arrives waits in the socket.
-            // Its next receives drain the ring and read the socket
-            // themselves; the watch comes back once it is away again.
+        // The watch stays off until the handoff check when:
+        // * the ring is full: the application is behind, and what arrives
+        //   waits in the socket; its next receives drain the ring and read
+        //   the socket themselves;
+        // * traced, the wake-up brought TX timestamps and no data: stamps
+        //   report EPOLLERR, which epoll cannot mask, so a re-armed watch
+        //   would wake the engine after every send syscall of the
+        //   application's thread only to read them (data arriving meanwhile
+        //   waits up to one handoff interval; only while tracing).
+        if fill.ring_full || (stamps > 0 && fill.added == 0) {
             return RxOutcome::Parked;
         }
         self.rearm_rx();
@@ -1477,6 +1481,8 @@ impl EpInner {
 /// What one fill of the ring from the socket did.
 #[derive(Clone, Copy, Debug)]
 struct Fill {
+    /// Datagrams added to the ring.
+    added: usize,
     /// Every read came back full: the socket likely holds more.
     more: bool,
     /// Stopped because the ring had no room for another message.
