@@ -158,12 +158,21 @@ fn alive(pid: u64) -> bool {
 }
 
 /// Reports found in `dir` (of live processes unless `all`), by pid.
+///
+/// The UOE counters a process's `tcp` transport writes next to its report
+/// (`<pid>.tcp.json`) go under `"uoe"`; a process with only those gets a
+/// report of its own.
 pub fn read_reports(dir: &Path, all: bool, pids: &[u64]) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
+    let mut uoe = std::collections::BTreeMap::new();
     let Ok(rd) = std::fs::read_dir(dir) else { return out };
     for e in rd.flatten() {
         let p = e.path();
         let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else { continue };
+        let (stem, tcp) = match stem.strip_suffix(".tcp") {
+            Some(s) => (s, true),
+            None => (stem, false),
+        };
         let Ok(pid) = stem.parse::<u64>() else { continue };
         if p.extension().is_none_or(|x| x != "json") || (!pids.is_empty() && !pids.contains(&pid)) {
             continue;
@@ -173,8 +182,18 @@ pub fn read_reports(dir: &Path, all: bool, pids: &[u64]) -> Vec<serde_json::Valu
         }
         if let Ok(s) = std::fs::read_to_string(&p) {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
-                out.push(v);
+                if tcp {
+                    uoe.insert(pid, v);
+                } else {
+                    out.push(v);
+                }
             }
+        }
+    }
+    for (pid, v) in uoe {
+        match out.iter_mut().find(|r| r["pid"].as_u64() == Some(pid)) {
+            Some(r) => r["uoe"] = v,
+            None => out.push(serde_json::json!({ "pid": pid, "uoe": v })),
         }
     }
     out.sort_by_key(|v| v["pid"].as_u64().unwrap_or(0));
@@ -204,8 +223,8 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
             r["pid"],
             r["exe"].as_str().unwrap_or("?"),
             if r["exited"].as_bool() == Some(true) { " (exited)" } else { "" },
-            r["accelerated"],
-            r["fallbacks"]
+            r["accelerated"].as_u64().unwrap_or(0),
+            r["fallbacks"].as_u64().unwrap_or(0)
         );
         if let Some(m) = r["fallback_reasons"].as_object().filter(|m| !m.is_empty()) {
             let why: Vec<String> = m.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
@@ -237,8 +256,39 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
                 );
             }
         }
+        if let Some(t) = r["uoe"]["tcp"].as_object() {
+            s += &format_uoe(t, r["uoe"]["queued_bytes"].as_u64().unwrap_or(0));
+        }
     }
     s
+}
+
+/// The UOE (`--transport tcp`) counters of a process: connections,
+/// frames, and drops and closed connections by reason (the non-zero ones).
+fn format_uoe(t: &serde_json::Map<String, serde_json::Value>, queued: u64) -> String {
+    let c = |k: &str| t.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    let reasons = |keys: &mut dyn Iterator<Item = &str>| {
+        let v: Vec<String> = keys.filter(|k| c(k) > 0).map(|k| format!("{} {}", k.trim_start_matches("drop_"), c(k))).collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    let drops = reasons(&mut t.keys().map(|k| k.as_str()).filter(|k| k.starts_with("drop_") || *k == "lost_partial"));
+    let closed = reasons(&mut ["bad_hello", "malformed", "oversized", "hello_timeouts", "rejected_conns"].into_iter());
+    format!(
+        "  uoe: connections {} opened, {} accepted, {} closed, {} failed, {} reconnects; frames {} sent ({} writes), {} received ({} in place); {queued} B queued\n  uoe drops: {drops}\n  uoe refused/closed input: {closed}\n",
+        c("conns_opened"),
+        c("conns_accepted"),
+        c("conns_closed"),
+        c("connect_failures"),
+        c("reconnects"),
+        c("frames_sent"),
+        c("writes"),
+        c("frames_received"),
+        c("frames_in_place"),
+    )
 }
 
 /// `eudp stat …` (arguments after `stat`).
@@ -282,6 +332,7 @@ pub fn stat_main(args: &[String]) -> i32 {
                 if std::fs::remove_file(dir.join(format!("{pid}.json"))).is_ok() {
                     n += 1;
                 }
+                let _ = std::fs::remove_file(dir.join(format!("{pid}.tcp.json")));
             }
         }
         println!("removed {n} report(s) of exited programs from {}", dir.display());

@@ -108,3 +108,55 @@ fn tcp_bench() {
     println!("{}", tcpbench::table(&res));
     println!("wrote {path}");
 }
+
+/// A process whose `tcp` transport drops a datagram: its peer never
+/// listens and the DML deadline runs out. Re-executed by
+/// `stat_shows_uoe_counters` (a no-op otherwise); the counters file is
+/// written at exit.
+#[test]
+fn uoe_stat_child_entry() {
+    use eudp_engine::backend::tcp::TcpTransport;
+    use eudp_engine::backend::Backend;
+    let Ok(port) = std::env::var("EUDP_STAT_CHILD_PEER") else { return };
+    let t = TcpTransport::global().expect("transport");
+    let s = t.socket(false).unwrap();
+    let dst = std::net::SocketAddr::new("127.0.0.1".parse().unwrap(), port.parse().unwrap());
+    s.send_one(b"lost", Some(&dst)).unwrap();
+    let t0 = std::time::Instant::now();
+    while t.stats().drop_deadline == 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn stat_shows_uoe_counters() {
+    // No root needed: loopback only.
+    let dir = std::env::temp_dir().join(format!("eudp-uoe-stat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(); // closed again: refused
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "uoe_stat_child_entry", "--nocapture", "--test-threads=1", "--quiet"])
+        .env("EUDP_STAT_CHILD_PEER", port.to_string())
+        .env("EUDP_STAT_DIR", &dir)
+        .env("EUDP_TCP_PORT", port.to_string())
+        .env("EUDP_TCP_LISTEN", "0")
+        .env("EUDP_TCP_DEADLINE_MS", "100")
+        .status()
+        .unwrap();
+    assert!(child.success());
+    let reps = eudp_cli::run::read_reports(&dir, true, &[]);
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    let tcp = &reps[0]["uoe"]["tcp"];
+    assert_eq!((tcp["drop_deadline"].as_u64(), tcp["frames_sent"].as_u64()), (Some(1), Some(0)), "{tcp}");
+    assert!(tcp["connect_failures"].as_u64() >= Some(1), "{tcp}");
+    let text = eudp_cli::run::format_reports(&reps);
+    assert!(text.contains("uoe: connections ") && text.contains("frames 0 sent"), "{text}");
+    assert!(text.contains("uoe drops: deadline 1\n"), "{text}");
+    assert!(text.contains("uoe refused/closed input: none"), "{text}");
+    // Next to a shim report of the same process, the counters join it.
+    let pid = reps[0]["pid"].as_u64().unwrap();
+    std::fs::write(dir.join(format!("{pid}.json")), format!("{{\"pid\": {pid}, \"exe\": \"x\", \"sockets\": []}}")).unwrap();
+    let reps = eudp_cli::run::read_reports(&dir, true, &[]);
+    assert_eq!((reps.len(), reps[0]["exe"].as_str(), reps[0]["uoe"]["tcp"]["drop_deadline"].as_u64()), (1, Some("x"), Some(1)));
+    let _ = std::fs::remove_dir_all(&dir);
+}

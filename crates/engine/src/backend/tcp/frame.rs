@@ -1,21 +1,35 @@
 //! The UOE wire format: a connection preamble, then length-prefixed frames.
 //!
 //! Every connection, in each direction, starts with an 8-byte **hello**:
-//! `"EUT1"`, version (1), lane index, two reserved zero bytes. After it
-//! comes a stream of **frames**, each a 6-byte header — source UDP port,
+//! `"EUT1"`, version, lane index, two reserved zero bytes. After it comes
+//! a stream of **frames**, each a 6-byte header — source UDP port,
 //! destination UDP port, payload length, all big-endian `u16` — and the
-//! payload. A length above 65 507 (the largest UDP payload), a destination
-//! port 0, or a bad hello is a protocol violation: the reader closes the
-//! connection. Pure code, no I/O.
+//! payload. Version 2 adds **runs**: a 10-byte header — source port,
+//! destination port, the marker `0xFFFF` where a frame has its length,
+//! a count and a segment size (`u16` each) — followed by `count`
+//! datagrams of `seg` bytes back to back, with no header between them (so
+//! a receiver can read a run's payloads contiguously into one buffer, and
+//! a sender writes one header per run instead of one per datagram).
+//! Frames and runs mix freely in a version 2 stream; a version 1 stream
+//! has frames only (its hello is still accepted). A length above 65 507
+//! (the largest UDP payload), a destination port 0, a run of 0 datagrams or
+//! of empty ones, or a bad hello is a protocol violation: the reader closes
+//! the connection. Pure code, no I/O.
 
 /// Preamble magic.
 pub const MAGIC: [u8; 4] = *b"EUT1";
-/// Wire format version carried in the hello.
-pub const VERSION: u8 = 1;
+/// Wire format version this side sends (runs allowed).
+pub const VERSION: u8 = 2;
+/// Oldest version accepted (frames only).
+pub const MIN_VERSION: u8 = 1;
 /// Bytes of the hello.
 pub const HELLO_LEN: usize = 8;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 6;
+/// Bytes of a run header.
+pub const RUN_HEADER_LEN: usize = 10;
+/// The length field of a run header.
+pub const RUN_MARK: u16 = 0xFFFF;
 /// Largest payload a frame may carry (the IPv4 UDP maximum).
 pub const MAX_PAYLOAD: usize = 65_507;
 /// Per-datagram overhead on the wire, for accounting.
@@ -28,7 +42,7 @@ pub fn hello(lane: u8) -> [u8; HELLO_LEN] {
 
 /// Parses a hello; returns the lane.
 pub fn parse_hello(b: &[u8; HELLO_LEN]) -> Result<u8, FrameError> {
-    if b[..4] != MAGIC || b[4] != VERSION || b[6] != 0 || b[7] != 0 {
+    if b[..4] != MAGIC || !(MIN_VERSION..=VERSION).contains(&b[4]) || b[6] != 0 || b[7] != 0 {
         return Err(FrameError::BadHello);
     }
     Ok(b[5])
@@ -42,6 +56,13 @@ pub fn header(src: u16, dst: u16, len: usize) -> [u8; HEADER_LEN] {
     [s[0], s[1], d[0], d[1], l[0], l[1]]
 }
 
+/// A run header: `count` datagrams of `seg` bytes follow.
+pub fn run_header(src: u16, dst: u16, count: u16, seg: usize) -> [u8; RUN_HEADER_LEN] {
+    debug_assert!(count > 0 && seg > 0 && seg <= MAX_PAYLOAD);
+    let (s, d, m, c, g) = (src.to_be_bytes(), dst.to_be_bytes(), RUN_MARK.to_be_bytes(), count.to_be_bytes(), (seg as u16).to_be_bytes());
+    [s[0], s[1], d[0], d[1], m[0], m[1], c[0], c[1], g[0], g[1]]
+}
+
 /// Why a connection's input was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameError {
@@ -49,7 +70,7 @@ pub enum FrameError {
     BadHello,
     /// A frame announced more than [`MAX_PAYLOAD`] bytes.
     Oversized,
-    /// A frame header is invalid (destination port 0).
+    /// A frame header is invalid (destination port 0, an empty run).
     Malformed,
 }
 
@@ -64,20 +85,37 @@ pub enum Event<'a> {
 
 enum Unit {
     Need(usize),
-    Hello(u8),
-    Frame(u16, u16, usize),
+    Hello(u8, u8),
+    /// A datagram: ports, header bytes before the payload (0 inside a run), length.
+    Frame(u16, u16, usize, usize),
+    /// A run header: ports, count, segment size.
+    Run(u16, u16, u16, usize),
+}
+
+/// The run being decoded: its ports, segment size and datagrams left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    src: u16,
+    dst: u16,
+    seg: usize,
+    left: u16,
 }
 
 /// Incremental decoder for one connection's byte stream. Input is decoded
 /// in place from the caller's read buffer (shared by all connections); only
 /// a unit cut by the end of a read is kept here, so a connection holds at
-/// most one partial frame ([`Decoder::max_buffer`] bytes).
+/// most one partial frame ([`Decoder::max_buffer`] bytes); a run is decoded
+/// one datagram at a time, never buffered whole.
 #[derive(Debug, Default)]
 pub struct Decoder {
     partial: Vec<u8>,
     lane: Option<u8>,
+    version: u8,
     /// Header of the last complete frame (src, dst, len).
     last: Option<(u16, u16, usize)>,
+    run: Option<Run>,
+    /// Count of the last run header (None: the last datagram was a frame).
+    last_run: Option<u16>,
 }
 
 impl Decoder {
@@ -106,9 +144,15 @@ impl Decoder {
         self.last
     }
 
-    /// Records a frame decoded outside the decoder (read in place).
-    pub fn note_frame(&mut self, src: u16, dst: u16, len: usize) {
-        self.last = Some((src, dst, len));
+    /// The run being decoded: (src, dst, seg, datagrams left, counting one
+    /// cut by the end of the previous read).
+    pub fn in_run(&self) -> Option<(u16, u16, usize, u16)> {
+        self.run.map(|r| (r.src, r.dst, r.seg, r.left))
+    }
+
+    /// Count of the last run header, while the datagrams come in runs.
+    pub fn last_run(&self) -> Option<u16> {
+        self.last_run
     }
 
     /// Bytes that complete the unit cut by the end of the previous read (0
@@ -124,6 +168,39 @@ impl Decoder {
         }
     }
 
+    /// A datagram of `len` bytes that is next in the stream was read in
+    /// place by the caller (the header before it, if any, went through
+    /// [`Decoder::feed`] and is all that is kept): it is consumed without
+    /// being handed out. Returns its ports, or None (nothing changes) when
+    /// the stream does not continue with a datagram of exactly `len` bytes
+    /// here.
+    pub fn take_in_place(&mut self, len: usize) -> Option<(u16, u16)> {
+        self.lane?;
+        let (src, dst) = if let Some(r) = self.run.as_mut() {
+            if !self.partial.is_empty() || r.seg != len {
+                return None;
+            }
+            r.left -= 1;
+            let p = (r.src, r.dst);
+            if r.left == 0 {
+                self.run = None;
+            }
+            p
+        } else {
+            match self.check(&self.partial) {
+                Ok(Unit::Need(k)) if self.partial.len() == HEADER_LEN && k == len => {}
+                _ => return None,
+            }
+            let b = &self.partial;
+            let p = (u16::from_be_bytes([b[0], b[1]]), u16::from_be_bytes([b[2], b[3]]));
+            self.partial.clear();
+            self.last_run = None;
+            p
+        };
+        self.last = Some((src, dst, len));
+        Some((src, dst))
+    }
+
     fn check(&self, b: &[u8]) -> Result<Unit, FrameError> {
         if self.lane.is_none() {
             if b.len() < HELLO_LEN {
@@ -131,14 +208,38 @@ impl Decoder {
             }
             let mut h = [0u8; HELLO_LEN];
             h.copy_from_slice(&b[..HELLO_LEN]);
-            return parse_hello(&h).map(Unit::Hello);
+            return parse_hello(&h).map(|l| Unit::Hello(l, h[4]));
+        }
+        if let Some(r) = self.run {
+            if b.len() < r.seg {
+                return Ok(Unit::Need(r.seg - b.len()));
+            }
+            return Ok(Unit::Frame(r.src, r.dst, 0, r.seg));
         }
         if b.len() < HEADER_LEN {
             return Ok(Unit::Need(HEADER_LEN - b.len()));
         }
         let src = u16::from_be_bytes([b[0], b[1]]);
         let dst = u16::from_be_bytes([b[2], b[3]]);
-        let len = u16::from_be_bytes([b[4], b[5]]) as usize;
+        let len = u16::from_be_bytes([b[4], b[5]]);
+        if len == RUN_MARK && self.version >= 2 {
+            if dst == 0 {
+                return Err(FrameError::Malformed);
+            }
+            if b.len() < RUN_HEADER_LEN {
+                return Ok(Unit::Need(RUN_HEADER_LEN - b.len()));
+            }
+            let count = u16::from_be_bytes([b[6], b[7]]);
+            let seg = u16::from_be_bytes([b[8], b[9]]) as usize;
+            if seg > MAX_PAYLOAD {
+                return Err(FrameError::Oversized);
+            }
+            if count == 0 || seg == 0 {
+                return Err(FrameError::Malformed);
+            }
+            return Ok(Unit::Run(src, dst, count, seg));
+        }
+        let len = len as usize;
         if len > MAX_PAYLOAD {
             return Err(FrameError::Oversized);
         }
@@ -148,7 +249,38 @@ impl Decoder {
         if b.len() < HEADER_LEN + len {
             return Ok(Unit::Need(HEADER_LEN + len - b.len()));
         }
-        Ok(Unit::Frame(src, dst, len))
+        Ok(Unit::Frame(src, dst, HEADER_LEN, len))
+    }
+
+    /// Applies a complete unit other than `Need`; returns the bytes it
+    /// spans and, for a datagram, (src, dst, payload offset, len).
+    fn apply(&mut self, u: Unit) -> (usize, Option<(u16, u16, usize, usize)>) {
+        match u {
+            Unit::Need(_) => unreachable!("not a complete unit"),
+            Unit::Hello(l, v) => {
+                self.lane = Some(l);
+                self.version = v;
+                (HELLO_LEN, None)
+            }
+            Unit::Run(src, dst, count, seg) => {
+                self.run = Some(Run { src, dst, seg, left: count });
+                self.last_run = Some(count);
+                (RUN_HEADER_LEN, None)
+            }
+            Unit::Frame(src, dst, off, len) => {
+                match self.run.as_mut() {
+                    Some(r) if off == 0 => {
+                        r.left -= 1;
+                        if r.left == 0 {
+                            self.run = None;
+                        }
+                    }
+                    _ => self.last_run = None,
+                }
+                self.last = Some((src, dst, len));
+                (off + len, Some((src, dst, off, len)))
+            }
+        }
     }
 
     /// Decodes newly read bytes, handing the hello and every complete frame
@@ -167,16 +299,18 @@ impl Decoder {
                         return Ok(n);
                     }
                 }
-                Unit::Hello(l) => {
-                    self.lane = Some(l);
-                    self.partial.clear();
-                    f(Event::Hello(l));
-                }
-                Unit::Frame(src, dst, len) => {
-                    f(Event::Frame { src, dst, payload: &self.partial[HEADER_LEN..HEADER_LEN + len] });
-                    self.last = Some((src, dst, len));
-                    self.partial.clear();
-                    n += 1;
+                u => {
+                    let hello = matches!(u, Unit::Hello(..));
+                    let mut partial = std::mem::take(&mut self.partial);
+                    let (_, d) = self.apply(u);
+                    if let Some((src, dst, off, len)) = d {
+                        f(Event::Frame { src, dst, payload: &partial[off..off + len] });
+                        n += 1;
+                    } else if hello {
+                        f(Event::Hello(self.lane.expect("hello sets the lane")));
+                    }
+                    partial.clear();
+                    self.partial = partial;
                 }
             }
         }
@@ -190,16 +324,16 @@ impl Decoder {
                     }
                     return Ok(n);
                 }
-                Unit::Hello(l) => {
-                    self.lane = Some(l);
-                    input = &input[HELLO_LEN..];
-                    f(Event::Hello(l));
-                }
-                Unit::Frame(src, dst, len) => {
-                    f(Event::Frame { src, dst, payload: &input[HEADER_LEN..HEADER_LEN + len] });
-                    self.last = Some((src, dst, len));
-                    input = &input[HEADER_LEN + len..];
-                    n += 1;
+                u => {
+                    let hello = matches!(u, Unit::Hello(..));
+                    let (used, d) = self.apply(u);
+                    if let Some((src, dst, off, len)) = d {
+                        f(Event::Frame { src, dst, payload: &input[off..off + len] });
+                        n += 1;
+                    } else if hello {
+                        f(Event::Hello(self.lane.expect("hello sets the lane")));
+                    }
+                    input = &input[used..];
                 }
             }
         }
@@ -249,7 +383,7 @@ mod tests {
         let mut d = Decoder::new();
         assert_eq!(decode(&mut d, b"GET / HTTP/1.1\r\n", 3), Err(FrameError::BadHello));
         let mut w = hello(0).to_vec();
-        w.extend_from_slice(&[0, 1, 0, 2, 0xff, 0xff]);
+        w.extend_from_slice(&[0, 1, 0, 2, 0xff, 0xf0]);
         assert_eq!(decode(&mut Decoder::new(), &w, 1), Err(FrameError::Oversized));
         let mut w = hello(0).to_vec();
         w.extend_from_slice(&header(1, 0, 4));
@@ -258,4 +392,78 @@ mod tests {
         h[7] = 1;
         assert_eq!(parse_hello(&h), Err(FrameError::BadHello));
     }
+
+    fn v(version: u8) -> Vec<u8> {
+        let mut h = hello(1).to_vec();
+        h[4] = version;
+        h
+    }
+
+    #[test]
+    fn runs_roundtrip_split_anywhere_mixed_with_frames() {
+        let mut wire = v(2);
+        let mut want = Vec::new();
+        let mut k = 0u8;
+        for (count, seg) in [(44u16, 1472usize), (1, 9), (3, 65_507), (5, 1)] {
+            wire.extend_from_slice(&run_header(7, 8, count, seg));
+            for _ in 0..count {
+                k = k.wrapping_add(1);
+                wire.extend(std::iter::repeat_n(k, seg));
+                want.push((7u16, 8u16, vec![k; seg]));
+            }
+            wire.extend_from_slice(&header(9, 10, 3));
+            wire.extend_from_slice(b"abc");
+            want.push((9, 10, b"abc".to_vec()));
+        }
+        for cut in [1usize, 6, 9, 10, 11, 1471, 1472, 1473, 65_536, 1 << 22] {
+            let mut d = Decoder::new();
+            let got = decode(&mut d, &wire, cut).unwrap();
+            assert_eq!(got, want, "cut {cut}");
+            assert_eq!((d.pending(), d.in_run()), (0, None));
+        }
+    }
+
+    #[test]
+    fn hostile_runs_are_rejected() {
+        let bad = |h: [u8; RUN_HEADER_LEN]| {
+            let mut w = v(2);
+            w.extend_from_slice(&h);
+            decode(&mut Decoder::new(), &w, 3)
+        };
+        let m = RUN_MARK.to_be_bytes();
+        assert_eq!(bad([0, 1, 0, 2, m[0], m[1], 0, 0, 0, 5]), Err(FrameError::Malformed)); // 0 datagrams
+        assert_eq!(bad([0, 1, 0, 2, m[0], m[1], 0, 5, 0, 0]), Err(FrameError::Malformed)); // empty ones
+        assert_eq!(bad([0, 1, 0, 0, m[0], m[1], 0, 5, 0, 5]), Err(FrameError::Malformed)); // port 0
+        assert_eq!(bad([0, 1, 0, 2, m[0], m[1], 0, 5, 0xff, 0xe4]), Err(FrameError::Oversized)); // 65 508
+        // A version 1 stream has no runs: the marker is an oversized frame.
+        let mut w = v(1);
+        w.extend_from_slice(&run_header(1, 2, 3, 4));
+        assert_eq!(decode(&mut Decoder::new(), &w, 100), Err(FrameError::Oversized));
+        // A huge run is decoded one datagram at a time: nothing grows.
+        let mut d = Decoder::new();
+        let mut w = v(2);
+        w.extend_from_slice(&run_header(1, 2, u16::MAX, MAX_PAYLOAD));
+        w.extend(std::iter::repeat_n(0u8, 3 * MAX_PAYLOAD + 17));
+        assert_eq!(decode(&mut d, &w, 1 << 16).unwrap().len(), 3);
+        assert_eq!((d.pending(), d.in_run().map(|r| r.3)), (17, Some(u16::MAX - 3)));
+    }
+
+    #[test]
+    fn take_in_place_follows_the_stream() {
+        let mut d = Decoder::new();
+        let mut w = v(2);
+        w.extend_from_slice(&run_header(5, 6, 2, 4));
+        d.feed(&w, &mut |_| {}).unwrap();
+        assert_eq!(d.take_in_place(3), None);
+        assert_eq!(d.take_in_place(4), Some((5, 6)));
+        assert_eq!(d.take_in_place(4), Some((5, 6)));
+        assert_eq!((d.in_run(), d.last_run(), d.last_frame()), (None, Some(2), Some((5, 6, 4))));
+        // Next: a frame header alone, then its payload in place.
+        assert_eq!(d.take_in_place(4), None);
+        d.feed(&header(1, 2, 4), &mut |_| panic!("no frame yet")).unwrap();
+        assert_eq!(d.take_in_place(5), None);
+        assert_eq!(d.take_in_place(4), Some((1, 2)));
+        assert_eq!((d.pending(), d.last_run()), (0, None));
+    }
 }
+
