@@ -2,7 +2,7 @@
  * by `eudp verify --emit-promela`; edit the table there, not this file.
  *
  *   DirectPost  App        caller: L1 empty and L2 below its bound -> post on the caller's thread
- *   Enqueue     App        caller: L1 busy or L2 full, L1 has room -> queue in L1
+ *   Enqueue     App        caller: L1 has room -> queue in L1 (always when L1 is busy or L2 full; by choice when streaming)
  *   Refuse      App        caller: shut down, or L1 full -> refused
  *   DirectDone  App        caller: its backend operation returned; the L2 slot stays taken until the engine reaps it
  *   DirectRetire App        caller: its backend operation returned, L1 empty; nobody waits for the slot, the caller may free it
@@ -60,7 +60,7 @@ proctype app(byte me) {
         :: atomic { ((direct_inflight > 0) && (done_unreaped < l2)) -> direct_inflight = direct_inflight - 1; done_unreaped = done_unreaped + 1; printf("@@ app%d DirectDone #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
         :: atomic { ((direct_inflight > 0) && (done_unreaped < l2) && (l1 == 0)) -> direct_inflight = direct_inflight - 1; l2 = l2 - 1; printf("@@ app%d DirectRetire #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
         fi
-     :: atomic { ((shutdown == 0) && !((l1 == 0) && (l2 < L2_BOUND)) && !((l1 >= 1) && (l1 >= L1_CAP))) -> l1 = l1 + 1; l1q!id; acc[id] = 1; accepted++; printf("@@ app%d Enqueue #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) };
+     :: atomic { ((shutdown == 0) && !((l1 >= 1) && (l1 >= L1_CAP))) -> l1 = l1 + 1; l1q!id; acc[id] = 1; accepted++; printf("@@ app%d Enqueue #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) };
         if   /* the caller drains L1 itself, as the engine would */
         :: atomic { ((1 >= 1) && (1 <= done_unreaped)) -> l2 = l2 - 1; done_unreaped = done_unreaped - 1; printf("@@ app%d Reap(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
         :: atomic { ((2 >= 1) && (2 <= done_unreaped)) -> l2 = l2 - 2; done_unreaped = done_unreaped - 2; printf("@@ app%d Reap(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
