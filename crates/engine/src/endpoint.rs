@@ -1162,11 +1162,10 @@ impl EpInner {
     /// Messages the next read of the socket may bring (at most `bufs`):
     /// no more than the ring has room for, each counted as the largest
     /// message a stream of the last read's datagrams can form. A read that
-    /// brought more would take datagrams off
-    /// the socket only to drop them, while the socket's own buffer would
-    /// have kept them until the application caught up; so with the ring
-    /// full nothing is read and arrivals wait (or overflow) in the kernel,
-    /// as they would on a plain socket.
+    /// brought more would take datagrams off the socket only to drop them,
+    /// while the socket's own buffer would have kept them until the
+    /// application caught up; so with the ring full nothing is read and
+    /// arrivals wait (or overflow) in the kernel, as on a plain socket.
     fn read_budget(&self, bufs: usize) -> usize {
         let per = self.rx_msg_len.load(Relaxed);
         lock(&self.recv).ring.room_for(per).min(bufs)

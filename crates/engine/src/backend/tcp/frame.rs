@@ -283,6 +283,22 @@ impl Decoder {
         }
     }
 
+    /// Applies a complete unit found at the start of `bytes` and hands its
+    /// hello or datagram to `f`; returns the bytes it used and the frames
+    /// handed (0 or 1).
+    fn apply_and_emit(&mut self, u: Unit, bytes: &[u8], f: &mut impl FnMut(Event<'_>)) -> (usize, usize) {
+        let hello = matches!(u, Unit::Hello(..));
+        let (used, d) = self.apply(u);
+        if let Some((src, dst, off, len)) = d {
+            f(Event::Frame { src, dst, payload: &bytes[off..off + len] });
+            return (used, 1);
+        }
+        if hello {
+            f(Event::Hello(self.lane.expect("hello sets the lane")));
+        }
+        (used, 0)
+    }
+
     /// Decodes newly read bytes, handing the hello and every complete frame
     /// to `f`; returns the frames found. After an error the connection must
     /// be closed.
@@ -300,15 +316,8 @@ impl Decoder {
                     }
                 }
                 u => {
-                    let hello = matches!(u, Unit::Hello(..));
                     let mut partial = std::mem::take(&mut self.partial);
-                    let (_, d) = self.apply(u);
-                    if let Some((src, dst, off, len)) = d {
-                        f(Event::Frame { src, dst, payload: &partial[off..off + len] });
-                        n += 1;
-                    } else if hello {
-                        f(Event::Hello(self.lane.expect("hello sets the lane")));
-                    }
+                    n += self.apply_and_emit(u, &partial, f).1;
                     partial.clear();
                     self.partial = partial;
                 }
@@ -325,14 +334,8 @@ impl Decoder {
                     return Ok(n);
                 }
                 u => {
-                    let hello = matches!(u, Unit::Hello(..));
-                    let (used, d) = self.apply(u);
-                    if let Some((src, dst, off, len)) = d {
-                        f(Event::Frame { src, dst, payload: &input[off..off + len] });
-                        n += 1;
-                    } else if hello {
-                        f(Event::Hello(self.lane.expect("hello sets the lane")));
-                    }
+                    let (used, k) = self.apply_and_emit(u, input, f);
+                    n += k;
                     input = &input[used..];
                 }
             }
