@@ -113,6 +113,25 @@ fn stat_shows_running_and_exited_programs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The exit report and the periodic writer race when the period is short:
+/// the final file must be whole, marked exited, and carry every count.
+#[test]
+fn final_report_survives_the_periodic_writer() {
+    let lib = lib();
+    for round in 0..20 {
+        let dir = stat_dir(&format!("race{round}"));
+        let mut c = Command::new("python3");
+        c.args(["-c", PY_ECHO]).env("EUDP_STAT_DIR", &dir).env("EUDP_STAT_MS", "1").stdout(Stdio::null());
+        run::preload(&mut c, &lib, "default").unwrap();
+        assert!(c.status().unwrap().success());
+        let all = run::read_reports(&dir, true, &[]);
+        assert_eq!(all.len(), 1, "round {round}: one whole report");
+        assert_eq!(all[0]["exited"], true, "round {round}: the final report was replaced");
+        assert_eq!(total(&dir, "datagrams_sent"), 200, "round {round}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 fn payload(i: usize) -> Vec<u8> {
     (0..(1 + (i * 37) % 1400)).map(|j| ((i * 131 + j * 7) % 251) as u8).collect()
 }

@@ -15,6 +15,9 @@ static CLOSED: Mutex<Vec<Value>> = Mutex::new(Vec::new());
 static REASONS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 /// Generation whose writer thread runs (u32::MAX: none).
 static WRITER_GEN: AtomicU32 = AtomicU32::new(u32::MAX);
+/// Serializes writes of the report file; true once a final (exit) report
+/// was written, after which the periodic writer must not replace it.
+static FILE: Mutex<bool> = Mutex::new(false);
 const KEEP_CLOSED: usize = 256;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -91,6 +94,11 @@ pub fn report(exited: bool) -> Value {
 pub static HAD_SOCKET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Writes the report now (atomically: temporary file, then rename).
+///
+/// The periodic writer and the exit path may both get here at once: the
+/// report is built outside [`FILE`] (it takes the socket table's lock),
+/// the file is written under it, and a periodic report never replaces a
+/// final one.
 pub fn write_now(exited: bool) {
     if interval().is_none() || !HAD_SOCKET.load(Relaxed) {
         return;
@@ -103,8 +111,12 @@ pub fn write_now(exited: bool) {
     let tmp = d.join(format!(".{pid}.json.tmp"));
     let fin = d.join(format!("{pid}.json"));
     let body = serde_json::to_vec_pretty(&report(exited)).unwrap_or_default();
-    if std::fs::write(&tmp, body).is_ok() {
-        let _ = std::fs::rename(&tmp, &fin);
+    let mut final_written = lock(&FILE);
+    if *final_written && !exited {
+        return;
+    }
+    if std::fs::write(&tmp, body).is_ok() && std::fs::rename(&tmp, &fin).is_ok() && exited {
+        *final_written = true;
     }
 }
 
@@ -134,11 +146,12 @@ pub fn ensure_writer() {
     }
 }
 
-/// The stats locks, held across fork (see `shim::fork_prepare`).
-pub type Guards = (std::sync::MutexGuard<'static, Vec<Value>>, std::sync::MutexGuard<'static, BTreeMap<String, u64>>);
+/// The stats locks, held across fork (see `shim::fork_prepare`). The file
+/// lock comes last: its holder takes no other lock.
+pub type Guards = (std::sync::MutexGuard<'static, Vec<Value>>, std::sync::MutexGuard<'static, BTreeMap<String, u64>>, std::sync::MutexGuard<'static, bool>);
 
 pub fn lock_all() -> Guards {
-    (lock(&CLOSED), lock(&REASONS))
+    (lock(&CLOSED), lock(&REASONS), lock(&FILE))
 }
 
 /// In a fork child (stats locks released just before): the writer thread
@@ -146,4 +159,5 @@ pub fn lock_all() -> Guards {
 pub fn forked() {
     WRITER_GEN.store(u32::MAX, SeqCst);
     lock(&CLOSED).clear();
+    *lock(&FILE) = false;
 }
