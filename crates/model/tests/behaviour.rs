@@ -206,7 +206,7 @@ fn simulator_agrees_with_the_closed_form_model() {
     let eq3 = analytic::latency_fine(&layers, b, t);
     let simf = sim::run(&p, "eudp", &Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false }).unwrap().latency_ns();
     eprintln!("eudp 32 kB latency: sim {:.1} us, eq. (3) {:.1} us", simf / 1000.0, eq3 / 1000.0);
-    assert!((simf - eq3).abs() / eq3 < 0.15, "fine latency: sim {simf} eq3 {eq3}");
+    assert!((simf - eq3).abs() / eq3 < 0.05, "fine latency: sim {simf} eq3 {eq3}");
 }
 
 #[test]
