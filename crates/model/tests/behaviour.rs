@@ -338,3 +338,20 @@ fn a_cpu_waiting_for_a_spin_lock_does_no_other_work() {
     // the spin is cited like every other input
     assert!(eudp_model::preset::cited_values(&spin).iter().any(|(f, c)| f.ends_with(".spin") && c.cite.contains("003 §2")));
 }
+
+#[test]
+fn host_crossing_resolves_sizes_between_table_points() {
+    // 001 §4.1-4.2 place the UDP and Asynchronous UDP boundaries of Table 3
+    // between the sizes of Tables 1-2 ("near 5 KB", "adjacent to 3 KB"), so
+    // the crossing is searched between table sizes, not only at them. A
+    // hypothetical 50 us host cost (a test value, not a preset input) puts
+    // UDP's crossing between 2 and 4 kB, where the linear interpolation of
+    // Table 1 (host 14.6 + 50 vs DMA 52.5 at 2 kB, 27.8 + 50 vs 100.4 at
+    // 4 kB) places it at about 2762 B.
+    let mut p = preset::load(&preset::resolve("001").unwrap()).unwrap();
+    assert_eq!(eudp_model::report_more::host_crossing_001(&p, "udp").unwrap(), 0.0, "shipped preset: host never dominates");
+    let host = p.stacks.get_mut("udp").unwrap().stages.iter_mut().find(|s| s.name == "host").unwrap();
+    host.per_packet_us.as_mut().unwrap().v = 50.0;
+    let x = eudp_model::report_more::host_crossing_001(&p, "udp").unwrap();
+    assert!((x - 2762.0).abs() < 40.0, "crossing at {x} B");
+}
