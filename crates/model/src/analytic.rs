@@ -235,7 +235,7 @@ pub fn layers_from_stack(p: &Preset, stack: &str, b: f64) -> Result<Vec<Layer>, 
     Ok(st
         .stages
         .iter()
-        .filter(|s| !(s.start == crate::preset::StartRule::Fine && s.threshold() <= 1.0 && s.g_ns() == 0.0))
+        .filter(|s| !is_pass_through(s))
         .map(|s| {
             let gb = s.per_byte_ns(p, b);
             let hdr = s.header_bytes.as_ref().map(|c| c.v).unwrap_or(0.0) * gb;
@@ -244,9 +244,25 @@ pub fn layers_from_stack(p: &Preset, stack: &str, b: f64) -> Result<Vec<Layer>, 
         .collect())
 }
 
-/// Smallest fine-grained threshold among a stack's stages (bytes), if any.
+/// A stage that only follows the wire byte by byte (a cut-through receive
+/// with a 1-byte threshold and no per-packet cost): it is part of the link,
+/// not a layer of eqs. (1)-(4).
+fn is_pass_through(s: &crate::preset::StageSpec) -> bool {
+    s.start == crate::preset::StartRule::Fine && s.threshold() <= 1.0 && s.g_ns() == 0.0
+}
+
+/// Smallest fine-grained threshold *t* among the stages that are layers of
+/// eq. (3) (bytes), if any. A cut-through receive stage's 1-byte threshold
+/// is not the *t* of 000 §4.4: that stage is left out of the layers, so its
+/// threshold is left out here too.
 pub fn stack_threshold(p: &Preset, stack: &str) -> Option<f64> {
-    p.stacks.get(stack)?.stages.iter().filter_map(|s| s.threshold_bytes.as_ref().map(|c| c.v)).reduce(f64::min)
+    p.stacks
+        .get(stack)?
+        .stages
+        .iter()
+        .filter(|s| !is_pass_through(s))
+        .filter_map(|s| s.threshold_bytes.as_ref().map(|c| c.v))
+        .reduce(f64::min)
 }
 
 #[cfg(test)]

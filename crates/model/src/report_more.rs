@@ -1,39 +1,68 @@
 //! Headline rows of presets 001-004.
 use crate::report::{bandwidth, holds, latency_us, pingpong_us, row, shipped, Row};
+use crate::preset::Preset;
 use crate::sim::{self, Workload};
 
 /// Sizes of 001's Tables 1-2.
 pub const SIZES_001: [u64; 9] = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
 
 /// Per-layer time (µs) of one packet in the simulator: (host, hostTx).
-pub fn sides_001(stack: &str, b: u64) -> Result<(f64, f64), String> {
-    let p = shipped("001")?;
-    let r = sim::run(&p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: true })?;
+pub fn sides_001(p: &Preset, stack: &str, b: u64) -> Result<(f64, f64), String> {
+    let r = sim::run(p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: true })?;
     let dur = |layer: &str| r.records.iter().filter(|x| x.layer == layer).map(|x| x.t_end_ns - x.t_start_ns).sum::<f64>() / 1000.0;
     Ok((dur("host"), dur("hostTx")))
 }
 
-/// Largest table size at which the host side is at least the hostTx side
-/// (Table 3 case (b)); 0 when the host never dominates. With `nic_low` the
-/// roles flip: largest size at which the NIC still dominates.
-fn crossover_001(stack: &str, nic_low: bool) -> Result<f64, String> {
+/// Largest table size at which the NIC (hostTx) side still dominates
+/// (Table 3 case (c) for BPI and enhanced BPI, whose boundaries are table
+/// sizes); 0 when it never does.
+fn nic_dominant_001(p: &Preset, stack: &str) -> Result<f64, String> {
     let mut last = 0.0;
     for &b in &SIZES_001 {
-        let (h, n) = sides_001(stack, b)?;
-        if (!nic_low && h >= n) || (nic_low && n > h) {
+        let (h, n) = sides_001(p, stack, b)?;
+        if n > h {
             last = b as f64;
         }
     }
     Ok(last)
 }
 
+/// Size (bytes) at which the host side stops dominating: the host and hostTx
+/// latencies cross there (001 §4.1-4.2 read the UDP and Asynchronous UDP
+/// boundaries of Table 3 as such a crossing, "near 5 KB" and "adjacent to
+/// 3 KB", between the sizes of Tables 1-2). Found on the table sizes, then by
+/// bisection on the simulated sides between the bracketing sizes (the preset
+/// interpolates Tables 1-2); 0 when the host never dominates, the largest
+/// table size when it always does.
+pub fn host_crossing_001(p: &Preset, stack: &str) -> Result<f64, String> {
+    let host_dom = |b: u64| sides_001(p, stack, b).map(|(h, n)| h >= n);
+    let mut lo = None;
+    for &b in &SIZES_001 {
+        if host_dom(b)? {
+            lo = Some(b);
+        } else if let Some(mut l) = lo {
+            let mut hi = b;
+            while hi - l > 1 {
+                let mid = (l + hi) / 2;
+                if host_dom(mid)? {
+                    l = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            return Ok(l as f64);
+        }
+    }
+    Ok(lo.map_or(0.0, |b| b as f64))
+}
+
 /// Paper 001 headline rows.
 pub fn rows_001() -> Result<Vec<Row>, String> {
-    let mut out = vec![row("001-udp-host-dom", "001 Table 3", "UDP: largest size with host side dominant", 5120.0, crossover_001("udp", false)?, "bytes")];
-    out.push(row("001-audp-host-dom", "001 Table 3", "Async UDP: largest size with host side dominant", 3072.0, crossover_001("audp", false)?, "bytes"));
-    out.push(row("001-bpi-nic-dom", "001 Table 3", "BPI: largest size with NIC side dominant", 128.0, crossover_001("bpi", true)?, "bytes"));
-    out.push(row("001-ebpi-nic-dom", "001 Table 3", "enhanced BPI: largest size with NIC side dominant", 64.0, crossover_001("ebpi", true)?, "bytes"));
     let p = shipped("001")?;
+    let mut out = vec![row("001-udp-host-dom", "001 §4.1, Fig. 6, Table 3", "UDP: host/hostTx crossing, host side dominant below", 5120.0, host_crossing_001(&p, "udp")?, "bytes")];
+    out.push(row("001-audp-host-dom", "001 §4.2, Fig. 7, Table 3", "Async UDP: host/hostTx crossing, host side dominant below", 3072.0, host_crossing_001(&p, "audp")?, "bytes"));
+    out.push(row("001-bpi-nic-dom", "001 Table 3", "BPI: largest size with NIC side dominant", 128.0, nic_dominant_001(&p, "bpi")?, "bytes"));
+    out.push(row("001-ebpi-nic-dom", "001 Table 3", "enhanced BPI: largest size with NIC side dominant", 64.0, nic_dominant_001(&p, "ebpi")?, "bytes"));
     let b = 8192;
     let bw: Vec<f64> = ["udp", "audp", "bpi", "ebpi"].iter().map(|s| bandwidth(&p, s, b, 40, false)).collect::<Result<_, _>>()?;
     let conv = [bw[0], bw[1], bw[3]];

@@ -51,8 +51,8 @@ figure!(p000_10g_cannot_fill_link, "000-10g-short");
 figure!(p000_store_and_forward_shrinks_gain, "000-sf-switch");
 
 // ---- paper 001 (firmware latency analysis, LANai4.3 / PPro 180) ----
-figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "host never dominates: 001 Tables 1-2 give the copy and DMA only; the host per-packet cost (system call, UDP/IP, driver) that makes the host side larger up to 5 kB is in Figs. 6-10, not in the text");
-figure!(p001_audp_crossover, "001-audp-host-dom", ignore = "host never dominates: Asynchronous UDP has no per-byte host work and 001 gives no host per-packet cost");
+figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "no crossing (0 B vs ~5120 B): the host never dominates; 001 Tables 1-2 give the copy and DMA only, and the host per-packet cost (system call, UDP/IP, driver) that makes the host side larger up to ~5 kB is only plotted (Figs. 6-10), not stated");
+figure!(p001_audp_crossover, "001-audp-host-dom", ignore = "no crossing (0 B vs ~3072 B): Asynchronous UDP has no per-byte host work and 001 gives no host per-packet cost");
 figure!(p001_bpi_crossover, "001-bpi-nic-dom", ignore = "measured 256 B vs published 128 B: Table 2 copy alone crosses the DMA between 256 and 512 B");
 figure!(p001_ebpi_crossover, "001-ebpi-nic-dom", ignore = "NIC dominates at every size from Table 2 (as 001 §5.1's text says), Table 3 says host above 64 B");
 figure!(p001_throughputs_converge, "001-converge", ignore = "UDP/AUDP/EBPI at 8 kB span 10.0% (309-340 Mbit/s), just outside the 10% band; BPI is half as predicted");
