@@ -13,7 +13,7 @@
 
 use crate::real;
 use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock, Sock, ACTIVE};
-use eudp_engine::{Endpoint, Received};
+use eudp_engine::{Endpoint, Received, RecvFlags};
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -253,8 +253,33 @@ fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result
             return Some(Ok(r));
         }
     }
+    let peek = flags & libc::MSG_PEEK != 0;
+    let blocking = flags & libc::MSG_DONTWAIT == 0 && !s.nonblock();
+    // The common case borrows the endpoint without a lock. It must not
+    // sleep: a blocking receive takes this path only for a datagram already
+    // in the ring (anything else reads the socket or sleeps, on the locked
+    // path).
+    let once = RecvFlags { peek, dont_wait: true, interruptible: false };
+    let fast = if blocking && !s.ring_has_data() {
+        None
+    } else {
+        s.with_existing(|ep| {
+            let r = if blocking { ep.recv_with(buf, once).map_err(|e| shim::errno_of(&e)) } else { shim::nonblocking_recv(s, ep, buf, peek) };
+            with_peer(ep, r)
+        })
+    };
+    match fast {
+        Some(Err(libc::EAGAIN)) if blocking => {}
+        Some(r) => return Some(r),
+        None => {}
+    }
     let ep = s.endpoint(fd)?;
-    let mut r = ep_recv(s, &ep, buf, flags);
+    Some(with_peer(&ep, ep_recv(s, &ep, buf, flags)))
+}
+
+/// A datagram whose source the ring does not keep (a connected socket's
+/// receive) comes from the peer.
+fn with_peer(ep: &Endpoint, mut r: Result<Received, c_int>) -> Result<Received, c_int> {
     if let Ok(x) = &mut r {
         if x.src.port() == 0 {
             if let Ok(p) = ep.peer_addr() {
@@ -262,7 +287,7 @@ fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result
             }
         }
     }
-    Some(r)
+    r
 }
 
 /// The value recv-family calls return for a datagram.
@@ -296,6 +321,9 @@ fn shim_send(s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: Option<So
     if let Err(why) = send_flags_ok(flags) {
         s.fallback(fd, why);
         return None;
+    }
+    if let Some(r) = s.with_existing(|ep| ep_send(ep, data, dst, flags)) {
+        return Some(r);
     }
     let ep = s.endpoint(fd)?;
     Some(ep_send(&ep, data, dst, flags))
@@ -993,7 +1021,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         return real::ppoll(fds, n, ts, mask);
     }
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && full_queue(p.fd).is_some()) {
+    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && queue_full(p.fd)) {
         return poll_input(fds, n, ts, mask);
     }
     // Some accelerated socket asked for output has its L1 queue half full
@@ -1047,6 +1075,12 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
             }
         }
     }
+}
+
+/// True when `fd` is an accelerated socket whose L1 queue has no room
+/// (lock-free: the common, writable case costs no reference).
+fn queue_full(fd: c_int) -> bool {
+    with_sock(fd, |s| s.with_existing(|ep| !ep.writable())).flatten().unwrap_or(false)
 }
 
 /// The endpoint of an accelerated socket whose L1 queue has no room.
@@ -1222,7 +1256,7 @@ fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
                     return;
                 }
             }
-            if let Some(ep) = if tcp && input { s.endpoint(p.fd) } else { s.existing() } {
+            let mut seen = |ep: &Endpoint| {
                 // Room in L1 is what POLLOUT means for an accelerated
                 // socket (a full L1 is `poll_impl`'s business).
                 let out = if output && ep.writable() { libc::POLLOUT } else { 0 };
@@ -1233,7 +1267,7 @@ fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
                     return;
                 }
                 let ready = if ep.ready_or_fill() { libc::POLLIN } else { 0 } | out;
-                if let Some(fd) = s.ring_fd(&ep) {
+                if let Some(fd) = s.ring_fd(ep) {
                     add(Extra { at, fd, ready });
                 } else if ready != 0 {
                     add(Extra { at, fd: -1, ready });
@@ -1241,7 +1275,9 @@ fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
                 if tcp {
                     add(Extra { at, fd: ep.raw_fd(), ready: 0 });
                 }
-            } else if input && s.has_leftover() {
+            };
+            let found = if tcp && input { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing(seen) };
+            if found.is_none() && input && s.has_leftover() {
                 add(Extra { at, fd: -1, ready: libc::POLLIN });
             }
         });

@@ -11,11 +11,13 @@
 //! `EUDP_LOG=debug`). See `docs/preload.md`.
 //!
 //! Modules: [`real`] (libc's own functions, via `dlsym(RTLD_NEXT)`),
+//! [`borrow`] (lock-free use of a socket's endpoint within one call),
 //! [`hooks`] (the interposed C functions: all pointer handling), [`shim`]
 //! (socket table and per-socket state), [`signals`], [`stat`].
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod borrow;
 pub mod hooks;
 pub mod real;
 pub mod shim;

@@ -42,6 +42,9 @@ pub struct Sock {
     /// Table entries (fds) naming this socket.
     refs: AtomicUsize,
     ep: Mutex<Option<Arc<Endpoint>>>,
+    /// The endpoint `ep` owns, for lock-free borrowing (`crate::borrow`);
+    /// null whenever `ep` does not own one.
+    pub fast: AtomicPtr<Endpoint>,
     dup_fd: AtomicI32,
     poll_fd: AtomicI32,
     /// The endpoint's ring count, readable without the endpoint: a poll
@@ -210,6 +213,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         leaked: AtomicBool::new(false),
         refs: AtomicUsize::new(0),
         ep: Mutex::new(None),
+        fast: AtomicPtr::new(std::ptr::null_mut()),
         dup_fd: AtomicI32::new(-1),
         poll_fd: AtomicI32::new(-1),
         ring_len: std::sync::OnceLock::new(),
@@ -419,6 +423,20 @@ impl Sock {
         }
     }
 
+    /// Runs `f`, which must not sleep for long, on the endpoint if the socket is on
+    /// the engine: lock-free when it can (`crate::borrow`), else through
+    /// the mutex.
+    #[inline]
+    pub fn with_existing<R>(&self, f: impl FnOnce(&Endpoint) -> R) -> Option<R> {
+        if self.mode() != ACTIVE {
+            return None;
+        }
+        match crate::borrow::borrow(self, f) {
+            Ok(r) => Some(r),
+            Err(f) => self.existing().map(|ep| f(&ep)),
+        }
+    }
+
     fn activate(&self, fd: i32) -> Option<Arc<Endpoint>> {
         let mut g = lock(&self.ep);
         match self.mode() {
@@ -459,6 +477,8 @@ impl Sock {
             Ok(ep) => {
                 let ep = Arc::new(ep);
                 *g = Some(ep.clone());
+                crate::borrow::init();
+                self.fast.store(Arc::as_ptr(&ep) as *mut Endpoint, SeqCst);
                 let _ = self.ring_len.set(ep.ring_len());
                 self.mode.store(ACTIVE, Release);
                 ACCELERATED.fetch_add(1, Relaxed);
@@ -478,6 +498,12 @@ impl Sock {
     pub fn ready_ring_fd(&self) -> Option<i32> {
         let fd = self.poll_fd.load(Relaxed);
         (fd >= 0 && self.mode() == ACTIVE && self.ring_len.get()?.get() > 0).then_some(fd)
+    }
+
+    /// True when the socket is on the engine and its ring holds a datagram.
+    #[inline]
+    pub fn ring_has_data(&self) -> bool {
+        self.ring_len.get().is_some_and(|r| r.get() > 0)
     }
 
     /// The eventfd readable while the ring holds a datagram.
@@ -507,6 +533,7 @@ impl Sock {
                 return;
             }
             self.mode.store(KERNEL, Release);
+            self.fast.store(std::ptr::null_mut(), SeqCst);
             g.take()
         };
         *lock(&self.reason) = Some(reason.to_string());
@@ -529,7 +556,7 @@ impl Sock {
             crate::stat::retire(self, &ep);
             self.poll_fd.store(-1, Relaxed);
             self.dup_fd.store(-1, Relaxed);
-            drop(ep);
+            self.release(ep);
             crate::hooks::restore_kernel_socket(fd, self.nonblock());
         }
     }
@@ -550,10 +577,26 @@ impl Sock {
         if self.leaked.load(SeqCst) {
             return;
         }
-        let ep = lock(&self.ep).take();
+        let ep = {
+            let mut g = lock(&self.ep);
+            self.fast.store(std::ptr::null_mut(), SeqCst);
+            g.take()
+        };
         if let Some(ep) = ep {
             crate::stat::retire(self, &ep);
-            drop(ep); // flushes L1/L2 like close(2)
+            self.release(ep); // flushes L1/L2 like close(2)
+        }
+    }
+
+    /// Drops the endpoint taken from `ep` once no call borrows it (`fast`
+    /// was cleared first). A borrower that does not finish in time keeps
+    /// it alive for good: leaked, never freed under it.
+    fn release(&self, ep: Arc<Endpoint>) {
+        if crate::borrow::quiesce(self) {
+            drop(ep);
+        } else {
+            dlog!("fd {}: endpoint still borrowed at close; left allocated", self.fd);
+            std::mem::forget(ep);
         }
     }
 
@@ -605,7 +648,7 @@ pub fn ep_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], flags: i32) -> Result<Re
 /// such an `EAGAIN` for end of stream. A receive that could not read the
 /// socket itself (its `direct_recv_calls` did not move: the engine or
 /// another thread holds the socket) waits briefly for the ring.
-fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Result<Received, i32> {
+pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Result<Received, i32> {
     let f = RecvFlags { peek, dont_wait: true, interruptible: false };
     match ep.recv_with(buf, f) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -696,6 +739,7 @@ pub fn fork_child() {
         for (fd, s) in t.iter() {
             if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {
                 s.mode.store(KERNEL, Release);
+                s.fast.store(std::ptr::null_mut(), SeqCst);
                 for f in [s.dup_fd.swap(-1, SeqCst), s.poll_fd.swap(-1, SeqCst)] {
                     if f >= 0 {
                         crate::hooks::real_close(f);
@@ -706,5 +750,6 @@ pub fn fork_child() {
         }
     }
     drop(g);
+    crate::borrow::forked();
     crate::stat::forked();
 }

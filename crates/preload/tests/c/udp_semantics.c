@@ -552,6 +552,63 @@ static void t_threads(void) {
     puts("OK threads");
 }
 
+/* close() while other threads are sending and receiving on the socket:
+ * they see EBADF, and the port is free again the moment close returns
+ * (as with the kernel, which the engine's endpoint must not outlive). */
+static int busy_fd;
+static struct sockaddr_in busy_peer;
+static volatile int busy_stop;
+static void *busy_send(void *arg) {
+    (void)arg;
+    char b[256] = { 0 };
+    for (long i = 0; i < 50000000; i++) {
+        if (sendto(busy_fd, b, sizeof b, MSG_DONTWAIT, (struct sockaddr *)&busy_peer, sizeof busy_peer) < 0 && errno == EBADF) return NULL;
+    }
+    return (void *)1;
+}
+static void *busy_recv(void *arg) {
+    (void)arg;
+    char b[2048];
+    for (long i = 0; i < 50000000; i++) {
+        if (recv(busy_fd, b, sizeof b, MSG_DONTWAIT) < 0 && errno == EBADF) return NULL;
+    }
+    return (void *)1;
+}
+static void *busy_feed(void *arg) {
+    struct sockaddr_in *to = arg;
+    struct sockaddr_in fa;
+    int f = udp4(&fa);
+    char b[256] = { 0 };
+    while (!busy_stop) sendto(f, b, sizeof b, MSG_DONTWAIT, (struct sockaddr *)to, sizeof *to);
+    close(f);
+    return NULL;
+}
+static void t_close_busy(void) {
+    for (int round = 0; round < 5; round++) {
+        struct sockaddr_in ca;
+        int sink = udp4(&busy_peer);
+        busy_fd = udp4(&ca);
+        busy_stop = 0;
+        pthread_t ts, tr, tf;
+        CHECK(pthread_create(&tf, NULL, busy_feed, &ca) == 0);
+        CHECK(pthread_create(&ts, NULL, busy_send, NULL) == 0);
+        CHECK(pthread_create(&tr, NULL, busy_recv, NULL) == 0);
+        usleep(20000);
+        CHECK(close(busy_fd) == 0);
+        void *r1, *r2;
+        CHECK(pthread_join(ts, &r1) == 0 && r1 == NULL);
+        CHECK(pthread_join(tr, &r2) == 0 && r2 == NULL);
+        busy_stop = 1;
+        CHECK(pthread_join(tf, NULL) == 0);
+        int again = socket(AF_INET, SOCK_DGRAM, 0);
+        CHECK(again >= 0);
+        CHECK(bind(again, (struct sockaddr *)&ca, sizeof ca) == 0);
+        close(again);
+        close(sink);
+    }
+    puts("OK close_busy");
+}
+
 /* exec: sockets survive as plain kernel sockets with the program's flags */
 /* A nonblocking sender that meets EAGAIN waits for POLLOUT; once poll says
    writable, the next send is accepted (the shim must not report POLLOUT while
@@ -715,6 +772,7 @@ int main(int argc, char **argv) {
     RUN(pollout);
     RUN(select_busy);
     RUN(select_send);
+    RUN(close_busy);
     puts("ALL OK");
     return 0;
 }
