@@ -73,14 +73,28 @@ static REGISTERING: AtomicBool = AtomicBool::new(false);
 
 /// Whether calls may skip their fence. Decided (registering with the
 /// kernel) before the first socket is published, and never changes after.
+/// Every caller returns only once it is decided, so a closer of any
+/// published socket and every call on it agree on who fences.
 pub fn init() {
-    if ASYMMETRIC.load(Acquire) != 0 || REGISTERING.swap(true, AcqRel) {
+    if ASYMMETRIC.load(Acquire) != 0 {
         return;
     }
+    if REGISTERING.swap(true, AcqRel) {
+        // Another thread is registering: one syscall away.
+        while ASYMMETRIC.load(Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        return;
+    }
+    ASYMMETRIC.store(if register() == 0 { 1 } else { 2 }, Release);
+}
+
+fn register() -> libc::c_long {
     // SAFETY: membarrier takes integer arguments only.
     #[allow(unsafe_code)]
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) };
-    ASYMMETRIC.store(if r == 0 { 1 } else { 2 }, Release);
+    unsafe {
+        libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)
+    }
 }
 
 /// Makes a closer's clearing of `fast` visible to every call, and every
@@ -152,8 +166,15 @@ pub fn quiesce(s: &Sock) -> bool {
 
 /// In a fork child: only the forking thread exists, and it was not
 /// inside a borrow (fork is an application call), so every other slot is
-/// free.
+/// free. The child is a new process for `membarrier`: it registers again
+/// (or, alone and so safely, switches calls to fencing themselves).
 pub fn forked() {
+    match ASYMMETRIC.load(Acquire) {
+        // A registration the parent had under way died with its thread.
+        0 => REGISTERING.store(false, SeqCst),
+        1 if register() != 0 => ASYMMETRIC.store(2, SeqCst),
+        _ => {}
+    }
     let mine = my_slot();
     for (i, slot) in SLOTS.iter().enumerate() {
         if Some(i) != mine {
