@@ -151,6 +151,11 @@ pub(crate) struct EpInner {
     rx_blocking_ok: AtomicBool,
     /// The engine's one-shot watch on the socket is armed.
     rx_armed: AtomicBool,
+    /// Traced only: the socket is out of the engine's epoll set (see
+    /// [`EpInner::engine_receive`]); written by the engine thread only.
+    rx_detached: AtomicBool,
+    /// `stats.send_calls` when the engine last looked at a detached socket.
+    tx_seen: std::sync::atomic::AtomicU64,
     /// The application dropped the endpoint; the engine lets go of it.
     pub(crate) closed: AtomicBool,
     /// Receive calls made by application threads (written by them only).
@@ -305,6 +310,8 @@ impl Endpoint {
             rx_blocked: AtomicBool::new(false),
             rx_blocking_ok: AtomicBool::new(true),
             rx_armed: AtomicBool::new(true),
+            rx_detached: AtomicBool::new(false),
+            tx_seen: std::sync::atomic::AtomicU64::new(0),
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
             rx_seen: std::sync::atomic::AtomicU64::new(0),
@@ -902,6 +909,11 @@ impl EpInner {
             match self.backend.send_one(data, dst) {
                 Ok(n) => {
                     self.trace.sys_return_direct();
+                    // Traced: the stamps of direct posts are read by the
+                    // sending thread too (the engine's watch may be off).
+                    if crate::tracepoint::on() && self.trace.direct_drain_due() {
+                        self.trace.drain_tx(self.backend.raw_fd());
+                    }
                     Stats::add(&self.stats.datagrams_sent, 1);
                     Stats::add(&self.stats.bytes_sent, n as u64);
                     return Ok(n);
@@ -915,6 +927,8 @@ impl EpInner {
                         },
                         None => Duration::from_millis(100),
                     };
+                    // Queued stamps would end the wait at once (POLLERR).
+                    self.trace.drain_tx(self.backend.raw_fd());
                     self.backend.wait_writable(wait.min(Duration::from_millis(100)))?;
                 }
                 Err(e) => return Err(e),
@@ -1051,6 +1065,7 @@ impl EpInner {
                     m += k;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.trace.drain_tx(self.backend.raw_fd());
                     let _ = self.backend.wait_writable(Duration::from_millis(10));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -1330,9 +1345,20 @@ impl EpInner {
         // * traced, the wake-up brought TX timestamps and no data: stamps
         //   report EPOLLERR, which epoll cannot mask, so a re-armed watch
         //   would wake the engine after every send syscall of the
-        //   application's thread only to read them (data arriving meanwhile
-        //   waits up to one handoff interval; only while tracing).
-        if fill.ring_full || (stamps > 0 && fill.added == 0) {
+        //   application's thread only to read them. The socket leaves the
+        //   epoll set altogether while its application keeps sending: with
+        //   no waiter on the socket the kernel skips the wake-up call of
+        //   every stamp queued and dequeued, and the sending thread reads
+        //   the stamps itself (after each batch, every 16th direct post).
+        //   Data arriving meanwhile for an application that does not
+        //   receive waits up to DETACHED_CHECK handoff intervals; only
+        //   while tracing.
+        if fill.ring_full {
+            return RxOutcome::Parked;
+        }
+        if stamps > 0 && fill.added == 0 {
+            self.engine.stamp_wakes.fetch_add(1, Relaxed);
+            self.detach_rx();
             return RxOutcome::Parked;
         }
         self.rearm_rx();
@@ -1343,6 +1369,15 @@ impl EpInner {
     /// when no application thread received since the engine last looked and
     /// none is blocked receiving.
     pub(crate) fn rx_idle_since_last_look(&self) -> bool {
+        if self.rx_detached.load(Relaxed) && !self.closed.load(SeqCst) {
+            // Bounded: a sender that went quiet leaves no stamps behind.
+            self.trace.drain_tx(self.backend.raw_fd());
+            let sent = self.stats.send_calls.load(Relaxed);
+            let sending = sent != self.tx_seen.swap(sent, Relaxed);
+            if sending && !crate::backend::kernel::has_data(self.backend.raw_fd()) {
+                return false;
+            }
+        }
         let calls = self.rx_calls.load(Relaxed);
         if calls == self.rx_seen.swap(calls, Relaxed) && self.rx_waiters.load(SeqCst) == 0 {
             self.rearm_rx();
@@ -1351,13 +1386,33 @@ impl EpInner {
         false
     }
 
+    /// Traced sender: takes the socket out of the engine's epoll set (its
+    /// watch is off already); [`EpInner::rearm_rx`] adds it back.
+    fn detach_rx(&self) {
+        if !self.rx_detached.swap(true, Relaxed) {
+            self.tx_seen.store(self.stats.send_calls.load(Relaxed), Relaxed);
+            let _ = self.engine.epoll.remove(self.backend.raw_fd());
+        }
+    }
+
+    /// The socket is out of the engine's epoll set (engine thread).
+    pub(crate) fn rx_detached(&self) -> bool {
+        self.rx_detached.load(Relaxed)
+    }
+
     /// Re-arms the engine's watch on the socket if it is off.
     fn rearm_rx(&self) {
         if self.closed.load(SeqCst) {
             return;
         }
         if !self.rx_armed.swap(true, SeqCst) {
-            if let Err(e) = self.engine.epoll.rearm(self.backend.raw_fd(), self.id) {
+            let fd = self.backend.raw_fd();
+            let r = if self.rx_detached.swap(false, Relaxed) {
+                self.engine.epoll.add_readable_oneshot(fd, self.id)
+            } else {
+                self.engine.epoll.rearm(fd, self.id)
+            };
+            if let Err(e) = r {
                 self.rx_armed.store(false, SeqCst);
                 // ENOENT/EBADF: the endpoint is being closed; nothing to watch.
                 if !matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EBADF)) {

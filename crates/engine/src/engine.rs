@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     /// Engine thread wake-ups (diagnostics).
     pub(crate) wakeups: AtomicU64,
+    /// Wake-ups on a traced socket that found TX stamps and no data.
+    pub(crate) stamp_wakes: AtomicU64,
 }
 
 impl Shared {
@@ -180,6 +182,7 @@ impl Engine {
             endpoints: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wakeups: AtomicU64::new(0),
+            stamp_wakes: AtomicU64::new(0),
         });
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.doorbell), DOORBELL)?;
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.timer), TIMER)?;
@@ -215,6 +218,12 @@ impl Engine {
         self.shared.wakeups.load(SeqCst)
     }
 
+    /// Times the engine's watch on a traced socket reported only TX
+    /// timestamps (no data) — the watch is then taken off that socket.
+    pub fn stamp_wakes(&self) -> u64 {
+        self.shared.stamp_wakes.load(SeqCst)
+    }
+
     /// Flushes every endpoint's queues (waiting up to `timeout`) and stops the
     /// thread. Endpoints that outlive the engine send directly afterwards.
     pub fn shutdown(&self, timeout: Duration) {
@@ -237,6 +246,20 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.shutdown(Duration::from_secs(5));
+    }
+}
+
+/// Traced sending sockets out of the epoll set (see
+/// `EpInner::engine_receive`) are checked this many handoff intervals apart.
+const DETACHED_CHECK: u32 = 4;
+
+/// How often the parked endpoints are looked at: every handoff interval, or
+/// DETACHED_CHECK of them when all are traced senders out of the epoll set.
+fn check_every(parked: &[Arc<EpInner>], handoff: Duration) -> Duration {
+    if parked.iter().all(|e| e.rx_detached()) {
+        handoff * DETACHED_CHECK
+    } else {
+        handoff
     }
 }
 
@@ -283,7 +306,7 @@ fn run(sh: Arc<Shared>) {
             if !rx_more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 Some(Duration::ZERO)
             } else if !rx_parked.is_empty() {
-                Some(handoff)
+                Some(check_every(&rx_parked, handoff))
             } else {
                 None
             }
@@ -329,7 +352,7 @@ fn run(sh: Arc<Shared>) {
                 }
             }
         }
-        if !rx_parked.is_empty() && last_check.elapsed() >= handoff {
+        if !rx_parked.is_empty() && last_check.elapsed() >= check_every(&rx_parked, handoff) {
             last_check = std::time::Instant::now();
             // Re-arm the endpoints whose application stopped receiving.
             rx_parked.retain(|ep| !ep.rx_idle_since_last_look());

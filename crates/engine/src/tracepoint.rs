@@ -725,6 +725,12 @@ impl EpTrace {
         }
     }
 
+    /// After a direct post: true every 16th kernel message, when the
+    /// sending thread reads the queued stamps itself.
+    pub fn direct_drain_due(&self) -> bool {
+        self.kmsg.load(Relaxed).is_multiple_of(16)
+    }
+
     /// A batched send syscall accepted these messages; each is (staging
     /// index of its first datagram, datagrams).
     pub fn sys_return_batch(&self, msgs: &mut dyn Iterator<Item = (usize, usize)>) {

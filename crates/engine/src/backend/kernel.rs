@@ -756,6 +756,14 @@ fn restarted(r: io::Result<bool>) -> io::Result<bool> {
     }
 }
 
+/// True when `fd` has data to read now (`POLLIN`; unlike
+/// [`poll_readable`], a queued error or timestamp alone does not count).
+pub fn has_data(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: pointer to one live pollfd.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
 fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
     // At most two descriptors are ever polled: no allocation on the wait path.
     let mut p = [libc::pollfd { fd: -1, events, revents: 0 }; 4];
