@@ -825,6 +825,16 @@ impl EpTrace {
     }
 }
 
+/// Tests that turn tracing on and off hold this: the switch is global, and
+/// a test turning it off would cut another's recording short.
+#[cfg(test)]
+static TEST_SWITCH: Mutex<()> = Mutex::new(());
+
+#[cfg(test)]
+fn test_switch() -> std::sync::MutexGuard<'static, ()> {
+    TEST_SWITCH.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -839,6 +849,7 @@ mod tests {
 
     #[test]
     fn tsc_maps_onto_the_raw_clock() {
+        let _switch = test_switch();
         enable();
         let t = EpTrace::new();
         let tok = t.send_enter(100);
@@ -858,6 +869,7 @@ mod tests {
 
     #[test]
     fn kernel_messages_share_the_return_stamp() {
+        let _switch = test_switch();
         enable();
         let t = EpTrace::new();
         t.take(10);
@@ -912,6 +924,7 @@ mod cost {
     /// shared: a round that was preempted says nothing about the code).
     #[test]
     fn traced_call_cost() {
+        let _switch = test_switch();
         enable();
         // Room for all 400 000 events (a full buffer's drop path is another cost).
         set_capacity(1 << 20);
