@@ -90,10 +90,14 @@ pub fn init() {
 }
 
 fn register() -> libc::c_long {
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
+}
+
+fn membarrier(cmd: libc::c_long) -> libc::c_long {
     // SAFETY: membarrier takes integer arguments only.
     #[allow(unsafe_code)]
     unsafe {
-        libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0)
+        libc::syscall(libc::SYS_membarrier, cmd, 0, 0)
     }
 }
 
@@ -101,10 +105,7 @@ fn register() -> libc::c_long {
 /// call's slot visible to the closer.
 fn heavy_fence() {
     if ASYMMETRIC.load(Acquire) == 1 {
-        // SAFETY: membarrier takes integer arguments only.
-        #[allow(unsafe_code)]
-        let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
-        if r == 0 {
+        if membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 {
             return;
         }
         // Cannot fail once registered; if it did, calls fence from now on

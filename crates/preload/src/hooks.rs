@@ -248,12 +248,12 @@ fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
         return None;
     }
+    let peek = flags & libc::MSG_PEEK != 0;
     if s.has_leftover() {
-        if let Some(r) = s.pop_leftover(buf, flags & libc::MSG_PEEK != 0) {
+        if let Some(r) = s.pop_leftover(buf, peek) {
             return Some(Ok(r));
         }
     }
-    let peek = flags & libc::MSG_PEEK != 0;
     let blocking = flags & libc::MSG_DONTWAIT == 0 && !s.nonblock();
     // The common case borrows the endpoint without a lock. It must not
     // sleep: a blocking receive takes this path only for a datagram already
