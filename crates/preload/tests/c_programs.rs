@@ -8,7 +8,7 @@ use std::process::Command;
 
 const CASES: &[&str] = &[
     "sendto_recvfrom", "connected", "flags", "timeout", "iov_mmsg", "readiness", "blocking_wakeup", "fork", "dup", "pktinfo",
-    "v6", "signals", "poll_signal", "threads_nb_burst", "threads", "pollout", "select_busy", "select_send", "close_busy", "exec", "execl", "execlp", "execle",
+    "v6", "signals", "poll_signal", "threads_nb_burst", "threads", "pollout", "select_busy", "select_send", "select_high", "close_busy", "exec", "execl", "execlp", "execle",
 ];
 
 fn run_case(exe: &std::path::Path, case: &str) {

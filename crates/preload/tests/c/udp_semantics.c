@@ -694,6 +694,53 @@ static void t_select_send(void) {
     puts("OK select_send");
 }
 
+/* select over descriptors on both sides of 64-bit word boundaries (63,
+ * 64, 130) and a low pipe: exactly the ready ones are reported, in every
+ * set, and a bit at or beyond nfds is ignored as the kernel ignores it. */
+static void t_select_high(void) {
+    struct sockaddr_in sa, ca;
+    int s0 = udp4(&sa), c = udp4(&ca);
+    int hi[3] = { 63, 64, 130 };
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    CHECK(dup2(s0, 63) == 63 && dup2(c, 64) == 64);
+    struct sockaddr_in xa; int x = udp4(&xa);
+    CHECK(dup2(x, 130) == 130);
+    close(s0); close(c); close(x);
+    /* data for 63 only; 64 and 130 idle */
+    CHECK(sendto(64, "abc", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    CHECK(write(pfd[1], "p", 1) == 1);
+    double t0 = now();
+    int k = -1;
+    fd_set rs, ws;
+    for (int tries = 0; tries < 200; tries++) {
+        FD_ZERO(&rs); FD_ZERO(&ws);
+        for (int i = 0; i < 3; i++) FD_SET(hi[i], &rs);
+        FD_SET(pfd[0], &rs);
+        FD_SET(64, &ws);
+        FD_SET(131, &rs); /* == nfds: not examined */
+        struct timeval tv = { .tv_sec = 1, .tv_usec = 0 };
+        k = select(131, &rs, &ws, NULL, &tv);
+        if (k == 3) break;
+        usleep(1000);
+    }
+    CHECK(k == 3);
+    CHECK(FD_ISSET(63, &rs) && FD_ISSET(pfd[0], &rs) && FD_ISSET(64, &ws));
+    CHECK(!FD_ISSET(64, &rs) && !FD_ISSET(130, &rs) && !FD_ISSET(63, &ws));
+    char b[8];
+    CHECK(recv(63, b, sizeof b, 0) == 3 && memcmp(b, "abc", 3) == 0);
+    /* nothing ready but the write side of 130: one in the write set */
+    char pc; CHECK(read(pfd[0], &pc, 1) == 1);
+    FD_ZERO(&rs); FD_ZERO(&ws);
+    FD_SET(63, &rs); FD_SET(130, &rs); FD_SET(130, &ws);
+    struct timeval tv = { .tv_sec = 1, .tv_usec = 0 };
+    CHECK(select(131, &rs, &ws, NULL, &tv) == 1);
+    CHECK(FD_ISSET(130, &ws) && !FD_ISSET(130, &rs) && !FD_ISSET(63, &rs));
+    CHECK(now() - t0 < 5);
+    close(63); close(64); close(130); close(pfd[0]); close(pfd[1]);
+    puts("OK select_high");
+}
+
 static void t_pollout(void) {
     struct sockaddr_in sa, ca;
     int s = udp4(&sa), c = udp4(&ca);
@@ -772,6 +819,7 @@ int main(int argc, char **argv) {
     RUN(pollout);
     RUN(select_busy);
     RUN(select_send);
+    RUN(select_high);
     RUN(close_busy);
     puts("ALL OK");
     return 0;
