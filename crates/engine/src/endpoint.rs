@@ -696,11 +696,18 @@ impl EpInner {
     }
 
     /// True when L1 holds what the caller's thread should send itself:
-    /// `tx_flush_batches` full GSO super-packets (by segment count or
-    /// bytes, judged with the size of the datagram just queued), or one
-    /// `sendmmsg` call's worth without GSO. With more than one batch, L1
-    /// half full also counts, so a small SO_SNDBUF never makes the sender
-    /// wait for the engine.
+    /// `tx_flush_batches` full GSO super-packets, or one `sendmmsg` call's
+    /// worth without GSO. A batch of the datagram just queued holds what
+    /// [`gso_batch`] packs — the segment limit or as many as fit the byte
+    /// limit — so a uniform stream flushes exactly k whole batches (a byte
+    /// total against k × `max_bytes` let 1472 B flush at 89: 44 + 44 + 1).
+    /// With more than one batch, L1 half full also counts, so a small
+    /// SO_SNDBUF never makes the sender wait for the engine (nor a sender
+    /// polling for POLLOUT). That flush sends all of L1: with the default
+    /// 208 KiB it comes at 70 × 1472 B, as 44 + 26; flushing the 44 alone
+    /// (keeping the 26, or flushing at 44) cut iperf3 on the testbed from
+    /// 14–16 to 10–12 Gbit/s, fewer datagrams per call costing more than a
+    /// short message.
     fn l1_holds_a_batch(&self, s: &SendState, last_len: usize) -> bool {
         let n = s.l1.len();
         let k = self.engine.config.tx_flush_batches;
@@ -710,14 +717,49 @@ impl EpInner {
         if !self.gso.load(Relaxed) {
             return n >= self.engine.config.max_msgs;
         }
-        n >= k * self.gso_limits.max_segments || s.l1.payload_bytes() + last_len > k * self.gso_limits.max_bytes
+        let lim = &self.gso_limits;
+        let per_batch = lim.max_segments.min(lim.max_bytes / last_len.max(1)).max(1);
+        n >= k * per_batch || s.l1.payload_bytes() >= k * lim.max_bytes
+    }
+
+    /// The GSO limits a plan uses now: GSO on or off, the segment cap the
+    /// path allowed, and for `connected_v4` IPv4's larger segments.
+    fn plan_limits(&self, connected_v4: bool) -> GsoLimits {
+        let mut lim = self.gso_limits;
+        lim.enabled = self.gso.load(Relaxed);
+        if connected_v4 {
+            lim.max_segment_size = lim.max_segment_size_v4;
+        }
+        let cap = self.gso_seg_cap.load(Relaxed);
+        lim.max_segment_size = lim.max_segment_size.min(cap);
+        lim.max_segment_size_v4 = lim.max_segment_size_v4.min(cap);
+        lim
+    }
+
+    /// Datagrams at the end of L1 that [`gso_batch`] would put in a run one
+    /// more datagram like the last could still join: a batch not yet full.
+    /// Planned as `send_staged` plans, except that a connected IPv6 socket
+    /// with an IPv4-mapped peer keeps IPv6's smaller segment cap (no peer
+    /// lookup under the lock): that can only make a run look closed, so at
+    /// worst it is sent short, as before.
+    fn open_tail(&self, l1: &L1Queue) -> usize {
+        let mut items: Vec<(Option<SocketAddr>, usize)> = l1.slots().iter().map(|s| (s.dst, s.len as usize)).collect();
+        let Some(&last) = items.last() else { return 0 };
+        items.push(last);
+        let runs = gso_batch(&items, &self.plan_limits(false));
+        runs.last().map_or(0, |r| r.count - 1)
     }
 
     /// The caller's thread sends L1 itself as the engine would (reap the
     /// completed direct posts, take L1, hand it to the backend in batches):
     /// with a batch's worth queued there is nothing left to coalesce, and
-    /// waking the engine would cost more than the send. Falls back to
-    /// [`EpInner::kick_later`] when another thread is staging or L2 is full.
+    /// waking the engine would cost more than the send. Only whole batches
+    /// leave when k whole batches triggered it: a trailing run short of one
+    /// (a mixed stream) stays in L1 for the next flush or the engine's
+    /// timer, unless it is all of L1 or would keep L1 half full. A flush at
+    /// half full sends everything (see [`EpInner::l1_holds_a_batch`]).
+    /// Falls back to [`EpInner::kick_later`] when another thread is
+    /// staging or L2 is full.
     fn caller_flush(self: &Arc<Self>, mut s: MutexGuard<'_, SendState>) {
         let staging = self.caller_staging.try_lock();
         s.reap();
@@ -725,9 +767,29 @@ impl EpInner {
             Ok(st) if s.l2_has_room() && s.staged == 0 => st,
             _ => return self.kick_later(&mut s),
         };
-        let took = s.take_l1(&mut staging);
+        let n = s.l1.len();
+        let by_count = self.engine.config.tx_flush_batches == 1 || 2 * s.l1.charged() < s.capacity;
+        let keep = match if by_count { self.open_tail(&s.l1) } else { 0 } {
+            tail if tail > 0 && tail < n => {
+                // Kept only if L1 then stays under half full with one more
+                // datagram, or the next send would flush the short run alone.
+                let charge = |d: &crate::queue::Slot| d.len as usize + crate::queue::DATAGRAM_OVERHEAD;
+                let kept: usize = s.l1.slots()[n - tail..].iter().map(charge).sum();
+                if 2 * (kept + charge(&s.l1.slots()[n - 1])) < s.capacity { tail } else { 0 }
+            }
+            _ => 0,
+        };
+        let carried = s.l1_carried;
+        let took = s.take_l1_prefix(&mut staging, n - keep);
         self.trace.take(took);
-        s.caller_flushed = Some((Instant::now(), self.rx_calls.load(Relaxed)));
+        if keep > 0 && n - keep >= carried {
+            // The kept run was queued after the previous own-thread flush
+            // (only `carried` datagrams predate it): its interval may run
+            // from there rather than from the oldest datagram just sent.
+            s.l1_since = s.l1_since.max(s.caller_flushed.map(|(t, _)| t));
+        }
+        let now = Instant::now();
+        s.caller_flushed = Some((now, self.rx_calls.load(Relaxed)));
         drop(s);
         Stats::add(&self.stats.caller_flushes, 1);
         self.send_cv.notify_all();
@@ -736,6 +798,12 @@ impl EpInner {
         drop(staging);
         let mut s = lock(&self.send);
         if !s.l1_empty() {
+            if keep > 0 && s.scheduled && s.coalescing {
+                // Move the engine's timer to the kept run's time.
+                if let Some(since) = s.l1_since.filter(|_| !s.l1.is_empty()) {
+                    self.engine.schedule_coalesced(self, since);
+                }
+            }
             self.kick_later(&mut s);
         } else if s.flushers > 0 {
             drop(s);
@@ -971,14 +1039,7 @@ impl EpInner {
         // Plan once per staging; plan again only when a GSO fallback changed
         // the limits (planning per call would be quadratic in L1's length).
         while done < items.len() {
-            let mut lim = self.gso_limits;
-            lim.enabled = self.gso.load(Relaxed);
-            if connected_v4 {
-                lim.max_segment_size = lim.max_segment_size_v4;
-            }
-            let cap = self.gso_seg_cap.load(Relaxed);
-            lim.max_segment_size = lim.max_segment_size.min(cap);
-            lim.max_segment_size_v4 = lim.max_segment_size_v4.min(cap);
+            let lim = self.plan_limits(connected_v4);
             let base = done;
             let runs = gso_batch(&items[base..], &lim);
             let fallbacks = self.stats.gso_fallbacks.load(Relaxed);

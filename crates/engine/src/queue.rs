@@ -91,6 +91,23 @@ impl L1Queue {
         &self.bytes[s.off as usize..(s.off + s.len) as usize]
     }
 
+    /// Moves the datagrams from index `at` on to the end of `to`, in order,
+    /// with their charge: the part of a take that is not sent yet goes back.
+    pub fn move_tail(&mut self, at: usize, to: &mut L1Queue) {
+        let Some(first) = self.slots.get(at) else { return };
+        let cut = first.off as usize;
+        let base = to.bytes.len() as u32;
+        to.bytes.extend_from_slice(&self.bytes[cut..]);
+        for s in &self.slots[at..] {
+            to.slots.push(Slot { dst: s.dst, off: s.off - cut as u32 + base, len: s.len });
+            let charge = s.len as usize + DATAGRAM_OVERHEAD;
+            to.charged += charge;
+            self.charged -= charge;
+        }
+        self.slots.truncate(at);
+        self.bytes.truncate(cut);
+    }
+
     /// Empties the queue, keeping its allocations for reuse.
     pub fn clear(&mut self) {
         self.slots.clear();
@@ -152,6 +169,10 @@ pub struct SendState {
     /// When a caller's thread last sent L1 itself (a stream is on), and the
     /// receive-call count then.
     pub caller_flushed: Option<(std::time::Instant, u64)>,
+    /// Datagrams at the front of `l1` that a caller's flush took and put
+    /// back (a GSO run short of a batch): all of L1 after them was queued
+    /// after that flush, which bounds when they were queued.
+    pub l1_carried: usize,
     /// Post outcomes, counted under the lock the caller already holds so the
     /// hot path touches no shared counter cache line.
     pub counts: PostCounts,
@@ -183,6 +204,7 @@ impl SendState {
             flushers: 0,
             rx_mark: 0,
             caller_flushed: None,
+            l1_carried: 0,
             counts: PostCounts::default(),
             recorder,
         }
@@ -300,7 +322,23 @@ impl SendState {
         }
         std::mem::swap(&mut self.l1, into);
         self.staged = into.len() as u32;
+        self.l1_carried = 0;
         into.len()
+    }
+
+    /// As [`SendState::take_l1`], but only the first `n` datagrams (all when
+    /// `n` is 0 or covers L1): the rest is copied back into L1, still ahead
+    /// of anything queued later, and counted in `l1_carried`.
+    pub fn take_l1_prefix(&mut self, into: &mut L1Queue, n: usize) -> usize {
+        let took = self.take_l1(into);
+        if n > 0 && n < took {
+            debug_assert!(self.l1.is_empty());
+            into.move_tail(n, &mut self.l1);
+            self.staged = n as u32;
+            self.l1_carried = took - n;
+            return n;
+        }
+        took
     }
 
     /// True when the engine may hand another descriptor to the backend.
@@ -382,6 +420,32 @@ mod tests {
         assert_eq!(s.staged, 0);
         let payloads: Vec<&[u8]> = taken.slots().iter().map(|sl| taken.payload(sl)).collect();
         assert_eq!(payloads, vec![&b"b"[..], b"c", b"d"]);
+    }
+
+    #[test]
+    fn a_prefix_take_puts_the_rest_back_in_order() {
+        let mut s = SendState::new(1, 10_000, None);
+        assert_eq!(s.post(None, b"a"), PostDecision::Direct);
+        for d in [&b"b"[..], b"cc", b"ddd", b"e"] {
+            assert_eq!(s.post(None, d), PostDecision::Queued);
+        }
+        let charged = s.l1.charged();
+        let mut taken = L1Queue::default();
+        assert_eq!(s.take_l1_prefix(&mut taken, 2), 2);
+        assert_eq!((s.staged, s.l1_carried, s.abstract_state().l1), (2, 2, 4));
+        assert_eq!(taken.charged() + s.l1.charged(), charged);
+        assert_eq!(s.post(None, b"f"), PostDecision::Queued);
+        let rest: Vec<&[u8]> = s.l1.slots().iter().map(|sl| s.l1.payload(sl)).collect();
+        assert_eq!(rest, vec![&b"ddd"[..], b"e", b"f"]);
+        let head: Vec<&[u8]> = taken.slots().iter().map(|sl| taken.payload(sl)).collect();
+        assert_eq!(head, vec![&b"b"[..], b"cc"]);
+        // All (n = 0 or n >= len) is a plain take.
+        let mut s2 = SendState::new(1, 10_000, None);
+        s2.post(None, b"x");
+        s2.post(None, b"y");
+        let mut t2 = L1Queue::default();
+        assert_eq!(s2.take_l1_prefix(&mut t2, 5), 1);
+        assert_eq!(s2.l1_carried, 0);
     }
 
     #[test]
