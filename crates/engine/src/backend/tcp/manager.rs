@@ -2095,7 +2095,7 @@ impl<'a> Scattered<'a> {
         let lin = |b: usize, o: usize| b * per_block * len + o;
         let mut blk = ps.iter().filter_map(|&(w, o, k)| if let At::Blk(b) = w { Some((lin(b, o), k)) } else { None });
         let (first, k0) = blk.next()?;
-        let end = blk.last().map_or(first + k0, |(a, k)| a + k);
+        let end = blk.next_back().map_or(first + k0, |(a, k)| a + k);
         let d = slot * len;
         if d + len <= end {
             Some(false)
