@@ -106,6 +106,7 @@ counters! {
     frames_in_place: "Datagrams read straight into receive blocks (not copied by the manager).",
     rx_direct_reads: "Reads of a connection by the receiving thread of the endpoint its bulk flow goes to (not by the manager).",
     rx_delegations: "Times a connection was handed to an endpoint's readers (see rx_direct_reads).",
+    frames_shifted: "Datagrams of an in-place read that an unforeseen header had shifted, moved into their slots with one copy (not through the decoder).",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -1753,9 +1754,8 @@ impl Mgr {
             }
         }
         // What follows them, in stream order (an unexpected header, or a
-        // datagram cut by the end of the read), is gathered before the
-        // blocks go.
-        let mut spill: Vec<u8> = Vec::new();
+        // datagram cut by the end of the read): where its bytes are.
+        let mut segs: Vec<(At, usize, usize)> = Vec::new();
         let mut left = rest;
         let mut hi = ents[..stop.0].iter().filter(|e| matches!(e, Ent::Hdr(..))).count();
         for (i, e) in ents.iter().enumerate().skip(stop.0) {
@@ -1764,23 +1764,96 @@ impl Mgr {
             }
             match e {
                 Ent::Hdr(_, l) => {
-                    let h = &hdrs[hi][..(*l).min(left)];
-                    spill.extend_from_slice(h);
-                    left -= h.len();
+                    let k = (*l).min(left);
+                    segs.push((At::Arr(hi), 0, k));
+                    left -= k;
                     hi += 1;
                 }
                 Ent::Pay(at, k) => {
                     let skip = if i == stop.0 { stop.1 } else { 0 };
                     let (b, o) = ((at + skip) / per_block, (at + skip) % per_block * len);
-                    let p = &blocks[b][o..o + ((k - skip) * len).min(left)];
-                    spill.extend_from_slice(p);
-                    left -= p.len();
+                    let m = ((k - skip) * len).min(left);
+                    segs.push((At::Blk(b), o, m));
+                    left -= m;
                 }
             }
         }
+        debug_assert_eq!(left, 0);
+        let rd = Scattered::new(&segs);
+        // Repair: as long as the rest is made of runs (or frames) of the
+        // guessed kind, only cut differently (a run count other than the
+        // guess), each header goes through the decoder and each datagram is
+        // moved to the next free slot (one copy; its bytes only shifted by
+        // the headers the guess did not foresee). The first unit of another
+        // kind, a datagram cut by the end of the read, or the end of the
+        // slots stops it; the bytes from there go through the decoder.
+        let mut moves: Vec<(usize, usize, bool)> = Vec::new();
+        let mut p = 0;
+        let mut slot = good;
+        while p < rest {
+            let avail = rest - p;
+            if let Some((s, d, seg, _)) = dec.in_run() {
+                if (s, d, seg) != (plan.src, plan.dst, len) || avail < len || slot >= slots {
+                    break;
+                }
+                let Some(fwd) = rd.direction(p, len, slot, per_block) else { break };
+                if dec.take_in_place(len).is_none() {
+                    break;
+                }
+                moves.push((p, slot, fwd));
+                p += len;
+                slot += 1;
+                continue;
+            }
+            let mut h = [0u8; RUN_HEADER_LEN];
+            if avail < HEADER_LEN {
+                break;
+            }
+            rd.copy_to(&hdrs, &blocks, p, &mut h[..HEADER_LEN]);
+            let (s, d, l) = (u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]), u16::from_be_bytes([h[4], h[5]]));
+            if (s, d) != (plan.src, plan.dst) {
+                break;
+            }
+            let hl = if l == frame::RUN_MARK {
+                if avail < RUN_HEADER_LEN {
+                    break;
+                }
+                rd.copy_to(&hdrs, &blocks, p, &mut h);
+                if usize::from(u16::from_be_bytes([h[8], h[9]])) != len {
+                    break;
+                }
+                RUN_HEADER_LEN
+            } else {
+                if usize::from(l) != len || avail < HEADER_LEN + len || slot >= slots || rd.direction(p + HEADER_LEN, len, slot, per_block).is_none() {
+                    break;
+                }
+                HEADER_LEN
+            };
+            out.feed(dec, &h[..hl]).map_err(ReadErr::Frame)?;
+            p += hl;
+            if hl == HEADER_LEN {
+                if dec.take_in_place(len) != Some((plan.src, plan.dst)) {
+                    // Unreachable for a well-formed header; the decoder
+                    // keeps it and takes the payload below.
+                    break;
+                }
+                let fwd = rd.direction(p, len, slot, per_block).expect("checked before the header was fed");
+                moves.push((p, slot, fwd));
+                p += len;
+                slot += 1;
+            }
+        }
+        // The rest is gathered before the moves overwrite its bytes.
+        let mut spill: Vec<u8> = Vec::new();
+        if p < rest {
+            spill.resize(rest - p, 0);
+            rd.copy_to(&hdrs, &blocks, p, &mut spill);
+        }
+        rd.move_all(&hdrs, &mut blocks, &moves, len, per_block);
+        let filled = slot;
         let from = SocketAddr::new(conn.peer.ip(), plan.src);
         for (b, buf) in blocks.into_iter().enumerate() {
-            let k = good.saturating_sub(b * per_block).min(per_block);
+            let k = filled.saturating_sub(b * per_block).min(per_block);
             if k == 0 {
                 out.pools.big.push(buf);
             } else {
@@ -1790,7 +1863,9 @@ impl Mgr {
         if good > 0 {
             Counters::add(&self.c.frames_in_place, good as u64);
         }
-        debug_assert_eq!(left, 0);
+        if !moves.is_empty() {
+            Counters::add(&self.c.frames_shifted, moves.len() as u64);
+        }
         out.feed(dec, &spill).map_err(ReadErr::Frame)?;
         Ok((n, room))
     }
@@ -1946,6 +2021,148 @@ enum ReadErr {
 }
 
 /// A guess at the frames that follow (see [`Mgr::scatter_plan`]).
+/// Where bytes of an in-place read went: a header array, or a receive block.
+#[derive(Clone, Copy, Debug)]
+enum At {
+    Arr(usize),
+    Blk(usize),
+}
+
+/// The rest of an in-place read after the first miss, as one stream over
+/// its pieces in stream order: (where, byte offset there, bytes). Block
+/// bytes are addressed linearly (block `b`'s slot area starts at
+/// `b * per_block * len`), which is also where slot `s` starts (`s * len`).
+struct Scattered<'a> {
+    segs: &'a [(At, usize, usize)],
+    starts: Vec<usize>,
+}
+
+impl<'a> Scattered<'a> {
+    fn new(segs: &'a [(At, usize, usize)]) -> Self {
+        let mut at = 0;
+        let starts = segs
+            .iter()
+            .map(|s| {
+                let a = at;
+                at += s.2;
+                a
+            })
+            .collect();
+        Scattered { segs, starts }
+    }
+
+    /// The pieces of stream bytes `[p, p + n)`, in stream order.
+    fn pieces(&self, p: usize, mut n: usize, out: &mut Vec<(At, usize, usize)>) {
+        out.clear();
+        let mut i = self.starts.partition_point(|&s| s <= p).saturating_sub(1);
+        let mut off = p - self.starts.get(i).copied().unwrap_or(0);
+        while n > 0 && i < self.segs.len() {
+            let (w, o, l) = self.segs[i];
+            let k = (l - off).min(n);
+            if k > 0 {
+                out.push((w, o + off, k));
+            }
+            n -= k;
+            off = 0;
+            i += 1;
+        }
+    }
+
+    fn copy_to(&self, hdrs: &[[u8; RUN_HEADER_LEN]], blocks: &[Vec<u8>], p: usize, dst: &mut [u8]) {
+        let mut ps = Vec::new();
+        self.pieces(p, dst.len(), &mut ps);
+        let mut at = 0;
+        for (w, o, k) in ps {
+            let src = match w {
+                At::Arr(i) => &hdrs[i][o..o + k],
+                At::Blk(b) => &blocks[b][o..o + k],
+            };
+            dst[at..at + k].copy_from_slice(src);
+            at += k;
+        }
+    }
+
+    /// How the datagram at stream offset `p` can be moved to `slot` in
+    /// place, given that the datagrams before it are moved first:
+    /// `Some(false)` when its slot ends before its bytes do (it moves
+    /// back, and the moves of such a sequence go in stream order),
+    /// `Some(true)` when its slot starts at or after its first block byte
+    /// (it moves forward, such a sequence in reverse order), None when
+    /// neither (its slot would cover bytes of a neighbour still to move).
+    fn direction(&self, p: usize, len: usize, slot: usize, per_block: usize) -> Option<bool> {
+        let mut ps = Vec::new();
+        self.pieces(p, len, &mut ps);
+        let lin = |b: usize, o: usize| b * per_block * len + o;
+        let mut blk = ps.iter().filter_map(|&(w, o, k)| if let At::Blk(b) = w { Some((lin(b, o), k)) } else { None });
+        let (first, k0) = blk.next()?;
+        let end = blk.next_back().map_or(first + k0, |(a, k)| a + k);
+        let d = slot * len;
+        if d + len <= end {
+            Some(false)
+        } else if d >= first {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    /// Moves each datagram (stream offset, slot, forward) to its slot. The
+    /// sources of a datagram lie in linear block space between the end of
+    /// the previous one's and the start of the next one's, so a backward
+    /// move never covers bytes still to move after it, and a forward one
+    /// never those before it: backward runs go in stream order, forward
+    /// runs in reverse (the pieces of one datagram likewise).
+    fn move_all(&self, hdrs: &[[u8; RUN_HEADER_LEN]], blocks: &mut [Vec<u8>], moves: &[(usize, usize, bool)], len: usize, per_block: usize) {
+        let mut ps = Vec::new();
+        let mut exec = |m: &(usize, usize, bool), blocks: &mut [Vec<u8>]| {
+            let (p, slot, fwd) = *m;
+            self.pieces(p, len, &mut ps);
+            let (db, base) = (slot / per_block, slot % per_block * len);
+            let mut offs: Vec<usize> = Vec::with_capacity(ps.len());
+            let mut at = 0;
+            for &(_, _, k) in ps.iter() {
+                offs.push(at);
+                at += k;
+            }
+            let mut one = |&(w, o, k): &(At, usize, usize), off: usize| {
+                let d = base + off;
+                match w {
+                    At::Arr(i) => blocks[db][d..d + k].copy_from_slice(&hdrs[i][o..o + k]),
+                    At::Blk(b) if b == db => {
+                        if o != d {
+                            blocks[db].copy_within(o..o + k, d);
+                        }
+                    }
+                    At::Blk(b) if b < db => {
+                        let (x, y) = blocks.split_at_mut(db);
+                        y[0][d..d + k].copy_from_slice(&x[b][o..o + k]);
+                    }
+                    At::Blk(b) => {
+                        let (x, y) = blocks.split_at_mut(b);
+                        x[db][d..d + k].copy_from_slice(&y[0][o..o + k]);
+                    }
+                }
+            };
+            if fwd {
+                ps.iter().zip(&offs).rev().for_each(|(pc, &off)| one(pc, off));
+            } else {
+                ps.iter().zip(&offs).for_each(|(pc, &off)| one(pc, off));
+            }
+        };
+        let mut i = 0;
+        while i < moves.len() {
+            let fwd = moves[i].2;
+            let j = moves[i..].iter().position(|m| m.2 != fwd).map_or(moves.len(), |k| i + k);
+            if fwd {
+                moves[i..j].iter().rev().for_each(|m| exec(m, blocks));
+            } else {
+                moves[i..j].iter().for_each(|m| exec(m, blocks));
+            }
+            i = j;
+        }
+    }
+}
+
 struct Plan {
     src: u16,
     dst: u16,
@@ -2093,6 +2310,102 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lays a stream of runs (`counts`, headers of `hl` bytes) out as an
+    /// in-place read guessing runs of `guess` would, then moves every
+    /// datagram the reader may move (as `read_in_place` does) and checks
+    /// each slot. Returns (moved forward, moved back, stopped early).
+    fn scatter_case(len: usize, per_block: usize, nblocks: usize, counts: &[usize], guess: usize, hl: usize) -> (usize, usize, bool) {
+        let slots = per_block * nblocks;
+        // The guessed layout: a header array, then `guess` slots, and so on.
+        let mut segs: Vec<(At, usize, usize)> = Vec::new();
+        let (mut s, mut a) = (0, 0);
+        while s < slots {
+            segs.push((At::Arr(a), 0, hl));
+            a += 1;
+            let mut k = guess;
+            while k > 0 && s < slots {
+                let n = k.min(per_block - s % per_block);
+                segs.push((At::Blk(s / per_block), s % per_block * len, n * len));
+                s += n;
+                k -= n;
+            }
+        }
+        // The real stream: headers (0xEE) and numbered payloads.
+        let mut stream = Vec::new();
+        let mut at = Vec::new();
+        let mut d = 0u8;
+        for &c in counts {
+            stream.extend(std::iter::repeat_n(0xEE, hl));
+            for _ in 0..c {
+                at.push(stream.len());
+                d = d.wrapping_add(1);
+                stream.extend((0..len).map(|j| d ^ j as u8));
+            }
+        }
+        // The read: as readv fills the layout.
+        let mut hdrs = vec![[0u8; RUN_HEADER_LEN]; a];
+        let mut blocks = vec![vec![0u8; per_block * len]; nblocks];
+        let mut p = 0;
+        for &(w, o, n) in &segs {
+            let k = n.min(stream.len() - p);
+            match w {
+                At::Arr(i) => hdrs[i][o..o + k].copy_from_slice(&stream[p..p + k]),
+                At::Blk(b) => blocks[b][o..o + k].copy_from_slice(&stream[p..p + k]),
+            }
+            p += k;
+        }
+        let rd = Scattered::new(&segs);
+        let mut moves = Vec::new();
+        let mut stopped = false;
+        for (slot, &q) in at.iter().enumerate() {
+            if slot >= slots || q + len > p {
+                break;
+            }
+            match rd.direction(q, len, slot, per_block) {
+                Some(f) => moves.push((q, slot, f)),
+                None => {
+                    stopped = true;
+                    break;
+                }
+            }
+        }
+        rd.move_all(&hdrs, &mut blocks, &moves, len, per_block);
+        for &(q, slot, _) in &moves {
+            let got = &blocks[slot / per_block][slot % per_block * len..][..len];
+            assert_eq!(got, &stream[q..q + len], "slot {slot}, counts {counts:?}, guess {guess}");
+        }
+        let fwd = moves.iter().filter(|m| m.2).count();
+        (fwd, moves.len() - fwd, stopped)
+    }
+
+    #[test]
+    fn shifted_datagrams_are_moved_into_their_slots_in_a_safe_order() {
+        let (mut fwd, mut back, mut stops, mut cases) = (0, 0, 0, 0);
+        let mut x = 7u32;
+        for len in [16usize, 40] {
+            for guess in [1usize, 3, 5, 8] {
+                for _ in 0..200 {
+                    let counts: Vec<usize> = (0..12)
+                        .map(|_| {
+                            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                            (x >> 16) as usize % 9 + 1
+                        })
+                        .collect();
+                    for hl in [HEADER_LEN, RUN_HEADER_LEN] {
+                        let (f, b, s) = scatter_case(len, 4, 3, &counts, guess, hl);
+                        fwd += f;
+                        back += b;
+                        stops += usize::from(s);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        // Both directions occur, and the reader rarely has to give up.
+        assert!(fwd > 1000 && back > 1000, "forward {fwd}, back {back}");
+        assert!(stops * 5 < cases, "{stops} of {cases} stopped");
+    }
 
     #[test]
     fn outbuf_partial_frames_and_deadlines() {
