@@ -271,14 +271,15 @@ fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Opti
     // in the ring (anything else reads the socket or sleeps, on the locked
     // path).
     let once = RecvFlags { peek, dont_wait: true, interruptible: false };
-    let fast = if blocking && !s.ring_has_data() {
-        None
-    } else {
+    // The result is written in place: passed back through the borrow's
+    // layers it was copied three times, which cost more than the borrow.
+    let mut fast: Option<Result<Received, c_int>> = None;
+    if !blocking || s.ring_has_data() {
         s.with_existing_in(t, |ep| {
             let r = if blocking { ep.recv_with(buf, once).map_err(|e| shim::errno_of(&e)) } else { shim::nonblocking_recv(s, ep, buf, peek) };
-            with_peer(ep, r)
-        })
-    };
+            fast = Some(with_peer(ep, r));
+        });
+    }
     match fast {
         Some(Err(libc::EAGAIN)) if blocking => {}
         Some(r) => return Some(r),
@@ -290,6 +291,7 @@ fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Opti
 
 /// A datagram whose source the ring does not keep (a connected socket's
 /// receive) comes from the peer.
+#[inline]
 fn with_peer(ep: &Endpoint, mut r: Result<Received, c_int>) -> Result<Received, c_int> {
     if let Ok(x) = &mut r {
         if x.src.port() == 0 {

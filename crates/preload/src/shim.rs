@@ -711,6 +711,7 @@ pub fn ep_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], flags: i32) -> Result<Re
 /// such an `EAGAIN` for end of stream. A receive that could not read the
 /// socket itself (its `direct_recv_calls` did not move: the engine or
 /// another thread holds the socket) waits briefly for the ring.
+#[inline]
 pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Result<Received, i32> {
     let f = RecvFlags { peek, dont_wait: true, interruptible: false };
     match ep.recv_with(buf, f) {
