@@ -349,6 +349,7 @@ fn ret_isize(r: Result<usize, c_int>) -> ssize_t {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the C call's arguments, and the thread's state
 unsafe fn recv_common(t: &Tls, fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> Option<ssize_t> {
     let b: &mut [u8] = if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
     match shim_recv(t, s, fd, b, flags)? {
@@ -1398,7 +1399,7 @@ unsafe fn select_from_rings(t: &Tls, n: usize, r: *mut libc::fd_set, w: *mut lib
     let word = |set: *mut libc::fd_set, i: usize| if set.is_null() { 0 } else { fd_word(set, i) };
     let mut ready = [0u64; libc::FD_SETSIZE / 64];
     let mut count = 0;
-    for i in 0..n.div_ceil(64) {
+    for (i, bits) in ready.iter_mut().enumerate().take(n.div_ceil(64)) {
         let valid = if (i + 1) * 64 > n { (1u64 << (n % 64)) - 1 } else { u64::MAX };
         let mut other = (word(w, i) | word(e, i)) & valid;
         while other != 0 {
@@ -1417,7 +1418,7 @@ unsafe fn select_from_rings(t: &Tls, n: usize, r: *mut libc::fd_set, w: *mut lib
                 if with_sock_in(t, fd, |s| s.mode() == ACTIVE && s.ring_has_data()) != Some(true) {
                     return None;
                 }
-                ready[i] |= 1 << b;
+                *bits |= 1 << b;
                 count += 1;
             }
         }
@@ -1425,8 +1426,8 @@ unsafe fn select_from_rings(t: &Tls, n: usize, r: *mut libc::fd_set, w: *mut lib
     if count == 0 || !may_skip_kernel(t) {
         return None;
     }
-    for i in 0..n.div_ceil(64) {
-        std::ptr::write_unaligned((r as *mut u64).add(i), ready[i]);
+    for (i, &bits) in ready.iter().enumerate().take(n.div_ceil(64)) {
+        std::ptr::write_unaligned((r as *mut u64).add(i), bits);
         for set in [w, e] {
             if !set.is_null() {
                 std::ptr::write_unaligned((set as *mut u64).add(i), 0);
