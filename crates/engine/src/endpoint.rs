@@ -577,6 +577,7 @@ impl Endpoint {
     }
 
     /// Receives with flags (peek, don't-wait).
+    #[inline]
     pub fn recv_with(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
         self.inner.traced_recv(buf, flags)
     }
@@ -823,6 +824,7 @@ impl EpInner {
     }
 
     /// [`EpInner::recv`] between the application-call tracepoints.
+    #[inline]
     fn traced_recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
         if !crate::tracepoint::on() {
             return self.recv(buf, flags);
@@ -1483,6 +1485,7 @@ impl EpInner {
         }
     }
 
+    #[inline]
     fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool) -> Option<Received> {
         let d = rs.ring.pop_into(buf, peek)?;
         self.ring_len.0.store(rs.ring.datagrams(), Release);

@@ -129,6 +129,7 @@ impl RecvRing {
     }
 
     /// Copies the next datagram into `out` and consumes it (unless `peek`).
+    #[inline]
     pub fn pop_into(&mut self, out: &mut [u8], peek: bool) -> Option<Delivered> {
         let e = self.entries.front_mut()?;
         let end = (e.pos + e.segment).min(e.end);

@@ -26,7 +26,7 @@
 //! Slots are a fixed array claimed once per thread and freed at thread
 //! exit; a thread that finds none uses the locked path.
 
-use crate::shim::Sock;
+use crate::shim::{Sock, Tls};
 use eudp_engine::Endpoint;
 use std::ptr::{dangling_mut, null_mut};
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicPtr, AtomicU8, Ordering::*};
@@ -41,27 +41,40 @@ const FREE: *mut Sock = dangling_mut::<Sock>();
 /// borrow, [`FREE`] when no thread owns the slot.
 static SLOTS: [AtomicPtr<Sock>; NSLOTS] = [const { AtomicPtr::new(FREE) }; NSLOTS];
 
-/// A thread's slot, released when the thread exits.
-struct Claim(Option<usize>);
+/// [`Tls::slot`] of a thread that has not asked for a slot yet.
+pub const UNCLAIMED: usize = usize::MAX;
+/// [`Tls::slot`] when the thread has none (all taken, or it is exiting):
+/// its calls take the locked path.
+pub const NO_SLOT: usize = usize::MAX - 1;
 
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if let Some(i) = self.0 {
-            SLOTS[i].store(FREE, Release);
-        }
+/// Frees a thread's slot (its [`Tls`] is going away).
+pub fn release(slot: usize) {
+    if slot < NSLOTS {
+        SLOTS[slot].store(FREE, Release);
     }
-}
-
-thread_local! {
-    static MINE: Claim = Claim(claim());
 }
 
 fn claim() -> Option<usize> {
     SLOTS.iter().position(|s| s.compare_exchange(FREE, null_mut(), AcqRel, Relaxed).is_ok())
 }
 
+/// This thread's slot, claimed on first use and kept in its [`Tls`]
+/// (released when the thread exits).
+#[inline]
+fn slot_of(t: &Tls) -> Option<usize> {
+    match t.slot.get() {
+        UNCLAIMED => {
+            let i = claim();
+            t.slot.set(i.unwrap_or(NO_SLOT));
+            i
+        }
+        NO_SLOT => None,
+        i => Some(i),
+    }
+}
+
 fn my_slot() -> Option<usize> {
-    MINE.try_with(|c| c.0).ok().flatten()
+    crate::shim::with_tls(|t| (t.slot.get() < NSLOTS).then(|| t.slot.get()))
 }
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
@@ -119,8 +132,9 @@ fn heavy_fence() {
 /// `Err(f)` hands `f` back when it cannot (no endpoint, the socket is
 /// leaving the engine, or this thread has no slot). `f` must not sleep
 /// for long: a closer waits for it.
-pub fn borrow<R, F: FnOnce(&Endpoint) -> R>(s: &Sock, f: F) -> Result<R, F> {
-    let Some(i) = my_slot() else { return Err(f) };
+#[inline]
+pub fn borrow<R, F: FnOnce(&Endpoint) -> R>(t: &Tls, s: &Sock, f: F) -> Result<R, F> {
+    let Some(i) = slot_of(t) else { return Err(f) };
     let me = s as *const Sock as *mut Sock;
     // Nested borrows (a signal handler calling in) restore the outer one.
     let outer = SLOTS[i].load(Relaxed);

@@ -12,7 +12,7 @@
 #![allow(clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 
 use crate::real;
-use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock, Sock, ACTIVE};
+use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock_in, with_tls, Sock, Tls, ACTIVE};
 use eudp_engine::{Endpoint, Received, RecvFlags};
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use std::io;
@@ -242,9 +242,20 @@ unsafe fn with_buf<R>(v: &[libc::iovec], gather: bool, f: impl FnOnce(&mut [u8])
 
 // ----------------------------------------------------- receive and send
 
+/// [`shim::with_sock`] handing `f` this thread's [`Tls`] as well, looked up once
+/// for the whole call (and not at all for a descriptor the shim does not
+/// know).
+#[inline]
+fn with_sock_t<R>(fd: c_int, f: impl FnOnce(&Tls, &Arc<Sock>) -> R) -> Option<R> {
+    if !shim::maybe(fd) {
+        return None;
+    }
+    with_tls(|t| with_sock_in(t, fd, |s| f(t, s)))
+}
+
 /// Receive on the shim's path: leftovers of a fallback, then the engine.
 /// `None`: the socket is on the kernel path; use libc.
-fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result<Received, c_int>> {
+fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result<Received, c_int>> {
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
         return None;
     }
@@ -260,14 +271,15 @@ fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result
     // in the ring (anything else reads the socket or sleeps, on the locked
     // path).
     let once = RecvFlags { peek, dont_wait: true, interruptible: false };
-    let fast = if blocking && !s.ring_has_data() {
-        None
-    } else {
-        s.with_existing(|ep| {
+    // The result is written in place: passed back through the borrow's
+    // layers it was copied three times, which cost more than the borrow.
+    let mut fast: Option<Result<Received, c_int>> = None;
+    if !blocking || s.ring_has_data() {
+        s.with_existing_in(t, |ep| {
             let r = if blocking { ep.recv_with(buf, once).map_err(|e| shim::errno_of(&e)) } else { shim::nonblocking_recv(s, ep, buf, peek) };
-            with_peer(ep, r)
-        })
-    };
+            fast = Some(with_peer(ep, r));
+        });
+    }
     match fast {
         Some(Err(libc::EAGAIN)) if blocking => {}
         Some(r) => return Some(r),
@@ -279,6 +291,7 @@ fn shim_recv(s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result
 
 /// A datagram whose source the ring does not keep (a connected socket's
 /// receive) comes from the peer.
+#[inline]
 fn with_peer(ep: &Endpoint, mut r: Result<Received, c_int>) -> Result<Received, c_int> {
     if let Ok(x) = &mut r {
         if x.src.port() == 0 {
@@ -311,7 +324,7 @@ fn send_flags_ok(flags: c_int) -> Result<(), &'static str> {
 }
 
 /// Send on the engine path. `None`: kernel path.
-fn shim_send(s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: Option<SocketAddr>) -> Option<Result<usize, c_int>> {
+fn shim_send(t: &Tls, s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: Option<SocketAddr>) -> Option<Result<usize, c_int>> {
     if flags & libc::MSG_OOB != 0 {
         return Some(Err(libc::EOPNOTSUPP));
     }
@@ -322,7 +335,7 @@ fn shim_send(s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: Option<So
         s.fallback(fd, why);
         return None;
     }
-    if let Some(r) = s.with_existing(|ep| ep_send(ep, data, dst, flags)) {
+    if let Some(r) = s.with_existing_in(t, |ep| ep_send(ep, data, dst, flags)) {
         return Some(r);
     }
     let ep = s.endpoint(fd)?;
@@ -336,9 +349,10 @@ fn ret_isize(r: Result<usize, c_int>) -> ssize_t {
     }
 }
 
-unsafe fn recv_common(fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> Option<ssize_t> {
+#[allow(clippy::too_many_arguments)] // the C call's arguments, and the thread's state
+unsafe fn recv_common(t: &Tls, fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> Option<ssize_t> {
     let b: &mut [u8] = if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
-    match shim_recv(s, fd, b, flags)? {
+    match shim_recv(t, s, fd, b, flags)? {
         Ok(r) => {
             write_addr(r.src, s.v6, addr, alen);
             Some(recv_ret(&r, flags))
@@ -349,8 +363,8 @@ unsafe fn recv_common(fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags:
 
 #[no_mangle]
 pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
-    with_sock(fd, |s| {
-        if let Some(r) = recv_common(fd, s, buf, len, flags, addr, alen) {
+    with_sock_t(fd, |t, s| {
+        if let Some(r) = recv_common(t, fd, s, buf, len, flags, addr, alen) {
             return r;
         }
         real::recvfrom(fd, buf, len, flags, addr, alen)
@@ -368,8 +382,8 @@ pub unsafe extern "C" fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t
 
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    with_sock(fd, |s| {
-        if let Some(r) = recv_common(fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
+    with_sock_t(fd, |t, s| {
+        if let Some(r) = recv_common(t, fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
             return r;
         }
         real::recv(fd, buf, len, flags)
@@ -387,8 +401,8 @@ pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, bu
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    with_sock(fd, |s| {
-        if let Some(r) = recv_common(fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
+    with_sock_t(fd, |t, s| {
+        if let Some(r) = recv_common(t, fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
             return r;
         }
         real::read(fd, buf, len)
@@ -404,13 +418,13 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, bu
     read(fd, buf, len)
 }
 
-unsafe fn recvmsg_shim(fd: c_int, s: &Sock, msg: *mut libc::msghdr, flags: c_int) -> Option<ssize_t> {
+unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, flags: c_int) -> Option<ssize_t> {
     if msg.is_null() {
         return Some(fail(libc::EFAULT));
     }
     let m = &mut *msg;
     let v = iovs(m.msg_iov, m.msg_iovlen);
-    let r = with_buf(v, false, |b| match shim_recv(s, fd, b, flags) {
+    let r = with_buf(v, false, |b| match shim_recv(t, s, fd, b, flags) {
         Some(Ok(r)) => {
             let used = r.copied;
             (Some(Ok(r)), used)
@@ -481,8 +495,8 @@ unsafe fn put_cmsg<T: Copy>(m: &mut libc::msghdr, room: usize, used: &mut usize,
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-    with_sock(fd, |s| {
-        if let Some(r) = recvmsg_shim(fd, s, msg, flags) {
+    with_sock_t(fd, |t, s| {
+        if let Some(r) = recvmsg_shim(t, fd, s, msg, flags) {
             return r;
         }
         real::recvmsg(fd, msg, flags)
@@ -492,11 +506,11 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    with_sock(fd, |s| {
+    with_sock_t(fd, |t, s| {
         let mut m: libc::msghdr = std::mem::zeroed();
         m.msg_iov = iov as *mut libc::iovec;
         m.msg_iovlen = n.max(0) as usize;
-        if let Some(r) = recvmsg_shim(fd, s, &mut m, 0) {
+        if let Some(r) = recvmsg_shim(t, fd, s, &mut m, 0) {
             return r;
         }
         real::readv(fd, iov, n)
@@ -506,7 +520,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int {
-    with_sock(fd, |s| {
+    with_sock_t(fd, |t, s| {
         if s.mode() != shim::KERNEL && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
             let base = flags & !libc::MSG_WAITFORONE;
             // As in the kernel: the timeout is looked at after each datagram
@@ -525,7 +539,7 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
             while got < vlen {
                 let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
                 let h = &mut *msgs.add(got as usize);
-                match recvmsg_shim(fd, s, &mut h.msg_hdr, f) {
+                match recvmsg_shim(t, fd, s, &mut h.msg_hdr, f) {
                     None => break, // moved to the kernel path meanwhile
                     Some(r) if r >= 0 => {
                         h.msg_len = r as c_uint;
@@ -559,7 +573,7 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
 
 #[no_mangle]
 pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> ssize_t {
-    with_sock(fd, |s| {
+    with_sock_t(fd, |t, s| {
         let dst = if addr.is_null() {
             None
         } else {
@@ -569,7 +583,7 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
             }
         };
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
-        match shim_send(s, fd, data, flags, dst) {
+        match shim_send(t, s, fd, data, flags, dst) {
             Some(r) => ret_isize(r),
             None => real::sendto(fd, buf, len, flags, addr, alen),
         }
@@ -579,9 +593,9 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
 
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
-    with_sock(fd, |s| {
+    with_sock_t(fd, |t, s| {
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
-        match shim_send(s, fd, data, flags, None) {
+        match shim_send(t, s, fd, data, flags, None) {
             Some(r) => ret_isize(r),
             None => real::send(fd, buf, len, flags),
         }
@@ -591,9 +605,9 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags:
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    with_sock(fd, |s| {
+    with_sock_t(fd, |t, s| {
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
-        match shim_send(s, fd, data, 0, None) {
+        match shim_send(t, s, fd, data, 0, None) {
             Some(r) => ret_isize(r),
             None => real::write(fd, buf, len),
         }
@@ -602,7 +616,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
 }
 
 /// sendmsg on the shim's path; `None`: kernel path.
-unsafe fn sendmsg_shim(fd: c_int, s: &Arc<Sock>, msg: *const libc::msghdr, flags: c_int) -> Option<ssize_t> {
+unsafe fn sendmsg_shim(t: &Tls, fd: c_int, s: &Arc<Sock>, msg: *const libc::msghdr, flags: c_int) -> Option<ssize_t> {
     if msg.is_null() {
         return Some(fail(libc::EFAULT));
     }
@@ -627,14 +641,14 @@ unsafe fn sendmsg_shim(fd: c_int, s: &Arc<Sock>, msg: *const libc::msghdr, flags
         }
     };
     let v = iovs(m.msg_iov, m.msg_iovlen);
-    let r = with_buf(v, true, |b| (shim_send(s, fd, b, flags, dst), 0))?;
+    let r = with_buf(v, true, |b| (shim_send(t, s, fd, b, flags, dst), 0))?;
     Some(ret_isize(r))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
-    with_sock(fd, |s| {
-        if let Some(r) = sendmsg_shim(fd, s, msg, flags) {
+    with_sock_t(fd, |t, s| {
+        if let Some(r) = sendmsg_shim(t, fd, s, msg, flags) {
             return r;
         }
         real::sendmsg(fd, msg, flags)
@@ -644,11 +658,11 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    with_sock(fd, |s| {
+    with_sock_t(fd, |t, s| {
         let mut m: libc::msghdr = std::mem::zeroed();
         m.msg_iov = iov as *mut libc::iovec;
         m.msg_iovlen = n.max(0) as usize;
-        if let Some(r) = sendmsg_shim(fd, s, &m, 0) {
+        if let Some(r) = sendmsg_shim(t, fd, s, &m, 0) {
             return r;
         }
         real::writev(fd, iov, n)
@@ -658,12 +672,12 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
-    with_sock(fd, |s| {
+    with_sock_t(fd, |t, s| {
         if s.mode() != shim::KERNEL && !msgs.is_null() {
             let mut sent = 0u32;
             while sent < vlen {
                 let h = &mut *msgs.add(sent as usize);
-                match sendmsg_shim(fd, s, &h.msg_hdr, flags) {
+                match sendmsg_shim(t, fd, s, &h.msg_hdr, flags) {
                     None => break,
                     Some(r) if r >= 0 => {
                         h.msg_len = r as c_uint;
@@ -1016,13 +1030,15 @@ fn sync_option(ep: &Endpoint, fd: c_int, name: c_int, iv: Option<c_int>) {
 /// accelerated socket is readable when its kernel socket is (the receive
 /// then reads it directly) or its ring holds a datagram (an extra pollfd
 /// on the ring's eventfd).
-unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+unsafe fn poll_impl(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
     if !shim::any() || fds.is_null() || n == 0 {
         return real::ppoll(fds, n, ts, mask);
     }
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && queue_full(p.fd)) {
-        return poll_input(fds, n, ts, mask);
+    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && queue_full(t, p.fd)) {
+        // Every accelerated socket asked for output has room in L1, as
+        // just looked at: `scan_ready` need not look again.
+        return poll_input(t, fds, n, ts, mask, true);
     }
     // Some accelerated socket asked for output has its L1 queue half full
     // or more: the kernel socket would say writable, the engine would not
@@ -1034,7 +1050,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
     let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     loop {
-        let r = poll_input(fds, n, &zero, mask);
+        let r = poll_input(t, fds, n, &zero, mask, false);
         if r < 0 {
             return r;
         }
@@ -1042,7 +1058,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         let mut full = None;
         for p in app.iter_mut() {
             if p.events & libc::POLLOUT != 0 {
-                if let Some(ep) = full_queue(p.fd) {
+                if let Some(ep) = full_queue(t, p.fd) {
                     p.revents &= !libc::POLLOUT;
                     full.get_or_insert(ep);
                 }
@@ -1057,7 +1073,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
         }
         match full {
             Some(ep) => {
-                mark_sleep(std::ptr::null());
+                mark_sleep(t, std::ptr::null());
                 ep.wait_writable(deadline.map_or(SLICE, |d| (d - now).min(SLICE)));
             }
             // Every queue has room but nothing is ready yet: the kernel
@@ -1068,7 +1084,7 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
                     let l = d.saturating_duration_since(Instant::now());
                     timespec_of(l)
                 });
-                let r = poll_input(fds, n, left.as_ref().map_or(std::ptr::null(), |t| t as *const _), mask);
+                let r = poll_input(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), mask, false);
                 if r <= 0 {
                     return r;
                 }
@@ -1079,13 +1095,13 @@ unsafe fn poll_impl(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::ti
 
 /// True when `fd` is an accelerated socket whose L1 queue has no room
 /// (lock-free: the common, writable case costs no reference).
-fn queue_full(fd: c_int) -> bool {
-    with_sock(fd, |s| s.with_existing(|ep| !ep.writable())).flatten().unwrap_or(false)
+fn queue_full(t: &Tls, fd: c_int) -> bool {
+    with_sock_in(t, fd, |s| s.with_existing_in(t, |ep| !ep.writable())).flatten().unwrap_or(false)
 }
 
 /// The endpoint of an accelerated socket whose L1 queue has no room.
-fn full_queue(fd: c_int) -> Option<Arc<Endpoint>> {
-    with_sock(fd, |s| s.existing()).flatten().filter(|ep| !ep.writable())
+fn full_queue(t: &Tls, fd: c_int) -> Option<Arc<Endpoint>> {
+    with_sock_in(t, fd, |s| s.existing()).flatten().filter(|ep| !ep.writable())
 }
 
 
@@ -1097,7 +1113,9 @@ fn full_queue(fd: c_int) -> Option<Arc<Endpoint>> {
 /// (the latency profile). Kernel descriptors are looked at in every round
 /// as well. For a stream it does not pay on a small machine: an iperf3
 /// receiver spinning 50 µs used twice the CPU per datagram and lost more.
-unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+/// `room`: every accelerated socket asked for output was just found to
+/// have room in L1.
+unsafe fn poll_input(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, room: bool) -> c_int {
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     let limit = (!ts.is_null()).then(|| duration_of(&*ts));
     let spin = match shim::running_engine() {
@@ -1106,9 +1124,9 @@ unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::t
     };
     let app = std::slice::from_raw_parts(fds, n as usize);
     if spin.is_zero() || !app.iter().any(|p| p.events & libc::POLLIN != 0 && shim::maybe(p.fd)) {
-        return poll_input_once(fds, n, ts, mask);
+        return poll_input_once(t, fds, n, ts, mask, room);
     }
-    mark_sleep(ts);
+    mark_sleep(t, ts);
     // A signal must end this call with EINTR as it would the kernel's poll,
     // even one that arrives while the spin runs in user space: signals stay
     // blocked for the whole call and every look (and the final sleep) is a
@@ -1122,7 +1140,7 @@ unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::t
     let during: *const libc::sigset_t = if mask.is_null() { &old } else { mask };
     let start = Instant::now();
     let r = loop {
-        let r = poll_input_once(fds, n, &zero, during);
+        let r = poll_input_once(t, fds, n, &zero, during, false);
         if r != 0 {
             break r;
         }
@@ -1132,7 +1150,7 @@ unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::t
                 let l = l.saturating_sub(spent);
                 timespec_of(l)
             });
-            break poll_input_once(fds, n, left.as_ref().map_or(std::ptr::null(), |t| t as *const _), during);
+            break poll_input_once(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), during, false);
         }
         std::thread::yield_now();
     };
@@ -1152,28 +1170,32 @@ unsafe fn poll_input(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::t
 /// answered from what the shim knows alone (see
 /// `may_skip_kernel`); otherwise the kernel is asked about everything, the
 /// rings' eventfds included, and sleeps if nothing is ready.
-unsafe fn poll_input_once(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, room: bool) -> c_int {
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    let mut fixed: [Extra; EXTRA_MAX] = [Extra { at: 0, fd: -1, ready: 0 }; EXTRA_MAX];
+    // Left uninitialised: a call names one or two accelerated sockets, and
+    // filling the whole array cost more than the rest of the scan.
+    let mut fixed = [std::mem::MaybeUninit::<Extra>::uninit(); EXTRA_MAX];
     let mut k = 0;
     let mut many: Vec<Extra> = Vec::new();
-    scan_ready(app, |e| {
+    scan_ready(t, app, room, |e| {
         if k < EXTRA_MAX {
-            fixed[k] = e;
+            fixed[k].write(e);
             k += 1;
         } else {
             if many.is_empty() {
-                many.extend_from_slice(&fixed);
+                // SAFETY: all EXTRA_MAX entries were written (k reached it).
+                many.extend(fixed.iter().map(|x| x.assume_init()));
             }
             many.push(e);
         }
     });
-    let extra: &[Extra] = if many.is_empty() { &fixed[..k] } else { &many };
+    // SAFETY: the first k entries were written above.
+    let extra: &[Extra] = if many.is_empty() { std::slice::from_raw_parts(fixed.as_ptr() as *const Extra, k) } else { &many };
     if extra.is_empty() {
         return real::ppoll(fds, n, ts, mask);
     }
     let ready_now = extra.iter().any(|e| e.ready != 0);
-    if ready_now && may_skip_kernel() {
+    if ready_now && may_skip_kernel(t) {
         for p in app.iter_mut() {
             p.revents = 0;
         }
@@ -1186,21 +1208,21 @@ unsafe fn poll_input_once(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const li
         }
         return count;
     }
-    kernel_checked();
+    kernel_checked(t);
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    let t = if ready_now { &zero as *const _ } else { ts };
+    let wait = if ready_now { &zero as *const _ } else { ts };
     if !ready_now {
-        mark_sleep(ts);
+        mark_sleep(t, ts);
     }
-    POLL_ALL.with(|cell| {
+    {
         // A signal handler polling inside a poll gets its own array.
         let mut fresh = Vec::new();
-        let mut guard = cell.try_borrow_mut().ok();
+        let mut guard = t.poll_all.try_borrow_mut().ok();
         let all: &mut Vec<libc::pollfd> = guard.as_deref_mut().unwrap_or(&mut fresh);
         all.clear();
         all.extend_from_slice(app);
         all.extend(extra.iter().map(|e| libc::pollfd { fd: e.fd, events: libc::POLLIN, revents: 0 }));
-        let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, t, mask);
+        let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, wait, mask);
         if r < 0 {
             return r;
         }
@@ -1218,7 +1240,7 @@ unsafe fn poll_input_once(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const li
             }
         }
         count
-    })
+    }
 }
 
 /// What stands for one accelerated socket of a poll besides its own
@@ -1240,8 +1262,8 @@ const EXTRA_MAX: usize = 16;
 
 /// Reports, for each accelerated socket polled for input or output, the
 /// descriptors that stand for its input besides itself and what is ready
-/// now.
-fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
+/// now. `room`: those asked for output are known to have room in L1.
+fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Extra)) {
     let tcp = shim::tcp_transport();
     for (at, p) in app.iter().enumerate() {
         let input = p.events & libc::POLLIN != 0;
@@ -1249,7 +1271,7 @@ fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
         if !(input || output) || !shim::maybe(p.fd) {
             continue;
         }
-        with_sock(p.fd, |s| {
+        with_sock_in(t, p.fd, |s| {
             if !tcp && !output {
                 if let Some(fd) = s.ready_ring_fd() {
                     add(Extra { at, fd, ready: libc::POLLIN });
@@ -1259,7 +1281,7 @@ fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
             let mut seen = |ep: &Endpoint| {
                 // Room in L1 is what POLLOUT means for an accelerated
                 // socket (a full L1 is `poll_impl`'s business).
-                let out = if output && ep.writable() { libc::POLLOUT } else { 0 };
+                let out = if output && (room || ep.writable()) { libc::POLLOUT } else { 0 };
                 if !input {
                     if out != 0 {
                         add(Extra { at, fd: -1, ready: out });
@@ -1276,25 +1298,12 @@ fn scan_ready(app: &[libc::pollfd], mut add: impl FnMut(Extra)) {
                     add(Extra { at, fd: ep.raw_fd(), ready: 0 });
                 }
             };
-            let found = if tcp && input { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing(seen) };
+            let found = if tcp && input { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing_in(t, seen) };
             if found.is_none() && input && s.has_leftover() {
                 add(Extra { at, fd: -1, ready: libc::POLLIN });
             }
         });
     }
-}
-
-thread_local! {
-    /// Consecutive poll/select calls answered from the rings alone, and
-    /// the coarse clock (ns) when the kernel was last asked.
-    static SKIPPED: std::cell::Cell<(u32, i64)> = const { std::cell::Cell::new((0, 0)) };
-    /// Set by `select` while it runs: the first moment it may sleep (the
-    /// time it writes back counts from there; until then it only computed).
-    static SLEEP_MARK: std::cell::Cell<(bool, Option<Instant>)> = const { std::cell::Cell::new((false, None)) };
-    /// The pollfd array handed to the kernel, reused across calls.
-    static POLL_ALL: std::cell::RefCell<Vec<libc::pollfd>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// select's pollfd array, reused across calls.
-    static SELECT_FDS: std::cell::RefCell<Vec<libc::pollfd>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A poll/select whose accelerated sockets already have datagrams in their
@@ -1312,34 +1321,30 @@ fn coarse_ns() -> i64 {
 }
 
 /// True (and counted) when this call may be answered from the rings alone.
-fn may_skip_kernel() -> bool {
-    SKIPPED.with(|c| {
-        let (n, at) = c.get();
-        if n < SKIP_LIMIT && coarse_ns() == at {
-            c.set((n + 1, at));
-            true
-        } else {
-            false
-        }
-    })
+fn may_skip_kernel(t: &Tls) -> bool {
+    let (n, at) = t.skipped.get();
+    if n < SKIP_LIMIT && coarse_ns() == at {
+        t.skipped.set((n + 1, at));
+        true
+    } else {
+        false
+    }
 }
 
 /// The kernel is being asked about every descriptor now.
-fn kernel_checked() {
-    SKIPPED.with(|c| c.set((0, coarse_ns())));
+fn kernel_checked(t: &Tls) {
+    t.skipped.set((0, coarse_ns()));
 }
 
 /// Records, for a running `select`, the moment before a call that may sleep
 /// (`ts` not zero).
-unsafe fn mark_sleep(ts: *const libc::timespec) {
+unsafe fn mark_sleep(t: &Tls, ts: *const libc::timespec) {
     if !ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0 {
         return;
     }
-    SLEEP_MARK.with(|c| {
-        if let (true, None) = c.get() {
-            c.set((true, Some(Instant::now())));
-        }
-    });
+    if let (true, None) = t.sleep_mark.get() {
+        t.sleep_mark.set((true, Some(Instant::now())));
+    }
 }
 
 /// A poll timeout as a duration (negative fields count as zero).
@@ -1361,7 +1366,7 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
         return real::poll(fds, n, timeout);
     }
     let ts = ms_to_ts(timeout);
-    poll_impl(fds, n, ts.as_ref().map_or(std::ptr::null(), |t| t as *const _), std::ptr::null())
+    with_tls(|t| poll_impl(t, fds, n, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null()))
 }
 
 #[no_mangle]
@@ -1371,16 +1376,67 @@ pub unsafe extern "C" fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, tim
 
 #[no_mangle]
 pub unsafe extern "C" fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
-    poll_impl(fds, n, ts, mask)
+    if !shim::any() {
+        return real::ppoll(fds, n, ts, mask);
+    }
+    with_tls(|t| poll_impl(t, fds, n, ts, mask))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, _l: size_t) -> c_int {
-    poll_impl(fds, n, ts, mask)
+    ppoll(fds, n, ts, mask)
 }
 
-/// select/pselect through `poll_impl` when an accelerated socket is named:
-/// `None` when none is (the kernel's select then serves the call as is).
+/// A select answered from the rings alone, as `poll_input_once` answers
+/// a poll (see `may_skip_kernel`), without building its pollfd array:
+/// when every accelerated socket named is asked for input only and has a
+/// datagram in its ring. The other descriptors are reported not ready,
+/// as on that path. `None`: take the general path.
+unsafe fn select_from_rings(t: &Tls, n: usize, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set) -> Option<c_int> {
+    if r.is_null() || shim::tcp_transport() {
+        return None;
+    }
+    let word = |set: *mut libc::fd_set, i: usize| if set.is_null() { 0 } else { fd_word(set, i) };
+    let mut ready = [0u64; libc::FD_SETSIZE / 64];
+    let mut count = 0;
+    for (i, bits) in ready.iter_mut().enumerate().take(n.div_ceil(64)) {
+        let valid = if (i + 1) * 64 > n { (1u64 << (n % 64)) - 1 } else { u64::MAX };
+        let mut other = (word(w, i) | word(e, i)) & valid;
+        while other != 0 {
+            let b = other.trailing_zeros();
+            other &= other - 1;
+            if shim::maybe((i * 64) as c_int + b as c_int) {
+                return None;
+            }
+        }
+        let mut input = word(r, i) & valid;
+        while input != 0 {
+            let b = input.trailing_zeros();
+            input &= input - 1;
+            let fd = (i * 64) as c_int + b as c_int;
+            if shim::maybe(fd) {
+                if with_sock_in(t, fd, |s| s.mode() == ACTIVE && s.ring_has_data()) != Some(true) {
+                    return None;
+                }
+                *bits |= 1 << b;
+                count += 1;
+            }
+        }
+    }
+    if count == 0 || !may_skip_kernel(t) {
+        return None;
+    }
+    for (i, &bits) in ready.iter().enumerate().take(n.div_ceil(64)) {
+        std::ptr::write_unaligned((r as *mut u64).add(i), bits);
+        for set in [w, e] {
+            if !set.is_null() {
+                std::ptr::write_unaligned((set as *mut u64).add(i), 0);
+            }
+        }
+    }
+    Some(count)
+}
+
 /// Word `i` (descriptors `64 i .. 64 i + 63`) of a non-null `fd_set`,
 /// which is an array of `FD_SETSIZE` bits in 64-bit words on Linux.
 unsafe fn fd_word(set: *const libc::fd_set, i: usize) -> u64 {
@@ -1389,11 +1445,16 @@ unsafe fn fd_word(set: *const libc::fd_set, i: usize) -> u64 {
     std::ptr::read_unaligned((set as *const u64).add(i))
 }
 
-unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> Option<c_int> {
+/// select/pselect through `poll_impl` when an accelerated socket is named:
+/// `None` when none is (the kernel's select then serves the call as is).
+unsafe fn select_impl(t: &Tls, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> Option<c_int> {
     let n = n.clamp(0, libc::FD_SETSIZE as c_int);
-    SELECT_FDS.with(|cell| {
+    if let Some(k) = select_from_rings(t, n as usize, r, w, e) {
+        return Some(k);
+    }
+    {
         let mut fresh = Vec::new();
-        let mut guard = cell.try_borrow_mut().ok();
+        let mut guard = t.select_fds.try_borrow_mut().ok();
         let p: &mut Vec<libc::pollfd> = guard.as_deref_mut().unwrap_or(&mut fresh);
         p.clear();
         let mut named = false;
@@ -1423,7 +1484,7 @@ unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *
                 }
                 let fd = (i * 64) as c_int + b as c_int;
                 if !named && shim::maybe(fd) {
-                    named = with_sock(fd, |s| s.mode() == ACTIVE || s.has_leftover() || (shim::tcp_transport() && s.endpoint(fd).is_some())).unwrap_or(false);
+                    named = with_sock_in(t, fd, |s| s.mode() == ACTIVE || s.has_leftover() || (shim::tcp_transport() && s.endpoint(fd).is_some())).unwrap_or(false);
                 }
                 p.push(libc::pollfd { fd, events: ev, revents: 0 });
             }
@@ -1431,16 +1492,20 @@ unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *
         if !named {
             return None;
         }
-        let k = poll_impl(p.as_mut_ptr(), p.len() as libc::nfds_t, ts, mask);
+        let k = poll_impl(t, p.as_mut_ptr(), p.len() as libc::nfds_t, ts, mask);
         if k < 0 {
             return Some(k);
         }
         if p.iter().any(|x| x.revents & libc::POLLNVAL != 0) {
             return Some(fail(libc::EBADF));
         }
+        // The kernel writes back the first n bits rounded up to a word,
+        // leaving the rest of each set as the caller had it.
         for set in [r, w, e] {
             if !set.is_null() {
-                libc::FD_ZERO(set);
+                for i in 0..n.div_ceil(64) {
+                    std::ptr::write_unaligned((set as *mut u64).add(i), 0);
+                }
             }
         }
         let mut count = 0;
@@ -1459,7 +1524,7 @@ unsafe fn select_impl(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *
             }
         }
         Some(count)
-    })
+    }
 }
 
 #[no_mangle]
@@ -1468,9 +1533,11 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd
         return real::select(n, r, w, e, t);
     }
     let ts = (!t.is_null()).then(|| libc::timespec { tv_sec: (*t).tv_sec, tv_nsec: ((*t).tv_usec * 1000) as _ });
-    let outer = SLEEP_MARK.with(|c| c.replace((true, None)));
-    let k = select_impl(n, r, w, e, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null());
-    let slept = SLEEP_MARK.with(|c| c.replace(outer)).1;
+    let (k, slept) = with_tls(|tl| {
+        let outer = tl.sleep_mark.replace((true, None));
+        let k = select_impl(tl, n, r, w, e, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null());
+        (k, tl.sleep_mark.replace(outer).1)
+    });
     let Some(k) = k else { return real::select(n, r, w, e, t) };
     if let (Some(x), Some(start)) = (ts, slept) {
         // Linux writes back the time not slept; a call answered without
@@ -1488,7 +1555,7 @@ pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::f
     if !shim::any() {
         return real::pselect(n, r, w, e, ts, mask);
     }
-    match select_impl(n, r, w, e, ts, mask) {
+    match with_tls(|t| select_impl(t, n, r, w, e, ts, mask)) {
         Some(k) => k,
         None => real::pselect(n, r, w, e, ts, mask),
     }

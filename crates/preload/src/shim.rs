@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 /// File descriptors at or above this are never accelerated.
@@ -104,22 +105,78 @@ fn bit(fd: i32) -> Option<(usize, u64)> {
     Some((f / 64, 1u64 << (f % 64)))
 }
 
-thread_local! {
+/// Everything the shim keeps per thread, in one thread-local: in a
+/// preloaded library every thread-local access is a `__tls_get_addr` call
+/// and a state check, so a hook looks this up once and hands it down.
+/// Only shared references exist (a signal handler calling in gets another
+/// one to the same object): state is in `Cell`s, and `RefCell`s that a
+/// nested call finds busy make it use its own storage.
+pub struct Tls {
     /// Set while the shim itself calls into the engine (creating an
     /// endpoint): the engine's own libc calls then bypass the shim.
-    static INSIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    inside: Cell<bool>,
+    /// This thread's recent lookups (see [`with_sock`]).
+    cache: RefCell<LookupCache>,
+    /// This thread's hazard slot (`crate::borrow`): an index, or
+    /// [`crate::borrow::UNCLAIMED`] / [`crate::borrow::NO_SLOT`].
+    pub(crate) slot: Cell<usize>,
+    /// Consecutive poll/select calls answered from the rings alone, and
+    /// the coarse clock (ns) when the kernel was last asked.
+    pub(crate) skipped: Cell<(u32, i64)>,
+    /// Set by `select` while it runs: the first moment it may sleep (the
+    /// time it writes back counts from there; until then it only computed).
+    pub(crate) sleep_mark: Cell<(bool, Option<Instant>)>,
+    /// The pollfd array handed to the kernel, reused across calls.
+    pub(crate) poll_all: RefCell<Vec<libc::pollfd>>,
+    /// select's pollfd array, reused across calls.
+    pub(crate) select_fds: RefCell<Vec<libc::pollfd>>,
+}
+
+impl Tls {
+    const fn new(slot: usize) -> Tls {
+        Tls {
+            inside: Cell::new(false),
+            cache: RefCell::new(([const { None }; CACHE_WAYS], 0)),
+            slot: Cell::new(slot),
+            skipped: Cell::new((0, 0)),
+            sleep_mark: Cell::new((false, None)),
+            poll_all: RefCell::new(Vec::new()),
+            select_fds: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl Drop for Tls {
+    fn drop(&mut self) {
+        crate::borrow::release(self.slot.get());
+    }
+}
+
+thread_local! {
+    static TLS: Tls = const { Tls::new(crate::borrow::UNCLAIMED) };
+}
+
+/// Runs `f` with this thread's [`Tls`]; while the thread exits (its
+/// thread-locals going away) with a fresh one that borrows no slot.
+#[inline]
+pub fn with_tls<R>(f: impl FnOnce(&Tls) -> R) -> R {
+    let mut f = Some(f);
+    match TLS.try_with(|t| (f.take().expect("unused"))(t)) {
+        Ok(r) => r,
+        Err(_) => (f.take().expect("not run"))(&Tls::new(crate::borrow::NO_SLOT)),
+    }
 }
 
 struct Inside;
 impl Inside {
     fn enter() -> Inside {
-        INSIDE.with(|c| c.set(true));
+        let _ = TLS.try_with(|t| t.inside.set(true));
         Inside
     }
 }
 impl Drop for Inside {
     fn drop(&mut self) {
-        INSIDE.with(|c| c.set(false));
+        let _ = TLS.try_with(|t| t.inside.set(false));
     }
 }
 
@@ -140,52 +197,49 @@ const CACHE_WAYS: usize = 4;
 /// and the way to replace next.
 type LookupCache = ([Option<(i32, u64, Arc<Sock>)>; CACHE_WAYS], usize);
 
-thread_local! {
-    /// This thread's recent lookups, each valid while `TABLE_GEN` is
-    /// unchanged: a hit costs no lock and no reference count. An entry only
-    /// keeps the small `Sock` alive: its endpoint is released by `close`
-    /// and `fallback`, whoever still holds the `Sock`.
-    static CACHE: std::cell::RefCell<LookupCache> =
-        const { std::cell::RefCell::new(([const { None }; CACHE_WAYS], 0)) };
-}
-
 /// Runs `f` on the socket behind `fd` (see [`lookup`]) without taking the
-/// table's lock or a reference when this thread looked it up recently.
+/// table's lock or a reference when this thread looked it up recently
+/// (each cached lookup is valid while `TABLE_GEN` is unchanged; an entry
+/// only keeps the small `Sock` alive: its endpoint is released by `close`
+/// and `fallback`, whoever still holds the `Sock`).
 #[inline]
 pub fn with_sock<R>(fd: i32, f: impl FnOnce(&Arc<Sock>) -> R) -> Option<R> {
-    let (w, b) = bit(fd)?;
-    if BITS[w].load(Relaxed) & b == 0 {
+    if !maybe(fd) {
         return None;
     }
-    if INSIDE.with(|c| c.get()) {
+    with_tls(|t| with_sock_in(t, fd, f))
+}
+
+/// [`with_sock`] with this thread's [`Tls`] in hand.
+#[inline]
+pub fn with_sock_in<R>(t: &Tls, fd: i32, f: impl FnOnce(&Arc<Sock>) -> R) -> Option<R> {
+    if !maybe(fd) || t.inside.get() {
         return None;
     }
     let gen = TABLE_GEN.load(Acquire);
-    CACHE.with(|c| {
-        // A signal handler calling in while `f` runs finds the cache busy
-        // and takes the table path.
-        let Ok(mut c) = c.try_borrow_mut() else {
-            let s = TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()?;
-            return Some(f(&s));
-        };
-        let (ways, next) = &mut *c;
-        if let Some(i) = ways.iter().position(|e| matches!(e, Some((k, g, _)) if *k == fd && *g == gen)) {
-            let (_, _, s) = ways[i].as_ref().expect("matched");
-            return Some(f(s));
-        }
+    // A signal handler calling in while `f` runs finds the cache busy
+    // and takes the table path.
+    let Ok(mut c) = t.cache.try_borrow_mut() else {
         let s = TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()?;
-        let i = *next % CACHE_WAYS;
-        *next = next.wrapping_add(1);
-        // Stale entries of this fd go too, so one fd holds one way.
-        for e in ways.iter_mut() {
-            if matches!(e, Some((k, _, _)) if *k == fd) {
-                *e = None;
-            }
+        return Some(f(&s));
+    };
+    let (ways, next) = &mut *c;
+    if let Some(i) = ways.iter().position(|e| matches!(e, Some((k, g, _)) if *k == fd && *g == gen)) {
+        let (_, _, s) = ways[i].as_ref().expect("matched");
+        return Some(f(s));
+    }
+    let s = TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&fd).cloned()?;
+    let i = *next % CACHE_WAYS;
+    *next = next.wrapping_add(1);
+    // Stale entries of this fd go too, so one fd holds one way.
+    for e in ways.iter_mut() {
+        if matches!(e, Some((k, _, _)) if *k == fd) {
+            *e = None;
         }
-        ways[i] = Some((fd, gen, s));
-        let (_, _, s) = ways[i].as_ref().expect("just stored");
-        Some(f(s))
-    })
+    }
+    ways[i] = Some((fd, gen, s));
+    let (_, _, s) = ways[i].as_ref().expect("just stored");
+    Some(f(s))
 }
 
 /// True when `fd` may be in the table (one bit test).
@@ -431,7 +485,16 @@ impl Sock {
         if self.mode() != ACTIVE {
             return None;
         }
-        match crate::borrow::borrow(self, f) {
+        with_tls(|t| self.with_existing_in(t, f))
+    }
+
+    /// [`Sock::with_existing`] with this thread's [`Tls`] in hand.
+    #[inline]
+    pub fn with_existing_in<R>(&self, t: &Tls, f: impl FnOnce(&Endpoint) -> R) -> Option<R> {
+        if self.mode() != ACTIVE {
+            return None;
+        }
+        match crate::borrow::borrow(t, self, f) {
             Ok(r) => Some(r),
             Err(f) => self.existing().map(|ep| f(&ep)),
         }
@@ -648,6 +711,7 @@ pub fn ep_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], flags: i32) -> Result<Re
 /// such an `EAGAIN` for end of stream. A receive that could not read the
 /// socket itself (its `direct_recv_calls` did not move: the engine or
 /// another thread holds the socket) waits briefly for the ring.
+#[inline]
 pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Result<Received, i32> {
     let f = RecvFlags { peek, dont_wait: true, interruptible: false };
     match ep.recv_with(buf, f) {
