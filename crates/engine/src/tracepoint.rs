@@ -1018,6 +1018,39 @@ mod cost {
         assert!(kernel::hold_rx_timestamps(std::time::Duration::ZERO));
     }
 
+    /// What reading the error queue less often saves the sending thread:
+    /// one-datagram stamped loopback sends, the stamps read back after
+    /// every `k` sends, for several `k`, alternated, best of 7 rounds;
+    /// printed with `--release --nocapture`.
+    #[test]
+    fn stamp_read_batching_cost() {
+        use crate::backend::kernel::UdpSocket;
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = UdpSocket::new(false).unwrap();
+        let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
+        s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, tx).unwrap();
+        s.connect(&sink.local_addr().unwrap()).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+        let n = 4096u64;
+        let ks = [1u64, 2, 8, 32];
+        let mut best = [f64::MAX; 4];
+        let mut read = 0usize;
+        for _ in 0..7 {
+            for (j, &k) in ks.iter().enumerate() {
+                let c0 = thread_cpu_ns();
+                for i in 0..n {
+                    s.send_to(&[1u8; 64], None).unwrap();
+                    if i % k == k - 1 {
+                        read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {});
+                    }
+                }
+                best[j] = best[j].min((thread_cpu_ns() - c0) as f64 / n as f64);
+            }
+        }
+        eprintln!("stamped one-datagram send + reads after every k sends: {:?} ns for k = {ks:?}", best.map(|x| x.round()));
+        assert_eq!(read as u64, 2 * 7 * n * ks.len() as u64);
+    }
+
     #[test]
     fn kernel_stamp_cost() {
         use crate::backend::kernel::UdpSocket;
