@@ -6,13 +6,24 @@
 //! change, a short datagram, the segment-count limit or the byte limit.
 //! Everything else goes out as a plain datagram. Messages are then grouped
 //! into `sendmmsg` calls.
+//!
+//! The segment-count limit is the kernel's `UDP_MAX_SEGMENTS`: 128 where a
+//! once-per-process probe finds the kernel accepts that many, else 64
+//! ([`crate::backend::kernel::gso_max_segments`]; `EUDP_GSO_SEGMENTS=64`
+//! forces the old limit). At 64 B that halves the `sendmsg` calls and the
+//! per-message TX timestamps; at 1472 B the byte limit binds first (44 per
+//! message) and nothing changes. Should the kernel later refuse a message
+//! over 64 segments (`EINVAL`), the backend resends it in pieces of 64 and
+//! lowers the process's cap ([`crate::backend::kernel::gso_segment_cap`]),
+//! which [`gso_batch`] obeys whatever `max_segments` it is given.
 
 use std::net::SocketAddr;
 
 /// Limits that bound one GSO super-packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GsoLimits {
-    /// Maximum segments per super-packet (`UDP_MAX_SEGMENTS`).
+    /// Maximum segments per super-packet (`UDP_MAX_SEGMENTS`: 64, or 128
+    /// on kernels that accept it).
     pub max_segments: usize,
     /// Maximum total payload bytes per super-packet.
     pub max_bytes: usize,
@@ -28,11 +39,13 @@ pub struct GsoLimits {
 }
 
 impl GsoLimits {
-    /// Limits for a socket of the given family with GSO enabled and the
-    /// typical 1500-byte Ethernet MTU.
+    /// Limits for a socket of the given family with GSO enabled, the
+    /// typical 1500-byte Ethernet MTU and the segment count this kernel
+    /// accepts ([`crate::backend::kernel::gso_max_segments`], probed once
+    /// per process on first use).
     pub fn ethernet(v6: bool) -> Self {
         GsoLimits {
-            max_segments: eudp_wire::limits::GSO_MAX_SEGMENTS,
+            max_segments: crate::backend::kernel::gso_max_segments(),
             max_bytes: if v6 { eudp_wire::limits::GSO_MAX_BYTES_V6 } else { eudp_wire::limits::GSO_MAX_BYTES_V4 },
             max_segment_size: if v6 { 1500 - 48 } else { 1500 - 28 },
             max_segment_size_v4: 1500 - 28,
@@ -51,8 +64,11 @@ pub struct Run {
     pub segment: Option<u16>,
 }
 
-/// Splits the datagrams described by `(dst, len)` into messages.
+/// Splits the datagrams described by `(dst, len)` into messages of at most
+/// `lim.max_segments` datagrams (and at most the process's segment cap, which
+/// only a kernel refusal lowers).
 pub fn gso_batch(items: &[(Option<SocketAddr>, usize)], lim: &GsoLimits) -> Vec<Run> {
+    let max_segments = lim.max_segments.min(crate::backend::kernel::gso_segment_cap());
     let mut runs = Vec::new();
     let mut i = 0;
     while i < items.len() {
@@ -70,7 +86,7 @@ pub fn gso_batch(items: &[(Option<SocketAddr>, usize)], lim: &GsoLimits) -> Vec<
         }
         let mut count = 1;
         let mut bytes = seg;
-        while i + count < items.len() && count < lim.max_segments {
+        while i + count < items.len() && count < max_segments {
             let (d, len) = items[i + count];
             if d != dst || len > seg || len == 0 || bytes + len > lim.max_bytes {
                 break;
@@ -179,6 +195,25 @@ mod tests {
     }
 
     #[test]
+    fn raised_segment_limit_packs_128_small_but_still_44_full_size() {
+        let l = GsoLimits { max_segments: 128, ..lim() };
+        let runs = gso_batch(&[(a(1), 64); 300], &l);
+        assert_eq!(runs.iter().map(|r| r.count).collect::<Vec<_>>(), vec![128, 128, 44]);
+        // 1472 B: the byte limit binds first, as with 64.
+        let runs = gso_batch(&[(a(1), 1472); 100], &l);
+        assert_eq!(runs.iter().map(|r| r.count).collect::<Vec<_>>(), vec![44, 44, 12]);
+        // 500 B: 131 fit the bytes; 128 is the cap.
+        assert_eq!(gso_batch(&[(a(1), 500); 130], &l)[0].count, 128);
+    }
+
+    #[test]
+    fn ethernet_limits_use_the_probed_segment_count() {
+        let n = GsoLimits::ethernet(false).max_segments;
+        assert!(n == 64 || n == 128 || std::env::var_os("EUDP_GSO_SEGMENTS").is_some(), "{n}");
+        assert_eq!(n, crate::backend::kernel::gso_max_segments());
+    }
+
+    #[test]
     fn oversize_or_empty_or_disabled_go_plain() {
         let items = vec![(a(1), 2000), (a(1), 2000), (a(1), 0), (a(1), 0)];
         assert!(gso_batch(&items, &lim()).iter().all(|r| r.count == 1 && r.segment.is_none()));
@@ -200,7 +235,7 @@ mod tests {
         #[test]
         fn runs_partition_and_obey_limits(
             spec in proptest::collection::vec((0u16..3, prop_oneof![Just(0usize), Just(64), Just(1000), Just(1472), Just(1473), 1usize..1600]), 0..300),
-            max_segments in 1usize..70,
+            max_segments in 1usize..200,
         ) {
             let items: Vec<_> = spec.iter().map(|&(p, l)| (a(p), l)).collect();
             let l = GsoLimits { max_segments, ..lim() };
@@ -223,6 +258,27 @@ mod tests {
                 }
             }
             prop_assert_eq!(next, items.len());
+        }
+
+        /// A uniform stream (one destination, one size, up to 128
+        /// segments allowed): every run but the last is as long as the
+        /// segment and byte limits allow, none longer.
+        #[test]
+        fn uniform_runs_are_full_and_within_the_limit(
+            len in 1usize..1473,
+            n in 0usize..1000,
+            max_segments in 1usize..=128,
+        ) {
+            let l = GsoLimits { max_segments, ..lim() };
+            let runs = gso_batch(&vec![(a(1), len); n], &l);
+            let full = max_segments.min(l.max_bytes / len);
+            prop_assert_eq!(runs.iter().map(|r| r.count).sum::<usize>(), n);
+            for (k, r) in runs.iter().enumerate() {
+                prop_assert!(r.count <= full);
+                if k + 1 < runs.len() {
+                    prop_assert_eq!(r.count, full);
+                }
+            }
         }
     }
 }

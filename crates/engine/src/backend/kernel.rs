@@ -19,7 +19,10 @@ use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+use eudp_wire::limits::{GSO_MAX_SEGMENTS, GSO_MAX_SEGMENTS_RAISED};
 use std::time::Duration;
 
 /// The kernel lacks `epoll_pwait2` (before 5.11): waits round up to milliseconds.
@@ -139,6 +142,92 @@ pub struct OutMsg<'a> {
     pub iov: &'a [io::IoSlice<'a>],
     /// GSO segment size; `None` for a single plain datagram.
     pub segment: Option<u16>,
+}
+
+/// Segments of a GSO message: its bytes over the segment size, rounded up
+/// (0 for a plain datagram).
+fn gso_segments(m: &OutMsg<'_>) -> usize {
+    match m.segment {
+        Some(seg) if seg > 0 => m.iov.iter().map(|v| v.len()).sum::<usize>().div_ceil(usize::from(seg)),
+        _ => 0,
+    }
+}
+
+/// `iov` cut into consecutive pieces of `bytes` bytes each (the last may be
+/// shorter), splitting slices where a boundary falls inside one.
+fn split_iov<'a>(iov: &'a [io::IoSlice<'a>], bytes: usize) -> Vec<Vec<io::IoSlice<'a>>> {
+    let bytes = bytes.max(1);
+    let mut out = vec![Vec::new()];
+    let mut room = bytes;
+    for v in iov {
+        let mut rest: &'a [u8] = v;
+        while !rest.is_empty() {
+            if room == 0 {
+                out.push(Vec::new());
+                room = bytes;
+            }
+            let k = rest.len().min(room);
+            out.last_mut().expect("non-empty").push(io::IoSlice::new(&rest[..k]));
+            rest = &rest[k..];
+            room -= k;
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// The process's UDP GSO segment limit after a kernel refusal lowered it
+/// (`usize::MAX` until then). [`crate::batch::gso_batch`] never packs more.
+static GSO_SEGMENT_CAP: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// What [`gso_max_segments`] found, once per process.
+static GSO_SEGMENTS_PROBED: OnceLock<usize> = OnceLock::new();
+
+/// The current segment cap (see [`GSO_SEGMENT_CAP`]); one relaxed load.
+pub fn gso_segment_cap() -> usize {
+    GSO_SEGMENT_CAP.load(Relaxed)
+}
+
+/// Lowers the process's segment cap to at most `n` (never raises it).
+pub fn lower_gso_segment_cap(n: usize) {
+    GSO_SEGMENT_CAP.fetch_min(n.max(1), Relaxed);
+}
+
+/// Segments per UDP GSO message this process uses: 128 when the kernel
+/// accepts that many ([`GSO_MAX_SEGMENTS_RAISED`], probed once, lazily),
+/// else 64 ([`GSO_MAX_SEGMENTS`]); lowered by `EUDP_GSO_SEGMENTS` (a number
+/// from 1 up; values up to 64 skip the probe) and by a later refusal
+/// ([`gso_segment_cap`]).
+pub fn gso_max_segments() -> usize {
+    let n = *GSO_SEGMENTS_PROBED.get_or_init(|| {
+        let forced = std::env::var("EUDP_GSO_SEGMENTS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0);
+        match forced {
+            Some(n) if n <= GSO_MAX_SEGMENTS => n,
+            f => f.unwrap_or(usize::MAX).min(probe_gso_segments()),
+        }
+    });
+    n.min(gso_segment_cap())
+}
+
+/// Whether the kernel accepts a UDP GSO message of
+/// [`GSO_MAX_SEGMENTS_RAISED`] segments: one socket bound to 127.0.0.1
+/// sends one 128-byte message of 1-byte segments to itself (the kernel
+/// checks the count against `UDP_MAX_SEGMENTS` before anything else; the
+/// 128 tiny datagrams are freed with the socket). Loopback only; any
+/// failure means [`GSO_MAX_SEGMENTS`].
+fn probe_gso_segments() -> usize {
+    let accepted = (|| -> io::Result<bool> {
+        let s = UdpSocket::new(false)?;
+        s.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
+        let me = s.local_addr()?;
+        let payload = [0u8; GSO_MAX_SEGMENTS_RAISED];
+        let iov = [io::IoSlice::new(&payload)];
+        Ok(s.send_mmsg(&[OutMsg { dst: Some(me), iov: &iov, segment: Some(1) }])? == 1)
+    })();
+    if matches!(accepted, Ok(true)) {
+        GSO_MAX_SEGMENTS_RAISED
+    } else {
+        GSO_MAX_SEGMENTS
+    }
 }
 
 /// Where a received datagram was addressed, as the kernel reports it in
@@ -371,7 +460,82 @@ impl UdpSocket {
     /// Sends up to `msgs.len()` messages in one `sendmmsg` call, each message a
     /// plain datagram or a GSO super-packet. Returns how many messages the
     /// kernel accepted (a prefix); an error means none was.
+    ///
+    /// A GSO message of more than [`GSO_MAX_SEGMENTS`] segments that the
+    /// kernel refuses with `EINVAL` (a kernel or path whose segment limit
+    /// is lower than the probe found) is sent again as messages of at most
+    /// [`GSO_MAX_SEGMENTS`] segments; when that works the process's segment
+    /// limit drops to [`GSO_MAX_SEGMENTS`] ([`gso_segment_cap`]) and it
+    /// counts as accepted. Only if the first of those is refused too does
+    /// the `EINVAL` reach the caller (whose fallback then sends the
+    /// message's datagrams without GSO): nothing of it was sent.
     pub fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        match self.send_mmsg(msgs) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && gso_segments(&msgs[0]) > GSO_MAX_SEGMENTS => {
+                self.send_split(&msgs[0], e).map(|()| 1)
+            }
+            r => r,
+        }
+    }
+
+    /// Sends `m`, a GSO message the kernel refused with `first_err`, as
+    /// messages of at most [`GSO_MAX_SEGMENTS`] segments, each retried on
+    /// `EAGAIN`/`EINTR` until accepted (as the engine retries a message).
+    /// A refusal of the first piece returns `first_err`: nothing was sent.
+    /// Once a piece went out, a later piece the kernel will not segment
+    /// (`EIO`/`EINVAL`/`EMSGSIZE`) goes out as plain datagrams, and any
+    /// other error is returned (the caller drops the rest and reports it)
+    /// — never a resend of what was sent.
+    fn send_split(&self, m: &OutMsg<'_>, first_err: io::Error) -> io::Result<()> {
+        let seg = usize::from(m.segment.unwrap_or(0)).max(1);
+        let pieces = split_iov(m.iov, seg * GSO_MAX_SEGMENTS);
+        for (i, piece) in pieces.iter().enumerate() {
+            let out = [OutMsg { dst: m.dst, iov: piece, segment: m.segment }];
+            loop {
+                match self.send_mmsg(&out) {
+                    Ok(_) => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        let _ = poll_writable(self.fd.as_raw_fd(), Some(Duration::from_millis(10)));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) if i == 0 => return Err(first_err),
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) => {
+                        return self.send_plain_rest(m.dst, &pieces[i..], seg);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if i == 0 {
+                // The kernel took a smaller message of the same segments:
+                // its limit, not GSO itself, refused the whole one.
+                lower_gso_segment_cap(GSO_MAX_SEGMENTS);
+            }
+        }
+        Ok(())
+    }
+
+    /// The rest of a split message, one plain datagram per segment.
+    fn send_plain_rest(&self, dst: Option<SocketAddr>, pieces: &[Vec<io::IoSlice<'_>>], seg: usize) -> io::Result<()> {
+        for piece in pieces {
+            for iov in split_iov(piece, seg) {
+                let out = [OutMsg { dst, iov: &iov, segment: None }];
+                loop {
+                    match self.send_mmsg(&out) {
+                        Ok(_) => break,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            let _ = poll_writable(self.fd.as_raw_fd(), Some(Duration::from_millis(10)));
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One `sendmmsg` of up to 1024 of `msgs`, as [`UdpSocket::send_batch`].
+    fn send_mmsg(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
         let n = msgs.len().min(1024);
         if n == 0 {
             return Ok(0);
@@ -1045,4 +1209,29 @@ pub fn unmap(addr: SocketAddr) -> SocketAddr {
         }
     }
     addr
+}
+
+#[cfg(test)]
+mod gso_tests {
+    use super::*;
+
+    #[test]
+    fn split_iov_cuts_at_byte_boundaries_across_slices() {
+        let data: Vec<u8> = (0..=255).collect();
+        let iov = [io::IoSlice::new(&data[..100]), io::IoSlice::new(&data[100..])];
+        let pieces = split_iov(&iov, 64);
+        let lens: Vec<Vec<usize>> = pieces.iter().map(|p| p.iter().map(|v| v.len()).collect()).collect();
+        assert_eq!(lens, vec![vec![64], vec![36, 28], vec![64], vec![64]]);
+        let joined: Vec<u8> = pieces.iter().flatten().flat_map(|v| v.iter().copied()).collect();
+        assert_eq!(joined, data);
+        assert!(split_iov(&[], 64).is_empty());
+    }
+
+    #[test]
+    fn segments_of_a_message() {
+        let d = [0u8; 1000];
+        let iov = [io::IoSlice::new(&d)];
+        assert_eq!(gso_segments(&OutMsg { dst: None, iov: &iov, segment: Some(64) }), 16);
+        assert_eq!(gso_segments(&OutMsg { dst: None, iov: &iov, segment: None }), 0);
+    }
 }
