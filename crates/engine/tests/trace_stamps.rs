@@ -78,5 +78,10 @@ fn traced_sender_reads_every_stamp_without_waking_the_engine() {
     // the socket leaves the epoll set after the first such wake and returns
     // only when the application stops sending.
     eprintln!("{got} of {total} received, {sends} send syscalls, {} kernel messages, {stamp_wakes} engine wakes for stamps only", kmsgs.len());
-    assert!(stamp_wakes <= 5, "{stamp_wakes} engine wake-ups for stamps only over {sends} send syscalls");
+    // A sender descheduled past the engine's 4 ms check looks idle and has
+    // its socket watched again, so a loaded machine adds a few: 1-9 here
+    // unloaded, 3-37 with two CPU hogs beside it (the same before and after
+    // whole-batch flushes and 128-segment GSO). The old behaviour is ~250+.
+    let per_burst = BURSTS + SINGLES / 20;
+    assert!(stamp_wakes <= per_burst / 4, "{stamp_wakes} engine wake-ups for stamps only over {sends} send syscalls");
 }
