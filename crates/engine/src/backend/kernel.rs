@@ -490,20 +490,13 @@ impl UdpSocket {
         let seg = usize::from(m.segment.unwrap_or(0)).max(1);
         let pieces = split_iov(m.iov, seg * GSO_MAX_SEGMENTS);
         for (i, piece) in pieces.iter().enumerate() {
-            let out = [OutMsg { dst: m.dst, iov: piece, segment: m.segment }];
-            loop {
-                match self.send_mmsg(&out) {
-                    Ok(_) => break,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        let _ = poll_writable(self.fd.as_raw_fd(), Some(Duration::from_millis(10)));
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) if i == 0 => return Err(first_err),
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) => {
-                        return self.send_plain_rest(m.dst, &pieces[i..], seg);
-                    }
-                    Err(e) => return Err(e),
+            match self.send_retrying(OutMsg { dst: m.dst, iov: piece, segment: m.segment }) {
+                Ok(()) => {}
+                Err(_) if i == 0 => return Err(first_err),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) => {
+                    return self.send_plain_rest(m.dst, &pieces[i..], seg);
                 }
+                Err(e) => return Err(e),
             }
             if i == 0 {
                 // The kernel took a smaller message of the same segments:
@@ -518,20 +511,26 @@ impl UdpSocket {
     fn send_plain_rest(&self, dst: Option<SocketAddr>, pieces: &[Vec<io::IoSlice<'_>>], seg: usize) -> io::Result<()> {
         for piece in pieces {
             for iov in split_iov(piece, seg) {
-                let out = [OutMsg { dst, iov: &iov, segment: None }];
-                loop {
-                    match self.send_mmsg(&out) {
-                        Ok(_) => break,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            let _ = poll_writable(self.fd.as_raw_fd(), Some(Duration::from_millis(10)));
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
-                    }
-                }
+                self.send_retrying(OutMsg { dst, iov: &iov, segment: None })?;
             }
         }
         Ok(())
+    }
+
+    /// Sends one message, waiting out `EAGAIN` (bounded polls for room) and
+    /// `EINTR` until the kernel accepts it or refuses it otherwise.
+    fn send_retrying(&self, m: OutMsg<'_>) -> io::Result<()> {
+        let out = [m];
+        loop {
+            match self.send_mmsg(&out) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let _ = poll_writable(self.fd.as_raw_fd(), Some(Duration::from_millis(10)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// One `sendmmsg` of up to 1024 of `msgs`, as [`UdpSocket::send_batch`].
