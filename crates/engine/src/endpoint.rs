@@ -7,7 +7,7 @@
 //! receive served from the ring costs no syscall, and when the ring is empty
 //! the caller reads the socket itself before sleeping.
 
-use crate::backend::kernel::{self, poll_readable, EventFd, InMeta, OutMsg};
+use crate::backend::kernel::{self, EventFd, InMeta, OutMsg};
 use crate::backend::Backend;
 use crate::batch::{group_calls, gso_batch, GsoLimits};
 use crate::engine::{Engine, Shared};
@@ -503,6 +503,31 @@ impl Endpoint {
         i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
     }
 
+    /// True while an asynchronous error the socket reported (an ICMP port
+    /// unreachable on a connected socket, say) waits for the application's
+    /// next send or receive, as the kernel socket's `sk_err` would.
+    pub fn has_pending_error(&self) -> bool {
+        self.inner.pending_error.load(Relaxed) != 0
+    }
+
+    /// Takes that error, as `getsockopt(SO_ERROR)` does: its errno, 0 when
+    /// none. Input readiness no longer stands for it afterwards.
+    pub fn take_error(&self) -> i32 {
+        let Some(e) = self.inner.take_pending_error() else { return 0 };
+        self.inner.error_taken();
+        e.raw_os_error().unwrap_or(libc::EIO)
+    }
+
+    /// Makes `code` the socket's pending error, for the next send or
+    /// receive (or SO_ERROR) to report: an error taken off the kernel
+    /// socket by someone other than the engine.
+    pub fn note_error(&self, code: i32) {
+        if code != 0 {
+            self.inner.set_pending_error(code);
+            lock(&self.inner.recv).signal();
+        }
+    }
+
     /// Size of the next waiting datagram (FIONREAD), 0 when none.
     pub fn next_datagram_len(&self) -> usize {
         lock(&self.inner.recv).ring.peek_len().unwrap_or(0)
@@ -655,6 +680,16 @@ impl EpInner {
                 Stats::add(&self.stats.errors_surfaced, 1);
                 Some(err(e))
             }
+        }
+    }
+
+    /// After a pending error was taken outside a receive (by a send or
+    /// SO_ERROR): the ring's eventfd, set for the error, stands for
+    /// nothing now unless the ring holds a datagram.
+    fn error_taken(&self) {
+        let mut rs = lock(&self.recv);
+        if rs.ring.is_empty() && self.pending_error.load(Relaxed) == 0 {
+            rs.unsignal();
         }
     }
 
@@ -857,6 +892,7 @@ impl EpInner {
             }
         }
         if let Some(e) = self.take_pending_error() {
+            self.error_taken();
             return Err(e);
         }
         if self.engine.is_stopped() {
@@ -1584,13 +1620,22 @@ impl EpInner {
             // (the engine got there first).
             self.rx_waiters.fetch_add(1, SeqCst);
             let fds = [self.backend.raw_fd(), ready.as_raw_fd()];
-            let r = if flags.interruptible {
-                kernel::poll_readable_interruptible(&fds, remaining)
-            } else {
-                poll_readable(&fds, remaining)
-            };
+            let r = kernel::poll_readable_or_shut(&fds, remaining, flags.interruptible);
             self.rx_waiters.fetch_sub(1, SeqCst);
-            r?;
+            if r? {
+                // The socket's reading side was shut down (shutdown(SHUT_RD)
+                // on it): as on the kernel, a blocking receive returns what
+                // is still queued, then an empty read, rather than waiting
+                // on a socket that stays readable with nothing to read.
+                if let Ok(_g) = self.rx_sock.try_lock() {
+                    self.fill_on_caller(false);
+                }
+                let mut rs = lock(&self.recv);
+                if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
+                    return Ok(r);
+                }
+                return Ok(Received { copied: 0, len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), pktinfo: None });
+            }
         }
     }
 }

@@ -927,7 +927,24 @@ pub fn has_data(fd: RawFd) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
 }
 
+/// As [`poll_readable`] (or [`poll_readable_interruptible`]), but also
+/// watching the first descriptor, a socket, for a shutdown of its reading
+/// side (`shutdown(SHUT_RD)`): `Ok(true)` when that happened. An
+/// uninterruptible wait ended by a signal is `Ok(false)`.
+pub fn poll_readable_or_shut(fds: &[RawFd], timeout: Option<Duration>, interruptible: bool) -> io::Result<bool> {
+    match poll_events_first(fds, libc::POLLIN | libc::POLLRDHUP, timeout) {
+        Ok((_, first)) => Ok(first & libc::POLLRDHUP != 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted && !interruptible => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
+    poll_events_first(fds, events, timeout).map(|(any, _)| any)
+}
+
+/// One poll: whether anything was ready, and the first descriptor's revents.
+fn poll_events_first(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) -> io::Result<(bool, libc::c_short)> {
     // At most two descriptors are ever polled: no allocation on the wait path.
     let mut p = [libc::pollfd { fd: -1, events, revents: 0 }; 4];
     debug_assert!(fds.len() <= p.len());
@@ -941,7 +958,7 @@ fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) 
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(r > 0)
+    Ok((r > 0, p[0].revents))
 }
 
 /// Sets an integer socket option on any socket (used by tools for sockets
