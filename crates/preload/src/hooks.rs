@@ -240,6 +240,14 @@ unsafe fn with_buf<R>(v: &[libc::iovec], gather: bool, f: impl FnOnce(&mut [u8])
     })
 }
 
+/// Total length of `n` iovecs (`None`: a count the kernel refuses).
+unsafe fn iov_total(iov: *const libc::iovec, n: c_int) -> Option<usize> {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) || (iov.is_null() && n > 0) {
+        return None;
+    }
+    Some(iovs(iov, n as usize).iter().map(|v| v.iov_len).sum())
+}
+
 // ----------------------------------------------------- receive and send
 
 /// [`shim::with_sock`] handing `f` this thread's [`Tls`] as well, looked up once
@@ -401,6 +409,11 @@ pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, bu
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    if len == 0 {
+        // A socket's read of nothing returns 0 at once and leaves the
+        // queued datagram alone (unlike recv with a zero length).
+        return real::read(fd, buf, len);
+    }
     with_sock_t(fd, |t, s| {
         if let Some(r) = recv_common(t, fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
             return r;
@@ -506,6 +519,10 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    if iov_total(iov, n) == Some(0) {
+        // readv of nothing: 0 at once, the queue untouched, as on the kernel.
+        return real::readv(fd, iov, n);
+    }
     with_sock_t(fd, |t, s| {
         let mut m: libc::msghdr = std::mem::zeroed();
         m.msg_iov = iov as *mut libc::iovec;
@@ -658,6 +675,11 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    if iov_total(iov, n) == Some(0) {
+        // writev of nothing sends nothing on the kernel (write, send and
+        // sendmsg of nothing do send an empty datagram).
+        return real::writev(fd, iov, n);
+    }
     with_sock_t(fd, |t, s| {
         let mut m: libc::msghdr = std::mem::zeroed();
         m.msg_iov = iov as *mut libc::iovec;
@@ -1003,6 +1025,23 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
     r
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
+    let r = real::getsockopt(fd, level, name, val, len);
+    if r != 0 || level != libc::SOL_SOCKET || name != libc::SO_ERROR || val.is_null() || len.is_null() || (*len as usize) < 4 {
+        return r;
+    }
+    // The engine reads the kernel socket, so an asynchronous error (ICMP
+    // port unreachable, say) may already be the endpoint's: SO_ERROR
+    // reports and clears it as the kernel would have.
+    if std::ptr::read_unaligned(val as *const c_int) == 0 {
+        if let Some(e) = lookup(fd).and_then(|s| s.existing()).map(|ep| ep.take_error()).filter(|&e| e != 0) {
+            std::ptr::write_unaligned(val as *mut c_int, e);
+        }
+    }
+    r
+}
+
 fn sync_option(ep: &Endpoint, fd: c_int, name: c_int, iv: Option<c_int>) {
     match name {
         libc::SO_SNDBUF | libc::SO_SNDBUFFORCE => {
@@ -1195,7 +1234,7 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
         return real::ppoll(fds, n, ts, mask);
     }
     let ready_now = extra.iter().any(|e| e.ready != 0);
-    if ready_now && may_skip_kernel(t) {
+    if ready_now && !extra.iter().any(|e| e.ask) && may_skip_kernel(t) {
         for p in app.iter_mut() {
             p.revents = 0;
         }
@@ -1227,9 +1266,12 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
             return r;
         }
         for (j, e) in extra.iter().enumerate() {
+            if all[e.at].revents & libc::POLLERR != 0 {
+                claim_error(t, all[e.at].fd);
+            }
             all[e.at].revents |= e.ready;
             if all[app.len() + j].revents & libc::POLLIN != 0 {
-                all[e.at].revents |= libc::POLLIN;
+                all[e.at].revents |= ring_events_of(t, all[e.at].fd);
             }
         }
         let mut count = 0;
@@ -1253,8 +1295,13 @@ struct Extra {
     /// or -1.
     fd: c_int,
     /// Events known to be ready now, without asking the kernel: POLLIN
-    /// (datagrams in the ring) and POLLOUT (room in L1).
+    /// (datagrams in the ring), POLLERR (an error waiting for the
+    /// application) and POLLOUT (room in L1).
     ready: libc::c_short,
+    /// The kernel socket's own events must be asked for even with `ready`
+    /// set (a socket back on the kernel path with datagrams kept from its
+    /// ring: its other events are the kernel's).
+    ask: bool,
 }
 
 /// Accelerated sockets a poll names before `poll_input` allocates.
@@ -1274,7 +1321,7 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
         with_sock_in(t, p.fd, |s| {
             if !tcp && !output {
                 if let Some(fd) = s.ready_ring_fd() {
-                    add(Extra { at, fd, ready: libc::POLLIN });
+                    add(Extra { at, fd, ready: libc::POLLIN, ask: false });
                     return;
                 }
             }
@@ -1284,26 +1331,64 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
                 let out = if output && (room || ep.writable()) { libc::POLLOUT } else { 0 };
                 if !input {
                     if out != 0 {
-                        add(Extra { at, fd: -1, ready: out });
+                        add(Extra { at, fd: -1, ready: out, ask: false });
                     }
                     return;
                 }
-                let ready = if ep.ready_or_fill() { libc::POLLIN } else { 0 } | out;
+                let ready = if ep.ready_or_fill() { input_events(s, ep) } else { 0 } | out;
                 if let Some(fd) = s.ring_fd(ep) {
-                    add(Extra { at, fd, ready });
+                    add(Extra { at, fd, ready, ask: false });
                 } else if ready != 0 {
-                    add(Extra { at, fd: -1, ready });
+                    add(Extra { at, fd: -1, ready, ask: false });
                 }
                 if tcp {
-                    add(Extra { at, fd: ep.raw_fd(), ready: 0 });
+                    add(Extra { at, fd: ep.raw_fd(), ready: 0, ask: false });
                 }
             };
             let found = if tcp && input { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing_in(t, seen) };
             if found.is_none() && input && s.has_leftover() {
-                add(Extra { at, fd: -1, ready: libc::POLLIN });
+                add(Extra { at, fd: -1, ready: libc::POLLIN, ask: true });
             }
         });
     }
+}
+
+/// What input readiness of an accelerated socket stands for: POLLIN for
+/// datagrams in the ring, POLLERR for an asynchronous error waiting for the
+/// next send or receive (the engine took it off the kernel socket, whose
+/// own poll would have said POLLERR, not POLLIN).
+fn input_events(s: &Sock, ep: &Endpoint) -> libc::c_short {
+    let mut ev = 0;
+    if ep.has_pending_error() {
+        ev |= libc::POLLERR;
+    }
+    if s.ring_has_data() || ev == 0 {
+        ev |= libc::POLLIN;
+    }
+    ev
+}
+
+/// The kernel socket of the accelerated socket `fd` reported an error
+/// (POLLERR): it becomes the endpoint's pending error at once, so the send
+/// or receive the program makes next fails with it, as on the kernel —
+/// rather than a send being queued and the engine's own send meeting the
+/// error later. Only on POLLERR, which is rare.
+fn claim_error(t: &Tls, fd: c_int) {
+    let Some(ep) = with_sock_in(t, fd, |s| s.existing()).flatten() else { return };
+    let mut v: c_int = 0;
+    let mut len = 4 as socklen_t;
+    // SAFETY: pointer/length of a live c_int.
+    if unsafe { real::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut v as *mut c_int as *mut c_void, &mut len) } == 0 {
+        ep.note_error(v);
+    }
+}
+
+/// [`input_events`] of the accelerated socket `fd` whose ring's eventfd
+/// was found readable.
+fn ring_events_of(t: &Tls, fd: c_int) -> libc::c_short {
+    with_sock_in(t, fd, |s| if s.ring_has_data() { None } else { s.existing().map(|ep| input_events(s, &ep)) })
+        .flatten()
+        .unwrap_or(libc::POLLIN)
 }
 
 /// A poll/select whose accelerated sockets already have datagrams in their
@@ -1582,6 +1667,56 @@ fn ready_fds(s: &Sock, ep: &Endpoint) -> Vec<c_int> {
     v
 }
 
+/// A duplicate of a ring's eventfd `rfd` standing for it in the epoll
+/// registrations made through descriptor `fd` of socket `s`.
+struct RingDup {
+    sock: std::sync::Weak<Sock>,
+    ring: c_int,
+    dup: c_int,
+}
+
+/// epoll keys a registration by descriptor number and file, so two
+/// descriptors of one socket (dup) registered in one epoll need two
+/// descriptors of its ring's eventfd: the first uses the eventfd itself,
+/// the next a duplicate, made then and kept while the socket and its ring
+/// last. Keyed by the socket's address and the application's descriptor.
+static RING_DUPS: std::sync::Mutex<Option<std::collections::HashMap<(usize, c_int), RingDup>>> = std::sync::Mutex::new(None);
+
+/// The duplicate of `rfd` for `(s, fd)`: made when `create`, else only
+/// one already made. A stale one (another socket at that address, or
+/// another ring) is closed.
+fn ring_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, create: bool) -> Option<c_int> {
+    let mut g = RING_DUPS.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() && !create {
+        return None;
+    }
+    let map = g.get_or_insert_with(Default::default);
+    let key = (Arc::as_ptr(s) as usize, fd);
+    if let Some(d) = map.get(&key) {
+        if d.ring == rfd && std::ptr::eq(d.sock.as_ptr(), Arc::as_ptr(s)) && d.sock.strong_count() > 0 {
+            return Some(d.dup);
+        }
+        let old = map.remove(&key).expect("just found");
+        real_close(old.dup);
+    }
+    if !create {
+        return None;
+    }
+    let dup = real_dup_cloexec(rfd).ok()?;
+    map.insert(key, RingDup { sock: Arc::downgrade(s), ring: rfd, dup });
+    Some(dup)
+}
+
+/// MOD or DEL of the ring registration made through `fd`'s own duplicate
+/// of the ring's eventfd, if it has one in this epoll. `false`: it has
+/// none there; the eventfd itself is the key.
+unsafe fn ring_ctl_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, epfd: c_int, op: c_int, ev: &mut libc::epoll_event) -> bool {
+    match ring_dup(s, fd, rfd, false) {
+        Some(d) => real::epoll_ctl(epfd, op, d, ev) == 0,
+        None => false,
+    }
+}
+
 /// epoll: an accelerated socket is registered twice under the application's
 /// event data — the kernel socket (output, errors, and input still in the
 /// socket) and the ring's eventfd (input in the ring). Each report stands
@@ -1590,6 +1725,11 @@ fn ready_fds(s: &Sock, ep: &Endpoint) -> Vec<c_int> {
 #[no_mangle]
 pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int {
     let Some(s) = lookup(fd) else { return real::epoll_ctl(epfd, op, fd, ev) };
+    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLONESHOT as u32 != 0 && s.mode() != shim::KERNEL {
+        // One report per arming cannot span two registrations (the kernel
+        // socket and the ring's eventfd each report once): kernel path.
+        s.fallback(fd, "epoll_ctl EPOLLONESHOT");
+    }
     let r = real::epoll_ctl(epfd, op, fd, ev);
     if r != 0 {
         return r;
@@ -1601,7 +1741,13 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
                 if let Some(ep) = s.endpoint(fd) {
                     for rfd in ready_fds(&s, &ep) {
                         let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
-                        real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
+                        if real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2) != 0 && errno() == libc::EEXIST {
+                            // Another descriptor of this socket has the ring
+                            // in this epoll: this one gets its own key.
+                            if let Some(d) = ring_dup(&s, fd, rfd, true) {
+                                real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, d, &mut e2);
+                            }
+                        }
                     }
                 }
             }
@@ -1612,13 +1758,15 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
                     match ring_events((*ev).events) {
                         Some(events) => {
                             let mut e2 = libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
-                            if real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0 {
+                            if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_MOD, &mut e2) && real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0 {
                                 real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
                             }
                         }
                         None => {
                             let mut e2 = libc::epoll_event { events: 0, u64: 0 };
-                            real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                            if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
+                                real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                            }
                         }
                     }
                 }
@@ -1628,7 +1776,9 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
             if let Some(ep) = s.existing() {
                 for rfd in ready_fds(&s, &ep) {
                     let mut e2 = libc::epoll_event { events: 0, u64: 0 };
-                    real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                    if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
+                        real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                    }
                 }
             }
         }
