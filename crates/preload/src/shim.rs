@@ -7,11 +7,12 @@
 //! [`ForkGuard`]); raw pointers stay in `hooks`, libc's own functions in
 //! `real`.
 
+use eudp_engine::backend::kernel::EventFd;
 use eudp_engine::{Config, Endpoint, Engine, Received, RecvFlags, RingLen};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::cell::{Cell, RefCell};
@@ -54,6 +55,11 @@ pub struct Sock {
     /// Datagrams left in the ring when the socket fell back to the kernel.
     leftover: Mutex<VecDeque<(Vec<u8>, SocketAddr)>>,
     has_leftover: AtomicBool,
+    /// The ring's readiness eventfd, kept from the endpoint while
+    /// `leftover` holds datagrams and readable until it is empty: an epoll
+    /// set the application registered the socket in while it was on the
+    /// engine holds it too, and so reports the leftovers.
+    leftover_ready: Mutex<Option<Arc<EventFd>>>,
     reason: Mutex<Option<String>>,
     /// First fd number (for stats).
     pub fd: i32,
@@ -273,6 +279,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         ring_len: std::sync::OnceLock::new(),
         leftover: Mutex::new(VecDeque::new()),
         has_leftover: AtomicBool::new(false),
+        leftover_ready: Mutex::new(None),
         reason: Mutex::new(None),
         fd,
     });
@@ -582,10 +589,23 @@ impl Sock {
         Some(fd)
     }
 
-    /// Moves this socket to the plain kernel path for good: what the ring
-    /// holds is kept for the application, queued sends are flushed, the
-    /// endpoint is closed and the kernel socket gets back the flags the
-    /// application asked for.
+    /// Moves this socket to the plain kernel path for good: every datagram
+    /// the kernel already accepted for it is kept for the application, in
+    /// order (see [`hand_over`]), queued sends are flushed, the endpoint is
+    /// closed and the kernel socket gets back the flags the application
+    /// asked for.
+    ///
+    /// Receives serve the kept datagrams before the kernel's: recv,
+    /// recvfrom, recvmsg, recvmmsg, read, readv (`MSG_PEEK` too), FIONREAD,
+    /// poll and select. An epoll set the application registered the socket
+    /// in while it was on the engine also holds the ring's readiness
+    /// eventfd, which is kept readable while datagrams are kept (closed,
+    /// and so out of every epoll set, with the last one); a socket added to
+    /// an epoll set after the fallback gets it added as well. A blocking
+    /// receive that another thread began on the engine before the fallback
+    /// keeps the socket until it returns: what it reads meanwhile is
+    /// returned by it alone, and the socket is not drained for the
+    /// application past the ring (see [`Endpoint::take_received`]).
     pub fn fallback(&self, fd: i32, reason: &str) {
         if self.mode() == KERNEL {
             return; // also keeps a fork child off locks the parent's threads held
@@ -605,16 +625,23 @@ impl Sock {
         dlog!("fd {fd}: UDP socket moved to the kernel path: {reason}");
         if let Some(ep) = ep {
             let mut keep = lock(&self.leftover);
-            let mut buf = vec![0u8; 65536];
-            while ep.pending_datagrams() > 0 {
-                match ep.recv_with(&mut buf, RecvFlags { dont_wait: true, ..RecvFlags::default() }) {
-                    Ok(r) => keep.push_back((buf[..r.copied].to_vec(), r.src)),
-                    Err(_) => break,
+            let before = keep.len();
+            hand_over(fd, &ep, &mut keep);
+            // A connected socket's ring keeps no source: it is the peer.
+            if let Ok(peer) = ep.peer_addr() {
+                for (_, src) in keep.iter_mut().skip(before).filter(|(_, a)| a.port() == 0) {
+                    *src = peer;
                 }
             }
+            let ready = ep.take_ready_fd();
             if !keep.is_empty() {
+                if let Some(r) = &ready {
+                    r.set();
+                }
+                *lock(&self.leftover_ready) = ready;
                 self.has_leftover.store(true, Release);
             }
+            dlog!("fd {fd}: {} datagrams kept for the kernel path", keep.len());
             drop(keep);
             crate::stat::retire(self, &ep);
             self.poll_fd.store(-1, Relaxed);
@@ -630,13 +657,25 @@ impl Sock {
         let (d, src) = if peek { g.front().cloned()? } else { g.pop_front()? };
         if g.is_empty() && !peek {
             self.has_leftover.store(false, Release);
+            // Closed: the socket's own readiness is all there is now.
+            lock(&self.leftover_ready).take();
         }
         let n = d.len().min(buf.len());
         buf[..n].copy_from_slice(&d[..n]);
         Some(Received { copied: n, len: d.len(), src, pktinfo: None })
     }
 
+    /// The readiness eventfd standing for the kept datagrams, if any.
+    pub fn leftover_ready_fd(&self) -> Option<i32> {
+        lock(&self.leftover_ready).as_ref().map(|e| e.as_raw_fd())
+    }
+
     fn close(&self) {
+        // The last fd is gone: nobody can receive what was kept, and the
+        // eventfd must not report a closed socket in an epoll set.
+        lock(&self.leftover).clear();
+        self.has_leftover.store(false, Release);
+        lock(&self.leftover_ready).take();
         if self.leaked.load(SeqCst) {
             return;
         }
@@ -681,6 +720,49 @@ impl Drop for Sock {
             let ep = self.ep.get_mut().unwrap_or_else(|e| e.into_inner()).take();
             std::mem::forget(ep);
         }
+    }
+}
+
+/// Moves everything the kernel already accepted for the socket of `fd`
+/// into `keep`, in order, and leaves it on the plain kernel path with GRO
+/// off and nothing coalesced in its queue.
+///
+/// While GRO was on the kernel may have queued several datagrams as one
+/// coalesced message, which a plain receive would return glued together;
+/// and the kernel reports a message's segment size only while GRO is on.
+/// So the engine stops reading the socket, the ring and then the socket
+/// are taken, split as the engine splits them
+/// ([`Endpoint::take_received`]), with GRO on; then GRO goes off, after
+/// which arrivals are queued as single datagrams. If the socket is empty
+/// once GRO is off, nothing coalesced can be left (the queue is in
+/// arrival order); if something arrived between the last read and the
+/// option change, GRO goes on again for another round. Bounded: at most
+/// `ROUNDS` rounds and the socket's `SO_RCVBUF` in bytes read (what the
+/// socket can hold when GRO goes off); a sender that never lets the queue
+/// empty for that long may leave a message coalesced before GRO went off
+/// (logged with `EUDP_LOG=debug`).
+fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<(Vec<u8>, SocketAddr)>) {
+    const ROUNDS: usize = 8;
+    const WAIT: Duration = Duration::from_millis(200);
+    ep.stop_receiving();
+    let gro = crate::hooks::gro_enabled(fd);
+    let mut left = crate::hooks::kernel_rcvbuf(fd).max(1 << 16);
+    for round in 0..ROUNDS {
+        let t = ep.take_received(left, WAIT, keep);
+        left = left.saturating_sub(t.socket_bytes);
+        if !gro {
+            return; // nothing coalesced was ever queued
+        }
+        crate::hooks::gro_set(fd, false);
+        if !crate::hooks::kernel_has_data(fd) {
+            return;
+        }
+        let blocked = !t.socket_empty && t.socket_bytes == 0;
+        if blocked || left == 0 || round + 1 == ROUNDS {
+            dlog!("fd {fd}: the kernel queue did not empty while GRO went off (round {round}); a message may stay coalesced");
+            return;
+        }
+        crate::hooks::gro_set(fd, true);
     }
 }
 
