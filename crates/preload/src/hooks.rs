@@ -113,6 +113,14 @@ pub(crate) fn kernel_has_data(fd: c_int) -> bool {
     r > 0 && p[0].revents & libc::POLLIN != 0
 }
 
+/// Whether `fd` has FD_CLOEXEC (an fd that cannot be asked counts as
+/// inherited).
+pub(crate) fn cloexec(fd: c_int) -> bool {
+    // SAFETY: fcntl with integer arguments.
+    let f = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+    f >= 0 && f & libc::FD_CLOEXEC != 0
+}
+
 /// After a fallback or before exec: the kernel socket gets the flags the
 /// application asked for and delivers plain (not coalesced) datagrams.
 pub(crate) fn restore_kernel_socket(fd: c_int, nonblock: bool) {
@@ -1828,6 +1836,32 @@ pub unsafe extern "C" fn _exit(code: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
     _exit(code)
+}
+
+/// `vfork` runs as `fork`, which POSIX allows: a vfork child shares the
+/// parent's memory and runs no fork handlers, so the shim's hooks it calls
+/// before exec (`close_range`, `close`, `dup2` in Python's subprocess)
+/// would tear down the parent's sockets. As a fork child it has its own
+/// copy of the shim's state, and the fork handlers apply `vfork`'s policy
+/// (`shim::fork_prepare`: sockets closed at exec stay on the engine in the
+/// parent). `vfork` cannot be wrapped (the child would return through the
+/// wrapper's frame the parent then reuses); glibc's `fork` is called
+/// instead. `posix_spawn` and `system` are not affected: glibc's child
+/// there calls its internal functions, which no preloaded library
+/// interposes, and never reaches the shim.
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    shim::vforking(true);
+    // SAFETY: glibc's fork; the child returns through its own copy of
+    // this frame.
+    let pid = libc::fork();
+    shim::vforking(false);
+    pid
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __vfork() -> libc::pid_t {
+    vfork()
 }
 
 extern "C" fn on_prepare() {

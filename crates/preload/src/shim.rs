@@ -844,18 +844,49 @@ struct ForkGuard(std::cell::UnsafeCell<Option<Held>>);
 unsafe impl Sync for ForkGuard {}
 static FORK_GUARD: ForkGuard = ForkGuard(std::cell::UnsafeCell::new(None));
 
+thread_local! {
+    /// Set while this thread's `vfork` runs as `fork` (see [`vforking`]).
+    static VFORKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread's coming `fork` as standing for a `vfork`
+/// (`crate::hooks::vfork`), whose child can only exec or exit.
+pub fn vforking(on: bool) {
+    VFORKING.with(|v| v.set(on));
+}
+
 /// Before fork: a socket both processes hold must be read by whichever
 /// calls `recv`, as with the kernel, but the parent's engine would take
 /// every arrival into a ring only the parent reads. So the parent's
 /// sockets move to the kernel path first, unless `EUDP_FORK_KEEP=1` says
 /// the children do not use them (the parent then stays accelerated and
 /// the children see kernel sockets).
+///
+/// For a `vfork` (run as `fork`, see `crate::hooks::vfork`) the child can
+/// only exec or exit: a socket every fd of which has `FD_CLOEXEC` (Python's
+/// sockets, `SOCK_CLOEXEC` ones) vanishes at the exec and stays on the
+/// engine in the parent; one the executed program inherits is handled as
+/// for `fork`.
+///
+/// The kernel socket of a socket the parent keeps on the engine is shared
+/// with the child, so the child leaves its options alone (see
+/// [`fork_child`]).
 #[allow(unsafe_code)]
 pub fn fork_prepare() {
+    let vfork = VFORKING.with(|v| v.get());
     if !fork_keep() {
-        for (fd, s) in all() {
-            if s.mode() == ACTIVE {
-                s.fallback(fd, "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
+        let table = all();
+        for (fd, s) in &table {
+            if s.mode() != ACTIVE {
+                continue;
+            }
+            if !vfork {
+                s.fallback(*fd, "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
+                continue;
+            }
+            let inherited = table.iter().filter(|(_, o)| Arc::ptr_eq(o, s)).any(|(f, _)| !crate::hooks::cloexec(*f));
+            if inherited {
+                s.fallback(*fd, "vfork(): socket inherited by the program the child executes (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
             }
         }
     }
@@ -876,13 +907,21 @@ pub fn fork_parent() {
 /// In the child: the engine thread is gone. Every accelerated socket
 /// becomes a kernel socket (its endpoint is abandoned, the shim's own fds
 /// closed); new sockets get a new engine.
+///
+/// A socket still accelerated here is one the parent keeps on the engine
+/// (`fork_prepare` moved the others to the kernel path). Its kernel socket
+/// is the parent's too: its UDP_GRO stays on, since turning it off would
+/// make the parent's engine read coalesced messages without their segment
+/// size (datagrams glued together). A child that receives on such a socket
+/// anyway (against `EUDP_FORK_KEEP=1`'s premise) may get coalesced
+/// datagrams; after a `vfork` it cannot receive at all.
 #[allow(unsafe_code)]
 pub fn fork_child() {
     GEN.fetch_add(1, SeqCst);
     // SAFETY: see ForkGuard.
     let g = unsafe { (*FORK_GUARD.0.get()).take() };
     if let Some((_, t, _)) = &g {
-        for (fd, s) in t.iter() {
+        for s in t.values() {
             if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {
                 s.mode.store(KERNEL, Release);
                 s.fast.store(std::ptr::null_mut(), SeqCst);
@@ -891,7 +930,6 @@ pub fn fork_child() {
                         crate::hooks::real_close(f);
                     }
                 }
-                crate::hooks::gro_off(*fd);
             }
         }
     }
