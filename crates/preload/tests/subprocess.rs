@@ -41,13 +41,19 @@ fn own_report(out: &Output, stats: &std::path::Path) -> serde_json::Value {
     reports(stats).into_iter().find(|r| r["pid"].as_u64() == Some(pid)).unwrap_or_else(|| panic!("no report of pid {pid}"))
 }
 
-fn python(how: &str, burst: usize) {
+/// `handoff_us`: the engine's receive handoff (`EUDP_RX_HANDOFF_US`); a
+/// long one keeps the engine off the receiver after its first receive, so
+/// what is queued at the spawn is still in the kernel's queue.
+fn python(how: &str, burst: usize, handoff_us: Option<&str>) {
     let args = ["-c", SCRIPT, how, &burst.to_string()];
     let kernel = Command::new("python3").args(args).output().unwrap();
     assert!(kernel.status.success(), "{}", String::from_utf8_lossy(&kernel.stderr));
-    let stats = stat_dir(&format!("subprocess-{how}-{burst}"));
+    let stats = stat_dir(&format!("subprocess-{how}-{burst}-{}", handoff_us.unwrap_or("0")));
     let mut c = Command::new("python3");
     c.args(args);
+    if let Some(us) = handoff_us {
+        c.env("EUDP_RX_HANDOFF_US", us);
+    }
     let out = preloaded(c, &stats);
     assert!(out.status.success(), "{how} {burst}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&kernel.stdout), "{how} {burst}: output differs");
@@ -62,14 +68,17 @@ fn python(how: &str, burst: usize) {
 
 #[test]
 fn python_subprocess_vfork() {
-    python("vfork", 0);
-    python("vfork", 200);
+    python("vfork", 0, None);
+    python("vfork", 200, None);
+    python("vfork", 200, Some("300000"));
 }
 
 #[test]
 fn python_subprocess_fork() {
-    python("fork", 0);
-    python("fork", 200);
+    python("fork", 0, None);
+    python("fork", 200, None);
+    python("fork", 0, Some("300000"));
+    python("fork", 200, Some("300000"));
 }
 
 fn c_case(exe: &std::path::Path, case: &str, env: &[(&str, &str)], fallbacks: std::ops::RangeInclusive<u64>) {
