@@ -648,6 +648,9 @@ impl Endpoint {
             }
         };
         let mut buf = vec![0u8; RX_BUF];
+        // Its own scratch, not the thread's: a fallback may run from an
+        // exit handler, after this thread's locals are gone.
+        let mut scratch = RecvScratch::new(4);
         let mut taken = Taken { datagrams: 0, socket_bytes: 0, socket_empty: false };
         loop {
             {
@@ -661,7 +664,7 @@ impl Endpoint {
                 return taken;
             }
             let before = i.stats.bytes_received.load(Relaxed);
-            let fill = with_caller_scratch(|sc| i.fill_ring(sc, 1, false));
+            let fill = i.fill_ring(&mut scratch, 1, false);
             if fill.added == 0 {
                 // Nothing read: the socket is empty (or reported an error,
                 // kept for the owner as the engine keeps it).

@@ -852,7 +852,8 @@ thread_local! {
 /// Marks this thread's coming `fork` as standing for a `vfork`
 /// (`crate::hooks::vfork`), whose child can only exec or exit.
 pub fn vforking(on: bool) {
-    VFORKING.with(|v| v.set(on));
+    // Not during the thread's exit (its locals gone): a plain fork then.
+    let _ = VFORKING.try_with(|v| v.set(on));
 }
 
 /// Before fork: a socket both processes hold must be read by whichever
@@ -873,7 +874,7 @@ pub fn vforking(on: bool) {
 /// [`fork_child`]).
 #[allow(unsafe_code)]
 pub fn fork_prepare() {
-    let vfork = VFORKING.with(|v| v.get());
+    let vfork = VFORKING.try_with(|v| v.get()).unwrap_or(false);
     if !fork_keep() {
         let table = all();
         for (fd, s) in &table {

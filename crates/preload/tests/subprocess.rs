@@ -109,6 +109,8 @@ fn c_fallback_keeps_queued_datagrams() {
     // vfork + exec: close-on-exec sockets stay on the engine.
     c_case(&exe, "vfork_cloexec", &[], 1..=1);
     c_case(&exe, "vfork_inherit", &[], 3..=3);
+    // From an exit handler: the hand-over must not need thread-locals.
+    c_case(&exe, "atexit", &[], 2..=2);
     // The engine left off the socket for longer than the program runs:
     // the whole burst is in the kernel's queue, coalesced, at the fallback.
     c_case(&exe, "shutdown", &[("EUDP_RX_HANDOFF_US", "300000")], 2..=2);

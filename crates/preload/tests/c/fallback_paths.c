@@ -10,7 +10,7 @@
  * in the kernel's queue (see queue_burst).
  *
  * usage: fallback_paths CASE    (cases: shutdown fork epoll vfork_cloexec
- *                                vfork_inherit)
+ *                                vfork_inherit atexit)
  * Prints "OK CASE" on success; anything else is a failure (exit 1).
  * The process id goes to stderr as "pid N" (for the test's stats). */
 #define _GNU_SOURCE
@@ -217,6 +217,11 @@ static void vfork_exec(int b) {
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child");
 }
 
+/* A fallback with datagrams queued, run by an exit handler: after this
+ * thread's locals are destroyed (glibc runs their destructors first). */
+static int exit_fd = -1;
+static void shutdown_at_exit(void) { shutdown(exit_fd, SHUT_WR); }
+
 int main(int argc, char **argv) {
     if (argc != 2)
         return 2;
@@ -245,6 +250,11 @@ int main(int argc, char **argv) {
             _exit(0);
         int st;
         CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    } else if (strcmp(cas, "atexit") == 0) {
+        exit_fd = b;
+        atexit(shutdown_at_exit);
+        printf("OK %s\n", cas);
+        return 0;
     } else if (strcmp(cas, "vfork_cloexec") == 0 || strcmp(cas, "vfork_inherit") == 0) {
         vfork_exec(b);
     } else {
