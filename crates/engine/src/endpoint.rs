@@ -154,6 +154,9 @@ pub(crate) struct EpInner {
     /// Traced only: the socket is out of the engine's epoll set (see
     /// [`EpInner::engine_receive`]); written by the engine thread only.
     rx_detached: AtomicBool,
+    /// The application took the socket back ([`Endpoint::stop_receiving`]):
+    /// the engine never reads it again.
+    rx_stopped: AtomicBool,
     /// `stats.send_calls` when the engine last looked at a detached socket.
     tx_seen: std::sync::atomic::AtomicU64,
     /// The application dropped the endpoint; the engine lets go of it.
@@ -311,6 +314,7 @@ impl Endpoint {
             rx_blocking_ok: AtomicBool::new(true),
             rx_armed: AtomicBool::new(true),
             rx_detached: AtomicBool::new(false),
+            rx_stopped: AtomicBool::new(false),
             tx_seen: std::sync::atomic::AtomicU64::new(0),
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
@@ -633,6 +637,76 @@ impl Endpoint {
     /// deadline passes). Returns true when drained.
     pub fn flush(&self, timeout: Duration) -> bool {
         self.inner.flush(deadline_after(timeout).unwrap_or_else(far_future))
+    }
+
+    /// Hands the socket's receive side back to its owner, who reads the
+    /// kernel socket itself from now on (the preload shim's fallback): the
+    /// engine stops watching and reading it for good. What was already
+    /// taken off the socket stays in the ring for
+    /// [`Endpoint::take_received`].
+    pub fn stop_receiving(&self) {
+        let i = &self.inner;
+        i.rx_stopped.store(true, SeqCst);
+        i.rx_armed.store(false, SeqCst);
+        let _ = i.engine.epoll.remove(i.backend.raw_fd());
+    }
+
+    /// After [`Endpoint::stop_receiving`]: moves what the ring holds, then
+    /// what the socket holds — read and split exactly as the engine reads
+    /// it (a GRO super-packet becomes its datagrams) — to the back of
+    /// `out`, in arrival order. Reading the socket stops when it is found
+    /// empty or after `max_bytes` (each datagram counting at least one
+    /// byte), so a sender that keeps sending cannot hold the caller here.
+    ///
+    /// A thread sleeping inside a read of the socket (a blocking receive
+    /// that began before the hand-over) keeps the socket; after `wait` only
+    /// the ring is taken and the socket is reported as not found empty.
+    pub fn take_received(&self, max_bytes: usize, wait: Duration, out: &mut std::collections::VecDeque<(Vec<u8>, SocketAddr)>) -> Taken {
+        let i = &self.inner;
+        let deadline = Instant::now() + wait;
+        let guard = loop {
+            match i.rx_sock.try_lock() {
+                Ok(g) => break Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
+                Err(std::sync::TryLockError::WouldBlock) => break None,
+            }
+        };
+        let mut buf = vec![0u8; RX_BUF];
+        // Its own scratch, not the thread's: a fallback may run from an
+        // exit handler, after this thread's locals are gone.
+        let mut scratch = RecvScratch::new(4);
+        let mut taken = Taken { datagrams: 0, socket_bytes: 0, socket_empty: false };
+        loop {
+            {
+                let mut rs = lock(&i.recv);
+                while let Some(r) = i.pop(&mut rs, &mut buf, false) {
+                    out.push_back((buf[..r.copied].to_vec(), r.src));
+                    taken.datagrams += 1;
+                }
+            }
+            if guard.is_none() || taken.socket_bytes >= max_bytes {
+                return taken;
+            }
+            let before = i.stats.bytes_received.load(Relaxed);
+            let fill = i.fill_ring(&mut scratch, 1, false);
+            if fill.added == 0 {
+                // Nothing read: the socket is empty (or reported an error,
+                // kept for the owner as the engine keeps it).
+                taken.socket_empty = !fill.ring_full && i.pending_error.load(Relaxed) == 0;
+                return taken;
+            }
+            let bytes = i.stats.bytes_received.load(Relaxed).wrapping_sub(before) as usize;
+            taken.socket_bytes += bytes.max(fill.added);
+        }
+    }
+
+    /// Takes the ring's readiness descriptor (when one was made) away from
+    /// the endpoint, which never touches it again. After a fallback it
+    /// stands for the datagrams [`Endpoint::take_received`] handed over:
+    /// an epoll set the application registered it in keeps reporting them.
+    pub fn take_ready_fd(&self) -> Option<Arc<EventFd>> {
+        lock(&self.inner.recv).ready.take()
     }
 }
 
@@ -1430,6 +1504,8 @@ impl EpInner {
             return RxOutcome::Parked;
         }
         let fill = match self.rx_sock.try_lock() {
+            // Checked under the lock: a hand-over holds it while it drains.
+            Ok(_g) if self.rx_stopped.load(SeqCst) => return RxOutcome::Done,
             Ok(_g) => self.fill_ring(scratch, RX_ROUNDS, true),
             // An application thread is reading the socket right now.
             Err(_) => return RxOutcome::Parked,
@@ -1468,6 +1544,9 @@ impl EpInner {
     /// when no application thread received since the engine last looked and
     /// none is blocked receiving.
     pub(crate) fn rx_idle_since_last_look(&self) -> bool {
+        if self.rx_stopped.load(SeqCst) {
+            return true; // let go, never re-armed
+        }
         if self.rx_detached.load(Relaxed) && !self.closed.load(SeqCst) {
             // Bounded: a sender that went quiet leaves no stamps behind.
             self.trace.drain_tx(self.backend.raw_fd());
@@ -1501,7 +1580,7 @@ impl EpInner {
 
     /// Re-arms the engine's watch on the socket if it is off.
     fn rearm_rx(&self) {
-        if self.closed.load(SeqCst) {
+        if self.closed.load(SeqCst) || self.rx_stopped.load(SeqCst) {
             return;
         }
         if !self.rx_armed.swap(true, SeqCst) {
@@ -1640,6 +1719,17 @@ impl EpInner {
     }
 }
 
+
+/// What [`Endpoint::take_received`] moved out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// Datagrams appended (from the ring and the socket).
+    pub datagrams: usize,
+    /// Bytes read from the socket (each datagram counting at least one).
+    pub socket_bytes: usize,
+    /// The last read found the socket empty.
+    pub socket_empty: bool,
+}
 
 /// What one fill of the ring from the socket did.
 #[derive(Clone, Copy, Debug)]

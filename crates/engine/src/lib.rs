@@ -26,6 +26,6 @@ pub mod stats;
 pub mod tracepoint;
 
 pub use config::Config;
-pub use endpoint::{Endpoint, Received, RecvFlags, RingLen, SendFlags};
+pub use endpoint::{Endpoint, Received, RecvFlags, RingLen, SendFlags, Taken};
 pub use engine::Engine;
 pub use stats::StatsSnapshot;

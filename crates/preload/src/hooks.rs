@@ -79,7 +79,46 @@ pub(crate) fn grow_kernel_rcvbuf(fd: c_int, bytes: c_int) {
 }
 
 pub(crate) fn gro_off(fd: c_int) {
-    sockopt_int(fd, libc::SOL_UDP, UDP_GRO, 0);
+    gro_set(fd, false);
+}
+
+pub(crate) fn gro_set(fd: c_int, on: bool) {
+    sockopt_int(fd, libc::SOL_UDP, UDP_GRO, on as c_int);
+}
+
+fn getsockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = 4 as socklen_t;
+    // SAFETY: pointer/length of a live c_int.
+    let r = unsafe { real::getsockopt(fd, level, name, &mut v as *mut c_int as *mut c_void, &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// Whether the kernel socket has UDP_GRO on.
+pub(crate) fn gro_enabled(fd: c_int) -> bool {
+    getsockopt_int(fd, libc::SOL_UDP, UDP_GRO).is_some_and(|v| v != 0)
+}
+
+/// The kernel socket's receive buffer (SO_RCVBUF as the kernel reports it).
+pub(crate) fn kernel_rcvbuf(fd: c_int) -> usize {
+    getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map_or(0, |v| v.max(0) as usize)
+}
+
+/// True when the kernel socket itself has a message queued (the shim's
+/// own readiness, leftovers or rings, is not asked).
+pub(crate) fn kernel_has_data(fd: c_int) -> bool {
+    let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+    // SAFETY: pointer/length of a live pollfd array.
+    let r = unsafe { real::poll(p.as_mut_ptr(), 1, 0) };
+    r > 0 && p[0].revents & libc::POLLIN != 0
+}
+
+/// Whether `fd` has FD_CLOEXEC (an fd that cannot be asked counts as
+/// inherited).
+pub(crate) fn cloexec(fd: c_int) -> bool {
+    // SAFETY: fcntl with integer arguments.
+    let f = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+    f >= 0 && f & libc::FD_CLOEXEC != 0
 }
 
 /// After a fallback or before exec: the kernel socket gets the flags the
@@ -538,7 +577,9 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 #[no_mangle]
 pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int {
     with_sock_t(fd, |t, s| {
-        if s.mode() != shim::KERNEL && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
+        // On the kernel path too while datagrams kept at the fallback wait:
+        // they come first (the loop ends where they do).
+        if (s.mode() != shim::KERNEL || s.has_leftover()) && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
             let base = flags & !libc::MSG_WAITFORONE;
             // As in the kernel: the timeout is looked at after each datagram
             // (the time left is written back); the receives themselves wait as
@@ -1703,8 +1744,32 @@ fn ring_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, create: bool) -> Option<c_int>
         return None;
     }
     let dup = real_dup_cloexec(rfd).ok()?;
+    RING_DUPS_MADE.store(true, std::sync::atomic::Ordering::Relaxed);
     map.insert(key, RingDup { sock: Arc::downgrade(s), ring: rfd, dup });
     Some(dup)
+}
+
+/// Set once a duplicate was ever made: sockets of programs that never
+/// register two descriptors of one socket skip the table at drop.
+static RING_DUPS_MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The socket at `addr` is gone: the duplicates made for it close too, so
+/// the epoll registrations made through them end with the socket, as the
+/// kernel's end when the socket's last descriptor closes (a duplicate left
+/// open could keep reporting a readable ring for a closed socket).
+pub(crate) fn forget_ring_dups(addr: usize) {
+    if !RING_DUPS_MADE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let mut g = RING_DUPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(map) = g.as_mut() {
+        map.retain(|&(a, _), d| {
+            if a == addr {
+                real_close(d.dup);
+            }
+            a != addr
+        });
+    }
 }
 
 /// MOD or DEL of the ring registration made through `fd`'s own duplicate
@@ -1735,50 +1800,50 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
         return r;
     }
     let saved = errno();
+    // After a fallback that kept datagrams, their readiness eventfd stands
+    // in for the ring's (see `Sock::fallback`).
+    let extra = |ep: Option<Arc<Endpoint>>| match ep {
+        Some(ep) => ready_fds(&s, &ep),
+        None => s.leftover_ready_fd().into_iter().collect(),
+    };
     match op {
         libc::EPOLL_CTL_ADD if !ev.is_null() => {
             if let Some(events) = ring_events((*ev).events) {
-                if let Some(ep) = s.endpoint(fd) {
-                    for rfd in ready_fds(&s, &ep) {
-                        let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
-                        if real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2) != 0 && errno() == libc::EEXIST {
-                            // Another descriptor of this socket has the ring
-                            // in this epoll: this one gets its own key.
-                            if let Some(d) = ring_dup(&s, fd, rfd, true) {
-                                real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, d, &mut e2);
-                            }
+                for rfd in extra(s.endpoint(fd)) {
+                    let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
+                    if real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2) != 0 && errno() == libc::EEXIST {
+                        // Another descriptor of this socket has the ring
+                        // in this epoll: this one gets its own key.
+                        if let Some(d) = ring_dup(&s, fd, rfd, true) {
+                            real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, d, &mut e2);
                         }
                     }
                 }
             }
         }
         libc::EPOLL_CTL_MOD if !ev.is_null() => {
-            if let Some(ep) = s.existing() {
-                for rfd in ready_fds(&s, &ep) {
-                    match ring_events((*ev).events) {
-                        Some(events) => {
-                            let mut e2 = libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
-                            if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_MOD, &mut e2) && real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0 {
-                                real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
-                            }
+            for rfd in extra(s.existing()) {
+                match ring_events((*ev).events) {
+                    Some(events) => {
+                        let mut e2 = libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
+                        if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_MOD, &mut e2) && real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0 {
+                            real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
                         }
-                        None => {
-                            let mut e2 = libc::epoll_event { events: 0, u64: 0 };
-                            if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
-                                real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
-                            }
+                    }
+                    None => {
+                        let mut e2 = libc::epoll_event { events: 0, u64: 0 };
+                        if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
+                            real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
                         }
                     }
                 }
             }
         }
         libc::EPOLL_CTL_DEL => {
-            if let Some(ep) = s.existing() {
-                for rfd in ready_fds(&s, &ep) {
-                    let mut e2 = libc::epoll_event { events: 0, u64: 0 };
-                    if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
-                        real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
-                    }
+            for rfd in extra(s.existing()) {
+                let mut e2 = libc::epoll_event { events: 0, u64: 0 };
+                if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
+                    real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
                 }
             }
         }
@@ -1945,6 +2010,32 @@ pub unsafe extern "C" fn _exit(code: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
     _exit(code)
+}
+
+/// `vfork` runs as `fork`, which POSIX allows: a vfork child shares the
+/// parent's memory and runs no fork handlers, so the shim's hooks it calls
+/// before exec (`close_range`, `close`, `dup2` in Python's subprocess)
+/// would tear down the parent's sockets. As a fork child it has its own
+/// copy of the shim's state, and the fork handlers apply `vfork`'s policy
+/// (`shim::fork_prepare`: sockets closed at exec stay on the engine in the
+/// parent). `vfork` cannot be wrapped (the child would return through the
+/// wrapper's frame the parent then reuses); glibc's `fork` is called
+/// instead. `posix_spawn` and `system` are not affected: glibc's child
+/// there calls its internal functions, which no preloaded library
+/// interposes, and never reaches the shim.
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    shim::vforking(true);
+    // SAFETY: glibc's fork; the child returns through its own copy of
+    // this frame.
+    let pid = libc::fork();
+    shim::vforking(false);
+    pid
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __vfork() -> libc::pid_t {
+    vfork()
 }
 
 extern "C" fn on_prepare() {

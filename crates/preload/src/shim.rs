@@ -7,11 +7,12 @@
 //! [`ForkGuard`]); raw pointers stay in `hooks`, libc's own functions in
 //! `real`.
 
+use eudp_engine::backend::kernel::EventFd;
 use eudp_engine::{Config, Endpoint, Engine, Received, RecvFlags, RingLen};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::cell::{Cell, RefCell};
@@ -54,6 +55,11 @@ pub struct Sock {
     /// Datagrams left in the ring when the socket fell back to the kernel.
     leftover: Mutex<VecDeque<(Vec<u8>, SocketAddr)>>,
     has_leftover: AtomicBool,
+    /// The ring's readiness eventfd, kept from the endpoint while
+    /// `leftover` holds datagrams and readable until it is empty: an epoll
+    /// set the application registered the socket in while it was on the
+    /// engine holds it too, and so reports the leftovers.
+    leftover_ready: Mutex<Option<Arc<EventFd>>>,
     reason: Mutex<Option<String>>,
     /// First fd number (for stats).
     pub fd: i32,
@@ -273,6 +279,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         ring_len: std::sync::OnceLock::new(),
         leftover: Mutex::new(VecDeque::new()),
         has_leftover: AtomicBool::new(false),
+        leftover_ready: Mutex::new(None),
         reason: Mutex::new(None),
         fd,
     });
@@ -582,10 +589,23 @@ impl Sock {
         Some(fd)
     }
 
-    /// Moves this socket to the plain kernel path for good: what the ring
-    /// holds is kept for the application, queued sends are flushed, the
-    /// endpoint is closed and the kernel socket gets back the flags the
-    /// application asked for.
+    /// Moves this socket to the plain kernel path for good: every datagram
+    /// the kernel already accepted for it is kept for the application, in
+    /// order (see [`hand_over`]), queued sends are flushed, the endpoint is
+    /// closed and the kernel socket gets back the flags the application
+    /// asked for.
+    ///
+    /// Receives serve the kept datagrams before the kernel's: recv,
+    /// recvfrom, recvmsg, recvmmsg, read, readv (`MSG_PEEK` too), FIONREAD,
+    /// poll and select. An epoll set the application registered the socket
+    /// in while it was on the engine also holds the ring's readiness
+    /// eventfd, which is kept readable while datagrams are kept (closed,
+    /// and so out of every epoll set, with the last one); a socket added to
+    /// an epoll set after the fallback gets it added as well. A blocking
+    /// receive that another thread began on the engine before the fallback
+    /// keeps the socket until it returns: what it reads meanwhile is
+    /// returned by it alone, and the socket is not drained for the
+    /// application past the ring (see [`Endpoint::take_received`]).
     pub fn fallback(&self, fd: i32, reason: &str) {
         if self.mode() == KERNEL {
             return; // also keeps a fork child off locks the parent's threads held
@@ -605,16 +625,23 @@ impl Sock {
         dlog!("fd {fd}: UDP socket moved to the kernel path: {reason}");
         if let Some(ep) = ep {
             let mut keep = lock(&self.leftover);
-            let mut buf = vec![0u8; 65536];
-            while ep.pending_datagrams() > 0 {
-                match ep.recv_with(&mut buf, RecvFlags { dont_wait: true, ..RecvFlags::default() }) {
-                    Ok(r) => keep.push_back((buf[..r.copied].to_vec(), r.src)),
-                    Err(_) => break,
+            let before = keep.len();
+            hand_over(fd, &ep, &mut keep);
+            // A connected socket's ring keeps no source: it is the peer.
+            if let Ok(peer) = ep.peer_addr() {
+                for (_, src) in keep.iter_mut().skip(before).filter(|(_, a)| a.port() == 0) {
+                    *src = peer;
                 }
             }
+            let ready = ep.take_ready_fd();
             if !keep.is_empty() {
+                if let Some(r) = &ready {
+                    r.set();
+                }
+                *lock(&self.leftover_ready) = ready;
                 self.has_leftover.store(true, Release);
             }
+            dlog!("fd {fd}: {} datagrams kept for the kernel path", keep.len());
             drop(keep);
             crate::stat::retire(self, &ep);
             self.poll_fd.store(-1, Relaxed);
@@ -630,13 +657,25 @@ impl Sock {
         let (d, src) = if peek { g.front().cloned()? } else { g.pop_front()? };
         if g.is_empty() && !peek {
             self.has_leftover.store(false, Release);
+            // Closed: the socket's own readiness is all there is now.
+            lock(&self.leftover_ready).take();
         }
         let n = d.len().min(buf.len());
         buf[..n].copy_from_slice(&d[..n]);
         Some(Received { copied: n, len: d.len(), src, pktinfo: None })
     }
 
+    /// The readiness eventfd standing for the kept datagrams, if any.
+    pub fn leftover_ready_fd(&self) -> Option<i32> {
+        lock(&self.leftover_ready).as_ref().map(|e| e.as_raw_fd())
+    }
+
     fn close(&self) {
+        // The last fd is gone: nobody can receive what was kept, and the
+        // eventfd must not report a closed socket in an epoll set.
+        lock(&self.leftover).clear();
+        self.has_leftover.store(false, Release);
+        lock(&self.leftover_ready).take();
         if self.leaked.load(SeqCst) {
             return;
         }
@@ -675,12 +714,56 @@ impl Sock {
 
 impl Drop for Sock {
     fn drop(&mut self) {
+        crate::hooks::forget_ring_dups(self as *const Sock as usize);
         if self.leaked.load(SeqCst) {
             // The endpoint's engine is the parent's: dropping it would wait
             // for a thread that does not exist here.
             let ep = self.ep.get_mut().unwrap_or_else(|e| e.into_inner()).take();
             std::mem::forget(ep);
         }
+    }
+}
+
+/// Moves everything the kernel already accepted for the socket of `fd`
+/// into `keep`, in order, and leaves it on the plain kernel path with GRO
+/// off and nothing coalesced in its queue.
+///
+/// While GRO was on the kernel may have queued several datagrams as one
+/// coalesced message, which a plain receive would return glued together;
+/// and the kernel reports a message's segment size only while GRO is on.
+/// So the engine stops reading the socket, the ring and then the socket
+/// are taken, split as the engine splits them
+/// ([`Endpoint::take_received`]), with GRO on; then GRO goes off, after
+/// which arrivals are queued as single datagrams. If the socket is empty
+/// once GRO is off, nothing coalesced can be left (the queue is in
+/// arrival order); if something arrived between the last read and the
+/// option change, GRO goes on again for another round. Bounded: at most
+/// `ROUNDS` rounds and the socket's `SO_RCVBUF` in bytes read (what the
+/// socket can hold when GRO goes off); a sender that never lets the queue
+/// empty for that long may leave a message coalesced before GRO went off
+/// (logged with `EUDP_LOG=debug`).
+fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<(Vec<u8>, SocketAddr)>) {
+    const ROUNDS: usize = 8;
+    const WAIT: Duration = Duration::from_millis(200);
+    ep.stop_receiving();
+    let gro = crate::hooks::gro_enabled(fd);
+    let mut left = crate::hooks::kernel_rcvbuf(fd).max(1 << 16);
+    for round in 0..ROUNDS {
+        let t = ep.take_received(left, WAIT, keep);
+        left = left.saturating_sub(t.socket_bytes);
+        if !gro {
+            return; // nothing coalesced was ever queued
+        }
+        crate::hooks::gro_set(fd, false);
+        if !crate::hooks::kernel_has_data(fd) {
+            return;
+        }
+        let blocked = !t.socket_empty && t.socket_bytes == 0;
+        if blocked || left == 0 || round + 1 == ROUNDS {
+            dlog!("fd {fd}: the kernel queue did not empty while GRO went off (round {round}); a message may stay coalesced");
+            return;
+        }
+        crate::hooks::gro_set(fd, true);
     }
 }
 
@@ -762,18 +845,50 @@ struct ForkGuard(std::cell::UnsafeCell<Option<Held>>);
 unsafe impl Sync for ForkGuard {}
 static FORK_GUARD: ForkGuard = ForkGuard(std::cell::UnsafeCell::new(None));
 
+thread_local! {
+    /// Set while this thread's `vfork` runs as `fork` (see [`vforking`]).
+    static VFORKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread's coming `fork` as standing for a `vfork`
+/// (`crate::hooks::vfork`), whose child can only exec or exit.
+pub fn vforking(on: bool) {
+    // Not during the thread's exit (its locals gone): a plain fork then.
+    let _ = VFORKING.try_with(|v| v.set(on));
+}
+
 /// Before fork: a socket both processes hold must be read by whichever
 /// calls `recv`, as with the kernel, but the parent's engine would take
 /// every arrival into a ring only the parent reads. So the parent's
 /// sockets move to the kernel path first, unless `EUDP_FORK_KEEP=1` says
 /// the children do not use them (the parent then stays accelerated and
 /// the children see kernel sockets).
+///
+/// For a `vfork` (run as `fork`, see `crate::hooks::vfork`) the child can
+/// only exec or exit: a socket every fd of which has `FD_CLOEXEC` (Python's
+/// sockets, `SOCK_CLOEXEC` ones) vanishes at the exec and stays on the
+/// engine in the parent; one the executed program inherits is handled as
+/// for `fork`.
+///
+/// The kernel socket of a socket the parent keeps on the engine is shared
+/// with the child, so the child leaves its options alone (see
+/// [`fork_child`]).
 #[allow(unsafe_code)]
 pub fn fork_prepare() {
+    let vfork = VFORKING.try_with(|v| v.get()).unwrap_or(false);
     if !fork_keep() {
-        for (fd, s) in all() {
-            if s.mode() == ACTIVE {
-                s.fallback(fd, "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
+        let table = all();
+        for (fd, s) in &table {
+            if s.mode() != ACTIVE {
+                continue;
+            }
+            if !vfork {
+                s.fallback(*fd, "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
+                continue;
+            }
+            let inherited = table.iter().filter(|(_, o)| Arc::ptr_eq(o, s)).any(|(f, _)| !crate::hooks::cloexec(*f));
+            if inherited {
+                s.fallback(*fd, "vfork(): socket inherited by the program the child executes (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
             }
         }
     }
@@ -794,13 +909,21 @@ pub fn fork_parent() {
 /// In the child: the engine thread is gone. Every accelerated socket
 /// becomes a kernel socket (its endpoint is abandoned, the shim's own fds
 /// closed); new sockets get a new engine.
+///
+/// A socket still accelerated here is one the parent keeps on the engine
+/// (`fork_prepare` moved the others to the kernel path). Its kernel socket
+/// is the parent's too: its UDP_GRO stays on, since turning it off would
+/// make the parent's engine read coalesced messages without their segment
+/// size (datagrams glued together). A child that receives on such a socket
+/// anyway (against `EUDP_FORK_KEEP=1`'s premise) may get coalesced
+/// datagrams; after a `vfork` it cannot receive at all.
 #[allow(unsafe_code)]
 pub fn fork_child() {
     GEN.fetch_add(1, SeqCst);
     // SAFETY: see ForkGuard.
     let g = unsafe { (*FORK_GUARD.0.get()).take() };
     if let Some((_, t, _)) = &g {
-        for (fd, s) in t.iter() {
+        for s in t.values() {
             if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {
                 s.mode.store(KERNEL, Release);
                 s.fast.store(std::ptr::null_mut(), SeqCst);
@@ -809,7 +932,6 @@ pub fn fork_child() {
                         crate::hooks::real_close(f);
                     }
                 }
-                crate::hooks::gro_off(*fd);
             }
         }
     }
