@@ -284,8 +284,9 @@ pub fn close_range_sparing(first: c_uint, last: c_uint, flags: c_int, mut f: imp
             *err = errno();
         }
     };
-    for w in first as usize / 64..=end / 64 {
-        let mut bits = PRIVATE[w].load(SeqCst);
+    let lo = first as usize / 64;
+    for (w, word) in PRIVATE.iter().enumerate().take(end / 64 + 1).skip(lo) {
+        let mut bits = word.load(SeqCst);
         while bits != 0 {
             let p = w * 64 + bits.trailing_zeros() as usize;
             bits &= bits - 1;

@@ -247,6 +247,7 @@ static void rlimit_race(void) {
     if (!joined) {
         CHECK(pthread_join(o[0], NULL) == 0 && pthread_join(o[1], NULL) == 0);
     }
+    fprintf(stderr, "checked %ld times\n", seen);
     printf("limit seen other than 512: %ld times\n", wrong);
     print_limits();
 }
