@@ -12,6 +12,8 @@
 //! * [`ring`] — the byte-bounded receive ring with zero-copy GRO split.
 //! * [`engine`] — the engine thread and its scheduling.
 //! * [`backend`] — the transports; all `unsafe` code lives there.
+//! * [`fdspace`] — where the engine's own descriptors go (a hook the
+//!   preload shim sets).
 #![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
@@ -19,6 +21,7 @@ pub mod batch;
 pub mod config;
 pub mod endpoint;
 pub mod engine;
+pub mod fdspace;
 pub mod machine;
 pub mod queue;
 pub mod ring;

@@ -11,6 +11,7 @@
 
 #![allow(clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 
+use crate::fdspace::is_private;
 use crate::real;
 use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock_in, with_tls, Sock, Tls, ACTIVE};
 use eudp_engine::{Endpoint, Received, RecvFlags};
@@ -40,18 +41,15 @@ fn fail<T: From<i8>>(e: c_int) -> T {
 const UDP_GRO: c_int = 104;
 
 pub(crate) fn real_close(fd: c_int) {
+    crate::fdspace::unmark(fd);
     // SAFETY: closes a descriptor the shim owns.
     unsafe { real::close(fd) };
 }
 
+/// A close-on-exec duplicate for the shim's own use, at a private number
+/// (out of the program's descriptor space: see `crate::fdspace`).
 pub(crate) fn real_dup_cloexec(fd: c_int) -> io::Result<c_int> {
-    // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes an integer argument.
-    let d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if d < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(d)
-    }
+    crate::fdspace::private_dup(fd)
 }
 
 fn sockopt_int(fd: c_int, level: c_int, name: c_int, v: c_int) {
@@ -796,8 +794,14 @@ const SYS_DUP2: libc::c_long = -1;
 #[no_mangle]
 pub unsafe extern "C" fn syscall(n: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long {
     match n {
+        libc::SYS_close if is_private(a as c_int) => return fail(libc::EBADF),
         libc::SYS_close => shim::remove(a as c_int),
-        libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as libc::c_long == 0 => forget_range(a as u32, b as u32),
+        libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as libc::c_long == 0 => {
+            forget_range(a as u32, b as u32);
+            let close = |x: c_uint, y: c_uint, fl: c_int| real::syscall(n, x as libc::c_long, y as libc::c_long, fl as libc::c_long, 0, 0, 0) as c_int;
+            return crate::fdspace::close_range_sparing(a as c_uint, b as c_uint, c as c_int, close) as libc::c_long;
+        }
+        SYS_DUP2 | libc::SYS_dup3 if is_private(b as c_int) => return fail(libc::EBADF),
         SYS_DUP2 | libc::SYS_dup3 => shim::remove(b as c_int),
         _ => {}
     }
@@ -825,6 +829,11 @@ pub unsafe extern "C" fn syscall(n: libc::c_long, a: libc::c_long, b: libc::c_lo
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    // The shim's and the engine's own descriptors are beyond the program's
+    // reach, as a number beyond its limit is on the kernel.
+    if is_private(fd) {
+        return fail(libc::EBADF);
+    }
     shim::remove(fd);
     real::close(fd)
 }
@@ -845,13 +854,13 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         forget_range(first, last);
     }
-    real::close_range(first, last, flags)
+    crate::fdspace::close_range_sparing(first, last, flags, |a, b, fl| real::close_range(a, b, fl))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(first: c_int) {
     forget_range(first.max(0) as u32, u32::MAX);
-    real::closefrom(first)
+    crate::fdspace::closefrom_sparing(first)
 }
 
 #[no_mangle]
@@ -881,6 +890,9 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    if is_private(to) {
+        return fail(libc::EBADF);
+    }
     let r = real::dup2(fd, to);
     after_dup(fd, r);
     r
@@ -888,6 +900,9 @@ pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    if is_private(to) {
+        return fail(libc::EBADF);
+    }
     let r = real::dup3(fd, to, flags);
     after_dup(fd, r);
     r

@@ -13,11 +13,14 @@
 //! Modules: [`real`] (libc's own functions, via `dlsym(RTLD_NEXT)`),
 //! [`borrow`] (lock-free use of a socket's endpoint within one call),
 //! [`hooks`] (the interposed C functions: all pointer handling), [`shim`]
-//! (socket table and per-socket state), [`signals`], [`stat`].
+//! (socket table and per-socket state), [`fdspace`] (the shim's and the
+//! engine's own descriptors, kept above the program's), [`signals`],
+//! [`stat`].
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod borrow;
+pub mod fdspace;
 pub mod hooks;
 pub mod real;
 pub mod shim;

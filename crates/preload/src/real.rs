@@ -87,4 +87,9 @@ real! {
     syscall(n: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long;
     sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
     signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
+    getrlimit(res: c_int, rl: *mut libc::rlimit) -> c_int;
+    setrlimit(res: c_int, rl: *const libc::rlimit) -> c_int;
+    prlimit64(pid: libc::pid_t, res: c_int, new: *const libc::rlimit64, old: *mut libc::rlimit64) -> c_int;
+    getdtablesize() -> c_int;
+    sysconf(name: c_int) -> libc::c_long;
 }

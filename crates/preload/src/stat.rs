@@ -115,7 +115,9 @@ pub fn write_now(exited: bool) {
     if *final_written && !exited {
         return;
     }
-    if std::fs::write(&tmp, body).is_ok() && std::fs::rename(&tmp, &fin).is_ok() && exited {
+    // The file's descriptor is the shim's: room for it even when the
+    // program holds all its limit allows.
+    if crate::fdspace::with_room(|| std::fs::write(&tmp, body)).is_ok() && std::fs::rename(&tmp, &fin).is_ok() && exited {
         *final_written = true;
     }
 }

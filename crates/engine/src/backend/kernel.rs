@@ -18,6 +18,7 @@
 use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use crate::fdspace::{new_private, private, Private};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -268,7 +269,7 @@ pub struct InMeta {
 /// A nonblocking kernel UDP socket owned by the engine.
 #[derive(Debug)]
 pub struct UdpSocket {
-    fd: OwnedFd,
+    fd: Private<OwnedFd>,
     v6: bool,
 }
 
@@ -282,10 +283,12 @@ impl UdpSocket {
     /// Opens a nonblocking, close-on-exec UDP socket of the given family.
     pub fn new(v6: bool) -> io::Result<Self> {
         let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
-        // SAFETY: plain syscall; the returned fd is owned by OwnedFd below.
-        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
-        // SAFETY: fd was just returned by socket() and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = new_private(|| {
+            // SAFETY: plain syscall; the returned fd is owned by OwnedFd below.
+            let fd = cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+            // SAFETY: fd was just returned by socket() and is owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })?;
         Ok(UdpSocket { fd, v6 })
     }
 
@@ -295,6 +298,8 @@ impl UdpSocket {
     /// passes `MSG_DONTWAIT` except [`UdpSocket::recv_batch_wait`], and an
     /// application's blocking receive may then sleep in the kernel itself.
     pub fn from_owned_fd(fd: OwnedFd) -> io::Result<Self> {
+        // Placed first, so that an early return below releases it too.
+        let fd = private(fd);
         let raw = fd.as_raw_fd();
         let mut ty: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
@@ -711,7 +716,7 @@ impl UdpSocket {
 /// An eventfd used as a doorbell or as a pollable readiness flag.
 #[derive(Debug)]
 pub struct EventFd {
-    fd: OwnedFd,
+    fd: Private<OwnedFd>,
 }
 
 impl AsRawFd for EventFd {
@@ -723,10 +728,13 @@ impl AsRawFd for EventFd {
 impl EventFd {
     /// A nonblocking, close-on-exec eventfd starting at 0 (not readable).
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscall; the fd is owned below.
-        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        // SAFETY: fresh fd owned by nobody else.
-        Ok(EventFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        let fd = new_private(|| {
+            // SAFETY: plain syscall; the fd is owned below.
+            let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+            // SAFETY: fresh fd owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })?;
+        Ok(EventFd { fd })
     }
 
     /// Makes the fd readable (adds 1 to the counter).
@@ -755,7 +763,7 @@ fn read_counter(fd: RawFd) {
 /// deadline can be moved by any thread without waking the engine.
 #[derive(Debug)]
 pub struct TimerFd {
-    fd: OwnedFd,
+    fd: Private<OwnedFd>,
 }
 
 impl AsRawFd for TimerFd {
@@ -767,10 +775,13 @@ impl AsRawFd for TimerFd {
 impl TimerFd {
     /// A nonblocking, close-on-exec timer, disarmed.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscall; the fd is owned below.
-        let fd = cvt(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
-        // SAFETY: fresh fd owned by nobody else.
-        Ok(TimerFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        let fd = new_private(|| {
+            // SAFETY: plain syscall; the fd is owned below.
+            let fd = cvt(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
+            // SAFETY: fresh fd owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })?;
+        Ok(TimerFd { fd })
     }
 
     /// Fires once, `after` from now (at least 1 ns: zero would disarm);
@@ -798,16 +809,19 @@ impl TimerFd {
 /// A level-triggered epoll set keyed by `u64` tokens.
 #[derive(Debug)]
 pub struct Epoll {
-    fd: OwnedFd,
+    fd: Private<OwnedFd>,
 }
 
 impl Epoll {
     /// A new close-on-exec epoll instance.
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscall; the fd is owned below.
-        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: fresh fd owned by nobody else.
-        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        let fd = new_private(|| {
+            // SAFETY: plain syscall; the fd is owned below.
+            let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+            // SAFETY: fresh fd owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })?;
+        Ok(Epoll { fd })
     }
 
     /// Watches `fd` for readability under `token` (level-triggered).
@@ -1142,13 +1156,15 @@ pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize
 /// arrives stamped, for up to `wait`. Returns whether one did (false where
 /// loopback is down: then only the hold is in place).
 pub fn hold_rx_timestamps(wait: Duration) -> bool {
-    // SAFETY: plain syscall; the fd is owned below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
-    if fd < 0 {
+    let Ok(sock) = new_private(|| {
+        // SAFETY: plain syscall; the fd is owned below.
+        let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) })?;
+        // SAFETY: fresh fd owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }) else {
         return false;
-    }
-    // SAFETY: fresh fd owned by nobody else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    };
+    let fd = sock.as_raw_fd();
     let flags = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
     // SAFETY: pointer to a live c_int of the given size.
     if unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, &flags as *const _ as *const libc::c_void, size_of::<libc::c_int>() as libc::socklen_t) } != 0 {

@@ -22,6 +22,7 @@ use crate::backend::kernel::{to_family, unmap, EventFd};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
+use crate::fdspace::{private, Private};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -481,7 +482,7 @@ struct LaneSt {
 #[derive(Debug)]
 struct Conn {
     token: u64,
-    stream: TcpStream,
+    stream: Private<TcpStream>,
     peer: SocketAddr,
     local_ip: IpAddr,
     inbound: bool,
@@ -500,7 +501,7 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(token: u64, stream: TcpStream, peer: SocketAddr, inbound: bool) -> Arc<Conn> {
+    fn new(token: u64, stream: Private<TcpStream>, peer: SocketAddr, inbound: bool) -> Arc<Conn> {
         let local_ip = stream.local_addr().map(|a| norm_ip(a.ip())).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         Arc::new(Conn {
             token,
@@ -557,7 +558,7 @@ pub(super) struct Mgr {
     poller: Poller,
     doorbell: EventFd,
     stop: AtomicBool,
-    listener: Mutex<Option<TcpListener>>,
+    listener: Mutex<Option<Private<TcpListener>>>,
     listen_addr: Option<SocketAddr>,
     listening: AtomicBool,
     /// Accepting is paused until then (out of descriptors).
@@ -1506,7 +1507,7 @@ impl Mgr {
                 // (a frame costs at most RX_MAX_RATIO times its wire bytes);
                 // the manager reads for every endpoint at once.
                 let lim = quiet.map_or(rbuf.len(), |q| (q.room() / RX_MAX_RATIO).clamp(PLAIN_MIN, rbuf.len()));
-                match (&conn.stream).read(&mut rbuf[..lim]) {
+                match (&*conn.stream).read(&mut rbuf[..lim]) {
                     Ok(0) => Ok((0, lim)),
                     Ok(n) => out.feed(dec, &rbuf[..n]).map(|_| (n, lim)).map_err(ReadErr::Frame),
                     Err(e) => Err(ReadErr::Io(e)),
@@ -1711,7 +1712,7 @@ impl Mgr {
                     }
                 }
             }
-            match (&conn.stream).read_vectored(&mut iov) {
+            match (&*conn.stream).read_vectored(&mut iov) {
                 Ok(n) => n,
                 Err(e) => {
                     blocks.into_iter().for_each(|b| out.pools.big.push(b));
@@ -1916,7 +1917,7 @@ impl Mgr {
                 Counters::inc(&self.c.rejected_conns);
                 continue; // dropping the stream closes it
             }
-            let conn = Conn::new(self.next_token.fetch_add(1, SeqCst), stream, peer, true);
+            let conn = Conn::new(self.next_token.fetch_add(1, SeqCst), private(stream), peer, true);
             self.apply_opts(&conn);
             // Our hello first, so the peer may read replies on this connection.
             if !matches!(sys::send_nosignal(conn.fd(), &frame::hello(0)), Ok(frame::HELLO_LEN)) {

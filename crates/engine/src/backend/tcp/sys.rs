@@ -13,6 +13,7 @@
 use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use crate::fdspace::{new_private, Private};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -46,12 +47,14 @@ pub fn set_int_opt(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()>
     set_int(fd, level, name, val)
 }
 
-fn new_socket(v6: bool, opts: &SockOpts) -> io::Result<OwnedFd> {
+fn new_socket(v6: bool, opts: &SockOpts) -> io::Result<Private<OwnedFd>> {
     let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
-    // SAFETY: plain syscall; the descriptor is adopted below.
-    let fd = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
-    // SAFETY: fd was just returned by socket() and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = new_private(|| {
+        // SAFETY: plain syscall; the descriptor is adopted below.
+        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: fd was just returned by socket() and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })?;
     // Buffer sizes must be set before connect/listen to shape window scaling.
     if opts.sndbuf > 0 {
         set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, opts.sndbuf.min(i32::MAX as usize) as i32)?;
@@ -71,7 +74,7 @@ fn bind_fd(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
 /// Starts a nonblocking connect to `dst` (from `src` when given). Returns the
 /// stream and whether it is already connected (otherwise in progress:
 /// writability then `take_error` tell the outcome).
-pub fn connect_start(dst: &SocketAddr, src: Option<IpAddr>, opts: &SockOpts) -> io::Result<(TcpStream, bool)> {
+pub fn connect_start(dst: &SocketAddr, src: Option<IpAddr>, opts: &SockOpts) -> io::Result<(Private<TcpStream>, bool)> {
     let fd = new_socket(dst.is_ipv6(), opts)?;
     if let Some(ip) = src.filter(|ip| ip.is_ipv6() == dst.is_ipv6()) {
         bind_fd(fd.as_raw_fd(), &SocketAddr::new(ip, 0))?;
@@ -88,20 +91,20 @@ pub fn connect_start(dst: &SocketAddr, src: Option<IpAddr>, opts: &SockOpts) -> 
         }
         false
     };
-    Ok((TcpStream::from(fd), done))
+    Ok((fd.map(TcpStream::from), done))
 }
 
 /// A nonblocking TCP socket bound to `addr` with SO_REUSEADDR (and
 /// dual-stack for `[::]`), for the pre-decided port; [`start_listening`]
 /// makes it accept.
-pub fn bind_listener(addr: &SocketAddr, opts: &SockOpts) -> io::Result<TcpListener> {
+pub fn bind_listener(addr: &SocketAddr, opts: &SockOpts) -> io::Result<Private<TcpListener>> {
     let fd = new_socket(addr.is_ipv6(), opts)?;
     set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     if addr.is_ipv6() {
         let _ = set_int(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0);
     }
     bind_fd(fd.as_raw_fd(), addr)?;
-    Ok(TcpListener::from(fd))
+    Ok(fd.map(TcpListener::from))
 }
 
 /// `listen(2)` on a socket from [`bind_listener`].
@@ -175,7 +178,7 @@ pub const EV_ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP | libc::EPOLLRDHUP) as 
 /// An epoll set that reports event flags with each token.
 #[derive(Debug)]
 pub struct Poller {
-    fd: OwnedFd,
+    fd: Private<OwnedFd>,
 }
 
 impl AsRawFd for Poller {
@@ -186,10 +189,13 @@ impl AsRawFd for Poller {
 
 impl Poller {
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscall; adopted below.
-        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: fresh descriptor owned by nobody else.
-        Ok(Poller { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        let fd = new_private(|| {
+            // SAFETY: plain syscall; adopted below.
+            let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+            // SAFETY: fresh descriptor owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })?;
+        Ok(Poller { fd })
     }
 
     /// Level-triggered readability (listener, doorbell).

@@ -1,0 +1,148 @@
+//! Where the engine's own file descriptors go.
+//!
+//! Every descriptor the engine keeps for itself (its epoll set, eventfds and
+//! timerfds, the sockets of its backends) is made with [`new_private`] (or
+//! adopted with [`private`]) and closed by dropping the [`Private`] that
+//! holds it. Both go through a process-wide [`Placement`]: by default there
+//! is none and a descriptor stays where the kernel put it. The preload shim installs one that moves these descriptors
+//! out of the program's own range (above its soft `RLIMIT_NOFILE`), so a
+//! program under the shim gets the descriptor numbers it would get on the
+//! kernel and cannot close the engine's descriptors by number.
+
+use std::io;
+use std::ops::Deref;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
+
+/// A process-wide policy for the engine's own descriptors.
+#[derive(Debug)]
+pub struct Placement {
+    /// Runs `make`, which creates one descriptor (or hands over one the
+    /// engine was given), so that it can succeed even when the program's
+    /// descriptors are at its limit, and returns the descriptor to keep: the
+    /// one made, or a duplicate of it elsewhere (the original then closed).
+    /// Fails only when `make` does.
+    pub make: fn(&mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd>,
+    /// Called with a kept descriptor's number just before it is closed.
+    pub release: fn(RawFd),
+}
+
+static PLACEMENT: OnceLock<&'static Placement> = OnceLock::new();
+
+/// Installs the process-wide placement; only the first call counts (returns
+/// whether this one did).
+pub fn set_placement(p: &'static Placement) -> bool {
+    PLACEMENT.set(p).is_ok()
+}
+
+/// A descriptor-holding value `T` (an [`OwnedFd`], a `TcpStream`, …) whose
+/// descriptor was placed by [`private`]; dropping it tells the placement
+/// before the descriptor is closed.
+#[derive(Debug)]
+pub struct Private<T: AsRawFd> {
+    // Declaration order is drop order: the release runs before `inner` closes.
+    #[allow(dead_code)] // held for its drop
+    release: Release,
+    inner: T,
+}
+
+#[derive(Debug)]
+struct Release(RawFd);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Some(p) = PLACEMENT.get() {
+            (p.release)(self.0);
+        }
+    }
+}
+
+/// A new descriptor of the engine's own: `make` creates it, through the
+/// placement if there is one.
+pub fn new_private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(make: impl FnOnce() -> io::Result<T>) -> io::Result<Private<T>> {
+    let fd = match PLACEMENT.get() {
+        Some(p) => {
+            let mut make = Some(make);
+            let mut once = || match make.take() {
+                Some(f) => f().map(Into::into),
+                None => Err(io::Error::other("descriptor already made")),
+            };
+            T::from((p.make)(&mut once)?)
+        }
+        None => make()?,
+    };
+    Ok(Private { release: Release(fd.as_raw_fd()), inner: fd })
+}
+
+/// Adopts a descriptor the engine was handed (or that a call like
+/// `accept` made) as one of its own, through the placement if there is one.
+pub fn private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(fd: T) -> Private<T> {
+    let raw = fd.as_raw_fd();
+    let mut fd = Some(fd);
+    match new_private(|| fd.take().ok_or_else(|| io::Error::other("taken"))) {
+        Ok(p) => p,
+        // Only `make` can fail, and it does not here: keep the number as is.
+        Err(_) => Private { release: Release(raw), inner: fd.take().expect("a placement fails only when make does") },
+    }
+}
+
+impl<T: AsRawFd> Private<T> {
+    /// The same descriptor held as another type (`OwnedFd` into a
+    /// `TcpStream`, say); `f` must keep the descriptor.
+    pub fn map<U: AsRawFd>(self, f: impl FnOnce(T) -> U) -> Private<U> {
+        let Private { release, inner } = self;
+        Private { release, inner: f(inner) }
+    }
+}
+
+impl<T: AsRawFd> Deref for Private<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: AsRawFd> AsRawFd for Private<T> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+impl<T: AsRawFd + AsFd> AsFd for Private<T> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    static PLACED: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+    static RELEASED: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+
+    // Keeps every descriptor where it is (harmless to the other tests of
+    // this process, which see it too) and records the calls.
+    static RECORD: Placement = Placement {
+        make: |make| {
+            let fd = make()?;
+            PLACED.lock().unwrap().push(fd.as_raw_fd());
+            Ok(fd)
+        },
+        release: |fd| RELEASED.lock().unwrap().push(fd),
+    };
+
+    #[test]
+    fn the_placement_sees_every_kept_descriptor_and_its_release_before_the_close() {
+        set_placement(&RECORD);
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let raw = a.as_raw_fd();
+        let p = private(OwnedFd::from(a));
+        assert_eq!(p.as_raw_fd(), raw);
+        assert!(PLACED.lock().unwrap().contains(&raw));
+        assert!(!RELEASED.lock().unwrap().contains(&raw));
+        drop(p);
+        assert!(RELEASED.lock().unwrap().contains(&raw));
+    }
+}

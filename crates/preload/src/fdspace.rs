@@ -1,0 +1,411 @@
+//! The shim's and the engine's own descriptors, kept out of the program's
+//! descriptor space.
+//!
+//! On the kernel a program's descriptors are numbered from the lowest free
+//! number up to its soft `RLIMIT_NOFILE`. Every descriptor the shim or the
+//! engine keeps for itself (the duplicate of each accelerated socket, the
+//! ring eventfds, the engine's epoll set, eventfds and timerfds, the TCP
+//! transport's sockets) is therefore moved to a *private* number at or
+//! above the program's soft limit, by [`private_dup`], the one helper that
+//! places them (the engine reaches it through
+//! [`eudp_engine::fdspace::Placement`], installed at load time).
+//!
+//! The soft limit itself stays the program's: [`private_dup`] raises it to
+//! the hard limit only around its own `F_DUPFD_CLOEXEC` and puts it back at
+//! once (a process may hold descriptors above its soft limit). So the
+//! program's own calls meet exactly its limit (EMFILE, `dup2` onto a number
+//! beyond it fails with EBADF, `F_DUPFD` with EINVAL), and children and
+//! executed programs inherit the limit the program set. The rlimit hooks
+//! below serialize with that window and report the program's value during
+//! it. When the hard limit leaves no room above the soft limit, private
+//! descriptors go as high as possible below it (logged with
+//! `EUDP_LOG=debug`).
+//!
+//! Private numbers are recorded in a bitmap: `close`, `close_range`,
+//! `closefrom` and `dup2`/`dup3` onto one behave as the kernel does for a
+//! number the program does not hold (EBADF, or skipped) and never close it.
+//! The engine releases a number (`release`) just before closing it itself.
+//! Private descriptors are close-on-exec; a fork child inherits them and
+//! the bitmap with them.
+
+#![allow(clippy::missing_safety_doc)]
+
+use crate::real;
+use crate::shim::dlog;
+use libc::{c_int, c_uint};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+
+/// Numbers below this are tracked (the kernel's `nr_open` default caps
+/// descriptors at 2^20).
+const TRACKED: usize = 1 << 20;
+/// With less room than this between the soft and the hard limit, private
+/// descriptors go below the limit instead.
+const MIN_ROOM: u64 = 64;
+/// Below the limit, they go no higher than this (the kernel's descriptor
+/// table grows to the highest number in use)...
+const TOP_CAP: u64 = 1 << 16;
+/// ...and start this far below their top, an eighth of it at most.
+const BELOW_MAX: u64 = 1024;
+
+static PRIVATE: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Odd while [`private_dup`] has the soft limit raised.
+static WINDOW: AtomicU64 = AtomicU64::new(0);
+/// The program's soft limit as the last window found it.
+static PROGRAM_SOFT: AtomicU64 = AtomicU64::new(0);
+/// Pid of the process holding the limits lock (0: free).
+static HOLDER: AtomicI32 = AtomicI32::new(0);
+
+fn slot(fd: c_int) -> Option<(usize, u64)> {
+    let f = usize::try_from(fd).ok().filter(|&f| f < TRACKED)?;
+    Some((f / 64, 1u64 << (f % 64)))
+}
+
+/// Whether `fd` is one of the shim's or the engine's own descriptors.
+#[inline]
+pub fn is_private(fd: c_int) -> bool {
+    slot(fd).is_some_and(|(w, b)| PRIVATE[w].load(Relaxed) & b != 0)
+}
+
+fn mark(fd: c_int) {
+    if let Some((w, b)) = slot(fd) {
+        if PRIVATE[w].fetch_or(b, SeqCst) & b == 0 {
+            COUNT.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+/// Forgets a private number (its descriptor is about to be closed).
+pub fn unmark(fd: c_int) {
+    if let Some((w, b)) = slot(fd) {
+        if PRIVATE[w].fetch_and(!b, SeqCst) & b != 0 {
+            COUNT.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+fn errno() -> c_int {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+// ------------------------------------------------------------ the limits
+
+/// Serializes the program's changes of RLIMIT_NOFILE with the shim's
+/// windows. A holder of another pid is a parent that forked while holding
+/// it: the child takes the lock over.
+struct Limits;
+
+fn lock_limits() -> Limits {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    for _ in 0..1_000_000 {
+        match HOLDER.compare_exchange(0, me, Acquire, Relaxed) {
+            Ok(_) => return Limits,
+            Err(h) if h != me && HOLDER.compare_exchange(h, me, Acquire, Relaxed).is_ok() => return Limits,
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+    dlog!("RLIMIT_NOFILE lock not released in time; going on without it");
+    HOLDER.store(me, Relaxed);
+    Limits
+}
+
+impl Drop for Limits {
+    fn drop(&mut self) {
+        HOLDER.store(0, Release);
+    }
+}
+
+fn nofile() -> Option<libc::rlimit64> {
+    let mut r = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: pid 0 (this process), no new limit, a live rlimit64 out.
+    (unsafe { real::prlimit64(0, libc::RLIMIT_NOFILE as c_int, std::ptr::null(), &mut r) } == 0).then_some(r)
+}
+
+fn set_soft(soft: u64, hard: u64) -> bool {
+    let r = libc::rlimit64 { rlim_cur: soft, rlim_max: hard };
+    // SAFETY: pid 0, a live rlimit64 in, no old value asked for.
+    unsafe { real::prlimit64(0, libc::RLIMIT_NOFILE as c_int, &r, std::ptr::null_mut()) == 0 }
+}
+
+/// Where private descriptors start for this soft and hard limit, whether
+/// that is at or above the soft limit, and the soft limit needed meanwhile.
+fn plan(soft: u64, hard: u64) -> (u64, bool, u64) {
+    let hard = hard.min(TRACKED as u64);
+    let soft = soft.min(hard);
+    if hard - soft >= MIN_ROOM {
+        return (soft, true, hard);
+    }
+    let top = hard.min(TOP_CAP);
+    let below = (top / 8).clamp(1, BELOW_MAX);
+    (top.saturating_sub(below).max(3), false, hard)
+}
+
+/// Runs `f` with room for one more descriptor whatever the program holds:
+/// the soft limit raised to the hard limit meanwhile (when it is lower),
+/// serialized with the program's own changes of it. `f` gets the number
+/// private descriptors start from.
+fn window<R>(f: impl FnOnce(u64) -> R) -> R {
+    static LOGGED: AtomicBool = AtomicBool::new(false);
+    let _l = lock_limits();
+    let (soft, hard) = nofile().map_or((0, 0), |r| (r.rlim_cur, r.rlim_max));
+    let (min, above, need) = plan(soft, hard);
+    let mut raised = false;
+    if need > soft {
+        PROGRAM_SOFT.store(soft, SeqCst);
+        WINDOW.fetch_add(1, SeqCst);
+        raised = set_soft(need, hard);
+        if !raised {
+            WINDOW.fetch_add(1, SeqCst);
+        }
+    }
+    if !LOGGED.swap(true, Relaxed) {
+        if above {
+            dlog!("private descriptors from {min}, above the program's soft RLIMIT_NOFILE {soft} (hard {hard})");
+        } else {
+            dlog!("the hard RLIMIT_NOFILE {hard} leaves no room above the soft limit {soft}: private descriptors from {min}, below it");
+        }
+    }
+    let r = f(min);
+    if raised {
+        set_soft(soft, hard);
+        WINDOW.fetch_add(1, SeqCst);
+    }
+    r
+}
+
+/// F_DUPFD_CLOEXEC of `fd` at `min` or above; where that range is full,
+/// at the lowest free number.
+fn dup_from(fd: c_int, min: u64) -> io::Result<c_int> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes an integer argument.
+    let mut d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, min as libc::c_ulong) };
+    if d < 0 && matches!(errno(), libc::EMFILE | libc::EINVAL) {
+        dlog!("no private descriptor number at or above {min}: one among the program's");
+        // SAFETY: as above.
+        d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    }
+    if d < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    mark(d);
+    Ok(d)
+}
+
+/// A close-on-exec duplicate of `fd` at a private number (see the module
+/// notes): the one helper that places the shim's and the engine's
+/// descriptors.
+pub fn private_dup(fd: c_int) -> io::Result<c_int> {
+    window(|min| dup_from(fd, min))
+}
+
+/// The engine's placement: the descriptor `make` creates (inside the
+/// window, so even a program at its limit leaves room for it) moves to a
+/// private number, the original closed; one already there stays.
+fn make(make: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
+    window(|min| {
+        let fd = make()?;
+        let raw = fd.as_raw_fd();
+        if is_private(raw) {
+            return Ok(fd);
+        }
+        match dup_from(raw, min) {
+            Ok(d) => {
+                // The kernel may have handed the old number to a socket the
+                // shim saw created: it is the engine's, not the program's.
+                crate::shim::remove(raw);
+                drop(fd);
+                // SAFETY: d was just returned by fcntl(F_DUPFD_CLOEXEC) and is ours.
+                Ok(unsafe { OwnedFd::from_raw_fd(d) })
+            }
+            Err(e) => {
+                dlog!("fd {raw}: cannot move to a private number ({e}); stays");
+                Ok(fd)
+            }
+        }
+    })
+}
+
+/// Runs `f` (which opens and closes descriptors of the shim's own, such as
+/// a stats file) with room for them even when the program is at its limit.
+pub fn with_room<R>(f: impl FnOnce() -> R) -> R {
+    window(|_| f())
+}
+
+fn release(fd: RawFd) {
+    unmark(fd);
+}
+
+static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release };
+
+extern "C" fn install() {
+    eudp_engine::fdspace::set_placement(&PLACEMENT);
+}
+
+// Installed at load time, before the engine can make a descriptor.
+#[used]
+#[link_section = ".init_array"]
+static INSTALL: extern "C" fn() = install;
+
+/// The soft limit the program should see, given what the kernel said and
+/// the window counter before and after asking it.
+fn program_view(cur: u64, before: u64, after: u64) -> u64 {
+    if before & 1 == 1 || before != after {
+        PROGRAM_SOFT.load(SeqCst)
+    } else {
+        cur
+    }
+}
+
+fn is_self(pid: libc::pid_t) -> bool {
+    // SAFETY: getpid has no preconditions.
+    pid == 0 || pid == unsafe { libc::getpid() }
+}
+
+// -------------------------------------------------------- closing ranges
+
+/// `close_range` over `[first, last]` that spares private descriptors: the
+/// stretches between them go to `f` (the kernel's close_range); returns
+/// the first failure, else 0. CLOSE_RANGE_CLOEXEC ranges go through whole
+/// (private descriptors are close-on-exec already).
+pub fn close_range_sparing(first: c_uint, last: c_uint, flags: c_int, mut f: impl FnMut(c_uint, c_uint, c_int) -> c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || COUNT.load(SeqCst) == 0 || first > last || first as usize >= TRACKED {
+        return f(first, last, flags);
+    }
+    let end = (last as usize).min(TRACKED - 1);
+    let mut from = first as usize; // the next number still to close
+    let mut rc = 0;
+    let mut err = 0;
+    let mut run = |a: usize, b: usize, rc: &mut c_int, err: &mut c_int| {
+        if f(a as c_uint, b as c_uint, flags) < 0 && *rc == 0 {
+            *rc = -1;
+            *err = errno();
+        }
+    };
+    let lo = first as usize / 64;
+    for (w, word) in PRIVATE.iter().enumerate().take(end / 64 + 1).skip(lo) {
+        let mut bits = word.load(SeqCst);
+        while bits != 0 {
+            let p = w * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if p < first as usize || p > end {
+                continue;
+            }
+            if p > from {
+                run(from, p - 1, &mut rc, &mut err);
+            }
+            from = p + 1;
+        }
+    }
+    if from <= last as usize {
+        run(from, last as usize, &mut rc, &mut err);
+    }
+    if rc < 0 {
+        // SAFETY: this thread's errno slot.
+        unsafe { *libc::__errno_location() = err };
+    }
+    rc
+}
+
+/// `closefrom(first)` sparing private descriptors.
+pub fn closefrom_sparing(first: c_int) {
+    close_range_sparing(first.max(0) as c_uint, c_uint::MAX, 0, |a, b, fl| {
+        // SAFETY: plain close_range on numbers the program asked to close.
+        let r = unsafe { real::close_range(a, b, fl) };
+        if r < 0 && errno() == libc::ENOSYS {
+            // Kernels without close_range: libc's own closefrom for the
+            // open-ended stretch, single closes for the others.
+            if b == c_uint::MAX {
+                // SAFETY: as above.
+                unsafe { real::closefrom(a as c_int) };
+            } else {
+                for n in a..=b {
+                    // SAFETY: as above.
+                    unsafe { real::close(n as c_int) };
+                }
+            }
+            return 0;
+        }
+        r
+    });
+}
+
+// ------------------------------------------------------------- the hooks
+
+#[no_mangle]
+pub unsafe extern "C" fn getrlimit(res: c_int, rl: *mut libc::rlimit) -> c_int {
+    let before = WINDOW.load(SeqCst);
+    // SAFETY: the caller's pointer, as getrlimit's contract allows.
+    let r = unsafe { real::getrlimit(res, rl) };
+    if r == 0 && res == libc::RLIMIT_NOFILE as c_int && !rl.is_null() {
+        // SAFETY: getrlimit just filled it.
+        unsafe { (*rl).rlim_cur = program_view((*rl).rlim_cur, before, WINDOW.load(SeqCst)) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getrlimit64(res: c_int, rl: *mut libc::rlimit64) -> c_int {
+    // SAFETY: rlimit and rlimit64 are one layout on 64-bit Linux.
+    unsafe { getrlimit(res, rl as *mut libc::rlimit) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn setrlimit(res: c_int, rl: *const libc::rlimit) -> c_int {
+    let _l = (res == libc::RLIMIT_NOFILE as c_int).then(lock_limits);
+    // SAFETY: the caller's pointer, as setrlimit's contract allows.
+    unsafe { real::setrlimit(res, rl) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn setrlimit64(res: c_int, rl: *const libc::rlimit64) -> c_int {
+    // SAFETY: rlimit and rlimit64 are one layout on 64-bit Linux.
+    unsafe { setrlimit(res, rl as *const libc::rlimit) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn prlimit64(pid: libc::pid_t, res: c_int, new: *const libc::rlimit64, old: *mut libc::rlimit64) -> c_int {
+    let ours = res == libc::RLIMIT_NOFILE as c_int && is_self(pid);
+    let _l = (ours && !new.is_null()).then(lock_limits);
+    let before = WINDOW.load(SeqCst);
+    // SAFETY: the caller's pointers, as prlimit's contract allows.
+    let r = unsafe { real::prlimit64(pid, res, new, old) };
+    if r == 0 && ours && !old.is_null() {
+        // SAFETY: prlimit just filled it.
+        unsafe { (*old).rlim_cur = program_view((*old).rlim_cur, before, WINDOW.load(SeqCst)) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn prlimit(pid: libc::pid_t, res: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int {
+    // SAFETY: rlimit and rlimit64 are one layout on 64-bit Linux.
+    unsafe { prlimit64(pid, res, new as *const libc::rlimit64, old as *mut libc::rlimit64) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getdtablesize() -> c_int {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: a live rlimit out.
+    if unsafe { getrlimit(libc::RLIMIT_NOFILE as c_int, &mut r) } == 0 {
+        r.rlim_cur.min(c_int::MAX as u64) as c_int
+    } else {
+        // SAFETY: no arguments.
+        unsafe { real::getdtablesize() }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sysconf(name: c_int) -> libc::c_long {
+    if name == libc::_SC_OPEN_MAX {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: a live rlimit out.
+        if unsafe { getrlimit(libc::RLIMIT_NOFILE as c_int, &mut r) } == 0 {
+            return if r.rlim_cur == libc::RLIM_INFINITY { -1 } else { r.rlim_cur.min(libc::c_long::MAX as u64) as libc::c_long };
+        }
+    }
+    // SAFETY: sysconf takes any name.
+    unsafe { real::sysconf(name) }
+}
