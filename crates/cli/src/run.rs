@@ -355,6 +355,19 @@ pub fn stat_main(args: &[String]) -> i32 {
 struct Bg(std::process::Child);
 
 impl Bg {
+    /// Waits up to `limit` for the process to end by itself: a server run
+    /// for one test (`iperf3 -s -1`) writes its final shim report at exit,
+    /// and killing it first would leave only the last periodic one.
+    fn wait_exit(&mut self, limit: Duration) {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn stop(&mut self) -> String {
         // SAFETY-free: kill(2) through libc on our own child.
         let pid = self.0.id() as i32;
@@ -463,13 +476,16 @@ pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats:
 pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, extra: &[&str]) -> Result<serde_json::Value, String> {
     let reverse = extra.contains(&"-R");
     let port = "5301";
-    let srv = spawn_bg(app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port]))?;
+    let mut srv = spawn_bg(app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port]))?;
     std::thread::sleep(Duration::from_millis(400));
     let t = secs.to_string();
     let l = len.to_string();
     let mut argv = vec!["iperf3", "-c", crate::testbed::ADDR_B, "-p", port, "-u", "-b", rate, "-l", &l, "-t", &t, "--json"];
     argv.extend_from_slice(extra);
     let out = output(app_command(tb, 'a', stack, lib, stats, &argv), Duration::from_secs(secs as u64 + 20));
+    if out.is_ok() {
+        srv.wait_exit(Duration::from_secs(5));
+    }
     drop(srv);
     let out = out?;
     let start = out.find('{').ok_or_else(|| format!("iperf3: no JSON: {out}"))?;
