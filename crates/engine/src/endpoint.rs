@@ -7,7 +7,7 @@
 //! receive served from the ring costs no syscall, and when the ring is empty
 //! the caller reads the socket itself before sleeping.
 
-use crate::backend::kernel::{self, EventFd, InMeta, OutMsg};
+use crate::backend::kernel::{self, ErrorFlag, EventFd, InMeta, OutMsg};
 use crate::backend::Backend;
 use crate::batch::{group_calls, gso_batch, GsoLimits};
 use crate::engine::{Engine, Shared};
@@ -88,6 +88,11 @@ struct RecvSide {
     /// Whether `ready` is readable now: it is written only on a change, so
     /// a receive that fills and empties the ring itself costs no syscall.
     ready_set: bool,
+    /// Raised while an asynchronous error is pending, once made
+    /// ([`Endpoint::error_fd`]); from then on `ready` stands for datagrams
+    /// only, so an epoll set holding both reports the error as `EPOLLERR`
+    /// and not as input.
+    err: Option<Arc<ErrorFlag>>,
 }
 
 impl RecvSide {
@@ -98,6 +103,15 @@ impl RecvSide {
                 fd.set();
                 self.ready_set = true;
             }
+        }
+    }
+
+    /// An asynchronous error became pending: the error flag goes up when
+    /// there is one, else `ready` stands for the error.
+    fn error_ready(&mut self) {
+        match &self.err {
+            Some(f) => f.raise(),
+            None => self.signal(),
         }
     }
 
@@ -178,6 +192,35 @@ pub(crate) struct EpInner {
     stats: Stats,
     pub(crate) trace: crate::tracepoint::EpTrace,
 }
+
+/// What a receive returns once [`Endpoint::stop_receiving`] handed the
+/// socket back to its owner and the ring holds nothing for it: the caller
+/// receives on the owner's path instead (see [`is_handed_over`]).
+#[derive(Debug)]
+struct HandedOver;
+
+impl std::fmt::Display for HandedOver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the socket was handed back to its owner")
+    }
+}
+
+impl std::error::Error for HandedOver {}
+
+fn handed_over() -> io::Error {
+    io::Error::other(HandedOver)
+}
+
+/// True for the error a receive returns after [`Endpoint::stop_receiving`]
+/// (a receive that began on the engine and must be made again on the
+/// socket's owner's path: its kept datagrams first, then the kernel).
+pub fn is_handed_over(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<HandedOver>())
+}
+
+/// One datagram handed back by [`Endpoint::take_received`]: payload,
+/// source, and what the kernel reported with it (destination, TOS, TTL).
+pub type KeptDatagram = (Vec<u8>, SocketAddr, Option<crate::backend::PktInfo>);
 
 /// Flags for [`Endpoint::recv_with`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -304,7 +347,7 @@ impl Endpoint {
             caller_staging: Mutex::new(L1Queue::default()),
             caller_drains: backend.drain_on_caller(),
             send_cv: Condvar::new(),
-            recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false }),
+            recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false, err: None }),
             rx_sock: Mutex::new(()),
             ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
             last_fill: std::sync::atomic::AtomicUsize::new(0),
@@ -453,6 +496,27 @@ impl Endpoint {
         Ok(self.inner.ready_fd(&mut rs)?.as_raw_fd())
     }
 
+    /// A descriptor that reports `POLLERR` (and nothing else) exactly while
+    /// an asynchronous error is pending (see [`ErrorFlag`]), made on first
+    /// use. Once it exists, [`Endpoint::poll_fd`] stands for datagrams only:
+    /// a poll or epoll set that holds the socket's input descriptors must
+    /// hold this one too.
+    pub fn error_fd(&self) -> io::Result<RawFd> {
+        let i = &self.inner;
+        let mut rs = lock(&i.recv);
+        if rs.err.is_none() {
+            let f = Arc::new(ErrorFlag::new()?);
+            if i.pending_error.load(Relaxed) != 0 {
+                f.raise();
+                if rs.ring.is_empty() {
+                    rs.unsignal();
+                }
+            }
+            rs.err = Some(f);
+        }
+        Ok(rs.err.as_ref().expect("just made").as_raw_fd())
+    }
+
     /// Whether a send would be accepted without waiting, as `POLLOUT` on a
     /// kernel socket reports it: L1 is less than half full.
     pub fn writable(&self) -> bool {
@@ -503,6 +567,9 @@ impl Endpoint {
             return false;
         }
         let Ok(_g) = i.rx_sock.try_lock() else { return false };
+        if i.rx_stopped.load(Relaxed) {
+            return false;
+        }
         i.fill_on_caller(true);
         i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
     }
@@ -528,7 +595,7 @@ impl Endpoint {
     pub fn note_error(&self, code: i32) {
         if code != 0 {
             self.inner.set_pending_error(code);
-            lock(&self.inner.recv).signal();
+            lock(&self.inner.recv).error_ready();
         }
     }
 
@@ -644,6 +711,11 @@ impl Endpoint {
     /// engine stops watching and reading it for good. What was already
     /// taken off the socket stays in the ring for
     /// [`Endpoint::take_received`].
+    ///
+    /// Receives that find the ring empty from then on fail with the error
+    /// [`is_handed_over`] recognises, for the caller to receive on its own
+    /// path. A thread already asleep inside a read of the socket reads one
+    /// message at most (see [`EpInner::block_in_read`]) and returns it.
     pub fn stop_receiving(&self) {
         let i = &self.inner;
         i.rx_stopped.store(true, SeqCst);
@@ -661,7 +733,7 @@ impl Endpoint {
     /// A thread sleeping inside a read of the socket (a blocking receive
     /// that began before the hand-over) keeps the socket; after `wait` only
     /// the ring is taken and the socket is reported as not found empty.
-    pub fn take_received(&self, max_bytes: usize, wait: Duration, out: &mut std::collections::VecDeque<(Vec<u8>, SocketAddr)>) -> Taken {
+    pub fn take_received(&self, max_bytes: usize, wait: Duration, out: &mut std::collections::VecDeque<KeptDatagram>) -> Taken {
         let i = &self.inner;
         let deadline = Instant::now() + wait;
         let guard = loop {
@@ -681,7 +753,7 @@ impl Endpoint {
             {
                 let mut rs = lock(&i.recv);
                 while let Some(r) = i.pop(&mut rs, &mut buf, false) {
-                    out.push_back((buf[..r.copied].to_vec(), r.src));
+                    out.push_back((buf[..r.copied].to_vec(), r.src, r.pktinfo));
                     taken.datagrams += 1;
                 }
             }
@@ -706,7 +778,13 @@ impl Endpoint {
     /// stands for the datagrams [`Endpoint::take_received`] handed over:
     /// an epoll set the application registered it in keeps reporting them.
     pub fn take_ready_fd(&self) -> Option<Arc<EventFd>> {
-        lock(&self.inner.recv).ready.take()
+        let mut rs = lock(&self.inner.recv);
+        // The error flag (if any) reports nothing from now on: what the
+        // owner's epoll sets hold of it must not stand for a stale error.
+        if let Some(f) = rs.err.take() {
+            f.clear();
+        }
+        rs.ready.take()
     }
 }
 
@@ -762,8 +840,13 @@ impl EpInner {
     /// nothing now unless the ring holds a datagram.
     fn error_taken(&self) {
         let mut rs = lock(&self.recv);
-        if rs.ring.is_empty() && self.pending_error.load(Relaxed) == 0 {
-            rs.unsignal();
+        if self.pending_error.load(Relaxed) == 0 {
+            if let Some(f) = &rs.err {
+                f.clear();
+            }
+            if rs.ring.is_empty() {
+                rs.unsignal();
+            }
         }
     }
 
@@ -1300,7 +1383,7 @@ impl EpInner {
         if rs.ready.is_none() {
             rs.ready = Some(Arc::new(EventFd::new()?));
             rs.ready_set = false;
-            if !rs.ring.is_empty() || self.pending_error.load(Relaxed) != 0 {
+            if !rs.ring.is_empty() || (self.pending_error.load(Relaxed) != 0 && rs.err.is_none()) {
                 rs.signal();
             }
         }
@@ -1374,7 +1457,7 @@ impl EpInner {
                 let code = e.raw_os_error().unwrap_or(libc::EIO);
                 self.set_pending_error(code);
                 while self.backend.take_error().is_some() {}
-                lock(&self.recv).signal();
+                lock(&self.recv).error_ready();
             }
         }
     }
@@ -1396,6 +1479,9 @@ impl EpInner {
             return None;
         }
         let _g = self.rx_sock.try_lock().ok()?;
+        if self.rx_stopped.load(Relaxed) {
+            return Some(Err(handed_over()));
+        }
         if self.ring_len.get() > 0 || self.pending_error.load(Relaxed) != 0 {
             return None;
         }
@@ -1406,7 +1492,14 @@ impl EpInner {
                 Stats::add(&self.stats.recv_calls, 1);
                 Stats::add(&self.stats.direct_recv_calls, 1);
                 self.trace.rx_enter();
-                let budget = self.read_budget(sc.bufs.len());
+                // One message: a hand-over may begin while this thread
+                // sleeps, and after it the socket is its owner's; the one
+                // message this read takes then is what a plain receive of
+                // the kernel socket would have taken, and it is returned
+                // at once (more would be left behind in a ring nobody
+                // reads). Under a stream the ring is seldom empty, and a
+                // message may hold a whole GRO batch.
+                let budget = self.read_budget(1);
                 match self.backend.recv_batch_wait(&mut sc.bufs[..budget], &mut sc.meta[..budget]) {
                     // A shut-down socket reads nothing without waiting.
                     Ok(0) => return None,
@@ -1607,7 +1700,7 @@ impl EpInner {
         if !peek {
             self.trace.pop();
         }
-        if rs.ring.is_empty() && self.pending_error.load(Relaxed) == 0 {
+        if rs.ring.is_empty() && (self.pending_error.load(Relaxed) == 0 || rs.err.is_some()) {
             rs.unsignal();
         }
         let src = d.src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -1627,6 +1720,9 @@ impl EpInner {
                     return Ok(r);
                 }
             }
+            if self.rx_stopped.load(Relaxed) {
+                return Err(handed_over());
+            }
             // Ring empty. A blocking receive without a timeout (and past its
             // spin) sleeps inside the read itself when it can.
             let dl = if nonblocking { None } else { *deadline.get_or_insert_with(|| self.deadline(false)) };
@@ -1645,6 +1741,9 @@ impl EpInner {
                 // Read the socket on this thread (no hop), unless the engine
                 // is reading it right now — then its push will wake us.
                 None => match self.rx_sock.try_lock() {
+                    // Handed over while this thread got here: the socket is
+                    // the owner's (and what the hand-over left, its own).
+                    Ok(_g) if self.rx_stopped.load(Relaxed) => return Err(handed_over()),
                     Ok(_g) => {
                         Stats::add(&self.stats.direct_recv_calls, 1);
                         // Readiness is settled after this thread's pop below.
@@ -1675,12 +1774,15 @@ impl EpInner {
                 }
                 if let Some(e) = self.take_pending_error() {
                     rs.unsignal();
+                    if let Some(f) = &rs.err {
+                        f.clear();
+                    }
                     return Err(e);
                 }
                 if nonblocking {
                     return Err(err(libc::EAGAIN));
                 }
-                self.ready_fd(&mut rs)?.clone()
+                (self.ready_fd(&mut rs)?.clone(), rs.err.clone())
             };
             let now = Instant::now();
             let remaining = match dl {
@@ -1698,7 +1800,8 @@ impl EpInner {
             // Wake on data in the socket (we read it ourselves) or in the ring
             // (the engine got there first).
             self.rx_waiters.fetch_add(1, SeqCst);
-            let fds = [self.backend.raw_fd(), ready.as_raw_fd()];
+            let (ready, errs) = ready;
+            let fds = [self.backend.raw_fd(), ready.as_raw_fd(), errs.as_ref().map_or(-1, |f| f.as_raw_fd())];
             let r = kernel::poll_readable_or_shut(&fds, remaining, flags.interruptible);
             self.rx_waiters.fetch_sub(1, SeqCst);
             if r? {
@@ -1707,7 +1810,9 @@ impl EpInner {
                 // is still queued, then an empty read, rather than waiting
                 // on a socket that stays readable with nothing to read.
                 if let Ok(_g) = self.rx_sock.try_lock() {
-                    self.fill_on_caller(false);
+                    if !self.rx_stopped.load(Relaxed) {
+                        self.fill_on_caller(false);
+                    }
                 }
                 let mut rs = lock(&self.recv);
                 if let Some(r) = self.pop(&mut rs, buf, flags.peek) {

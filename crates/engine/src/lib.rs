@@ -29,6 +29,6 @@ pub mod stats;
 pub mod tracepoint;
 
 pub use config::Config;
-pub use endpoint::{Endpoint, Received, RecvFlags, RingLen, SendFlags, Taken};
+pub use endpoint::{is_handed_over, Endpoint, KeptDatagram, Received, RecvFlags, RingLen, SendFlags, Taken};
 pub use engine::Engine;
 pub use stats::StatsSnapshot;

@@ -97,6 +97,16 @@ pub(crate) fn gro_enabled(fd: c_int) -> bool {
     getsockopt_int(fd, libc::SOL_UDP, UDP_GRO).is_some_and(|v| v != 0)
 }
 
+/// An integer `IPPROTO_IP` option of the kernel socket.
+pub(crate) fn ip_opt(fd: c_int, name: c_int) -> Option<c_int> {
+    getsockopt_int(fd, libc::IPPROTO_IP, name)
+}
+
+/// Sets an integer `IPPROTO_IP` option on the kernel socket.
+pub(crate) fn set_ip_opt(fd: c_int, name: c_int, v: c_int) {
+    sockopt_int(fd, libc::IPPROTO_IP, name, v);
+}
+
 /// The kernel socket's receive buffer (SO_RCVBUF as the kernel reports it).
 pub(crate) fn kernel_rcvbuf(fd: c_int) -> usize {
     getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map_or(0, |v| v.max(0) as usize)
@@ -300,9 +310,29 @@ fn with_sock_t<R>(fd: c_int, f: impl FnOnce(&Tls, &Arc<Sock>) -> R) -> Option<R>
 
 /// Receive on the shim's path: leftovers of a fallback, then the engine.
 /// `None`: the socket is on the kernel path; use libc.
+///
+/// A receive that began on the engine and found the socket handed over to
+/// the kernel path meanwhile (a fallback on another thread) is made again,
+/// here: it then waits for the hand-over, takes what it kept, or goes to
+/// the kernel like any receive after the fallback.
+#[inline]
 fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result<Received, c_int>> {
+    match shim_recv_once(t, s, fd, buf, flags) {
+        Some(Err(shim::RETRY)) => match shim_recv_once(t, s, fd, buf, flags) {
+            // Cannot happen twice (the socket is on the kernel path now).
+            Some(Err(shim::RETRY)) => Some(Err(libc::EAGAIN)),
+            r => r,
+        },
+        r => r,
+    }
+}
+
+fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result<Received, c_int>> {
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
         return None;
+    }
+    if s.mode() == shim::KERNEL {
+        s.await_hand_over();
     }
     let peek = flags & libc::MSG_PEEK != 0;
     if s.has_leftover() {
@@ -489,18 +519,19 @@ unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, fla
                 m.msg_namelen = 0;
             }
             m.msg_flags = if r.len > r.copied { libc::MSG_TRUNC } else { 0 };
-            write_pktinfo(m, r.pktinfo.as_ref());
+            write_pktinfo(m, s, r.pktinfo.as_ref());
             Some(recv_ret(&r, flags))
         }
         Err(e) => Some(fail(e)),
     }
 }
 
-/// The destination control messages the kernel gave the engine for this
-/// datagram (`IP_PKTINFO`, `IPV6_PKTINFO`), written as the kernel's
+/// The control messages the kernel gave the engine for this datagram
+/// (`IP_PKTINFO`, `IPV6_PKTINFO`, and `IP_TTL`, `IP_TOS` when the program
+/// asked for them), in the kernel's order, written as the kernel's
 /// `put_cmsg` does: a message that does not fit is cut to the room left
 /// (header included when it fits) and flagged `MSG_CTRUNC`.
-unsafe fn write_pktinfo(m: &mut libc::msghdr, info: Option<&eudp_engine::backend::PktInfo>) {
+unsafe fn write_pktinfo(m: &mut libc::msghdr, s: &Sock, info: Option<&eudp_engine::backend::PktInfo>) {
     let room = if m.msg_control.is_null() { 0 } else { m.msg_controllen };
     m.msg_controllen = 0;
     let Some(info) = info else { return };
@@ -516,6 +547,12 @@ unsafe fn write_pktinfo(m: &mut libc::msghdr, info: Option<&eudp_engine::backend
     if let Some((addr, ifindex)) = info.v6 {
         let p = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: addr.octets() }, ipi6_ifindex: ifindex };
         put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &p);
+    }
+    if let Some(ttl) = info.ttl.filter(|_| s.wants_rx_opt(false)) {
+        put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_TTL, &c_int::from(ttl));
+    }
+    if let Some(tos) = info.tos.filter(|_| s.wants_rx_opt(true)) {
+        put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_TOS, &tos);
     }
     m.msg_controllen = used as _;
 }
@@ -577,6 +614,9 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
     with_sock_t(fd, |t, s| {
         // On the kernel path too while datagrams kept at the fallback wait:
         // they come first (the loop ends where they do).
+        if s.mode() == shim::KERNEL {
+            s.await_hand_over();
+        }
         if (s.mode() != shim::KERNEL || s.has_leftover()) && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
             let base = flags & !libc::MSG_WAITFORONE;
             // As in the kernel: the timeout is looked at after each datagram
@@ -1065,6 +1105,25 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     let Some(s) = lookup(fd) else { return real::setsockopt(fd, level, name, val, len) };
+    if level == libc::IPPROTO_IP && matches!(name, libc::IP_RECVTOS | libc::IP_RECVTTL) && !s.v6 && !shim::tcp_transport() {
+        match s.mode() {
+            shim::ACTIVE if s.rx_opts_forced() => {
+                // The engine keeps every datagram's TOS and TTL (the kernel
+                // socket has both on): the program's setting decides what
+                // recvmsg shows. The kernel checks the value as usual.
+                let r = real::setsockopt(fd, level, name, val, len);
+                if r == 0 {
+                    let saved = errno();
+                    s.note_rx_opt(fd, name, ip_opt(fd, name).unwrap_or(0) != 0);
+                    set_errno(saved);
+                }
+                return r;
+            }
+            // Not on the engine yet: adoption reads the setting.
+            shim::LAZY | shim::KERNEL => return real::setsockopt(fd, level, name, val, len),
+            _ => {}
+        }
+    }
     let iv = if !val.is_null() && len as usize >= 4 { Some(std::ptr::read_unaligned(val as *const c_int)) } else if !val.is_null() && len == 1 { Some(*(val as *const u8) as c_int) } else { None };
     let kind = classify(level, name, iv);
     if let Opt::Unsupported(why) = &kind {
@@ -1084,6 +1143,18 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 #[no_mangle]
 pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
     let r = real::getsockopt(fd, level, name, val, len);
+    if r == 0 && level == libc::IPPROTO_IP && matches!(name, libc::IP_RECVTOS | libc::IP_RECVTTL) && !val.is_null() && !len.is_null() && *len > 0 {
+        if let Some(s) = lookup(fd).filter(|s| s.rx_opts_forced()) {
+            // What the program set, in the width the kernel wrote.
+            let on = s.wants_rx_opt(name == libc::IP_RECVTOS);
+            if *len as usize >= 4 {
+                std::ptr::write_unaligned(val as *mut c_int, c_int::from(on));
+            } else {
+                *(val as *mut u8) = u8::from(on);
+            }
+        }
+        return r;
+    }
     if r != 0 || level != libc::SOL_SOCKET || name != libc::SO_ERROR || val.is_null() || len.is_null() || (*len as usize) < 4 {
         return r;
     }
@@ -1326,7 +1397,8 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
                 claim_error(t, all[e.at].fd);
             }
             all[e.at].revents |= e.ready;
-            if all[app.len() + j].revents & libc::POLLIN != 0 {
+            // The ring's eventfd (POLLIN) or the error flag (POLLERR).
+            if all[app.len() + j].revents & (libc::POLLIN | libc::POLLERR) != 0 {
                 all[e.at].revents |= ring_events_of(t, all[e.at].fd);
             }
         }
@@ -1396,6 +1468,9 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
                     add(Extra { at, fd, ready, ask: false });
                 } else if ready != 0 {
                     add(Extra { at, fd: -1, ready, ask: false });
+                }
+                if let Some(fd) = s.err_fd_made() {
+                    add(Extra { at, fd, ready: 0, ask: false });
                 }
                 if tcp {
                     add(Extra { at, fd: ep.raw_fd(), ready: 0, ask: false });
@@ -1717,6 +1792,10 @@ fn ring_events(ev: u32) -> Option<u32> {
 /// transport the backend's descriptor.
 fn ready_fds(s: &Sock, ep: &Endpoint) -> Vec<c_int> {
     let mut v: Vec<c_int> = s.ring_fd(ep).into_iter().collect();
+    // An asynchronous error the engine took off the kernel socket: the
+    // error flag reports it as EPOLLERR, as the kernel socket would have
+    // (the ring's eventfd then stands for datagrams only).
+    v.extend(s.err_fd(ep));
     if shim::tcp_transport() {
         v.push(ep.raw_fd());
     }
@@ -1733,10 +1812,13 @@ struct RingDup {
 
 /// epoll keys a registration by descriptor number and file, so two
 /// descriptors of one socket (dup) registered in one epoll need two
-/// descriptors of its ring's eventfd: the first uses the eventfd itself,
-/// the next a duplicate, made then and kept while the socket and its ring
-/// last. Keyed by the socket's address and the application's descriptor.
-static RING_DUPS: std::sync::Mutex<Option<std::collections::HashMap<(usize, c_int), RingDup>>> = std::sync::Mutex::new(None);
+/// descriptors of its ring's eventfd (and of its error flag): the first
+/// uses the eventfd itself, the next a duplicate, made then and kept while
+/// the socket and its ring last. Keyed by the socket's address, the
+/// application's descriptor and the descriptor duplicated.
+/// (socket address, application descriptor, ring or flag descriptor).
+type DupKey = (usize, c_int, c_int);
+static RING_DUPS: std::sync::Mutex<Option<std::collections::HashMap<DupKey, RingDup>>> = std::sync::Mutex::new(None);
 
 /// The duplicate of `rfd` for `(s, fd)`: made when `create`, else only
 /// one already made. A stale one (another socket at that address, or
@@ -1747,7 +1829,7 @@ fn ring_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, create: bool) -> Option<c_int>
         return None;
     }
     let map = g.get_or_insert_with(Default::default);
-    let key = (Arc::as_ptr(s) as usize, fd);
+    let key = (Arc::as_ptr(s) as usize, fd, rfd);
     if let Some(d) = map.get(&key) {
         if d.ring == rfd && std::ptr::eq(d.sock.as_ptr(), Arc::as_ptr(s)) && d.sock.strong_count() > 0 {
             return Some(d.dup);
@@ -1778,7 +1860,7 @@ pub(crate) fn forget_ring_dups(addr: usize) {
     }
     let mut g = RING_DUPS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(map) = g.as_mut() {
-        map.retain(|&(a, _), d| {
+        map.retain(|&(a, _, _), d| {
             if a == addr {
                 real_close(d.dup);
             }
@@ -1885,6 +1967,7 @@ fn before_exec() -> Vec<(c_int, bool)> {
             let fdfl = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
             if fdfl >= 0 && fdfl & libc::FD_CLOEXEC == 0 {
                 restore_kernel_socket(fd, s.nonblock());
+                s.restore_rx_opts(fd, true);
                 touched.push((fd, s.nonblock()));
             }
         }
@@ -1896,6 +1979,9 @@ fn before_exec() -> Vec<(c_int, bool)> {
 fn after_failed_exec(touched: Vec<(c_int, bool)>) {
     for (fd, _) in touched {
         sockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1);
+        if let Some(s) = lookup(fd) {
+            s.reforce_rx_opts(fd);
+        }
     }
 }
 

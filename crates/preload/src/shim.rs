@@ -8,7 +8,7 @@
 //! `real`.
 
 use eudp_engine::backend::kernel::EventFd;
-use eudp_engine::{Config, Endpoint, Engine, Received, RecvFlags, RingLen};
+use eudp_engine::{Config, Endpoint, Engine, KeptDatagram, Received, RecvFlags, RingLen};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -53,8 +53,22 @@ pub struct Sock {
     /// that finds datagrams waiting takes no lock and no reference.
     ring_len: std::sync::OnceLock<Arc<RingLen>>,
     /// Datagrams left in the ring when the socket fell back to the kernel.
-    leftover: Mutex<VecDeque<(Vec<u8>, SocketAddr)>>,
+    leftover: Mutex<VecDeque<KeptDatagram>>,
     has_leftover: AtomicBool,
+    /// Held by a fallback while it hands the socket over; `handing_over`
+    /// is set meanwhile (before the socket is marked `KERNEL`), so a
+    /// receive on the kernel path waits for the hand-over instead of
+    /// reading the kernel socket under it (ahead of what it keeps, or a
+    /// GRO message before it is split).
+    handover: Mutex<()>,
+    handing_over: AtomicBool,
+    /// The endpoint's error flag ([`Endpoint::error_fd`]) once made for an
+    /// epoll registration, or -1.
+    err_fd: AtomicI32,
+    /// `IP_RECVTOS`/`IP_RECVTTL` as the program set them, and whether the
+    /// kernel socket has both on for the engine instead (see
+    /// [`Sock::force_rx_opts`]).
+    rx_opts: AtomicU8,
     /// The ring's readiness eventfd, kept from the endpoint while
     /// `leftover` holds datagrams and readable until it is empty: an epoll
     /// set the application registered the socket in while it was on the
@@ -69,9 +83,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Not an errno: a receive that began on the engine found the socket
+/// handed over to the kernel path (fallback) and must be made again there.
+pub const RETRY: i32 = -1;
+
 pub fn errno_of(e: &io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
+    match e.raw_os_error() {
+        Some(n) => n,
+        None if eudp_engine::is_handed_over(e) => RETRY,
+        None => libc::EIO,
+    }
 }
+
+/// `rx_opts` bits.
+const RX_FORCED: u8 = 1;
+const RX_WANT_TOS: u8 = 2;
+const RX_WANT_TTL: u8 = 4;
 
 // ---------------------------------------------------------------- logging
 
@@ -279,6 +306,10 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         ring_len: std::sync::OnceLock::new(),
         leftover: Mutex::new(VecDeque::new()),
         has_leftover: AtomicBool::new(false),
+        handover: Mutex::new(()),
+        handing_over: AtomicBool::new(false),
+        err_fd: AtomicI32::new(-1),
+        rx_opts: AtomicU8::new(0),
         leftover_ready: Mutex::new(None),
         reason: Mutex::new(None),
         fd,
@@ -447,6 +478,99 @@ impl Sock {
         self.has_leftover.load(Acquire)
     }
 
+    /// On the kernel path: waits until a fallback in progress has handed
+    /// the socket over (what it keeps is then in the leftovers).
+    #[inline]
+    pub fn await_hand_over(&self) {
+        if self.handing_over.load(Acquire) {
+            drop(lock(&self.handover));
+        }
+    }
+
+    /// The endpoint's error flag for an epoll registration (made now if
+    /// needed; see [`Endpoint::error_fd`]).
+    pub fn err_fd(&self, ep: &Endpoint) -> Option<i32> {
+        let cached = self.err_fd.load(Relaxed);
+        if cached >= 0 {
+            return Some(cached);
+        }
+        let fd = ep.error_fd().ok()?;
+        self.err_fd.store(fd, Relaxed);
+        Some(fd)
+    }
+
+    /// The error flag if one was made (for poll/select).
+    #[inline]
+    pub fn err_fd_made(&self) -> Option<i32> {
+        Some(self.err_fd.load(Relaxed)).filter(|&f| f >= 0)
+    }
+
+    /// IPv4 sockets on the engine: the kernel socket gets `IP_RECVTOS` and
+    /// `IP_RECVTTL` on, so every message the engine reads carries its TOS
+    /// and TTL (the kernel reports them only while the option is on when a
+    /// message is read, not when it arrived). The program's own settings
+    /// are kept here: `getsockopt` reports them, the shim writes these
+    /// control messages only when the program asked, and a fallback or an
+    /// exec gives them back to the kernel socket.
+    fn force_rx_opts(&self, fd: i32) {
+        if self.v6 || tcp_transport() {
+            return;
+        }
+        let tos = crate::hooks::ip_opt(fd, libc::IP_RECVTOS);
+        let ttl = crate::hooks::ip_opt(fd, libc::IP_RECVTTL);
+        let (Some(tos), Some(ttl)) = (tos, ttl) else { return };
+        let bits = RX_FORCED | if tos != 0 { RX_WANT_TOS } else { 0 } | if ttl != 0 { RX_WANT_TTL } else { 0 };
+        crate::hooks::set_ip_opt(fd, libc::IP_RECVTOS, 1);
+        crate::hooks::set_ip_opt(fd, libc::IP_RECVTTL, 1);
+        self.rx_opts.store(bits, Release);
+    }
+
+    /// True while the kernel socket has `IP_RECVTOS`/`IP_RECVTTL` on for
+    /// the engine rather than as the program set them.
+    pub fn rx_opts_forced(&self) -> bool {
+        self.rx_opts.load(Acquire) & RX_FORCED != 0
+    }
+
+    /// Whether the program asked for `IP_RECVTOS` (`tos`) or `IP_RECVTTL`.
+    pub fn wants_rx_opt(&self, tos: bool) -> bool {
+        self.rx_opts.load(Acquire) & if tos { RX_WANT_TOS } else { RX_WANT_TTL } != 0
+    }
+
+    /// The program set `IP_RECVTOS`/`IP_RECVTTL` (`name`) to `on` while the
+    /// kernel socket has both on for the engine: recorded, and the kernel
+    /// socket keeps both on.
+    pub fn note_rx_opt(&self, fd: i32, name: i32, on: bool) {
+        let bit = if name == libc::IP_RECVTOS { RX_WANT_TOS } else { RX_WANT_TTL };
+        if on {
+            self.rx_opts.fetch_or(bit, AcqRel);
+        } else {
+            self.rx_opts.fetch_and(!bit, AcqRel);
+        }
+        crate::hooks::set_ip_opt(fd, name, 1);
+    }
+
+    /// Gives the kernel socket back the program's `IP_RECVTOS`/`IP_RECVTTL`
+    /// (`keep`: they stay recorded as forced, for an exec that fails).
+    pub fn restore_rx_opts(&self, fd: i32, keep: bool) {
+        let bits = self.rx_opts.load(Acquire);
+        if bits & RX_FORCED == 0 {
+            return;
+        }
+        crate::hooks::set_ip_opt(fd, libc::IP_RECVTOS, i32::from(bits & RX_WANT_TOS != 0));
+        crate::hooks::set_ip_opt(fd, libc::IP_RECVTTL, i32::from(bits & RX_WANT_TTL != 0));
+        if !keep {
+            self.rx_opts.fetch_and(!RX_FORCED, AcqRel);
+        }
+    }
+
+    /// After an exec that failed: the socket is still on the engine.
+    pub fn reforce_rx_opts(&self, fd: i32) {
+        if self.rx_opts_forced() {
+            crate::hooks::set_ip_opt(fd, libc::IP_RECVTOS, 1);
+            crate::hooks::set_ip_opt(fd, libc::IP_RECVTTL, 1);
+        }
+    }
+
     pub fn reason(&self) -> Option<String> {
         lock(&self.reason).clone()
     }
@@ -540,6 +664,7 @@ impl Sock {
             let (rt, st) = crate::hooks::kernel_timeouts(fd);
             ep.set_read_timeout(rt);
             ep.set_write_timeout(st);
+            self.force_rx_opts(fd);
             self.dup_fd.store(d, SeqCst);
             Ok(ep)
         })();
@@ -601,20 +726,30 @@ impl Sock {
     /// in while it was on the engine also holds the ring's readiness
     /// eventfd, which is kept readable while datagrams are kept (closed,
     /// and so out of every epoll set, with the last one); a socket added to
-    /// an epoll set after the fallback gets it added as well. A blocking
-    /// receive that another thread began on the engine before the fallback
-    /// keeps the socket until it returns: what it reads meanwhile is
-    /// returned by it alone, and the socket is not drained for the
-    /// application past the ring (see [`Endpoint::take_received`]).
+    /// an epoll set after the fallback gets it added as well. Kept
+    /// datagrams keep what the kernel reported with them (destination,
+    /// TOS, TTL).
+    ///
+    /// Receives wait while the hand-over runs (`handing_over`). A receive
+    /// that began on the engine and waits there finds, when it wakes, the
+    /// socket handed over: it is made again on the kernel path (kept
+    /// datagrams first, see [`crate::hooks`]' `shim_recv`). A thread asleep
+    /// inside its read of the socket keeps the socket until a message
+    /// arrives (the hand-over waits for it only boundedly): it then takes
+    /// that one message, as a plain receive of the kernel socket would,
+    /// and returns it (see [`Endpoint::stop_receiving`]).
     pub fn fallback(&self, fd: i32, reason: &str) {
         if self.mode() == KERNEL {
             return; // also keeps a fork child off locks the parent's threads held
         }
+        // Receives that find the socket on the kernel path wait for this.
+        let _handing = lock(&self.handover);
         let ep = {
             let mut g = lock(&self.ep);
             if self.mode() == KERNEL {
                 return;
             }
+            self.handing_over.store(true, SeqCst);
             self.mode.store(KERNEL, Release);
             self.fast.store(std::ptr::null_mut(), SeqCst);
             g.take()
@@ -629,7 +764,7 @@ impl Sock {
             hand_over(fd, &ep, &mut keep);
             // A connected socket's ring keeps no source: it is the peer.
             if let Ok(peer) = ep.peer_addr() {
-                for (_, src) in keep.iter_mut().skip(before).filter(|(_, a)| a.port() == 0) {
+                for (_, src, _) in keep.iter_mut().skip(before).filter(|(_, a, _)| a.port() == 0) {
                     *src = peer;
                 }
             }
@@ -646,15 +781,20 @@ impl Sock {
             crate::stat::retire(self, &ep);
             self.poll_fd.store(-1, Relaxed);
             self.dup_fd.store(-1, Relaxed);
+            self.err_fd.store(-1, Relaxed);
             self.release(ep);
             crate::hooks::restore_kernel_socket(fd, self.nonblock());
+            // Kept datagrams carry their TOS/TTL; new ones get them from
+            // the kernel only if the program asked.
+            self.restore_rx_opts(fd, false);
         }
+        self.handing_over.store(false, SeqCst);
     }
 
     /// A datagram kept from the ring after a fallback.
     pub fn pop_leftover(&self, buf: &mut [u8], peek: bool) -> Option<Received> {
         let mut g = lock(&self.leftover);
-        let (d, src) = if peek { g.front().cloned()? } else { g.pop_front()? };
+        let (d, src, info) = if peek { g.front().cloned()? } else { g.pop_front()? };
         if g.is_empty() && !peek {
             self.has_leftover.store(false, Release);
             // Closed: the socket's own readiness is all there is now.
@@ -662,7 +802,7 @@ impl Sock {
         }
         let n = d.len().min(buf.len());
         buf[..n].copy_from_slice(&d[..n]);
-        Some(Received { copied: n, len: d.len(), src, pktinfo: None })
+        Some(Received { copied: n, len: d.len(), src, pktinfo: info })
     }
 
     /// The readiness eventfd standing for the kept datagrams, if any.
@@ -742,7 +882,7 @@ impl Drop for Sock {
 /// socket can hold when GRO goes off); a sender that never lets the queue
 /// empty for that long may leave a message coalesced before GRO went off
 /// (logged with `EUDP_LOG=debug`).
-fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<(Vec<u8>, SocketAddr)>) {
+fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>) {
     const ROUNDS: usize = 8;
     const WAIT: Duration = Duration::from_millis(200);
     ep.stop_receiving();
@@ -927,7 +1067,7 @@ pub fn fork_child() {
             if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {
                 s.mode.store(KERNEL, Release);
                 s.fast.store(std::ptr::null_mut(), SeqCst);
-                for f in [s.dup_fd.swap(-1, SeqCst), s.poll_fd.swap(-1, SeqCst)] {
+                for f in [s.dup_fd.swap(-1, SeqCst), s.poll_fd.swap(-1, SeqCst), s.err_fd.swap(-1, SeqCst)] {
                     if f >= 0 {
                         crate::hooks::real_close(f);
                     }

@@ -55,7 +55,7 @@ fn surface_matches_the_kernel() {
 fn fallbacks_are_counted() {
     // Where the kernel path is the answer, the move is counted.
     let exe = cc("udp_surface", &[]);
-    for (case, n) in [("shutdown", 7), ("epoll_oneshot", 1), ("errqueue", 2), ("tos_ttl", 2)] {
+    for (case, n) in [("shutdown", 7), ("epoll_oneshot", 1), ("errqueue", 2), ("tos_ttl", 1)] {
         let (_, _, r) = both(&exe, case);
         assert!(sum(&r, "fallbacks") >= n, "{case}: {r:?}");
     }
@@ -66,12 +66,10 @@ fn fallbacks_are_counted() {
     }
 }
 
-/// Known difference, kept runnable: a datagram the engine took off the
-/// socket before the program asked for IP_RECVTOS/IP_RECVTTL is handed
-/// back after the fallback without those control messages (the engine
-/// keeps only IP_PKTINFO). `cargo test -- --ignored` shows it.
+/// A datagram the engine took off the socket before the program asked for
+/// IP_RECVTOS/IP_RECVTTL still comes with those control messages (the
+/// engine keeps every message's TOS and TTL).
 #[test]
-#[ignore = "known difference: TOS/TTL of datagrams queued before IP_RECVTOS/IP_RECVTTL"]
 fn tos_ttl_of_datagrams_queued_before_the_option() {
     let exe = cc("udp_surface", &[]);
     let (kernel, shim, _) = both(&exe, "tos_ttl_early");

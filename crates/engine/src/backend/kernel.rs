@@ -40,9 +40,9 @@ const SCM_TSTAMP_SCHED: u32 = 1;
 /// Room for one `UDP_SEGMENT` (u16) control message.
 const GSO_CMSG_SPACE: usize = 32;
 /// Room for the receive control messages we ask for: `UDP_GRO` (an int, 24
-/// bytes with its header) and, when tracing, `SCM_TIMESTAMPING` (three
-/// timespecs, 64 bytes).
-const RX_CMSG_SPACE: usize = 160;
+/// bytes with its header), `IP_PKTINFO` (32), `IP_TTL` and `IP_TOS` (24
+/// each) and, when tracing, `SCM_TIMESTAMPING` (three timespecs, 64 bytes).
+const RX_CMSG_SPACE: usize = 192;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -242,11 +242,17 @@ pub struct PktInfo {
     pub v4: Option<(u32, std::net::Ipv4Addr, std::net::Ipv4Addr)>,
     /// `IPV6_PKTINFO`: header destination address and interface index.
     pub v6: Option<(std::net::Ipv6Addr, u32)>,
+    /// `IP_TOS` (present while the socket has `IP_RECVTOS` on): the IPv4
+    /// header's TOS byte.
+    pub tos: Option<u8>,
+    /// `IP_TTL` (present while the socket has `IP_RECVTTL` on): the IPv4
+    /// header's TTL.
+    pub ttl: Option<u8>,
 }
 
 impl PktInfo {
     fn is_empty(&self) -> bool {
-        self.v4.is_none() && self.v6.is_none()
+        self.v4.is_none() && self.v6.is_none() && self.tos.is_none() && self.ttl.is_none()
     }
 }
 
@@ -646,6 +652,13 @@ impl UdpSocket {
                         let a = |x: libc::in_addr| std::net::Ipv4Addr::from(u32::from_be(x.s_addr));
                         info.v4 = Some((p.ipi_ifindex as u32, a(p.ipi_spec_dst), a(p.ipi_addr)));
                     }
+                    if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
+                        info.tos = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c)));
+                    }
+                    if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TTL {
+                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                        info.ttl = Some(v.clamp(0, 255) as u8);
+                    }
                     if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_PKTINFO {
                         let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
                         info.v6 = Some((std::net::Ipv6Addr::from(p.ipi6_addr.s6_addr), p.ipi6_ifindex));
@@ -748,6 +761,87 @@ impl EventFd {
     /// Makes the fd unreadable (drains the counter).
     pub fn clear(&self) {
         read_counter(self.fd.as_raw_fd());
+    }
+}
+
+/// A descriptor that reports `POLLERR`/`EPOLLERR` (and nothing else) while
+/// raised: an application's poll or epoll set can hold it next to a
+/// socket whose asynchronous error the engine took off the kernel socket,
+/// so the set reports that error as the kernel socket would have, level-
+/// or edge-triggered, rather than as input.
+///
+/// Two unnamed (autobound) `AF_UNIX` datagram sockets `a` and `b`, `a`
+/// connected to `b`: raising connects `b` to `a`, queues one byte at `b`
+/// from `a` and disconnects `b`, which discards the byte and sets `a`'s
+/// pending error (`ECONNRESET`, the kernel's signal that one side of a
+/// connected datagram pair went away) with an error wake-up; clearing
+/// reads `a`'s `SO_ERROR`. `a` never receives anything, so it is never
+/// readable, and it is polled for input only.
+#[derive(Debug)]
+pub struct ErrorFlag {
+    a: Private<OwnedFd>,
+    b: Private<OwnedFd>,
+    a_addr: libc::sockaddr_un,
+    a_len: libc::socklen_t,
+}
+
+impl AsRawFd for ErrorFlag {
+    fn as_raw_fd(&self) -> RawFd {
+        self.a.as_raw_fd()
+    }
+}
+
+impl ErrorFlag {
+    /// A lowered flag.
+    pub fn new() -> io::Result<Self> {
+        let unix = || {
+            new_private(|| {
+                // SAFETY: plain syscall; the fd is owned below.
+                let fd = cvt(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+                // SAFETY: fresh fd owned by nobody else.
+                Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+            })
+        };
+        let (a, b) = (unix()?, unix()?);
+        let bind_auto = |fd: RawFd| -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+            // SAFETY: sockaddr_un is plain data.
+            let mut addr: libc::sockaddr_un = unsafe { zeroed() };
+            addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            // SAFETY: an address of just the family asks for an autobound
+            // (abstract) name; getsockname writes within `addr`'s size.
+            unsafe {
+                cvt(libc::bind(fd, &addr as *const _ as *const libc::sockaddr, size_of::<libc::sa_family_t>() as libc::socklen_t))?;
+                let mut len = size_of::<libc::sockaddr_un>() as libc::socklen_t;
+                cvt(libc::getsockname(fd, &mut addr as *mut _ as *mut libc::sockaddr, &mut len))?;
+                Ok((addr, len))
+            }
+        };
+        let (a_addr, a_len) = bind_auto(a.as_raw_fd())?;
+        let (b_addr, b_len) = bind_auto(b.as_raw_fd())?;
+        // SAFETY: b_addr/b_len as getsockname returned them.
+        cvt(unsafe { libc::connect(a.as_raw_fd(), &b_addr as *const _ as *const libc::sockaddr, b_len) })?;
+        Ok(ErrorFlag { a, b, a_addr, a_len })
+    }
+
+    /// Raises the flag: `a` reports an error until [`ErrorFlag::clear`].
+    pub fn raise(&self) {
+        let b = self.b.as_raw_fd();
+        let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
+        // SAFETY: addresses and lengths of live values; one byte from a live
+        // buffer. A failure leaves the flag down (as before the call).
+        unsafe {
+            libc::connect(b, &self.a_addr as *const _ as *const libc::sockaddr, self.a_len);
+            libc::send(self.a.as_raw_fd(), b"!".as_ptr() as *const libc::c_void, 1, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+            libc::connect(b, &unspec, size_of::<libc::sockaddr>() as libc::socklen_t);
+        }
+    }
+
+    /// Lowers the flag.
+    pub fn clear(&self) {
+        let mut v: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: pointer/length of a live c_int.
+        unsafe { libc::getsockopt(self.a.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR, &mut v as *mut _ as *mut libc::c_void, &mut len) };
     }
 }
 

@@ -809,8 +809,8 @@ static void print_cmsgs(int fd) {
 }
 
 /* IP_TOS/IP_TTL set on the sender, seen by a receiver that asked for
- * IP_RECVTOS/IP_RECVTTL (the shim moves such a receiver, and a sender of
- * per-datagram control messages, to the kernel path). `early`: the
+ * IP_RECVTOS/IP_RECVTTL (the engine keeps every message's TOS and TTL; a
+ * sender of per-datagram control messages moves to the kernel path). `early`: the
  * receiver ran on the engine before it asked, and a datagram was already
  * on its way in. */
 static void tos_ttl(int early) {
