@@ -1770,7 +1770,8 @@ struct RingDup {
 /// the next a duplicate, made then and kept while the socket and its ring
 /// last. Keyed by the socket's address, the application's descriptor and
 /// the readiness descriptor it stands for.
-static RING_DUPS: std::sync::Mutex<Option<std::collections::HashMap<(usize, c_int, c_int), RingDup>>> = std::sync::Mutex::new(None);
+type RingDups = std::collections::HashMap<(usize, c_int, c_int), RingDup>;
+static RING_DUPS: std::sync::Mutex<Option<RingDups>> = std::sync::Mutex::new(None);
 
 /// The duplicate of `rfd` for `(s, fd)`: made when `create`, else only
 /// one already made. A stale one (another socket at that address, or
