@@ -1102,6 +1102,24 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
     }
 }
 
+/// Options the TCP transport cannot honour although the kernel transport
+/// can. Its frames carry no destination address, so `IP_PKTINFO` and
+/// `IPV6_RECVPKTINFO` would have nothing to report; and it gives a port's
+/// datagrams to one endpoint, where the kernel spreads an `SO_REUSEPORT`
+/// group's over its members. On the kernel path such a socket still gets
+/// the datagrams of senders on this transport (see `Mgr::forward` in the
+/// engine's tcp backend).
+fn tcp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<String> {
+    if val.unwrap_or(1) == 0 {
+        return None;
+    }
+    match (level, name) {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO) | (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO) => Some(format!("setsockopt {} under the tcp transport (frames carry no destination address)", if level == libc::IPPROTO_IP { "IP_PKTINFO" } else { "IPV6_RECVPKTINFO" })),
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => Some("setsockopt SO_REUSEPORT under the tcp transport (the kernel spreads the group's datagrams)".into()),
+        _ => None,
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     let Some(s) = lookup(fd) else { return real::setsockopt(fd, level, name, val, len) };
@@ -1125,7 +1143,12 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         }
     }
     let iv = if !val.is_null() && len as usize >= 4 { Some(std::ptr::read_unaligned(val as *const c_int)) } else if !val.is_null() && len == 1 { Some(*(val as *const u8) as c_int) } else { None };
-    let kind = classify(level, name, iv);
+    let mut kind = classify(level, name, iv);
+    if shim::tcp_transport() {
+        if let Some(why) = tcp_unsupported(level, name, iv) {
+            kind = Opt::Unsupported(why);
+        }
+    }
     if let Opt::Unsupported(why) = &kind {
         if s.mode() != shim::KERNEL {
             s.fallback(fd, why);
@@ -1783,7 +1806,17 @@ fn ring_events(ev: u32) -> Option<u32> {
     if ev & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 == 0 {
         return None;
     }
-    let keep = (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLWAKEUP | libc::EPOLLEXCLUSIVE) as u32;
+    let mut keep = (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLWAKEUP | libc::EPOLLEXCLUSIVE) as u32;
+    if shim::tcp_transport() {
+        // Datagrams reach the ring after the program may already wait; an
+        // exclusive wake-up would then go to one waiting epoll set only,
+        // and a set not waiting at that moment would never report them,
+        // where a loopback kernel socket had the datagram before any wait.
+        // Waking every set is within EPOLLEXCLUSIVE's promise (one or
+        // more). The backend's descriptor, an epoll set, cannot take the
+        // flag anyway (EINVAL).
+        keep &= !(libc::EPOLLEXCLUSIVE as u32);
+    }
     Some(libc::EPOLLIN as u32 | (ev & keep))
 }
 
@@ -1812,11 +1845,11 @@ struct RingDup {
 
 /// epoll keys a registration by descriptor number and file, so two
 /// descriptors of one socket (dup) registered in one epoll need two
-/// descriptors of its ring's eventfd (and of its error flag): the first
-/// uses the eventfd itself, the next a duplicate, made then and kept while
-/// the socket and its ring last. Keyed by the socket's address, the
-/// application's descriptor and the descriptor duplicated.
-/// (socket address, application descriptor, ring or flag descriptor).
+/// descriptors of its ring's eventfd (and of its error flag, and under the
+/// TCP transport of the backend's descriptor): the first uses the
+/// descriptor itself, the next a duplicate, made then and kept while the
+/// socket and its ring last.
+/// Key: (socket address, application descriptor, descriptor duplicated).
 type DupKey = (usize, c_int, c_int);
 static RING_DUPS: std::sync::Mutex<Option<std::collections::HashMap<DupKey, RingDup>>> = std::sync::Mutex::new(None);
 
@@ -1887,9 +1920,10 @@ unsafe fn ring_ctl_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, epfd: c_int, op: c_
 #[no_mangle]
 pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int {
     let Some(s) = lookup(fd) else { return real::epoll_ctl(epfd, op, fd, ev) };
-    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLONESHOT as u32 != 0 && s.mode() != shim::KERNEL {
+    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLONESHOT as u32 != 0 && (*ev).events & libc::EPOLLEXCLUSIVE as u32 == 0 && s.mode() != shim::KERNEL {
         // One report per arming cannot span two registrations (the kernel
         // socket and the ring's eventfd each report once): kernel path.
+        // (With EPOLLEXCLUSIVE the kernel refuses the registration.)
         s.fallback(fd, "epoll_ctl EPOLLONESHOT");
     }
     let r = real::epoll_ctl(epfd, op, fd, ev);
@@ -2094,6 +2128,11 @@ fn flush_all(t: Duration) {
         if let Some(ep) = s.existing() {
             ep.flush(t);
         }
+    }
+    if shim::tcp_transport() {
+        // Flushed endpoints may leave datagrams in the transport's lanes,
+        // waiting for a connection.
+        eudp_engine::backend::tcp::TcpTransport::wait_global_sent(t);
     }
 }
 

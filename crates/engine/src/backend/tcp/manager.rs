@@ -94,7 +94,9 @@ counters! {
     drop_deadline: "Datagrams dropped: waited past the DML deadline while not connected.",
     drop_max_wait: "Datagrams dropped: waited past the bound on a stalled connection.",
     drop_no_lane: "Datagrams dropped: lane cap reached.",
-    drop_no_port: "Datagrams received for a port no endpoint is bound to.",
+    drop_no_port: "Datagrams received for a port no endpoint is bound to (and no kernel UDP socket either, or no CAP_NET_RAW to reach one).",
+    forwarded_kernel: "Datagrams for a port no endpoint is bound to, handed to the kernel UDP socket bound there (a socket on the kernel path, another process's) with the sender's address.",
+    kernel_received: "Datagrams an endpoint read from its own kernel UDP socket (from senders not on this transport, or handed over by a listener).",
     drop_rx_full: "Datagrams dropped: the endpoint's receive queue was full.",
     drop_filtered: "Datagrams dropped by a connected endpoint (other source).",
     lost_partial: "Datagrams cut off by a connection failure mid-frame.",
@@ -127,6 +129,9 @@ pub(super) struct RxQueue {
     owned: Mutex<Option<Arc<Conn>>>,
     /// Buffers for those reads.
     rd: Mutex<RdCtx>,
+    /// The endpoint's kernel UDP socket may hold input (see
+    /// [`Mgr::watch_kernel`]); its reader reads it next.
+    pub(super) kernel_pending: AtomicBool,
 }
 
 /// A reader's buffers: the read buffer and receive blocks.
@@ -262,7 +267,18 @@ impl RxQueue {
         let ready = EventFd::new()?;
         let poll = Poller::new()?;
         poll.add_level(ready.as_raw_fd(), 0)?;
-        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()) })
+        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()), kernel_pending: AtomicBool::new(true) })
+    }
+
+    /// Input arrived on the endpoint's kernel socket: its reader is woken
+    /// (the flag first, so a reader clearing readiness sees it).
+    fn kernel_ready(&self) {
+        self.kernel_pending.store(true, SeqCst);
+        let mut q = lock(&self.inner);
+        if !q.signalled {
+            q.signalled = true;
+            self.ready.set();
+        }
     }
 
     /// Bytes this queue can still take before its bound.
@@ -577,6 +593,12 @@ pub(super) struct Mgr {
     cork_armed: AtomicBool,
     /// When the process-wide transport last wrote its counters file.
     stats_written: Mutex<Option<Instant>>,
+    /// Endpoints' kernel UDP sockets in `poller`, by token.
+    kernel_socks: Mutex<HashMap<u64, Weak<RxQueue>>>,
+    /// Raw sockets for [`Mgr::forward`], opened on first use.
+    raw: OnceLock<sys::RawUdp>,
+    /// Recent answers of [`sys::udp_port_bound`]: (bound, when asked).
+    bound: Mutex<HashMap<(IpAddr, u16), (bool, Instant)>>,
     pub(super) c: Counters,
 }
 
@@ -588,7 +610,24 @@ pub struct TcpTransport {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-static GLOBAL: OnceLock<Result<TcpTransport, i32>> = OnceLock::new();
+/// The process-wide transport and the process it was started in.
+struct Global {
+    pid: u32,
+    t: Result<TcpTransport, i32>,
+}
+
+/// Leaked, never freed: a fork child keeps its parent's transport (whose
+/// manager thread it does not have, and whose connections it must not
+/// shut down) and starts its own beside it. The lock is held only to
+/// look up or add an entry.
+static GLOBALS: Mutex<Vec<&'static Global>> = Mutex::new(Vec::new());
+static GLOBAL_INIT: Mutex<()> = Mutex::new(());
+
+/// This process's transport, if started here (not inherited across fork).
+fn current() -> Option<&'static Result<TcpTransport, i32>> {
+    let pid = std::process::id();
+    lock(&GLOBALS).iter().rev().find(|g| g.pid == pid).map(|g| &g.t)
+}
 
 /// Where the process-wide transport writes its counters:
 /// `$EUDP_STAT_DIR/<pid>.tcp.json`, next to the shim's `<pid>.json` that
@@ -617,7 +656,7 @@ fn write_stats(stats: &TcpStats, queued: usize) {
 
 /// atexit hook of the process-wide transport: the final counters.
 extern "C" fn dump_global_stats() {
-    if let Some(Ok(t)) = GLOBAL.get() {
+    if let Some(Ok(t)) = current() {
         write_stats(&t.stats(), t.queued_bytes());
     }
 }
@@ -663,6 +702,9 @@ impl TcpTransport {
             cc_warned: AtomicBool::new(false),
             cork_armed: AtomicBool::new(false),
             stats_written: Mutex::new(None),
+            kernel_socks: Mutex::new(HashMap::new()),
+            raw: OnceLock::new(),
+            bound: Mutex::new(HashMap::new()),
             c: Counters::default(),
         });
         let m2 = mgr.clone();
@@ -673,29 +715,62 @@ impl TcpTransport {
         Ok(TcpTransport { mgr, thread: Mutex::new(Some(thread)) })
     }
 
+    /// Waits (bounded by `timeout`) until this process's transport, if it
+    /// has one, holds no queued datagram: what waits for a connection
+    /// (one a fork child opens to its parent's listener, say) is written
+    /// before the process ends (`_exit`). False: still queued.
+    pub fn wait_global_sent(timeout: Duration) -> bool {
+        let Some(Ok(t)) = current() else { return true };
+        let end = Instant::now() + timeout;
+        while t.queued_bytes() > 0 {
+            if Instant::now() >= end {
+                return false;
+            }
+            t.mgr.ring();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
     /// The process-wide transport, from `EUDP_TCP_*` (see [`TcpConfig`]).
     /// When the pre-decided port is taken on this host (another UOE process
     /// listens), it runs without a listener and says so on stderr.
+    ///
+    /// A fork child starts its own on first use: the one it inherited has
+    /// no manager thread there. Its listener's port is then the parent's,
+    /// so it runs without one (replies reach it over the connections it
+    /// opens, and datagrams for its ports through the listening process's
+    /// hand-over to their kernel sockets, see `Mgr::forward`).
     pub fn global() -> io::Result<&'static TcpTransport> {
-        let r = GLOBAL.get_or_init(|| {
-            let cfg = TcpConfig::from_env().unwrap_or_else(|e| {
-                eprintln!("eudp: {e}; using tcp defaults");
-                TcpConfig::default()
-            });
-            let r = match TcpTransport::start(cfg.clone()) {
-                Ok(t) => Ok(t),
-                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
-                    eprintln!("eudp: tcp port {} is in use; this process will not accept UOE connections", cfg.port);
-                    TcpTransport::start(TcpConfig { listen: false, ..cfg }).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-                }
-                Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
-            };
-            if r.is_ok() && stats_path().is_some() {
-                sys::at_exit(dump_global_stats);
-            }
-            r
+        if let Some(r) = current() {
+            return r.as_ref().map_err(|&c| err(c));
+        }
+        let _init = lock(&GLOBAL_INIT);
+        if let Some(r) = current() {
+            return r.as_ref().map_err(|&c| err(c));
+        }
+        let cfg = TcpConfig::from_env().unwrap_or_else(|e| {
+            eprintln!("eudp: {e}; using tcp defaults");
+            TcpConfig::default()
         });
-        r.as_ref().map_err(|&c| err(c))
+        let first = lock(&GLOBALS).is_empty();
+        let r = match TcpTransport::start(cfg.clone()) {
+            Ok(t) => Ok(t),
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
+                if first {
+                    eprintln!("eudp: tcp port {} is in use; this process will not accept UOE connections", cfg.port);
+                }
+                TcpTransport::start(TcpConfig { listen: false, ..cfg }).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+            }
+            Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+        };
+        // atexit handlers are inherited across fork: one registration serves all.
+        if first && r.is_ok() && stats_path().is_some() {
+            sys::at_exit(dump_global_stats);
+        }
+        let g: &'static Global = Box::leak(Box::new(Global { pid: std::process::id(), t: r }));
+        lock(&GLOBALS).push(g);
+        g.t.as_ref().map_err(|&c| err(c))
     }
 
     /// The transport's settings.
@@ -853,6 +928,69 @@ impl Mgr {
         let v = ports.get(&port)?;
         let exact = v.iter().find(|(ip, _)| *ip == local).and_then(|(_, w)| w.upgrade());
         exact.or_else(|| v.iter().find(|(ip, _)| ip.is_unspecified()).and_then(|(_, w)| w.upgrade()))
+    }
+
+    // ---- kernel UDP sockets (input not carried by this transport) ----
+
+    /// Watches an endpoint's kernel UDP socket `fd`: each arrival there
+    /// (from a sender not on this transport, or handed over by
+    /// [`Mgr::forward`] of the process that listens) wakes the endpoint's
+    /// reader, which reads the socket too. Costs nothing while nothing
+    /// arrives. Returns the token for [`Mgr::unwatch_kernel`].
+    pub(super) fn watch_kernel(&self, fd: RawFd, q: &Arc<RxQueue>) -> io::Result<u64> {
+        let tok = self.next_token.fetch_add(1, SeqCst);
+        lock(&self.kernel_socks).insert(tok, Arc::downgrade(q));
+        if let Err(e) = self.poller.add_edge(fd, tok) {
+            lock(&self.kernel_socks).remove(&tok);
+            return Err(e);
+        }
+        Ok(tok)
+    }
+
+    /// Before the kernel socket's descriptor closes (the application may
+    /// keep the socket open through its own descriptor).
+    pub(super) fn unwatch_kernel(&self, fd: RawFd, tok: u64) {
+        self.poller.remove(fd);
+        lock(&self.kernel_socks).remove(&tok);
+    }
+
+    /// A datagram from `src` for `local:dst`, a port no endpoint of this
+    /// transport is bound to: if a kernel UDP socket of this host holds it
+    /// (a socket on the kernel path in this process, one of another
+    /// process, or an endpoint of a UOE process that does not listen), it
+    /// is sent there over raw IP with `src` as its source, so the receiver
+    /// sees the original sender as with UDP. False: dropped (not bound, or
+    /// no `CAP_NET_RAW`).
+    fn forward(&self, src: SocketAddr, local: IpAddr, dst: u16, payload: &[u8]) -> bool {
+        const BOUND_FOR: Duration = Duration::from_millis(1000);
+        const FREE_FOR: Duration = Duration::from_millis(20);
+        let raw = self.raw.get_or_init(sys::RawUdp::open);
+        if !raw.any() {
+            return false;
+        }
+        let now = Instant::now();
+        let key = (norm_ip(local), dst);
+        let cached = lock(&self.bound).get(&key).copied().filter(|&(b, at)| now.duration_since(at) < if b { BOUND_FOR } else { FREE_FOR });
+        let bound = match cached {
+            Some((b, _)) => b,
+            None => {
+                let b = sys::udp_port_bound(key.0, dst);
+                let mut m = lock(&self.bound);
+                if m.len() >= 4096 {
+                    m.retain(|_, &mut (b, at)| now.duration_since(at) < if b { BOUND_FOR } else { FREE_FOR });
+                }
+                m.insert(key, (b, now));
+                b
+            }
+        };
+        if !bound {
+            return false;
+        }
+        let ok = raw.send(src, SocketAddr::new(key.0, dst), payload).is_ok();
+        if ok {
+            Counters::inc(&self.c.forwarded_kernel);
+        }
+        ok
     }
 
     // ---- lanes (send side) ----
@@ -1390,6 +1528,8 @@ impl Mgr {
                             if self.conn_event(&conn, flags) {
                                 again.push(tok);
                             }
+                        } else if let Some(q) = lock(&self.kernel_socks).get(&tok).and_then(Weak::upgrade) {
+                            q.kernel_ready();
                         }
                     }
                 }
@@ -1940,7 +2080,7 @@ impl Mgr {
     /// time until the next tick.
     fn tick(&self, now: Instant) -> Duration {
         let mut next = Duration::from_secs(1);
-        if let Some(Ok(t)) = GLOBAL.get() {
+        if let Some(Ok(t)) = current() {
             // The process-wide transport keeps `<pid>.tcp.json` current for
             // `eudp stat` (the atexit hook writes the final counters).
             if std::ptr::eq(&*t.mgr, self) && stats_path().is_some() {
@@ -2265,7 +2405,11 @@ impl Deliver<'_> {
                 self.bytes += payload.len() as u64;
                 self.to(dst);
                 match self.cache.as_ref().and_then(|c| c.1.as_ref()) {
-                    None => Counters::inc(&self.mgr.c.drop_no_port),
+                    None => {
+                        if !self.mgr.forward(SocketAddr::new(self.conn.peer.ip(), src), self.conn.local_ip, dst, payload) {
+                            Counters::inc(&self.mgr.c.drop_no_port);
+                        }
+                    }
                     Some(q) => self.pools.add(&mut self.batch, q.gro.load(Relaxed), SocketAddr::new(self.conn.peer.ip(), src), payload),
                 }
             }
@@ -2281,7 +2425,12 @@ impl Deliver<'_> {
         if self.cache.as_ref().and_then(|c| c.1.as_ref()).is_some() {
             self.batch.push(it);
         } else {
-            Counters::add(&self.mgr.c.drop_no_port, it.n as u64);
+            for i in 0..it.n {
+                let d = &it.buf[(i * it.seg).min(it.len)..((i + 1) * it.seg).min(it.len)];
+                if !self.mgr.forward(it.src, self.conn.local_ip, dst, d) {
+                    Counters::inc(&self.mgr.c.drop_no_port);
+                }
+            }
             self.pools.big.push(it.buf);
         }
     }
@@ -2301,7 +2450,7 @@ impl Counters {
     fn inc(c: &AtomicU64) {
         c.fetch_add(1, Relaxed);
     }
-    fn add(c: &AtomicU64, n: u64) {
+    pub(super) fn add(c: &AtomicU64, n: u64) {
         if n > 0 {
             c.fetch_add(n, Relaxed);
         }

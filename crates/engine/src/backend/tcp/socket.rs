@@ -8,13 +8,13 @@
 //! eventfd readable while datagrams for this socket are queued.
 
 use super::frame::MAX_PAYLOAD;
-use super::manager::{lock, norm_ip, Caller, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP};
+use super::manager::{lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP};
 use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
 use crate::backend::Backend;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,11 @@ pub struct TcpSocket {
     /// Bytes of room the last send refused by a full lane wanted
     /// (`wait_writable` waits for that much).
     need: AtomicUsize,
+    /// The manager's token for `udp` (see `Mgr::watch_kernel`), if watched.
+    ktok: Option<u64>,
+    /// An error the kernel socket reported (ICMP to a connected socket),
+    /// for `take_error`; 0: none.
+    kerr: std::sync::atomic::AtomicI32,
 }
 
 /// Back-to-back sends (with no receive between them) before coalescing starts.
@@ -96,6 +101,8 @@ impl TcpSocket {
         }
         let rxq = Arc::new(RxQueue::new(udp.is_v6(), mgr.cfg.rx_queue_bytes)?);
         let sndbuf = mgr.cfg.tx_buffer_bytes;
+        // Datagrams that reach the kernel socket itself are received too.
+        let ktok = mgr.watch_kernel(udp.as_raw_fd(), &rxq).ok();
         Ok(TcpSocket {
             mgr,
             udp,
@@ -105,6 +112,8 @@ impl TcpSocket {
             pace: Mutex::new(Pace::default()),
             rx_count: AtomicU64::new(0),
             need: AtomicUsize::new(0),
+            ktok,
+            kerr: std::sync::atomic::AtomicI32::new(0),
         })
     }
 
@@ -226,8 +235,48 @@ impl TcpSocket {
     }
 }
 
+impl TcpSocket {
+    /// Reads the kernel socket (nonblocking) into `bufs`; the count read.
+    /// A full read leaves `kernel_pending` set (more may wait). After
+    /// `shutdown(SHUT_RD)` (the manager reports it as input) one empty
+    /// message without a source is passed on, as a blocking receive there
+    /// returns 0.
+    fn recv_kernel(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> usize {
+        match self.udp.recv_batch(bufs, meta) {
+            Ok(k) => {
+                if let Some(i) = meta[..k].iter().position(|m| m.src.is_none() && m.len == 0) {
+                    return i + 1;
+                }
+                if k == bufs.len() {
+                    self.rxq.kernel_pending.store(true, SeqCst);
+                }
+                let dgrams: usize = meta[..k].iter().map(|m| m.segment.map_or(1, |s| m.len.div_ceil(s.max(1)).max(1))).sum();
+                Counters::add(&self.mgr.c.kernel_received, dgrams as u64);
+                k
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // A nonblocking read of a socket shut for reading finds
+                // nothing; the kernel's blocking receive would return 0.
+                if bufs.is_empty() || !kernel::poll_readable_or_shut(&[self.udp.as_raw_fd()], Some(Duration::ZERO), false).unwrap_or(false) {
+                    return 0;
+                }
+                meta[0] = InMeta { len: 0, src: None, segment: None, truncated: false, pktinfo: None };
+                1
+            }
+            Err(e) => {
+                // The kernel's asynchronous error, taken by this read.
+                self.kerr.store(e.raw_os_error().unwrap_or(libc::EIO), SeqCst);
+                0
+            }
+        }
+    }
+}
+
 impl Drop for TcpSocket {
     fn drop(&mut self) {
+        if let Some(t) = self.ktok {
+            self.mgr.unwatch_kernel(self.udp.as_raw_fd(), t);
+        }
         if let Some(a) = lock(&self.st).local {
             self.mgr.unregister_port(a, &self.rxq);
         }
@@ -438,7 +487,12 @@ impl Backend for TcpSocket {
             meta[n] = InMeta { len: end, src: Some(src), segment: (end > seg).then_some(seg), truncated: false, pktinfo: None };
             n += 1;
         }
-        if q.items.is_empty() && q.signalled {
+        if n < want && self.rxq.kernel_pending.swap(false, SeqCst) {
+            drop(q);
+            n += self.recv_kernel(&mut bufs[n..want], &mut meta[n..want]);
+            q = lock(&self.rxq.inner);
+        }
+        if q.items.is_empty() && q.signalled && !self.rxq.kernel_pending.load(SeqCst) {
             q.signalled = false;
             self.rxq.ready.clear();
         } else if !q.items.is_empty() && !q.signalled {
@@ -454,7 +508,7 @@ impl Backend for TcpSocket {
     }
 
     fn take_error(&self) -> Option<i32> {
-        None
+        Some(self.kerr.swap(0, SeqCst)).filter(|&e| e != 0)
     }
 
     fn send_buffer_size(&self) -> usize {

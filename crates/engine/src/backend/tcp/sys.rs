@@ -198,6 +198,12 @@ impl Poller {
         Ok(Poller { fd })
     }
 
+    /// Edge-triggered readability (a kernel UDP socket under a `TcpSocket`:
+    /// one report per arrival, no report while it stays readable).
+    pub fn add_edge(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, (libc::EPOLLIN | libc::EPOLLET) as u32)
+    }
+
     /// Level-triggered readability (listener, doorbell).
     pub fn add_level(&self, fd: RawFd, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token, libc::EPOLLIN as u32)
@@ -243,4 +249,155 @@ impl Poller {
         }
         Ok(())
     }
+}
+
+// ------------------------------------------------- hand-over to kernel UDP
+
+/// Raw IP sockets (`IPPROTO_RAW`, the IP header is ours) through which the
+/// manager hands a datagram to the kernel UDP socket bound to its
+/// destination, with the original sender's address and port as its
+/// source: a UDP socket could not send from a port the sender's own socket
+/// holds, and `IP_TRANSPARENT` does not lift that bind conflict. Needs
+/// `CAP_NET_RAW`; a family whose socket cannot be opened is `None`.
+pub struct RawUdp {
+    v4: Option<Private<OwnedFd>>,
+    v6: Option<Private<OwnedFd>>,
+}
+
+impl std::fmt::Debug for RawUdp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawUdp {{ v4: {}, v6: {} }}", self.v4.is_some(), self.v6.is_some())
+    }
+}
+
+fn raw_socket(family: libc::c_int) -> Option<Private<OwnedFd>> {
+    new_private(|| {
+        // SAFETY: plain syscall; the descriptor is adopted below.
+        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) })?;
+        // SAFETY: fd was just returned by socket() and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
+    .ok()
+}
+
+/// Internet checksum (RFC 1071) of `parts`, each of even length but the last.
+fn csum(parts: &[&[u8]]) -> u16 {
+    let mut sum: u64 = 0;
+    for p in parts {
+        let mut c = p.chunks_exact(2);
+        for w in &mut c {
+            sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        if let [b] = c.remainder() {
+            sum += u64::from(*b) << 8;
+        }
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+impl RawUdp {
+    pub fn open() -> RawUdp {
+        RawUdp { v4: raw_socket(libc::AF_INET), v6: raw_socket(libc::AF_INET6) }
+    }
+
+    pub fn any(&self) -> bool {
+        self.v4.is_some() || self.v6.is_some()
+    }
+
+    /// Sends `payload` as a UDP datagram from `src` to `dst` (both of one
+    /// family once IPv4-mapped addresses are unmapped).
+    pub fn send(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
+        let (src, dst) = (crate::backend::kernel::unmap(src), crate::backend::kernel::unmap(dst));
+        let ulen = 8 + payload.len();
+        let mut hdr = [0u8; 48];
+        let (fd, h, to) = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let fd = self.v4.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EPERM))?;
+                let tot = 20 + ulen;
+                if tot > 65535 {
+                    return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+                }
+                // Version 4, 20-byte header; the kernel fills the id and
+                // the header checksum. UDP checksum 0: none (IPv4).
+                hdr[0] = 0x45;
+                hdr[2..4].copy_from_slice(&(tot as u16).to_be_bytes());
+                hdr[8] = 64;
+                hdr[9] = libc::IPPROTO_UDP as u8;
+                hdr[12..16].copy_from_slice(&s.octets());
+                hdr[16..20].copy_from_slice(&d.octets());
+                hdr[20..22].copy_from_slice(&src.port().to_be_bytes());
+                hdr[22..24].copy_from_slice(&dst.port().to_be_bytes());
+                hdr[24..26].copy_from_slice(&(ulen as u16).to_be_bytes());
+                (fd, 28, SocketAddr::new(IpAddr::V4(d), 0))
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let fd = self.v6.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EPERM))?;
+                if ulen > 65535 {
+                    return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+                }
+                hdr[0] = 0x60;
+                hdr[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
+                hdr[6] = libc::IPPROTO_UDP as u8;
+                hdr[7] = 64;
+                hdr[8..24].copy_from_slice(&s.octets());
+                hdr[24..40].copy_from_slice(&d.octets());
+                hdr[40..42].copy_from_slice(&src.port().to_be_bytes());
+                hdr[42..44].copy_from_slice(&dst.port().to_be_bytes());
+                hdr[44..46].copy_from_slice(&(ulen as u16).to_be_bytes());
+                // Mandatory over IPv6: pseudo-header, UDP header, payload.
+                let mut pseudo = [0u8; 8];
+                pseudo[..4].copy_from_slice(&(ulen as u32).to_be_bytes());
+                pseudo[7] = libc::IPPROTO_UDP as u8;
+                let c = match csum(&[&hdr[8..40], &pseudo, &hdr[40..48], payload]) {
+                    0 => 0xffff,
+                    c => c,
+                };
+                hdr[46..48].copy_from_slice(&c.to_be_bytes());
+                (fd, 48, SocketAddr::new(IpAddr::V6(d), 0))
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+        };
+        let (mut sa, sl) = raw_addr(&to);
+        let mut iov = [
+            libc::iovec { iov_base: hdr.as_mut_ptr() as *mut libc::c_void, iov_len: h },
+            libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() },
+        ];
+        // SAFETY: plain data.
+        let mut m: libc::msghdr = unsafe { zeroed() };
+        m.msg_name = &mut sa as *mut _ as *mut libc::c_void;
+        m.msg_namelen = sl;
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = 2;
+        // SAFETY: msghdr points at the live header, payload, address and
+        // iovec array above for the duration of the call; the kernel only
+        // reads the payload.
+        let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &m, 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Whether some kernel UDP socket of this host (any process) holds
+/// `ip:port`: a bind of a fresh socket without reuse options there fails
+/// with `EADDRINUSE` exactly then.
+pub fn udp_port_bound(ip: IpAddr, port: u16) -> bool {
+    let addr = crate::backend::kernel::unmap(SocketAddr::new(ip, port));
+    let family = if addr.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
+    let Ok(fd) = new_private(|| {
+        // SAFETY: plain syscall; the descriptor is adopted below.
+        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: fd was just returned by socket() and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }) else {
+        return false;
+    };
+    let (sa, sl) = raw_addr(&addr);
+    // SAFETY: pointer to a live sockaddr_storage and its length.
+    let r = unsafe { libc::bind(fd.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, sl) };
+    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
 }
