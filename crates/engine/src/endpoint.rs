@@ -817,6 +817,12 @@ impl Drop for Endpoint {
         while Arc::strong_count(inner) > 1 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(50));
         }
+        if Arc::strong_count(inner) > 1 {
+            // Still held (the engine thread or a call in flight, e.g. one
+            // waiting on a full lane of the tcp backend): the socket is let
+            // go now all the same, so its port is free when this returns.
+            inner.backend.release_socket();
+        }
     }
 }
 

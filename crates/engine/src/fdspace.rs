@@ -25,6 +25,9 @@ pub struct Placement {
     pub make: fn(&mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd>,
     /// Called with a kept descriptor's number just before it is closed.
     pub release: fn(RawFd),
+    /// `dup3` onto a kept descriptor's number, past any interposed `dup3`
+    /// that protects kept numbers from the program.
+    pub dup3: fn(RawFd, RawFd, i32) -> i32,
 }
 
 static PLACEMENT: OnceLock<&'static Placement> = OnceLock::new();
@@ -86,6 +89,11 @@ pub fn private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(fd: T) -> Private<T> 
     }
 }
 
+/// The placement's `dup3` for kept numbers, if one is installed.
+pub(crate) fn placement_dup3() -> Option<fn(RawFd, RawFd, i32) -> i32> {
+    PLACEMENT.get().map(|p| p.dup3)
+}
+
 impl<T: AsRawFd> Private<T> {
     /// The same descriptor held as another type (`OwnedFd` into a
     /// `TcpStream`, say); `f` must keep the descriptor.
@@ -131,6 +139,8 @@ mod tests {
             Ok(fd)
         },
         release: |fd| RELEASED.lock().unwrap().push(fd),
+        // Not reached by this test.
+        dup3: |_, _, _| -1,
     };
 
     #[test]

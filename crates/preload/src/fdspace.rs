@@ -238,7 +238,14 @@ fn release(fd: RawFd) {
     unmark(fd);
 }
 
-static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release };
+/// The engine's `dup3` onto one of its own numbers (the hooked `dup3`
+/// refuses private numbers).
+fn dup3(from: RawFd, onto: RawFd, flags: i32) -> i32 {
+    // SAFETY: libc's dup3 with integer arguments.
+    unsafe { real::dup3(from, onto, flags) }
+}
+
+static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release, dup3 };
 
 extern "C" fn install() {
     eudp_engine::fdspace::set_placement(&PLACEMENT);

@@ -286,6 +286,29 @@ impl AsRawFd for UdpSocket {
 }
 
 impl UdpSocket {
+    /// See [`Backend::release_socket`]: `/dev/null` takes the socket's
+    /// descriptor number in place (atomically, by `dup3`), so the socket
+    /// itself is released once no call has it in flight, while the number
+    /// stays this value's until it drops. Calls made meanwhile fail
+    /// (`ENOTSOCK`) instead of reaching whatever might reuse the number.
+    pub fn release_socket(&self) {
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: a plain open of a constant path, closed below (never
+        // kept); dup3 onto `fd`, which this value owns, only changes what
+        // that number refers to.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if null < 0 {
+                return;
+            }
+            match crate::fdspace::placement_dup3() {
+                Some(dup3) => dup3(null, fd, libc::O_CLOEXEC),
+                None => libc::dup3(null, fd, libc::O_CLOEXEC),
+            };
+            libc::close(null);
+        }
+    }
+
     /// Opens a nonblocking, close-on-exec UDP socket of the given family.
     pub fn new(v6: bool) -> io::Result<Self> {
         let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };

@@ -82,11 +82,20 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn drain_on_caller(&self) -> bool {
         true
     }
+    /// Lets go of the kernel socket now, while something else may still
+    /// hold this backend for a moment (the engine thread, a call in
+    /// flight): an endpoint being dropped calls it so that its port is
+    /// free when the drop returns, as after close(2). Later calls on the
+    /// backend fail. The default keeps the socket until the backend drops.
+    fn release_socket(&self) {}
 }
 
 impl Backend for kernel::UdpSocket {
     fn is_v6(&self) -> bool {
         kernel::UdpSocket::is_v6(self)
+    }
+    fn release_socket(&self) {
+        kernel::UdpSocket::release_socket(self)
     }
     fn raw_fd(&self) -> RawFd {
         std::os::fd::AsRawFd::as_raw_fd(self)

@@ -284,6 +284,9 @@ impl Drop for TcpSocket {
 }
 
 impl Backend for TcpSocket {
+    fn release_socket(&self) {
+        self.udp.release_socket()
+    }
     /// Measured in round four (docs/tcp.md): an application thread writing
     /// the connection itself made smaller writes and cost the sender
     /// 0.3–0.4 µs per datagram more than an engine woken at once.

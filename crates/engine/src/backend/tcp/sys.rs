@@ -382,22 +382,85 @@ impl RawUdp {
     }
 }
 
-/// Whether some kernel UDP socket of this host (any process) holds
-/// `ip:port`: a bind of a fresh socket without reuse options there fails
-/// with `EADDRINUSE` exactly then.
+/// Whether some kernel UDP socket of this host (any process, this network
+/// namespace) holds `ip:port`: bound to it or to the wildcard address of
+/// its family (an IPv6 wildcard socket takes IPv4 too, unless it is
+/// v6-only, which the table does not show: counted as holding it, the
+/// forward is then refused by nobody and dropped by the kernel).
+///
+/// Read from the kernel's socket tables (`/proc/net/udp`, `udp6`), never
+/// by binding a probe socket: a probe would hold the port for a moment, and
+/// a program binding it just then would fail with `EADDRINUSE`.
 pub fn udp_port_bound(ip: IpAddr, port: u16) -> bool {
-    let addr = crate::backend::kernel::unmap(SocketAddr::new(ip, port));
-    let family = if addr.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
-    let Ok(fd) = new_private(|| {
-        // SAFETY: plain syscall; the descriptor is adopted below.
-        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
-        // SAFETY: fd was just returned by socket() and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }) else {
-        return false;
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
     };
-    let (sa, sl) = raw_addr(&addr);
-    // SAFETY: pointer to a live sockaddr_storage and its length.
-    let r = unsafe { libc::bind(fd.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, sl) };
-    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
+    let v4 = match ip {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    };
+    let v6 = match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    let in_table = |path: &str, holds: &dyn Fn(&str) -> bool| {
+        std::fs::read_to_string(path).is_ok_and(|t| {
+            t.lines().skip(1).filter_map(|l| l.split_whitespace().nth(1)).any(|local| {
+                local.rsplit_once(':').is_some_and(|(addr, p)| u16::from_str_radix(p, 16) == Ok(port) && holds(addr))
+            })
+        })
+    };
+    let v4_holds = |addr: &str| {
+        // The address as the kernel prints it: the 32-bit word in host order.
+        let Ok(w) = u32::from_str_radix(addr, 16) else { return false };
+        let a = std::net::Ipv4Addr::from(w.to_ne_bytes());
+        a.is_unspecified() || Some(a) == v4
+    };
+    let v6_holds = |addr: &str| {
+        if addr.len() != 32 {
+            return false;
+        }
+        let mut bytes = [0u8; 16];
+        for (i, chunk) in bytes.chunks_mut(4).enumerate() {
+            let Ok(w) = u32::from_str_radix(&addr[i * 8..i * 8 + 8], 16) else { return false };
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        let a = std::net::Ipv6Addr::from(bytes);
+        a.is_unspecified() || a == v6
+    };
+    (v4.is_some() && in_table("/proc/net/udp", &v4_holds)) || in_table("/proc/net/udp6", &v6_holds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::udp_port_bound;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
+
+    #[test]
+    fn the_socket_tables_show_which_udp_ports_are_held() {
+        let lo4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        assert!(udp_port_bound(lo4, port));
+        // The same port as a v4-mapped IPv6 address (how the transport may
+        // name a local address).
+        assert!(udp_port_bound(IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped()), port));
+        // Another local address of the family does not hold it.
+        assert!(!udp_port_bound(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), port));
+        drop(s);
+        assert!(!udp_port_bound(lo4, port));
+
+        // A wildcard socket holds the port on every address of its family.
+        let w = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let port = w.local_addr().unwrap().port();
+        assert!(udp_port_bound(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), port));
+        drop(w);
+
+        if let Ok(s6) = UdpSocket::bind("[::1]:0") {
+            let port = s6.local_addr().unwrap().port();
+            assert!(udp_port_bound(IpAddr::V6(Ipv6Addr::LOCALHOST), port));
+            assert!(!udp_port_bound(lo4, port));
+        }
+    }
 }
