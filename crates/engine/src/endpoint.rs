@@ -136,7 +136,8 @@ pub(crate) struct EpInner {
     /// The arena an application thread stages L1 into when it sends a full
     /// batch itself (see [`EpInner::caller_flush`]).
     caller_staging: Mutex<L1Queue>,
-    /// The backend's [`Backend::drain_on_caller`], read once.
+    /// The backend's [`Backend::drain_on_caller`], read once, and not
+    /// turned off by `Config::tx_caller_drain`.
     caller_drains: bool,
     /// Signalled when L1 gains room or drains.
     send_cv: Condvar,
@@ -345,7 +346,7 @@ impl Endpoint {
             id: sh.next_id(),
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             caller_staging: Mutex::new(L1Queue::default()),
-            caller_drains: backend.drain_on_caller(),
+            caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
             send_cv: Condvar::new(),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false, err: None }),
             rx_sock: Mutex::new(()),
