@@ -10,6 +10,7 @@
 //! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
 //! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 100 |
 //! | `EUDP_TX_FLUSH_BATCHES` | a streaming sender's own thread sends L1 once it holds this many GSO batches (or half of L1), in one `sendmmsg`; more per call means fewer syscalls and fewer receiver wake-ups, at the cost of that much more queueing delay | 2 |
+//! | `EUDP_TX_CALLER_DRAIN` | `0`: a streaming sender's own thread never sends L1; the engine thread sends every batch (woken once L1 holds `EUDP_TX_FLUSH_BATCHES` batches; a remainder still waits up to `EUDP_TX_COALESCE_US`), so the application thread only copies datagrams in while the engine's send runs on another CPU. Slower for 1472 B, faster for 64 B on the 2-CPU testbed (docs/preload.md). `1`: the sender's thread sends L1 itself (backends that allow it) | 1 |
 //! | `EUDP_RX_HANDOFF_US` | an application thread that stopped receiving hands its socket back to the engine after this long | 1000 |
 
 use std::time::Duration;
@@ -47,6 +48,12 @@ pub struct Config {
     /// full also triggers the send. A receiver is woken once per call's
     /// burst, so several batches per call also spare it wake-ups.
     pub tx_flush_batches: usize,
+    /// A streaming sender's own thread may send L1 when it holds
+    /// `tx_flush_batches` batches (where the backend allows it, see
+    /// `Backend::drain_on_caller`). False: the engine thread sends every
+    /// batch, woken by the send that completes one; a remainder still waits
+    /// up to `tx_coalesce`.
+    pub tx_caller_drain: bool,
     /// Record every queue transition (tests and conformance checks only).
     pub record_transitions: bool,
 }
@@ -64,6 +71,7 @@ impl Default for Config {
             rx_handoff: Duration::from_millis(1),
             tx_coalesce: Duration::from_micros(100),
             tx_flush_batches: 2,
+            tx_caller_drain: true,
             record_transitions: false,
         }
     }
@@ -145,6 +153,9 @@ impl Config {
             }
             c.tx_flush_batches = n;
         }
+        if let Some(v) = get("EUDP_TX_CALLER_DRAIN") {
+            c.tx_caller_drain = flag("EUDP_TX_CALLER_DRAIN", v)?;
+        }
         if let Some(v) = get("EUDP_SPIN_US") {
             c.recv_spin = Duration::from_micros(parse("EUDP_SPIN_US", v)?);
         }
@@ -175,5 +186,10 @@ mod tests {
             let e = Config::from_lookup(|k| (k == "EUDP_TX_FLUSH_BATCHES").then(|| bad.into())).unwrap_err();
             assert_eq!(e.var, "EUDP_TX_FLUSH_BATCHES");
         }
+        assert!(Config::default().tx_caller_drain);
+        let c = Config::from_lookup(|k| (k == "EUDP_TX_CALLER_DRAIN").then(|| "0".into())).unwrap();
+        assert!(!c.tx_caller_drain);
+        let e = Config::from_lookup(|k| (k == "EUDP_TX_CALLER_DRAIN").then(|| "2".into())).unwrap_err();
+        assert_eq!(e.var, "EUDP_TX_CALLER_DRAIN");
     }
 }

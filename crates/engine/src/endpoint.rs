@@ -136,8 +136,14 @@ pub(crate) struct EpInner {
     /// The arena an application thread stages L1 into when it sends a full
     /// batch itself (see [`EpInner::caller_flush`]).
     caller_staging: Mutex<L1Queue>,
-    /// The backend's [`Backend::drain_on_caller`], read once.
+    /// The backend's [`Backend::drain_on_caller`], read once, and not
+    /// turned off by `Config::tx_caller_drain`.
     caller_drains: bool,
+    /// The backend's [`Backend::drain_on_caller`]: queued sends may wait to
+    /// coalesce into whole batches. Without `caller_drains` the engine
+    /// thread sends them, woken once L1 holds a batch (see
+    /// [`EpInner::service_send`]).
+    coalesces: bool,
     /// Signalled when L1 gains room or drains.
     send_cv: Condvar,
     recv: Mutex<RecvSide>,
@@ -345,7 +351,8 @@ impl Endpoint {
             id: sh.next_id(),
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             caller_staging: Mutex::new(L1Queue::default()),
-            caller_drains: backend.drain_on_caller(),
+            caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
+            coalesces: backend.drain_on_caller(),
             send_cv: Condvar::new(),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false, err: None }),
             rx_sock: Mutex::new(()),
@@ -879,7 +886,7 @@ impl EpInner {
     /// coalescing interval: a streaming sender keeps queueing meanwhile and
     /// sends full batches itself, so the engine is not woken per batch.
     fn kick_later(self: &Arc<Self>, s: &mut SendState) {
-        if self.engine.config.tx_coalesce.is_zero() || !self.caller_drains {
+        if self.engine.config.tx_coalesce.is_zero() || !self.coalesces {
             return self.kick(s);
         }
         let since = || s.l1_since.filter(|_| !s.l1.is_empty()).unwrap_or_else(Instant::now);
@@ -1102,11 +1109,17 @@ impl EpInner {
                 }
                 PostDecision::Queued => {
                     self.trace.enqueue();
-                    if s.l1.len() == 1 && self.caller_drains {
+                    if s.l1.len() == 1 && self.coalesces {
                         s.l1_since = Some(Instant::now());
                     }
-                    if self.caller_drains && self.l1_holds_a_batch(&s, data.len()) {
-                        self.caller_flush(s);
+                    if self.coalesces && self.l1_holds_a_batch(&s, data.len()) {
+                        if self.caller_drains {
+                            self.caller_flush(s);
+                        } else {
+                            // The engine thread sends it (woken only if it
+                            // sleeps); this thread goes on queueing.
+                            self.kick(&mut s);
+                        }
                     } else {
                         self.kick_later(&mut s);
                     }
@@ -1206,12 +1219,38 @@ impl EpInner {
     }
 
     /// Engine side: reap completions, drain L1 in batches while L2 has room.
+    ///
+    /// Where the engine sends a stream's batches (`coalesces` without
+    /// `caller_drains`), each take marks the stream on (as the caller's own
+    /// flush does: its next sends queue rather than post directly), and
+    /// after the first take the engine takes L1 again only once it holds a
+    /// batch: a shorter remainder waits for the sender to complete it (its
+    /// send then kicks the engine) or for the coalescing interval.
     pub(crate) fn service_send(self: &Arc<Self>, staging: &mut L1Queue) {
+        let engine_streams = self.coalesces && !self.caller_drains && !self.engine.config.tx_coalesce.is_zero();
+        let mut first = true;
         loop {
             {
                 let mut s = lock(&self.send);
                 s.reap();
+                let batch = engine_streams
+                    && s.staged == 0
+                    && s.l1.slots().last().is_some_and(|d| self.l1_holds_a_batch(&s, d.len as usize));
+                if engine_streams && !first && !batch && !s.l1.is_empty() && s.staged == 0 && s.flushers == 0 && !s.shutdown {
+                    s.scheduled = true;
+                    s.coalescing = true;
+                    let since = s.l1_since.unwrap_or_else(Instant::now);
+                    self.engine.schedule_coalesced(self, since);
+                    drop(s);
+                    self.send_cv.notify_all();
+                    return;
+                }
+                first = false;
                 let took = s.take_l1(staging);
+                if batch && took > 0 {
+                    // A whole batch left: the stream is on.
+                    s.caller_flushed = Some((Instant::now(), self.rx_calls.load(Relaxed)));
+                }
                 if took == 0 {
                     s.scheduled = false;
                     s.coalescing = false;

@@ -167,7 +167,9 @@ pub struct SendState {
     /// change means the caller waited on its peer in between.
     pub rx_mark: u64,
     /// When a caller's thread last sent L1 itself (a stream is on), and the
-    /// receive-call count then.
+    /// receive-call count then. Where the engine sends a stream's batches
+    /// (`Config::tx_caller_drain` off), when the engine last took a whole
+    /// batch.
     pub caller_flushed: Option<(std::time::Instant, u64)>,
     /// Datagrams at the front of `l1` that a caller's flush took and put
     /// back (a GSO run short of a batch): all of L1 after them was queued
