@@ -57,6 +57,9 @@ pub struct TcpSocket {
     /// An error the kernel socket reported (ICMP to a connected socket),
     /// for `take_error`; 0: none.
     kerr: std::sync::atomic::AtomicI32,
+    /// [`Backend::release_socket`] ran: the port, the watch and the kernel
+    /// socket are let go already.
+    released: std::sync::atomic::AtomicBool,
 }
 
 /// Back-to-back sends (with no receive between them) before coalescing starts.
@@ -114,6 +117,7 @@ impl TcpSocket {
             need: AtomicUsize::new(0),
             ktok,
             kerr: std::sync::atomic::AtomicI32::new(0),
+            released: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -272,20 +276,38 @@ impl TcpSocket {
     }
 }
 
-impl Drop for TcpSocket {
-    fn drop(&mut self) {
+impl TcpSocket {
+    /// Lets go of the port (and a connection this socket's readers read
+    /// themselves, handed back to the manager), the watch on the kernel
+    /// socket, and, with `socket`, the kernel socket itself. Once.
+    fn let_go(&self, socket: bool) {
+        if self.released.swap(true, SeqCst) {
+            return;
+        }
         if let Some(t) = self.ktok {
             self.mgr.unwatch_kernel(self.udp.as_raw_fd(), t);
         }
         if let Some(a) = lock(&self.st).local {
             self.mgr.unregister_port(a, &self.rxq);
         }
+        if socket {
+            self.udp.release_socket();
+        }
+    }
+}
+
+impl Drop for TcpSocket {
+    fn drop(&mut self) {
+        self.let_go(false);
     }
 }
 
 impl Backend for TcpSocket {
+    /// A closed endpoint still held (its engine thread waiting for room on
+    /// a lane, say) must not keep reading the connection that lane's data
+    /// arrives on, nor hold its port: both go now, with the socket.
     fn release_socket(&self) {
-        self.udp.release_socket()
+        self.let_go(true)
     }
     /// Measured in round four (docs/tcp.md): an application thread writing
     /// the connection itself made smaller writes and cost the sender
