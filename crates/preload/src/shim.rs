@@ -490,13 +490,7 @@ impl Sock {
     /// The endpoint's error flag for an epoll registration (made now if
     /// needed; see [`Endpoint::error_fd`]).
     pub fn err_fd(&self, ep: &Endpoint) -> Option<i32> {
-        let cached = self.err_fd.load(Relaxed);
-        if cached >= 0 {
-            return Some(cached);
-        }
-        let fd = ep.error_fd().ok()?;
-        self.err_fd.store(fd, Relaxed);
-        Some(fd)
+        cached_fd(&self.err_fd, || ep.error_fd())
     }
 
     /// The error flag if one was made (for poll/select).
@@ -705,13 +699,7 @@ impl Sock {
     pub fn ring_fd(&self, ep: &Endpoint) -> Option<i32> {
         // The endpoint creates its ready fd once and keeps it for life; the
         // cache is cleared when the endpoint goes (fallback, fork).
-        let cached = self.poll_fd.load(Relaxed);
-        if cached >= 0 {
-            return Some(cached);
-        }
-        let fd = ep.poll_fd().ok()?;
-        self.poll_fd.store(fd, Relaxed);
-        Some(fd)
+        cached_fd(&self.poll_fd, || ep.poll_fd())
     }
 
     /// Moves this socket to the plain kernel path for good: every datagram
@@ -850,6 +838,18 @@ impl Sock {
         let ep = self.existing()?;
         Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok()))
     }
+}
+
+/// The descriptor cached in `slot` (-1: none yet), made by `make` and
+/// cached on first use; `None` when it cannot be made.
+fn cached_fd(slot: &AtomicI32, make: impl FnOnce() -> io::Result<i32>) -> Option<i32> {
+    let cached = slot.load(Relaxed);
+    if cached >= 0 {
+        return Some(cached);
+    }
+    let fd = make().ok()?;
+    slot.store(fd, Relaxed);
+    Some(fd)
 }
 
 impl Drop for Sock {
