@@ -38,7 +38,7 @@ macro_rules! figure {
 // ---- paper 000 (E-UDP, LANai9 / PCI 32/33 / Myrinet-1280) ----
 figure!(p000_eudp_peak_bandwidth, "000-eudp-peak");
 figure!(p000_eudp_fraction_of_pci, "000-eudp-pci-frac");
-figure!(p000_udp_link_idle, "000-udp-link-idle", ignore = "measured 33.8% link idle vs published ~50%: the sender NIC takes 260-320 us per 32 kB packet (PCI-rate DMA slowed by the host copy) against 205 us on the link; ~50% needs ~410 us per packet, and 000 gives no cited cost (PIO post, NIC receive buffering, interrupt work on the NIC) that would add it");
+figure!(p000_udp_link_idle, "000-udp-link-idle", ignore = "measured 43.2% link idle vs published ~50%: with GM 1.4's 4 kB segments (000 §5, §5.2) the sender NIC takes ~341 us per 32 kB packet against 205 us on the link; the result follows the NIC per-segment cost, whose share of 000 §5.1's 42.3 us is not stated (even split 10.6 us; >= ~12.5 us would pass)");
 figure!(p000_eudp_latency_at_minimum, "000-eudp-lat-min", ignore = "measured 1.36x the minimum that 000 §5.2 derives from the PCI bus (32 kB at 132 MB/s = 248 us) vs ~1.0: the 44.7 us of per-packet costs (000 §5.1) and the threshold fills stay on the path; the paper's own eq. (3) gives 1.20 with the same inputs");
 figure!(p000_eudp_latency_below_gm, "000-eudp-below-gm");
 figure!(p000_gm_best_small, "000-gm-small-best");
