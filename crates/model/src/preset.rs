@@ -159,6 +159,11 @@ pub enum StartRule {
     Coarse,
     /// As soon as `threshold_bytes` have arrived (fine-grained, 000 §4.3).
     Fine,
+    /// After the previous stage finished every segment of the message: a
+    /// layer that works on whole messages above one that segments them (a
+    /// host that posts one IP packet the NIC firmware cuts into segments,
+    /// or that is told of it once all segments are in).
+    Message,
 }
 
 /// A resource used by every chunk of a stage's per-byte work.

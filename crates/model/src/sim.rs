@@ -159,6 +159,8 @@ struct StageC {
     hold: Vec<(usize, u32)>,
     chunk: u64,
     fine: bool,
+    /// starts a packet only once upstream finished its message's last segment
+    whole: bool,
     threshold: u64,
     startup_ps: u64,
     header: u64,
@@ -188,6 +190,8 @@ struct Pkt {
     bytes: u64,
     first: bool,
     last: bool,
+    /// index of the last segment of the same message
+    last_pkt: usize,
 }
 
 /// A stage thread of one flow.
@@ -352,6 +356,7 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
                 hold: s.hold.iter().map(|h| (map(h), 1)).collect(),
                 chunk: s.chunk_bytes.as_ref().map(|c| c.v as u64).unwrap_or(u64::MAX).max(1),
                 fine: s.start == StartRule::Fine,
+                whole: s.start == StartRule::Message,
                 threshold: s.threshold() as u64,
                 startup_ps: ps(s.s_ns()),
                 header: s.header_bytes.as_ref().map(|c| c.v as u64).unwrap_or(0),
@@ -397,8 +402,9 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
         }
         let mut pkts = Vec::new();
         for m in 0..w.messages {
+            let last_pkt = (m + 1) * sizes.len() - 1;
             for (i, &b) in sizes.iter().enumerate() {
-                pkts.push(Pkt { msg: m, idx: i as u64, bytes: b, first: i == 0, last: i + 1 == sizes.len() });
+                pkts.push(Pkt { msg: m, idx: i as u64, bytes: b, first: i == 0, last: i + 1 == sizes.len(), last_pkt });
             }
         }
         let ns_ = stages.len();
@@ -503,6 +509,10 @@ impl Sim {
         let Some(s) = fl.stages[th.stage].up else {
             return (b, true);
         };
+        if fl.stages[th.stage].whole {
+            let fin = fl.finished[s][fl.pkts[th.pkt].last_pkt];
+            return (if fin { b } else { 0 }, fin);
+        }
         let fin = fl.finished[s][th.pkt];
         let del = if fin || !fl.stages[s].data { if fin { b } else { 0 } } else { fl.delivered[s][th.pkt] };
         (del, fin)

@@ -38,7 +38,7 @@ macro_rules! figure {
 // ---- paper 000 (E-UDP, LANai9 / PCI 32/33 / Myrinet-1280) ----
 figure!(p000_eudp_peak_bandwidth, "000-eudp-peak");
 figure!(p000_eudp_fraction_of_pci, "000-eudp-pci-frac");
-figure!(p000_udp_link_idle, "000-udp-link-idle", ignore = "measured 33.8% link idle vs published ~50%: the sender NIC takes 260-320 us per 32 kB packet (PCI-rate DMA slowed by the host copy) against 205 us on the link; ~50% needs ~410 us per packet, and 000 gives no cited cost (PIO post, NIC receive buffering, interrupt work on the NIC) that would add it");
+figure!(p000_udp_link_idle, "000-udp-link-idle", ignore = "measured 43.2% link idle vs published ~50%: with GM 1.4's 4 kB segments (000 §5, §5.2) the sender NIC takes ~341 us per 32 kB packet against 205 us on the link; the result follows the NIC per-segment cost, whose share of 000 §5.1's 42.3 us is not stated (even split 10.6 us; >= ~12.5 us would pass)");
 figure!(p000_eudp_latency_at_minimum, "000-eudp-lat-min", ignore = "measured 1.36x the minimum that 000 §5.2 derives from the PCI bus (32 kB at 132 MB/s = 248 us) vs ~1.0: the 44.7 us of per-packet costs (000 §5.1) and the threshold fills stay on the path; the paper's own eq. (3) gives 1.20 with the same inputs");
 figure!(p000_eudp_latency_below_gm, "000-eudp-below-gm");
 figure!(p000_gm_best_small, "000-gm-small-best");
@@ -55,7 +55,7 @@ figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "no crossing (0 B vs ~5
 figure!(p001_audp_crossover, "001-audp-host-dom", ignore = "no crossing (0 B vs ~3072 B): Asynchronous UDP has no per-byte host work and 001 gives no host per-packet cost");
 figure!(p001_bpi_crossover, "001-bpi-nic-dom", ignore = "measured 256 B vs published 128 B: Table 2 copy alone crosses the DMA between 256 and 512 B");
 figure!(p001_ebpi_crossover, "001-ebpi-nic-dom", ignore = "NIC dominates at every size from Table 2 (as 001 §5.1's text says), Table 3 says host above 64 B");
-figure!(p001_throughputs_converge, "001-converge", ignore = "UDP/AUDP/EBPI at 8 kB span 10.0% (309-340 Mbit/s), just outside the 10% band; BPI is half as predicted");
+figure!(p001_throughputs_converge, "001-converge");
 figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.2% lower latency vs published ~40%: no host per-packet cost dilutes the copy difference (only the 4 us detection interval of 001 §5.1 is common to both)");
 
 // ---- paper 002 (emulated UOE on the Chelsio T110) ----
@@ -80,8 +80,8 @@ figure!(p003_so_bidirectional, "003-so-bidir", ignore = "measured 1591 vs 1100 M
 figure!(p003_base_bidirectional, "003-base-bidir", ignore = "measured 1269 vs 940 Mbit/s: Table 1 steps give 17.7 us per frame pair per NIC, 940 needs about 24; charging send bookkeeping per frame instead of per message (003 §3.1 marks two of its three parts per message) would give 1013");
 
 // ---- paper 004 (eager data transfer) ----
-figure!(p004_edt_smallest_gain, "004-edt-min", ignore = "measured 43% vs 17%: only the abstract is available; no per-message cost h added to both stacks brings both ends into the band (h <= 18.6 us keeps 64 B at >= 15.3% but leaves 4 kB at >= 54%); closing it takes an unstated per-message and per-byte cost");
-figure!(p004_edt_largest_gain, "004-edt-max", ignore = "measured 79% vs 38%: as above");
+figure!(p004_edt_smallest_gain, "004-edt-min", ignore = "measured 10.9% (4 kB) vs 17%: with both NIs store-and-forward, EDT saves the PIO post, two DMA start-ups and the host's memory pass on each side (10.7 us at 4 kB), while both move the data over the same bus at the same rate; a per-message cost common to both only lowers it, so 17% needs a per-byte advantage of the coherent transfer that the abstract does not quantify");
+figure!(p004_edt_largest_gain, "004-edt-max", ignore = "measured 68.8% (64 B) vs 38%: the user-level protocol's per-message software cost (VIA-style post and completion), common to both stacks, is not in the abstract; h >= 2.9 us would bring 64 B under 41.8%");
 
 #[test]
 fn every_row_has_a_test() {
