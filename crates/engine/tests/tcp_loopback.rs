@@ -1072,3 +1072,97 @@ fn a_small_datagram_flow_is_read_by_its_endpoint() {
     let st = b.stats();
     assert_eq!((st.drop_rx_full, st.drop_no_port, st.frames_received), (0, 0, 400), "{st:?}");
 }
+
+/// Sets the flag when dropped, so a failed assertion ends the threads
+/// that loop on it (a scope waits for its threads before it unwinds).
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Issue 7's lane stall: a bulk flow's connection is read by its endpoint
+/// X (delegated), then X's program stops reading while the flow goes on.
+/// Nobody read the connection any more, so the datagrams of every other
+/// flow between the two hosts waited behind X's. Now the manager takes the
+/// connection back once X has not read it for a bounded time while input
+/// waits: Y, on the same lane, gets its datagrams, X's overflow is counted
+/// as drops, and X gets datagrams again (and the connection back) once it
+/// reads again.
+#[test]
+fn an_endpoint_that_stops_reading_does_not_stall_its_lane() {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    let (a, b) = two_hosts("127.0.0.44", "127.0.0.45");
+    let e = engine();
+    let tx = ep(&a, &e, "127.0.0.44", 0);
+    let ty = ep(&a, &e, "127.0.0.44", 0);
+    let (from, y_from) = (tx.local_addr().unwrap(), ty.local_addr().unwrap());
+    let x = ep(&b, &e, "127.0.0.45", 0);
+    let y = ep(&b, &e, "127.0.0.45", 0);
+    let (to_x, to_y) = (x.local_addr().unwrap(), y.local_addr().unwrap());
+    let len = 1472;
+    let mut base = 0u64;
+    let mut tries = 0;
+    while b.stats().rx_delegations == 0 {
+        std::thread::scope(|s| {
+            s.spawn(|| recv_until(&x, base + 1999, len, from));
+            for i in base..base + 2000 {
+                tx.send_to(&payload(i, len), to_x).unwrap();
+            }
+        });
+        base += 2000;
+        tries += 1;
+        assert!(tries < 20, "never delegated: {:?}", b.stats());
+    }
+    let t0 = b.stats();
+    // X stops reading; its flow goes on (a send that waits too long is
+    // retried, so a stalled lane cannot hang the test).
+    let stop = AtomicBool::new(false);
+    let sent = AtomicU64::new(base);
+    tx.set_write_timeout(Some(Duration::from_millis(100)));
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            let mut i = base;
+            while !stop.load(Ordering::SeqCst) {
+                if tx.send_to(&payload(i, len), to_x).is_ok() {
+                    i += 1;
+                    sent.store(i, Ordering::SeqCst);
+                }
+            }
+        });
+        // X's ring, queue and the connection's buffers fill.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(sent.load(Ordering::SeqCst) > base + 1000, "X's flow did not go on: {:?}", b.stats());
+        // Y's datagrams on the same lane arrive, each within a bound.
+        y.set_read_timeout(Some(Duration::from_secs(3)));
+        ty.set_write_timeout(Some(Duration::from_secs(3)));
+        let mut buf = vec![0u8; 65_536];
+        for i in 0..50u64 {
+            ty.send_to(&payload(i, 100), to_y).unwrap_or_else(|e| panic!("Y's datagram {i} not sent: {e}; {:?}", b.stats()));
+            let (k, src) = y.recv_from(&mut buf).unwrap_or_else(|e| panic!("Y's datagram {i}: {e}; lane stalled behind X: {:?}", b.stats()));
+            assert_eq!((src, &buf[..k]), (y_from, &payload(i, 100)[..]), "Y's datagram {i}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let t1 = b.stats();
+        assert!(t1.drop_rx_full > t0.drop_rx_full, "X's overflow is counted: {t1:?}");
+        assert!(t1.rx_stall_revokes > t0.rx_stall_revokes, "{t1:?}");
+        // X reads again: in order, intact, and it gets datagrams sent after
+        // it resumed (not only what waited), and the connection back.
+        let mark = sent.load(Ordering::SeqCst);
+        x.set_read_timeout(Some(Duration::from_secs(3)));
+        let (mut next, mut last) = (base, 0u64);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while last < mark || b.stats().rx_delegations == t1.rx_delegations {
+            assert!(Instant::now() < deadline, "X got up to {last} (resumed at {mark}): {:?}", b.stats());
+            let (k, src) = x.recv_from(&mut buf).unwrap_or_else(|e| panic!("X after resuming: {e}; {:?}", b.stats()));
+            assert_eq!(src, from);
+            let i = u64::from_be_bytes(buf[..8].try_into().unwrap());
+            assert!(i >= next, "X's datagram {i} after {next}: reordered or duplicated");
+            assert!(buf[..k] == payload(i, len)[..], "X's datagram {i}: {k} bytes");
+            (next, last) = (i + 1, i);
+        }
+    });
+}

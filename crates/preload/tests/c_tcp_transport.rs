@@ -103,16 +103,14 @@ fn semantics_match_the_kernel_over_tcp() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
-/// A known bug, not inherent: `close_busy` streams into a socket nobody
-/// reads (its `sink`). Once a bulk flow's connection is delegated to that
-/// socket's readers (`Mgr::delegate`) and its queue fills, nobody reads the
-/// connection, so every flow sharing it stalls (the lane fills, the engine
-/// waits for room, a close waits for its flush) where UDP would drop the
-/// sink's datagrams and go on. Runs 1 in 3 hang past a minute. Fix: give the
-/// connection back to the manager (which drops for a full queue) when its
-/// owner's queue is full.
+/// `close_busy` streams into a socket nobody reads (its `sink`) while
+/// other sockets of the process talk over the same connection. Once the
+/// sink's flow is read by the sink's own readers (`Mgr::delegate`) and its
+/// program never receives, the manager takes the connection back within
+/// `EUDP_TCP_RX_STALL_MS` and drops what the sink's full queue cannot
+/// take, as UDP would; before, every flow sharing the connection stalled
+/// (runs hung past a minute).
 #[test]
-#[ignore = "known stall: a delegated connection whose owner stops reading blocks its lane"]
 fn close_busy_over_tcp() {
     let failed = run("udp_semantics", &["close_busy"]);
     assert!(failed.is_empty(), "{}", failed.join("\n"));

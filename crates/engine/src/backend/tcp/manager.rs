@@ -13,6 +13,7 @@
 //!
 //! Locks, in the order they may nest: `Conn::rx` → `Mgr::rbuf` →
 //! `Mgr::pool` → `Lane::st` → `Mgr::conns` / `Mgr::lanes` / `Mgr::ports`
+//! → `RxQueue::inner`; and `Conn::rx` → `Conn::owner` → `RxQueue::owned`
 //! → `RxQueue::inner`. `rbuf` and `pool` are the manager thread's own.
 
 use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
@@ -109,6 +110,7 @@ counters! {
     frames_in_place: "Datagrams read straight into receive blocks (not copied by the manager).",
     rx_direct_reads: "Reads of a connection by the receiving thread of the endpoint its bulk flow goes to (not by the manager).",
     rx_delegations: "Times a connection was handed to an endpoint's readers (see rx_direct_reads).",
+    rx_stall_revokes: "Connections the manager took back from an endpoint that had not read them for rx_stall while input waited (its program stopped receiving).",
     frames_shifted: "Datagrams of an in-place read that an unforeseen header had shifted, moved into their slots with one copy (not through the decoder).",
 }
 
@@ -132,6 +134,10 @@ pub(super) struct RxQueue {
     /// The endpoint's kernel UDP socket may hold input (see
     /// [`Mgr::watch_kernel`]); its reader reads it next.
     pub(super) kernel_pending: AtomicBool,
+    /// The manager took this queue's connection back because its readers
+    /// had stopped reading ([`Mgr::watch_owned`]); it is not handed to them
+    /// again until they receive again (`recv_batch` clears this).
+    pub(super) stalled: AtomicBool,
 }
 
 /// A reader's buffers: the read buffer and receive blocks.
@@ -267,7 +273,7 @@ impl RxQueue {
         let ready = EventFd::new()?;
         let poll = Poller::new()?;
         poll.add_level(ready.as_raw_fd(), 0)?;
-        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()), kernel_pending: AtomicBool::new(true) })
+        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()), kernel_pending: AtomicBool::new(true), stalled: AtomicBool::new(false) })
     }
 
     /// Input arrived on the endpoint's kernel socket: its reader is woken
@@ -510,10 +516,29 @@ struct Conn {
     lane: Mutex<Option<Weak<Lane>>>,
     /// Read by an endpoint's readers, not the manager (see [`Mgr::delegate`]).
     delegated: AtomicBool,
-    /// That endpoint's queue.
-    owner: Mutex<Option<Weak<RxQueue>>>,
-    /// Consecutive manager reads that went in place to one queue.
+    /// That endpoint, and the manager's watch on it. Delegation, its end
+    /// and the manager's epoll events for the connection change under this
+    /// lock only, so they cannot cross.
+    owner: Mutex<Owner>,
+    /// Reads by that endpoint's readers (the manager's watch compares).
+    direct_reads: AtomicU64,
+    /// Consecutive manager reads that went in place to one queue, and
+    /// that queue's address (an identity only, never dereferenced).
     bulk: AtomicU32,
+    bulk_q: AtomicUsize,
+}
+
+/// Who reads a delegated connection, and whether it still does
+/// ([`Mgr::watch_owned`]).
+#[derive(Debug)]
+struct Owner {
+    q: Option<Weak<RxQueue>>,
+    /// `Conn::direct_reads` when last looked at, and since when it is so.
+    reads: u64,
+    since: Instant,
+    /// The connection was idle: the manager's epoll set reports its next
+    /// input (edge-triggered) instead of the manager looking every tick.
+    armed: bool,
 }
 
 impl Conn {
@@ -531,8 +556,10 @@ impl Conn {
             rx: Mutex::new(Decoder::new()),
             lane: Mutex::new(None),
             delegated: AtomicBool::new(false),
-            owner: Mutex::new(None),
+            owner: Mutex::new(Owner { q: None, reads: 0, since: Instant::now(), armed: false }),
+            direct_reads: AtomicU64::new(0),
             bulk: AtomicU32::new(0),
+            bulk_q: AtomicUsize::new(0),
         })
     }
 
@@ -1596,7 +1623,10 @@ impl Mgr {
     /// Reads and delivers; closes the connection on EOF, error or bad input.
     fn read_conn(&self, conn: &Arc<Conn>) -> bool {
         if conn.delegated.load(SeqCst) {
-            return false; // its endpoint's readers read it
+            // Its endpoint's readers read it; input after an idle spell
+            // restarts the manager's watch.
+            self.input_arrived(conn);
+            return false;
         }
         let mut dec = lock(&conn.rx);
         // One read buffer for all connections (only this thread reads).
@@ -1618,7 +1648,11 @@ impl Mgr {
                 Step::Drained(n) | Step::Full(n) => n,
             };
             if let Some(q) = only.filter(|_| self.cfg.rx_direct) {
-                if conn.bulk.fetch_add(1, Relaxed) + 1 >= DELEGATE_AFTER && self.delegate(conn, &q) {
+                // Reads to one and the same endpoint: a stalled endpoint's
+                // reads must not count for another's first one.
+                let id = Arc::as_ptr(&q) as usize;
+                let run = if conn.bulk_q.swap(id, Relaxed) == id { conn.bulk.fetch_add(1, Relaxed) + 1 } else { conn.bulk.store(1, Relaxed); 1 };
+                if run >= DELEGATE_AFTER && self.delegate(conn, &q) {
                     return false;
                 }
             } else {
@@ -1693,7 +1727,13 @@ impl Mgr {
     /// takes the manager's wake-up and the hand-over off the path of a
     /// bulk flow. Frames for other endpoints are still delivered to them,
     /// and the first such read gives the connection back ([`Mgr::revoke`]).
+    /// The manager keeps watching that the endpoint reads
+    /// ([`Mgr::watch_owned`]); one that stopped gets none until it receives
+    /// again.
     fn delegate(&self, conn: &Arc<Conn>, q: &Arc<RxQueue>) -> bool {
+        if q.stalled.load(SeqCst) {
+            return false;
+        }
         let mut owner = lock(&conn.owner);
         let mut owned = lock(&q.owned);
         if owned.is_some() || conn.dead.load(SeqCst) || q.poll.add_level(conn.fd(), 1).is_err() {
@@ -1704,9 +1744,11 @@ impl Mgr {
             return false;
         }
         *owned = Some(conn.clone());
-        *owner = Some(Arc::downgrade(q));
+        *owner = Owner { q: Some(Arc::downgrade(q)), reads: conn.direct_reads.load(SeqCst), since: Instant::now(), armed: false };
         conn.delegated.store(true, SeqCst);
         Counters::inc(&self.c.rx_delegations);
+        // The next tick comes soon and starts the watch.
+        self.ring();
         // Wake the readers: input may already wait.
         let mut i = lock(&q.inner);
         if !i.signalled {
@@ -1719,8 +1761,13 @@ impl Mgr {
     /// The manager reads `conn` again (its owner went away, other endpoints
     /// have frames on it, or it closes).
     fn revoke(&self, conn: &Arc<Conn>) {
-        let owner = lock(&conn.owner).take().and_then(|w| w.upgrade());
-        if let Some(q) = owner {
+        self.revoke_locked(conn, &mut lock(&conn.owner));
+    }
+
+    /// [`Mgr::revoke`] with `conn.owner` held.
+    fn revoke_locked(&self, conn: &Arc<Conn>, owner: &mut Owner) {
+        owner.armed = false;
+        if let Some(q) = owner.q.take().and_then(|w| w.upgrade()) {
             let mut owned = lock(&q.owned);
             if owned.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
                 *owned = None;
@@ -1734,6 +1781,67 @@ impl Mgr {
         }
     }
 
+    /// The manager's watch on a delegated connection (each tick, every
+    /// `cfg.rx_stall / 2` while one is delegated): its endpoint's program
+    /// may stop receiving (its engine stops reading once its ring is
+    /// full), and then nobody would read the connection, and every flow
+    /// sharing it would wait. When the endpoint has made no read for
+    /// `cfg.rx_stall` while input waits, the manager takes the connection
+    /// back: it reads it for every endpoint again and drops what the full
+    /// queue cannot take (`drop_rx_full`), as a full UDP socket does.
+    /// Reads are counted per connection, so a busy endpoint costs this
+    /// watch no syscall; a connection found idle is watched by the epoll
+    /// set instead (no tick while nothing arrives). Returns whether this
+    /// connection needs the next tick.
+    fn watch_owned(&self, conn: &Arc<Conn>, now: Instant) -> bool {
+        let mut owner = lock(&conn.owner);
+        if !conn.delegated.load(SeqCst) || conn.dead.load(SeqCst) || owner.armed {
+            return false;
+        }
+        let reads = conn.direct_reads.load(SeqCst);
+        if reads != owner.reads {
+            (owner.reads, owner.since) = (reads, now);
+            return true;
+        }
+        if now.saturating_duration_since(owner.since) < self.cfg.rx_stall {
+            return true;
+        }
+        if sys::input_waits(conn.fd()) {
+            if let Some(q) = owner.q.as_ref().and_then(Weak::upgrade) {
+                q.stalled.store(true, SeqCst);
+            }
+            Counters::inc(&self.c.rx_stall_revokes);
+            // The manager reads what waits (the revoke reports it) after
+            // any read of the endpoint still under way: both take the
+            // connection's decoder lock, so no frame is split or reordered.
+            self.revoke_locked(conn, &mut owner);
+            return false;
+        }
+        // Idle: the next arrival is reported (at once if one came since the
+        // look above), and restarts the watch (`Mgr::input_arrived`).
+        if self.poller.conn_all(conn.fd(), conn.token).is_ok() {
+            owner.armed = true;
+            return false;
+        }
+        true
+    }
+
+    /// Input on a delegated connection whose watch was idle: its endpoint
+    /// has `cfg.rx_stall` from now to read it. The manager's epoll set
+    /// goes back to write readiness only (no wake-up per arrival).
+    fn input_arrived(&self, conn: &Arc<Conn>) {
+        let mut owner = lock(&conn.owner);
+        if !owner.armed || !conn.delegated.load(SeqCst) || conn.dead.load(SeqCst) {
+            return;
+        }
+        if self.poller.conn_out_only(conn.fd(), conn.token).is_ok() {
+            (owner.armed, owner.reads, owner.since) = (false, conn.direct_reads.load(SeqCst), Instant::now());
+            drop(owner);
+            // Its next tick comes within the watch's period.
+            self.ring();
+        }
+    }
+
     /// A reader of `q` reads the connection handed to it (one read of at
     /// most `blocks` receive blocks, about what the caller takes at once),
     /// unless another reader is at it.
@@ -1743,6 +1851,7 @@ impl Mgr {
         if !conn.delegated.load(SeqCst) || conn.dead.load(SeqCst) {
             return;
         }
+        conn.direct_reads.fetch_add(1, Relaxed);
         let mut ctx = lock(&q.rd);
         let RdCtx { rbuf, pools } = &mut *ctx;
         if rbuf.len() < READ_CHUNK {
@@ -2139,6 +2248,12 @@ impl Mgr {
             let mut lanes = lock(&self.lanes);
             for k in idle {
                 lanes.remove(&k);
+            }
+        }
+        let owned: Vec<Arc<Conn>> = lock(&self.conns).values().filter(|c| c.delegated.load(Relaxed)).cloned().collect();
+        for c in owned {
+            if self.watch_owned(&c, now) {
+                next = next.min(self.cfg.rx_stall / 2);
             }
         }
         let conns: Vec<Arc<Conn>> = lock(&self.conns).values().filter(|c| !c.hello_seen.load(SeqCst)).cloned().collect();

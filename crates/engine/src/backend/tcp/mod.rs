@@ -70,6 +70,7 @@ pub enum Dml {
 /// | `EUDP_TCP_MAX_CONNS` / `EUDP_TCP_MAX_PER_PEER` | connection caps | 1024 / 32 |
 /// | `EUDP_TCP_SPIN_US` | manager polls this long after activity before sleeping | 0 |
 /// | `EUDP_TCP_RX_DIRECT` | an endpoint reads its bulk connection itself | 1 |
+/// | `EUDP_TCP_RX_STALL_MS` | the manager takes such a connection back when its endpoint has not read it this long while input waits | 10 |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
     pub port: u16,
@@ -114,6 +115,12 @@ pub struct TcpConfig {
     /// in place (a bulk flow) is read by that endpoint's receiving thread
     /// itself, not by the manager (no thread hop per batch).
     pub rx_direct: bool,
+    /// `EUDP_TCP_RX_STALL_MS`: a connection read by its endpoint
+    /// (`rx_direct`) whose endpoint has not read it for this long while
+    /// input waits (its program stopped receiving) is read by the manager
+    /// again, which drops what the full queue cannot take, so the other
+    /// flows sharing the connection go on. At least 1 ms.
+    pub rx_stall: Duration,
 }
 
 /// Block size of send coalescing (see [`TcpConfig::cork`]).
@@ -147,6 +154,7 @@ impl Default for TcpConfig {
             spin: Duration::ZERO,
             cork: Duration::from_micros(100),
             rx_direct: true,
+            rx_stall: Duration::from_millis(10),
         }
     }
 }
@@ -258,6 +266,12 @@ impl TcpConfig {
         if let Some(v) = get("EUDP_TCP_RX_DIRECT") {
             c.rx_direct = flag("EUDP_TCP_RX_DIRECT", &v)?;
         }
+        if let Some(v) = get("EUDP_TCP_RX_STALL_MS") {
+            c.rx_stall = ms("EUDP_TCP_RX_STALL_MS", &v)?;
+            if c.rx_stall.is_zero() {
+                return Err(bad("EUDP_TCP_RX_STALL_MS", &v));
+            }
+        }
         Ok(c)
     }
 }
@@ -305,5 +319,8 @@ mod tests {
         assert!(TcpConfig::from_lookup(|k| (k == "EUDP_TCP_CONNS").then(|| "17".into())).is_err());
         assert!(TcpConfig::from_lookup(|k| (k == "EUDP_TCP_CC").then(|| "a;b".into())).is_err());
         assert_eq!(TcpConfig::from_lookup(|_| None).unwrap(), TcpConfig::default());
+        let stall = TcpConfig::from_lookup(|k| (k == "EUDP_TCP_RX_STALL_MS").then(|| "25".into())).unwrap();
+        assert_eq!(stall.rx_stall, Duration::from_millis(25));
+        assert!(TcpConfig::from_lookup(|k| (k == "EUDP_TCP_RX_STALL_MS").then(|| "0".into())).is_err());
     }
 }

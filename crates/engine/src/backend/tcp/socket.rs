@@ -517,6 +517,11 @@ impl Backend for TcpSocket {
             n += self.recv_kernel(&mut bufs[n..want], &mut meta[n..want]);
             q = lock(&self.rxq.inner);
         }
+        if q.items.is_empty() && self.rxq.stalled.load(Relaxed) {
+            // Caught up with what the manager queued while this socket's
+            // program did not receive: its connection may be handed back.
+            self.rxq.stalled.store(false, SeqCst);
+        }
         if q.items.is_empty() && q.signalled && !self.rxq.kernel_pending.load(SeqCst) {
             q.signalled = false;
             self.rxq.ready.clear();

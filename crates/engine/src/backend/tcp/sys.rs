@@ -42,6 +42,14 @@ fn set_int(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()> {
     cvt(unsafe { libc::setsockopt(fd, level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32) }).map(drop)
 }
 
+/// Whether a read of `fd` would not wait now: input, end of stream or an
+/// error (one `poll`, no wait).
+pub fn input_waits(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: pointer to one live pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents != 0 }
+}
+
 /// Sets an integer option on a TCP socket.
 pub fn set_int_opt(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()> {
     set_int(fd, level, name, val)
