@@ -21,6 +21,7 @@ use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
 use super::{Dml, TcpConfig, CORK_BYTES};
 use crate::backend::kernel::{to_family, unmap, EventFd};
 use serde::Serialize;
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use crate::fdspace::{private, Private};
@@ -2291,6 +2292,10 @@ enum At {
 struct Scattered<'a> {
     segs: &'a [(At, usize, usize)],
     starts: Vec<usize>,
+    /// The piece the last lookup found: lookups go a datagram at a time,
+    /// so the next one is found a step or two away (a binary search per
+    /// lookup was the largest cost of this walk).
+    hint: Cell<usize>,
 }
 
 impl<'a> Scattered<'a> {
@@ -2304,19 +2309,38 @@ impl<'a> Scattered<'a> {
                 a
             })
             .collect();
-        Scattered { segs, starts }
+        Scattered { segs, starts, hint: Cell::new(0) }
     }
 
-    /// The pieces of stream bytes `[p, p + n)`, in stream order.
-    fn pieces(&self, p: usize, mut n: usize, out: &mut Vec<(At, usize, usize)>) {
-        out.clear();
-        let mut i = self.starts.partition_point(|&s| s <= p).saturating_sub(1);
+    /// The piece that holds stream byte `p` (the last one when `p` is past
+    /// the end; 0 when there are none).
+    fn seg_at(&self, p: usize) -> usize {
+        let st = &self.starts;
+        let mut i = self.hint.get().min(st.len().saturating_sub(1));
+        for _ in 0..8 {
+            if i > 0 && st[i] > p {
+                i -= 1;
+            } else if i + 1 < st.len() && st[i + 1] <= p {
+                i += 1;
+            } else {
+                self.hint.set(i);
+                return i;
+            }
+        }
+        i = st.partition_point(|&s| s <= p).saturating_sub(1);
+        self.hint.set(i);
+        i
+    }
+
+    /// Calls `f` with each piece of stream bytes `[p, p + n)`, in stream order.
+    fn each_piece(&self, p: usize, mut n: usize, mut f: impl FnMut(At, usize, usize)) {
+        let mut i = self.seg_at(p);
         let mut off = p - self.starts.get(i).copied().unwrap_or(0);
         while n > 0 && i < self.segs.len() {
             let (w, o, l) = self.segs[i];
             let k = (l - off).min(n);
             if k > 0 {
-                out.push((w, o + off, k));
+                f(w, o + off, k);
             }
             n -= k;
             off = 0;
@@ -2324,18 +2348,22 @@ impl<'a> Scattered<'a> {
         }
     }
 
+    /// The pieces of stream bytes `[p, p + n)`, in stream order.
+    fn pieces(&self, p: usize, n: usize, out: &mut Vec<(At, usize, usize)>) {
+        out.clear();
+        self.each_piece(p, n, |w, o, k| out.push((w, o, k)));
+    }
+
     fn copy_to(&self, hdrs: &[[u8; RUN_HEADER_LEN]], blocks: &[Vec<u8>], p: usize, dst: &mut [u8]) {
-        let mut ps = Vec::new();
-        self.pieces(p, dst.len(), &mut ps);
         let mut at = 0;
-        for (w, o, k) in ps {
+        self.each_piece(p, dst.len(), |w, o, k| {
             let src = match w {
                 At::Arr(i) => &hdrs[i][o..o + k],
                 At::Blk(b) => &blocks[b][o..o + k],
             };
             dst[at..at + k].copy_from_slice(src);
             at += k;
-        }
+        });
     }
 
     /// How the datagram at stream offset `p` can be moved to `slot` in
@@ -2346,12 +2374,17 @@ impl<'a> Scattered<'a> {
     /// (it moves forward, such a sequence in reverse order), None when
     /// neither (its slot would cover bytes of a neighbour still to move).
     fn direction(&self, p: usize, len: usize, slot: usize, per_block: usize) -> Option<bool> {
-        let mut ps = Vec::new();
-        self.pieces(p, len, &mut ps);
         let lin = |b: usize, o: usize| b * per_block * len + o;
-        let mut blk = ps.iter().filter_map(|&(w, o, k)| if let At::Blk(b) = w { Some((lin(b, o), k)) } else { None });
-        let (first, k0) = blk.next()?;
-        let end = blk.next_back().map_or(first + k0, |(a, k)| a + k);
+        // Linear block space: where its first block byte is, and where its
+        // last one ends.
+        let mut span: Option<(usize, usize)> = None;
+        self.each_piece(p, len, |w, o, k| {
+            if let At::Blk(b) = w {
+                let a = lin(b, o);
+                span = Some((span.map_or(a, |s| s.0), a + k));
+            }
+        });
+        let (first, end) = span?;
         let d = slot * len;
         if d + len <= end {
             Some(false)
@@ -2374,12 +2407,6 @@ impl<'a> Scattered<'a> {
             let (p, slot, fwd) = *m;
             self.pieces(p, len, &mut ps);
             let (db, base) = (slot / per_block, slot % per_block * len);
-            let mut offs: Vec<usize> = Vec::with_capacity(ps.len());
-            let mut at = 0;
-            for &(_, _, k) in ps.iter() {
-                offs.push(at);
-                at += k;
-            }
             let mut one = |&(w, o, k): &(At, usize, usize), off: usize| {
                 let d = base + off;
                 match w {
@@ -2399,10 +2426,19 @@ impl<'a> Scattered<'a> {
                     }
                 }
             };
+            // Each piece goes to its offset within the datagram.
             if fwd {
-                ps.iter().zip(&offs).rev().for_each(|(pc, &off)| one(pc, off));
+                let mut off: usize = ps.iter().map(|pc| pc.2).sum();
+                for pc in ps.iter().rev() {
+                    off -= pc.2;
+                    one(pc, off);
+                }
             } else {
-                ps.iter().zip(&offs).for_each(|(pc, &off)| one(pc, off));
+                let mut off = 0;
+                for pc in ps.iter() {
+                    one(pc, off);
+                    off += pc.2;
+                }
             }
         };
         let mut i = 0;

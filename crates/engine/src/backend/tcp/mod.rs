@@ -277,7 +277,9 @@ impl TcpConfig {
 }
 
 /// The transport selected by `EUDP_TRANSPORT` (`kernel` when unset), read
-/// once per process (cheap enough for the preload shim's hot paths).
+/// once per process. Inlined: the preload shim asks on every call, and
+/// then pays one load instead of a call.
+#[inline]
 pub fn transport_from_env() -> &'static str {
     static T: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     T.get_or_init(|| match std::env::var("EUDP_TRANSPORT").as_deref() {
