@@ -75,3 +75,18 @@ fn tos_ttl_of_datagrams_queued_before_the_option() {
     let (kernel, shim, _) = both(&exe, "tos_ttl_early");
     assert_eq!(shim, kernel);
 }
+
+/// IPv6 as IPv4: IPV6_RECVTCLASS/IPV6_RECVHOPLIMIT keep the receiver on
+/// the engine (the only fallback is the sender's sendmsg with control
+/// messages), and a datagram the engine took off the socket before the
+/// program asked still comes with its traffic class and hop limit.
+#[test]
+fn tclass_hoplimit_stay_on_the_engine() {
+    let exe = cc("udp_surface", &[]);
+    for case in ["tclass_hlim", "tclass_hlim_early"] {
+        let (kernel, shim, r) = both(&exe, case);
+        assert!(kernel.contains(&format!("OK {case}\n")), "{case}: {kernel}");
+        assert_eq!(shim, kernel, "{case}");
+        assert_eq!(sum(&r, "fallbacks"), 1, "{case}: {r:?}");
+    }
+}
