@@ -136,6 +136,11 @@ pub(crate) struct EpInner {
     /// The arena an application thread stages L1 into when it sends a full
     /// batch itself (see [`EpInner::caller_flush`]).
     caller_staging: Mutex<L1Queue>,
+    /// A caller's flush that met a full kernel send buffer left the rest
+    /// of `caller_staging` to the engine, from this index + 1 (0: none):
+    /// an application thread never waits for the kernel's room unless its
+    /// own send blocks.
+    caller_left: std::sync::atomic::AtomicUsize,
     /// The backend's [`Backend::drain_on_caller`], read once, and not
     /// turned off by `Config::tx_caller_drain`.
     caller_drains: bool,
@@ -351,6 +356,7 @@ impl Endpoint {
             id: sh.next_id(),
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             caller_staging: Mutex::new(L1Queue::default()),
+            caller_left: std::sync::atomic::AtomicUsize::new(0),
             caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
             coalesces: backend.drain_on_caller(),
             send_cv: Condvar::new(),
@@ -999,7 +1005,14 @@ impl EpInner {
         drop(s);
         Stats::add(&self.stats.caller_flushes, 1);
         self.send_cv.notify_all();
-        self.send_staged(&staging);
+        if let Some(at) = self.send_staged(&staging, 0, true) {
+            // The kernel's send buffer is full: the engine sends the rest
+            // (still staged, so nothing overtakes it) and waits for room.
+            self.caller_left.store(at + 1, Release);
+            drop(staging);
+            let mut s = lock(&self.send);
+            return self.kick(&mut s);
+        }
         staging.clear();
         drop(staging);
         let mut s = lock(&self.send);
@@ -1230,6 +1243,14 @@ impl EpInner {
         let engine_streams = self.coalesces && !self.caller_drains && !self.engine.config.tx_coalesce.is_zero();
         let mut first = true;
         loop {
+            let left = self.caller_left.swap(0, Acquire);
+            if left != 0 {
+                let mut st = lock(&self.caller_staging);
+                self.send_staged(&st, left - 1, false);
+                st.clear();
+                drop(st);
+                self.send_cv.notify_all();
+            }
             {
                 let mut s = lock(&self.send);
                 s.reap();
@@ -1251,6 +1272,9 @@ impl EpInner {
                     // A whole batch left: the stream is on.
                     s.caller_flushed = Some((Instant::now(), self.rx_calls.load(Relaxed)));
                 }
+                if took == 0 && self.caller_left.load(Acquire) != 0 {
+                    continue; // left by a caller's flush since the check above
+                }
                 if took == 0 {
                     s.scheduled = false;
                     s.coalescing = false;
@@ -1261,13 +1285,16 @@ impl EpInner {
             }
             // L1 has room again.
             self.send_cv.notify_all();
-            self.send_staged(staging);
+            self.send_staged(staging, 0, false);
             staging.clear();
         }
     }
 
-    /// Hands the staged datagrams to the backend, one descriptor per call.
-    fn send_staged(&self, staging: &L1Queue) {
+    /// Hands the staged datagrams from index `from` on to the backend, one
+    /// descriptor per call. A caller's thread (`caller`) stops where the
+    /// kernel's send buffer is full and returns that index: the datagrams
+    /// from there on count as staged again.
+    fn send_staged(&self, staging: &L1Queue, from: usize, caller: bool) -> Option<usize> {
         let items: Vec<(Option<SocketAddr>, usize)> = staging.slots().iter().map(|s| (s.dst, s.len as usize)).collect();
         // Connected sends carry no destination: their segment limit follows
         // the peer's family (an IPv4-mapped peer of a dual-stack socket
@@ -1275,7 +1302,7 @@ impl EpInner {
         let connected_v4 = self.backend.is_v6()
             && items.iter().any(|(d, _)| d.is_none())
             && matches!(self.backend.peer_addr(), Ok(SocketAddr::V6(a)) if a.ip().to_ipv4_mapped().is_some());
-        let mut done = 0usize;
+        let mut done = from;
         // Plan once per staging; plan again only when a GSO fallback changed
         // the limits (planning per call would be quadratic in L1's length).
         while done < items.len() {
@@ -1289,14 +1316,21 @@ impl EpInner {
                 let datagrams: usize = call_runs.iter().map(|r| r.count).sum();
                 self.trace.batch(done, datagrams);
                 self.wait_l2_room_and_begin(datagrams as u32);
-                self.send_call(staging, done, &call_runs);
-                lock(&self.send).end_batch();
+                let sent = self.send_call(staging, done, &call_runs, caller);
+                let mut s = lock(&self.send);
+                s.end_batch();
+                if sent < datagrams {
+                    s.staged += (datagrams - sent) as u32;
+                    return Some(done + sent);
+                }
+                drop(s);
                 done += datagrams;
                 if self.stats.gso_fallbacks.load(Relaxed) != fallbacks {
                     break;
                 }
             }
         }
+        None
     }
 
     fn wait_l2_room_and_begin(&self, datagrams: u32) {
@@ -1324,8 +1358,10 @@ impl EpInner {
     /// backend. Partial acceptance is retried; a GSO rejection (EIO/EINVAL)
     /// turns GSO off for this socket and resends the rest as plain
     /// datagrams; other errors drop that message and are reported on the
-    /// caller's next call, as `sk_err` would be.
-    fn send_call(&self, staging: &L1Queue, base: usize, runs: &[crate::batch::Run]) {
+    /// caller's next call, as `sk_err` would be. Returns the datagrams
+    /// done: all of them, unless `caller` and the kernel's send buffer is
+    /// full (a caller's thread does not wait for room).
+    fn send_call(&self, staging: &L1Queue, base: usize, runs: &[crate::batch::Run], caller: bool) -> usize {
         let slots = &staging.slots()[base..];
         let mut runs: Vec<crate::batch::Run> = runs.to_vec();
         let mut m = 0; // runs done
@@ -1366,6 +1402,9 @@ impl EpInner {
                     m += k;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if caller {
+                        return runs[..m].iter().map(|r| r.count).sum();
+                    }
                     self.trace.drain_tx(self.backend.raw_fd());
                     let _ = self.backend.wait_writable(Duration::from_millis(10));
                 }
@@ -1399,6 +1438,7 @@ impl EpInner {
                 }
             }
         }
+        runs.iter().map(|r| r.count).sum()
     }
 
     /// Waits until L1 and L2 are empty or the deadline passes.

@@ -97,14 +97,14 @@ pub(crate) fn gro_enabled(fd: c_int) -> bool {
     getsockopt_int(fd, libc::SOL_UDP, UDP_GRO).is_some_and(|v| v != 0)
 }
 
-/// An integer `IPPROTO_IP` option of the kernel socket.
-pub(crate) fn ip_opt(fd: c_int, name: c_int) -> Option<c_int> {
-    getsockopt_int(fd, libc::IPPROTO_IP, name)
+/// An integer option of the kernel socket.
+pub(crate) fn int_opt(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    getsockopt_int(fd, level, name)
 }
 
-/// Sets an integer `IPPROTO_IP` option on the kernel socket.
-pub(crate) fn set_ip_opt(fd: c_int, name: c_int, v: c_int) {
-    sockopt_int(fd, libc::IPPROTO_IP, name, v);
+/// Sets an integer option on the kernel socket.
+pub(crate) fn set_int_opt(fd: c_int, level: c_int, name: c_int, v: c_int) {
+    sockopt_int(fd, level, name, v);
 }
 
 /// The kernel socket's receive buffer (SO_RCVBUF as the kernel reports it).
@@ -527,8 +527,8 @@ unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, fla
 }
 
 /// The control messages the kernel gave the engine for this datagram
-/// (`IP_PKTINFO`, `IPV6_PKTINFO`, and `IP_TTL`, `IP_TOS` when the program
-/// asked for them), in the kernel's order, written as the kernel's
+/// (`IP_PKTINFO`, `IPV6_PKTINFO`, and `IP_TTL`, `IP_TOS`, `IPV6_HOPLIMIT`,
+/// `IPV6_TCLASS` when the program asked for them), in the kernel's order, written as the kernel's
 /// `put_cmsg` does: a message that does not fit is cut to the room left
 /// (header included when it fits) and flagged `MSG_CTRUNC`.
 unsafe fn write_pktinfo(m: &mut libc::msghdr, s: &Sock, info: Option<&eudp_engine::backend::PktInfo>) {
@@ -553,6 +553,12 @@ unsafe fn write_pktinfo(m: &mut libc::msghdr, s: &Sock, info: Option<&eudp_engin
     }
     if let Some(tos) = info.tos.filter(|_| s.wants_rx_opt(true)) {
         put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_TOS, &tos);
+    }
+    if let Some(hops) = info.hoplimit.filter(|_| s.wants_rx_opt(false)) {
+        put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, &c_int::from(hops));
+    }
+    if let Some(tclass) = info.tclass.filter(|_| s.wants_rx_opt(true)) {
+        put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &c_int::from(tclass));
     }
     m.msg_controllen = used as _;
 }
@@ -1123,16 +1129,17 @@ fn tcp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<Stri
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     let Some(s) = lookup(fd) else { return real::setsockopt(fd, level, name, val, len) };
-    if level == libc::IPPROTO_IP && matches!(name, libc::IP_RECVTOS | libc::IP_RECVTTL) && !s.v6 && !shim::tcp_transport() {
+    if shim::rx_opt_is_tos(s.v6, level, name).is_some() && !shim::tcp_transport() {
         match s.mode() {
             shim::ACTIVE if s.rx_opts_forced() => {
-                // The engine keeps every datagram's TOS and TTL (the kernel
-                // socket has both on): the program's setting decides what
-                // recvmsg shows. The kernel checks the value as usual.
+                // The engine keeps every datagram's TOS and TTL (traffic
+                // class and hop limit; the kernel socket has both on): the
+                // program's setting decides what recvmsg shows. The kernel
+                // checks the value as usual.
                 let r = real::setsockopt(fd, level, name, val, len);
                 if r == 0 {
                     let saved = errno();
-                    s.note_rx_opt(fd, name, ip_opt(fd, name).unwrap_or(0) != 0);
+                    s.note_rx_opt(fd, name, int_opt(fd, level, name).unwrap_or(0) != 0);
                     set_errno(saved);
                 }
                 return r;
@@ -1166,10 +1173,11 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 #[no_mangle]
 pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
     let r = real::getsockopt(fd, level, name, val, len);
-    if r == 0 && level == libc::IPPROTO_IP && matches!(name, libc::IP_RECVTOS | libc::IP_RECVTTL) && !val.is_null() && !len.is_null() && *len > 0 {
-        if let Some(s) = lookup(fd).filter(|s| s.rx_opts_forced()) {
+    let rx_opt = |v6| shim::rx_opt_is_tos(v6, level, name);
+    if r == 0 && (rx_opt(false).is_some() || rx_opt(true).is_some()) && !val.is_null() && !len.is_null() && *len > 0 {
+        if let Some((s, tos)) = lookup(fd).filter(|s| s.rx_opts_forced()).and_then(|s| rx_opt(s.v6).map(|t| (s, t))) {
             // What the program set, in the width the kernel wrote.
-            let on = s.wants_rx_opt(name == libc::IP_RECVTOS);
+            let on = s.wants_rx_opt(tos);
             if *len as usize >= 4 {
                 std::ptr::write_unaligned(val as *mut c_int, c_int::from(on));
             } else {

@@ -65,8 +65,9 @@ pub struct Sock {
     /// The endpoint's error flag ([`Endpoint::error_fd`]) once made for an
     /// epoll registration, or -1.
     err_fd: AtomicI32,
-    /// `IP_RECVTOS`/`IP_RECVTTL` as the program set them, and whether the
-    /// kernel socket has both on for the engine instead (see
+    /// `IP_RECVTOS`/`IP_RECVTTL` (IPv6: `IPV6_RECVTCLASS`/`IPV6_RECVHOPLIMIT`)
+    /// as the program set them, and whether the kernel socket has both on
+    /// for the engine instead (see
     /// [`Sock::force_rx_opts`]).
     rx_opts: AtomicU8,
     /// The ring's readiness eventfd, kept from the endpoint while
@@ -93,6 +94,23 @@ pub fn errno_of(e: &io::Error) -> i32 {
         None if eudp_engine::is_handed_over(e) => RETRY,
         None => libc::EIO,
     }
+}
+
+/// The options that make the kernel report each message's TOS (IPv6:
+/// traffic class) and TTL (hop limit): (level, TOS name, TTL name).
+fn rx_opt_names(v6: bool) -> (i32, i32, i32) {
+    if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, libc::IPV6_RECVHOPLIMIT)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_RECVTOS, libc::IP_RECVTTL)
+    }
+}
+
+/// For one of those options of a socket of the family `v6`: whether it
+/// is the TOS one; `None` for any other option.
+pub fn rx_opt_is_tos(v6: bool, level: i32, name: i32) -> Option<bool> {
+    let (l, tos, ttl) = rx_opt_names(v6);
+    (level == l && (name == tos || name == ttl)).then_some(name == tos)
 }
 
 /// `rx_opts` bits.
@@ -499,59 +517,69 @@ impl Sock {
         Some(self.err_fd.load(Relaxed)).filter(|&f| f >= 0)
     }
 
-    /// IPv4 sockets on the engine: the kernel socket gets `IP_RECVTOS` and
-    /// `IP_RECVTTL` on, so every message the engine reads carries its TOS
-    /// and TTL (the kernel reports them only while the option is on when a
-    /// message is read, not when it arrived). The program's own settings
-    /// are kept here: `getsockopt` reports them, the shim writes these
-    /// control messages only when the program asked, and a fallback or an
-    /// exec gives them back to the kernel socket.
+    /// Sockets on the engine: the kernel socket gets `IP_RECVTOS` and
+    /// `IP_RECVTTL` on (IPv6: `IPV6_RECVTCLASS` and `IPV6_RECVHOPLIMIT`), so
+    /// every message the engine reads carries its TOS and TTL (traffic
+    /// class and hop limit): the kernel reports them only while the option
+    /// is on when a message is read, not when it arrived. The program's
+    /// own settings are kept here: `getsockopt` reports them, the shim
+    /// writes these control messages only when the program asked, and a
+    /// fallback or an exec gives them back to the kernel socket.
     fn force_rx_opts(&self, fd: i32) {
-        if self.v6 || tcp_transport() {
+        if tcp_transport() {
             return;
         }
-        let tos = crate::hooks::ip_opt(fd, libc::IP_RECVTOS);
-        let ttl = crate::hooks::ip_opt(fd, libc::IP_RECVTTL);
+        let (level, tos_name, ttl_name) = rx_opt_names(self.v6);
+        let tos = crate::hooks::int_opt(fd, level, tos_name);
+        let ttl = crate::hooks::int_opt(fd, level, ttl_name);
         let (Some(tos), Some(ttl)) = (tos, ttl) else { return };
         let bits = RX_FORCED | if tos != 0 { RX_WANT_TOS } else { 0 } | if ttl != 0 { RX_WANT_TTL } else { 0 };
-        crate::hooks::set_ip_opt(fd, libc::IP_RECVTOS, 1);
-        crate::hooks::set_ip_opt(fd, libc::IP_RECVTTL, 1);
+        self.set_rx_opts(fd, true, true);
         self.rx_opts.store(bits, Release);
     }
 
-    /// True while the kernel socket has `IP_RECVTOS`/`IP_RECVTTL` on for
-    /// the engine rather than as the program set them.
+    /// Sets the kernel socket's TOS and TTL options (traffic class and hop
+    /// limit) to `tos` and `ttl`.
+    fn set_rx_opts(&self, fd: i32, tos: bool, ttl: bool) {
+        let (level, tos_name, ttl_name) = rx_opt_names(self.v6);
+        crate::hooks::set_int_opt(fd, level, tos_name, i32::from(tos));
+        crate::hooks::set_int_opt(fd, level, ttl_name, i32::from(ttl));
+    }
+
+    /// True while the kernel socket has those options on for the engine
+    /// rather than as the program set them.
     pub fn rx_opts_forced(&self) -> bool {
         self.rx_opts.load(Acquire) & RX_FORCED != 0
     }
 
-    /// Whether the program asked for `IP_RECVTOS` (`tos`) or `IP_RECVTTL`.
+    /// Whether the program asked for the TOS/traffic class (`tos`) or the
+    /// TTL/hop limit.
     pub fn wants_rx_opt(&self, tos: bool) -> bool {
         self.rx_opts.load(Acquire) & if tos { RX_WANT_TOS } else { RX_WANT_TTL } != 0
     }
 
-    /// The program set `IP_RECVTOS`/`IP_RECVTTL` (`name`) to `on` while the
+    /// The program set one of those options (`name`) to `on` while the
     /// kernel socket has both on for the engine: recorded, and the kernel
     /// socket keeps both on.
     pub fn note_rx_opt(&self, fd: i32, name: i32, on: bool) {
-        let bit = if name == libc::IP_RECVTOS { RX_WANT_TOS } else { RX_WANT_TTL };
+        let (level, tos_name, _) = rx_opt_names(self.v6);
+        let bit = if name == tos_name { RX_WANT_TOS } else { RX_WANT_TTL };
         if on {
             self.rx_opts.fetch_or(bit, AcqRel);
         } else {
             self.rx_opts.fetch_and(!bit, AcqRel);
         }
-        crate::hooks::set_ip_opt(fd, name, 1);
+        crate::hooks::set_int_opt(fd, level, name, 1);
     }
 
-    /// Gives the kernel socket back the program's `IP_RECVTOS`/`IP_RECVTTL`
-    /// (`keep`: they stay recorded as forced, for an exec that fails).
+    /// Gives the kernel socket back the program's settings (`keep`: they
+    /// stay recorded as forced, for an exec that fails).
     pub fn restore_rx_opts(&self, fd: i32, keep: bool) {
         let bits = self.rx_opts.load(Acquire);
         if bits & RX_FORCED == 0 {
             return;
         }
-        crate::hooks::set_ip_opt(fd, libc::IP_RECVTOS, i32::from(bits & RX_WANT_TOS != 0));
-        crate::hooks::set_ip_opt(fd, libc::IP_RECVTTL, i32::from(bits & RX_WANT_TTL != 0));
+        self.set_rx_opts(fd, bits & RX_WANT_TOS != 0, bits & RX_WANT_TTL != 0);
         if !keep {
             self.rx_opts.fetch_and(!RX_FORCED, AcqRel);
         }
@@ -560,8 +588,7 @@ impl Sock {
     /// After an exec that failed: the socket is still on the engine.
     pub fn reforce_rx_opts(&self, fd: i32) {
         if self.rx_opts_forced() {
-            crate::hooks::set_ip_opt(fd, libc::IP_RECVTOS, 1);
-            crate::hooks::set_ip_opt(fd, libc::IP_RECVTTL, 1);
+            self.set_rx_opts(fd, true, true);
         }
     }
 

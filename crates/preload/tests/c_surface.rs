@@ -75,3 +75,39 @@ fn tos_ttl_of_datagrams_queued_before_the_option() {
     let (kernel, shim, _) = both(&exe, "tos_ttl_early");
     assert_eq!(shim, kernel);
 }
+
+/// IPv6 as IPv4: IPV6_RECVTCLASS/IPV6_RECVHOPLIMIT keep the receiver on
+/// the engine (the only fallback is the sender's sendmsg with control
+/// messages), and a datagram the engine took off the socket before the
+/// program asked still comes with its traffic class and hop limit.
+#[test]
+fn tclass_hoplimit_stay_on_the_engine() {
+    let exe = cc("udp_surface", &[]);
+    for case in ["tclass_hlim", "tclass_hlim_early"] {
+        let (kernel, shim, r) = both(&exe, case);
+        assert!(kernel.contains(&format!("OK {case}\n")), "{case}: {kernel}");
+        assert_eq!(shim, kernel, "{case}");
+        assert_eq!(sum(&r, "fallbacks"), 1, "{case}: {r:?}");
+    }
+}
+
+/// A fallback while another thread sleeps in a blocking recv on the socket
+/// should return at once, as the kernel's option call does (the slowest of
+/// 20 within 50 ms), and the sleeper then get the next datagram, the
+/// program the ones after it. Today the hand-over waits up to 200 ms for
+/// the sleeper's read (see docs/preload.md, Limits): not waiting when the
+/// sleeper is provably asleep on an empty socket (its `recvmmsg` blocked
+/// per /proc, the socket empty) made the fallback 0.3-0.5 ms, but
+/// `fallback_race` then saw a thread receive a datagram out of order in
+/// about 2 of 10 runs (an older GSO message the sleeper read during the
+/// hand-over reached the kept datagrams after another thread had read a
+/// newer one from the kernel), so it was not kept.
+#[test]
+#[ignore = "known gap: the hand-over waits up to 200 ms for a reader asleep in the socket"]
+fn a_fallback_does_not_wait_for_a_sleeping_reader() {
+    let exe = cc("udp_surface", &[]);
+    let (kernel, shim, r) = both(&exe, "fallback_sleeper");
+    assert!(kernel.contains("OK fallback_sleeper\n"), "{kernel}");
+    assert_eq!(shim, kernel);
+    assert_eq!(sum(&r, "fallbacks"), 20, "{r:?}");
+}

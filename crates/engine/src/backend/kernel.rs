@@ -40,8 +40,9 @@ const SCM_TSTAMP_SCHED: u32 = 1;
 /// Room for one `UDP_SEGMENT` (u16) control message.
 const GSO_CMSG_SPACE: usize = 32;
 /// Room for the receive control messages we ask for: `UDP_GRO` (an int, 24
-/// bytes with its header), `IP_PKTINFO` (32), `IP_TTL` and `IP_TOS` (24
-/// each) and, when tracing, `SCM_TIMESTAMPING` (three timespecs, 64 bytes).
+/// bytes with its header), `IP_PKTINFO` (32) or `IPV6_PKTINFO` (40),
+/// `IP_TTL` and `IP_TOS` or `IPV6_HOPLIMIT` and `IPV6_TCLASS` (24 each)
+/// and, when tracing, `SCM_TIMESTAMPING` (three timespecs, 64 bytes).
 const RX_CMSG_SPACE: usize = 192;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -248,11 +249,17 @@ pub struct PktInfo {
     /// `IP_TTL` (present while the socket has `IP_RECVTTL` on): the IPv4
     /// header's TTL.
     pub ttl: Option<u8>,
+    /// `IPV6_TCLASS` (present while the socket has `IPV6_RECVTCLASS` on):
+    /// the IPv6 header's traffic class.
+    pub tclass: Option<u8>,
+    /// `IPV6_HOPLIMIT` (present while the socket has `IPV6_RECVHOPLIMIT`
+    /// on): the IPv6 header's hop limit.
+    pub hoplimit: Option<u8>,
 }
 
 impl PktInfo {
     fn is_empty(&self) -> bool {
-        self.v4.is_none() && self.v6.is_none() && self.tos.is_none() && self.ttl.is_none()
+        self.v4.is_none() && self.v6.is_none() && self.tos.is_none() && self.ttl.is_none() && self.tclass.is_none() && self.hoplimit.is_none()
     }
 }
 
@@ -685,6 +692,14 @@ impl UdpSocket {
                     if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_PKTINFO {
                         let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
                         info.v6 = Some((std::net::Ipv6Addr::from(p.ipi6_addr.s6_addr), p.ipi6_ifindex));
+                    }
+                    if (*c).cmsg_level == libc::IPPROTO_IPV6 && matches!((*c).cmsg_type, libc::IPV6_TCLASS | libc::IPV6_HOPLIMIT) {
+                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int).clamp(0, 255) as u8;
+                        if (*c).cmsg_type == libc::IPV6_TCLASS {
+                            info.tclass = Some(v);
+                        } else {
+                            info.hoplimit = Some(v);
+                        }
                     }
                     if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPING && crate::tracepoint::on() {
                         let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);

@@ -59,6 +59,13 @@ static int udp6(struct sockaddr_in6 *a) {
     return fd;
 }
 
+/* "yes" when `lo <= v < hi` seconds, else the value in ms (the outputs
+ * then differ). */
+static void within_ms(const char *what, double v, double lo, double hi) {
+    if (v >= lo && v < hi) printf("%s: yes\n", what);
+    else printf("%s: no (%.1f ms)\n", what, v * 1e3);
+}
+
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 
 /* Waits (bounded) until `fd` is readable. */
@@ -803,9 +810,33 @@ static void print_cmsgs(int fd) {
     ssize_t r = recvmsg(fd, &m, 0);
     show("recvmsg", r);
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-        int v = c->cmsg_type == IP_TOS ? *(unsigned char *)CMSG_DATA(c) : *(int *)CMSG_DATA(c);
+        int v = c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS ? *(unsigned char *)CMSG_DATA(c) : *(int *)CMSG_DATA(c);
         printf("cmsg level %d type %d value %d\n", c->cmsg_level, c->cmsg_type, v);
     }
+}
+
+/* "before" from `c` to `s`, arrived (and on the engine, read into the
+ * ring) before the receiver asks for control messages. */
+static void in_flight(int c, int s, void *to, socklen_t tolen) {
+    CHECK(sendto(c, "before", 6, 0, (struct sockaddr *)to, tolen) == 6);
+    CHECK(readable(s, 2000) == 1);
+    usleep(20000);
+}
+
+/* Sends "cmsg" with a TTL (hop limit) of 3 and a TOS (traffic class) of
+ * 0x48 in control messages of `level`. */
+static ssize_t send_ttl_tos(int fd, void *to, socklen_t tolen, int level, int ttl_type, int tos_type) {
+    char ctl[CMSG_SPACE(sizeof(int)) * 2];
+    memset(ctl, 0, sizeof ctl);
+    struct iovec iv = { "cmsg", 4 };
+    struct msghdr m = { .msg_name = to, .msg_namelen = tolen, .msg_iov = &iv, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = level; cm->cmsg_type = ttl_type; cm->cmsg_len = CMSG_LEN(sizeof(int));
+    *(int *)CMSG_DATA(cm) = 3;
+    cm = CMSG_NXTHDR(&m, cm);
+    cm->cmsg_level = level; cm->cmsg_type = tos_type; cm->cmsg_len = CMSG_LEN(sizeof(int));
+    *(int *)CMSG_DATA(cm) = 0x48;
+    return sendmsg(fd, &m, 0);
 }
 
 /* IP_TOS/IP_TTL set on the sender, seen by a receiver that asked for
@@ -826,28 +857,14 @@ static void tos_ttl(int early) {
     show("IP_TTL", setsockopt(c, IPPROTO_IP, IP_TTL, &ttl, sizeof ttl));
     CHECK(getsockopt(c, IPPROTO_IP, IP_TOS, &v, &l) == 0); printf("IP_TOS %#x\n", v);
     l = sizeof v; CHECK(getsockopt(c, IPPROTO_IP, IP_TTL, &v, &l) == 0); printf("IP_TTL %d\n", v);
-    if (early) {
-        CHECK(sendto(c, "before", 6, 0, (struct sockaddr *)&sa, sizeof sa) == 6);
-        CHECK(readable(s, 2000) == 1);
-        usleep(20000);
-    }
+    if (early) in_flight(c, s, &sa, sizeof sa);
     show("IP_RECVTOS", setsockopt(s, IPPROTO_IP, IP_RECVTOS, &one, sizeof one));
     show("IP_RECVTTL", setsockopt(s, IPPROTO_IP, IP_RECVTTL, &one, sizeof one));
     if (early) print_cmsgs(s);
     CHECK(sendto(c, "opt", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
     print_cmsgs(s);
     /* per-datagram values in sendmsg control messages */
-    char ctl[CMSG_SPACE(sizeof(int)) * 2];
-    memset(ctl, 0, sizeof ctl);
-    struct iovec iv = { "cmsg", 4 };
-    struct msghdr m = { .msg_name = &sa, .msg_namelen = sizeof sa, .msg_iov = &iv, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl };
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-    cm->cmsg_level = IPPROTO_IP; cm->cmsg_type = IP_TTL; cm->cmsg_len = CMSG_LEN(sizeof(int));
-    *(int *)CMSG_DATA(cm) = 3;
-    cm = CMSG_NXTHDR(&m, cm);
-    cm->cmsg_level = IPPROTO_IP; cm->cmsg_type = IP_TOS; cm->cmsg_len = CMSG_LEN(sizeof(int));
-    *(int *)CMSG_DATA(cm) = 0x48;
-    show("sendmsg with IP_TTL and IP_TOS", sendmsg(c, &m, 0));
+    show("sendmsg with IP_TTL and IP_TOS", send_ttl_tos(c, &sa, sizeof sa, IPPROTO_IP, IP_TTL, IP_TOS));
     print_cmsgs(s);
     CHECK(sendto(c, "opt", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
     print_cmsgs(s);
@@ -856,6 +873,127 @@ static void tos_ttl(int early) {
 
 static void t_tos_ttl(void) { tos_ttl(0); puts("OK tos_ttl"); }
 static void t_tos_ttl_early(void) { tos_ttl(1); puts("OK tos_ttl_early"); }
+
+static void print_v6_opts(int fd) {
+    int v = -1; socklen_t l = sizeof v;
+    CHECK(getsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &v, &l) == 0); printf("IPV6_RECVTCLASS %d\n", v);
+    l = sizeof v; CHECK(getsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &v, &l) == 0); printf("IPV6_RECVHOPLIMIT %d\n", v);
+}
+
+/* IPv6: IPV6_TCLASS/IPV6_UNICAST_HOPS set on the sender, seen by a
+ * receiver that asked for IPV6_RECVTCLASS/IPV6_RECVHOPLIMIT (the engine
+ * keeps every message's traffic class and hop limit), then an IPv4
+ * sender's datagram to the same dual-stack socket. `early` as for
+ * tos_ttl. */
+static void tclass_hlim(int early) {
+    struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT }, ca;
+    int s = socket(AF_INET6, SOCK_DGRAM, 0), c = udp6(&ca), one = 1, zero = 0;
+    CHECK(s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof sa) == 0);
+    socklen_t sl = sizeof sa;
+    CHECK(getsockname(s, (struct sockaddr *)&sa, &sl) == 0);
+    sa.sin6_addr = in6addr_loopback;
+    char b[8];
+    if (early) {
+        CHECK(sendto(c, "a", 1, 0, (struct sockaddr *)&sa, sizeof sa) == 1);
+        CHECK(recv(s, b, sizeof b, 0) == 1);
+    }
+    print_v6_opts(s);
+    int tclass = 0x28, hops = 9, v = -1; socklen_t l = sizeof v;
+    show("IPV6_TCLASS", setsockopt(c, IPPROTO_IPV6, IPV6_TCLASS, &tclass, sizeof tclass));
+    show("IPV6_UNICAST_HOPS", setsockopt(c, IPPROTO_IPV6, IPV6_UNICAST_HOPS, &hops, sizeof hops));
+    CHECK(getsockopt(c, IPPROTO_IPV6, IPV6_TCLASS, &v, &l) == 0); printf("IPV6_TCLASS %#x\n", v);
+    if (early) in_flight(c, s, &sa, sizeof sa);
+    show("IPV6_RECVTCLASS", setsockopt(s, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one));
+    show("IPV6_RECVHOPLIMIT", setsockopt(s, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &one, sizeof one));
+    print_v6_opts(s);
+    if (early) print_cmsgs(s);
+    CHECK(sendto(c, "opt", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+    print_cmsgs(s);
+    /* an IPv4 sender (the socket is bound to the wildcard, dual-stack) */
+    struct sockaddr_in fa, to = loop4(sa.sin6_port);
+    int f = udp4(&fa), tos = 0x48, ttl = 7;
+    CHECK(setsockopt(f, IPPROTO_IP, IP_TOS, &tos, sizeof tos) == 0);
+    CHECK(setsockopt(f, IPPROTO_IP, IP_TTL, &ttl, sizeof ttl) == 0);
+    CHECK(sendto(f, "v4", 2, 0, (struct sockaddr *)&to, sizeof to) == 2);
+    print_cmsgs(s);
+    /* one option off again */
+    show("IPV6_RECVTCLASS off", setsockopt(s, IPPROTO_IPV6, IPV6_RECVTCLASS, &zero, sizeof zero));
+    print_v6_opts(s);
+    CHECK(sendto(c, "half", 4, 0, (struct sockaddr *)&sa, sizeof sa) == 4);
+    print_cmsgs(s);
+    /* per-datagram values in sendmsg control messages */
+    show("sendmsg with IPV6_HOPLIMIT and IPV6_TCLASS", send_ttl_tos(c, &sa, sizeof sa, IPPROTO_IPV6, IPV6_HOPLIMIT, IPV6_TCLASS));
+    show("IPV6_RECVTCLASS on", setsockopt(s, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one));
+    print_cmsgs(s);
+    close(s); close(c); close(f);
+}
+
+static void t_tclass_hlim(void) { tclass_hlim(0); puts("OK tclass_hlim"); }
+static void t_tclass_hlim_early(void) { tclass_hlim(1); puts("OK tclass_hlim_early"); }
+
+/* ------------------------------------------- fallback with a sleeper */
+
+struct sleeper { int fd; char got[16]; ssize_t n; };
+
+static void *sleep_in_recv(void *arg) {
+    struct sleeper *z = arg;
+    z->n = recv(z->fd, z->got, sizeof z->got - 1, 0);
+    return NULL;
+}
+
+/* A thread sleeps in a blocking recv on an idle socket while another
+ * moves the socket to the kernel path (SO_TIMESTAMP, `how` 0; an
+ * EPOLLONESHOT registration, 1): the option call returns at once, as on
+ * the kernel, and the sleeper then gets the next datagram, the main thread
+ * the ones after it, in order. Ten rounds; the slowest call must stay
+ * well under the time a fixed wait for the sleeper would take. */
+static void fallback_sleeper(int how) {
+    double worst = 0;
+    for (int round = 0; round < 10; round++) {
+        struct sockaddr_in sa, ca;
+        int s = udp4(&sa), c = udp4(&ca), one = 1;
+        char b[16];
+        CHECK(sendto(c, "warm", 4, 0, (struct sockaddr *)&sa, sizeof sa) == 4);
+        CHECK(recv(s, b, sizeof b, 0) == 4);
+        struct sleeper z = { .fd = s };
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, sleep_in_recv, &z) == 0);
+        usleep(30000);
+        int ep = -1;
+        double t0 = now();
+        if (how == 0) {
+            CHECK(setsockopt(s, SOL_SOCKET, SO_TIMESTAMP, &one, sizeof one) == 0);
+        } else {
+            ep = epoll_create1(0);
+            struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.fd = s };
+            CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) == 0);
+        }
+        double dt = now() - t0;
+        if (dt > worst) worst = dt;
+        for (int i = 0; i < 3; i++) {
+            char m[8];
+            snprintf(m, sizeof m, "d%d", i);
+            CHECK(sendto(c, m, strlen(m), 0, (struct sockaddr *)&sa, sizeof sa) == (ssize_t)strlen(m));
+        }
+        CHECK(pthread_join(th, NULL) == 0);
+        CHECK(z.n == 2);
+        z.got[z.n] = 0;
+        if (round == 0) printf("sleeper got %s\n", z.got);
+        for (int i = 1; i < 3; i++) {
+            CHECK(readable(s, 2000) == 1);
+            ssize_t n = recv(s, b, sizeof b - 1, MSG_DONTWAIT);
+            CHECK(n == 2);
+            b[n] = 0;
+            if (round == 0) printf("then %s\n", b);
+        }
+        show("then nothing", recv(s, b, sizeof b, MSG_DONTWAIT));
+        if (ep >= 0) close(ep);
+        close(s); close(c);
+    }
+    within_ms("slowest fallback call", worst, 0, 0.05);
+}
+
+static void t_fallback_sleeper(void) { fallback_sleeper(0); fallback_sleeper(1); puts("OK fallback_sleeper"); }
 
 /* ---------------------------------------------------------------- main */
 
@@ -882,6 +1020,9 @@ int main(int argc, char **argv) {
     RUN(errqueue);
     RUN(tos_ttl);
     RUN(tos_ttl_early);
+    RUN(tclass_hlim);
+    RUN(tclass_hlim_early);
+    RUN(fallback_sleeper);
     puts("ALL OK");
     return 0;
 }
