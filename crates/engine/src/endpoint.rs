@@ -8,7 +8,7 @@
 //! the caller reads the socket itself before sleeping.
 
 use crate::backend::kernel::{self, ErrorFlag, EventFd, InMeta, OutMsg};
-use crate::backend::Backend;
+use crate::backend::{Backend, PktInfo};
 use crate::batch::{group_calls, gso_batch, GsoLimits};
 use crate::engine::{Engine, Shared};
 use crate::queue::{L1Queue, PostDecision, Recorder, SendState};
@@ -263,9 +263,6 @@ pub struct Received {
     pub len: usize,
     /// Sender.
     pub src: SocketAddr,
-    /// Where the datagram was addressed (`IP_PKTINFO`/`IPV6_RECVPKTINFO`
-    /// on the socket), as the kernel reported it.
-    pub pktinfo: Option<crate::backend::PktInfo>,
 }
 
 /// How many datagrams an endpoint's ring holds, stored under the ring's
@@ -688,7 +685,17 @@ impl Endpoint {
     /// Receives with flags (peek, don't-wait).
     #[inline]
     pub fn recv_with(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
-        self.inner.traced_recv(buf, flags)
+        self.inner.traced_recv(buf, flags, None)
+    }
+
+    /// [`Endpoint::recv_with`], also writing where the datagram was addressed
+    /// (`IP_PKTINFO`/`IPV6_RECVPKTINFO` on the socket, as the kernel reported
+    /// it; `None` when the socket did not ask) to `info`. Kept apart from
+    /// [`Received`] so receives that do not want it do not copy it.
+    #[inline]
+    pub fn recv_with_info(&self, buf: &mut [u8], flags: RecvFlags, info: &mut Option<crate::backend::PktInfo>) -> io::Result<Received> {
+        *info = None;
+        self.inner.traced_recv(buf, flags, Some(info))
     }
 
     /// Receives up to `bufs.len()` datagrams: blocks (per the endpoint's mode)
@@ -697,7 +704,7 @@ impl Endpoint {
         out.clear();
         for (i, b) in bufs.iter_mut().enumerate() {
             let flags = RecvFlags { dont_wait: i > 0, ..RecvFlags::default() };
-            match self.inner.traced_recv(b, flags) {
+            match self.inner.traced_recv(b, flags, None) {
                 Ok(r) => out.push(r),
                 Err(e) if i > 0 && e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if i == 0 => return Err(e),
@@ -765,8 +772,9 @@ impl Endpoint {
         loop {
             {
                 let mut rs = lock(&i.recv);
-                while let Some(r) = i.pop(&mut rs, &mut buf, false) {
-                    out.push_back((buf[..r.copied].to_vec(), r.src, r.pktinfo));
+                let mut info = None;
+                while let Some(r) = i.pop(&mut rs, &mut buf, false, Some(&mut info)) {
+                    out.push_back((buf[..r.copied].to_vec(), r.src, info.take()));
                     taken.datagrams += 1;
                 }
             }
@@ -1043,12 +1051,12 @@ impl EpInner {
 
     /// [`EpInner::recv`] between the application-call tracepoints.
     #[inline]
-    fn traced_recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
+    fn traced_recv(&self, buf: &mut [u8], flags: RecvFlags, info: Option<&mut Option<PktInfo>>) -> io::Result<Received> {
         if !crate::tracepoint::on() {
-            return self.recv(buf, flags);
+            return self.recv(buf, flags, info);
         }
         let t = self.trace.recv_enter();
-        let r = self.recv(buf, flags);
+        let r = self.recv(buf, flags, info);
         if r.is_ok() && !flags.peek {
             self.trace.recv_return(t);
         }
@@ -1779,8 +1787,8 @@ impl EpInner {
     }
 
     #[inline]
-    fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool) -> Option<Received> {
-        let d = rs.ring.pop_into(buf, peek)?;
+    fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool, info: Option<&mut Option<PktInfo>>) -> Option<Received> {
+        let d = rs.ring.pop_into(buf, peek, info)?;
         self.ring_len.0.store(rs.ring.datagrams(), Release);
         if !peek {
             self.trace.pop();
@@ -1789,19 +1797,39 @@ impl EpInner {
             rs.unsignal();
         }
         let src = d.src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        Some(Received { copied: d.copied, len: d.len, src, pktinfo: d.pktinfo })
+        Some(Received { copied: d.copied, len: d.len, src })
     }
 
-    fn recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
+    /// A receive: a datagram already in the ring is taken here, inlined into
+    /// the caller (the shim), so its record is written where the caller
+    /// keeps it; returned through a call it was copied again, and a copy of
+    /// freshly written fields stalls on store forwarding. Everything else is
+    /// [`EpInner::recv_wait`].
+    #[inline]
+    fn recv(&self, buf: &mut [u8], flags: RecvFlags, mut info: Option<&mut Option<PktInfo>>) -> io::Result<Received> {
         // Only this thread writes it: a plain load/store pair, no locked op.
         self.rx_calls.store(self.rx_calls.load(Relaxed).wrapping_add(1), Relaxed);
+        {
+            let mut rs = lock(&self.recv);
+            if let Some(r) = self.pop(&mut rs, buf, flags.peek, info.as_deref_mut()) {
+                return Ok(r);
+            }
+        }
+        self.recv_wait(buf, flags, info)
+    }
+
+    /// [`EpInner::recv`] once the ring was found empty.
+    #[inline(never)]
+    fn recv_wait(&self, buf: &mut [u8], flags: RecvFlags, mut info: Option<&mut Option<PktInfo>>) -> io::Result<Received> {
         let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
         let mut deadline: Option<Option<Instant>> = None;
         let mut spin_until: Option<Instant> = None;
+        // The ring was just found empty by `recv`.
+        let mut looked = true;
         loop {
-            {
+            if !std::mem::take(&mut looked) {
                 let mut rs = lock(&self.recv);
-                if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
+                if let Some(r) = self.pop(&mut rs, buf, flags.peek, info.as_deref_mut()) {
                     return Ok(r);
                 }
             }
@@ -1851,7 +1879,7 @@ impl EpInner {
             }
             let ready = {
                 let mut rs = lock(&self.recv);
-                if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
+                if let Some(r) = self.pop(&mut rs, buf, flags.peek, info.as_deref_mut()) {
                     if !rs.ring.is_empty() {
                         rs.signal();
                     }
@@ -1900,10 +1928,10 @@ impl EpInner {
                     }
                 }
                 let mut rs = lock(&self.recv);
-                if let Some(r) = self.pop(&mut rs, buf, flags.peek) {
+                if let Some(r) = self.pop(&mut rs, buf, flags.peek, info.as_deref_mut()) {
                     return Ok(r);
                 }
-                return Ok(Received { copied: 0, len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), pktinfo: None });
+                return Ok(Received { copied: 0, len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)) });
             }
         }
     }

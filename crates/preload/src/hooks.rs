@@ -309,35 +309,53 @@ fn with_sock_t<R>(fd: c_int, f: impl FnOnce(&Tls, &Arc<Sock>) -> R) -> Option<R>
 }
 
 /// Receive on the shim's path: leftovers of a fallback, then the engine.
-/// `None`: the socket is on the kernel path; use libc.
+/// `out` left `None`: the socket is on the kernel path; use libc.
 ///
 /// A receive that began on the engine and found the socket handed over to
 /// the kernel path meanwhile (a fallback on another thread) is made again,
 /// here: it then waits for the hand-over, takes what it kept, or goes to
 /// the kernel like any receive after the fallback.
+///
+/// The result is written to `out`, which the caller reads in place: a
+/// returned record was copied on its way out, and the first copy of a
+/// just-written record stalls on store forwarding.
 #[inline]
-fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result<Received, c_int>> {
-    match shim_recv_once(t, s, fd, buf, flags) {
-        Some(Err(shim::RETRY)) => match shim_recv_once(t, s, fd, buf, flags) {
-            // Cannot happen twice (the socket is on the kernel path now).
-            Some(Err(shim::RETRY)) => Some(Err(libc::EAGAIN)),
-            r => r,
-        },
+fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mut info: shim::Info, out: &mut Option<Result<Received, c_int>>) {
+    shim_recv_once(t, s, fd, buf, flags, info.as_deref_mut(), out);
+    if matches!(out, Some(Err(shim::RETRY))) {
+        *out = shim_recv_again(t, s, fd, buf, flags, info);
+    }
+}
+
+/// The receive made again after a hand-over; out of line, so the first
+/// attempt's result is written in place (see `shim_recv_once`).
+#[inline(never)]
+#[cold]
+fn shim_recv_again(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, info: shim::Info) -> Option<Result<Received, c_int>> {
+    let mut out = None;
+    shim_recv_once(t, s, fd, buf, flags, info, &mut out);
+    match out {
+        // Cannot happen twice (the socket is on the kernel path now).
+        Some(Err(shim::RETRY)) => Some(Err(libc::EAGAIN)),
         r => r,
     }
 }
 
-fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) -> Option<Result<Received, c_int>> {
+/// [`shim_recv`]'s single attempt, writing to `out`.
+#[inline(always)]
+fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mut info: shim::Info, out: &mut Option<Result<Received, c_int>>) {
+    *out = None;
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
-        return None;
+        return;
     }
     if s.mode() == shim::KERNEL {
         s.await_hand_over();
     }
     let peek = flags & libc::MSG_PEEK != 0;
     if s.has_leftover() {
-        if let Some(r) = s.pop_leftover(buf, peek) {
-            return Some(Ok(r));
+        if let Some(r) = s.pop_leftover(buf, peek, info.as_deref_mut()) {
+            *out = Some(Ok(r));
+            return;
         }
     }
     let blocking = flags & libc::MSG_DONTWAIT == 0 && !s.nonblock();
@@ -348,20 +366,22 @@ fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int) ->
     let once = RecvFlags { peek, dont_wait: true, interruptible: false };
     // The result is written in place: passed back through the borrow's
     // layers it was copied three times, which cost more than the borrow.
-    let mut fast: Option<Result<Received, c_int>> = None;
     if !blocking || s.ring_has_data() {
         s.with_existing_in(t, |ep| {
-            let r = if blocking { ep.recv_with(buf, once).map_err(|e| shim::errno_of(&e)) } else { shim::nonblocking_recv(s, ep, buf, peek) };
-            fast = Some(with_peer(ep, r));
+            let r = if blocking {
+                shim::recv_info(ep, buf, once, &mut info).map_err(|e| shim::errno_of(&e))
+            } else {
+                shim::nonblocking_recv(s, ep, buf, peek, info.as_deref_mut())
+            };
+            *out = Some(with_peer(ep, r));
         });
     }
-    match fast {
+    match out {
         Some(Err(libc::EAGAIN)) if blocking => {}
-        Some(r) => return Some(r),
+        Some(_) => return,
         None => {}
     }
-    let ep = s.endpoint(fd)?;
-    Some(with_peer(&ep, ep_recv(s, &ep, buf, flags)))
+    *out = s.endpoint(fd).map(|ep| with_peer(&ep, ep_recv(s, &ep, buf, flags, info)));
 }
 
 /// A datagram whose source the ring does not keep (a connected socket's
@@ -427,12 +447,15 @@ fn ret_isize(r: Result<usize, c_int>) -> ssize_t {
 #[allow(clippy::too_many_arguments)] // the C call's arguments, and the thread's state
 unsafe fn recv_common(t: &Tls, fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> Option<ssize_t> {
     let b: &mut [u8] = if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
-    match shim_recv(t, s, fd, b, flags)? {
-        Ok(r) => {
+    let mut out = None;
+    shim_recv(t, s, fd, b, flags, None, &mut out);
+    match &out {
+        None => None,
+        Some(Ok(r)) => {
             write_addr(r.src, s.v6, addr, alen);
-            Some(recv_ret(&r, flags))
+            Some(recv_ret(r, flags))
         }
-        Err(e) => Some(fail(e)),
+        Some(Err(e)) => Some(fail(*e)),
     }
 }
 
@@ -504,12 +527,17 @@ unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, fla
     }
     let m = &mut *msg;
     let v = iovs(m.msg_iov, m.msg_iovlen);
-    let r = with_buf(v, false, |b| match shim_recv(t, s, fd, b, flags) {
-        Some(Ok(r)) => {
-            let used = r.copied;
-            (Some(Ok(r)), used)
+    let mut info = None;
+    let r = with_buf(v, false, |b| {
+        let mut out = None;
+        shim_recv(t, s, fd, b, flags, Some(&mut info), &mut out);
+        match out {
+            Some(Ok(r)) => {
+                let used = r.copied;
+                (Some(Ok(r)), used)
+            }
+            other => (other, 0),
         }
-        other => (other, 0),
     })?;
     match r {
         Ok(r) => {
@@ -519,7 +547,7 @@ unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, fla
                 m.msg_namelen = 0;
             }
             m.msg_flags = if r.len > r.copied { libc::MSG_TRUNC } else { 0 };
-            write_pktinfo(m, s, r.pktinfo.as_ref());
+            write_pktinfo(m, s, info.as_ref());
             Some(recv_ret(&r, flags))
         }
         Err(e) => Some(fail(e)),
@@ -1021,7 +1049,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
         }
         libc::FIONREAD if !arg.is_null() => {
             if s.has_leftover() {
-                if let Some(r) = s.pop_leftover(&mut [], true) {
+                if let Some(r) = s.pop_leftover(&mut [], true, None) {
                     *(arg as *mut c_int) = r.len as c_int;
                     return 0;
                 }

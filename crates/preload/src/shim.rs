@@ -807,7 +807,7 @@ impl Sock {
     }
 
     /// A datagram kept from the ring after a fallback.
-    pub fn pop_leftover(&self, buf: &mut [u8], peek: bool) -> Option<Received> {
+    pub fn pop_leftover(&self, buf: &mut [u8], peek: bool, want: Info) -> Option<Received> {
         let mut g = lock(&self.leftover);
         let (d, src, info) = if peek { g.front().cloned()? } else { g.pop_front()? };
         if g.is_empty() && !peek {
@@ -817,7 +817,10 @@ impl Sock {
         }
         let n = d.len().min(buf.len());
         buf[..n].copy_from_slice(&d[..n]);
-        Some(Received { copied: n, len: d.len(), src, pktinfo: info })
+        if let Some(w) = want {
+            *w = info;
+        }
+        Some(Received { copied: n, len: d.len(), src })
     }
 
     /// The readiness eventfd standing for the kept datagrams, if any.
@@ -944,13 +947,27 @@ fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>) {
 /// engine's `recv_spin`), honours SO_RCVTIMEO (mirrored into the endpoint
 /// by `setsockopt`) and fails with `EINTR` when the program has a handler
 /// without `SA_RESTART`, as the kernel would.
-pub fn ep_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], flags: i32) -> Result<Received, i32> {
+pub fn ep_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], flags: i32, mut info: Info) -> Result<Received, i32> {
     let peek = flags & libc::MSG_PEEK != 0;
     if flags & libc::MSG_DONTWAIT != 0 || s.nonblock() {
-        return nonblocking_recv(s, ep, buf, peek);
+        return nonblocking_recv(s, ep, buf, peek, info);
     }
     let f = RecvFlags { peek, dont_wait: false, interruptible: crate::signals::eintr_wanted() };
-    ep.recv_with(buf, f).map_err(|e| errno_of(&e))
+    recv_info(ep, buf, f, &mut info).map_err(|e| errno_of(&e))
+}
+
+/// Where a receive writes the datagram's destination information
+/// (`IP_PKTINFO` and the like): only `recvmsg` asks, so read/recv/recvfrom
+/// do not carry it through the receive's layers.
+pub type Info<'a> = Option<&'a mut Option<eudp_engine::backend::PktInfo>>;
+
+/// One engine receive, with the destination information when asked for.
+#[inline]
+pub fn recv_info(ep: &Endpoint, buf: &mut [u8], f: RecvFlags, info: &mut Info) -> io::Result<Received> {
+    match info {
+        Some(i) => ep.recv_with_info(buf, f, i),
+        None => ep.recv_with(buf, f),
+    }
 }
 
 /// A nonblocking receive that never reports `EAGAIN` for a datagram that
@@ -962,14 +979,20 @@ pub fn ep_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], flags: i32) -> Result<Re
 /// socket itself (its `direct_recv_calls` did not move: the engine or
 /// another thread holds the socket) waits briefly for the ring.
 #[inline]
-pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> Result<Received, i32> {
+pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool, mut info: Info) -> Result<Received, i32> {
     let f = RecvFlags { peek, dont_wait: true, interruptible: false };
-    match ep.recv_with(buf, f) {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        r => return r.map_err(|e| errno_of(&e)),
+    match recv_info(ep, buf, f, &mut info) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => nonblocking_recv_empty(s, ep, buf, f, info),
+        r => r.map_err(|e| errno_of(&e)),
     }
+}
+
+/// [`nonblocking_recv`] once the ring was found empty, out of line so the
+/// common case (a datagram waiting) stays small enough to inline.
+#[inline(never)]
+fn nonblocking_recv_empty(s: &Sock, ep: &Endpoint, buf: &mut [u8], f: RecvFlags, mut info: Info) -> Result<Received, i32> {
     let before = ep.stats().direct_recv_calls;
-    match ep.recv_with(buf, f) {
+    match recv_info(ep, buf, f, &mut info) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         r => return r.map_err(|e| errno_of(&e)),
     }
@@ -982,7 +1005,7 @@ pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool) -> 
         if let Some(r) = ring {
             let _ = crate::hooks::wait_readable(r, None, Some(Duration::from_millis(1)));
         }
-        match ep.recv_with(buf, f) {
+        match recv_info(ep, buf, f, &mut info) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             r => return r.map_err(|e| errno_of(&e)),
         }
