@@ -1506,7 +1506,9 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
             continue;
         }
         with_sock_in(t, p.fd, |s| {
-            if !tcp && !output {
+            // A ring with data is input whatever else stands for the
+            // socket (under the TCP transport, the backend's descriptor).
+            if !output {
                 if let Some(fd) = s.ready_ring_fd() {
                     add(Extra { at, fd, ready: libc::POLLIN, ask: false });
                     return;
@@ -1535,7 +1537,9 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
                     add(Extra { at, fd: ep.raw_fd(), ready: 0, ask: false });
                 }
             };
-            let found = if tcp && input { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing_in(t, seen) };
+            // Under the TCP transport a socket waited on for input is adopted
+            // now; one already on the engine is borrowed without its mutex.
+            let found = if tcp && input && s.mode() != ACTIVE { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing_in(t, seen) };
             if found.is_none() && input && s.has_leftover() {
                 add(Extra { at, fd: -1, ready: libc::POLLIN, ask: true });
             }
@@ -1662,38 +1666,68 @@ pub unsafe extern "C" fn __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, ts
     ppoll(fds, n, ts, mask)
 }
 
-/// A select answered from the rings alone, as `poll_input_once` answers
-/// a poll (see `may_skip_kernel`), without building its pollfd array:
-/// when every accelerated socket named is asked for input only and has a
-/// datagram in its ring. The other descriptors are reported not ready,
-/// as on that path. `None`: take the general path.
+/// A select answered from what the shim knows alone, as `poll_input_once`
+/// answers a poll (see `may_skip_kernel`), without building its pollfd
+/// array: every accelerated socket named is on the engine and not in the
+/// except set, each one in the write set has room in L1 (`POLLOUT`), and at
+/// least one named is ready — for input, datagrams in its ring, or more
+/// read right here for a stream that is arriving (`ready_or_fill`), or a
+/// pending error. Accelerated sockets not ready and the other descriptors
+/// are reported not ready, as on that path. `None`: take the general path.
+///
+/// Under the TCP transport too: its ring is the same ring, and a ring with
+/// data (or a fill that brought some) is readable whatever the backend's
+/// descriptor says; only an empty ring needs that descriptor polled, which
+/// the general path does when the kernel is asked.
 unsafe fn select_from_rings(t: &Tls, n: usize, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set) -> Option<c_int> {
-    if r.is_null() || shim::tcp_transport() {
-        return None;
-    }
     let word = |set: *mut libc::fd_set, i: usize| if set.is_null() { 0 } else { fd_word(set, i) };
-    let mut ready = [0u64; libc::FD_SETSIZE / 64];
+    let mut rd = [0u64; libc::FD_SETSIZE / 64];
+    let mut wr = [0u64; libc::FD_SETSIZE / 64];
     let mut count = 0;
-    for (i, bits) in ready.iter_mut().enumerate().take(n.div_ceil(64)) {
+    let words = n.div_ceil(64);
+    for i in 0..words {
         let valid = if (i + 1) * 64 > n { (1u64 << (n % 64)) - 1 } else { u64::MAX };
-        let mut other = (word(w, i) | word(e, i)) & valid;
-        while other != 0 {
-            let b = other.trailing_zeros();
-            other &= other - 1;
+        let mut except = word(e, i) & valid;
+        while except != 0 {
+            let b = except.trailing_zeros();
+            except &= except - 1;
             if shim::maybe((i * 64) as c_int + b as c_int) {
                 return None;
             }
         }
-        let mut input = word(r, i) & valid;
-        while input != 0 {
-            let b = input.trailing_zeros();
-            input &= input - 1;
+        let (rw, ww) = (word(r, i) & valid, word(w, i) & valid);
+        let mut any = rw | ww;
+        while any != 0 {
+            let b = any.trailing_zeros();
+            any &= any - 1;
             let fd = (i * 64) as c_int + b as c_int;
-            if shim::maybe(fd) {
-                if with_sock_in(t, fd, |s| s.mode() == ACTIVE && s.ring_has_data()) != Some(true) {
+            if !shim::maybe(fd) {
+                continue;
+            }
+            let bit = 1u64 << b;
+            let (input, output) = (rw & bit != 0, ww & bit != 0);
+            let (readable, writable) = with_sock_in(t, fd, |s| {
+                if s.mode() != ACTIVE {
                     return None;
                 }
-                *bits |= 1 << b;
+                if input && !output && s.ring_has_data() {
+                    // The common case, without touching the endpoint.
+                    return Some((true, false));
+                }
+                s.with_existing_in(t, |ep| {
+                    let writable = output && ep.writable();
+                    // A full L1 is `poll_impl`'s business (it waits on it).
+                    (writable || !output).then(|| (input && ep.ready_or_fill(), writable))
+                })
+                .flatten()
+            })
+            .flatten()?;
+            if readable {
+                rd[i] |= bit;
+                count += 1;
+            }
+            if writable {
+                wr[i] |= bit;
                 count += 1;
             }
         }
@@ -1701,11 +1735,10 @@ unsafe fn select_from_rings(t: &Tls, n: usize, r: *mut libc::fd_set, w: *mut lib
     if count == 0 || !may_skip_kernel(t) {
         return None;
     }
-    for (i, &bits) in ready.iter().enumerate().take(n.div_ceil(64)) {
-        std::ptr::write_unaligned((r as *mut u64).add(i), bits);
-        for set in [w, e] {
+    for i in 0..words {
+        for (set, bits) in [(r, rd[i]), (w, wr[i]), (e, 0)] {
             if !set.is_null() {
-                std::ptr::write_unaligned((set as *mut u64).add(i), 0);
+                std::ptr::write_unaligned((set as *mut u64).add(i), bits);
             }
         }
     }
