@@ -141,6 +141,13 @@ pub(crate) struct EpInner {
     /// an application thread never waits for the kernel's room unless its
     /// own send blocks.
     caller_left: std::sync::atomic::AtomicUsize,
+    /// The backend's [`Backend::writable_fd`]: where there is one, the
+    /// engine leaves a batch the kernel's send buffer refused in
+    /// `caller_staging` too and watches this descriptor for room rather
+    /// than waiting (see [`EpInner::await_room`]).
+    room_fd: Option<RawFd>,
+    /// `room_fd` is in the engine's room set (written by the engine).
+    pub(crate) room_watched: AtomicBool,
     /// The backend's [`Backend::drain_on_caller`], read once, and not
     /// turned off by `Config::tx_caller_drain`.
     caller_drains: bool,
@@ -354,6 +361,8 @@ impl Endpoint {
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             caller_staging: Mutex::new(L1Queue::default()),
             caller_left: std::sync::atomic::AtomicUsize::new(0),
+            room_fd: backend.writable_fd(),
+            room_watched: AtomicBool::new(false),
             caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
             coalesces: backend.drain_on_caller(),
             send_cv: Condvar::new(),
@@ -1013,7 +1022,7 @@ impl EpInner {
         drop(s);
         Stats::add(&self.stats.caller_flushes, 1);
         self.send_cv.notify_all();
-        if let Some(at) = self.send_staged(&staging, 0, true) {
+        if let Some(at) = self.send_staged(&staging, 0, false) {
             // The kernel's send buffer is full: the engine sends the rest
             // (still staged, so nothing overtakes it) and waits for room.
             self.caller_left.store(at + 1, Release);
@@ -1248,13 +1257,46 @@ impl EpInner {
     /// batch: a shorter remainder waits for the sender to complete it (its
     /// send then kicks the engine) or for the coalescing interval.
     pub(crate) fn service_send(self: &Arc<Self>, staging: &mut L1Queue) {
+        self.service(staging, false)
+    }
+
+    /// [`EpInner::service_send`] once the socket the engine's send found
+    /// full has room again (`Shared::await_room`).
+    pub(crate) fn resume_send(self: &Arc<Self>, staging: &mut L1Queue) {
+        self.service(staging, true)
+    }
+
+    fn service(self: &Arc<Self>, staging: &mut L1Queue, mut room: bool) {
         let engine_streams = self.coalesces && !self.caller_drains && !self.engine.config.tx_coalesce.is_zero();
+        // Without a descriptor to watch for room, the engine waits for it.
+        let wait = self.room_fd.is_none();
         let mut first = true;
         loop {
             let left = self.caller_left.swap(0, Acquire);
             if left != 0 {
                 let mut st = lock(&self.caller_staging);
-                self.send_staged(&st, left - 1, false);
+                if std::mem::take(&mut room) {
+                    // The socket has room: L1 joins the rest (behind it, so
+                    // in order) before the first send, so that L1 has room
+                    // again the moment the socket has, as a kernel socket's
+                    // queue would (a program that polled for room must find
+                    // it, not race the engine's send).
+                    let mut s = lock(&self.send);
+                    let n = s.l1.len();
+                    if n > 0 {
+                        s.l1.move_tail(0, &mut st);
+                        s.staged += n as u32;
+                        s.l1_carried = 0;
+                        drop(s);
+                        self.trace.take(n);
+                        self.send_cv.notify_all();
+                    }
+                }
+                if let Some(at) = self.send_staged(&st, left - 1, wait) {
+                    // Still no room: the rest stays where it is.
+                    drop(st);
+                    return self.await_room(at);
+                }
                 st.clear();
                 drop(st);
                 self.send_cv.notify_all();
@@ -1275,7 +1317,12 @@ impl EpInner {
                     return;
                 }
                 first = false;
-                let took = s.take_l1(staging);
+                // A caller's flush whose last call is still in flight may
+                // yet leave a rest (its send buffer full) that must go
+                // before L1: L1 stays for that caller, which kicks the
+                // engine again once its flush is over.
+                let flushing = self.caller_staging.try_lock().is_err();
+                let took = if flushing { 0 } else { s.take_l1(staging) };
                 if batch && took > 0 {
                     // A whole batch left: the stream is on.
                     s.caller_flushed = Some((Instant::now(), self.rx_calls.load(Relaxed)));
@@ -1293,16 +1340,46 @@ impl EpInner {
             }
             // L1 has room again.
             self.send_cv.notify_all();
-            self.send_staged(staging, 0, false);
+            if let Some(at) = self.send_staged(staging, 0, wait) {
+                // The kernel's send buffer is full. The rest stays staged
+                // (nothing overtakes it) in this endpoint's own arena, the
+                // engine's serving every endpoint.
+                let mut st = lock(&self.caller_staging);
+                debug_assert!(st.is_empty());
+                std::mem::swap(&mut *st, staging);
+                drop(st);
+                return self.await_room(at);
+            }
             staging.clear();
         }
     }
 
+    /// The engine's send met a full kernel send buffer at `caller_staging`
+    /// index `at`: the rest waits there, and the engine services this
+    /// endpoint again once the socket is writable, going on with other
+    /// endpoints meanwhile. The endpoint stays marked scheduled so that
+    /// its callers' kicks do not bring it back before then.
+    fn await_room(self: &Arc<Self>, at: usize) {
+        self.caller_left.store(at + 1, Release);
+        {
+            let mut s = lock(&self.send);
+            s.scheduled = true;
+            s.coalescing = false;
+        }
+        self.send_cv.notify_all();
+        let fd = self.room_fd.expect("only endpoints with a writable fd stop at a full send buffer");
+        if self.engine.await_room(self, fd).is_err() {
+            // Not watchable (it should be): look again in a moment.
+            let _ = self.backend.wait_writable(Duration::from_millis(10));
+            self.engine.schedule(self.clone());
+        }
+    }
+
     /// Hands the staged datagrams from index `from` on to the backend, one
-    /// descriptor per call. A caller's thread (`caller`) stops where the
-    /// kernel's send buffer is full and returns that index: the datagrams
-    /// from there on count as staged again.
-    fn send_staged(&self, staging: &L1Queue, from: usize, caller: bool) -> Option<usize> {
+    /// descriptor per call. Unless told to `wait` for room, it stops where
+    /// the kernel's send buffer is full and returns that index: the
+    /// datagrams from there on count as staged again.
+    fn send_staged(&self, staging: &L1Queue, from: usize, wait: bool) -> Option<usize> {
         let items: Vec<(Option<SocketAddr>, usize)> = staging.slots().iter().map(|s| (s.dst, s.len as usize)).collect();
         // Connected sends carry no destination: their segment limit follows
         // the peer's family (an IPv4-mapped peer of a dual-stack socket
@@ -1324,7 +1401,7 @@ impl EpInner {
                 let datagrams: usize = call_runs.iter().map(|r| r.count).sum();
                 self.trace.batch(done, datagrams);
                 self.wait_l2_room_and_begin(datagrams as u32);
-                let sent = self.send_call(staging, done, &call_runs, caller);
+                let sent = self.send_call(staging, done, &call_runs, wait);
                 let mut s = lock(&self.send);
                 s.end_batch();
                 if sent < datagrams {
@@ -1367,12 +1444,14 @@ impl EpInner {
     /// turns GSO off for this socket and resends the rest as plain
     /// datagrams; other errors drop that message and are reported on the
     /// caller's next call, as `sk_err` would be. Returns the datagrams
-    /// done: all of them, unless `caller` and the kernel's send buffer is
-    /// full (a caller's thread does not wait for room).
-    fn send_call(&self, staging: &L1Queue, base: usize, runs: &[crate::batch::Run], caller: bool) -> usize {
+    /// done (sent or dropped): all of them, unless the kernel's send buffer
+    /// is full and not `wait` (then the rest is the caller's to send later;
+    /// that may start inside a GSO message the backend split).
+    fn send_call(&self, staging: &L1Queue, base: usize, runs: &[crate::batch::Run], wait: bool) -> usize {
         let slots = &staging.slots()[base..];
         let mut runs: Vec<crate::batch::Run> = runs.to_vec();
         let mut m = 0; // runs done
+        let mut done = 0; // their datagrams, and those of runs[m] a split message sent
         while m < runs.len() {
             let pending = &runs[m..];
             let mut iovs: Vec<IoSlice<'_>> = Vec::with_capacity(pending.iter().map(|r| r.count).sum());
@@ -1407,11 +1486,25 @@ impl EpInner {
                     }
                     self.stats.record_batch(dg);
                     Stats::add(&self.stats.datagrams_sent, dg);
+                    done += dg as usize;
                     m += k;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if caller {
-                        return runs[..m].iter().map(|r| r.count).sum();
+                    if let Some(k) = crate::backend::kernel::partly_sent(&e).filter(|&k| k > 0 && k < runs[m].count) {
+                        // The first k datagrams of runs[m] went out.
+                        let r = runs[m];
+                        if crate::tracepoint::on() {
+                            self.trace.sys_return_batch(&mut std::iter::once((base + r.start, k)));
+                        }
+                        let bytes: usize = slots[r.start..r.start + k].iter().map(|s| s.len as usize).sum();
+                        Stats::add(&self.stats.bytes_sent, bytes as u64);
+                        Stats::add(&self.stats.datagrams_sent, k as u64);
+                        let rest = r.count - k;
+                        runs[m] = crate::batch::Run { start: r.start + k, count: rest, segment: r.segment.filter(|_| rest > 1) };
+                        done += k;
+                    }
+                    if !wait {
+                        return done;
                     }
                     self.trace.drain_tx(self.backend.raw_fd());
                     let _ = self.backend.wait_writable(Duration::from_millis(10));
@@ -1442,11 +1535,12 @@ impl EpInner {
                     }
                     Stats::add(&self.stats.drop_send_error, r.count as u64);
                     self.set_pending_error(code);
+                    done += r.count;
                     m += 1;
                 }
             }
         }
-        runs.iter().map(|r| r.count).sum()
+        done
     }
 
     /// Waits until L1 and L2 are empty or the deadline passes.

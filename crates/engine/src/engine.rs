@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 const DOORBELL: u64 = 0;
 /// Token of the coalescing timer (endpoint tokens count up from 1).
 const TIMER: u64 = u64::MAX;
+/// Token of the set of sockets waiting for send room (`Shared::room`).
+const ROOM: u64 = u64::MAX - 1;
 
 /// Endpoints whose queued sends may wait, and the coalescing timer's
 /// setting.
@@ -50,6 +52,11 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     doorbell: EventFd,
     pub(crate) epoll: Epoll,
+    /// Sockets whose send buffer refused the engine's batch, watched once
+    /// for writability each (tokens are endpoint ids); itself in `epoll`
+    /// under [`ROOM`]. A separate set, so the watch leaves the receive
+    /// side's one-shot registration of the same socket alone.
+    room: Epoll,
     endpoints: Mutex<HashMap<u64, Weak<EpInner>>>,
     next_id: AtomicU64,
     /// Engine thread wake-ups (diagnostics).
@@ -134,8 +141,22 @@ impl Shared {
         self.epoll.add_readable_oneshot(ep.backend.raw_fd(), ep.id)
     }
 
+    /// Has the engine service `ep`'s send side again once `fd` (its
+    /// [`crate::backend::Backend::writable_fd`]) has room: the engine
+    /// thread never waits for one socket while others have work.
+    pub(crate) fn await_room(&self, ep: &EpInner, fd: std::os::fd::RawFd) -> io::Result<()> {
+        let rearm = ep.room_watched.swap(true, SeqCst);
+        match self.room.watch_writable_once(fd, ep.id, rearm) {
+            Err(e) if !rearm && e.raw_os_error() == Some(libc::EEXIST) => self.room.watch_writable_once(fd, ep.id, true),
+            r => r,
+        }
+    }
+
     pub(crate) fn deregister(&self, ep: &EpInner) {
         let _ = self.epoll.remove(ep.backend.raw_fd());
+        if let Some(fd) = ep.backend.writable_fd().filter(|_| ep.room_watched.load(SeqCst)) {
+            let _ = self.room.remove(fd);
+        }
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).remove(&ep.id);
     }
 
@@ -179,6 +200,7 @@ impl Engine {
             stopped: AtomicBool::new(false),
             doorbell: EventFd::new()?,
             epoll: Epoll::new()?,
+            room: Epoll::new()?,
             endpoints: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wakeups: AtomicU64::new(0),
@@ -186,6 +208,7 @@ impl Engine {
         });
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.doorbell), DOORBELL)?;
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.timer), TIMER)?;
+        shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.room), ROOM)?;
         let s2 = shared.clone();
         let thread = std::thread::Builder::new().name("eudp-engine".into()).spawn(move || {
             crate::backend::kernel::block_async_signals();
@@ -275,6 +298,7 @@ fn run(sh: Arc<Shared>) {
     let mut scratch = crate::endpoint::RecvScratch::new(sh.config.max_msgs);
     let mut staging = crate::queue::L1Queue::default();
     let mut ready: Vec<u64> = Vec::with_capacity(64);
+    let mut room_ready: Vec<u64> = Vec::with_capacity(64);
     // Endpoints whose socket may still hold data after a bounded read.
     let mut rx_more: Vec<Arc<EpInner>> = Vec::new();
     // Endpoints whose application thread is receiving itself: the engine
@@ -332,6 +356,20 @@ fn run(sh: Arc<Shared>) {
             if tok == TIMER {
                 sh.timer.clear();
                 timer_fired = true;
+                continue;
+            }
+            if tok == ROOM {
+                // Sockets with send room again (their endpoints are still
+                // marked scheduled): serviced at once, as a sender blocked
+                // on the socket would be woken.
+                if sh.room.wait(&mut room_ready, Some(Duration::ZERO)).is_ok() {
+                    for &id in &room_ready {
+                        let ep = sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&id).and_then(Weak::upgrade);
+                        if let Some(ep) = ep {
+                            ep.resume_send(&mut staging);
+                        }
+                    }
+                }
                 continue;
             }
             let ep = sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&tok).and_then(Weak::upgrade);

@@ -155,6 +155,38 @@ fn gso_segments(m: &OutMsg<'_>) -> usize {
     }
 }
 
+/// The first `datagrams` datagrams of a message went out before the
+/// kernel's send buffer filled (a split GSO message, see
+/// [`UdpSocket::send_batch_nowait`]); the rest was not sent.
+#[derive(Debug)]
+pub struct PartlySent {
+    pub datagrams: usize,
+}
+
+impl std::fmt::Display for PartlySent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "send buffer full after {} datagrams of the message", self.datagrams)
+    }
+}
+
+impl std::error::Error for PartlySent {}
+
+/// `e` as is when nothing was sent, else `WouldBlock` carrying [`PartlySent`]
+/// when `e` is a full send buffer (other errors after a partial send are
+/// returned as they are: the caller drops the rest).
+fn partly(sent: usize, e: io::Error) -> io::Error {
+    if sent == 0 || e.kind() != io::ErrorKind::WouldBlock {
+        return e;
+    }
+    io::Error::new(io::ErrorKind::WouldBlock, PartlySent { datagrams: sent })
+}
+
+/// The datagrams of the first message that went out, when a send failed
+/// with [`PartlySent`].
+pub fn partly_sent(e: &io::Error) -> Option<usize> {
+    e.get_ref().and_then(|x| x.downcast_ref::<PartlySent>()).map(|p| p.datagrams)
+}
+
 /// `iov` cut into consecutive pieces of `bytes` bytes each (the last may be
 /// shorter), splitting slices where a boundary falls inside one.
 fn split_iov<'a>(iov: &'a [io::IoSlice<'a>], bytes: usize) -> Vec<Vec<io::IoSlice<'a>>> {
@@ -511,9 +543,22 @@ impl UdpSocket {
     /// the `EINVAL` reach the caller (whose fallback then sends the
     /// message's datagrams without GSO): nothing of it was sent.
     pub fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        self.send_batch_with(msgs, true)
+    }
+
+    /// As [`UdpSocket::send_batch`], but never waiting for room: where a
+    /// split message meets a full send buffer after some of its pieces went
+    /// out, the error is `WouldBlock` carrying [`PartlySent`] (see
+    /// [`partly_sent`]) and the caller sends the rest of the message later.
+    /// The engine uses this, so its thread never waits on one socket.
+    pub fn send_batch_nowait(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        self.send_batch_with(msgs, false)
+    }
+
+    fn send_batch_with(&self, msgs: &[OutMsg<'_>], wait: bool) -> io::Result<usize> {
         match self.send_mmsg(msgs) {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) && gso_segments(&msgs[0]) > GSO_MAX_SEGMENTS => {
-                self.send_split(&msgs[0], e).map(|()| 1)
+                self.send_split(&msgs[0], e, wait).map(|()| 1)
             }
             r => r,
         }
@@ -521,24 +566,29 @@ impl UdpSocket {
 
     /// Sends `m`, a GSO message the kernel refused with `first_err`, as
     /// messages of at most [`GSO_MAX_SEGMENTS`] segments, each retried on
-    /// `EAGAIN`/`EINTR` until accepted (as the engine retries a message).
+    /// `EINTR` and — when `wait` — on `EAGAIN` until accepted. Without
+    /// `wait`, a full send buffer ends it: `WouldBlock`, with [`PartlySent`]
+    /// once a piece went out.
     /// A refusal of the first piece returns `first_err`: nothing was sent.
     /// Once a piece went out, a later piece the kernel will not segment
     /// (`EIO`/`EINVAL`/`EMSGSIZE`) goes out as plain datagrams, and any
     /// other error is returned (the caller drops the rest and reports it)
     /// — never a resend of what was sent.
-    fn send_split(&self, m: &OutMsg<'_>, first_err: io::Error) -> io::Result<()> {
+    fn send_split(&self, m: &OutMsg<'_>, first_err: io::Error, wait: bool) -> io::Result<()> {
         let seg = usize::from(m.segment.unwrap_or(0)).max(1);
         let pieces = split_iov(m.iov, seg * GSO_MAX_SEGMENTS);
+        let mut sent = 0;
         for (i, piece) in pieces.iter().enumerate() {
-            match self.send_retrying(OutMsg { dst: m.dst, iov: piece, segment: m.segment }) {
+            match self.send_retrying(OutMsg { dst: m.dst, iov: piece, segment: m.segment }, wait) {
                 Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(partly(sent, e)),
                 Err(_) if i == 0 => return Err(first_err),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) => {
-                    return self.send_plain_rest(m.dst, &pieces[i..], seg);
+                    return self.send_plain_rest(m.dst, &pieces[i..], seg, sent, wait);
                 }
                 Err(e) => return Err(e),
             }
+            sent += piece.iter().map(|v| v.len()).sum::<usize>().div_ceil(seg);
             if i == 0 {
                 // The kernel took a smaller message of the same segments:
                 // its limit, not GSO itself, refused the whole one.
@@ -548,24 +598,27 @@ impl UdpSocket {
         Ok(())
     }
 
-    /// The rest of a split message, one plain datagram per segment.
-    fn send_plain_rest(&self, dst: Option<SocketAddr>, pieces: &[Vec<io::IoSlice<'_>>], seg: usize) -> io::Result<()> {
+    /// The rest of a split message, one plain datagram per segment (`sent`
+    /// of its datagrams went out before).
+    fn send_plain_rest(&self, dst: Option<SocketAddr>, pieces: &[Vec<io::IoSlice<'_>>], seg: usize, mut sent: usize, wait: bool) -> io::Result<()> {
         for piece in pieces {
             for iov in split_iov(piece, seg) {
-                self.send_retrying(OutMsg { dst, iov: &iov, segment: None })?;
+                self.send_retrying(OutMsg { dst, iov: &iov, segment: None }, wait).map_err(|e| partly(sent, e))?;
+                sent += 1;
             }
         }
         Ok(())
     }
 
-    /// Sends one message, waiting out `EAGAIN` (bounded polls for room) and
-    /// `EINTR` until the kernel accepts it or refuses it otherwise.
-    fn send_retrying(&self, m: OutMsg<'_>) -> io::Result<()> {
+    /// Sends one message, retrying on `EINTR` and — when `wait` — waiting
+    /// out `EAGAIN` (bounded polls for room) until the kernel accepts it or
+    /// refuses it otherwise.
+    fn send_retrying(&self, m: OutMsg<'_>, wait: bool) -> io::Result<()> {
         let out = [m];
         loop {
             match self.send_mmsg(&out) {
                 Ok(_) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && wait => {
                     let _ = poll_writable(self.fd.as_raw_fd(), Some(Duration::from_millis(10)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -944,6 +997,12 @@ pub struct Epoll {
     fd: Private<OwnedFd>,
 }
 
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 impl Epoll {
     /// A new close-on-exec epoll instance.
     pub fn new() -> io::Result<Self> {
@@ -976,6 +1035,19 @@ impl Epoll {
     /// Re-arms a one-shot watch (reports at once if `fd` is readable now).
     pub fn rearm(&self, fd: RawFd, token: u64) -> io::Result<()> {
         let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32, u64: token };
+        // SAFETY: pointer to a live epoll_event.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) }).map(drop)
+    }
+
+    /// Watches `fd` once for writability (`EPOLLOUT | EPOLLONESHOT`), or
+    /// re-arms that watch when `rearm` (it reports at once if `fd` is
+    /// writable now).
+    pub fn watch_writable_once(&self, fd: RawFd, token: u64, rearm: bool) -> io::Result<()> {
+        let events = (libc::EPOLLOUT | libc::EPOLLONESHOT) as u32;
+        if !rearm {
+            return self.add(fd, token, events);
+        }
+        let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: pointer to a live epoll_event.
         cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) }).map(drop)
     }

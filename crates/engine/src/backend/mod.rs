@@ -68,6 +68,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
         kernel::poll_writable(self.raw_fd(), Some(timeout))
     }
+    /// A descriptor that polls writable (`EPOLLOUT`) exactly when a send
+    /// refused with `EAGAIN` may make progress, and whose `send_batch`
+    /// never waits for room. The engine thread then leaves a blocked
+    /// endpoint's batch in place and watches this descriptor instead of
+    /// waiting on one socket while others have work. `None` (the default):
+    /// the engine waits with [`Backend::wait_writable`] in bounded slices.
+    fn writable_fd(&self) -> Option<RawFd> {
+        None
+    }
     /// The backend itself, to reach its own API through a `dyn Backend`
     /// (`downcast_ref::<tcp::TcpSocket>()`). The default is `()`, which
     /// downcasts to nothing.
@@ -119,7 +128,10 @@ impl Backend for kernel::UdpSocket {
         self.send_to(buf, dst)
     }
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
-        kernel::UdpSocket::send_batch(self, msgs)
+        kernel::UdpSocket::send_batch_nowait(self, msgs)
+    }
+    fn writable_fd(&self) -> Option<RawFd> {
+        Some(std::os::fd::AsRawFd::as_raw_fd(self))
     }
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         kernel::UdpSocket::recv_batch(self, bufs, meta)
