@@ -62,6 +62,14 @@ pub struct Sock {
     /// GRO message before it is split).
     handover: Mutex<()>,
     handing_over: AtomicBool,
+    /// The process (its id) in which a thread was left asleep inside its
+    /// read of the kernel socket when the socket was handed over, or 0.
+    /// What that read takes reaches the leftovers only when it ends (see
+    /// [`Sock::after_hand_over`]); until then receives on the kernel path
+    /// take the leftovers but leave the kernel socket to that read, so a
+    /// GRO message it takes cannot be served after newer datagrams
+    /// ([`Sock::await_reader`]). A fork child has no such thread.
+    reader_out: AtomicI32,
     /// The endpoint's error flag ([`Endpoint::error_fd`]) once made for an
     /// epoll registration, or -1.
     err_fd: AtomicI32,
@@ -326,6 +334,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         has_leftover: AtomicBool::new(false),
         handover: Mutex::new(()),
         handing_over: AtomicBool::new(false),
+        reader_out: AtomicI32::new(0),
         err_fd: AtomicI32::new(-1),
         rx_opts: AtomicU8::new(0),
         leftover_ready: Mutex::new(None),
@@ -749,10 +758,12 @@ impl Sock {
     /// that began on the engine and waits there finds, when it wakes, the
     /// socket handed over: it is made again on the kernel path (kept
     /// datagrams first, see [`crate::hooks`]' `shim_recv`). A thread asleep
-    /// inside its read of the socket keeps the socket until a message
-    /// arrives (the hand-over waits for it only boundedly): it then takes
-    /// that one message, as a plain receive of the kernel socket would,
-    /// and returns it (see [`Endpoint::stop_receiving`]).
+    /// inside its read of an empty socket is not waited for, as the
+    /// kernel's own option call does not wait for it: it keeps sleeping
+    /// there, takes the next message, as a plain receive of the kernel
+    /// socket would, and returns it (see [`Endpoint::stop_receiving`]);
+    /// until it has, receives on the kernel path leave the socket to it
+    /// (`reader_out`).
     pub fn fallback(&self, fd: i32, reason: &str) {
         if self.mode() == KERNEL {
             return; // also keeps a fork child off locks the parent's threads held
@@ -776,23 +787,41 @@ impl Sock {
         if let Some(ep) = ep {
             let mut keep = lock(&self.leftover);
             let before = keep.len();
-            hand_over(fd, &ep, &mut keep);
+            let asleep = hand_over(fd, &ep, &mut keep);
             // A connected socket's ring keeps no source: it is the peer.
             if let Ok(peer) = ep.peer_addr() {
                 for (_, src, _) in keep.iter_mut().skip(before).filter(|(_, a, _)| a.port() == 0) {
                     *src = peer;
                 }
             }
-            let ready = ep.take_ready_fd();
+            let mut ready = ep.take_ready_fd();
+            if asleep {
+                // Wakes receives waiting for what the sleeping read keeps.
+                if ready.is_none() {
+                    ready = EventFd::new().ok().map(Arc::new);
+                }
+                // SAFETY: getpid has no preconditions.
+                #[allow(unsafe_code)]
+                self.reader_out.store(unsafe { libc::getpid() }, Release);
+            }
             if !keep.is_empty() {
                 if let Some(r) = &ready {
                     r.set();
                 }
-                *lock(&self.leftover_ready) = ready;
                 self.has_leftover.store(true, Release);
             }
-            dlog!("fd {fd}: {} datagrams kept for the kernel path", keep.len());
+            if !keep.is_empty() || asleep {
+                *lock(&self.leftover_ready) = ready;
+            }
+            dlog!("fd {fd}: {} datagrams kept for the kernel path{}", keep.len(), if asleep { "; a read asleep in the socket takes the next message" } else { "" });
             drop(keep);
+            if asleep {
+                // The sleeping read holds the endpoint, which closes (and
+                // flushes) only when that read returns: what was queued
+                // goes out now, ahead of the program's sends on the kernel
+                // path.
+                ep.flush(Duration::from_secs(5));
+            }
             crate::stat::retire(self, &ep);
             self.poll_fd.store(-1, Relaxed);
             self.dup_fd.store(-1, Relaxed);
@@ -812,8 +841,14 @@ impl Sock {
         let (d, src, info) = if peek { g.front().cloned()? } else { g.pop_front()? };
         if g.is_empty() && !peek {
             self.has_leftover.store(false, Release);
-            // Closed: the socket's own readiness is all there is now.
-            lock(&self.leftover_ready).take();
+            let mut ready = lock(&self.leftover_ready);
+            if self.reader_out.load(Acquire) == 0 {
+                // Closed: the socket's own readiness is all there is now.
+                ready.take();
+            } else if let Some(r) = ready.as_ref() {
+                // Still wanted for what the sleeping read keeps.
+                r.clear();
+            }
         }
         let n = d.len().min(buf.len());
         buf[..n].copy_from_slice(&d[..n]);
@@ -821,6 +856,117 @@ impl Sock {
             *w = info;
         }
         Some(Received { copied: n, len: d.len(), src })
+    }
+
+    /// On the kernel path: a thread left asleep in its read of the socket
+    /// at the hand-over has not returned yet (see `reader_out`).
+    #[inline]
+    pub fn reader_in_flight(&self) -> bool {
+        let p = self.reader_out.load(Acquire);
+        // SAFETY: getpid has no preconditions.
+        #[allow(unsafe_code)]
+        let here = p != 0 && p == unsafe { libc::getpid() };
+        here
+    }
+
+    /// Called by every receive that went through the endpoint `ep` and
+    /// found the socket handed over when it returned (the thread left
+    /// asleep in its read among them): what that read brought and nobody
+    /// took from the ring joins the leftovers, in order after them; once
+    /// that read has ended, receives on the kernel path may read the
+    /// kernel socket again.
+    #[cold]
+    #[inline(never)]
+    pub fn after_hand_over(&self, ep: &Endpoint) {
+        // `reader_out` is settled once the hand-over is.
+        self.await_hand_over();
+        let mut keep = lock(&self.leftover);
+        if self.reader_out.load(Acquire) == 0 {
+            return;
+        }
+        // Read first: once it is false the read's datagrams are in the ring.
+        let asleep = ep.reader_asleep();
+        let before = keep.len();
+        ep.take_received(0, Duration::ZERO, &mut keep);
+        if let Ok(peer) = ep.peer_addr() {
+            for (_, src, _) in keep.iter_mut().skip(before).filter(|(_, a, _)| a.port() == 0) {
+                *src = peer;
+            }
+        }
+        if keep.len() > before {
+            dlog!("fd {}: {} datagrams the sleeping read took kept for the kernel path", self.fd, keep.len() - before);
+            if let Some(r) = lock(&self.leftover_ready).as_ref() {
+                r.set();
+            }
+            self.has_leftover.store(true, Release);
+        }
+        if !asleep {
+            self.reader_gone(&keep);
+        }
+    }
+
+    /// The read left asleep at the hand-over is over (the leftover lock is
+    /// held: `keep` is what it guards).
+    fn reader_gone(&self, keep: &VecDeque<KeptDatagram>) {
+        self.reader_out.store(0, Release);
+        if keep.is_empty() {
+            lock(&self.leftover_ready).take();
+        }
+    }
+
+    /// A receive on the kernel path while a thread left asleep in its read
+    /// of the socket at the hand-over has not returned ([`Sock::reader_in_flight`]):
+    /// the leftovers first; the kernel socket stays that read's. A datagram
+    /// in the kernel socket is that read's to take (no other read of the
+    /// socket runs meanwhile), which ends it within microseconds: this
+    /// waits for it. With nothing queued a nonblocking receive reports
+    /// `EAGAIN` and a blocking one sleeps until the socket or the
+    /// leftovers are readable (honouring `SO_RCVTIMEO`, and failing with
+    /// `EINTR` as [`ep_recv`] does). `None`: that read has ended; receive
+    /// from the kernel socket.
+    #[cold]
+    #[inline(never)]
+    pub fn await_reader(&self, fd: i32, buf: &mut [u8], peek: bool, blocking: bool, mut want: Info) -> Option<Result<Received, i32>> {
+        // A read that does not take a queued datagram in this long is not
+        // coming back (its thread stopped, or cancelled in the read).
+        const TAKING: Duration = Duration::from_millis(50);
+        let deadline = if blocking { crate::hooks::kernel_timeouts(fd).0.map(|t| Instant::now() + t) } else { None };
+        let mut queued_since: Option<Instant> = None;
+        loop {
+            if let Some(r) = self.pop_leftover(buf, peek, want.as_deref_mut()) {
+                return Some(Ok(r));
+            }
+            if !self.reader_in_flight() {
+                return None;
+            }
+            if crate::hooks::kernel_has_data(fd) {
+                let since = *queued_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= TAKING {
+                    let keep = lock(&self.leftover);
+                    if keep.is_empty() && self.reader_in_flight() {
+                        dlog!("fd {fd}: the read asleep at the hand-over did not take a queued datagram; reading the kernel socket");
+                        self.reader_gone(&keep);
+                    }
+                    continue;
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            queued_since = None;
+            if !blocking {
+                return Some(Err(libc::EAGAIN));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) if !l.is_zero() => Some(l),
+                    _ => return Some(Err(libc::EAGAIN)),
+                },
+                None => None,
+            };
+            if crate::hooks::wait_readable(fd, self.leftover_ready_fd(), left) == Err(libc::EINTR) && crate::signals::eintr_wanted() {
+                return Some(Err(libc::EINTR));
+            }
+        }
     }
 
     /// The readiness eventfd standing for the kept datagrams, if any.
@@ -896,7 +1042,8 @@ impl Drop for Sock {
 
 /// Moves everything the kernel already accepted for the socket of `fd`
 /// into `keep`, in order, and leaves it on the plain kernel path with GRO
-/// off and nothing coalesced in its queue.
+/// off and nothing coalesced in its queue. True when a thread was left
+/// asleep inside its read of the (empty) socket: see [`Sock::after_hand_over`].
 ///
 /// While GRO was on the kernel may have queued several datagrams as one
 /// coalesced message, which a plain receive would return glued together;
@@ -906,13 +1053,15 @@ impl Drop for Sock {
 /// ([`Endpoint::take_received`]), with GRO on; then GRO goes off, after
 /// which arrivals are queued as single datagrams. If the socket is empty
 /// once GRO is off, nothing coalesced can be left (the queue is in
-/// arrival order); if something arrived between the last read and the
-/// option change, GRO goes on again for another round. Bounded: at most
-/// `ROUNDS` rounds and the socket's `SO_RCVBUF` in bytes read (what the
-/// socket can hold when GRO goes off); a sender that never lets the queue
-/// empty for that long may leave a message coalesced before GRO went off
-/// (logged with `EUDP_LOG=debug`).
-fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>) {
+/// arrival order) but what a sleeping read took meanwhile, which reaches
+/// `keep` through the ring; if something arrived between the last read
+/// and the option change, GRO goes on again for another round (a sleeping
+/// read then wakes for it and is waited for). Bounded: at most `ROUNDS`
+/// rounds and the socket's `SO_RCVBUF` in bytes read (what the socket can
+/// hold when GRO goes off); a sender that never lets the queue empty for
+/// that long may leave a message coalesced before GRO went off (logged
+/// with `EUDP_LOG=debug`).
+fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>) -> bool {
     const ROUNDS: usize = 8;
     const WAIT: Duration = Duration::from_millis(200);
     ep.stop_receiving();
@@ -922,19 +1071,20 @@ fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>) {
         let t = ep.take_received(left, WAIT, keep);
         left = left.saturating_sub(t.socket_bytes);
         if !gro {
-            return; // nothing coalesced was ever queued
+            return t.reader_asleep; // nothing coalesced was ever queued
         }
         crate::hooks::gro_set(fd, false);
         if !crate::hooks::kernel_has_data(fd) {
-            return;
+            return t.reader_asleep;
         }
-        let blocked = !t.socket_empty && t.socket_bytes == 0;
+        let blocked = !t.socket_empty && t.socket_bytes == 0 && !t.reader_asleep;
         if blocked || left == 0 || round + 1 == ROUNDS {
             dlog!("fd {fd}: the kernel queue did not empty while GRO went off (round {round}); a message may stay coalesced");
-            return;
+            return t.reader_asleep;
         }
         crate::hooks::gro_set(fd, true);
     }
+    false
 }
 
 // ------------------------------------------------------------- receiving
