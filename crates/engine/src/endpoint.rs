@@ -751,13 +751,13 @@ impl Endpoint {
     /// byte), so a sender that keeps sending cannot hold the caller here.
     ///
     /// A thread sleeping inside a read of the socket (a blocking receive
-    /// that began before the hand-over) keeps the socket. While the socket
-    /// holds nothing that read is not waited for: only the ring is taken
-    /// and `reader_asleep` says so (what the read brings later reaches the
-    /// ring, see [`Endpoint::reader_asleep`]). Otherwise the read is about
-    /// to end and is waited for, at most `wait`; after that only the ring
-    /// is taken and the socket is reported as not found empty.
-    pub fn take_received(&self, max_bytes: usize, wait: Duration, out: &mut std::collections::VecDeque<KeptDatagram>) -> Taken {
+    /// that began before the hand-over) keeps the socket. With `leave_asleep`
+    /// and nothing in the socket that read is not waited for: only the ring
+    /// is taken and `reader_asleep` says so (what the read brings later
+    /// reaches the ring, see [`Endpoint::reader_asleep`]). Otherwise the
+    /// read is waited for, at most `wait`; after that only the ring is
+    /// taken and the socket is reported as not found empty.
+    pub fn take_received(&self, max_bytes: usize, wait: Duration, leave_asleep: bool, out: &mut std::collections::VecDeque<KeptDatagram>) -> Taken {
         let i = &self.inner;
         let deadline = Instant::now() + wait;
         let mut asleep = false;
@@ -766,7 +766,7 @@ impl Endpoint {
                 Ok(g) => break Some(g),
                 Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
                 // Asleep with nothing to read: it may sleep for good.
-                Err(std::sync::TryLockError::WouldBlock) if i.rx_blocked.load(SeqCst) && !kernel::has_data(i.backend.raw_fd()) => {
+                Err(std::sync::TryLockError::WouldBlock) if leave_asleep && i.rx_blocked.load(SeqCst) && !kernel::has_data(i.backend.raw_fd()) => {
                     asleep = true;
                     break None;
                 }

@@ -133,6 +133,12 @@ pub(crate) fn cloexec(fd: c_int) -> bool {
 /// application asked for and delivers plain (not coalesced) datagrams.
 pub(crate) fn restore_kernel_socket(fd: c_int, nonblock: bool) {
     gro_off(fd);
+    restore_kernel_flags(fd, nonblock);
+}
+
+/// The file description's `O_NONBLOCK` as the application asked (a
+/// fallback that leaves a sleeping read GRO on, see `shim::hand_over`).
+pub(crate) fn restore_kernel_flags(fd: c_int, nonblock: bool) {
     // SAFETY: fcntl with integer arguments.
     unsafe {
         let fl = real::fcntl(fd, libc::F_GETFL, 0);
@@ -391,7 +397,7 @@ fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mu
         if s.mode() == shim::KERNEL {
             // Handed over meanwhile: what this receive's read brought
             // beyond its datagram joins the kept ones.
-            s.after_hand_over(&ep);
+            s.after_hand_over(fd);
         }
         with_peer(&ep, r)
     });
