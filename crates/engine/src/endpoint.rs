@@ -760,15 +760,25 @@ impl Endpoint {
     /// byte), so a sender that keeps sending cannot hold the caller here.
     ///
     /// A thread sleeping inside a read of the socket (a blocking receive
-    /// that began before the hand-over) keeps the socket; after `wait` only
-    /// the ring is taken and the socket is reported as not found empty.
-    pub fn take_received(&self, max_bytes: usize, wait: Duration, out: &mut std::collections::VecDeque<KeptDatagram>) -> Taken {
+    /// that began before the hand-over) keeps the socket. With `leave_asleep`
+    /// and nothing in the socket that read is not waited for: only the ring
+    /// is taken and `reader_asleep` says so (what the read brings later
+    /// reaches the ring, see [`Endpoint::reader_asleep`]). Otherwise the
+    /// read is waited for, at most `wait`; after that only the ring is
+    /// taken and the socket is reported as not found empty.
+    pub fn take_received(&self, max_bytes: usize, wait: Duration, leave_asleep: bool, out: &mut std::collections::VecDeque<KeptDatagram>) -> Taken {
         let i = &self.inner;
         let deadline = Instant::now() + wait;
+        let mut asleep = false;
         let guard = loop {
             match i.rx_sock.try_lock() {
                 Ok(g) => break Some(g),
                 Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                // Asleep with nothing to read: it may sleep for good.
+                Err(std::sync::TryLockError::WouldBlock) if leave_asleep && i.rx_blocked.load(SeqCst) && !kernel::has_data(i.backend.raw_fd()) => {
+                    asleep = true;
+                    break None;
+                }
                 Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
                 Err(std::sync::TryLockError::WouldBlock) => break None,
             }
@@ -777,7 +787,7 @@ impl Endpoint {
         // Its own scratch, not the thread's: a fallback may run from an
         // exit handler, after this thread's locals are gone.
         let mut scratch = RecvScratch::new(4);
-        let mut taken = Taken { datagrams: 0, socket_bytes: 0, socket_empty: false };
+        let mut taken = Taken { datagrams: 0, socket_bytes: 0, socket_empty: false, reader_asleep: asleep };
         loop {
             {
                 let mut rs = lock(&i.recv);
@@ -801,6 +811,14 @@ impl Endpoint {
             let bytes = i.stats.bytes_received.load(Relaxed).wrapping_sub(before) as usize;
             taken.socket_bytes += bytes.max(fill.added);
         }
+    }
+
+    /// After [`Endpoint::stop_receiving`]: a thread is still inside the
+    /// read of the socket it began before (see [`EpInner::block_in_read`]).
+    /// Once this is false it stays false, and whatever that read brought is
+    /// in the ring: the read pushes it there before it lets go.
+    pub fn reader_asleep(&self) -> bool {
+        self.inner.rx_blocked.load(SeqCst)
     }
 
     /// Takes the ring's readiness descriptor (when one was made) away from
@@ -2041,6 +2059,9 @@ pub struct Taken {
     pub socket_bytes: usize,
     /// The last read found the socket empty.
     pub socket_empty: bool,
+    /// The socket was left to a thread asleep inside its read, with nothing
+    /// queued: what that read takes reaches the ring afterwards.
+    pub reader_asleep: bool,
 }
 
 /// What one fill of the ring from the socket did.

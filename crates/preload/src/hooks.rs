@@ -133,6 +133,12 @@ pub(crate) fn cloexec(fd: c_int) -> bool {
 /// application asked for and delivers plain (not coalesced) datagrams.
 pub(crate) fn restore_kernel_socket(fd: c_int, nonblock: bool) {
     gro_off(fd);
+    restore_kernel_flags(fd, nonblock);
+}
+
+/// The file description's `O_NONBLOCK` as the application asked (a
+/// fallback that leaves a sleeping read GRO on, see `shim::hand_over`).
+pub(crate) fn restore_kernel_flags(fd: c_int, nonblock: bool) {
     // SAFETY: fcntl with integer arguments.
     unsafe {
         let fl = real::fcntl(fd, libc::F_GETFL, 0);
@@ -348,10 +354,15 @@ fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mu
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
         return;
     }
+    let peek = flags & libc::MSG_PEEK != 0;
     if s.mode() == shim::KERNEL {
         s.await_hand_over();
+        if s.reader_in_flight() {
+            let blocking = flags & libc::MSG_DONTWAIT == 0 && !s.nonblock();
+            *out = s.await_reader(fd, buf, peek, blocking, info);
+            return;
+        }
     }
-    let peek = flags & libc::MSG_PEEK != 0;
     if s.has_leftover() {
         if let Some(r) = s.pop_leftover(buf, peek, info.as_deref_mut()) {
             *out = Some(Ok(r));
@@ -381,7 +392,15 @@ fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mu
         Some(_) => return,
         None => {}
     }
-    *out = s.endpoint(fd).map(|ep| with_peer(&ep, ep_recv(s, &ep, buf, flags, info)));
+    *out = s.endpoint(fd).map(|ep| {
+        let r = ep_recv(s, &ep, buf, flags, info);
+        if s.mode() == shim::KERNEL {
+            // Handed over meanwhile: what this receive's read brought
+            // beyond its datagram joins the kept ones.
+            s.after_hand_over(fd);
+        }
+        with_peer(&ep, r)
+    });
 }
 
 /// A datagram whose source the ring does not keep (a connected socket's
@@ -646,12 +665,13 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 #[no_mangle]
 pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int {
     with_sock_t(fd, |t, s| {
-        // On the kernel path too while datagrams kept at the fallback wait:
-        // they come first (the loop ends where they do).
+        // On the kernel path too while datagrams kept at the fallback wait
+        // or a read left asleep at the hand-over has not returned: they
+        // come first (the loop ends where they do).
         if s.mode() == shim::KERNEL {
             s.await_hand_over();
         }
-        if (s.mode() != shim::KERNEL || s.has_leftover()) && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
+        if (s.mode() != shim::KERNEL || s.has_leftover() || s.reader_in_flight()) && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
             let base = flags & !libc::MSG_WAITFORONE;
             // As in the kernel: the timeout is looked at after each datagram
             // (the time left is written back); the receives themselves wait as

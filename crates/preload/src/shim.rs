@@ -62,6 +62,17 @@ pub struct Sock {
     /// GRO message before it is split).
     handover: Mutex<()>,
     handing_over: AtomicBool,
+    /// The process (its id) in which a thread was left asleep inside its
+    /// read of the kernel socket when the socket was handed over, or 0.
+    /// What that read takes reaches the leftovers only when it ends (see
+    /// [`Sock::after_hand_over`]); until then receives on the kernel path
+    /// take the leftovers but leave the kernel socket to that read, so a
+    /// GRO message it takes cannot be served after newer datagrams
+    /// ([`Sock::await_reader`]). A fork child has no such thread.
+    reader_out: AtomicI32,
+    /// The endpoint that read belongs to, while `reader_out` is set: its
+    /// end finishes the hand-over ([`Sock::after_hand_over`]).
+    reader_ep: Mutex<Option<Arc<Endpoint>>>,
     /// The endpoint's error flag ([`Endpoint::error_fd`]) once made for an
     /// epoll registration, or -1.
     err_fd: AtomicI32,
@@ -326,6 +337,8 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         has_leftover: AtomicBool::new(false),
         handover: Mutex::new(()),
         handing_over: AtomicBool::new(false),
+        reader_out: AtomicI32::new(0),
+        reader_ep: Mutex::new(None),
         err_fd: AtomicI32::new(-1),
         rx_opts: AtomicU8::new(0),
         leftover_ready: Mutex::new(None),
@@ -749,10 +762,13 @@ impl Sock {
     /// that began on the engine and waits there finds, when it wakes, the
     /// socket handed over: it is made again on the kernel path (kept
     /// datagrams first, see [`crate::hooks`]' `shim_recv`). A thread asleep
-    /// inside its read of the socket keeps the socket until a message
-    /// arrives (the hand-over waits for it only boundedly): it then takes
-    /// that one message, as a plain receive of the kernel socket would,
-    /// and returns it (see [`Endpoint::stop_receiving`]).
+    /// inside its read of an empty socket is not waited for, as the
+    /// kernel's own option call does not wait for it: it keeps sleeping
+    /// there, takes the next message, as a plain receive of the kernel
+    /// socket would, and returns it (see [`Endpoint::stop_receiving`]);
+    /// until it has, receives on the kernel path leave the socket to it
+    /// (`reader_out`). Not for a fork: the child may read the socket,
+    /// whose GRO must then be off, so the read is waited for (boundedly).
     pub fn fallback(&self, fd: i32, reason: &str) {
         if self.mode() == KERNEL {
             return; // also keeps a fork child off locks the parent's threads held
@@ -776,29 +792,55 @@ impl Sock {
         if let Some(ep) = ep {
             let mut keep = lock(&self.leftover);
             let before = keep.len();
-            hand_over(fd, &ep, &mut keep);
+            // A socket shared with a fork child must not keep UDP_GRO on
+            // (see `hand_over`): the child may read it.
+            let shared = reason.starts_with("fork()") || reason.starts_with("vfork()");
+            let asleep = hand_over(fd, &ep, &mut keep, !shared);
             // A connected socket's ring keeps no source: it is the peer.
             if let Ok(peer) = ep.peer_addr() {
                 for (_, src, _) in keep.iter_mut().skip(before).filter(|(_, a, _)| a.port() == 0) {
                     *src = peer;
                 }
             }
-            let ready = ep.take_ready_fd();
+            let mut ready = ep.take_ready_fd();
+            if asleep {
+                // Wakes receives waiting for what the sleeping read keeps.
+                if ready.is_none() {
+                    ready = EventFd::new().ok().map(Arc::new);
+                }
+                *lock(&self.reader_ep) = Some(ep.clone());
+                // SAFETY: getpid has no preconditions.
+                #[allow(unsafe_code)]
+                self.reader_out.store(unsafe { libc::getpid() }, Release);
+            }
             if !keep.is_empty() {
                 if let Some(r) = &ready {
                     r.set();
                 }
-                *lock(&self.leftover_ready) = ready;
                 self.has_leftover.store(true, Release);
             }
-            dlog!("fd {fd}: {} datagrams kept for the kernel path", keep.len());
+            if !keep.is_empty() || asleep {
+                *lock(&self.leftover_ready) = ready;
+            }
+            dlog!("fd {fd}: {} datagrams kept for the kernel path{}", keep.len(), if asleep { "; a read asleep in the socket takes the next message" } else { "" });
+            if asleep {
+                // The endpoint lives on until the sleeping read returns and
+                // closes (and flushes) only then: what was queued goes out
+                // now, ahead of the program's sends on the kernel path.
+                ep.flush(Duration::from_secs(5));
+            }
             drop(keep);
             crate::stat::retire(self, &ep);
             self.poll_fd.store(-1, Relaxed);
             self.dup_fd.store(-1, Relaxed);
             self.err_fd.store(-1, Relaxed);
             self.release(ep);
-            crate::hooks::restore_kernel_socket(fd, self.nonblock());
+            if asleep {
+                // GRO goes off when the sleeping read has ended.
+                crate::hooks::restore_kernel_flags(fd, self.nonblock());
+            } else {
+                crate::hooks::restore_kernel_socket(fd, self.nonblock());
+            }
             // Kept datagrams carry their TOS/TTL; new ones get them from
             // the kernel only if the program asked.
             self.restore_rx_opts(fd, false);
@@ -812,8 +854,14 @@ impl Sock {
         let (d, src, info) = if peek { g.front().cloned()? } else { g.pop_front()? };
         if g.is_empty() && !peek {
             self.has_leftover.store(false, Release);
-            // Closed: the socket's own readiness is all there is now.
-            lock(&self.leftover_ready).take();
+            let mut ready = lock(&self.leftover_ready);
+            if self.reader_out.load(Acquire) == 0 {
+                // Closed: the socket's own readiness is all there is now.
+                ready.take();
+            } else if let Some(r) = ready.as_ref() {
+                // Still wanted for what the sleeping read keeps.
+                r.clear();
+            }
         }
         let n = d.len().min(buf.len());
         buf[..n].copy_from_slice(&d[..n]);
@@ -821,6 +869,137 @@ impl Sock {
             *w = info;
         }
         Some(Received { copied: n, len: d.len(), src })
+    }
+
+    /// On the kernel path: a thread left asleep in its read of the socket
+    /// at the hand-over has not returned yet (see `reader_out`).
+    #[inline]
+    pub fn reader_in_flight(&self) -> bool {
+        let p = self.reader_out.load(Acquire);
+        // SAFETY: getpid has no preconditions.
+        #[allow(unsafe_code)]
+        let here = p != 0 && p == unsafe { libc::getpid() };
+        here
+    }
+
+    /// Called by every receive that went through the endpoint and found
+    /// the socket `fd` handed over when it returned (the thread left asleep
+    /// in its read among them): what that read brought and nobody took
+    /// from the ring joins the leftovers, in order after them. Once that
+    /// read has ended the hand-over is finished ([`hand_over`]: what
+    /// arrived meanwhile, coalesced while GRO stayed on for that read, is
+    /// kept too, and GRO goes off), and receives on the kernel path may
+    /// read the kernel socket again.
+    #[cold]
+    #[inline(never)]
+    pub fn after_hand_over(&self, fd: i32) {
+        // `reader_out` is settled once the hand-over is.
+        self.await_hand_over();
+        let mut keep = lock(&self.leftover);
+        if !self.reader_in_flight() {
+            return;
+        }
+        let Some(ep) = lock(&self.reader_ep).clone() else { return };
+        // Read first: once it is false the read's datagrams are in the ring.
+        let asleep = ep.reader_asleep();
+        let before = keep.len();
+        if asleep {
+            ep.take_received(0, Duration::ZERO, true, &mut keep);
+        } else {
+            hand_over(fd, &ep, &mut keep, false);
+        }
+        if let Ok(peer) = ep.peer_addr() {
+            for (_, src, _) in keep.iter_mut().skip(before).filter(|(_, a, _)| a.port() == 0) {
+                *src = peer;
+            }
+        }
+        if keep.len() > before {
+            dlog!("fd {fd}: {} more datagrams kept for the kernel path after the sleeping read", keep.len() - before);
+            if let Some(r) = lock(&self.leftover_ready).as_ref() {
+                r.set();
+            }
+            self.has_leftover.store(true, Release);
+        }
+        if !asleep {
+            let ep = self.reader_gone(&keep);
+            drop(keep);
+            drop(ep);
+        }
+    }
+
+    /// The read left asleep at the hand-over is over (the leftover lock is
+    /// held: `keep` is what it guards). Returns the endpoint, for the
+    /// caller to drop once that lock is released (closing it may wait for
+    /// the engine).
+    fn reader_gone(&self, keep: &VecDeque<KeptDatagram>) -> Option<Arc<Endpoint>> {
+        self.reader_out.store(0, Release);
+        if keep.is_empty() {
+            lock(&self.leftover_ready).take();
+        }
+        lock(&self.reader_ep).take()
+    }
+
+    /// A receive on the kernel path while a thread left asleep in its read
+    /// of the socket at the hand-over has not returned ([`Sock::reader_in_flight`]):
+    /// the leftovers first; the kernel socket stays that read's. A datagram
+    /// in the kernel socket is that read's to take (no other read of the
+    /// socket runs meanwhile), which ends it within microseconds: this
+    /// waits for it. With nothing queued a nonblocking receive reports
+    /// `EAGAIN` and a blocking one sleeps until the socket or the
+    /// leftovers are readable (honouring `SO_RCVTIMEO`, and failing with
+    /// `EINTR` as [`ep_recv`] does). `None`: that read has ended; receive
+    /// from the kernel socket.
+    #[cold]
+    #[inline(never)]
+    pub fn await_reader(&self, fd: i32, buf: &mut [u8], peek: bool, blocking: bool, mut want: Info) -> Option<Result<Received, i32>> {
+        // A read that does not take a queued datagram in this long is not
+        // coming back (its thread stopped, or cancelled in the read).
+        const TAKING: Duration = Duration::from_millis(50);
+        let deadline = if blocking { crate::hooks::kernel_timeouts(fd).0.map(|t| Instant::now() + t) } else { None };
+        let mut queued_since: Option<Instant> = None;
+        loop {
+            if let Some(r) = self.pop_leftover(buf, peek, want.as_deref_mut()) {
+                return Some(Ok(r));
+            }
+            if !self.reader_in_flight() {
+                return None;
+            }
+            if crate::hooks::kernel_has_data(fd) {
+                let since = *queued_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= TAKING {
+                    let mut keep = lock(&self.leftover);
+                    let ep = lock(&self.reader_ep).clone();
+                    if let (Some(ep), true) = (ep, keep.is_empty() && self.reader_in_flight()) {
+                        dlog!("fd {fd}: the read asleep at the hand-over did not take a queued datagram; reading the kernel socket");
+                        // It holds the socket: the ring is taken and GRO goes off.
+                        hand_over(fd, &ep, &mut keep, false);
+                        if !keep.is_empty() {
+                            self.has_leftover.store(true, Release);
+                        }
+                        let ep = self.reader_gone(&keep);
+                        drop(keep);
+                        drop(ep);
+                    }
+                    continue;
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            queued_since = None;
+            if !blocking {
+                return Some(Err(libc::EAGAIN));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) if !l.is_zero() => Some(l),
+                    _ => return Some(Err(libc::EAGAIN)),
+                },
+                None => None,
+            };
+            if crate::hooks::wait_readable(fd, self.leftover_ready_fd(), left) == Err(libc::EINTR) && crate::signals::eintr_wanted() {
+                return Some(Err(libc::EINTR));
+            }
+        }
     }
 
     /// The readiness eventfd standing for the kept datagrams, if any.
@@ -885,6 +1064,13 @@ fn cached_fd(slot: &AtomicI32, make: impl FnOnce() -> io::Result<i32>) -> Option
 impl Drop for Sock {
     fn drop(&mut self) {
         crate::hooks::forget_ring_dups(self as *const Sock as usize);
+        let out = *self.reader_out.get_mut();
+        // SAFETY: getpid has no preconditions.
+        #[allow(unsafe_code)]
+        if out != 0 && out != unsafe { libc::getpid() } {
+            // A fork child's: the endpoint's engine is the parent's.
+            std::mem::forget(self.reader_ep.get_mut().unwrap_or_else(|e| e.into_inner()).take());
+        }
         if self.leaked.load(SeqCst) {
             // The endpoint's engine is the parent's: dropping it would wait
             // for a thread that does not exist here.
@@ -896,7 +1082,11 @@ impl Drop for Sock {
 
 /// Moves everything the kernel already accepted for the socket of `fd`
 /// into `keep`, in order, and leaves it on the plain kernel path with GRO
-/// off and nothing coalesced in its queue.
+/// off and nothing coalesced in its queue. With `leave_asleep`, a thread
+/// asleep inside its read of the empty socket is not waited for: the ring
+/// is taken, the socket is left to that read with GRO still on (so what it
+/// takes comes with its segment size and is split), and this returns true;
+/// [`Sock::after_hand_over`] finishes the hand-over when the read ends.
 ///
 /// While GRO was on the kernel may have queued several datagrams as one
 /// coalesced message, which a plain receive would return glued together;
@@ -907,34 +1097,38 @@ impl Drop for Sock {
 /// which arrivals are queued as single datagrams. If the socket is empty
 /// once GRO is off, nothing coalesced can be left (the queue is in
 /// arrival order); if something arrived between the last read and the
-/// option change, GRO goes on again for another round. Bounded: at most
-/// `ROUNDS` rounds and the socket's `SO_RCVBUF` in bytes read (what the
-/// socket can hold when GRO goes off); a sender that never lets the queue
-/// empty for that long may leave a message coalesced before GRO went off
-/// (logged with `EUDP_LOG=debug`).
-fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>) {
+/// option change, GRO goes on again for another round. Bounded: at most `ROUNDS`
+/// rounds and the socket's `SO_RCVBUF` in bytes read (what the socket can
+/// hold when GRO goes off); a sender that never lets the queue empty for
+/// that long may leave a message coalesced before GRO went off (logged
+/// with `EUDP_LOG=debug`).
+fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>, leave_asleep: bool) -> bool {
     const ROUNDS: usize = 8;
     const WAIT: Duration = Duration::from_millis(200);
     ep.stop_receiving();
     let gro = crate::hooks::gro_enabled(fd);
     let mut left = crate::hooks::kernel_rcvbuf(fd).max(1 << 16);
     for round in 0..ROUNDS {
-        let t = ep.take_received(left, WAIT, keep);
+        let t = ep.take_received(left, WAIT, leave_asleep, keep);
         left = left.saturating_sub(t.socket_bytes);
+        if t.reader_asleep {
+            return true; // GRO stays on for it
+        }
         if !gro {
-            return; // nothing coalesced was ever queued
+            return false; // nothing coalesced was ever queued
         }
         crate::hooks::gro_set(fd, false);
         if !crate::hooks::kernel_has_data(fd) {
-            return;
+            return false;
         }
         let blocked = !t.socket_empty && t.socket_bytes == 0;
         if blocked || left == 0 || round + 1 == ROUNDS {
             dlog!("fd {fd}: the kernel queue did not empty while GRO went off (round {round}); a message may stay coalesced");
-            return;
+            return false;
         }
         crate::hooks::gro_set(fd, true);
     }
+    false
 }
 
 // ------------------------------------------------------------- receiving
