@@ -1276,6 +1276,13 @@ pub fn fork_prepare() {
             }
         }
     }
+    // One-time initializations another thread may be running (the first
+    // endpoint probes GSO): a child would wait for them forever. Settled
+    // here, before any lock, so the child finds them done; once done this
+    // costs a load each (the probe runs at most once per process tree).
+    let _ = eudp_engine::backend::kernel::gso_max_segments();
+    let _ = eudp_engine::backend::kernel::tsc();
+    let _ = tcp_transport();
     // Every lock the child may need, in one order (engine, table, stats).
     let e = lock(&ENGINE_INIT);
     let g = TABLE.write().unwrap_or_else(|e| e.into_inner());
@@ -1304,6 +1311,9 @@ pub fn fork_parent() {
 #[allow(unsafe_code)]
 pub fn fork_child() {
     GEN.fetch_add(1, SeqCst);
+    // The TCP transport's listener and connections are the parent's: given
+    // up at once, lock-free (no-op when no transport ever started).
+    eudp_engine::backend::tcp::forked_child();
     // SAFETY: see ForkGuard.
     let g = unsafe { (*FORK_GUARD.0.get()).take() };
     if let Some((_, t, _)) = &g {

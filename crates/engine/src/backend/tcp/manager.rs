@@ -17,6 +17,7 @@
 //! → `RxQueue::inner`. `rbuf` and `pool` are the manager thread's own.
 
 use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
+use super::fork::{self, Tracked};
 use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
 use super::{Dml, TcpConfig, CORK_BYTES};
 use crate::backend::kernel::{to_family, unmap, EventFd};
@@ -545,6 +546,7 @@ struct Owner {
 impl Conn {
     fn new(token: u64, stream: Private<TcpStream>, peer: SocketAddr, inbound: bool) -> Arc<Conn> {
         let local_ip = stream.local_addr().map(|a| norm_ip(a.ip())).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        fork::record(stream.as_raw_fd());
         Arc::new(Conn {
             token,
             stream,
@@ -566,6 +568,13 @@ impl Conn {
 
     fn fd(&self) -> RawFd {
         self.stream.as_raw_fd()
+    }
+}
+
+impl Drop for Conn {
+    /// Before `stream` closes: a fork child no longer gives it up.
+    fn drop(&mut self) {
+        fork::forget(self.stream.as_raw_fd());
     }
 }
 
@@ -599,10 +608,13 @@ type Ports = HashMap<u16, Vec<(IpAddr, Weak<RxQueue>)>>;
 pub(super) struct Mgr {
     pub(super) cfg: TcpConfig,
     opts: SockOpts,
-    poller: Poller,
-    doorbell: EventFd,
+    poller: Tracked<Poller>,
+    doorbell: Tracked<EventFd>,
     stop: AtomicBool,
-    listener: Mutex<Option<Private<TcpListener>>>,
+    /// The fork generation the transport was started in (see `fork.rs`):
+    /// in a later one (a fork child) it is abandoned, as if stopped.
+    gen: u32,
+    listener: Mutex<Option<Tracked<Private<TcpListener>>>>,
     listen_addr: Option<SocketAddr>,
     listening: AtomicBool,
     /// Accepting is paused until then (out of descriptors).
@@ -638,23 +650,56 @@ pub struct TcpTransport {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// The process-wide transport and the process it was started in.
+/// The process-wide transport and the fork generation it was started in.
 struct Global {
-    pid: u32,
+    gen: u32,
     t: Result<TcpTransport, i32>,
 }
 
-/// Leaked, never freed: a fork child keeps its parent's transport (whose
-/// manager thread it does not have, and whose connections it must not
-/// shut down) and starts its own beside it. The lock is held only to
-/// look up or add an entry.
-static GLOBALS: Mutex<Vec<&'static Global>> = Mutex::new(Vec::new());
-static GLOBAL_INIT: Mutex<()> = Mutex::new(());
+/// Leaked, never freed: a fork child abandons its parent's transport
+/// (whose manager thread it does not have, and whose descriptors it gave
+/// up, see `fork.rs`) and starts its own. No lock: a fork child must not
+/// inherit one held by a thread it does not have.
+static GLOBAL: sys::Leaked<Global> = sys::Leaked::new();
+/// Held (true) while a thread starts the process-wide transport.
+static GLOBAL_INIT: AtomicBool = AtomicBool::new(false);
+/// Some transport was started in this process or an ancestor.
+static GLOBAL_STARTED: AtomicBool = AtomicBool::new(false);
 
 /// This process's transport, if started here (not inherited across fork).
 fn current() -> Option<&'static Result<TcpTransport, i32>> {
-    let pid = std::process::id();
-    lock(&GLOBALS).iter().rev().find(|g| g.pid == pid).map(|g| &g.t)
+    GLOBAL.get().filter(|g| g.gen == fork::generation()).map(|g| &g.t)
+}
+
+/// Fork child handler (`fork.rs`): a start under way in the parent has no
+/// thread here to finish it.
+pub(super) fn forked() {
+    GLOBAL_INIT.store(false, SeqCst);
+}
+
+/// Holds [`GLOBAL_INIT`] while it lives.
+struct InitGuard;
+
+impl InitGuard {
+    /// Waits for a start under way in another thread; None once a
+    /// transport of this process exists.
+    fn take() -> Option<InitGuard> {
+        loop {
+            if current().is_some() {
+                return None;
+            }
+            if GLOBAL_INIT.compare_exchange(false, true, SeqCst, SeqCst).is_ok() {
+                return Some(InitGuard);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+impl Drop for InitGuard {
+    fn drop(&mut self) {
+        GLOBAL_INIT.store(false, SeqCst);
+    }
 }
 
 /// Where the process-wide transport writes its counters:
@@ -694,8 +739,9 @@ impl TcpTransport {
     /// and the manager thread.
     pub fn start(cfg: TcpConfig) -> io::Result<TcpTransport> {
         let opts = SockOpts { sndbuf: cfg.sndbuf, rcvbuf: cfg.rcvbuf };
-        let poller = Poller::new()?;
-        let doorbell = EventFd::new()?;
+        fork::install();
+        let poller = Tracked::new(Poller::new()?);
+        let doorbell = Tracked::new(EventFd::new()?);
         poller.add_level(doorbell.as_raw_fd(), DOORBELL)?;
         let mut listener = None;
         if cfg.listen {
@@ -707,7 +753,7 @@ impl TcpTransport {
                 None => sys::bind_listener(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), cfg.port), &opts)
                     .or_else(|_| sys::bind_listener(&SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.port), &opts))?,
             };
-            listener = Some(l);
+            listener = Some(Tracked::new(l));
         }
         let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
         let mgr = Arc::new(Mgr {
@@ -716,6 +762,7 @@ impl TcpTransport {
             poller,
             doorbell,
             stop: AtomicBool::new(false),
+            gen: fork::generation(),
             listener: Mutex::new(listener),
             listen_addr,
             listening: AtomicBool::new(false),
@@ -765,15 +812,19 @@ impl TcpTransport {
     /// listens), it runs without a listener and says so on stderr.
     ///
     /// A fork child starts its own on first use: the one it inherited has
-    /// no manager thread there. Its listener's port is then the parent's,
-    /// so it runs without one (replies reach it over the connections it
-    /// opens, and datagrams for its ports through the listening process's
-    /// hand-over to their kernel sockets, see `Mgr::forward`).
+    /// no manager thread there, and its descriptors were given up at the
+    /// fork (`fork.rs`). While the parent listens, the port is the
+    /// parent's, so the child runs without a listener (replies reach it
+    /// over the connections it opens, and datagrams for its ports through
+    /// the listening process's hand-over to their kernel sockets, see
+    /// `Mgr::forward`); once the parent is gone, the child's transport
+    /// takes the port.
     pub fn global() -> io::Result<&'static TcpTransport> {
-        if let Some(r) = current() {
-            return r.as_ref().map_err(|&c| err(c));
-        }
-        let _init = lock(&GLOBAL_INIT);
+        // Before the start lock: a fork while it is held then resets it.
+        fork::install();
+        let Some(_init) = InitGuard::take() else {
+            return current().expect("set before the start is released").as_ref().map_err(|&c| err(c));
+        };
         if let Some(r) = current() {
             return r.as_ref().map_err(|&c| err(c));
         }
@@ -781,7 +832,7 @@ impl TcpTransport {
             eprintln!("eudp: {e}; using tcp defaults");
             TcpConfig::default()
         });
-        let first = lock(&GLOBALS).is_empty();
+        let first = !GLOBAL_STARTED.swap(true, SeqCst);
         let r = match TcpTransport::start(cfg.clone()) {
             Ok(t) => Ok(t),
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
@@ -796,8 +847,7 @@ impl TcpTransport {
         if first && r.is_ok() && stats_path().is_some() {
             sys::at_exit(dump_global_stats);
         }
-        let g: &'static Global = Box::leak(Box::new(Global { pid: std::process::id(), t: r }));
-        lock(&GLOBALS).push(g);
+        let g = GLOBAL.set(Global { gen: fork::generation(), t: r });
         g.t.as_ref().map_err(|&c| err(c))
     }
 
@@ -808,7 +858,7 @@ impl TcpTransport {
 
     /// Where the listener is bound (None when not listening).
     pub fn listen_addr(&self) -> Option<SocketAddr> {
-        self.mgr.listen_addr
+        lock(&self.mgr.listener).as_ref().and(self.mgr.listen_addr)
     }
 
     /// Counters.
@@ -870,6 +920,14 @@ impl TcpTransport {
     /// ENETDOWN.
     pub fn shutdown(&self) {
         let m = &self.mgr;
+        if m.abandoned() {
+            // Inherited across fork: its thread is not ours to join, and
+            // its locks may be held by threads that do not exist here.
+            if let Ok(mut t) = self.thread.try_lock() {
+                std::mem::forget(t.take());
+            }
+            return;
+        }
         m.stop.store(true, SeqCst);
         m.doorbell.set();
         if let Some(t) = lock(&self.thread).take() {
@@ -906,7 +964,14 @@ impl Drop for TcpTransport {
 
 impl Mgr {
     pub(super) fn stopped(&self) -> bool {
-        self.stop.load(Relaxed)
+        self.stop.load(Relaxed) || self.abandoned()
+    }
+
+    /// Inherited across fork: no manager thread here, its descriptors given
+    /// up (`fork.rs`), its locks possibly held by threads that do not exist
+    /// here. Nothing of it is touched again.
+    pub(super) fn abandoned(&self) -> bool {
+        self.gen != fork::generation()
     }
 
     fn ring(&self) {
@@ -926,19 +991,34 @@ impl Mgr {
     }
 
     /// The first bound endpoint opens the pre-decided port for peers.
+    ///
+    /// Another process may have bound the port too while neither listened
+    /// (both `SO_REUSEADDR`: a fork child whose parent's transport had not
+    /// listened yet, say); the one that listens first keeps it, and the
+    /// other runs without a listener, as when the bind itself fails.
     fn start_listening(&self) -> io::Result<()> {
-        let l = lock(&self.listener);
-        let Some(l) = l.as_ref() else { return Ok(()) };
+        let mut guard = lock(&self.listener);
+        let Some(l) = guard.as_ref() else { return Ok(()) };
         if self.listening.load(SeqCst) {
             return Ok(());
         }
-        sys::start_listening(l, 1024)?;
+        if let Err(e) = sys::start_listening(l, 1024) {
+            if e.raw_os_error() != Some(libc::EADDRINUSE) {
+                return Err(e);
+            }
+            *guard = None;
+            return Ok(());
+        }
+        let Some(l) = guard.as_ref() else { return Ok(()) };
         self.poller.add_level(l.as_raw_fd(), LISTENER)?;
         self.listening.store(true, SeqCst);
         Ok(())
     }
 
     pub(super) fn unregister_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) {
+        if self.abandoned() {
+            return;
+        }
         let owned = lock(&q.owned).clone();
         if let Some(c) = owned {
             self.revoke(&c);
@@ -978,6 +1058,9 @@ impl Mgr {
     /// Before the kernel socket's descriptor closes (the application may
     /// keep the socket open through its own descriptor).
     pub(super) fn unwatch_kernel(&self, fd: RawFd, tok: u64) {
+        if self.abandoned() {
+            return;
+        }
         self.poller.remove(fd);
         lock(&self.kernel_socks).remove(&tok);
     }
@@ -1847,6 +1930,9 @@ impl Mgr {
     /// most `blocks` receive blocks, about what the caller takes at once),
     /// unless another reader is at it.
     pub(super) fn read_owned(&self, q: &Arc<RxQueue>, blocks: usize) {
+        if self.abandoned() {
+            return;
+        }
         let Some(conn) = lock(&q.owned).clone() else { return };
         let Ok(mut dec) = conn.rx.try_lock() else { return };
         if !conn.delegated.load(SeqCst) || conn.dead.load(SeqCst) {

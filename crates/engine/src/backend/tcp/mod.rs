@@ -24,13 +24,19 @@
 //! * Each endpoint gets a [`TcpSocket`] (the [`crate::backend::Backend`]):
 //!   its `raw_fd` is an eventfd readable while datagrams for it are queued.
 //!
+//! * Fork: a child gives up the transport's descriptors at once (the
+//!   listener's port, the connections' FIN stay the parent's business) and
+//!   starts its own transport on first use (`fork.rs`).
+//!
 //! All `unsafe` code of this transport is in `sys.rs`.
 
+mod fork;
 pub mod frame;
 mod manager;
 mod socket;
 mod sys;
 
+pub use fork::forked_child;
 pub use manager::{TcpStats, TcpTransport};
 pub use socket::TcpSocket;
 

@@ -149,6 +149,75 @@ pub fn at_exit(f: extern "C" fn()) {
     let _ = unsafe { libc::atexit(f) };
 }
 
+/// `pthread_atfork(3)` with a child handler only (see `fork.rs`). Failure
+/// to register is ignored (the child then keeps the descriptors, as before).
+pub fn at_fork_child(f: extern "C" fn()) {
+    // SAFETY: registers a plain function pointer; `f` is a safe Rust
+    // function that never unwinds (atomics and the two calls below only).
+    let _ = unsafe { libc::pthread_atfork(None, None, Some(f)) };
+}
+
+/// In a fork child: a descriptor to stand in for the transport's, `/dev/null`
+/// (close-on-exec), or -1. `open` is async-signal-safe and not interposed
+/// by the preload shim.
+#[allow(clippy::manual_c_str_literals)] // c"" needs Rust 1.77; the workspace's rust-version is 1.75
+pub fn fork_placeholder() -> RawFd {
+    // SAFETY: a NUL-terminated literal path; the descriptor is closed by
+    // `fork_close` of the caller.
+    unsafe { libc::open(b"/dev/null\0".as_ptr() as *const libc::c_char, libc::O_RDWR | libc::O_CLOEXEC) }
+}
+
+/// In a fork child: makes descriptor number `fd` refer to `placeholder`
+/// (`dup3`, past the shim's hook that guards private numbers) instead of
+/// the parent's socket, or closes it when there is no placeholder. The
+/// number stays taken, so whatever still holds it (a transport the child
+/// cannot run, never used again) closes the placeholder, never a
+/// descriptor the child opened later under the same number.
+pub fn fork_replace(fd: RawFd, placeholder: RawFd) {
+    if placeholder >= 0 {
+        let r = match crate::fdspace::placement_dup3() {
+            Some(d) => d(placeholder, fd, libc::O_CLOEXEC),
+            // SAFETY: integer arguments only.
+            None => unsafe { libc::dup3(placeholder, fd, libc::O_CLOEXEC) },
+        };
+        if r >= 0 {
+            return;
+        }
+    }
+    fork_close(fd);
+}
+
+/// `close(2)` of a raw number (the placeholder, or as a last resort).
+pub fn fork_close(fd: RawFd) {
+    // SAFETY: integer argument; only numbers the caller owns.
+    unsafe { libc::close(fd) };
+}
+
+/// A process-wide value read without a lock: set once per process (again in
+/// a fork child), leaked, never freed. A lock would do, but a fork child
+/// could inherit it held by a thread that does not exist there.
+pub struct Leaked<T: Sync + 'static>(std::sync::atomic::AtomicPtr<T>);
+
+impl<T: Sync + 'static> Leaked<T> {
+    pub const fn new() -> Self {
+        Leaked(std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    pub fn get(&self) -> Option<&'static T> {
+        let p = self.0.load(std::sync::atomic::Ordering::Acquire);
+        // SAFETY: the only pointers stored come from `Box::leak` in `set`
+        // and are never freed; `T: Sync` makes sharing the reference sound.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// Leaks `v` and makes it the value (an earlier one stays allocated).
+    pub fn set(&self, v: T) -> &'static T {
+        let r: &'static mut T = Box::leak(Box::new(v));
+        self.0.store(r as *mut T, std::sync::atomic::Ordering::Release);
+        r
+    }
+}
+
 /// `send(2)` with MSG_NOSIGNAL: a reset peer yields EPIPE, never SIGPIPE
 /// (the preload shim runs inside C programs that keep SIGPIPE's default).
 pub fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {

@@ -1,0 +1,184 @@
+/* Fork under the TCP transport (EUDP_TRANSPORT=tcp), driven by
+ * tests/tcp_fork.rs. The parent puts its transport to use (a connection,
+ * and in `listen` its listener), forks a child that waits, prints the
+ * child's pid and exits at once; the test then looks at what the child
+ * still holds while it waits.
+ *
+ *   lane DST_PORT WAIT_MS RESULT: the parent sends "parent" to
+ *     127.0.0.1:DST_PORT (the test's listener stands in for the peer host's
+ *     UOE); the child waits, then sends "child" there from a new socket.
+ *   listen WAIT_MS RESULT: the parent sends a datagram to itself over its
+ *     own listener; the child waits, then does the same with new sockets.
+ *   exec RESULT: the child runs `ls -l /proc/self/fd` into RESULT; the
+ *     parent waits for it.
+ *   race DELAY_US: a thread's first datagram starts the transport while the
+ *     main thread forks DELAY_US later; the child (alarm: 10 s) must start
+ *     a transport of its own and get a datagram to itself. Exit status 0,
+ *     or 1 when the child failed or hung.
+ *
+ * The child writes "child ok" (or what failed) to RESULT when done. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void die(const char *what) {
+    perror(what);
+    exit(2);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static struct sockaddr_in loopback(int port) {
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+}
+
+static int udp(void) {
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        die("socket");
+    return s;
+}
+
+static void send_to(int s, int port, const char *msg) {
+    struct sockaddr_in a = loopback(port);
+    if (sendto(s, msg, strlen(msg), 0, (struct sockaddr *)&a, sizeof a) != (ssize_t)strlen(msg))
+        die("sendto");
+}
+
+/* Sends `msg` from a new socket to a new bound one and receives it (5 s). */
+static const char *self_roundtrip(const char *msg) {
+    int r = udp(), s = udp();
+    struct sockaddr_in a = loopback(0);
+    socklen_t len = sizeof a;
+    if (bind(r, (struct sockaddr *)&a, sizeof a) || getsockname(r, (struct sockaddr *)&a, &len))
+        return "bind";
+    struct timeval tv = {5, 0};
+    setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in d = loopback(ntohs(a.sin_port));
+    if (sendto(s, msg, strlen(msg), 0, (struct sockaddr *)&d, sizeof d) != (ssize_t)strlen(msg))
+        return strerror(errno);
+    char buf[64];
+    ssize_t n = recv(r, buf, sizeof buf - 1, 0);
+    if (n < 0)
+        return "nothing received";
+    buf[n] = 0;
+    close(r);
+    close(s);
+    return strcmp(buf, msg) == 0 ? NULL : "wrong datagram";
+}
+
+static void result(const char *path, const char *what) {
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("result");
+    fprintf(f, "%s\n", what);
+    fclose(f);
+}
+
+static void *first_send(void *arg) {
+    (void)arg;
+    const char *err = self_roundtrip("thread");
+    if (err)
+        fprintf(stderr, "thread: %s\n", err);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3)
+        return 2;
+    const char *mode = argv[1];
+    if (strcmp(mode, "race") == 0) {
+        pthread_t t;
+        pthread_create(&t, NULL, first_send, NULL);
+        usleep(atoi(argv[2]));
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0) {
+            alarm(10);
+            const char *err = self_roundtrip("child");
+            if (err)
+                fprintf(stderr, "child: %s\n", err);
+            _exit(err ? 1 : 0);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        pthread_join(t, NULL);
+        if (WIFSIGNALED(st))
+            fprintf(stderr, "child killed by signal %d\n", WTERMSIG(st));
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    }
+    if (strcmp(mode, "exec") == 0) {
+        const char *err = self_roundtrip("parent");
+        if (err) {
+            fprintf(stderr, "parent: %s\n", err);
+            return 1;
+        }
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0) {
+            int out = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (out < 0 || dup2(out, 1) < 0)
+                _exit(3);
+            close(out);
+            execlp("ls", "ls", "-l", "/proc/self/fd", (char *)NULL);
+            _exit(4);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    }
+    int lane = strcmp(mode, "lane") == 0;
+    if (argc < (lane ? 5 : 4))
+        return 2;
+    int port = lane ? atoi(argv[2]) : 0;
+    int wait_ms = atoi(argv[lane ? 3 : 2]);
+    const char *path = argv[lane ? 4 : 3];
+    if (lane) {
+        send_to(udp(), port, "parent");
+    } else {
+        const char *err = self_roundtrip("parent");
+        if (err) {
+            fprintf(stderr, "parent: %s\n", err);
+            return 1;
+        }
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        sleep_ms(wait_ms);
+        const char *err = NULL;
+        if (lane)
+            send_to(udp(), port, "child");
+        else
+            err = self_roundtrip("child");
+        result(path, err ? err : "child ok");
+        exit(0); /* exit, not _exit: what is queued goes out first */
+    }
+    printf("%d\n", (int)pid);
+    fflush(stdout);
+    return 0;
+}
