@@ -489,6 +489,11 @@ pub fn tcp_transport() -> bool {
     eudp_engine::backend::tcp::transport_from_env() == "tcp"
 }
 
+/// Fallback reasons of a socket shared with a fork child: `fallback`
+/// recognises them (GRO must go off at once, the child may read).
+const FORK_REASON: &str = "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
+const VFORK_REASON: &str = "vfork(): socket inherited by the program the child executes (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
+
 fn fork_keep() -> bool {
     std::env::var("EUDP_FORK_KEEP").map(|v| v == "1").unwrap_or(false)
 }
@@ -794,7 +799,7 @@ impl Sock {
             let before = keep.len();
             // A socket shared with a fork child must not keep UDP_GRO on
             // (see `hand_over`): the child may read it.
-            let shared = reason.starts_with("fork()") || reason.starts_with("vfork()");
+            let shared = reason == FORK_REASON || reason == VFORK_REASON;
             let asleep = hand_over(fd, &ep, &mut keep, !shared);
             // A connected socket's ring keeps no source: it is the peer.
             if let Ok(peer) = ep.peer_addr() {
@@ -1267,12 +1272,12 @@ pub fn fork_prepare() {
                 continue;
             }
             if !vfork {
-                s.fallback(*fd, "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
+                s.fallback(*fd, FORK_REASON);
                 continue;
             }
             let inherited = table.iter().filter(|(_, o)| Arc::ptr_eq(o, s)).any(|(f, _)| !crate::hooks::cloexec(*f));
             if inherited {
-                s.fallback(*fd, "vfork(): socket inherited by the program the child executes (EUDP_FORK_KEEP=1 keeps the parent accelerated)");
+                s.fallback(*fd, VFORK_REASON);
             }
         }
     }
