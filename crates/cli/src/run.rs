@@ -275,10 +275,10 @@ fn format_uoe(t: &serde_json::Map<String, serde_json::Value>, queued: u64) -> St
             v.join(", ")
         }
     };
-    let drops = reasons(&mut t.keys().map(|k| k.as_str()).filter(|k| k.starts_with("drop_") || *k == "lost_partial"));
+    let drops = reasons(&mut t.keys().map(|k| k.as_str()).filter(|k| k.starts_with("drop_") || *k == "lost_partial" || *k == "plain_lost"));
     let closed = reasons(&mut ["bad_hello", "malformed", "oversized", "hello_timeouts", "rejected_conns"].into_iter());
     format!(
-        "  uoe: connections {} opened, {} accepted, {} closed, {} failed, {} reconnects; frames {} sent ({} writes), {} received ({} in place); {queued} B queued\n  uoe drops: {drops}\n  uoe refused/closed input: {closed}\n",
+        "  uoe: connections {} opened, {} accepted, {} closed, {} failed, {} reconnects; frames {} sent ({} writes), {} received ({} in place); {} plain UDP sent; {queued} B queued\n  uoe drops: {drops}\n  uoe refused/closed input: {closed}\n",
         c("conns_opened"),
         c("conns_accepted"),
         c("conns_closed"),
@@ -288,6 +288,7 @@ fn format_uoe(t: &serde_json::Map<String, serde_json::Value>, queued: u64) -> St
         c("writes"),
         c("frames_received"),
         c("frames_in_place"),
+        c("plain_sent"),
     )
 }
 
@@ -405,7 +406,12 @@ impl Drop for Bg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stack {
     Kernel,
+    /// The shim on the transport `EUDP_TRANSPORT` of this process says
+    /// (kernel UDP unless set).
     Eudp(&'static str),
+    /// The shim on the `tcp` transport (UDP over TCP), as
+    /// `eudp run --transport tcp` runs a program.
+    EudpTcp(&'static str),
 }
 
 impl Stack {
@@ -414,6 +420,8 @@ impl Stack {
             Stack::Kernel => "kernel".into(),
             Stack::Eudp("default") => "eudp".into(),
             Stack::Eudp(p) => format!("eudp-{p}"),
+            Stack::EudpTcp("default") => "eudp-tcp".into(),
+            Stack::EudpTcp(p) => format!("eudp-tcp-{p}"),
         }
     }
 }
@@ -421,7 +429,10 @@ impl Stack {
 /// A command inside testbed host `host` on `stack`.
 pub fn app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: &Path, stat_dir: &Path, argv: &[&str]) -> Command {
     let mut c = tb.command(host, "env");
-    if let Stack::Eudp(p) = stack {
+    if let Stack::Eudp(p) | Stack::EudpTcp(p) = stack {
+        if matches!(stack, Stack::EudpTcp(_)) {
+            c.arg("EUDP_TRANSPORT=tcp");
+        }
         let mut tmp = Command::new("true");
         let _ = preload(&mut tmp, lib, p);
         for (k, v) in tmp.get_envs() {

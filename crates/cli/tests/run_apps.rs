@@ -3,6 +3,9 @@
 //! Python program over loopback. Each program runs unmodified under
 //! `libeudp_preload.so`; outputs are compared byte for byte with what the
 //! test expects, and the shim's counters with what the programs report.
+//! Each testbed test runs twice: on the engine's default transport (kernel
+//! UDP) and on the `tcp` transport (UDP over TCP, docs/tcp.md), where it
+//! also checks the transport's own counters.
 
 #[path = "../src/run.rs"]
 #[allow(dead_code)]
@@ -56,6 +59,20 @@ fn total(dir: &Path, counter: &str) -> u64 {
         }
     }
     t
+}
+
+/// Sum of a UOE (`tcp` transport) counter over the reports in `dir`.
+fn uoe_total(dir: &Path, counter: &str) -> u64 {
+    run::read_reports(dir, true, &[]).iter().map(|r| r["uoe"]["tcp"][counter].as_u64().unwrap_or(0)).sum()
+}
+
+/// The shim on the default transport, or on `tcp`.
+fn eudp(tcp: bool, profile: &'static str) -> Stack {
+    if tcp {
+        Stack::EudpTcp(profile)
+    } else {
+        Stack::Eudp(profile)
+    }
 }
 
 fn testbed(prefix: &str) -> Option<Testbed> {
@@ -163,16 +180,33 @@ for i in range(n):
 
 #[test]
 fn socat_udp_relay_byte_exact() {
+    socat_relay(false);
+}
+
+/// socat's datagrams come from and go to programs on plain kernel UDP:
+/// over `tcp` they reach it through its kernel socket, and it sends to a
+/// host with no UOE as plain UDP (DML (c), which the test selects).
+#[test]
+fn socat_udp_relay_byte_exact_over_tcp() {
+    socat_relay(true);
+}
+
+fn socat_relay(tcp: bool) {
     let Some(tb) = testbed("soc") else { return };
     let lib = lib();
-    let stats = stat_dir("socat");
+    let stats = stat_dir(if tcp { "socat-tcp" } else { "socat" });
     let n = 2000;
     let mut h = sha256_frames(n);
     h.truncate(64);
     let mut sink = tb.command('b', "python3");
     sink.args(["-c", PY_SINK, ADDR_B, "7000", &n.to_string()]).stdout(Stdio::piped());
     let sink = sink.spawn().unwrap();
-    let mut relay = app_command(&tb, 'a', Stack::Eudp("default"), &lib, &stats, &["socat", "-u", "-b", "65536", "UDP4-RECV:6000,bind=127.0.0.1,rcvbuf=8388608", &format!("UDP4-SENDTO:{ADDR_B}:7000")]);
+    let mut relay = app_command(&tb, 'a', eudp(tcp, "default"), &lib, &stats, &["socat", "-u", "-b", "65536", "UDP4-RECV:6000,bind=127.0.0.1,rcvbuf=8388608", &format!("UDP4-SENDTO:{ADDR_B}:7000")]);
+    if tcp {
+        // Its sink is a plain UDP program (no UOE listens there): DML (c)
+        // reaches it with plain UDP; the default (a) would queue and drop.
+        relay.env("EUDP_TCP_DML", "udp");
+    }
     relay.stdout(Stdio::null()).stderr(Stdio::piped());
     let mut relay = relay.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -189,6 +223,10 @@ fn socat_udp_relay_byte_exact() {
     // Every datagram went through socat's two endpoints.
     assert_eq!(total(&stats, "datagrams_received"), n as u64, "socat's receive endpoint");
     assert_eq!(total(&stats, "datagrams_sent"), n as u64, "socat's send endpoint");
+    if tcp {
+        assert_eq!(uoe_total(&stats, "kernel_received"), n as u64, "read from socat's kernel socket");
+        assert_eq!(uoe_total(&stats, "plain_sent"), n as u64, "sent as plain UDP to the host without a UOE");
+    }
     let _ = std::fs::remove_dir_all(&stats);
 }
 
@@ -205,11 +243,20 @@ fn sha256_frames(n: usize) -> String {
 
 #[test]
 fn iperf3_udp_both_directions() {
+    iperf3_both(false);
+}
+
+#[test]
+fn iperf3_udp_both_directions_over_tcp() {
+    iperf3_both(true);
+}
+
+fn iperf3_both(tcp: bool) {
     let Some(tb) = testbed("ipf") else { return };
     let lib = lib();
     for reverse in [false, true] {
-        let stats = stat_dir(if reverse { "iperfR" } else { "iperf" });
-        let r = run::iperf3_udp(&tb, Stack::Eudp("default"), &lib, &stats, 2, 1400, "100M", reverse).expect("iperf3");
+        let stats = stat_dir(&format!("iperf{}{}", if reverse { "R" } else { "" }, if tcp { "-tcp" } else { "" }));
+        let r = run::iperf3_udp(&tb, eudp(tcp, "default"), &lib, &stats, 2, 1400, "100M", reverse).expect("iperf3");
         eprintln!("{r}");
         let sent = r["packets_sent"].as_u64().unwrap();
         assert!(sent > 10_000, "{r}");
@@ -221,35 +268,74 @@ fn iperf3_udp_both_directions() {
         let rx = total(&stats, "datagrams_received");
         assert!(tx >= sent, "engine sent {tx} < iperf3's {sent} (reverse={reverse})");
         assert!(rx >= sent - r["lost_packets"].as_u64().unwrap(), "engine received {rx} (reverse={reverse})");
+        if tcp {
+            // The test data crossed the UOE connection (iperf3's TCP
+            // control connection is the program's own).
+            let frames = uoe_total(&stats, "frames_received");
+            assert!(frames >= sent - r["lost_packets"].as_u64().unwrap(), "UOE frames {frames} (reverse={reverse})");
+        }
         let _ = std::fs::remove_dir_all(&stats);
     }
 }
 
 #[test]
 fn iperf3_udp_bidir_and_parallel() {
+    iperf3_bidir_parallel(false);
+}
+
+/// The iperf3 server connects each stream's socket to its client and opens
+/// the next socket on the same port: frames must reach the socket the
+/// kernel would pick, including one the shim has not adopted yet (before
+/// the fix, 3 of 6 runs hung waiting for a stream's first datagram).
+#[test]
+fn iperf3_udp_bidir_and_parallel_over_tcp() {
+    iperf3_bidir_parallel(true);
+}
+
+fn iperf3_bidir_parallel(tcp: bool) {
     let Some(tb) = testbed("ipp") else { return };
     let lib = lib();
     for extra in [&["--bidir"][..], &["-P", "4"][..]] {
-        let stats = stat_dir("iperfx");
-        let r = run::iperf3_udp_with(&tb, Stack::Eudp("default"), &lib, &stats, 2, 1400, "100M", extra).expect("iperf3");
+        let stats = stat_dir(if tcp { "iperfx-tcp" } else { "iperfx" });
+        let r = run::iperf3_udp_with(&tb, eudp(tcp, "default"), &lib, &stats, 2, 1400, "100M", extra).expect("iperf3");
         eprintln!("{r}");
         assert!(r["packets_sent"].as_u64().unwrap() > 5_000, "{r}");
         assert!(r["lost_percent"].as_f64().unwrap() < 5.0, "paced run lost too much: {r}");
         let sockets = run::read_reports(&stats, true, &[]).iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum::<u64>();
         assert!(sockets >= if extra[0] == "-P" { 8 } else { 2 }, "{extra:?}: {sockets} sockets on the engine");
+        if tcp {
+            let frames = uoe_total(&stats, "frames_received");
+            assert!(frames >= r["packets_sent"].as_u64().unwrap() - r["lost_packets"].as_u64().unwrap(), "{extra:?}: UOE frames {frames}");
+        }
         let _ = std::fs::remove_dir_all(&stats);
     }
 }
 
 #[test]
 fn dig_against_dnsmasq() {
+    dig_dnsmasq(false);
+}
+
+/// dnsmasq over `tcp` answers dig on plain kernel UDP: plain UDP back
+/// (DML (c)). Before, the answers waited for a UOE connection to dig's
+/// host that never came, and dig timed out.
+#[test]
+fn dig_against_dnsmasq_over_tcp() {
+    dig_dnsmasq(true);
+}
+
+fn dig_dnsmasq(tcp: bool) {
     let Some(tb) = testbed("dns") else { return };
     let lib = lib();
-    let stats = stat_dir("dns");
-    let mut dns = app_command(&tb, 'b', Stack::Eudp("default"), &lib, &stats, &[
+    let stats = stat_dir(if tcp { "dns-tcp" } else { "dns" });
+    let mut dns = app_command(&tb, 'b', eudp(tcp, "default"), &lib, &stats, &[
         "dnsmasq", "-k", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address", ADDR_B,
         "-p", "5353", "--user=root", "--pid-file=", "--address=/eudp.test/198.18.0.99", "--txt-record=t.eudp.test,byte-exact",
     ]);
+    if tcp {
+        // It answers plain-UDP clients too (the kernel dig): DML (c).
+        dns.env("EUDP_TCP_DML", "udp");
+    }
     dns.stdout(Stdio::null()).stderr(Stdio::null());
     let mut dns = dns.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(700));
@@ -264,8 +350,8 @@ fn dig_against_dnsmasq() {
     assert_eq!(kernel_a, "198.18.0.99\n");
     assert_eq!(kernel_txt, "\"byte-exact\"\n");
     for _ in 0..5 {
-        assert_eq!(dig(Stack::Eudp("default"), &["eudp.test", "A"]), kernel_a);
-        assert_eq!(dig(Stack::Eudp("default"), &["t.eudp.test", "TXT"]), kernel_txt);
+        assert_eq!(dig(eudp(tcp, "default"), &["eudp.test", "A"]), kernel_a);
+        assert_eq!(dig(eudp(tcp, "default"), &["t.eudp.test", "TXT"]), kernel_txt);
     }
     // dnsmasq asks for IP_PKTINFO: its socket stays on the engine (the
     // report of a running program is refreshed every second).
@@ -279,31 +365,57 @@ fn dig_against_dnsmasq() {
         assert_eq!(r["fallbacks"].as_u64(), Some(0), "{r}");
         assert!(r["accelerated"].as_u64().unwrap_or(0) >= 1, "{r}");
     }
+    // SIGTERM: dnsmasq exits normally, so its final counters are written.
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(dns.id() as i32, libc::SIGTERM) };
+    let t0 = std::time::Instant::now();
+    while dns.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = dns.kill();
     let _ = dns.wait();
     // dig's queries and answers went through its endpoint.
     assert!(total(&stats, "datagrams_sent") >= 10);
     assert!(total(&stats, "datagrams_received") >= 10);
+    if tcp {
+        // dig sets SO_REUSEPORT, which moves its socket to the kernel path
+        // under this transport (docs/tcp.md): all twelve answers went from
+        // dnsmasq's endpoint to a host with no UOE, as plain UDP.
+        let plain = uoe_total(&stats, "plain_sent");
+        assert!(plain >= 12, "plain UDP answers: {plain}");
+    }
     let _ = std::fs::remove_dir_all(&stats);
 }
 
 #[test]
 fn sockperf_ping_pong_and_throughput() {
+    sockperf_runs(false);
+}
+
+#[test]
+fn sockperf_ping_pong_and_throughput_over_tcp() {
+    sockperf_runs(true);
+}
+
+fn sockperf_runs(tcp: bool) {
     let Some(tb) = testbed("spf") else { return };
     let lib = lib();
-    let stats = stat_dir("sockperf");
-    let r = run::sockperf(&tb, Stack::Eudp("default"), Stack::Eudp("default"), &lib, &stats, "ping-pong", 2, 64).expect("ping-pong");
+    let stats = stat_dir(if tcp { "sockperf-tcp" } else { "sockperf" });
+    let r = run::sockperf(&tb, eudp(tcp, "default"), eudp(tcp, "default"), &lib, &stats, "ping-pong", 2, 64).expect("ping-pong");
     eprintln!("{r}");
     assert_eq!(r["dropped"].as_f64(), Some(0.0), "{r}");
     assert!(r["p50_us"].as_f64().unwrap() > 0.0);
-    let r = run::sockperf(&tb, Stack::Eudp("default"), Stack::Eudp("default"), &lib, &stats, "under-load", 2, 64).expect("under-load");
+    let r = run::sockperf(&tb, eudp(tcp, "default"), eudp(tcp, "default"), &lib, &stats, "under-load", 2, 64).expect("under-load");
     eprintln!("{r}");
     assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
-    let r = run::sockperf(&tb, Stack::Eudp("throughput"), Stack::Eudp("throughput"), &lib, &stats, "throughput", 2, 64).expect("throughput");
+    let r = run::sockperf(&tb, eudp(tcp, "throughput"), eudp(tcp, "throughput"), &lib, &stats, "throughput", 2, 64).expect("throughput");
     eprintln!("{r}");
     let sent = r["sent_msgs"].as_f64().unwrap();
     let got = r["server_received_msgs"].as_f64().unwrap_or(0.0);
     assert!(sent > 0.0 && got > 0.0 && got <= sent + 1000.0, "{r}");
+    if tcp {
+        assert!(uoe_total(&stats, "frames_received") as f64 >= got, "UOE frames: {}", uoe_total(&stats, "frames_received"));
+    }
     let _ = std::fs::remove_dir_all(&stats);
 }
 

@@ -141,6 +141,9 @@ fn stat_shows_uoe_counters() {
         .env("EUDP_TCP_PORT", port.to_string())
         .env("EUDP_TCP_LISTEN", "0")
         .env("EUDP_TCP_DEADLINE_MS", "100")
+        // The process-wide transport would send to the refusing peer as
+        // plain UDP (DML (c)); this test is about the deadline drop.
+        .env("EUDP_TCP_DML", "queue")
         .status()
         .unwrap();
     assert!(child.success());
@@ -159,4 +162,82 @@ fn stat_shows_uoe_counters() {
     let reps = eudp_cli::run::read_reports(&dir, true, &[]);
     assert_eq!((reps.len(), reps[0]["exe"].as_str(), reps[0]["uoe"]["tcp"]["drop_deadline"].as_u64()), (1, Some("x"), Some(1)));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- loopback (no root): what unmodified programs need of the transport ----
+
+/// Two `tcp` hosts on their own 127.0.0.x addresses, on a port free on both.
+fn uoe_hosts(a: &str, b: &str) -> (eudp_engine::backend::tcp::TcpTransport, eudp_engine::backend::tcp::TcpTransport, u16) {
+    use eudp_engine::backend::tcp::{Dml, TcpConfig, TcpTransport};
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let cfg = |ip: &str| TcpConfig { port, bind_ip: Some(ip.parse().unwrap()), dml: Dml::Udp, ..TcpConfig::default() };
+        if let (Ok(x), Ok(y)) = (TcpTransport::start(cfg(a)), TcpTransport::start(cfg(b))) {
+            return (x, y, port);
+        }
+    }
+}
+
+fn uoe_ep(t: &eudp_engine::backend::tcp::TcpTransport, e: &eudp_engine::Engine, addr: &str, reuse: bool) -> eudp_engine::Endpoint {
+    let ep = t.endpoint(e, false).unwrap();
+    if reuse {
+        ep.backend().set_option(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).unwrap();
+    }
+    ep.bind_to(addr.parse().unwrap()).unwrap();
+    ep.set_read_timeout(Some(Duration::from_secs(5)));
+    ep
+}
+
+/// A UDP server that connects one socket per client and keeps an
+/// unconnected one on the same port for the next (iperf3 does this per
+/// stream): each frame goes to the socket the kernel would pick. The code
+/// before the fix gave every frame to the first socket, which dropped the
+/// second client's as from the wrong peer (iperf3 `--bidir`/`-P 4` hung).
+#[test]
+fn frames_reach_the_socket_the_kernel_would_pick() {
+    let (a, b, _) = uoe_hosts("127.0.0.41", "127.0.0.42");
+    let e = eudp_engine::Engine::start(eudp_engine::Config::default()).unwrap();
+    let (c1, c2) = (uoe_ep(&a, &e, "127.0.0.41:0", false), uoe_ep(&a, &e, "127.0.0.41:0", false));
+    let conn = uoe_ep(&b, &e, "127.0.0.42:0", true);
+    let srv = conn.local_addr().unwrap();
+    conn.connect(c1.local_addr().unwrap()).unwrap();
+    let next = uoe_ep(&b, &e, &srv.to_string(), true);
+    for i in 0..50u8 {
+        c2.send_to(&[2, i], srv).unwrap();
+        c1.send_to(&[1, i], srv).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    for i in 0..50u8 {
+        let (n, from) = next.recv_from(&mut buf).expect("the unconnected socket gets the other client's datagrams");
+        assert_eq!((&buf[..n], from), (&[2, i][..], c2.local_addr().unwrap()));
+        let (n, from) = conn.recv_from(&mut buf).expect("the connected socket gets its peer's");
+        assert_eq!((&buf[..n], from), (&[1, i][..], c1.local_addr().unwrap()));
+    }
+    assert_eq!(b.stats().drop_filtered, 0, "{:?}", b.stats());
+}
+
+/// DML (c): a host with no UOE (a program on kernel UDP) gets plain UDP
+/// from the endpoint's own port, in order, and its answers come back
+/// through the endpoint's kernel socket.
+#[test]
+fn a_host_without_a_uoe_is_sent_plain_udp() {
+    let (a, _b, _) = uoe_hosts("127.0.0.43", "127.0.0.44");
+    let e = eudp_engine::Engine::start(eudp_engine::Config::default()).unwrap();
+    let ep = uoe_ep(&a, &e, "127.0.0.43:0", false);
+    let plain = std::net::UdpSocket::bind("127.0.0.45:0").unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let to = plain.local_addr().unwrap();
+    for i in 0..200u16 {
+        ep.send_to(&i.to_be_bytes(), to).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    for i in 0..200u16 {
+        let (n, from) = plain.recv_from(&mut buf).expect("plain UDP from the endpoint");
+        assert_eq!((&buf[..n], from), (&i.to_be_bytes()[..], ep.local_addr().unwrap()));
+        plain.send_to(&buf[..n], from).unwrap();
+        let (n, src) = ep.recv_from(&mut buf).expect("the answer");
+        assert_eq!((&buf[..n], src), (&i.to_be_bytes()[..], to));
+    }
+    let s = a.stats();
+    assert_eq!((s.plain_sent, s.plain_lost, s.frames_sent), (200, 0, 0), "{s:?}");
 }

@@ -63,6 +63,42 @@ pub fn run_header(src: u16, dst: u16, count: u16, seg: usize) -> [u8; RUN_HEADER
     [s[0], s[1], d[0], d[1], m[0], m[1], c[0], c[1], g[0], g[1]]
 }
 
+/// Walks whole frames and runs that this side queued for sending (no
+/// hello): `f(src, dst, payload)` for each datagram, in order. Used when a
+/// lane's peer turns out to have no UOE and its queue goes out as plain
+/// UDP instead. Stops at the first incomplete or invalid unit; returns the
+/// bytes walked.
+pub fn each_queued(bytes: &[u8], mut f: impl FnMut(u16, u16, &[u8])) -> usize {
+    let be = |b: &[u8], i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
+    let mut at = 0;
+    while bytes.len() - at >= HEADER_LEN {
+        let h = &bytes[at..];
+        let (src, dst, len) = (be(h, 0), be(h, 2), be(h, 4));
+        if len == RUN_MARK {
+            if h.len() < RUN_HEADER_LEN {
+                break;
+            }
+            let (count, seg) = (be(h, 6) as usize, be(h, 8) as usize);
+            let end = RUN_HEADER_LEN + count * seg;
+            if count == 0 || seg == 0 || h.len() < end {
+                break;
+            }
+            for d in h[RUN_HEADER_LEN..end].chunks(seg) {
+                f(src, dst, d);
+            }
+            at += end;
+        } else {
+            let end = HEADER_LEN + len as usize;
+            if h.len() < end {
+                break;
+            }
+            f(src, dst, &h[HEADER_LEN..end]);
+            at += end;
+        }
+    }
+    at
+}
+
 /// Why a connection's input was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameError {
@@ -346,6 +382,23 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queued_frames_and_runs_are_walked_in_order() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&header(1, 2, 3));
+        b.extend_from_slice(b"abc");
+        b.extend_from_slice(&run_header(4, 5, 2, 2));
+        b.extend_from_slice(b"dEfG");
+        b.extend_from_slice(&header(6, 7, 0));
+        let whole = b.len();
+        b.extend_from_slice(&header(8, 9, 5));
+        b.extend_from_slice(b"hi");
+        let mut got = Vec::new();
+        assert_eq!(each_queued(&b, |s, d, p| got.push((s, d, p.to_vec()))), whole);
+        let want: Vec<(u16, u16, Vec<u8>)> = vec![(1, 2, b"abc".to_vec()), (4, 5, b"dE".to_vec()), (4, 5, b"fG".to_vec()), (6, 7, vec![])];
+        assert_eq!(got, want);
+    }
 
     fn decode(d: &mut Decoder, bytes: &[u8], cut: usize) -> Result<Vec<(u16, u16, Vec<u8>)>, FrameError> {
         let mut got = Vec::new();

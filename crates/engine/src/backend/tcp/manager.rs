@@ -114,6 +114,8 @@ counters! {
     rx_delegations: "Times a connection was handed to an endpoint's readers (see rx_direct_reads).",
     rx_stall_revokes: "Connections the manager took back from an endpoint that had not read them for rx_stall while input waited (its program stopped receiving).",
     frames_shifted: "Datagrams of an in-place read that an unforeseen header had shifted, moved into their slots with one copy (not through the decoder).",
+    plain_sent: "DML (c): datagrams sent as plain UDP from the endpoint's kernel socket to a peer host that refused the UOE port (no UOE there).",
+    plain_lost: "DML (c): datagrams for such a peer that could not be sent as plain UDP (the sending socket was gone or its buffer stayed full).",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -140,6 +142,9 @@ pub(super) struct RxQueue {
     /// had stopped reading ([`Mgr::watch_owned`]); it is not handed to them
     /// again until they receive again (`recv_batch` clears this).
     pub(super) stalled: AtomicBool,
+    /// The endpoint's kernel UDP socket, to send plain UDP from its port
+    /// (DML (c), [`Mgr::go_plain`]).
+    pub(super) plain: OnceLock<Weak<crate::backend::kernel::UdpSocket>>,
 }
 
 /// A reader's buffers: the read buffer and receive blocks.
@@ -275,7 +280,7 @@ impl RxQueue {
         let ready = EventFd::new()?;
         let poll = Poller::new()?;
         poll.add_level(ready.as_raw_fd(), 0)?;
-        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()), kernel_pending: AtomicBool::new(true), stalled: AtomicBool::new(false) })
+        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()), kernel_pending: AtomicBool::new(true), stalled: AtomicBool::new(false), plain: OnceLock::new() })
     }
 
     /// Input arrived on the endpoint's kernel socket: its reader is woken
@@ -500,6 +505,16 @@ struct LaneSt {
     /// Coalesced datagrams wait unwritten since then (the manager writes
     /// them when `cfg.cork` has passed).
     corked_at: Option<Instant>,
+    /// DML (c): the peer refused the UOE port; datagrams go as plain UDP
+    /// until a probe connects (`Mgr::go_plain`).
+    plain: bool,
+}
+
+impl Lane {
+    /// DML (c): the peer refused the UOE port, sends go as plain UDP.
+    pub(super) fn is_plain(&self) -> bool {
+        lock(&self.st).plain
+    }
 }
 
 /// One TCP connection, outgoing or accepted.
@@ -1032,10 +1047,137 @@ impl Mgr {
         }
     }
 
-    fn lookup(ports: &Ports, port: u16, local: IpAddr) -> Option<Arc<RxQueue>> {
-        let v = ports.get(&port)?;
-        let exact = v.iter().find(|(ip, _)| *ip == local).and_then(|(_, w)| w.upgrade());
-        exact.or_else(|| v.iter().find(|(ip, _)| ip.is_unspecified()).and_then(|(_, w)| w.upgrade()))
+    /// The endpoint a datagram from `src` to `local:port` goes to. With
+    /// several endpoints on the port (`SO_REUSEADDR`; a UDP server that
+    /// connects one socket per client, as iperf3 does for each stream),
+    /// as the kernel: one connected to `src` first, never one connected
+    /// to another peer, and an exact local address before the wildcard.
+    /// Second: when none matches, an endpoint connected to another peer
+    /// (which filters the datagram and counts it).
+    fn lookup(ports: &Ports, port: u16, local: IpAddr, src: SocketAddr) -> (Option<Arc<RxQueue>>, Option<Arc<RxQueue>>) {
+        let Some(v) = ports.get(&port) else { return (None, None) };
+        let mut best: Option<(u8, Arc<RxQueue>)> = None;
+        let mut other = None;
+        for (ip, w) in v {
+            let at = if *ip == local { 2 } else if ip.is_unspecified() { 1 } else { continue };
+            let Some(q) = w.upgrade() else { continue };
+            let peer = lock(&q.inner).peer;
+            let score = match peer {
+                Some(p) if unmap(p) == src => 4 + at,
+                Some(_) => {
+                    other.get_or_insert(q);
+                    continue;
+                }
+                None => at,
+            };
+            if best.as_ref().is_none_or(|b| score > b.0) {
+                best = Some((score, q));
+            }
+        }
+        match best {
+            Some((_, q)) => (Some(q), None),
+            None => (None, other),
+        }
+    }
+
+    /// Whether an unconnected kernel UDP socket holds local port `port` in
+    /// this network namespace (`/proc/net/udp{,6}`, answers cached 20 ms):
+    /// one the preload shim has not adopted yet (a UDP server's socket for
+    /// its next client, opened just after it connected the last one, as
+    /// iperf3 does per stream), or another process's. The kernel would
+    /// deliver a datagram that the port's connected endpoints do not
+    /// match there, so [`Mgr::forward`] hands it over.
+    fn unconnected_kernel_socket(port: u16) -> bool {
+        static SEEN: Mutex<Option<(u16, bool, Instant)>> = Mutex::new(None);
+        let now = Instant::now();
+        if let Some((p, b, at)) = *lock(&SEEN) {
+            if p == port && now.duration_since(at) < Duration::from_millis(20) {
+                return b;
+            }
+        }
+        let want = format!(":{port:04X}");
+        // Columns: sl, local_address, rem_address, st (07: unconnected).
+        let found = ["/proc/net/udp", "/proc/net/udp6"].iter().any(|f| {
+            std::fs::read_to_string(f).is_ok_and(|t| {
+                t.lines().skip(1).any(|l| {
+                    let c: Vec<&str> = l.split_whitespace().take(4).collect();
+                    c.len() == 4 && c[1].ends_with(&want) && c[3] == "07"
+                })
+            })
+        });
+        *lock(&SEEN) = Some((port, found, now));
+        found
+    }
+
+    /// A kernel UDP socket that holds local port `port` (to send plain
+    /// UDP from it).
+    fn sender_of(&self, port: u16) -> Option<Arc<crate::backend::kernel::UdpSocket>> {
+        let ports = lock(&self.ports);
+        ports.get(&port)?.iter().filter_map(|(_, w)| w.upgrade()).find_map(|q| q.plain.get().and_then(Weak::upgrade))
+    }
+
+    /// Sends `items` to `ip` as plain UDP datagrams from `udp` (DML (c)),
+    /// as the kernel path would: a full send buffer is waited on briefly,
+    /// then the rest is dropped and counted. Returns the items taken (all,
+    /// unless the first found the buffer full: `EAGAIN`).
+    pub(super) fn send_plain(&self, udp: &crate::backend::kernel::UdpSocket, ip: IpAddr, items: &[(u16, u16, &[IoSlice<'_>], usize)]) -> io::Result<usize> {
+        use crate::backend::kernel::{poll_writable, OutMsg};
+        let msgs: Vec<OutMsg<'_>> = items.iter().map(|it| OutMsg { dst: Some(to_family(SocketAddr::new(ip, it.1), udp.is_v6())), iov: it.2, segment: None }).collect();
+        let mut i = 0;
+        let mut waited = false;
+        while i < msgs.len() {
+            match udp.send_batch(&msgs[i..]) {
+                Ok(n) => {
+                    i += n.max(1);
+                    waited = false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && i == 0 => return Err(e),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !waited => {
+                    waited = true;
+                    let _ = poll_writable(udp.as_raw_fd(), Some(Duration::from_millis(20)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if i == 0 && items.len() == 1 => return Err(e),
+                Err(_) => {
+                    // As a UDP send that fails: this datagram is lost.
+                    Counters::inc(&self.c.plain_lost);
+                    i += 1;
+                    waited = false;
+                }
+            }
+        }
+        Counters::add(&self.c.plain_sent, i as u64);
+        Ok(i)
+    }
+
+    /// DML (c): the lane's peer refused the UOE port. The datagrams waiting
+    /// in the lane go out as plain UDP, each from its own source port's
+    /// kernel socket, and so do later sends until a probe connects.
+    fn go_plain(&self, lane: &Arc<Lane>, st: &mut LaneSt) {
+        st.plain = true;
+        let before = st.out.queued();
+        if before == 0 {
+            return;
+        }
+        let mut lost = 0u64;
+        frame::each_queued(st.out.unwritten(), |src, dst, payload| {
+            let iov = [IoSlice::new(payload)];
+            let item = [(src, dst, &iov[..], payload.len())];
+            let sent = self.sender_of(src).is_some_and(|u| {
+                let r = self.send_plain(&u, lane.key.0, &item);
+                if r.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock) {
+                    let _ = crate::backend::kernel::poll_writable(u.as_raw_fd(), Some(Duration::from_millis(20)));
+                    return self.send_plain(&u, lane.key.0, &item).is_ok();
+                }
+                r.is_ok()
+            });
+            if !sent {
+                lost += 1;
+            }
+        });
+        Counters::add(&self.c.plain_lost, lost);
+        st.out.clear();
+        self.settle(lane, st, before);
     }
 
     // ---- kernel UDP sockets (input not carried by this transport) ----
@@ -1134,6 +1276,7 @@ impl Mgr {
                 retired: false,
                 closed: false,
                 corked_at: None,
+                plain: false,
             }),
             cv: Condvar::new(),
         });
@@ -1163,7 +1306,7 @@ impl Mgr {
     /// engine) whose items are taken completely or not at all, as
     /// `sendmmsg` takes messages; the count returned then ends on a
     /// message boundary.
-    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>, need: &mut usize) -> io::Result<usize> {
+    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>, need: &mut usize, udp: &crate::backend::kernel::UdpSocket) -> io::Result<usize> {
         let now = Instant::now();
         let mut st = lock(&lane.st);
         if st.closed || self.stopped() {
@@ -1173,6 +1316,17 @@ impl Mgr {
             return Err(err(libc::ESTALE)); // the caller fetches the lane again
         }
         st.last_used = now;
+        if st.plain {
+            // DML (c): the peer has no UOE. A lane that stopped probing
+            // probes again now; until a probe connects, plain UDP.
+            if st.phase == Phase::Idle {
+                self.start_connect(lane, &mut st);
+            }
+            if st.plain {
+                drop(st);
+                return self.send_plain(udp, lane.key.0, items);
+            }
+        }
         let mut taken = 0;
         let mut i = 0;
         // Bytes queued by this call not yet added to `queued_total` (one
@@ -1486,7 +1640,12 @@ impl Mgr {
                     self.conn_up(lane, st, &conn);
                 }
             }
-            Err(_) => self.connect_failed(st),
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::ECONNREFUSED) && self.cfg.dml == Dml::Udp {
+                    self.go_plain(lane, st);
+                }
+                self.connect_failed(st)
+            }
         }
     }
 
@@ -1516,6 +1675,7 @@ impl Mgr {
 
     fn lane_up(&self, lane: &Arc<Lane>, st: &mut LaneSt) {
         st.phase = Phase::Up;
+        st.plain = false;
         st.attempts = 0;
         st.retry_at = None;
         st.fallback = false;
@@ -1684,10 +1844,14 @@ impl Mgr {
                 if flags & (EV_OUT | EV_ERR) == 0 {
                     return false;
                 }
-                let failed = !matches!(conn.stream.take_error(), Ok(None)) || conn.stream.peer_addr().is_err();
+                let error = conn.stream.take_error();
+                let failed = !matches!(error, Ok(None)) || conn.stream.peer_addr().is_err();
                 if failed {
                     self.close_socket(conn);
                     *lock(&conn.lane) = None;
+                    if self.cfg.dml == Dml::Udp && matches!(&error, Ok(Some(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED)) {
+                        self.go_plain(lane, &mut st);
+                    }
                     self.connect_failed(&mut st);
                     return false;
                 }
@@ -1971,7 +2135,7 @@ impl Mgr {
         if !(PACK_MIN..=BIG_BUF).contains(&len) {
             return None;
         }
-        let q = Self::lookup(&lock(&self.ports), dst, conn.local_ip)?;
+        let q = Self::lookup(&lock(&self.ports), dst, conn.local_ip, SocketAddr::new(conn.peer.ip(), src)).0?;
         if !q.gro.load(Relaxed) {
             return None;
         }
@@ -2302,6 +2466,11 @@ impl Mgr {
         let mut idle = Vec::new();
         for lane in lanes {
             let mut st = lock(&lane.st);
+            if st.phase == Phase::Backoff && st.plain && now.duration_since(st.last_used) > self.cfg.retry_max {
+                // A plain UDP lane not used lately stops probing (the next
+                // send probes again, see `submit`).
+                st.phase = Phase::Idle;
+            }
             if st.phase == Phase::Backoff {
                 match st.retry_at {
                     Some(t) if t > now => next = next.min(t - now),
@@ -2591,13 +2760,16 @@ enum Step {
     Full(usize),
 }
 
+/// The queue of the last (source, destination port) a read delivered to.
+type Route = ((SocketAddr, u16), Option<Arc<RxQueue>>);
+
 /// Hands one read's datagrams to their endpoints' queues, one run per
 /// destination (one lock and one wake-up per run).
 struct Deliver<'a> {
     mgr: &'a Mgr,
     conn: &'a Arc<Conn>,
     pools: &'a mut Pools,
-    cache: Option<(u16, Option<Arc<RxQueue>>)>,
+    cache: Option<Route>,
     batch: Vec<RxItem>,
     frames: u64,
     bytes: u64,
@@ -2611,18 +2783,21 @@ struct Deliver<'a> {
 }
 
 impl Deliver<'_> {
-    /// Switches to `dst`'s queue, handing over what was gathered for the previous one.
-    fn to(&mut self, dst: u16) {
-        if self.cache.as_ref().map(|c| c.0) != Some(dst) {
+    /// Switches to the queue for `src` → `dst`, handing over what was gathered for the previous one.
+    fn to(&mut self, src: SocketAddr, dst: u16) {
+        if self.cache.as_ref().map(|c| c.0) != Some((src, dst)) {
             self.flush();
-            let q = Mgr::lookup(&lock(&self.mgr.ports), dst, self.conn.local_ip);
+            let (q, other) = Mgr::lookup(&lock(&self.mgr.ports), dst, self.conn.local_ip, src);
+            // Only endpoints connected elsewhere: the kernel's socket for
+            // the port gets it if there is one, else they filter it.
+            let q = q.or_else(|| other.filter(|_| !Mgr::unconnected_kernel_socket(dst)));
             match (&self.first, &q) {
                 (_, None) => self.mixed = true,
                 (None, Some(q)) => self.first = Some(q.clone()),
                 (Some(f), Some(q)) if !Arc::ptr_eq(f, q) => self.mixed = true,
                 _ => {}
             }
-            self.cache = Some((dst, q));
+            self.cache = Some(((src, dst), q));
         }
     }
 
@@ -2640,7 +2815,7 @@ impl Deliver<'_> {
                 self.frames += 1;
                 self.frames_seen += 1;
                 self.bytes += payload.len() as u64;
-                self.to(dst);
+                self.to(SocketAddr::new(self.conn.peer.ip(), src), dst);
                 match self.cache.as_ref().and_then(|c| c.1.as_ref()) {
                     None => {
                         if !self.mgr.forward(SocketAddr::new(self.conn.peer.ip(), src), self.conn.local_ip, dst, payload) {
@@ -2658,7 +2833,7 @@ impl Deliver<'_> {
         self.frames += it.n as u64;
         self.frames_seen += it.n as u64;
         self.bytes += it.len as u64;
-        self.to(dst);
+        self.to(it.src, dst);
         if self.cache.as_ref().and_then(|c| c.1.as_ref()).is_some() {
             self.batch.push(it);
         } else {

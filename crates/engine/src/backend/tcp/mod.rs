@@ -55,6 +55,14 @@ pub enum Dml {
     /// (b) The sending call blocks while the transport retries, up to
     /// `block_timeout`; then the lane falls back to (a) until it connects.
     Block,
+    /// (c) A peer host that refuses the UOE port (`ECONNREFUSED`: nothing
+    /// listens there, e.g. a program on plain kernel UDP) is sent plain UDP
+    /// datagrams from the endpoint's own kernel socket, as if there were no
+    /// UOE; the lane probes the port again when used and carries the
+    /// datagrams again once the peer listens. Other failures queue as (a).
+    /// The default of the process-wide transport ([`TcpTransport::global`],
+    /// unmodified programs) unless `EUDP_TCP_DML` is set.
+    Udp,
 }
 
 /// Settings of one UOE transport (`EUDP_TCP_*` environment variables).
@@ -68,7 +76,7 @@ pub enum Dml {
 /// | `EUDP_TCP_CC` | TCP_CONGESTION of UOE connections | system default |
 /// | `EUDP_TCP_NODELAY` | TCP_NODELAY | 1 |
 /// | `EUDP_TCP_SNDBUF` / `EUDP_TCP_RCVBUF` | SO_SNDBUF/SO_RCVBUF of connections, 0 = autotune | 0 |
-/// | `EUDP_TCP_DML` | `queue` (a) or `block` (b) | queue |
+/// | `EUDP_TCP_DML` | `queue` (a), `block` (b) or `udp` (c) | queue (`udp` for [`TcpTransport::global`]) |
 /// | `EUDP_TCP_BLOCK_MS` | (b): longest block before falling back to (a) | 1000 |
 /// | `EUDP_TCP_QUEUE_BYTES` | per-lane user-space queue bound | 4 MiB |
 /// | `EUDP_TCP_DEADLINE_MS` | drop queued datagrams older than this while unconnected | 5000 |
@@ -242,6 +250,7 @@ impl TcpConfig {
             c.dml = match v.trim() {
                 "queue" | "a" => Dml::Queue,
                 "block" | "b" => Dml::Block,
+                "udp" | "c" => Dml::Udp,
                 _ => return Err(bad("EUDP_TCP_DML", &v)),
             };
         }

@@ -41,7 +41,9 @@ type LaneRef = ((IpAddr, u8), Arc<Lane>);
 #[derive(Debug)]
 pub struct TcpSocket {
     mgr: Arc<Mgr>,
-    udp: kernel::UdpSocket,
+    /// Shared with the receive queue, which the manager may send plain
+    /// UDP from (DML (c)).
+    udp: Arc<kernel::UdpSocket>,
     rxq: Arc<RxQueue>,
     st: Mutex<SockSt>,
     lane_cache: Mutex<Option<LaneRef>>,
@@ -103,6 +105,8 @@ impl TcpSocket {
             return Err(err(libc::ENETDOWN));
         }
         let rxq = Arc::new(RxQueue::new(udp.is_v6(), mgr.cfg.rx_queue_bytes)?);
+        let udp = Arc::new(udp);
+        let _ = rxq.plain.set(Arc::downgrade(&udp));
         let sndbuf = mgr.cfg.tx_buffer_bytes;
         // Datagrams that reach the kernel socket itself are received too.
         let ktok = mgr.watch_kernel(udp.as_raw_fd(), &rxq).ok();
@@ -226,7 +230,7 @@ impl TcpSocket {
                 return Ok(items.len());
             };
             let mut need = 0;
-            match self.mgr.submit(&lane, items, caller, whole, &mut need) {
+            match self.mgr.submit(&lane, items, caller, whole, &mut need, &self.udp) {
                 Err(e) if e.raw_os_error() == Some(libc::ESTALE) && !fresh => fresh = true,
                 r => {
                     if need > 0 {
@@ -584,6 +588,8 @@ impl Backend for TcpSocket {
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
         let lane = lock(&self.lane_cache).as_ref().map(|(_, l)| l.clone());
         match lane {
+            // DML (c): plain UDP is sent from the kernel socket.
+            Some(l) if l.is_plain() => kernel::poll_writable(self.udp.as_raw_fd(), Some(timeout)),
             Some(l) => Ok(self.mgr.wait_room(&l, timeout, self.need.load(Relaxed))),
             None => Ok(true),
         }
