@@ -316,11 +316,17 @@ pub fn any() -> bool {
 }
 static ACTIVE_FDS: AtomicUsize = AtomicUsize::new(0);
 
+/// Set once the program has made a UDP socket the shim tracks: only then
+/// can a thread be inside the engine's one-time set-up that `fork_prepare`
+/// settles (a program that never does, such as a shell, pays nothing).
+static UDP_SEEN: AtomicBool = AtomicBool::new(false);
+
 /// Records a new UDP socket created by the application.
 pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
     if bit(fd).is_none() || disabled() {
         return;
     }
+    UDP_SEEN.store(true, SeqCst);
     let s = Arc::new(Sock {
         id: NEXT_ID.fetch_add(1, Relaxed),
         v6,
@@ -1285,9 +1291,13 @@ pub fn fork_prepare() {
     // endpoint probes GSO): a child would wait for them forever. Settled
     // here, before any lock, so the child finds them done; once done this
     // costs a load each (the probe runs at most once per process tree).
-    let _ = eudp_engine::backend::kernel::gso_max_segments();
-    let _ = eudp_engine::backend::kernel::tsc();
-    let _ = tcp_transport();
+    // Only in a process with UDP sockets: the probe opens one, which would
+    // otherwise make every forking shell count as a UDP program.
+    if UDP_SEEN.load(SeqCst) {
+        let _ = eudp_engine::backend::kernel::gso_max_segments();
+        let _ = eudp_engine::backend::kernel::tsc();
+        let _ = tcp_transport();
+    }
     // Every lock the child may need, in one order (engine, table, stats).
     let e = lock(&ENGINE_INIT);
     let g = TABLE.write().unwrap_or_else(|e| e.into_inner());
