@@ -13,8 +13,11 @@
  *     parent waits for it.
  *   race DELAY_US: a thread's first datagram starts the transport while the
  *     main thread forks DELAY_US later; the child (alarm: 10 s) must start
- *     a transport of its own and get a datagram to itself. Exit status 0,
- *     or 1 when the child failed or hung.
+ *     a transport of its own and get a datagram to itself. The parent's
+ *     thread goes on with 50 datagrams to itself, one at a time, and must
+ *     get every one: the fork may come before its transport listens, or
+ *     move its sockets to the kernel path mid-exchange. Exit status 0; bit 1 set when the
+ *     child failed or hung, bit 4 when the thread's datagram was lost.
  *
  * The child writes "child ok" (or what failed) to RESULT when done. */
 #include <arpa/inet.h>
@@ -65,8 +68,9 @@ static void send_to(int s, int port, const char *msg) {
         die("sendto");
 }
 
-/* Sends `msg` from a new socket to a new bound one and receives it (5 s). */
-static const char *self_roundtrip(const char *msg) {
+/* Sends `rounds` datagrams ("<msg> <i>"), one at a time, from a new socket
+ * to a new bound one and receives each (5 s). */
+static const char *roundtrips(const char *msg, int rounds) {
     int r = udp(), s = udp();
     struct sockaddr_in a = loopback(0);
     socklen_t len = sizeof a;
@@ -75,16 +79,25 @@ static const char *self_roundtrip(const char *msg) {
     struct timeval tv = {5, 0};
     setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct sockaddr_in d = loopback(ntohs(a.sin_port));
-    if (sendto(s, msg, strlen(msg), 0, (struct sockaddr *)&d, sizeof d) != (ssize_t)strlen(msg))
-        return strerror(errno);
-    char buf[64];
-    ssize_t n = recv(r, buf, sizeof buf - 1, 0);
-    if (n < 0)
-        return "nothing received";
-    buf[n] = 0;
+    for (int i = 0; i < rounds; i++) {
+        char want[64], buf[64];
+        int k = snprintf(want, sizeof want, "%s %d", msg, i);
+        if (sendto(s, want, k, 0, (struct sockaddr *)&d, sizeof d) != k)
+            return strerror(errno);
+        ssize_t n = recv(r, buf, sizeof buf - 1, 0);
+        if (n < 0)
+            return i == 0 ? "nothing received" : "a later datagram was not received";
+        buf[n] = 0;
+        if (strcmp(buf, want) != 0)
+            return "wrong datagram";
+    }
     close(r);
     close(s);
-    return strcmp(buf, msg) == 0 ? NULL : "wrong datagram";
+    return NULL;
+}
+
+static const char *self_roundtrip(const char *msg) {
+    return roundtrips(msg, 1);
 }
 
 static void result(const char *path, const char *what) {
@@ -95,11 +108,13 @@ static void result(const char *path, const char *what) {
     fclose(f);
 }
 
+static const char *thread_err;
+
 static void *first_send(void *arg) {
     (void)arg;
-    const char *err = self_roundtrip("thread");
-    if (err)
-        fprintf(stderr, "thread: %s\n", err);
+    thread_err = roundtrips("thread", 50);
+    if (thread_err)
+        fprintf(stderr, "thread: %s\n", thread_err);
     return NULL;
 }
 
@@ -126,7 +141,7 @@ int main(int argc, char **argv) {
         pthread_join(t, NULL);
         if (WIFSIGNALED(st))
             fprintf(stderr, "child killed by signal %d\n", WTERMSIG(st));
-        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+        return (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1) | (thread_err ? 4 : 0);
     }
     if (strcmp(mode, "exec") == 0) {
         const char *err = self_roundtrip("parent");

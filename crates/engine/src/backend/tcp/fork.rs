@@ -19,6 +19,11 @@
 //! closed: a fork in between leaves that one descriptor open in the child
 //! (as before), never a number the child uses for something else.
 //! Every descriptor of the transport is also close-on-exec.
+//!
+//! The pre-decided port stays with the process that started its transport
+//! first: a child forked while its parent's listener is bound but not yet
+//! listening (or before the parent's start) leaves the port to the parent
+//! while it runs ([`Ancestor`], [`parent_runs`]); docs/tcp.md, "Fork".
 
 use super::sys;
 use std::os::fd::{AsRawFd, RawFd};
@@ -105,6 +110,103 @@ pub(super) fn forget(fd: RawFd) {
     untrack(fd);
 }
 
+/// The process whose process-wide transport start is under way or done
+/// with a listener, and its port: `pid << 16 | port` (port 0: not known
+/// yet); 0: none. Inherited by fork children, which leave the port to
+/// that process while it lives (see [`Ancestor::listens`]).
+static LISTENER: AtomicU64 = AtomicU64::new(0);
+/// That process's start time (`/proc/<pid>/stat`, field 22), so a reused
+/// pid is not taken for it; 0: not known.
+static LISTENER_START: AtomicU64 = AtomicU64::new(0);
+
+/// The start time of process `pid` in clock ticks, and whether it has
+/// ended (a zombie); None: no such process (or no `/proc`).
+fn proc_start(pid: u32) -> Option<(u64, bool)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut f = s.rsplit_once(')')?.1.split_whitespace();
+    let state = f.next()?;
+    // Fields 3.. follow the name; the start time is field 22.
+    let start = f.nth(18)?.parse().ok()?;
+    Some((start, state == "Z" || state == "X"))
+}
+
+/// This process begins to start its process-wide transport: from here on
+/// a fork child leaves the pre-decided port to it (see [`Ancestor`]),
+/// since its listener may be bound and not yet listening at the fork
+/// (it listens from its first bound endpoint on). Returns the claim this
+/// process inherited, if any.
+pub(super) fn begin_start() -> Ancestor {
+    let pid = std::process::id();
+    // Start time unknown (0) first: a fork in between then trusts the pid.
+    let start = LISTENER_START.swap(0, SeqCst);
+    let before = Ancestor(LISTENER.swap(u64::from(pid) << 16, SeqCst), start);
+    LISTENER_START.store(proc_start(pid).map_or(0, |(t, _)| t), SeqCst);
+    before
+}
+
+/// The port is known (`listen`: this process's transport listens on it);
+/// otherwise the claim is withdrawn.
+pub(super) fn claim_listener(port: u16, listen: bool) {
+    let v = if listen { u64::from(std::process::id()) << 16 | u64::from(port) } else { 0 };
+    LISTENER.store(v, SeqCst);
+}
+
+/// A claim inherited from an ancestor process ([`begin_start`]).
+#[derive(Debug)]
+pub(super) struct Ancestor(u64, u64);
+
+impl Ancestor {
+    /// The ancestor's process-wide transport had started (or was
+    /// starting) with a listener on `port` when this process was forked,
+    /// and that process still runs. Its listener may not listen yet, so
+    /// this process's bind could succeed (both use `SO_REUSEADDR`) and,
+    /// listening first, take the port: connections the ancestor opens to
+    /// itself would then reach this process (lost when it ends), and the
+    /// ancestor would have no listener for good. So this process runs
+    /// without one, as when the ancestor already listens.
+    pub(super) fn listens(&self, port: u16) -> bool {
+        let (pid, p) = ((self.0 >> 16) as u32, self.0 as u16);
+        if self.0 == 0 || pid == std::process::id() || (p != 0 && p != port) {
+            return false;
+        }
+        matches!(proc_start(pid), Some((t, false)) if self.1 == 0 || t == self.1)
+    }
+
+    /// Puts the inherited claim back (this process leaves the port to
+    /// that ancestor, and so do its own children).
+    pub(super) fn restore(&self) {
+        LISTENER_START.store(0, SeqCst);
+        LISTENER.store(self.0, SeqCst);
+        LISTENER_START.store(self.1, SeqCst);
+    }
+}
+
+/// The process this one was forked from, recorded in the child (0: not
+/// a fork child; an exec clears it).
+static FORK_PARENT: AtomicU32 = AtomicU32::new(0);
+
+/// This process is a fork child whose parent has not exited (a child is
+/// reparented when its parent exits).
+pub(super) fn parent_runs() -> bool {
+    let p = FORK_PARENT.load(SeqCst);
+    p != 0 && p == std::os::unix::process::parent_id()
+}
+
+/// Some socket of this network namespace listens on TCP `port`
+/// (`/proc/net/tcp`, `tcp6`: state `0A`).
+pub(super) fn port_listened(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|path| {
+        std::fs::read_to_string(path).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let mut f = l.split_whitespace();
+                let local = f.nth(1);
+                let state = f.nth(1);
+                state == Some("0A") && local.and_then(|a| a.rsplit_once(':')).is_some_and(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
+            })
+        })
+    })
+}
+
 extern "C" fn child() {
     forked_child();
 }
@@ -118,6 +220,8 @@ extern "C" fn child() {
 /// `race` case). Running twice in one child is harmless.
 pub fn forked_child() {
     GEN.fetch_add(1, SeqCst);
+    // getppid: async-signal-safe.
+    FORK_PARENT.store(std::os::unix::process::parent_id(), SeqCst);
     super::manager::forked();
     let words = WORDS.load(SeqCst).min(FDS.len());
     let mut placeholder = -1;

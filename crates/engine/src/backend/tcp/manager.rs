@@ -843,10 +843,21 @@ impl TcpTransport {
         if let Some(r) = current() {
             return r.as_ref().map_err(|&c| err(c));
         }
-        let cfg = TcpConfig::from_env().unwrap_or_else(|e| {
+        // Before anything is bound: a fork from here on leaves the port to
+        // this process (see `fork::Ancestor::listens`).
+        let ancestor = fork::begin_start();
+        let mut cfg = TcpConfig::from_env().unwrap_or_else(|e| {
             eprintln!("eudp: {e}; using tcp defaults");
             TcpConfig::default()
         });
+        let defer = cfg.listen && ancestor.listens(cfg.port);
+        if defer {
+            // The ancestor's claim stays, for this process's children too.
+            cfg.listen = false;
+            ancestor.restore();
+        } else {
+            fork::claim_listener(cfg.port, cfg.listen);
+        }
         let first = !GLOBAL_STARTED.swap(true, SeqCst);
         let r = match TcpTransport::start(cfg.clone()) {
             Ok(t) => Ok(t),
@@ -858,6 +869,9 @@ impl TcpTransport {
             }
             Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
         };
+        if !defer && !r.as_ref().is_ok_and(|t| t.mgr.cfg.listen) {
+            fork::claim_listener(cfg.port, false);
+        }
         // atexit handlers are inherited across fork: one registration serves all.
         if first && r.is_ok() && stats_path().is_some() {
             sys::at_exit(dump_global_stats);
@@ -1016,6 +1030,27 @@ impl Mgr {
         let Some(l) = guard.as_ref() else { return Ok(()) };
         if self.listening.load(SeqCst) {
             return Ok(());
+        }
+        // A fork child whose parent runs: the parent may have been about to
+        // start its transport at the fork (another thread's first send), so
+        // that it had not claimed the port yet (`fork::Ancestor`). Listening
+        // first would take the port from it (see docs/tcp.md, "Fork"), so
+        // this waits, once and at most `PARENT_GRACE`, for someone to
+        // listen on the port, and runs without a listener if so.
+        if fork::parent_runs() {
+            const PARENT_GRACE: Duration = Duration::from_millis(50);
+            let port = self.listen_addr.map_or(self.cfg.port, |a| a.port());
+            let end = Instant::now() + PARENT_GRACE;
+            loop {
+                if fork::port_listened(port) {
+                    *guard = None;
+                    return Ok(());
+                }
+                if Instant::now() >= end || !fork::parent_runs() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
         }
         if let Err(e) = sys::start_listening(l, 1024) {
             if e.raw_os_error() != Some(libc::EADDRINUSE) {
