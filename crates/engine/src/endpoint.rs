@@ -1025,9 +1025,10 @@ impl EpInner {
         if let Some(at) = self.send_staged(&staging, 0, false) {
             // The kernel's send buffer is full: the engine sends the rest
             // (still staged, so nothing overtakes it) and waits for room.
+            let mut s = lock(&self.send);
+            s.rest = staging.charged_from(at);
             self.caller_left.store(at + 1, Release);
             drop(staging);
-            let mut s = lock(&self.send);
             return self.kick(&mut s);
         }
         staging.clear();
@@ -1099,6 +1100,9 @@ impl EpInner {
             return self.direct_send(data, dst.as_ref(), nonblocking);
         }
         let mut deadline: Option<Option<Instant>> = None;
+        // Bounds the retries after room was made on this thread (see
+        // `room_from_kernel`), which other threads may take first.
+        let mut room_tries = 0;
         loop {
             let mut s = lock(&self.send);
             if s.l1_empty() && !s.l2_has_room() && self.rx_calls.load(Relaxed) != s.rx_mark {
@@ -1121,7 +1125,9 @@ impl EpInner {
                     // the kernel has room — a kernel socket with this
                     // SO_SNDBUF would have accepted it.
                     if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-                        let queued = (!s.l1_empty() || !s.l2_has_room()) && s.post(dst, data) == PostDecision::Queued;
+                        // Queue or full, never direct again (with L2 deeper
+                        // than one, `post` would choose direct once more).
+                        let queued = s.post_streaming(dst, data) == PostDecision::Queued;
                         s.direct_done(false);
                         self.kick(&mut s);
                         if queued {
@@ -1157,6 +1163,13 @@ impl EpInner {
                 }
                 PostDecision::Closed => return Err(err(libc::EPIPE)),
                 PostDecision::Full => {
+                    if room_tries < 64 {
+                        room_tries += 1;
+                        match self.room_from_kernel(s, data.len()) {
+                            None => continue,
+                            Some(g) => s = g,
+                        }
+                    }
                     self.kick(&mut s);
                     if nonblocking {
                         return Err(err(libc::EAGAIN));
@@ -1171,6 +1184,67 @@ impl EpInner {
                         None => Duration::from_millis(100),
                     };
                     let _ = self.send_cv.wait_timeout(s, wait.min(Duration::from_millis(100)));
+                }
+            }
+        }
+    }
+
+    /// A send found L1 and the rest a full kernel send buffer refused full
+    /// together. Where the kernel socket polls writable again — what
+    /// `EPOLLOUT` tells a program about it — this thread sends the rest
+    /// itself rather than wait for the engine thread to notice the room: a
+    /// send after `EPOLLOUT` is then accepted however late the engine
+    /// runs, in order (the rest still goes first). Without a rest (L1 full
+    /// only because the engine has not taken it yet) nothing changes.
+    /// Returns the send lock back when the kernel has no room or took
+    /// nothing; else (`None`) the caller posts again (a datagram of `len`
+    /// bytes fits, or may soon).
+    fn room_from_kernel<'a>(self: &'a Arc<Self>, s: MutexGuard<'a, SendState>, len: usize) -> Option<MutexGuard<'a, SendState>> {
+        let Some(fd) = self.room_fd else { return Some(s) };
+        if s.shutdown || s.rest == 0 {
+            return Some(s);
+        }
+        // The staging first (the engine's lock order): a send of the rest
+        // in flight on another thread ends, and its rest is counted,
+        // before this one looks at the kernel (which that send may have
+        // just filled, making room in the rest).
+        drop(s);
+        let mut st = lock(&self.caller_staging);
+        let s = lock(&self.send);
+        if s.fits(len) {
+            return None;
+        }
+        if !crate::backend::kernel::poll_writable(fd, Some(Duration::ZERO)).unwrap_or(false) {
+            drop(st);
+            return Some(s);
+        }
+        let left = self.caller_left.swap(0, Acquire);
+        if left == 0 {
+            if !st.is_empty() || s.staged != 0 {
+                // The engine is sending this socket's queue right now (or
+                // about to take up its rest): it makes the room.
+                drop(st);
+                let _ = self.send_cv.wait_timeout(s, Duration::from_millis(1));
+            }
+            return None; // else the rest is gone: look again
+        }
+        drop(s);
+        let from = left - 1;
+        let at = self.send_staged(&st, from, false);
+        lock(&self.send).rest = at.map_or(0, |at| st.charged_from(at));
+        self.send_cv.notify_all();
+        match at {
+            None => {
+                st.clear();
+                None
+            }
+            Some(at) => {
+                drop(st);
+                self.await_room(at);
+                if at > from {
+                    None
+                } else {
+                    Some(lock(&self.send))
                 }
             }
         }
@@ -1284,6 +1358,7 @@ impl EpInner {
                     let mut s = lock(&self.send);
                     let n = s.l1.len();
                     if n > 0 {
+                        s.rest += s.l1.charged();
                         s.l1.move_tail(0, &mut st);
                         s.staged += n as u32;
                         s.l1_carried = 0;
@@ -1292,7 +1367,9 @@ impl EpInner {
                         self.send_cv.notify_all();
                     }
                 }
-                if let Some(at) = self.send_staged(&st, left - 1, wait) {
+                let at = self.send_staged(&st, left - 1, wait);
+                lock(&self.send).rest = at.map_or(0, |at| st.charged_from(at));
+                if let Some(at) = at {
                     // Still no room: the rest stays where it is.
                     drop(st);
                     return self.await_room(at);
@@ -1347,6 +1424,7 @@ impl EpInner {
                 let mut st = lock(&self.caller_staging);
                 debug_assert!(st.is_empty());
                 std::mem::swap(&mut *st, staging);
+                lock(&self.send).rest = st.charged_from(at);
                 drop(st);
                 return self.await_room(at);
             }
