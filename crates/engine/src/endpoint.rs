@@ -158,6 +158,10 @@ pub(crate) struct EpInner {
     coalesces: bool,
     /// Signalled when L1 gains room or drains.
     send_cv: Condvar,
+    /// Threads waiting on `send_cv` (changed under `send`): a notify with
+    /// none is skipped, as std's `Condvar` makes a futex call per notify
+    /// even without a waiter, and the engine notifies after every take.
+    send_waiters: std::sync::atomic::AtomicU32,
     recv: Mutex<RecvSide>,
     /// Serialises reads from the socket together with their push into the
     /// ring, so datagrams enter the ring in socket order whoever reads them,
@@ -366,6 +370,7 @@ impl Endpoint {
             caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
             coalesces: backend.drain_on_caller(),
             send_cv: Condvar::new(),
+            send_waiters: std::sync::atomic::AtomicU32::new(0),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false, err: None }),
             rx_sock: Mutex::new(()),
             ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
@@ -556,7 +561,7 @@ impl Endpoint {
                 return false;
             }
             self.inner.kick(&mut s);
-            s = self.inner.send_cv.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            s = self.inner.wait_send(s, deadline - now);
         }
     }
 
@@ -896,6 +901,23 @@ impl EpInner {
         d.and_then(deadline_after)
     }
 
+    /// Waits on `send_cv` at most `timeout`, counted in `send_waiters`.
+    fn wait_send<'a>(&self, s: MutexGuard<'a, SendState>, timeout: Duration) -> MutexGuard<'a, SendState> {
+        self.send_waiters.fetch_add(1, Relaxed);
+        let s = self.send_cv.wait_timeout(s, timeout).unwrap_or_else(|e| e.into_inner()).0;
+        self.send_waiters.fetch_sub(1, Relaxed);
+        s
+    }
+
+    /// Wakes the threads waiting on `send_cv`, if any. Every change they
+    /// wait for is made under `send`, where they counted themselves before
+    /// looking, so a change made before this call cannot be missed.
+    fn notify_send(&self) {
+        if self.send_waiters.load(Relaxed) != 0 {
+            self.send_cv.notify_all();
+        }
+    }
+
     /// Asks the engine to service this endpoint's send side now.
     fn kick(self: &Arc<Self>, s: &mut SendState) {
         if !s.scheduled || s.coalescing {
@@ -1021,7 +1043,7 @@ impl EpInner {
         s.caller_flushed = Some((now, self.rx_calls.load(Relaxed)));
         drop(s);
         Stats::add(&self.stats.caller_flushes, 1);
-        self.send_cv.notify_all();
+        self.notify_send();
         if let Some(at) = self.send_staged(&staging, 0, false) {
             // The kernel's send buffer is full: the engine sends the rest
             // (still staged, so nothing overtakes it) and waits for room.
@@ -1044,7 +1066,7 @@ impl EpInner {
             self.kick_later(&mut s);
         } else if s.flushers > 0 {
             drop(s);
-            self.send_cv.notify_all();
+            self.notify_send();
         }
     }
 
@@ -1139,7 +1161,7 @@ impl EpInner {
                     if !s.direct_done(responsive) {
                         self.kick_later(&mut s);
                     } else if s.flushers > 0 {
-                        self.send_cv.notify_all();
+                        self.notify_send();
                     }
                     return r;
                 }
@@ -1183,7 +1205,7 @@ impl EpInner {
                         // Bounded slices so a lost wake-up cannot hang a sender.
                         None => Duration::from_millis(100),
                     };
-                    let _ = self.send_cv.wait_timeout(s, wait.min(Duration::from_millis(100)));
+                    drop(self.wait_send(s, wait.min(Duration::from_millis(100))));
                 }
             }
         }
@@ -1224,7 +1246,7 @@ impl EpInner {
                 // The engine is sending this socket's queue right now (or
                 // about to take up its rest): it makes the room.
                 drop(st);
-                let _ = self.send_cv.wait_timeout(s, Duration::from_millis(1));
+                drop(self.wait_send(s, Duration::from_millis(1)));
             }
             return None; // else the rest is gone: look again
         }
@@ -1232,7 +1254,7 @@ impl EpInner {
         let from = left - 1;
         let at = self.send_staged(&st, from, false);
         lock(&self.send).rest = at.map_or(0, |at| st.charged_from(at));
-        self.send_cv.notify_all();
+        self.notify_send();
         match at {
             None => {
                 st.clear();
@@ -1364,7 +1386,7 @@ impl EpInner {
                         s.l1_carried = 0;
                         drop(s);
                         self.trace.take(n);
-                        self.send_cv.notify_all();
+                        self.notify_send();
                     }
                 }
                 let at = self.send_staged(&st, left - 1, wait);
@@ -1376,7 +1398,7 @@ impl EpInner {
                 }
                 st.clear();
                 drop(st);
-                self.send_cv.notify_all();
+                self.notify_send();
             }
             {
                 let mut s = lock(&self.send);
@@ -1390,7 +1412,7 @@ impl EpInner {
                     let since = s.l1_since.unwrap_or_else(Instant::now);
                     self.engine.schedule_coalesced(self, since);
                     drop(s);
-                    self.send_cv.notify_all();
+                    self.notify_send();
                     return;
                 }
                 first = false;
@@ -1410,13 +1432,13 @@ impl EpInner {
                 if took == 0 {
                     s.scheduled = false;
                     s.coalescing = false;
-                    self.send_cv.notify_all();
+                    self.notify_send();
                     return;
                 }
                 self.trace.take(took);
             }
             // L1 has room again.
-            self.send_cv.notify_all();
+            self.notify_send();
             if let Some(at) = self.send_staged(staging, 0, wait) {
                 // The kernel's send buffer is full. The rest stays staged
                 // (nothing overtakes it) in this endpoint's own arena, the
@@ -1444,7 +1466,7 @@ impl EpInner {
             s.scheduled = true;
             s.coalescing = false;
         }
-        self.send_cv.notify_all();
+        self.notify_send();
         let fd = self.room_fd.expect("only endpoints with a writable fd stop at a full send buffer");
         if self.engine.await_room(self, fd).is_err() {
             // Not watchable (it should be): look again in a moment.
@@ -1638,7 +1660,7 @@ impl EpInner {
                 break false;
             }
             let wait = (deadline - now).min(Duration::from_millis(20));
-            s = self.send_cv.wait_timeout(s, wait).unwrap_or_else(|e| e.into_inner()).0;
+            s = self.wait_send(s, wait);
         };
         s.flushers -= 1;
         drained
