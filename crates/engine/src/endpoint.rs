@@ -158,6 +158,10 @@ pub(crate) struct EpInner {
     coalesces: bool,
     /// Signalled when L1 gains room or drains.
     send_cv: Condvar,
+    /// Threads waiting on `send_cv` (changed under `send`): a notify with
+    /// none is skipped, as std's `Condvar` makes a futex call per notify
+    /// even without a waiter, and the engine notifies after every take.
+    send_waiters: std::sync::atomic::AtomicU32,
     recv: Mutex<RecvSide>,
     /// Serialises reads from the socket together with their push into the
     /// ring, so datagrams enter the ring in socket order whoever reads them,
@@ -366,6 +370,7 @@ impl Endpoint {
             caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
             coalesces: backend.drain_on_caller(),
             send_cv: Condvar::new(),
+            send_waiters: std::sync::atomic::AtomicU32::new(0),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false, err: None }),
             rx_sock: Mutex::new(()),
             ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
@@ -556,7 +561,7 @@ impl Endpoint {
                 return false;
             }
             self.inner.kick(&mut s);
-            s = self.inner.send_cv.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            s = self.inner.wait_send(s, deadline - now);
         }
     }
 
@@ -914,6 +919,23 @@ impl EpInner {
         d.and_then(deadline_after)
     }
 
+    /// Waits on `send_cv` at most `timeout`, counted in `send_waiters`.
+    fn wait_send<'a>(&self, s: MutexGuard<'a, SendState>, timeout: Duration) -> MutexGuard<'a, SendState> {
+        self.send_waiters.fetch_add(1, Relaxed);
+        let s = self.send_cv.wait_timeout(s, timeout).unwrap_or_else(|e| e.into_inner()).0;
+        self.send_waiters.fetch_sub(1, Relaxed);
+        s
+    }
+
+    /// Wakes the threads waiting on `send_cv`, if any. Every change they
+    /// wait for is made under `send`, where they counted themselves before
+    /// looking, so a change made before this call cannot be missed.
+    fn notify_send(&self) {
+        if self.send_waiters.load(Relaxed) != 0 {
+            self.send_cv.notify_all();
+        }
+    }
+
     /// Asks the engine to service this endpoint's send side now.
     fn kick(self: &Arc<Self>, s: &mut SendState) {
         if !s.scheduled || s.coalescing {
@@ -1039,13 +1061,14 @@ impl EpInner {
         s.caller_flushed = Some((now, self.rx_calls.load(Relaxed)));
         drop(s);
         Stats::add(&self.stats.caller_flushes, 1);
-        self.send_cv.notify_all();
+        self.notify_send();
         if let Some(at) = self.send_staged(&staging, 0, false) {
             // The kernel's send buffer is full: the engine sends the rest
             // (still staged, so nothing overtakes it) and waits for room.
+            let mut s = lock(&self.send);
+            s.rest = staging.charged_from(at);
             self.caller_left.store(at + 1, Release);
             drop(staging);
-            let mut s = lock(&self.send);
             return self.kick(&mut s);
         }
         staging.clear();
@@ -1061,7 +1084,7 @@ impl EpInner {
             self.kick_later(&mut s);
         } else if s.flushers > 0 {
             drop(s);
-            self.send_cv.notify_all();
+            self.notify_send();
         }
     }
 
@@ -1117,6 +1140,9 @@ impl EpInner {
             return self.direct_send(data, dst.as_ref(), nonblocking);
         }
         let mut deadline: Option<Option<Instant>> = None;
+        // Bounds the retries after room was made on this thread (see
+        // `room_from_kernel`), which other threads may take first.
+        let mut room_tries = 0;
         loop {
             let mut s = lock(&self.send);
             if s.l1_empty() && !s.l2_has_room() && self.rx_calls.load(Relaxed) != s.rx_mark {
@@ -1139,7 +1165,9 @@ impl EpInner {
                     // the kernel has room — a kernel socket with this
                     // SO_SNDBUF would have accepted it.
                     if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-                        let queued = (!s.l1_empty() || !s.l2_has_room()) && s.post(dst, data) == PostDecision::Queued;
+                        // Queue or full, never direct again (with L2 deeper
+                        // than one, `post` would choose direct once more).
+                        let queued = s.post_streaming(dst, data) == PostDecision::Queued;
                         s.direct_done(false);
                         self.kick(&mut s);
                         if queued {
@@ -1151,7 +1179,7 @@ impl EpInner {
                     if !s.direct_done(responsive) {
                         self.kick_later(&mut s);
                     } else if s.flushers > 0 {
-                        self.send_cv.notify_all();
+                        self.notify_send();
                     }
                     return r;
                 }
@@ -1175,6 +1203,13 @@ impl EpInner {
                 }
                 PostDecision::Closed => return Err(err(libc::EPIPE)),
                 PostDecision::Full => {
+                    if room_tries < 64 {
+                        room_tries += 1;
+                        match self.room_from_kernel(s, data.len()) {
+                            None => continue,
+                            Some(g) => s = g,
+                        }
+                    }
                     self.kick(&mut s);
                     if nonblocking {
                         return Err(err(libc::EAGAIN));
@@ -1188,7 +1223,68 @@ impl EpInner {
                         // Bounded slices so a lost wake-up cannot hang a sender.
                         None => Duration::from_millis(100),
                     };
-                    let _ = self.send_cv.wait_timeout(s, wait.min(Duration::from_millis(100)));
+                    drop(self.wait_send(s, wait.min(Duration::from_millis(100))));
+                }
+            }
+        }
+    }
+
+    /// A send found L1 and the rest a full kernel send buffer refused full
+    /// together. Where the kernel socket polls writable again — what
+    /// `EPOLLOUT` tells a program about it — this thread sends the rest
+    /// itself rather than wait for the engine thread to notice the room: a
+    /// send after `EPOLLOUT` is then accepted however late the engine
+    /// runs, in order (the rest still goes first). Without a rest (L1 full
+    /// only because the engine has not taken it yet) nothing changes.
+    /// Returns the send lock back when the kernel has no room or took
+    /// nothing; else (`None`) the caller posts again (a datagram of `len`
+    /// bytes fits, or may soon).
+    fn room_from_kernel<'a>(self: &'a Arc<Self>, s: MutexGuard<'a, SendState>, len: usize) -> Option<MutexGuard<'a, SendState>> {
+        let Some(fd) = self.room_fd else { return Some(s) };
+        if s.shutdown || s.rest == 0 {
+            return Some(s);
+        }
+        // The staging first (the engine's lock order): a send of the rest
+        // in flight on another thread ends, and its rest is counted,
+        // before this one looks at the kernel (which that send may have
+        // just filled, making room in the rest).
+        drop(s);
+        let mut st = lock(&self.caller_staging);
+        let s = lock(&self.send);
+        if s.fits(len) {
+            return None;
+        }
+        if !crate::backend::kernel::poll_writable(fd, Some(Duration::ZERO)).unwrap_or(false) {
+            drop(st);
+            return Some(s);
+        }
+        let left = self.caller_left.swap(0, Acquire);
+        if left == 0 {
+            if !st.is_empty() || s.staged != 0 {
+                // The engine is sending this socket's queue right now (or
+                // about to take up its rest): it makes the room.
+                drop(st);
+                drop(self.wait_send(s, Duration::from_millis(1)));
+            }
+            return None; // else the rest is gone: look again
+        }
+        drop(s);
+        let from = left - 1;
+        let at = self.send_staged(&st, from, false);
+        lock(&self.send).rest = at.map_or(0, |at| st.charged_from(at));
+        self.notify_send();
+        match at {
+            None => {
+                st.clear();
+                None
+            }
+            Some(at) => {
+                drop(st);
+                self.await_room(at);
+                if at > from {
+                    None
+                } else {
+                    Some(lock(&self.send))
                 }
             }
         }
@@ -1302,22 +1398,25 @@ impl EpInner {
                     let mut s = lock(&self.send);
                     let n = s.l1.len();
                     if n > 0 {
+                        s.rest += s.l1.charged();
                         s.l1.move_tail(0, &mut st);
                         s.staged += n as u32;
                         s.l1_carried = 0;
                         drop(s);
                         self.trace.take(n);
-                        self.send_cv.notify_all();
+                        self.notify_send();
                     }
                 }
-                if let Some(at) = self.send_staged(&st, left - 1, wait) {
+                let at = self.send_staged(&st, left - 1, wait);
+                lock(&self.send).rest = at.map_or(0, |at| st.charged_from(at));
+                if let Some(at) = at {
                     // Still no room: the rest stays where it is.
                     drop(st);
                     return self.await_room(at);
                 }
                 st.clear();
                 drop(st);
-                self.send_cv.notify_all();
+                self.notify_send();
             }
             {
                 let mut s = lock(&self.send);
@@ -1331,7 +1430,7 @@ impl EpInner {
                     let since = s.l1_since.unwrap_or_else(Instant::now);
                     self.engine.schedule_coalesced(self, since);
                     drop(s);
-                    self.send_cv.notify_all();
+                    self.notify_send();
                     return;
                 }
                 first = false;
@@ -1351,13 +1450,13 @@ impl EpInner {
                 if took == 0 {
                     s.scheduled = false;
                     s.coalescing = false;
-                    self.send_cv.notify_all();
+                    self.notify_send();
                     return;
                 }
                 self.trace.take(took);
             }
             // L1 has room again.
-            self.send_cv.notify_all();
+            self.notify_send();
             if let Some(at) = self.send_staged(staging, 0, wait) {
                 // The kernel's send buffer is full. The rest stays staged
                 // (nothing overtakes it) in this endpoint's own arena, the
@@ -1365,6 +1464,7 @@ impl EpInner {
                 let mut st = lock(&self.caller_staging);
                 debug_assert!(st.is_empty());
                 std::mem::swap(&mut *st, staging);
+                lock(&self.send).rest = st.charged_from(at);
                 drop(st);
                 return self.await_room(at);
             }
@@ -1384,7 +1484,7 @@ impl EpInner {
             s.scheduled = true;
             s.coalescing = false;
         }
-        self.send_cv.notify_all();
+        self.notify_send();
         let fd = self.room_fd.expect("only endpoints with a writable fd stop at a full send buffer");
         if self.engine.await_room(self, fd).is_err() {
             // Not watchable (it should be): look again in a moment.
@@ -1578,7 +1678,7 @@ impl EpInner {
                 break false;
             }
             let wait = (deadline - now).min(Duration::from_millis(20));
-            s = self.send_cv.wait_timeout(s, wait).unwrap_or_else(|e| e.into_inner()).0;
+            s = self.wait_send(s, wait);
         };
         s.flushers -= 1;
         drained

@@ -108,6 +108,11 @@ impl L1Queue {
         self.bytes.truncate(cut);
     }
 
+    /// Bytes charged for the datagrams from index `at` on.
+    pub fn charged_from(&self, at: usize) -> usize {
+        self.slots.get(at..).map_or(0, |s| s.iter().map(|d| d.len as usize + DATAGRAM_OVERHEAD).sum())
+    }
+
     /// Empties the queue, keeping its allocations for reuse.
     pub fn clear(&mut self) {
         self.slots.clear();
@@ -175,6 +180,12 @@ pub struct SendState {
     /// back (a GSO run short of a batch): all of L1 after them was queued
     /// after that flush, which bounds when they were queued.
     pub l1_carried: usize,
+    /// Bytes charged for the datagrams a full kernel send buffer refused,
+    /// now waiting for room in the endpoint's staging. Still this socket's
+    /// queue: they count against `capacity` with L1, so L1 and that rest
+    /// together stay within a send buffer's worth however often the
+    /// socket's room comes and goes.
+    pub rest: usize,
     /// Post outcomes, counted under the lock the caller already holds so the
     /// hot path touches no shared counter cache line.
     pub counts: PostCounts,
@@ -207,6 +218,7 @@ impl SendState {
             rx_mark: 0,
             caller_flushed: None,
             l1_carried: 0,
+            rest: 0,
             counts: PostCounts::default(),
             recorder,
         }
@@ -266,6 +278,17 @@ impl SendState {
         self.post_with(dst, data, false)
     }
 
+    /// Whether L1 takes a datagram of `len` bytes now (what
+    /// [`SendState::post`] checks before it queues).
+    pub fn fits(&self, len: usize) -> bool {
+        let charge = len + DATAGRAM_OVERHEAD;
+        if self.rest == 0 {
+            self.l1.is_empty() || self.l1.charged() + charge <= self.capacity
+        } else {
+            self.l1.charged() + self.rest + charge <= self.capacity
+        }
+    }
+
     fn post_with(&mut self, dst: Option<SocketAddr>, data: &[u8], direct_ok: bool) -> PostDecision {
         if self.shutdown {
             self.apply(QueueEvent::Refuse);
@@ -276,7 +299,9 @@ impl SendState {
             self.counts.direct += 1;
             return PostDecision::Direct;
         }
-        if self.l1.push(dst, data, self.capacity) {
+        // The refused rest takes its share of the capacity; L1's "an empty
+        // queue takes one datagram" holds only without a rest.
+        if self.fits(data.len()) && self.l1.push(dst, data, usize::MAX) {
             self.apply(QueueEvent::Enqueue);
             self.counts.queued += 1;
             PostDecision::Queued
@@ -368,10 +393,10 @@ impl SendState {
     }
 
     /// Room for more sends, judged as the kernel judges a socket writable:
-    /// less than half of the capacity charged (L1 only; staged datagrams
-    /// have left it).
+    /// less than half of the capacity charged (L1 and the refused rest;
+    /// datagrams the engine is handing to the kernel have left it).
     pub fn writable(&self) -> bool {
-        !self.shutdown && self.l1.charged() * 2 < self.capacity.max(1)
+        !self.shutdown && (self.l1.charged() + self.rest) * 2 < self.capacity.max(1)
     }
 
     /// Everything sent and reaped: the flush after shutdown is complete.
@@ -398,6 +423,27 @@ mod tests {
         assert!(!s.direct_done(false));
         assert_eq!(s.post(None, b"b"), PostDecision::Queued);
         assert_eq!(s.reap(), 1);
+    }
+
+    #[test]
+    fn refused_rest_counts_against_the_capacity() {
+        let charge = 100 + DATAGRAM_OVERHEAD;
+        let mut s = SendState::new(1, 3 * charge, None);
+        // Two datagrams a full kernel send buffer refused wait staged.
+        s.staged = 2;
+        s.rest = 2 * charge;
+        assert!(!s.writable());
+        assert_eq!(s.post(None, &[0; 100]), PostDecision::Queued);
+        assert_eq!(s.post(None, &[0; 100]), PostDecision::Full);
+        // Without a rest, an empty L1 takes even an oversized datagram; with
+        // one, not (the rest is sent first).
+        let mut t = SendState::new(1, 3 * charge, None);
+        t.staged = 1;
+        t.rest = charge;
+        assert_eq!(t.post(None, &[0; 400]), PostDecision::Full);
+        t.rest = 0;
+        assert_eq!(t.post(None, &[0; 400]), PostDecision::Queued);
+        assert!(!t.writable());
     }
 
     #[test]

@@ -33,7 +33,7 @@ struct Testbed {
 }
 
 impl Testbed {
-    fn up() -> Option<Testbed> {
+    fn up(tag: &str) -> Option<Testbed> {
         let root = std::fs::read_to_string("/proc/self/status")
             .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
             .unwrap_or(false);
@@ -44,7 +44,7 @@ impl Testbed {
             eprintln!("SKIPPED: needs root and {}", eudp.display());
             return None;
         }
-        let name = format!("sr{:x}", std::process::id() & 0xfffff);
+        let name = format!("{tag}{:x}", std::process::id() & 0xfffff);
         let st = Command::new(&eudp).args(["testbed", "up", &name]).status().unwrap();
         assert!(st.success(), "testbed up");
         Some(Testbed { eudp, name })
@@ -102,10 +102,18 @@ fn full_socket_does_not_hold_up_the_others() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let Some(tb) = Testbed::up() else { return };
+    run_parent("sr", "full_socket_does_not_hold_up_the_others", SLOW_PORT);
+}
+
+/// One test's parent on the testbed tagged `tag`: host `a`'s link slow,
+/// a receiver on host `b` at `port`, the test's sending half (`name`) on
+/// host `a` until it reports "SLOW_QUEUED n"; then the link is made fast
+/// and host `b` must receive datagrams 0..n, all, in order.
+fn run_parent(tag: &str, name: &str, port: u16) {
+    let Some(tb) = Testbed::up(tag) else { return };
     tb.link_rate("40kbit", false);
     let mut rx = Command::new("ip")
-        .args(["netns", "exec", &tb.ns('b'), "python3", "-c", RECEIVER, &SLOW_PORT.to_string()])
+        .args(["netns", "exec", &tb.ns('b'), "python3", "-c", RECEIVER, &port.to_string()])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -120,7 +128,7 @@ fn full_socket_does_not_hold_up_the_others() {
     let mut child = Command::new("ip")
         .args(["netns", "exec", &tb.ns('a'), "env", &format!("{CHILD}=1")])
         .arg(&exe)
-        .args(["--exact", "full_socket_does_not_hold_up_the_others", "--nocapture", "--test-threads=1"])
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -234,4 +242,67 @@ fn child() {
     assert_eq!(lost, 0, "free datagrams lost");
     assert!(max < BOUND, "a free datagram waited {max:?} behind the full socket");
     assert!(slow_sent + 5 < u64::from(queued), "the slow socket was not held full: {slow_sent} of {queued} sent");
+}
+
+const ROOM_PORT: u16 = 5392;
+/// Rounds of "fill, wait for room, send" (each waits for the link to
+/// free about 2 KiB: a few hundred ms).
+const ROUNDS: usize = 8;
+
+/// A program that polls the socket for room (`EPOLLOUT`, `POLLOUT`: the
+/// kernel socket's) and then sends must find the send accepted, as on a
+/// kernel socket, however late the engine thread notices the room. The
+/// sending half fills L1 and the kernel (4 KiB `SO_SNDBUF` behind the
+/// 40 kbit/s link) until `EAGAIN`, spins on the socket until it polls
+/// writable, which beats the engine's wake-up, and sends at once. Every
+/// datagram accepted must then reach host `b`, in order.
+#[test]
+fn send_after_room_is_accepted() {
+    if std::env::var_os(CHILD).is_some() {
+        return child_room();
+    }
+    run_parent("sa", "send_after_room_is_accepted", ROOM_PORT);
+}
+
+/// The sending half of [`send_after_room_is_accepted`], on host `a`.
+fn child_room() {
+    use eudp_engine::backend::kernel::poll_writable;
+    let engine = Engine::start(Config::default()).unwrap();
+    let ep = Endpoint::with_engine(&engine, false).unwrap();
+    ep.set_send_buffer_size(4096).unwrap();
+    ep.set_nonblocking(true);
+    let dst: SocketAddr = format!("198.18.0.2:{ROOM_PORT}").parse().unwrap();
+    let mut seq = 0u32;
+    let send = |seq: &mut u32| {
+        let mut d = vec![0u8; SLOW_LEN];
+        d[..4].copy_from_slice(&seq.to_be_bytes());
+        let r = ep.send_to(&d, dst);
+        if r.is_ok() {
+            *seq += 1;
+        }
+        r
+    };
+    let mut refused = Vec::new();
+    for round in 0..ROUNDS {
+        let mut n = 0;
+        while n < 4000 && send(&mut seq).is_ok() {
+            n += 1;
+        }
+        assert!(n < 4000, "round {round}: the send buffer never filled");
+        let t0 = Instant::now();
+        while !poll_writable(ep.raw_fd(), Some(Duration::ZERO)).unwrap() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "round {round}: no room within 20 s");
+        }
+        if let Err(e) = send(&mut seq) {
+            refused.push((round, e.kind()));
+        }
+    }
+    println!("room: {ROUNDS} rounds, sends refused right after the socket polled writable: {refused:?}");
+    println!("SLOW_QUEUED {seq}");
+    let mut l = String::new();
+    std::io::stdin().read_line(&mut l).unwrap();
+    assert!(ep.flush(Duration::from_secs(10)), "the endpoint drains once the link is fast");
+    let s = ep.stats();
+    assert_eq!((s.datagrams_sent, s.drop_send_error), (u64::from(seq), 0), "{s:?}");
+    assert!(refused.is_empty(), "a send after the socket polled writable was refused: {refused:?}");
 }
