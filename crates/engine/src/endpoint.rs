@@ -598,6 +598,32 @@ impl Endpoint {
         i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
     }
 
+    /// Readiness for input after a read of the socket on the spot, whatever
+    /// the last read found: for a caller told by the backend's descriptor
+    /// that input may wait. That descriptor does not promise a datagram
+    /// (under the TCP transport it is readable for a partial frame, or
+    /// for a wake-up with nothing queued), while a program told
+    /// "readable" expects its next nonblocking receive to return one. A
+    /// read under way on another thread is waited for (it lands in the
+    /// ring), unless that thread sleeps inside its read.
+    pub fn ready_after_read(&self) -> bool {
+        let i = &self.inner;
+        if i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0 {
+            return true;
+        }
+        let g = loop {
+            match i.rx_sock.try_lock() {
+                Ok(g) => break Some(g),
+                Err(_) if i.rx_blocked.load(SeqCst) => break None,
+                Err(_) => std::thread::yield_now(),
+            }
+        };
+        if g.is_some() && !i.rx_stopped.load(Relaxed) {
+            i.fill_on_caller(true);
+        }
+        i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
+    }
+
     /// True while an asynchronous error the socket reported (an ICMP port
     /// unreachable on a connected socket, say) waits for the application's
     /// next send or receive, as the kernel socket's `sk_err` would.

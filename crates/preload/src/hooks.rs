@@ -1455,11 +1455,13 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
     }
     kernel_checked(t);
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    let wait = if ready_now { &zero as *const _ } else { ts };
+    let mut wait = if ready_now { &zero as *const _ } else { ts };
     if !ready_now {
         mark_sleep(t, ts);
     }
-    {
+    let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
+    let mut left;
+    loop {
         // A signal handler polling inside a poll gets its own array.
         let mut fresh = Vec::new();
         let mut guard = t.poll_all.try_borrow_mut().ok();
@@ -1471,14 +1473,19 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
         if r < 0 {
             return r;
         }
+        // An input descriptor was readable but brought no datagram.
+        let mut empty = false;
         for (j, e) in extra.iter().enumerate() {
             if all[e.at].revents & libc::POLLERR != 0 {
                 claim_error(t, all[e.at].fd);
             }
             all[e.at].revents |= e.ready;
-            // The ring's eventfd (POLLIN) or the error flag (POLLERR).
+            // The ring's eventfd or the backend's descriptor (POLLIN), or
+            // the error flag (POLLERR).
             if all[app.len() + j].revents & (libc::POLLIN | libc::POLLERR) != 0 {
-                all[e.at].revents |= ring_events_of(t, all[e.at].fd);
+                let ev = ring_events_of(t, all[e.at].fd);
+                empty |= ev == 0;
+                all[e.at].revents |= ev;
             }
         }
         let mut count = 0;
@@ -1488,7 +1495,20 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
                 count += 1;
             }
         }
-        count
+        // Nothing ready after all (a partial frame, a spurious wake-up):
+        // wait on for what is left of the caller's time, as the kernel
+        // would, rather than report a timeout early. Yield first: the rest
+        // of a partial frame keeps its descriptor readable until it comes.
+        if count != 0 || !empty || ready_now {
+            return count;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return 0;
+        }
+        std::thread::yield_now();
+        left = deadline.map(|d| timespec_of(d.saturating_duration_since(now)));
+        wait = left.as_ref().map_or(std::ptr::null(), |x| x as *const _);
     }
 }
 
@@ -1597,10 +1617,14 @@ fn claim_error(t: &Tls, fd: c_int) {
     }
 }
 
-/// [`input_events`] of the accelerated socket `fd` whose ring's eventfd
-/// was found readable.
+/// [`input_events`] of the accelerated socket `fd` one of whose input
+/// descriptors (ring eventfd, error flag, the backend's descriptor) was
+/// found readable; 0 when the ring is still empty after a read on the spot
+/// (`Endpoint::ready_after_read`): the backend's descriptor does not
+/// promise a datagram, and "readable" must mean the next nonblocking
+/// receive returns one.
 fn ring_events_of(t: &Tls, fd: c_int) -> libc::c_short {
-    with_sock_in(t, fd, |s| if s.ring_has_data() { None } else { s.existing().map(|ep| input_events(s, &ep)) })
+    with_sock_in(t, fd, |s| if s.ring_has_data() { None } else { s.existing().map(|ep| if ep.ready_after_read() { input_events(s, &ep) } else { 0 }) })
         .flatten()
         .unwrap_or(libc::POLLIN)
 }
