@@ -60,8 +60,8 @@ pub enum Dml {
     /// datagrams from the endpoint's own kernel socket, as if there were no
     /// UOE; the lane probes the port again when used and carries the
     /// datagrams again once the peer listens. Other failures queue as (a).
-    /// The default of the process-wide transport ([`TcpTransport::global`],
-    /// unmodified programs) unless `EUDP_TCP_DML` is set.
+    /// Opt-in (`EUDP_TCP_DML=udp`): for programs that also talk to hosts
+    /// running no UOE; (a) would keep such datagrams until the deadline.
     Udp,
 }
 
@@ -76,7 +76,7 @@ pub enum Dml {
 /// | `EUDP_TCP_CC` | TCP_CONGESTION of UOE connections | system default |
 /// | `EUDP_TCP_NODELAY` | TCP_NODELAY | 1 |
 /// | `EUDP_TCP_SNDBUF` / `EUDP_TCP_RCVBUF` | SO_SNDBUF/SO_RCVBUF of connections, 0 = autotune | 0 |
-/// | `EUDP_TCP_DML` | `queue` (a), `block` (b) or `udp` (c) | queue (`udp` for [`TcpTransport::global`]) |
+/// | `EUDP_TCP_DML` | `queue` (a), `block` (b) or `udp` (c) | queue |
 /// | `EUDP_TCP_BLOCK_MS` | (b): longest block before falling back to (a) | 1000 |
 /// | `EUDP_TCP_QUEUE_BYTES` | per-lane user-space queue bound | 4 MiB |
 /// | `EUDP_TCP_DEADLINE_MS` | drop queued datagrams older than this while unconnected | 5000 |
