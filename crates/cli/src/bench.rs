@@ -289,11 +289,14 @@ fn summarize(size: usize, rows: &[Row]) -> Summary {
 
 /// Prints the table of rows and the targets.
 pub fn print_table(res: &BenchResult) {
-    println!("{:<7} {:>6} {:>9} {:>8} {:>8} {:>12} {:>12} {:>8}", "mode", "size", "Gbit/s", "Mpps", "loss%", "tx cpu-s/M", "rx cpu-s/M", "errors");
+    println!(
+        "{:<7} {:>6} {:>9} {:>8} {:>8} {:>12} {:>12} {:>8} {:>11} {:>11}",
+        "mode", "size", "Gbit/s", "Mpps", "loss%", "tx cpu-s/M", "rx cpu-s/M", "errors", "tx RSS KiB", "rx RSS KiB"
+    );
     for r in &res.rows {
         let name = if r.offered_pps > 0.0 { format!("{}@{:.1}M", r.mode.name(), r.offered_pps / 1e6) } else { r.mode.name().to_string() };
         println!(
-            "{:<7} {:>6} {:>9.2} {:>8.3} {:>8.2} {:>12.3} {:>12.3} {:>8}",
+            "{:<7} {:>6} {:>9.2} {:>8.3} {:>8.2} {:>12.3} {:>12.3} {:>8} {:>11} {:>11}",
             name,
             r.size,
             r.gbps,
@@ -301,7 +304,9 @@ pub fn print_table(res: &BenchResult) {
             r.loss * 100.0,
             r.tx_cpu_s_per_m,
             r.rx_cpu_s_per_m,
-            r.corrupt + r.reordered
+            r.corrupt + r.reordered,
+            r.sender.max_rss_kib,
+            r.receiver.max_rss_kib
         );
     }
     for s in &res.summaries {

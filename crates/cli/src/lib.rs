@@ -2,6 +2,7 @@
 //! workers, usable from integration tests.
 
 pub mod bench;
+pub mod rss;
 pub mod run;
 pub mod tcpbench;
 pub mod testbed;

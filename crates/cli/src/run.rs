@@ -426,28 +426,61 @@ impl Stack {
     }
 }
 
-/// A command inside testbed host `host` on `stack`.
-pub fn app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: &Path, stat_dir: &Path, argv: &[&str]) -> Command {
-    let mut c = tb.command(host, "env");
+/// The `VAR=VALUE` words that put a program on `stack`: the shim and the
+/// profile's settings, as `eudp run` sets them, and the stats directory.
+pub fn stack_env(stack: Stack, lib: &Path, stat_dir: &Path) -> Vec<OsString> {
+    let mut v = Vec::new();
     if let Stack::Eudp(p) | Stack::EudpTcp(p) = stack {
         if matches!(stack, Stack::EudpTcp(_)) {
-            c.arg("EUDP_TRANSPORT=tcp");
+            v.push("EUDP_TRANSPORT=tcp".into());
         }
         let mut tmp = Command::new("true");
         let _ = preload(&mut tmp, lib, p);
-        for (k, v) in tmp.get_envs() {
-            if let Some(v) = v {
+        for (k, val) in tmp.get_envs() {
+            if let Some(val) = val {
                 let mut kv = OsString::from(k);
                 kv.push("=");
-                kv.push(v);
-                c.arg(kv);
+                kv.push(val);
+                v.push(kv);
             }
         }
-        c.arg(format!("EUDP_STAT_DIR={}", stat_dir.display()));
+        v.push(format!("EUDP_STAT_DIR={}", stat_dir.display()).into());
     }
+    v
+}
+
+/// A command inside testbed host `host` on `stack`.
+pub fn app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: &Path, stat_dir: &Path, argv: &[&str]) -> Command {
+    let mut c = tb.command(host, "env");
+    c.args(stack_env(stack, lib, stat_dir));
     c.args(argv);
     c.stdin(Stdio::null());
     c
+}
+
+/// As [`app_command`], with the program under the RSS wrapper
+/// ([`crate::rss`]), which writes the program's peak RSS to `rss_out`.
+/// Without a C compiler it is [`app_command`] (and no RSS is reported).
+#[allow(clippy::too_many_arguments)]
+pub fn measured_app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: &Path, stat_dir: &Path, argv: &[&str], rss_out: &Path) -> Command {
+    match crate::rss::wrapper() {
+        Ok(w) => {
+            let mut c = tb.command(host, &w.display().to_string());
+            crate::rss::wrap_args(&mut c, rss_out, None, &stack_env(stack, lib, stat_dir), argv);
+            c.stdin(Stdio::null());
+            c
+        }
+        Err(e) => {
+            eprintln!("bench: no peak RSS: {e}");
+            app_command(tb, host, stack, lib, stat_dir, argv)
+        }
+    }
+}
+
+/// The peak RSS (KiB) in a wrapper report, as JSON (null when the
+/// program did not finish under the wrapper).
+fn peak_rss(path: &Path) -> serde_json::Value {
+    crate::rss::take_usage(path).map(|u| u.max_rss_kib).into()
 }
 
 fn spawn_bg(mut c: Command) -> Result<Bg, String> {
@@ -487,17 +520,19 @@ pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats:
 pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, extra: &[&str]) -> Result<serde_json::Value, String> {
     let reverse = extra.contains(&"-R");
     let port = "5301";
-    let mut srv = spawn_bg(app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port]))?;
+    let (srv_rss, cli_rss) = (crate::rss::report_path("iperf3-server"), crate::rss::report_path("iperf3-client"));
+    let mut srv = spawn_bg(measured_app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port], &srv_rss))?;
     std::thread::sleep(Duration::from_millis(400));
     let t = secs.to_string();
     let l = len.to_string();
     let mut argv = vec!["iperf3", "-c", crate::testbed::ADDR_B, "-p", port, "-u", "-b", rate, "-l", &l, "-t", &t, "--json"];
     argv.extend_from_slice(extra);
-    let out = output(app_command(tb, 'a', stack, lib, stats, &argv), Duration::from_secs(secs as u64 + 20));
+    let out = output(measured_app_command(tb, 'a', stack, lib, stats, &argv, &cli_rss), Duration::from_secs(secs as u64 + 20));
     if out.is_ok() {
         srv.wait_exit(Duration::from_secs(5));
     }
     drop(srv);
+    let (srv_rss, cli_rss) = (peak_rss(&srv_rss), peak_rss(&cli_rss));
     let out = out?;
     let start = out.find('{').ok_or_else(|| format!("iperf3: no JSON: {out}"))?;
     // iperf3 may print warnings after its JSON: read the first value only.
@@ -528,6 +563,9 @@ pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, s
         "jitter_ms": sum["jitter_ms"],
         "sender_cpu_ns_per_datagram": per(tx_cpu, packets),
         "receiver_cpu_ns_per_datagram": per(rx_cpu, received),
+        // Peak RSS of each program (the client sends unless -R).
+        "sender_peak_rss_kib": if reverse { &srv_rss } else { &cli_rss },
+        "receiver_peak_rss_kib": if reverse { &cli_rss } else { &srv_rss },
     }))
 }
 
@@ -542,18 +580,23 @@ fn parse_after(s: &str, key: &str) -> Option<f64> {
 #[allow(clippy::too_many_arguments)]
 pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib: &Path, stats: &Path, mode: &str, secs: u32, size: usize) -> Result<serde_json::Value, String> {
     let port = "11311";
-    let mut srv = spawn_bg(app_command(tb, 'b', server, lib, stats, &["sockperf", "server", "-i", crate::testbed::ADDR_B, "-p", port]))?;
+    let (srv_rss, cli_rss) = (crate::rss::report_path("sockperf-server"), crate::rss::report_path("sockperf-client"));
+    let mut srv = spawn_bg(measured_app_command(tb, 'b', server, lib, stats, &["sockperf", "server", "-i", crate::testbed::ADDR_B, "-p", port], &srv_rss))?;
     std::thread::sleep(Duration::from_millis(400));
     let t = secs.to_string();
     let m = size.to_string();
     let out = output(
-        app_command(tb, 'a', client, lib, stats, &["sockperf", mode, "-i", crate::testbed::ADDR_B, "-p", port, "-t", &t, "-m", &m]),
+        measured_app_command(tb, 'a', client, lib, stats, &["sockperf", mode, "-i", crate::testbed::ADDR_B, "-p", port, "-t", &t, "-m", &m], &cli_rss),
         Duration::from_secs(secs as u64 + 20),
     );
     let srv_out = srv.stop();
+    let (srv_rss, cli_rss) = (peak_rss(&srv_rss), peak_rss(&cli_rss));
     let out = out?;
     let received = parse_after(&srv_out, "Total ").map(|v| v as u64);
-    let mut v = serde_json::json!({ "tool": "sockperf", "mode": mode, "client": client.name(), "server": server.name(), "size": size, "secs": secs });
+    let mut v = serde_json::json!({
+        "tool": "sockperf", "mode": mode, "client": client.name(), "server": server.name(), "size": size, "secs": secs,
+        "client_peak_rss_kib": cli_rss, "server_peak_rss_kib": srv_rss,
+    });
     if mode == "ping-pong" || mode == "under-load" {
         v["p50_us"] = parse_after(&out, "percentile 50.000 =").into();
         v["p99_us"] = parse_after(&out, "percentile 99.000 =").into();
@@ -657,11 +700,17 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
 
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let run_kind = |r: &serde_json::Value| match r["tool"].as_str() {
+        Some("iperf3") => format!("iperf3 -u -l 1472 -b 0{}", if r["reverse"] == true { " -R" } else { "" }),
+        _ => format!("sockperf {} 64 B", r["mode"].as_str().unwrap_or("?")),
+    };
+    let stack_of = |r: &serde_json::Value| r["stack"].as_str().or(r["client"].as_str()).unwrap_or("?").to_string();
+    let rss = crate::rss::medians(&rows, &run_kind, &stack_of);
     let res = serde_json::json!({
-        "schema": "eudp-bench-apps/2", "started_unix": started, "secs_per_run": secs, "repeats": repeats,
+        "schema": "eudp-bench-apps/3", "started_unix": started, "secs_per_run": secs, "repeats": repeats,
         "note": "targets compare medians over the repeats; kernel and eudp runs are interleaved",
         "host": {"kernel": kernel, "cpus": cpus}, "preload_lib": lib.display().to_string(),
-        "rows": rows, "targets": targets,
+        "rows": rows, "targets": targets, "peak_rss": rss,
     });
     println!("{:<72} {:>8}", "target", "ratio");
     for t in res["targets"].as_array().into_iter().flatten() {
@@ -672,6 +721,7 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
             if t["met"] == true { "MET" } else { "MISSED" }
         );
     }
+    print!("{}", crate::rss::table(res["peak_rss"].as_array().map(Vec::as_slice).unwrap_or_default()));
     std::fs::create_dir_all(out_dir).map_err(|e| e.to_string())?;
     let path = out_dir.join(format!("apps-{started}.json"));
     std::fs::write(&path, serde_json::to_vec_pretty(&res).unwrap_or_default()).map_err(|e| e.to_string())?;

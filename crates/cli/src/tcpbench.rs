@@ -295,8 +295,18 @@ pub struct WorkerCmd {
     pub env: Vec<(String, String)>,
 }
 
-fn spawn(tb: &Testbed, host: char, w: &WorkerCmd, j: &Job) -> Result<Child, String> {
-    let mut c: Command = tb.command(host, &w.program);
+/// Starts a worker; with `rss_out`, under the RSS wrapper ([`crate::rss`]),
+/// which writes the worker's peak RSS there.
+fn spawn(tb: &Testbed, host: char, w: &WorkerCmd, j: &Job, rss_out: Option<&std::path::Path>) -> Result<Child, String> {
+    let wrapper = rss_out.and_then(|o| crate::rss::wrapper().map_err(|e| eprintln!("bench: no peak RSS: {e}")).ok().map(|x| (x, o)));
+    let mut c: Command = match &wrapper {
+        Some((x, o)) => {
+            let mut c = tb.command(host, &x.display().to_string());
+            crate::rss::wrap_args(&mut c, o, None, &[], &[&w.program]);
+            c
+        }
+        None => tb.command(host, &w.program),
+    };
     c.args(&w.args).args(j.to_args()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in &w.env {
         c.env(k, v);
@@ -331,9 +341,26 @@ fn wait_report(mut child: Child, mut out: impl Read, what: &str, timeout: Durati
 
 /// One transfer from host a to host b; returns (sender, receiver).
 pub fn transfer(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f64, count: u64, pace_every: u64) -> Result<(Report, Report), String> {
+    transfer_measured(tb, w, mode, size, secs, count, pace_every).map(|(s, r, ..)| (s, r))
+}
+
+/// As [`transfer`], with each worker under the RSS wrapper; also returns
+/// the sender's and receiver's peak RSS (KiB) as the wrapper saw it
+/// (`None` without a C compiler or when a worker was killed).
+#[allow(clippy::type_complexity)]
+pub fn transfer_measured(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f64, count: u64, pace_every: u64) -> Result<(Report, Report, Option<u64>, Option<u64>), String> {
+    let (tx_rss, rx_rss) = (crate::rss::report_path("tcp-sender"), crate::rss::report_path("tcp-receiver"));
+    let r = transfer_with(tb, w, mode, size, secs, count, pace_every, &tx_rss, &rx_rss);
+    let peak = |p: &std::path::Path| crate::rss::take_usage(p).map(|u| u.max_rss_kib);
+    let (t, x) = (peak(&tx_rss), peak(&rx_rss));
+    r.map(|(s, r)| (s, r, t, x))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn transfer_with(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f64, count: u64, pace_every: u64, tx_rss: &std::path::Path, rx_rss: &std::path::Path) -> Result<(Report, Report), String> {
     let port = 9400 + (size % 500) as u16;
     let rj = Job { role: "recv".into(), mode, addr: format!("0.0.0.0:{port}").parse().unwrap(), size, secs, count, pace_every };
-    let mut rx = spawn(tb, 'b', w, &rj)?;
+    let mut rx = spawn(tb, 'b', w, &rj, Some(rx_rss))?;
     let mut reader = BufReader::new(rx.stdout.take().ok_or("receiver has no stdout")?);
     // Skip whatever the worker program prints before `ready` (a test harness banner).
     let t0 = Instant::now();
@@ -354,7 +381,7 @@ pub fn transfer(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f
         }
     }
     let sj = Job { role: "send".into(), addr: format!("{ADDR_B}:{port}").parse().unwrap(), ..rj };
-    let mut tx = spawn(tb, 'a', w, &sj)?;
+    let mut tx = spawn(tb, 'a', w, &sj, Some(tx_rss))?;
     let tx_out = tx.stdout.take().ok_or("sender has no stdout")?;
     let s = wait_report(tx, tx_out, "sender", Duration::from_secs_f64(secs + 40.0));
     let r = wait_report(rx, reader, "receiver", Duration::from_secs_f64(secs + 40.0));
@@ -375,6 +402,11 @@ pub struct TcpRow {
     pub rx_cpu_us_per_dgram: f64,
     pub corrupt: u64,
     pub reordered: u64,
+    /// Peak RSS of the sender and receiver processes, KiB, from `wait4`
+    /// under the RSS wrapper (null when not measured). `sender.max_rss_kib`
+    /// is the worker's own VmHWM read before its report.
+    pub tx_peak_rss_kib: Option<u64>,
+    pub rx_peak_rss_kib: Option<u64>,
     pub sender: Report,
     pub receiver: Report,
 }
@@ -420,6 +452,8 @@ pub fn row(mode: TcpMode, size: usize, s: Report, r: Report) -> TcpRow {
         rx_cpu_us_per_dgram: m.rx_cpu_per_m,
         corrupt: r.corrupt,
         reordered: r.reordered,
+        tx_peak_rss_kib: None,
+        rx_peak_rss_kib: None,
         sender: s,
         receiver: r,
     }
@@ -444,8 +478,8 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
         [TcpMode::Kernel, TcpMode::Eudp, TcpMode::Tcp].into_iter().filter(|m| only.is_empty() || only.split(',').any(|w| w.trim() == m.name())).collect();
     for _ in 0..repeats.max(1) {
         for &mode in &modes {
-            let (s, r) = transfer(tb, w, mode, size, secs, 0, 0)?;
-            rows.push(row(mode, size, s, r));
+            let (s, r, tx_rss, rx_rss) = transfer_measured(tb, w, mode, size, secs, 0, 0)?;
+            rows.push(TcpRow { tx_peak_rss_kib: tx_rss, rx_peak_rss_kib: rx_rss, ..row(mode, size, s, r) });
         }
     }
     let apps = if std::env::var("TCP_BENCH_APPS").is_ok_and(|v| v == "0") || !only.is_empty() {
@@ -593,9 +627,16 @@ pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value
         }
         medians.insert(name.into(), v);
     }
+    let run_kind = |r: &serde_json::Value| match r["tool"].as_str() {
+        Some("iperf3") => format!("iperf3 -u -l 1472 -b 0, window {}", r["window"].as_str().unwrap_or("?")),
+        _ => "sockperf ping-pong 64 B".to_string(),
+    };
+    let stack_of = |r: &serde_json::Value| r["bench_stack"].as_str().unwrap_or("?").to_string();
+    let peak_rss = crate::rss::medians(&rows, &run_kind, &stack_of);
     let mut res = serde_json::json!({
         "rows": rows,
         "medians": medians,
+        "peak_rss": peak_rss,
         "pingpong_p50_tcp_over_kernel": ratio(m("sockperf", "", "tcp", "p50_us"), m("sockperf", "", "kernel", "p50_us")),
         "pingpong_p99_tcp_over_kernel": ratio(m("sockperf", "", "tcp", "p99_us"), m("sockperf", "", "kernel", "p99_us")),
     });
@@ -611,17 +652,23 @@ pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value
 
 /// A table of a bench result.
 pub fn table(res: &TcpBench) -> String {
-    let mut s = format!("{:<7} {:>6} {:>9} {:>8} {:>8} {:>12} {:>12}\n", "mode", "size", "rx Gb/s", "Mpps", "loss", "tx us/dgram", "rx us/dgram");
+    let kib = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+    let mut s = format!(
+        "{:<7} {:>6} {:>9} {:>8} {:>8} {:>12} {:>12} {:>11} {:>11}\n",
+        "mode", "size", "rx Gb/s", "Mpps", "loss", "tx us/dgram", "rx us/dgram", "tx RSS KiB", "rx RSS KiB"
+    );
     for r in &res.rows {
         s += &format!(
-            "{:<7} {:>6} {:>9.2} {:>8.3} {:>7.2}% {:>12.3} {:>12.3}\n",
+            "{:<7} {:>6} {:>9.2} {:>8.3} {:>7.2}% {:>12.3} {:>12.3} {:>11} {:>11}\n",
             r.mode.name(),
             r.size,
             r.rx_gbps,
             r.rx_mpps,
             r.loss * 100.0,
             r.tx_cpu_us_per_dgram,
-            r.rx_cpu_us_per_dgram
+            r.rx_cpu_us_per_dgram,
+            kib(r.tx_peak_rss_kib),
+            kib(r.rx_peak_rss_kib)
         );
     }
     s += &format!(
@@ -657,6 +704,7 @@ pub fn table(res: &TcpBench) -> String {
             s += &format!("ping-pong 64 B {name:<7} p50 {:>8} us  p99 {:>8} us\n", f(&v["pingpong_p50_us"]), f(&v["pingpong_p99_us"]));
         }
         s += &format!("ping-pong tcp/kernel p50 {}, p99 {}\n", r("pingpong_p50_tcp_over_kernel"), r("pingpong_p99_tcp_over_kernel"));
+        s += &crate::rss::table(res.apps["peak_rss"].as_array().map(Vec::as_slice).unwrap_or_default());
     } else if !res.apps.is_null() {
         s += &format!("apps: {}\n", res.apps);
     }

@@ -13,6 +13,9 @@ mod run;
 mod testbed {
     pub use eudp_cli::testbed::*;
 }
+mod rss {
+    pub use eudp_cli::rss::*;
+}
 
 use run::{app_command, Stack};
 use std::path::{Path, PathBuf};
