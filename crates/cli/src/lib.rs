@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod rss;
 pub mod run;
+pub mod sockbench;
 pub mod tcpbench;
 pub mod testbed;
 pub mod trace_cmd;

@@ -50,6 +50,15 @@ enum Cmd {
         /// Unmodified programs instead: iperf3 and sockperf, kernel vs `eudp run`.
         #[arg(long, conflicts_with = "tcp")]
         apps: bool,
+        /// One program with --count UDP sockets in one epoll set (a DNS server's shape), kernel vs `eudp run`.
+        #[arg(long, conflicts_with_all = ["tcp", "apps"])]
+        sockets: bool,
+        /// With --sockets: the number of sockets.
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// With --sockets: the server's RLIMIT_NOFILE (default: what the kernel run needs plus headroom).
+        #[arg(long)]
+        nofile: Option<u64>,
         /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
         #[arg(long)]
         tcp: bool,
@@ -212,6 +221,18 @@ fn main() {
             Err(e) => fail(e),
         },
         Cmd::Bench { tcp: true, secs, out, repeats, .. } => bench_tcp(secs, repeats, &out),
+        Cmd::Bench { sockets: true, count, nofile, out, no_json, .. } => {
+            match eudp_cli::sockbench::run(&eudp_cli::sockbench::SocketsArgs { count, out_dir: (!no_json).then_some(out), lib: None, nofile }) {
+                Ok((r, path)) => {
+                    print!("{}", eudp_cli::sockbench::table(&r));
+                    if let Some(p) = path {
+                        eprintln!("bench: wrote {}", p.display());
+                    }
+                    0
+                }
+                Err(e) => fail(e),
+            }
+        }
         Cmd::Bench { sizes, modes, secs, out, no_json, .. } => {
             if let Some(e) = sizes.iter().find_map(|&s| check_size(s).err()) {
                 std::process::exit(fail(e));
