@@ -4,14 +4,16 @@
 //! once more at exit. Schema: see `docs/preload.md`.
 
 use crate::shim::{self, Sock, ACTIVE, KERNEL};
-use serde_json::{json, Value};
+use serde::ser::{SerializeSeq, Serializer};
+use serde::Serialize;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::sync::Mutex;
 use std::time::Duration;
 
-static CLOSED: Mutex<Vec<Value>> = Mutex::new(Vec::new());
+static CLOSED: Mutex<Vec<SockReport>> = Mutex::new(Vec::new());
 static REASONS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 /// Generation whose writer thread runs (u32::MAX: none).
 static WRITER_GEN: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -39,26 +41,48 @@ pub fn note_fallback(reason: &str) {
     *lock(&REASONS).entry(key).or_insert(0) += 1;
 }
 
-fn sock_json(fd: i32, s: &Sock, stats: Option<(eudp_engine::StatsSnapshot, Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)>, open: bool) -> Value {
+/// One socket's entry in the report. Built and written one socket at a
+/// time: a program with 10,000 sockets must not pay megabytes of JSON
+/// trees every second (a `serde_json::Value` per socket cost about 9 KiB).
+#[derive(Clone, Serialize)]
+pub struct SockReport {
+    id: u64,
+    fd: i32,
+    open: bool,
+    mode: &'static str,
+    v6: bool,
+    local: Option<String>,
+    peer: Option<String>,
+    fallback_reason: Option<String>,
+    stats: Option<eudp_engine::StatsSnapshot>,
+}
+
+fn sock_report(fd: i32, s: &Sock, stats: Option<(eudp_engine::StatsSnapshot, Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)>, open: bool) -> SockReport {
     let mode = match s.mode() {
         ACTIVE => "eudp",
         KERNEL => "kernel",
         _ => "idle",
     };
-    let (st, local, peer) = match stats {
-        Some((st, l, p)) => (serde_json::to_value(st).unwrap_or(Value::Null), l, p),
-        None => (Value::Null, None, None),
+    let (stats, local, peer) = match stats {
+        Some((st, l, p)) => (Some(st), l, p),
+        None => (None, None, None),
     };
-    json!({
-        "id": s.id, "fd": fd, "open": open, "mode": mode, "v6": s.v6,
-        "local": local.map(|a| a.to_string()), "peer": peer.map(|a| a.to_string()),
-        "fallback_reason": s.reason(), "stats": st,
-    })
+    SockReport {
+        id: s.id,
+        fd,
+        open,
+        mode,
+        v6: s.v6,
+        local: local.map(|a| a.to_string()),
+        peer: peer.map(|a| a.to_string()),
+        fallback_reason: s.reason(),
+        stats,
+    }
 }
 
 /// Records the final counters of an endpoint being closed or abandoned.
 pub fn retire(s: &Sock, ep: &eudp_engine::Endpoint) {
-    let v = sock_json(s.fd, s, Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok())), false);
+    let v = sock_report(s.fd, s, Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok())), false);
     let mut c = lock(&CLOSED);
     if c.len() >= KEEP_CLOSED {
         c.remove(0);
@@ -66,27 +90,56 @@ pub fn retire(s: &Sock, ep: &eudp_engine::Endpoint) {
     c.push(v);
 }
 
-/// The whole report of this process.
-pub fn report(exited: bool) -> Value {
-    let mut seen = std::collections::HashSet::new();
-    let mut socks = Vec::new();
-    for (fd, s) in shim::all() {
-        if !seen.insert(s.id) {
-            continue;
+/// The open sockets, each snapshot taken as it is written.
+struct OpenSockets(Vec<(i32, std::sync::Arc<Sock>)>);
+
+impl Serialize for OpenSockets {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut seen = std::collections::HashSet::new();
+        let mut seq = ser.serialize_seq(None)?;
+        for (fd, s) in &self.0 {
+            if seen.insert(s.id) {
+                seq.serialize_element(&sock_report(*fd, s, s.snapshot(), true))?;
+            }
         }
-        let snap = s.snapshot();
-        socks.push(sock_json(fd, &s, snap, true));
+        seq.end()
     }
+}
+
+/// The whole report of this process (schema: docs/preload.md).
+#[derive(Serialize)]
+struct Report<'a> {
+    pid: u32,
+    exe: String,
+    time: f64,
+    exited: bool,
+    accelerated: u64,
+    fallbacks: u64,
+    fallback_reasons: &'a BTreeMap<String, u64>,
+    sockets: OpenSockets,
+    closed: &'a [SockReport],
+}
+
+/// Writes the report of this process to `out`, socket by socket.
+pub fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
+    let socks = OpenSockets(shim::all());
     let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    json!({
-        "pid": std::process::id(), "exe": exe, "time": now, "exited": exited,
-        "accelerated": shim::ACCELERATED.load(Relaxed),
-        "fallbacks": shim::FALLBACKS.load(Relaxed),
-        "fallback_reasons": *lock(&REASONS),
-        "sockets": socks,
-        "closed": *lock(&CLOSED),
-    })
+    let reasons = lock(&REASONS).clone();
+    let closed = lock(&CLOSED).clone();
+    let r = Report {
+        pid: std::process::id(),
+        exe,
+        time: now,
+        exited,
+        accelerated: shim::ACCELERATED.load(Relaxed),
+        fallbacks: shim::FALLBACKS.load(Relaxed),
+        fallback_reasons: &reasons,
+        sockets: socks,
+        closed: &closed,
+    };
+    serde_json::to_writer_pretty(&mut *out, &r).map_err(std::io::Error::other)?;
+    out.flush()
 }
 
 /// Set once this process created a UDP socket: processes without one
@@ -95,10 +148,9 @@ pub static HAD_SOCKET: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 
 /// Writes the report now (atomically: temporary file, then rename).
 ///
-/// The periodic writer and the exit path may both get here at once: the
-/// report is built outside [`FILE`] (it takes the socket table's lock),
-/// the file is written under it, and a periodic report never replaces a
-/// final one.
+/// The periodic writer and the exit path may both get here at once: each
+/// streams into its own temporary file outside [`FILE`], the rename
+/// happens under it, and a periodic report never replaces a final one.
 pub fn write_now(exited: bool) {
     if interval().is_none() || !HAD_SOCKET.load(Relaxed) {
         return;
@@ -108,16 +160,20 @@ pub fn write_now(exited: bool) {
         return;
     }
     let pid = std::process::id();
-    let tmp = d.join(format!(".{pid}.json.tmp"));
     let fin = d.join(format!("{pid}.json"));
-    let body = serde_json::to_vec_pretty(&report(exited)).unwrap_or_default();
+    // Streamed into a file of this write's own (the periodic writer and
+    // the exit path may write at once) without holding any stats lock:
+    // taking the socket table and the endpoints' counters under `FILE`
+    // would invert the order `lock_all` takes them in at fork.
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let tmp = d.join(format!(".{pid}.{}.json.tmp", SEQ.fetch_add(1, Relaxed)));
+    let wrote = crate::fdspace::with_room(|| std::fs::File::create(&tmp)).and_then(|f| write_report(&mut std::io::BufWriter::with_capacity(16 << 10, f), exited));
     let mut final_written = lock(&FILE);
-    if *final_written && !exited {
+    if wrote.is_err() || (*final_written && !exited) {
+        let _ = std::fs::remove_file(&tmp);
         return;
     }
-    // The file's descriptor is the shim's: room for it even when the
-    // program holds all its limit allows.
-    if crate::fdspace::with_room(|| std::fs::write(&tmp, body)).is_ok() && std::fs::rename(&tmp, &fin).is_ok() && exited {
+    if std::fs::rename(&tmp, &fin).is_ok() && exited {
         *final_written = true;
     }
 }
@@ -150,7 +206,7 @@ pub fn ensure_writer() {
 
 /// The stats locks, held across fork (see `shim::fork_prepare`). The file
 /// lock comes last: its holder takes no other lock.
-pub type Guards = (std::sync::MutexGuard<'static, Vec<Value>>, std::sync::MutexGuard<'static, BTreeMap<String, u64>>, std::sync::MutexGuard<'static, bool>);
+pub type Guards = (std::sync::MutexGuard<'static, Vec<SockReport>>, std::sync::MutexGuard<'static, BTreeMap<String, u64>>, std::sync::MutexGuard<'static, bool>);
 
 pub fn lock_all() -> Guards {
     (lock(&CLOSED), lock(&REASONS), lock(&FILE))
