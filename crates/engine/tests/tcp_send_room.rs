@@ -26,11 +26,13 @@ const FREE_PORT: u16 = 5602;
 const BURSTS: usize = 25;
 const BURST: usize = 16;
 const FREE: usize = BURSTS * BURST;
-/// The engine looked at a full lane again every 10 ms (and sent nothing
-/// else meanwhile); a free datagram now goes out at once. These bounds
-/// leave room for a loaded shared machine and stay below that slice.
+/// The engine retried a full lane every 10 ms and sent nothing else until
+/// it had room (with the peer stopped: never); a free datagram now goes
+/// out at once. The median and 99th percentile stay below one such slice;
+/// the maximum leaves room for a scheduling delay on a loaded machine.
 const MEDIAN_BOUND: Duration = Duration::from_millis(2);
-const MAX_BOUND: Duration = Duration::from_millis(8);
+const P99_BOUND: Duration = Duration::from_millis(8);
+const MAX_BOUND: Duration = Duration::from_millis(20);
 
 fn host(ip: &str, port: u16, f: impl FnOnce(&mut TcpConfig)) -> TcpTransport {
     let mut c = TcpConfig { port, bind_ip: Some(ip.parse().unwrap()), ..TcpConfig::default() };
@@ -195,6 +197,7 @@ fn a_stopped_peer_does_not_hold_up_the_engine_for_other_peers() {
     drop(peer);
     assert_eq!(lost, 0, "free datagrams lost (held up behind the stopped peer's lane)");
     assert!(median < MEDIAN_BOUND, "free datagrams waited behind the stopped peer's lane: median {median:?}");
+    assert!(p99 < P99_BOUND, "free datagrams waited behind the stopped peer's lane: p99 {p99:?}");
     assert!(max < MAX_BOUND, "a free datagram waited {max:?} behind the stopped peer's lane");
     // The lane stayed full meanwhile (the peer was really stopped).
     assert!(slow_after < queued, "the stopped peer's lane was not held full: {slow_after} of {queued} sent");

@@ -106,7 +106,7 @@ counters! {
     lost_partial: "Datagrams cut off by a connection failure mid-frame.",
     block_waits: "DML (b): sends that blocked waiting for a connection.",
     block_timeouts: "DML (b): blocks that timed out and fell back to queueing.",
-    backpressure_waits: "Sends refused (EAGAIN) by a full connected lane; the caller waits for room (wait_writable).",
+    backpressure_waits: "Sends refused (EAGAIN) by a full connected lane; an application thread waits for room (wait_writable), the engine watches the socket's room descriptor.",
     cc_errors: "Connections on which TCP_CONGESTION could not be set.",
     coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
     cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
