@@ -19,6 +19,7 @@
 use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
 use super::fork::{self, Tracked};
 use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
+use super::socket::Room;
 use super::{Dml, TcpConfig, CORK_BYTES};
 use crate::backend::kernel::{to_family, unmap, EventFd};
 use serde::Serialize;
@@ -105,7 +106,7 @@ counters! {
     lost_partial: "Datagrams cut off by a connection failure mid-frame.",
     block_waits: "DML (b): sends that blocked waiting for a connection.",
     block_timeouts: "DML (b): blocks that timed out and fell back to queueing.",
-    backpressure_waits: "Sends refused (EAGAIN) by a full connected lane; the caller waits for room (wait_writable).",
+    backpressure_waits: "Sends refused (EAGAIN) by a full connected lane; an application thread waits for room (wait_writable), the engine watches the socket's room descriptor.",
     cc_errors: "Connections on which TCP_CONGESTION could not be set.",
     coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
     cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
@@ -508,6 +509,9 @@ struct LaneSt {
     /// DML (c): the peer refused the UOE port; datagrams go as plain UDP
     /// until a probe connects (`Mgr::go_plain`).
     plain: bool,
+    /// Sockets whose send this lane refused, with the bytes of room that
+    /// send wanted: their [`Room`] is shut until then ([`Mgr::open_rooms`]).
+    rooms: Vec<(Weak<Room>, usize)>,
 }
 
 impl Lane {
@@ -974,6 +978,7 @@ impl TcpTransport {
             let before = st.out.queued();
             st.out.clear();
             m.queued_total.fetch_sub(before, SeqCst);
+            m.open_rooms(&mut st);
             lane.cv.notify_all();
         }
         let conns: Vec<Arc<Conn>> = lock(&m.conns).drain().map(|(_, c)| c).collect();
@@ -1312,6 +1317,7 @@ impl Mgr {
                 closed: false,
                 corked_at: None,
                 plain: false,
+                rooms: Vec::new(),
             }),
             cv: Condvar::new(),
         });
@@ -1332,16 +1338,17 @@ impl Mgr {
     /// Queues datagrams `(src port, dst port, payload pieces, length)` on a
     /// lane and pushes them out. Returns how many were taken (sent, queued
     /// or dropped with a counter, as UDP would), or `WouldBlock` when a
-    /// connected lane is full: the caller then waits with
-    /// [`Mgr::wait_room`] for `*need` bytes of room (the endpoint does this
-    /// through `Backend::wait_writable`), as a full kernel socket returns
-    /// `EAGAIN` and its owner polls for `POLLOUT`.
+    /// connected lane is full: `room` is then shut until the lane has the
+    /// `room.need` bytes the send wanted ([`Mgr::shut_room`]), where the
+    /// engine thread watches for it, and an application thread waits with
+    /// [`Mgr::wait_room`] (through `Backend::wait_writable`), as a full
+    /// kernel socket returns `EAGAIN` and its owner polls for `POLLOUT`.
     ///
     /// `whole`: the exclusive ends of messages (GSO-style runs from the
     /// engine) whose items are taken completely or not at all, as
     /// `sendmmsg` takes messages; the count returned then ends on a
     /// message boundary.
-    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>, need: &mut usize, udp: &crate::backend::kernel::UdpSocket) -> io::Result<usize> {
+    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>, udp: &crate::backend::kernel::UdpSocket, room: &Arc<Room>) -> io::Result<usize> {
         let now = Instant::now();
         let mut st = lock(&lane.st);
         if st.closed || self.stopped() {
@@ -1422,7 +1429,7 @@ impl Mgr {
                             continue;
                         }
                         Counters::inc(&self.c.backpressure_waits);
-                        *need = size;
+                        Self::shut_room(&mut st, room, size);
                         break;
                     }
                     // DML: the bounded queue is full while not connected.
@@ -1482,6 +1489,41 @@ impl Mgr {
             return Err(err(libc::EAGAIN));
         }
         Ok(taken)
+    }
+
+    /// A send of `room`'s socket found the lane full, wanting `need` bytes:
+    /// shuts `room` and enrolls it (once; the smallest need counts), under
+    /// the lane's lock, so the drain that makes the room opens it.
+    fn shut_room(st: &mut LaneSt, room: &Arc<Room>, need: usize) {
+        room.need.store(need, Relaxed);
+        room.shut();
+        st.rooms.retain(|(r, _)| r.strong_count() > 0);
+        match st.rooms.iter_mut().find(|(r, _)| std::ptr::eq(r.as_ptr(), Arc::as_ptr(room))) {
+            Some(e) => e.1 = e.1.min(need),
+            None => st.rooms.push((Arc::downgrade(room), need)),
+        }
+    }
+
+    /// Opens the enrolled rooms whose send would no longer find the lane
+    /// full, by the test [`Mgr::wait_room`] makes (a lane not connected, or
+    /// closed, takes or fails every send). Called wherever the lane's
+    /// queue shrinks or its connection changes.
+    fn open_rooms(&self, st: &mut LaneSt) {
+        if st.rooms.is_empty() {
+            return;
+        }
+        let q = st.out.queued();
+        let bound = self.cfg.queue_bytes.min(UP_QUEUE_BYTES);
+        let all = st.closed || st.retired || st.phase != Phase::Up || q == 0;
+        st.rooms.retain(|(r, need)| {
+            if !all && q + need > bound {
+                return r.strong_count() > 0;
+            }
+            if let Some(r) = r.upgrade() {
+                r.open();
+            }
+            false
+        });
     }
 
     /// Waits at most `timeout` until a send on `lane` would not find it
@@ -1612,6 +1654,7 @@ impl Mgr {
         if now < before {
             self.queued_total.fetch_sub(before - now, Relaxed);
         }
+        self.open_rooms(st);
     }
 
     /// Writes what the lane holds to its connection until the socket is full.
@@ -1744,6 +1787,7 @@ impl Mgr {
                 }
             }
         }
+        self.open_rooms(st);
         lane.cv.notify_all();
     }
 

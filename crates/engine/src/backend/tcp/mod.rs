@@ -23,6 +23,9 @@
 //!   TCP_USER_TIMEOUT — set on the UOE connections only.
 //! * Each endpoint gets a [`TcpSocket`] (the [`crate::backend::Backend`]):
 //!   its `raw_fd` is an eventfd readable while datagrams for it are queued.
+//!   Its `writable_fd` polls writable except while a full lane it sent to
+//!   has not made room yet, so the engine thread serves other endpoints
+//!   meanwhile instead of waiting on that lane.
 //!
 //! * Fork: a child gives up the transport's descriptors at once (the
 //!   listener's port, the connections' FIN stay the parent's business) and

@@ -8,6 +8,7 @@
 //! eventfd readable while datagrams for this socket are queued.
 
 use super::frame::MAX_PAYLOAD;
+use super::sys;
 use super::manager::{lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP};
 use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
 use crate::backend::Backend;
@@ -34,6 +35,40 @@ struct SockSt {
     sndbuf: usize,
 }
 
+/// A socket's [`Backend::writable_fd`]: an eventfd that polls writable
+/// except while a send of this socket was refused by a full connected lane
+/// that has not drained since to the room the send wanted. A refusal
+/// shuts it and enrolls it with the lane under the lane's lock; every
+/// drain of the lane (the manager's `EPOLLOUT` flush, another sender's
+/// flush, the connection's end) opens it under the same lock once the
+/// room is there (`Mgr::open_rooms`), so a refusal can never miss the
+/// room that follows it. It may open early (another lane this socket
+/// waited on drained): the next send is then refused and shuts it again.
+#[derive(Debug)]
+pub(super) struct Room {
+    fd: kernel::EventFd,
+    /// Bytes of room the last send refused by a full lane wanted
+    /// (`wait_writable` waits for that much).
+    pub(super) need: AtomicUsize,
+}
+
+impl Room {
+    fn new() -> io::Result<Room> {
+        Ok(Room { fd: kernel::EventFd::new()?, need: AtomicUsize::new(0) })
+    }
+
+    /// Stops polling writable: the counter at its largest value. Already
+    /// shut, the write is refused and nothing changes.
+    pub(super) fn shut(&self) {
+        sys::eventfd_add(self.fd.as_raw_fd(), u64::MAX - 1);
+    }
+
+    /// Polls writable again (the counter back to 0).
+    pub(super) fn open(&self) {
+        self.fd.clear();
+    }
+}
+
 /// The last lane used, by (peer host, lane index).
 type LaneRef = ((IpAddr, u8), Arc<Lane>);
 
@@ -51,9 +86,8 @@ pub struct TcpSocket {
     pace: Mutex<Pace>,
     /// recv_batch calls that returned datagrams.
     rx_count: AtomicU64,
-    /// Bytes of room the last send refused by a full lane wanted
-    /// (`wait_writable` waits for that much).
-    need: AtomicUsize,
+    /// Where the engine waits for lane room ([`Room`]).
+    room: Arc<Room>,
     /// The manager's token for `udp` (see `Mgr::watch_kernel`), if watched.
     ktok: Option<u64>,
     /// An error the kernel socket reported (ICMP to a connected socket),
@@ -118,7 +152,7 @@ impl TcpSocket {
             lane_cache: Mutex::new(None),
             pace: Mutex::new(Pace::default()),
             rx_count: AtomicU64::new(0),
-            need: AtomicUsize::new(0),
+            room: Arc::new(Room::new()?),
             ktok,
             kerr: std::sync::atomic::AtomicI32::new(0),
             released: std::sync::atomic::AtomicBool::new(false),
@@ -220,7 +254,7 @@ impl TcpSocket {
 
     /// Hands items to their lane ([`Mgr::submit`]); `whole`: ends of
     /// messages taken whole. A full lane's `WouldBlock` records the room the
-    /// send wanted, for `wait_writable`.
+    /// send wanted, for `wait_writable`, and shuts [`Room`] until it is there.
     fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>) -> io::Result<usize> {
         let mut fresh = false;
         loop {
@@ -229,15 +263,17 @@ impl TcpSocket {
                 self.mgr.c.drop_no_lane.fetch_add(items.len() as u64, Relaxed);
                 return Ok(items.len());
             };
-            let mut need = 0;
-            match self.mgr.submit(&lane, items, caller, whole, &mut need, &self.udp) {
+            match self.mgr.submit(&lane, items, caller, whole, &self.udp, &self.room) {
                 Err(e) if e.raw_os_error() == Some(libc::ESTALE) && !fresh => fresh = true,
-                r => {
-                    if need > 0 {
-                        self.need.store(need, Relaxed);
-                    }
-                    return r;
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && caller == Caller::Engine && lane.is_plain() => {
+                    // A plain-UDP lane's full kernel socket (DML (c))
+                    // leaves `room` open: wait for that socket here,
+                    // bounded, as the engine did before it watched `room`,
+                    // rather than have it retry at once.
+                    let _ = kernel::poll_writable(self.udp.as_raw_fd(), Some(Duration::from_millis(10)));
+                    return Err(e);
                 }
+                r => return r,
             }
         }
     }
@@ -590,9 +626,17 @@ impl Backend for TcpSocket {
         match lane {
             // DML (c): plain UDP is sent from the kernel socket.
             Some(l) if l.is_plain() => kernel::poll_writable(self.udp.as_raw_fd(), Some(timeout)),
-            Some(l) => Ok(self.mgr.wait_room(&l, timeout, self.need.load(Relaxed))),
+            Some(l) => Ok(self.mgr.wait_room(&l, timeout, self.room.need.load(Relaxed))),
             None => Ok(true),
         }
+    }
+
+    /// The [`Room`] eventfd: the engine thread leaves a batch a full lane
+    /// refused in place and serves other endpoints until it polls
+    /// writable. (Only a plain-UDP lane's full kernel socket, DML (c),
+    /// does not shut it: `submit` then waits for that socket, bounded.)
+    fn writable_fd(&self) -> Option<RawFd> {
+        Some(self.room.fd.as_raw_fd())
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

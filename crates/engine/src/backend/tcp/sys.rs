@@ -247,6 +247,14 @@ pub fn sendv_nosignal(fd: RawFd, bufs: &[std::io::IoSlice<'_>]) -> io::Result<us
     }
 }
 
+/// Adds `v` to an eventfd's counter (nonblocking: a counter that cannot
+/// take it stays as it is). `u64::MAX - 1` makes a zero counter stop
+/// polling writable, which is how a socket's room descriptor says "full".
+pub fn eventfd_add(fd: RawFd, v: u64) {
+    // SAFETY: writes 8 bytes from a live u64.
+    unsafe { libc::write(fd, &v as *const u64 as *const libc::c_void, 8) };
+}
+
 /// Readiness flags reported by [`Poller::wait`].
 pub const EV_IN: u32 = libc::EPOLLIN as u32;
 pub const EV_OUT: u32 = libc::EPOLLOUT as u32;

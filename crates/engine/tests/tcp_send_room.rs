@@ -1,0 +1,204 @@
+//! One engine thread serves every endpoint of a process, under the `tcp`
+//! transport too: a lane to a peer whose receiving process is stopped
+//! (SIGSTOP: nothing reads, the TCP window closes, the lane fills) must not
+//! hold up an endpoint of the same engine sending to another peer.
+//!
+//! Over loopback, each "host" a transport on its own 127.0.0.x. The stopped
+//! peer is this test binary again, in a child process. The sending process
+//! has two endpoints on one engine: "slow" fills its lane to the stopped
+//! peer until sends are refused; "free" then sends bursts to a receiver in
+//! this process (its own transport and engine), and every datagram's delay
+//! from send to receipt is measured.
+
+use eudp_engine::backend::tcp::{TcpConfig, TcpTransport};
+use eudp_engine::{Config, Endpoint, Engine};
+use std::io::{BufRead, BufReader, ErrorKind};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "EUDP_TCP_SEND_ROOM_CHILD";
+const SENDER: &str = "127.0.0.71";
+const STOPPED: &str = "127.0.0.72";
+const FREE_HOST: &str = "127.0.0.73";
+const SLOW_PORT: u16 = 5601;
+const FREE_PORT: u16 = 5602;
+const BURSTS: usize = 25;
+const BURST: usize = 16;
+const FREE: usize = BURSTS * BURST;
+/// The engine retried a full lane every 10 ms and sent nothing else until
+/// it had room (with the peer stopped: never); a free datagram now goes
+/// out at once. The median and 99th percentile stay below one such slice;
+/// the maximum leaves room for a scheduling delay on a loaded machine.
+const MEDIAN_BOUND: Duration = Duration::from_millis(2);
+const P99_BOUND: Duration = Duration::from_millis(8);
+const MAX_BOUND: Duration = Duration::from_millis(20);
+
+fn host(ip: &str, port: u16, f: impl FnOnce(&mut TcpConfig)) -> TcpTransport {
+    let mut c = TcpConfig { port, bind_ip: Some(ip.parse().unwrap()), ..TcpConfig::default() };
+    f(&mut c);
+    TcpTransport::start(c).expect("transport")
+}
+
+fn ep(t: &TcpTransport, e: &Engine, ip: &str, port: u16) -> Endpoint {
+    let ep = t.endpoint(e, false).unwrap();
+    ep.bind_to(SocketAddr::new(ip.parse().unwrap(), port)).unwrap();
+    ep.set_read_timeout(Some(Duration::from_secs(5)));
+    ep
+}
+
+fn free_port() -> u16 {
+    let base = 30000 + (std::process::id() % 3000) as u16 * 10;
+    (base..base + 10).find(|&p| std::net::TcpListener::bind(("0.0.0.0", p)).is_ok()).expect("a free port")
+}
+
+/// The peer that gets stopped: receives what comes, says "got" after the
+/// first datagram, until its parent kills it.
+fn child() {
+    let port: u16 = std::env::var(CHILD).unwrap().parse().unwrap();
+    // Small buffers: the TCP window fills after little data.
+    let t = host(STOPPED, port, |c| c.rcvbuf = 4608);
+    let e = Engine::start(Config::default()).unwrap();
+    let rx = ep(&t, &e, STOPPED, SLOW_PORT);
+    rx.set_read_timeout(Some(Duration::from_secs(30)));
+    println!("ready");
+    let mut buf = vec![0u8; 65_536];
+    let mut first = true;
+    while rx.recv_from(&mut buf).is_ok() {
+        if std::mem::take(&mut first) {
+            println!("got");
+        }
+    }
+}
+
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap();
+    assert!(st.success(), "kill {sig} {pid}");
+}
+
+#[test]
+fn a_stopped_peer_does_not_hold_up_the_engine_for_other_peers() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    let port = free_port();
+    let exe = std::env::current_exe().unwrap();
+    let mut c = Command::new(exe)
+        .args(["--exact", "a_stopped_peer_does_not_hold_up_the_engine_for_other_peers", "--nocapture", "--test-threads=1"])
+        .env(CHILD, port.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let peer = Kill(c);
+    let mut line = String::new();
+    while !line.trim_end().ends_with("ready") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the stopped peer's process ended early");
+    }
+
+    // The free peer: its own transport and engine, in this process.
+    let fh = host(FREE_HOST, port, |_| {});
+    let fe = Engine::start(Config::default()).unwrap();
+    let rx = ep(&fh, &fe, FREE_HOST, FREE_PORT);
+
+    // The sending process's transport and its one engine.
+    let a = host(SENDER, port, |c| c.sndbuf = 4608);
+    let e = Engine::start(Config::default()).unwrap();
+    let slow = ep(&a, &e, SENDER, 0);
+    let free = ep(&a, &e, SENDER, 0);
+    let slow_dst: SocketAddr = SocketAddr::new(STOPPED.parse().unwrap(), SLOW_PORT);
+    let free_dst: SocketAddr = SocketAddr::new(FREE_HOST.parse().unwrap(), FREE_PORT);
+
+    // Both lanes up first (no connection setup in the measurement).
+    slow.send_to(b"hello", slow_dst).unwrap();
+    line.clear();
+    while !line.trim_end().ends_with("got") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the stopped peer's process ended early");
+    }
+    let mut buf = vec![0u8; 2048];
+    for _ in 0..4 {
+        free.send_to(&[0xff; 64], free_dst).unwrap();
+        rx.recv_from(&mut buf).unwrap();
+    }
+
+    signal(peer.0.id(), "-STOP");
+    // Fill the lane to the stopped peer: nonblocking sends until refused,
+    // again and again (the engine then holds a batch the lane refused).
+    slow.set_nonblocking(true);
+    let (mut queued, mut refused) = (0u64, 0);
+    let t0 = Instant::now();
+    while refused < 50 && t0.elapsed() < Duration::from_secs(10) {
+        match slow.send_to(&[7u8; 8000], slow_dst) {
+            Ok(_) => queued += 1,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                refused += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("slow send: {e}"),
+        }
+    }
+    assert!(refused >= 50, "the lane to the stopped peer never filled ({queued} queued)");
+    let slow_before = slow.stats().datagrams_sent;
+
+    let start = Instant::now();
+    let recv = std::thread::spawn(move || {
+        let mut at = vec![None; FREE];
+        let mut buf = vec![0u8; 2048];
+        let mut got = 0;
+        rx.set_read_timeout(Some(Duration::from_millis(200)));
+        while got < FREE && start.elapsed() < Duration::from_secs(20) {
+            if let Ok((n, _)) = rx.recv_from(&mut buf) {
+                let i = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+                assert!(n == 64 && i < FREE && at[i].is_none(), "datagram {i}");
+                at[i] = Some(start.elapsed());
+                got += 1;
+            }
+        }
+        at
+    });
+    // Bursts, so that the engine carries them (queued sends), not only
+    // the caller's thread (direct posts).
+    let mut sent = Vec::with_capacity(FREE);
+    for b in 0..BURSTS {
+        for k in 0..BURST {
+            let i = (b * BURST + k) as u32;
+            let mut d = [0u8; 64];
+            d[..4].copy_from_slice(&i.to_be_bytes());
+            sent.push(start.elapsed());
+            free.send_to(&d, free_dst).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let at = recv.join().unwrap();
+    let mut delays: Vec<Duration> = at.iter().zip(&sent).filter_map(|(a, s)| a.map(|a| a.saturating_sub(*s))).collect();
+    delays.sort();
+    let lost = FREE - delays.len();
+    let median = delays.get(delays.len() / 2).copied().unwrap_or_default();
+    let p99 = delays.get(delays.len() * 99 / 100).copied().unwrap_or_default();
+    let max = delays.last().copied().unwrap_or_default();
+    let slow_after = slow.stats().datagrams_sent;
+    println!(
+        "slow: {queued} accepted, {slow_before} sent before the free sends, {slow_after} after; free: {} of {FREE} arrived, delay median {median:?}, p99 {p99:?}, max {max:?} (engine wake-ups {})",
+        delays.len(),
+        e.wakeups()
+    );
+    signal(peer.0.id(), "-CONT");
+    drop(peer);
+    assert_eq!(lost, 0, "free datagrams lost (held up behind the stopped peer's lane)");
+    assert!(median < MEDIAN_BOUND, "free datagrams waited behind the stopped peer's lane: median {median:?}");
+    assert!(p99 < P99_BOUND, "free datagrams waited behind the stopped peer's lane: p99 {p99:?}");
+    assert!(max < MAX_BOUND, "a free datagram waited {max:?} behind the stopped peer's lane");
+    // The lane stayed full meanwhile (the peer was really stopped).
+    assert!(slow_after < queued, "the stopped peer's lane was not held full: {slow_after} of {queued} sent");
+}
