@@ -1415,9 +1415,12 @@ impl Mgr {
                 // `WouldBlock` rather than copying megabytes into user space
                 // for the manager to write later.
                 let bound = if st.phase == Phase::Up { self.cfg.queue_bytes.min(UP_QUEUE_BYTES) } else { self.cfg.queue_bytes };
-                let fits = |q: usize| q == 0 || q + size <= bound;
-                let full = !fits(st.out.queued()) || self.queued_total.load(Relaxed) + added + size > self.cfg.total_queue_bytes;
-                if full {
+                // So does the process-wide bound: a lane with nothing queued
+                // may always queue one, or the other lanes' queues (a peer
+                // that does not listen) would stop it for good.
+                let total = self.cfg.total_queue_bytes;
+                let fits = |q: usize, all: usize| q == 0 || (q + size <= bound && all + size <= total);
+                if !fits(st.out.queued(), self.queued_total.load(Relaxed) + added) {
                     self.queued_total.fetch_add(std::mem::take(&mut added), Relaxed);
                     if st.phase == Phase::Up {
                         // Connected but the socket is full: push what we have;
@@ -1425,7 +1428,7 @@ impl Mgr {
                         let b = st.out.queued();
                         self.flush_lane(lane, &mut st);
                         self.settle_partial(&mut st, b);
-                        if fits(st.out.queued()) {
+                        if fits(st.out.queued(), self.queued_total.load(Relaxed)) {
                             continue;
                         }
                         Counters::inc(&self.c.backpressure_waits);
@@ -1513,10 +1516,9 @@ impl Mgr {
             return;
         }
         let q = st.out.queued();
-        let bound = self.cfg.queue_bytes.min(UP_QUEUE_BYTES);
         let all = st.closed || st.retired || st.phase != Phase::Up || q == 0;
         st.rooms.retain(|(r, need)| {
-            if !all && q + need > bound {
+            if !all && !self.up_room(q, *need) {
                 return r.strong_count() > 0;
             }
             if let Some(r) = r.upgrade() {
@@ -1524,6 +1526,14 @@ impl Mgr {
             }
             false
         });
+    }
+
+    /// Whether `need` more bytes fit a connected lane holding `q` (the test
+    /// [`Mgr::submit`] makes): its own bound and the process-wide one. A
+    /// lane that drains to empty always has room, so a wait on it ends even
+    /// while other lanes hold the process-wide queue.
+    fn up_room(&self, q: usize, need: usize) -> bool {
+        q + need <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES) && self.queued_total.load(Relaxed) + need <= self.cfg.total_queue_bytes
     }
 
     /// Waits at most `timeout` until a send on `lane` would not find it
@@ -1539,7 +1549,7 @@ impl Mgr {
         let mut st = lock(&lane.st);
         loop {
             let q = st.out.queued();
-            let room = q == 0 || q + need <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES);
+            let room = q == 0 || self.up_room(q, need);
             if st.closed || st.retired || st.phase != Phase::Up || room {
                 return true;
             }
