@@ -8,13 +8,15 @@
 //! has two endpoints on one engine: "slow" fills its lane to the stopped
 //! peer until sends are refused; "free" then sends bursts to a receiver in
 //! this process (its own transport and engine), and every datagram's delay
-//! from send to receipt is measured.
+//! from send to receipt is measured. A second test fills the process-wide
+//! queue bound first (a full socket must then refuse, not spin).
 
 use eudp_engine::backend::tcp::{TcpConfig, TcpTransport};
 use eudp_engine::{Config, Endpoint, Engine};
 use std::io::{BufRead, BufReader, ErrorKind};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "EUDP_TCP_SEND_ROOM_CHILD";
@@ -55,11 +57,13 @@ fn free_port() -> u16 {
 /// The peer that gets stopped: receives what comes, says "got" after the
 /// first datagram, until its parent kills it.
 fn child() {
-    let port: u16 = std::env::var(CHILD).unwrap().parse().unwrap();
+    let v = std::env::var(CHILD).unwrap();
+    let (port, stopped) = v.split_once(' ').unwrap();
+    let (port, stopped): (u16, &str) = (port.parse().unwrap(), stopped);
     // Small buffers: the TCP window fills after little data.
-    let t = host(STOPPED, port, |c| c.rcvbuf = 4608);
+    let t = host(stopped, port, |c| c.rcvbuf = 4608);
     let e = Engine::start(Config::default()).unwrap();
-    let rx = ep(&t, &e, STOPPED, SLOW_PORT);
+    let rx = ep(&t, &e, stopped, SLOW_PORT);
     rx.set_read_timeout(Some(Duration::from_secs(30)));
     println!("ready");
     let mut buf = vec![0u8; 65_536];
@@ -85,26 +89,36 @@ fn signal(pid: u32, sig: &str) {
     assert!(st.success(), "kill {sig} {pid}");
 }
 
+/// Starts the peer to be stopped (this binary, running `test` as the
+/// child) on `ip`; returns it and its output once it is ready.
+fn stopped_peer(test: &str, port: u16, ip: &str) -> (Kill, BufReader<std::process::ChildStdout>) {
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{port} {ip}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let peer = Kill(c);
+    wait_line(&mut out, "ready");
+    (peer, out)
+}
+
+fn wait_line(out: &mut impl BufRead, want: &str) {
+    let mut line = String::new();
+    while !line.trim_end().ends_with(want) {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the stopped peer's process ended early");
+    }
+}
+
 #[test]
 fn a_stopped_peer_does_not_hold_up_the_engine_for_other_peers() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
     let port = free_port();
-    let exe = std::env::current_exe().unwrap();
-    let mut c = Command::new(exe)
-        .args(["--exact", "a_stopped_peer_does_not_hold_up_the_engine_for_other_peers", "--nocapture", "--test-threads=1"])
-        .env(CHILD, port.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(c.stdout.take().unwrap());
-    let peer = Kill(c);
-    let mut line = String::new();
-    while !line.trim_end().ends_with("ready") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the stopped peer's process ended early");
-    }
+    let (peer, mut out) = stopped_peer("a_stopped_peer_does_not_hold_up_the_engine_for_other_peers", port, STOPPED);
 
     // The free peer: its own transport and engine, in this process.
     let fh = host(FREE_HOST, port, |_| {});
@@ -121,11 +135,7 @@ fn a_stopped_peer_does_not_hold_up_the_engine_for_other_peers() {
 
     // Both lanes up first (no connection setup in the measurement).
     slow.send_to(b"hello", slow_dst).unwrap();
-    line.clear();
-    while !line.trim_end().ends_with("got") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the stopped peer's process ended early");
-    }
+    wait_line(&mut out, "got");
     let mut buf = vec![0u8; 2048];
     for _ in 0..4 {
         free.send_to(&[0xff; 64], free_dst).unwrap();
@@ -201,4 +211,82 @@ fn a_stopped_peer_does_not_hold_up_the_engine_for_other_peers() {
     assert!(max < MAX_BOUND, "a free datagram waited {max:?} behind the stopped peer's lane");
     // The lane stayed full meanwhile (the peer was really stopped).
     assert!(slow_after < queued, "the stopped peer's lane was not held full: {slow_after} of {queued} sent");
+}
+
+const TB_SENDER: &str = "127.0.0.81";
+const TB_STOPPED: &str = "127.0.0.82";
+const TB_FREE_HOST: &str = "127.0.0.83";
+const TB_NOBODY: &str = "127.0.0.84:9";
+const TOTAL: usize = 256 << 10;
+
+/// The process-wide queue bound (`total_queue_bytes`): datagrams queued
+/// for a peer that does not listen may fill it. A send to a connected peer
+/// whose socket is full must then be refused (or queued within bounds)
+/// and return, and other peers keep being served. `Mgr::submit` used to
+/// retry such a send forever, holding the lane.
+#[test]
+fn a_full_process_queue_refuses_a_full_connection_instead_of_spinning() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    let port = free_port();
+    let (peer, mut out) = stopped_peer("a_full_process_queue_refuses_a_full_connection_instead_of_spinning", port, TB_STOPPED);
+
+    let fh = host(TB_FREE_HOST, port, |_| {});
+    let fe = Engine::start(Config::default()).unwrap();
+    let rx = ep(&fh, &fe, TB_FREE_HOST, FREE_PORT);
+
+    let a = host(TB_SENDER, port, |c| {
+        c.sndbuf = 4608;
+        c.queue_bytes = TOTAL;
+        c.total_queue_bytes = TOTAL;
+    });
+    let e = Engine::start(Config::default()).unwrap();
+    let slow = ep(&a, &e, TB_SENDER, 0);
+    let free = ep(&a, &e, TB_SENDER, 0);
+    let slow_dst = SocketAddr::new(TB_STOPPED.parse().unwrap(), SLOW_PORT);
+    let free_dst = SocketAddr::new(TB_FREE_HOST.parse().unwrap(), FREE_PORT);
+    slow.send_to(b"hello", slow_dst).unwrap();
+    wait_line(&mut out, "got");
+    let mut buf = vec![0u8; 2048];
+    free.send_to(b"up", free_dst).unwrap();
+    rx.recv_from(&mut buf).unwrap();
+    signal(peer.0.id(), "-STOP");
+
+    // Fill the process-wide queue with datagrams for a host nobody listens on.
+    slow.set_nonblocking(true);
+    let nobody: SocketAddr = TB_NOBODY.parse().unwrap();
+    let t0 = Instant::now();
+    while a.stats().drop_queue_full == 0 {
+        let _ = slow.send_to(&[1u8; 8000], nobody);
+        assert!(t0.elapsed() < Duration::from_secs(10), "the process queue never filled: {:?}", a.stats());
+    }
+
+    // Sends to the stopped peer: its socket fills, and every call returns.
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..400 {
+            match slow.send_to(&[7u8; 8000], slow_dst) {
+                Ok(_) => ok += 1,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => refused += 1,
+                Err(e) => panic!("send to the stopped peer: {e}"),
+            }
+        }
+        let _ = done.send((ok, refused));
+    });
+    let (ok, refused) = finished.recv_timeout(Duration::from_secs(10)).expect("sends to a full connection never returned");
+    println!("to the stopped peer: {ok} accepted, {refused} refused; {:?}", a.stats());
+    assert!(refused > 0, "nothing was refused: the connection never filled");
+
+    // The engine still serves the other peer.
+    for i in 0..50u32 {
+        free.send_to(&i.to_be_bytes(), free_dst).unwrap();
+    }
+    rx.set_read_timeout(Some(Duration::from_secs(10)));
+    for i in 0..50u32 {
+        let (n, _) = rx.recv_from(&mut buf).unwrap_or_else(|err| panic!("datagram {i} to the free peer: {err}"));
+        assert_eq!(&buf[..n], &i.to_be_bytes());
+    }
+    signal(peer.0.id(), "-CONT");
 }
