@@ -1,0 +1,141 @@
+/* Many UDP sockets under a tight descriptor limit (a DNS server with one
+ * socket per address or per upstream).
+ *
+ *   many_sockets N HEADROOM epoll|plain
+ *
+ * Sets soft = hard RLIMIT_NOFILE = N + HEADROOM (what the kernel needs is
+ * N + a few), opens N nonblocking UDP sockets bound on loopback (in epoll
+ * mode, each registered for input in one epoll set), sends one datagram to
+ * each from one more socket and receives them all (epoll mode: where
+ * epoll_wait reports). Then opens a directory (an open the C library makes
+ * on its own) to count its descriptors. Prints
+ *   "opened N received M fds F hwm_kb K"
+ * or where it failed. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static long hwm_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) v = atol(line + 6);
+    fclose(f);
+    return v;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    int n = atoi(argv[1]), head = atoi(argv[2]);
+    int use_epoll = !strcmp(argv[3], "epoll");
+    struct rlimit r = {n + head, n + head};
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
+        printf("setrlimit: %s\n", strerror(errno));
+        return 1;
+    }
+    int ep = use_epoll ? epoll_create1(EPOLL_CLOEXEC) : -1;
+    if (use_epoll && ep < 0) {
+        printf("epoll_create1: %s\n", strerror(errno));
+        return 1;
+    }
+    int *fds = calloc(n, sizeof *fds);
+    struct sockaddr_in *addr = calloc(n, sizeof *addr);
+    char *got = calloc(n, 1);
+    for (int i = 0; i < n; i++) {
+        int s = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+        if (s < 0) {
+            printf("socket %d failed: %s\n", i, strerror(errno));
+            return 1;
+        }
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        if (bind(s, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(s, (struct sockaddr *)&addr[i], &len) != 0) {
+            printf("bind %d failed: %s\n", i, strerror(errno));
+            return 1;
+        }
+        if (use_epoll) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+            if (epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) != 0) {
+                printf("epoll_ctl %d failed: %s\n", i, strerror(errno));
+                return 1;
+            }
+        }
+        fds[i] = s;
+    }
+    int tx = socket(AF_INET, SOCK_DGRAM, 0);
+    if (tx < 0) {
+        printf("sender socket failed: %s\n", strerror(errno));
+        return 1;
+    }
+    char msg[40], buf[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(msg, sizeof msg, "datagram %d", i);
+        if (sendto(tx, msg, strlen(msg), 0, (struct sockaddr *)&addr[i], sizeof addr[i]) < 0) {
+            printf("sendto %d failed: %s\n", i, strerror(errno));
+            return 1;
+        }
+    }
+    int received = 0;
+    double end = now() + 20;
+    while (received < n && now() < end) {
+        if (use_epoll) {
+            struct epoll_event evs[256];
+            int k = epoll_wait(ep, evs, 256, 100);
+            if (k < 0) {
+                printf("epoll_wait: %s\n", strerror(errno));
+                return 1;
+            }
+            for (int j = 0; j < k; j++) {
+                int i = evs[j].data.u32;
+                ssize_t m;
+                while ((m = recv(fds[i], buf, sizeof buf, 0)) >= 0) {
+                    snprintf(msg, sizeof msg, "datagram %d", i);
+                    if (m != (ssize_t)strlen(msg) || memcmp(buf, msg, m) || got[i]) {
+                        printf("socket %d: wrong or repeated datagram\n", i);
+                        return 1;
+                    }
+                    got[i] = 1;
+                    received++;
+                }
+            }
+        } else {
+            for (int i = 0; i < n; i++) {
+                if (got[i]) continue;
+                ssize_t m = recv(fds[i], buf, sizeof buf, 0);
+                if (m >= 0) {
+                    got[i] = 1;
+                    received++;
+                }
+            }
+        }
+    }
+    int count = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) {
+        printf("opendir failed: %s\n", strerror(errno));
+        return 1;
+    }
+    while (readdir(d)) count++;
+    closedir(d);
+    printf("opened %d received %d fds %d hwm_kb %ld\n", n, received, count - 3, hwm_kb());
+    return received == n ? 0 : 1;
+}
