@@ -85,7 +85,6 @@ pub fn is_private(fd: c_int) -> bool {
 
 fn mark(fd: c_int) {
     if let Some((w, b)) = slot(fd) {
-        LOWEST.fetch_min(fd as usize, SeqCst);
         if PRIVATE[w].fetch_or(b, SeqCst) & b == 0 {
             COUNT.fetch_add(1, SeqCst);
         }
@@ -245,6 +244,9 @@ fn dup_from(fd: c_int, room: Room) -> io::Result<c_int> {
         }
         return full();
     }
+    if room.lent.is_some_and(|soft| (d as u64) < soft) {
+        LOWEST.fetch_min(d as usize, SeqCst);
+    }
     mark(d);
     Ok(d)
 }
@@ -369,9 +371,12 @@ fn count_below(limit: u64) -> usize {
     n
 }
 
-/// At or below the lowest private number placed since the last
-/// [`reclaim`] (`usize::MAX`: none): a program descriptor above it means
-/// the program's numbers reached the ones lent to the shim.
+/// At or below the lowest number lent at the top of the program's space
+/// since the last [`reclaim`] (`usize::MAX`: none): a program descriptor
+/// above it means the program's numbers reached that region. (Numbers
+/// placed above the soft limit that a raise of it lent are given back at
+/// the program's EMFILE only: far from the top they cost it nothing
+/// before.)
 static LOWEST: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// The program needs the numbers below its soft limit (one of its calls
@@ -381,7 +386,7 @@ static LOWEST: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// from the shim's own calls (inside a window, or inside the shim).
 pub fn reclaim() -> bool {
     // SAFETY: getpid has no preconditions.
-    if HOLDER.load(SeqCst) == unsafe { libc::getpid() } || crate::shim::inside() || COUNT.load(SeqCst) == 0 {
+    if HOLDER.load(SeqCst) == unsafe { libc::getpid() } || crate::shim::inside() || COUNT.load(SeqCst) == 0 || engine_thread() {
         return false;
     }
     let soft = {
@@ -408,6 +413,16 @@ pub fn reclaim() -> bool {
     }
     dlog!("descriptor budget: the program needs the numbers below its soft RLIMIT_NOFILE {soft}: {} private ones given back, {after} kept (the engine's own), none placed there any more", before - after);
     true
+}
+
+/// Whether this is one of the engine's threads (named `eudp-…`): its
+/// calls (the TCP transport's `accept`) are not the program's, and a
+/// fallback there would wait for the thread itself.
+fn engine_thread() -> bool {
+    let mut name = [0u8; 16];
+    // SAFETY: the calling thread's handle and a live buffer of its length.
+    let r = unsafe { libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr() as *mut libc::c_char, name.len()) };
+    r == 0 && name.starts_with(b"eudp-")
 }
 
 /// One of the program's calls that makes descriptors (`-1` with errno on

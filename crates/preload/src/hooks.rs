@@ -887,9 +887,8 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
 /// The program's other calls that make descriptors: numbers lent to the
 /// shim below the program's limit are given back when the program needs
 /// them (see [`crate::fdspace::program_fds`]); otherwise plain
-/// pass-throughs. `open`'s
-/// optional mode is read as a plain third argument (how the x86-64 and
-/// AArch64 ABIs pass it) and handed on.
+/// pass-throughs. `open`'s optional mode is read as a plain third argument
+/// (how the x86-64 and AArch64 ABIs pass it) and handed on.
 macro_rules! fd_makers {
     ($($name:ident ( $($a:ident : $t:ty),* );)*) => {
         $(

@@ -1542,3 +1542,32 @@ mod gso_tests {
         assert_eq!(gso_segments(&OutMsg { dst: None, iov: &iov, segment: None }), 0);
     }
 }
+
+#[cfg(test)]
+mod error_flag_tests {
+    use super::*;
+
+    fn pollerr(f: &ErrorFlag) -> bool {
+        let mut p = libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one live pollfd.
+        unsafe { libc::poll(&mut p, 1, 0) };
+        p.revents & libc::POLLIN == 0 && p.revents & libc::POLLERR != 0
+    }
+
+    /// Flags share one end, yet each goes up and down on its own.
+    #[test]
+    fn flags_sharing_an_end_rise_and_fall_alone() {
+        let (a, b) = (ErrorFlag::new().unwrap(), ErrorFlag::new().unwrap());
+        assert!(Arc::ptr_eq(&a.b, &b.b));
+        assert!(!pollerr(&a) && !pollerr(&b));
+        a.raise();
+        assert!(pollerr(&a) && !pollerr(&b));
+        b.raise();
+        a.clear();
+        assert!(!pollerr(&a) && pollerr(&b));
+        b.clear();
+        drop(a);
+        b.raise();
+        assert!(pollerr(&b));
+    }
+}

@@ -1,16 +1,16 @@
 /* Many UDP sockets under a tight descriptor limit (a DNS server with one
  * socket per address or per upstream).
  *
- *   many_sockets N HEADROOM epoll|plain
+ *   many_sockets N HEADROOM epoll|plain [HARD]
  *
  * Sets soft = hard RLIMIT_NOFILE = N + HEADROOM (what the kernel needs is
- * N + a few), opens N nonblocking UDP sockets bound on loopback (in epoll
+ * N + a few; with HARD, the hard limit is that instead), opens N nonblocking UDP sockets bound on loopback (in epoll
  * mode, each registered for input in one epoll set), sends one datagram to
  * each from one more socket and receives them all (epoll mode: where
  * epoll_wait reports). Then opens a directory (an open the C library makes
  * on its own) to count its descriptors. Prints
  *   "opened N received M fds F hwm_kb K"
- * or where it failed. */
+ * or where it failed ("skipped" when the hard limit is too low). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -47,7 +47,11 @@ int main(int argc, char **argv) {
     if (argc < 4) return 2;
     int n = atoi(argv[1]), head = atoi(argv[2]);
     int use_epoll = !strcmp(argv[3], "epoll");
-    struct rlimit r = {n + head, n + head};
+    struct rlimit r = {n + head, argc > 4 ? atoi(argv[4]) : n + head}, cur;
+    if (getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_max < r.rlim_max) {
+        printf("skipped: hard limit %lu\n", (unsigned long)cur.rlim_max);
+        return 0;
+    }
     if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
         printf("setrlimit: %s\n", strerror(errno));
         return 1;
