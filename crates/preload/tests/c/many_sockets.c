@@ -1,13 +1,17 @@
 /* Many UDP sockets under a tight descriptor limit (a DNS server with one
  * socket per address or per upstream).
  *
- *   many_sockets N HEADROOM epoll|plain [HARD]
+ *   many_sockets N HEADROOM epoll|plain|late-epoll|late-poll [HARD]
  *
  * Sets soft = hard RLIMIT_NOFILE = N + HEADROOM (what the kernel needs is
  * N + a few; with HARD, the hard limit is that instead), opens N nonblocking UDP sockets bound on loopback (in epoll
  * mode, each registered for input in one epoll set), sends one datagram to
  * each from one more socket and receives them all (epoll mode: where
- * epoll_wait reports). Then opens a directory (an open the C library makes
+ * epoll_wait reports). The late modes first use every socket once (a
+ * receive that finds nothing), and only then send and register them in
+ * one epoll set, or poll each one alone while its datagram is sent from
+ * another thread a moment after the poll began (a poll that sleeps past
+ * its datagram counts as a stall; after 3 the program gives up). Then opens a directory (an open the C library makes
  * on its own) to count its descriptors. Prints
  *   "opened N received M fds F hwm_kb K"
  * or where it failed ("skipped" when the hard limit is too low). */
@@ -17,6 +21,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +31,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#define CHECK_WRITE(x) do { if ((x) < 0) { printf("pipe write failed\n"); return 1; } } while (0)
 
 static double now(void) {
     struct timespec t;
@@ -43,10 +51,38 @@ static long hwm_kb(void) {
     return v;
 }
 
+static int tx, wake[2];
+static struct sockaddr_in *addr;
+
+/* late-poll: sends datagram i 5 ms after main asks (it polls meanwhile). */
+static void *late_sender(void *arg) {
+    int i;
+    char msg[40];
+    (void)arg;
+    while (read(wake[0], &i, sizeof i) == sizeof i && i >= 0) {
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+        snprintf(msg, sizeof msg, "datagram %d", i);
+        sendto(tx, msg, strlen(msg), 0, (struct sockaddr *)&addr[i], sizeof addr[i]);
+    }
+    return NULL;
+}
+
+static int add(int ep, int *fds, int i) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+        printf("epoll_ctl %d failed: %s\n", i, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) return 2;
     int n = atoi(argv[1]), head = atoi(argv[2]);
-    int use_epoll = !strcmp(argv[3], "epoll");
+    int late = !strncmp(argv[3], "late-", 5);
+    int use_epoll = !strcmp(argv[3] + (late ? 5 : 0), "epoll");
+    int use_poll = !strcmp(argv[3], "late-poll");
     struct rlimit r = {n + head, argc > 4 ? atoi(argv[4]) : n + head}, cur;
     if (getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_max < r.rlim_max) {
         printf("skipped: hard limit %lu\n", (unsigned long)cur.rlim_max);
@@ -62,7 +98,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     int *fds = calloc(n, sizeof *fds);
-    struct sockaddr_in *addr = calloc(n, sizeof *addr);
+    addr = calloc(n, sizeof *addr);
     char *got = calloc(n, 1);
     for (int i = 0; i < n; i++) {
         int s = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
@@ -76,31 +112,57 @@ int main(int argc, char **argv) {
             printf("bind %d failed: %s\n", i, strerror(errno));
             return 1;
         }
-        if (use_epoll) {
-            struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
-            if (epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) != 0) {
-                printf("epoll_ctl %d failed: %s\n", i, strerror(errno));
+        fds[i] = s;
+        if (late) {
+            char b;
+            if (recv(s, &b, 1, 0) >= 0 || errno != EAGAIN) {
+                printf("first receive %d: %s\n", i, strerror(errno));
                 return 1;
             }
+        } else if (use_epoll && add(ep, fds, i) != 0) {
+            return 1;
         }
-        fds[i] = s;
     }
-    int tx = socket(AF_INET, SOCK_DGRAM, 0);
+    tx = socket(AF_INET, SOCK_DGRAM, 0);
     if (tx < 0) {
         printf("sender socket failed: %s\n", strerror(errno));
         return 1;
     }
     char msg[40], buf[64];
-    for (int i = 0; i < n; i++) {
+    int stalls = 0, received = 0;
+    if (use_poll) {
+        pthread_t th;
+        if (pipe(wake) != 0 || pthread_create(&th, NULL, late_sender, NULL) != 0) {
+            printf("pipe or thread failed\n");
+            return 1;
+        }
+        for (int i = 0; i < n && stalls < 3; i++) {
+            struct pollfd p = {.fd = fds[i], .events = POLLIN};
+            CHECK_WRITE(write(wake[1], &i, sizeof i));
+            int k = poll(&p, 1, 1000);
+            if (k == 0) stalls++;
+            if (recv(fds[i], buf, sizeof buf, MSG_DONTWAIT) >= 0) {
+                got[i] = 1;
+                received++;
+            }
+        }
+        int stop = -1;
+        CHECK_WRITE(write(wake[1], &stop, sizeof stop));
+        pthread_join(th, NULL);
+        printf("stalls %d\n", stalls);
+    }
+    for (int i = 0; i < n && !use_poll; i++) {
         snprintf(msg, sizeof msg, "datagram %d", i);
         if (sendto(tx, msg, strlen(msg), 0, (struct sockaddr *)&addr[i], sizeof addr[i]) < 0) {
             printf("sendto %d failed: %s\n", i, strerror(errno));
             return 1;
         }
     }
-    int received = 0;
+    if (late && use_epoll)
+        for (int i = 0; i < n; i++)
+            if (add(ep, fds, i) != 0) return 1;
     double end = now() + 20;
-    while (received < n && now() < end) {
+    while (received < n && now() < end && !use_poll) {
         if (use_epoll) {
             struct epoll_event evs[256];
             int k = epoll_wait(ep, evs, 256, 100);
