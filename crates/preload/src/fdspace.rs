@@ -18,8 +18,21 @@
 //! executed programs inherit the limit the program set. The rlimit hooks
 //! below serialize with that window and report the program's value during
 //! it. When the hard limit leaves no room above the soft limit, private
-//! descriptors go as high as possible below it (logged with
-//! `EUDP_LOG=debug`).
+//! descriptors go into a small region at the top of the program's space,
+//! never under `FD_SETSIZE` when the space reaches well beyond it (logged
+//! with `EUDP_LOG=debug`).
+//!
+//! The budget: private descriptors go only into that room (above the soft
+//! limit, or the region below it), never at the program's lowest free
+//! numbers. When none is left the placement fails, and the shim keeps the
+//! socket that needed it on the plain kernel path (fallback reason
+//! "descriptor budget"). Numbers below the soft limit are only lent: when
+//! one of the program's own calls that makes a descriptor fails with
+//! EMFILE while sockets hold private numbers below its soft limit
+//! ([`reclaim`]), some of those sockets fall back, their numbers are given
+//! back and the call is made again; from then on nothing more is placed
+//! below the soft limit. The engine's own few descriptors (its epoll set,
+//! doorbell, timer) stay where they are.
 //!
 //! Private numbers are recorded in a bitmap: `close`, `close_range`,
 //! `closefrom` and `dup2`/`dup3` onto one behave as the kernel does for a
@@ -131,24 +144,34 @@ fn set_soft(soft: u64, hard: u64) -> bool {
     unsafe { real::prlimit64(0, libc::RLIMIT_NOFILE as c_int, &r, std::ptr::null_mut()) == 0 }
 }
 
+/// Set once a program's call found its space full while private
+/// descriptors were lent numbers below its soft limit: no more go there.
+static NO_BELOW: AtomicBool = AtomicBool::new(false);
+
 /// Where private descriptors start for this soft and hard limit, whether
 /// that is at or above the soft limit, and the soft limit needed meanwhile.
 fn plan(soft: u64, hard: u64) -> (u64, bool, u64) {
     let hard = hard.min(TRACKED as u64);
     let soft = soft.min(hard);
-    if hard - soft >= MIN_ROOM {
+    if hard - soft >= MIN_ROOM || NO_BELOW.load(Relaxed) {
         return (soft, true, hard);
     }
     let top = hard.min(TOP_CAP);
     let below = (top / 8).clamp(1, BELOW_MAX);
-    (top.saturating_sub(below).max(3), false, hard)
+    let mut start = top.saturating_sub(below).max(3);
+    if top >= libc::FD_SETSIZE as u64 + MIN_ROOM {
+        // A program that uses select counts on its first FD_SETSIZE
+        // numbers being its own.
+        start = start.max(libc::FD_SETSIZE as u64);
+    }
+    (start.min(soft), false, hard)
 }
 
 /// Runs `f` with room for one more descriptor whatever the program holds:
 /// the soft limit raised to the hard limit meanwhile (when it is lower),
-/// serialized with the program's own changes of it. `f` gets the number
-/// private descriptors start from.
-fn window<R>(f: impl FnOnce(u64) -> R) -> R {
+/// serialized with the program's own changes of it. `f` gets where
+/// private descriptors go ([`Room`]).
+fn window<R>(f: impl FnOnce(Room) -> R) -> R {
     static LOGGED: AtomicBool = AtomicBool::new(false);
     let _l = lock_limits();
     let (soft, hard) = nofile().map_or((0, 0), |r| (r.rlim_cur, r.rlim_max));
@@ -169,7 +192,7 @@ fn window<R>(f: impl FnOnce(u64) -> R) -> R {
             dlog!("the hard RLIMIT_NOFILE {hard} leaves no room above the soft limit {soft}: private descriptors from {min}, below it");
         }
     }
-    let r = f(min);
+    let r = f(Room { min, lent: (!above).then_some(soft) });
     if raised {
         set_soft(soft, hard);
         WINDOW.fetch_add(1, SeqCst);
@@ -177,18 +200,52 @@ fn window<R>(f: impl FnOnce(u64) -> R) -> R {
     r
 }
 
-/// F_DUPFD_CLOEXEC of `fd` at `min` or above; where that range is full,
-/// at the lowest free number.
-fn dup_from(fd: c_int, min: u64) -> io::Result<c_int> {
+/// Where private descriptors go: from `min`; `lent` is the program's soft
+/// limit when that is below it (numbers lent by the program).
+#[derive(Clone, Copy)]
+struct Room {
+    min: u64,
+    lent: Option<u64>,
+}
+
+/// Whether every number in `[a, b)` is a private one.
+fn all_private(a: u64, b: u64) -> bool {
+    (a..b).all(|n| is_private(n as c_int))
+}
+
+/// F_DUPFD_CLOEXEC of `fd` in `room`. Where that is full this fails
+/// (EMFILE): the program's own numbers are never taken. Below the
+/// program's soft limit, a number past one of the program's own in the
+/// region means its descriptors have reached the region: it needs them, so
+/// nothing more goes there.
+fn dup_from(fd: c_int, room: Room) -> io::Result<c_int> {
+    static LOGGED: AtomicBool = AtomicBool::new(false);
+    let min = room.min;
+    let full = || {
+        if !LOGGED.swap(true, Relaxed) {
+            dlog!("descriptor budget: no private descriptor number left at or above {min} (further ones show as fallbacks)");
+        }
+        Err(io::Error::from_raw_os_error(libc::EMFILE))
+    };
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes an integer argument.
-    let mut d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, min as libc::c_ulong) };
-    if d < 0 && matches!(errno(), libc::EMFILE | libc::EINVAL) {
-        dlog!("no private descriptor number at or above {min}: one among the program's");
-        // SAFETY: as above.
-        d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    }
+    let d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, min as libc::c_ulong) };
     if d < 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::EINVAL)) {
+            return full();
+        }
+        return Err(e);
+    }
+    if room.lent.is_some_and(|soft| (d as u64) < soft) && !all_private(min, d as u64) {
+        // SAFETY: d was just made here and is nobody else's.
+        unsafe { real::close(d) };
+        if !NO_BELOW.swap(true, SeqCst) {
+            dlog!("the program's descriptors reached the numbers lent below its soft RLIMIT_NOFILE: none placed there any more");
+        }
+        return full();
+    }
+    if room.lent.is_some_and(|soft| (d as u64) < soft) {
+        LOWEST.fetch_min(d as usize, SeqCst);
     }
     mark(d);
     Ok(d)
@@ -198,20 +255,44 @@ fn dup_from(fd: c_int, min: u64) -> io::Result<c_int> {
 /// notes): the one helper that places the shim's and the engine's
 /// descriptors.
 pub fn private_dup(fd: c_int) -> io::Result<c_int> {
-    window(|min| dup_from(fd, min))
+    window(|room| dup_from(fd, room))
+}
+
+/// Whether `k` more private descriptors could be placed now (each tried
+/// with a duplicate of `fd`, closed again): a socket is put on the engine
+/// only with room for the descriptors it will need, rather than attached
+/// and dropped again at its first poll.
+pub fn has_room(fd: c_int, k: usize) -> bool {
+    window(|room| {
+        let mut made = Vec::with_capacity(k);
+        while made.len() < k {
+            match dup_from(fd, room) {
+                Ok(d) => made.push(d),
+                Err(_) => break,
+            }
+        }
+        let ok = made.len() == k;
+        for d in made {
+            unmark(d);
+            // SAFETY: d was made just above and is nobody else's.
+            unsafe { real::close(d) };
+        }
+        ok
+    })
 }
 
 /// The engine's placement: the descriptor `make` creates (inside the
 /// window, so even a program at its limit leaves room for it) moves to a
-/// private number, the original closed; one already there stays.
+/// private number, the original closed; one already there stays. Without
+/// a private number left it fails (the budget).
 fn make(make: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
-    window(|min| {
+    window(|room| {
         let fd = make()?;
         let raw = fd.as_raw_fd();
         if is_private(raw) {
             return Ok(fd);
         }
-        match dup_from(raw, min) {
+        match dup_from(raw, room) {
             Ok(d) => {
                 // The kernel may have handed the old number to a socket the
                 // shim saw created: it is the engine's, not the program's.
@@ -221,8 +302,11 @@ fn make(make: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
                 Ok(unsafe { OwnedFd::from_raw_fd(d) })
             }
             Err(e) => {
-                dlog!("fd {raw}: cannot move to a private number ({e}); stays");
-                Ok(fd)
+                // Left where it is it would take one of the program's
+                // numbers: the engine does without it (see the budget).
+                dlog!("fd {raw}: cannot move to a private number ({e}); closed");
+                crate::shim::remove(raw);
+                Err(e)
             }
         }
     })
@@ -269,6 +353,94 @@ fn program_view(cur: u64, before: u64, after: u64) -> u64 {
 fn is_self(pid: libc::pid_t) -> bool {
     // SAFETY: getpid has no preconditions.
     pid == 0 || pid == unsafe { libc::getpid() }
+}
+
+// ------------------------------------------------------------ reclaim
+
+/// Private numbers held below `limit`.
+fn count_below(limit: u64) -> usize {
+    let end = (limit as usize).min(TRACKED);
+    let mut n = 0;
+    for (w, word) in PRIVATE.iter().enumerate().take(end.div_ceil(64)) {
+        let mut bits = word.load(SeqCst);
+        if (w + 1) * 64 > end {
+            bits &= (1u64 << (end % 64)) - 1;
+        }
+        n += bits.count_ones() as usize;
+    }
+    n
+}
+
+/// At or below the lowest number lent at the top of the program's space
+/// since the last [`reclaim`] (`usize::MAX`: none): a program descriptor
+/// above it means the program's numbers reached that region. (Numbers
+/// placed above the soft limit that a raise of it lent are given back at
+/// the program's EMFILE only: far from the top they cost it nothing
+/// before.)
+static LOWEST: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The program needs the numbers below its soft limit (one of its calls
+/// got a number above a private one, or failed with EMFILE): every socket
+/// holding private descriptors there falls back and gives them back, and
+/// nothing more is placed there. True when numbers were given back. Never
+/// from the shim's own calls (inside a window, or inside the shim).
+pub fn reclaim() -> bool {
+    // SAFETY: getpid has no preconditions.
+    if HOLDER.load(SeqCst) == unsafe { libc::getpid() } || crate::shim::inside() || COUNT.load(SeqCst) == 0 || engine_thread() {
+        return false;
+    }
+    let soft = {
+        let _l = lock_limits();
+        let was = NO_BELOW.swap(true, SeqCst);
+        LOWEST.store(usize::MAX, SeqCst);
+        match nofile() {
+            Some(r) => (r.rlim_cur.min(TRACKED as u64), was),
+            None => return false,
+        }
+    };
+    let (soft, was) = soft;
+    let before = count_below(soft);
+    crate::shim::give_back_below(soft as c_int);
+    let after = count_below(soft);
+    if after >= before {
+        // Nothing the sockets held (what is there is the engine's own, for
+        // one placed before the program raised its limit): the region at
+        // the top of its space stays usable.
+        if !was {
+            NO_BELOW.store(false, SeqCst);
+        }
+        return false;
+    }
+    dlog!("descriptor budget: the program needs the numbers below its soft RLIMIT_NOFILE {soft}: {} private ones given back, {after} kept (the engine's own), none placed there any more", before - after);
+    true
+}
+
+/// Whether this is one of the engine's threads (named `eudp-…`): its
+/// calls (the TCP transport's `accept`) are not the program's, and a
+/// fallback there would wait for the thread itself.
+fn engine_thread() -> bool {
+    let mut name = [0u8; 16];
+    // SAFETY: the calling thread's handle and a live buffer of its length.
+    let r = unsafe { libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr() as *mut libc::c_char, name.len()) };
+    r == 0 && name.starts_with(b"eudp-")
+}
+
+/// One of the program's calls that makes descriptors (`-1` with errno on
+/// failure, else the new descriptor or 0): when it got a number above one
+/// lent to the shim, or failed with EMFILE, the lent numbers are given
+/// back ([`reclaim`]); after an EMFILE the call is made once more.
+pub fn program_fds(mut call: impl FnMut() -> c_int) -> c_int {
+    let r = call();
+    if r >= 0 {
+        if r as usize > LOWEST.load(Relaxed) {
+            reclaim();
+        }
+        return r;
+    }
+    if errno() == libc::EMFILE && reclaim() {
+        return call();
+    }
+    r
 }
 
 // -------------------------------------------------------- closing ranges

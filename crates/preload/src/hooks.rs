@@ -11,7 +11,7 @@
 
 #![allow(clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 
-use crate::fdspace::is_private;
+use crate::fdspace::{is_private, program_fds};
 use crate::real;
 use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock_in, with_tls, Sock, Tls, ACTIVE};
 use eudp_engine::{Endpoint, Received, RecvFlags};
@@ -394,6 +394,14 @@ fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mu
     }
     *out = s.endpoint(fd).map(|ep| {
         let r = ep_recv(s, &ep, buf, flags, info);
+        if matches!(r, Err(libc::EMFILE | libc::ENFILE)) {
+            // A wait needs the ring's eventfd and none could be made (the
+            // descriptor budget; a UDP receive never fails so on its own):
+            // the receive is made again on the kernel path.
+            drop(ep);
+            s.fallback(fd, &shim::budget_reason("receive"));
+            return Err(shim::RETRY);
+        }
         if s.mode() == shim::KERNEL {
             // Handed over meanwhile: what this receive's read brought
             // beyond its datagram joins the kept ones.
@@ -864,7 +872,7 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
 
 #[no_mangle]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
-    let fd = real::socket(domain, ty, proto);
+    let fd = program_fds(|| real::socket(domain, ty, proto));
     shim::forget_stale(fd);
     if fd >= 0
         && (domain == libc::AF_INET || domain == libc::AF_INET6)
@@ -874,6 +882,37 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
     }
     fd
+}
+
+/// The program's other calls that make descriptors: numbers lent to the
+/// shim below the program's limit are given back when the program needs
+/// them (see [`crate::fdspace::program_fds`]); otherwise plain
+/// pass-throughs. `open`'s optional mode is read as a plain third argument
+/// (how the x86-64 and AArch64 ABIs pass it) and handed on.
+macro_rules! fd_makers {
+    ($($name:ident ( $($a:ident : $t:ty),* );)*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+                program_fds(|| real::$name($($a),*))
+            }
+        )*
+    };
+}
+
+fd_makers! {
+    socketpair(domain: c_int, ty: c_int, proto: c_int, sv: *mut c_int);
+    accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t);
+    accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int);
+    epoll_create(size: c_int);
+    epoll_create1(flags: c_int);
+    eventfd(initval: c_uint, flags: c_int);
+    pipe(fds: *mut c_int);
+    pipe2(fds: *mut c_int, flags: c_int);
+    open(path: *const c_char, flags: c_int, mode: libc::mode_t);
+    open64(path: *const c_char, flags: c_int, mode: libc::mode_t);
+    openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t);
+    openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -977,7 +1016,7 @@ fn after_dup(old: c_int, new: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    let r = real::dup(fd);
+    let r = program_fds(|| real::dup(fd));
     after_dup(fd, r);
     r
 }
@@ -1026,7 +1065,12 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 // ---------------------------------------------------- flags and options
 
 unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, f: unsafe fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
-    let Some(s) = lookup(fd) else { return f(fd, cmd, arg) };
+    let Some(s) = lookup(fd) else {
+        return match cmd {
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => program_fds(|| f(fd, cmd, arg)),
+            _ => f(fd, cmd, arg),
+        };
+    };
     match cmd {
         libc::F_GETFL => {
             let r = f(fd, cmd, arg);
@@ -1041,7 +1085,7 @@ unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, f: unsafe fn(c_int, 
             f(fd, cmd, arg)
         }
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
-            let r = f(fd, cmd, arg);
+            let r = program_fds(|| f(fd, cmd, arg));
             after_dup(fd, r);
             r
         }
@@ -1439,6 +1483,9 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
     if extra.is_empty() {
         return real::ppoll(fds, n, ts, mask);
     }
+    if extra.iter().any(|e| e.fd == NO_RING) {
+        return poll_without_rings(t, fds, n, ts, mask, room, extra);
+    }
     let ready_now = extra.iter().any(|e| e.ready != 0);
     if ready_now && !extra.iter().any(|e| e.ask) && may_skip_kernel(t) {
         for p in app.iter_mut() {
@@ -1512,6 +1559,25 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
     }
 }
 
+/// [`Extra::fd`] of a socket whose ring's eventfd could not be made.
+const NO_RING: c_int = -2;
+
+/// Some polled sockets have no ring eventfd (the descriptor budget): they
+/// move to the kernel path (out of the scan, which found them), then the
+/// poll is made again.
+#[cold]
+#[inline(never)]
+unsafe fn poll_without_rings(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, room: bool, extra: &[Extra]) -> c_int {
+    let app = std::slice::from_raw_parts(fds, n as usize);
+    for e in extra.iter().filter(|e| e.fd == NO_RING) {
+        let fd = app[e.at].fd;
+        if let Some(s) = lookup(fd) {
+            s.fallback(fd, &shim::budget_reason("poll"));
+        }
+    }
+    poll_input_once(t, fds, n, ts, mask, room)
+}
+
 /// What stands for one accelerated socket of a poll besides its own
 /// descriptor.
 #[derive(Clone, Copy)]
@@ -1567,8 +1633,11 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
                 let ready = if ep.ready_or_fill() { input_events(s, ep) } else { 0 } | out;
                 if let Some(fd) = s.ring_fd(ep) {
                     add(Extra { at, fd, ready, ask: false });
-                } else if ready != 0 {
-                    add(Extra { at, fd: -1, ready, ask: false });
+                } else {
+                    // No eventfd (the descriptor budget): without it a wait
+                    // would miss the ring; the caller moves the socket to
+                    // the kernel path.
+                    add(Extra { at, fd: NO_RING, ready, ask: false });
                 }
                 if let Some(fd) = s.err_fd_made() {
                     add(Extra { at, fd, ready: 0, ask: false });
@@ -1935,17 +2004,21 @@ fn ring_events(ev: u32) -> Option<u32> {
 
 /// Descriptors whose readability means input for an accelerated socket,
 /// besides the socket itself: the ring's eventfd, and under the TCP
-/// transport the backend's descriptor.
-fn ready_fds(s: &Sock, ep: &Endpoint) -> Vec<c_int> {
-    let mut v: Vec<c_int> = s.ring_fd(ep).into_iter().collect();
+/// transport the backend's descriptor; and whether all of them could be
+/// made (a private descriptor may be out of the budget, see
+/// [`crate::fdspace`]).
+fn ready_fds(s: &Sock, ep: &Endpoint) -> (Vec<c_int>, bool) {
+    let ring = s.ring_fd(ep);
     // An asynchronous error the engine took off the kernel socket: the
     // error flag reports it as EPOLLERR, as the kernel socket would have
     // (the ring's eventfd then stands for datagrams only).
-    v.extend(s.err_fd(ep));
+    let err = s.err_fd(ep);
+    let complete = ring.is_some() && err.is_some();
+    let mut v: Vec<c_int> = ring.into_iter().chain(err).collect();
     if shim::tcp_transport() {
         v.push(ep.raw_fd());
     }
-    v
+    (v, complete)
 }
 
 /// A duplicate of a ring's eventfd `rfd` standing for it in the epoll
@@ -1996,6 +2069,15 @@ fn ring_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, create: bool) -> Option<c_int>
 /// register two descriptors of one socket skip the table at drop.
 static RING_DUPS_MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether duplicates were made for the socket at `addr`.
+pub(crate) fn has_ring_dups(addr: usize) -> bool {
+    if !RING_DUPS_MADE.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    let g = RING_DUPS.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref().is_some_and(|m| m.keys().any(|&(a, _, _)| a == addr))
+}
+
 /// The socket at `addr` is gone: the duplicates made for it close too, so
 /// the epoll registrations made through them end with the socket, as the
 /// kernel's end when the socket's last descriptor closes (a duplicate left
@@ -2045,28 +2127,45 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
     }
     let saved = errno();
     // After a fallback that kept datagrams, their readiness eventfd stands
-    // in for the ring's (see `Sock::fallback`).
-    let extra = |ep: Option<Arc<Endpoint>>| match ep {
-        Some(ep) => ready_fds(&s, &ep),
-        None => s.leftover_ready_fd().into_iter().collect(),
+    // in for the ring's (see `Sock::fallback`). A socket whose descriptors
+    // for this cannot all be made (the descriptor budget) falls back: an
+    // epoll set that missed its ring would miss its datagrams.
+    let extra = |ep: Option<Arc<Endpoint>>, need: bool| -> Vec<c_int> {
+        if let Some(ep) = ep {
+            let (v, complete) = ready_fds(&s, &ep);
+            if complete || !need {
+                return v;
+            }
+            drop(ep);
+            s.fallback(fd, &shim::budget_reason("epoll_ctl"));
+        }
+        s.leftover_ready_fd().into_iter().collect()
     };
     match op {
         libc::EPOLL_CTL_ADD if !ev.is_null() => {
             if let Some(events) = ring_events((*ev).events) {
-                for rfd in extra(s.endpoint(fd)) {
+                for rfd in extra(s.endpoint(fd), true) {
                     let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
                     if real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2) != 0 && errno() == libc::EEXIST {
                         // Another descriptor of this socket has the ring
                         // in this epoll: this one gets its own key.
-                        if let Some(d) = ring_dup(&s, fd, rfd, true) {
-                            real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, d, &mut e2);
+                        match ring_dup(&s, fd, rfd, true) {
+                            Some(d) => {
+                                real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, d, &mut e2);
+                            }
+                            None if s.mode() == ACTIVE => {
+                                s.fallback(fd, &shim::budget_reason("epoll_ctl of a duplicate"));
+                                break;
+                            }
+                            None => {}
                         }
                     }
                 }
             }
         }
         libc::EPOLL_CTL_MOD if !ev.is_null() => {
-            for rfd in extra(s.existing()) {
+            let need = ring_events((*ev).events).is_some();
+            for rfd in extra(s.existing(), need) {
                 match ring_events((*ev).events) {
                     Some(events) => {
                         let mut e2 = libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
@@ -2084,7 +2183,7 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
             }
         }
         libc::EPOLL_CTL_DEL => {
-            for rfd in extra(s.existing()) {
+            for rfd in extra(s.existing(), false) {
                 let mut e2 = libc::epoll_event { events: 0, u64: 0 };
                 if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
                     real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);

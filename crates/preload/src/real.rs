@@ -91,5 +91,17 @@ real! {
     setrlimit(res: c_int, rl: *const libc::rlimit) -> c_int;
     prlimit64(pid: libc::pid_t, res: c_int, new: *const libc::rlimit64, old: *mut libc::rlimit64) -> c_int;
     getdtablesize() -> c_int;
+    socketpair(domain: c_int, ty: c_int, proto: c_int, sv: *mut c_int) -> c_int;
+    accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
+    accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int;
+    epoll_create(size: c_int) -> c_int;
+    epoll_create1(flags: c_int) -> c_int;
+    eventfd(initval: c_uint, flags: c_int) -> c_int;
+    pipe(fds: *mut c_int) -> c_int;
+    pipe2(fds: *mut c_int, flags: c_int) -> c_int;
+    open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
+    open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
+    openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
+    openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int;
     sysconf(name: c_int) -> libc::c_long;
 }

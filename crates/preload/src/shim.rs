@@ -242,6 +242,42 @@ impl Drop for Inside {
     }
 }
 
+/// Private descriptors a socket on the engine may need: the engine's
+/// duplicate of it, its ring's eventfd and its error flag (the last two
+/// for poll and epoll). A socket is attached only with room for them.
+const PRIVATE_PER_SOCKET: usize = 3;
+
+/// Whether this thread is inside the shim's own work (the calls it makes
+/// then are not the program's).
+pub fn inside() -> bool {
+    TLS.try_with(|t| t.inside.get()).unwrap_or(false)
+}
+
+/// The fallback reason of a socket that needed a private descriptor when
+/// none was left (see [`crate::fdspace`]'s budget); `stat` groups by the
+/// part before the colon.
+pub fn budget_reason(what: &str) -> String {
+    format!("descriptor budget: no private descriptor number left ({what})")
+}
+
+/// Sockets on the engine that hold private descriptors below `limit` fall
+/// back ([`crate::fdspace::reclaim`]).
+pub fn give_back_below(limit: i32) {
+    let mut seen = std::collections::HashSet::new();
+    for (fd, s) in all() {
+        if s.mode() != ACTIVE || !seen.insert(Arc::as_ptr(&s) as usize) {
+            continue;
+        }
+        // (A duplicate of its ring's eventfd made for epoll may be there
+        // too.)
+        if ![&s.dup_fd, &s.poll_fd, &s.err_fd].iter().map(|f| f.load(SeqCst)).any(|f| f >= 0 && f < limit) && !crate::hooks::has_ring_dups(Arc::as_ptr(&s) as usize) {
+            continue;
+        }
+        s.fallback(fd, "descriptor budget: the program needs the numbers below its limit");
+        crate::hooks::forget_ring_dups(Arc::as_ptr(&s) as usize);
+    }
+}
+
 /// The socket behind `fd`, when it is one of the application's UDP sockets.
 #[inline]
 pub fn lookup(fd: i32) -> Option<Arc<Sock>> {
@@ -685,6 +721,9 @@ impl Sock {
         }
         let r = (|| -> io::Result<Endpoint> {
             let _inside = Inside::enter();
+            if !crate::fdspace::has_room(fd, PRIVATE_PER_SOCKET) {
+                return Err(io::Error::from_raw_os_error(libc::EMFILE));
+            }
             let engine = engine()?;
             // SAFETY-free wrapper: real::fcntl is libc's fcntl.
             let d = crate::hooks::real_dup_cloexec(fd)?;
@@ -727,7 +766,8 @@ impl Sock {
             }
             Err(e) => {
                 drop(g);
-                self.fallback(fd, &format!("cannot attach to the engine: {e}"));
+                let reason = if e.raw_os_error() == Some(libc::EMFILE) { budget_reason("attaching to the engine") } else { format!("cannot attach to the engine: {e}") };
+                self.fallback(fd, &reason);
                 None
             }
         }
