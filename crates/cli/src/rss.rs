@@ -75,13 +75,14 @@ pub fn take_usage(path: &Path) -> Option<Usage> {
     serde_json::from_str(s?.trim()).ok()
 }
 
-/// Appends the wrapper's arguments, `OUT [-n NOFILE] VAR=VALUE... argv...`,
+/// Appends the wrapper's arguments, `OUT [-n SOFT:HARD] VAR=VALUE... argv...`,
 /// to `cmd`, a command whose program is the wrapper (directly or behind a
 /// launcher such as `ip netns exec NS`).
-pub fn wrap_args(cmd: &mut Command, out: &Path, nofile: Option<u64>, env: &[std::ffi::OsString], argv: &[&str]) {
+/// `nofile`: the program's RLIMIT_NOFILE, soft and hard.
+pub fn wrap_args(cmd: &mut Command, out: &Path, nofile: Option<(u64, u64)>, env: &[std::ffi::OsString], argv: &[&str]) {
     cmd.arg(out);
-    if let Some(n) = nofile {
-        cmd.args(["-n", &n.to_string()]);
+    if let Some((soft, hard)) = nofile {
+        cmd.args(["-n", &format!("{soft}:{hard}")]);
     }
     cmd.args(env);
     cmd.args(argv);

@@ -5,10 +5,15 @@
 //! 127.0.0.1, registers them in one epoll set and answers one query per
 //! socket from a client on the kernel stack, which checks that each answer
 //! came from the socket it asked. The server runs under the RSS wrapper
-//! ([`crate::rss`]), which sets its `RLIMIT_NOFILE` (soft = hard, the
-//! same for both stacks: what the kernel run needs plus headroom) so the
-//! result does not depend on the caller's limits, and reports its peak
-//! RSS. A stack that cannot open, register or answer every socket is
+//! ([`crate::rss`]), which sets its `RLIMIT_NOFILE` so the result does not
+//! depend on the caller's limits, and reports its peak RSS. The soft limit
+//! is what the kernel run needs plus headroom, for every run. The kernel
+//! and `eudp` runs have hard = soft: the shim has no descriptor to spare
+//! and must keep sockets on the kernel path rather than fail. The
+//! `eudp-room` run (when this process's own hard limit is higher) keeps
+//! that hard limit, as a service's usual limits (soft low, hard high) do,
+//! so the shim places its descriptors above the soft limit. Each shim run
+//! also reports how many sockets the engine carried (its stat report). A stack that cannot open, register or answer every socket is
 //! reported with the error, never skipped. Schema: `docs/bench.md`.
 
 use crate::rss;
@@ -28,8 +33,17 @@ pub const BASE_FDS: u64 = 7;
 /// One stack's run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StackRun {
-    /// `kernel` or `eudp` (the environment `eudp run` sets, default profile).
+    /// `kernel`, `eudp` (the environment `eudp run` sets, default profile)
+    /// or `eudp-room` (the same with a higher hard limit).
     pub stack: String,
+    /// The server's RLIMIT_NOFILE, soft and hard.
+    pub nofile_soft: u64,
+    pub nofile_hard: u64,
+    /// Shim runs: sockets the engine carried, sockets left on (or moved to)
+    /// the kernel path, and why (the shim's final stat report).
+    pub accelerated: Option<u64>,
+    pub fallbacks: Option<u64>,
+    pub fallback_reasons: serde_json::Value,
     /// Every socket opened, registered and answered its query.
     pub success: bool,
     /// Why not, when not.
@@ -70,7 +84,7 @@ pub struct SocketsBench {
     pub schema: &'static str,
     pub started_unix: u64,
     pub count: u64,
-    /// RLIMIT_NOFILE (soft = hard) of the server in every run.
+    /// The server's soft RLIMIT_NOFILE in every run (hard: per run).
     pub nofile_limit: u64,
     /// Queries the client has outstanding at a time.
     pub window: u64,
@@ -78,6 +92,8 @@ pub struct SocketsBench {
     pub preload_lib: Option<String>,
     pub runs: Vec<StackRun>,
     pub eudp_over_kernel: Ratios,
+    /// The same for the `eudp-room` run (null when it did not run).
+    pub eudp_room_over_kernel: Option<Ratios>,
 }
 
 pub struct SocketsArgs {
@@ -111,9 +127,14 @@ fn num(v: &serde_json::Value, k: &str) -> Option<f64> {
 }
 
 /// One stack: server under the wrapper with `env`, then the client.
-fn run_stack(stack: &str, env: Result<Vec<std::ffi::OsString>, String>, dnsd: &Path, wrapper: &Path, count: u64, nofile: u64, window: u64) -> StackRun {
+fn run_stack(stack: &str, env: Result<Vec<std::ffi::OsString>, String>, dnsd: &Path, wrapper: &Path, count: u64, nofile: (u64, u64), window: u64) -> StackRun {
     let mut r = StackRun {
         stack: stack.into(),
+        nofile_soft: nofile.0,
+        nofile_hard: nofile.1,
+        accelerated: None,
+        fallbacks: None,
+        fallback_reasons: serde_json::Value::Null,
         success: false,
         error: None,
         opened: 0,
@@ -227,35 +248,49 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
         Some(l) => Ok(l.clone()),
         None => crate::run::preload_lib(),
     };
-    let stat_dir = std::env::temp_dir().join(format!("eudp-sockbench-stat-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&stat_dir);
-    let eudp_env = lib.clone().map(|l| crate::run::stack_env(crate::run::Stack::Eudp("default"), &l, &stat_dir));
+    let own_hard = own_hard_nofile();
+    let mut plan: Vec<(&str, bool, (u64, u64))> = vec![("kernel", false, (nofile, nofile)), ("eudp", true, (nofile, nofile))];
+    if own_hard > nofile {
+        plan.push(("eudp-room", true, (nofile, own_hard)));
+    }
     let mut runs = Vec::new();
-    for (stack, env) in [("kernel", Ok(Vec::new())), ("eudp", eudp_env)] {
-        eprint!("bench: {count} sockets on {stack} ... ");
-        let r = run_stack(stack, env, &dnsd, &wrapper, count, nofile, window);
+    for (stack, shim, limits) in plan {
+        let stat_dir = std::env::temp_dir().join(format!("eudp-sockbench-stat-{}-{stack}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&stat_dir);
+        let _ = std::fs::create_dir_all(&stat_dir);
+        let env = if shim { lib.clone().map(|l| crate::run::stack_env(crate::run::Stack::Eudp("default"), &l, &stat_dir)) } else { Ok(Vec::new()) };
+        eprint!("bench: {count} sockets on {stack} (RLIMIT_NOFILE {}:{}) ... ", limits.0, limits.1);
+        let mut r = run_stack(stack, env, &dnsd, &wrapper, count, limits, window);
+        if shim {
+            shim_report(&stat_dir, &mut r);
+        }
+        let _ = std::fs::remove_dir_all(&stat_dir);
+        let carried = r.accelerated.map(|a| format!(", {a} on the engine")).unwrap_or_default();
         match &r.error {
-            None => eprintln!("{} answered, open {:.3} s, answer {:.3} s, peak RSS {} KiB", r.answered, r.open_secs.unwrap_or(0.0), r.answer_secs.unwrap_or(0.0), r.peak_rss_kib.unwrap_or(0)),
-            Some(e) => eprintln!("FAILED: {e}"),
+            None => eprintln!("{} answered, open {:.3} s, answer {:.3} s, peak RSS {} KiB{carried}", r.answered, r.open_secs.unwrap_or(0.0), r.answer_secs.unwrap_or(0.0), r.peak_rss_kib.unwrap_or(0)),
+            Some(e) => eprintln!("FAILED: {e}{carried}"),
         }
         runs.push(r);
     }
-    let _ = std::fs::remove_dir_all(&stat_dir);
-    let ratio = |f: &dyn Fn(&StackRun) -> Option<f64>| match (runs.iter().find(|r| r.stack == "eudp"), runs.iter().find(|r| r.stack == "kernel")) {
-        (Some(e), Some(k)) if e.success && k.success => f(e).zip(f(k)).filter(|(_, k)| *k > 0.0).map(|(e, k)| e / k),
-        _ => None,
+    let ratios = |stack: &str| {
+        let ratio = |f: &dyn Fn(&StackRun) -> Option<f64>| match (runs.iter().find(|r| r.stack == stack), runs.iter().find(|r| r.stack == "kernel")) {
+            (Some(e), Some(k)) if e.success && k.success => f(e).zip(f(k)).filter(|(_, k)| *k > 0.0).map(|(e, k)| e / k),
+            _ => None,
+        };
+        Ratios {
+            open_secs: ratio(&|r| r.open_secs),
+            answer_secs: ratio(&|r| r.answer_secs),
+            peak_rss_kib: ratio(&|r| r.peak_rss_kib.map(|x| x as f64)),
+            fds_in_use: ratio(&|r| r.fds_in_use.map(|x| x as f64)),
+        }
     };
-    let eudp_over_kernel = Ratios {
-        open_secs: ratio(&|r| r.open_secs),
-        answer_secs: ratio(&|r| r.answer_secs),
-        peak_rss_kib: ratio(&|r| r.peak_rss_kib.map(|x| x as f64)),
-        fds_in_use: ratio(&|r| r.fds_in_use.map(|x| x as f64)),
-    };
+    let eudp_over_kernel = ratios("eudp");
+    let eudp_room_over_kernel = runs.iter().any(|r| r.stack == "eudp-room").then(|| ratios("eudp-room"));
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("EUDP_")).collect();
     let res = SocketsBench {
-        schema: "eudp-bench-sockets/1",
+        schema: "eudp-bench-sockets/2",
         started_unix,
         count,
         nofile_limit: nofile,
@@ -264,6 +299,7 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
         preload_lib: lib.ok().map(|l| l.display().to_string()),
         runs,
         eudp_over_kernel,
+        eudp_room_over_kernel,
     };
     let mut path = None;
     if let Some(dir) = &args.out_dir {
@@ -275,17 +311,42 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
     Ok((res, path))
 }
 
+/// This process's hard RLIMIT_NOFILE (the most a child can be given).
+fn own_hard_nofile() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    s.lines().find(|l| l.starts_with("Max open files")).and_then(|l| l.split_whitespace().nth(4)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Reads the shim's final stat report of the server (the only process
+/// under the shim: the client runs without it) into `r`.
+fn shim_report(dir: &Path, r: &mut StackRun) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') || !name.ends_with(".json") || name.ends_with(".tcp.json") {
+            continue;
+        }
+        let Ok(v) = std::fs::read_to_string(e.path()).map_err(|_| ()).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|_| ())) else { continue };
+        r.accelerated = v["accelerated"].as_u64();
+        r.fallbacks = v["fallbacks"].as_u64();
+        r.fallback_reasons = v["fallback_reasons"].clone();
+        return;
+    }
+}
+
 /// The printed table.
 pub fn table(res: &SocketsBench) -> String {
     let f = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into());
-    let mut s = format!("{} UDP sockets in one epoll set, RLIMIT_NOFILE {}\n", res.count, res.nofile_limit);
-    s += &format!("{:<7} {:>7} {:>9} {:>10} {:>12} {:>13} {:>9}  {}\n", "stack", "opened", "answered", "open s", "answer s", "peak RSS KiB", "fds", "result");
+    let mut s = format!("{} UDP sockets in one epoll set, RLIMIT_NOFILE soft {}\n", res.count, res.nofile_limit);
+    s += &format!("{:<9} {:>7} {:>7} {:>9} {:>9} {:>10} {:>12} {:>13} {:>9}  {}\n", "stack", "hard", "opened", "answered", "on engine", "open s", "answer s", "peak RSS KiB", "fds", "result");
     for r in &res.runs {
         s += &format!(
-            "{:<7} {:>7} {:>9} {:>10} {:>12} {:>13} {:>9}  {}\n",
+            "{:<9} {:>7} {:>7} {:>9} {:>9} {:>10} {:>12} {:>13} {:>9}  {}\n",
             r.stack,
+            r.nofile_hard,
             r.opened,
             r.answered,
+            r.accelerated.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
             f(r.open_secs, 4),
             f(r.answer_secs, 4),
             r.peak_rss_kib.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
@@ -293,13 +354,9 @@ pub fn table(res: &SocketsBench) -> String {
             r.error.as_deref().map(|e| format!("FAILED: {e}")).unwrap_or_else(|| "ok".into())
         );
     }
-    let q = &res.eudp_over_kernel;
-    s += &format!(
-        "eudp/kernel: open {}x, answer {}x, peak RSS {}x, fds {}x\n",
-        f(q.open_secs, 2),
-        f(q.answer_secs, 2),
-        f(q.peak_rss_kib, 2),
-        f(q.fds_in_use, 2)
-    );
+    for (name, q) in [("eudp", Some(&res.eudp_over_kernel)), ("eudp-room", res.eudp_room_over_kernel.as_ref())] {
+        let Some(q) = q else { continue };
+        s += &format!("{name}/kernel: open {}x, answer {}x, peak RSS {}x, fds {}x\n", f(q.open_secs, 2), f(q.answer_secs, 2), f(q.peak_rss_kib, 2), f(q.fds_in_use, 2));
+    }
     s
 }

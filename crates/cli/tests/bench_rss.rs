@@ -110,11 +110,13 @@ fn sockets(count: u64, nofile: Option<u64>) -> serde_json::Value {
 fn sockets_bench_small() {
     let n = 200;
     let v = sockets(n, None);
-    assert_eq!(v["schema"], "eudp-bench-sockets/1");
+    assert_eq!(v["schema"], "eudp-bench-sockets/2");
     assert_eq!(v["count"], n);
     assert_eq!(v["nofile_limit"], sockbench::nofile_for(n));
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.iter().map(|r| r["stack"].as_str().unwrap()).collect::<Vec<_>>(), ["kernel", "eudp"]);
+    let stacks: Vec<&str> = runs.iter().map(|r| r["stack"].as_str().unwrap()).collect();
+    assert_eq!(stacks[..2], ["kernel", "eudp"]);
+    assert!(stacks.len() == 2 || stacks[2..] == ["eudp-room"], "{stacks:?}");
     let k = &runs[0];
     assert_eq!(k["success"], true, "{k}");
     assert_eq!((k["opened"].as_u64(), k["answered"].as_u64()), (Some(n), Some(n)), "{k}");
@@ -129,10 +131,21 @@ fn sockets_bench_small() {
     assert_eq!(k["fds_in_use"].as_u64(), Some(n + 4), "{k}");
     assert!(k["open_secs"].as_f64().unwrap() > 0.0 && k["answer_secs"].as_f64().unwrap() > 0.0);
     assert_eq!(k["client"]["wrong"], 0);
+    // With a hard limit well above the soft one, the shim has room for
+    // every socket's descriptors above it: the engine carries them all.
+    if let Some(room) = runs.iter().find(|r| r["stack"] == "eudp-room") {
+        assert_eq!(room["success"], true, "{room}");
+        if room["nofile_hard"].as_u64().unwrap() >= room["nofile_soft"].as_u64().unwrap() + 4 * n + 64 {
+            assert_eq!(room["accelerated"].as_u64(), Some(n), "{room}");
+        }
+    }
     // The shim's run: whatever happened, said as it was.
     let e = &runs[1];
+    assert_eq!(e["nofile_hard"], e["nofile_soft"]);
     if e["success"] == true {
         assert_eq!(e["answered"].as_u64(), Some(n));
+        // Its stat report says how many sockets the engine carried.
+        assert!(e["accelerated"].as_u64().is_some_and(|a| a <= n), "{e}");
         assert!(e["peak_rss_kib"].as_u64().unwrap() > 0);
         assert!(v["eudp_over_kernel"]["peak_rss_kib"].as_f64().unwrap() > 0.0);
     } else {

@@ -1,6 +1,6 @@
 /* rsswrap: runs a program and writes its resource usage as one JSON line.
  *
- *   rsswrap OUT [-n NOFILE] [VAR=VALUE...] PROGRAM [ARGS...]
+ *   rsswrap OUT [-n NOFILE|SOFT:HARD] [VAR=VALUE...] PROGRAM [ARGS...]
  *
  * Used by the benches (crates/cli/src/rss.rs). The program runs as a forked
  * child of this small process, so wait4()'s ru_maxrss is the program's own
@@ -9,7 +9,7 @@
  * copied-on-fork anonymous pages (a few hundred KiB), not the bench's or a
  * launcher's. VAR=VALUE words are put in the program's environment here
  * (not through env(1), whose image would count too); -n sets
- * RLIMIT_NOFILE soft = hard = NOFILE for the program. SIGINT, SIGTERM,
+ * RLIMIT_NOFILE soft = hard = NOFILE (or SOFT:HARD) for the program. SIGINT, SIGTERM,
  * SIGHUP and SIGQUIT are passed on to the program; if this process dies
  * the program is killed. The program starts with only descriptors 0-2
  * open (what the caller's shell leaked would count against its limit and
@@ -45,7 +45,7 @@ static void write_out(const char *path, const char *json) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: rsswrap OUT [-n NOFILE] [VAR=VALUE...] PROGRAM [ARGS...]\n");
+        fprintf(stderr, "usage: rsswrap OUT [-n NOFILE|SOFT:HARD] [VAR=VALUE...] PROGRAM [ARGS...]\n");
         return 2;
     }
     const char *out = argv[1];
@@ -53,7 +53,10 @@ int main(int argc, char **argv) {
     char buf[512];
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
         struct rlimit rl;
-        rl.rlim_cur = rl.rlim_max = strtoul(argv[i + 1], NULL, 10);
+        char *end;
+        rl.rlim_cur = rl.rlim_max = strtoul(argv[i + 1], &end, 10);
+        if (*end == ':')
+            rl.rlim_max = strtoul(end + 1, NULL, 10);
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
             snprintf(buf, sizeof buf, "{\"error\":\"setrlimit RLIMIT_NOFILE %s: %s\"}\n", argv[i + 1], strerror(errno));
             write_out(out, buf);
