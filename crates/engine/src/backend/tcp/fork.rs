@@ -23,7 +23,9 @@
 //! The pre-decided port stays with the process that started its transport
 //! first: a child forked while its parent's listener is bound but not yet
 //! listening (or before the parent's start) leaves the port to the parent
-//! while it runs ([`Ancestor`], [`parent_runs`]); docs/tcp.md, "Fork".
+//! while it runs ([`Ancestor`], [`parent_runs`]), and gives it back to a
+//! parent whose transport started later still ([`parent_waits_for_port`]);
+//! docs/tcp.md, "Fork".
 
 use super::sys;
 use std::os::fd::{AsRawFd, RawFd};

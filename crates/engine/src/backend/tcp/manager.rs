@@ -871,7 +871,8 @@ impl TcpTransport {
 
     /// The process-wide transport, from `EUDP_TCP_*` (see [`TcpConfig`]).
     /// When the pre-decided port is taken on this host (another UOE process
-    /// listens), it runs without a listener and says so on stderr.
+    /// listens), it runs without a listener, says so on stderr, and takes
+    /// the port once it is free (`Mgr::listen_tick`).
     ///
     /// A fork child starts its own on first use: the one it inherited has
     /// no manager thread there, and its descriptors were given up at the
@@ -1188,24 +1189,8 @@ impl Mgr {
             if !fork::parent_runs() {
                 st.provisional = None;
             } else if fork::parent_waits_for_port() {
-                if let Some(l) = guard.take() {
-                    self.poller.remove(l.as_raw_fd());
-                }
-                self.listening.store(false, SeqCst);
-                if self.is_global() {
-                    fork::defer_to_parent(port);
-                }
-                st.provisional = None;
-                st.retry = Some((now + LISTEN_RETRY_MIN, LISTEN_RETRY_MIN));
-                Counters::inc(&self.c.listen_yields);
                 drop((st, guard));
-                // Its peers' connections too: each peer reads EOF, closes
-                // and connects again (to the parent); what it wrote before
-                // is still read here, and nothing is written here any more.
-                let inbound: Vec<Arc<Conn>> = lock(&self.conns).values().filter(|c| c.inbound).cloned().collect();
-                for c in inbound {
-                    let _ = c.stream.shutdown(std::net::Shutdown::Write);
-                }
+                self.give_back(now);
                 return Some(LISTEN_RETRY_MIN);
             } else {
                 st.provisional = Some(now + YIELD_CHECK);
@@ -1224,7 +1209,8 @@ impl Mgr {
         let parent = fork::parent_runs();
         let blocked = fork::claimed_elsewhere(port) || (parent && fork::parent_waits_for_port());
         let bound = self.bound_once.load(SeqCst);
-        if !blocked && bound && self.listen_now(&mut guard).unwrap_or(false) {
+        let took = !blocked && bound && self.listen_now(&mut guard).unwrap_or(false);
+        if took {
             st.retry = None;
             if parent {
                 st.provisional = Some(now + YIELD_CHECK);
@@ -1240,9 +1226,61 @@ impl Mgr {
             st.named_wait = waits;
             sys::set_thread_name(if waits { fork::WAIT_NAME } else { fork::THREAD_NAME });
         }
-        match (st.retry, st.provisional) {
+        let next = match (st.retry, st.provisional) {
             (Some((at, _)), _) | (None, Some(at)) => Some(at.saturating_duration_since(now)),
             (None, None) => None,
+        };
+        drop((st, guard));
+        if took {
+            self.lanes_retry_now();
+        }
+        next
+    }
+
+    /// Gives the port back to the parent (see [`Mgr::listen_tick`]) and
+    /// leaves it to the parent from then on.
+    fn give_back(&self, now: Instant) {
+        // Connections waiting in the backlog first: closing the listener
+        // would reset them, and lose what their peers wrote on them.
+        for tok in self.accept_all() {
+            let conn = lock(&self.conns).get(&tok).cloned();
+            if let Some(c) = conn {
+                while self.read_conn(&c) {}
+            }
+        }
+        {
+            let mut guard = lock(&self.listener);
+            if let Some(l) = guard.take() {
+                self.poller.remove(l.as_raw_fd());
+            }
+            self.listening.store(false, SeqCst);
+            let mut st = lock(&self.listen_st);
+            st.provisional = None;
+            st.retry = Some((now + LISTEN_RETRY_MIN, LISTEN_RETRY_MIN));
+        }
+        if self.is_global() {
+            fork::defer_to_parent(self.cfg.port);
+        }
+        Counters::inc(&self.c.listen_yields);
+        // Its peers' connections too: each peer reads EOF, closes and
+        // connects again (to the parent); what it wrote before is still
+        // read here, and nothing is written here any more.
+        let inbound: Vec<Arc<Conn>> = lock(&self.conns).values().filter(|c| c.inbound).cloned().collect();
+        for c in inbound {
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    /// This transport has just taken the port: its lanes refused meanwhile
+    /// (its lanes to its own host among them) connect now, in this tick,
+    /// not after their backoff (up to `retry_max`).
+    fn lanes_retry_now(&self) {
+        let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
+        for lane in lanes {
+            let mut st = lock(&lane.st);
+            if st.phase == Phase::Backoff && !st.plain {
+                st.retry_at = None;
+            }
         }
     }
 
@@ -2079,7 +2117,15 @@ impl Mgr {
             }
         }
         if flags & (EV_IN | EV_ERR) != 0 && !conn.dead.load(SeqCst) {
-            return self.read_conn(conn);
+            let more = self.read_conn(conn);
+            // The peer's FIN came with this edge's data: the short read
+            // took the data, and no later edge reports the end, so one
+            // more read sees it (before, such a connection stayed open and
+            // took frames until the peer's reset).
+            if !more && flags & sys::EV_RDHUP != 0 && !conn.dead.load(SeqCst) {
+                return self.read_conn(conn);
+            }
+            return more;
         }
         false
     }

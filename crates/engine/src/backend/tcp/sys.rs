@@ -262,6 +262,8 @@ pub fn sendv_nosignal(fd: RawFd, bufs: &[std::io::IoSlice<'_>]) -> io::Result<us
 pub const EV_IN: u32 = libc::EPOLLIN as u32;
 pub const EV_OUT: u32 = libc::EPOLLOUT as u32;
 pub const EV_ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP | libc::EPOLLRDHUP) as u32;
+/// The peer shut its sending side (FIN).
+pub const EV_RDHUP: u32 = libc::EPOLLRDHUP as u32;
 
 /// An epoll set that reports event flags with each token.
 #[derive(Debug)]
