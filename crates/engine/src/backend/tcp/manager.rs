@@ -1164,9 +1164,10 @@ impl Mgr {
     ///   process, or this one's parent) ended. Skipped while the holder
     ///   this process defers to still runs (`fork::claimed_elsewhere`), or
     ///   its parent waits for the port itself, and before the first
-    ///   endpoint is bound (as a listener listens from then on). Two processes racing both bind (`SO_REUSEADDR`); the
-    ///   kernel lets one `listen`. An attempt that finds the port held
-    ///   costs a socket, a failing bind and a close.
+    ///   endpoint is bound (a listener listens from then on). Two
+    ///   processes racing both bind (`SO_REUSEADDR`); the kernel lets one
+    ///   `listen`. An attempt that finds the port held costs a socket, a
+    ///   failing bind and a close.
     /// * A fork child that listens while its parent runs, the parent
     ///   having had no claim at the fork (it started its transport after
     ///   [`PARENT_GRACE`]), gives the port back once the parent's
