@@ -1166,3 +1166,49 @@ fn an_endpoint_that_stops_reading_does_not_stall_its_lane() {
         }
     });
 }
+
+/// A peer's last frame and its end (FIN) arriving together, as one
+/// segment (TCP_CORK holds the frame until the shutdown): the frame is
+/// delivered and the connection closed. Before, the manager's short read
+/// took the frame and no later edge reported the end, so the connection
+/// stayed open, taking replies that were lost when the peer's reset came
+/// (a fork child giving the port back to its parent hit this).
+#[test]
+fn a_peers_end_that_comes_with_its_last_frame_closes_the_connection() {
+    use std::os::fd::AsRawFd;
+    let port = free_port();
+    let b = host("127.0.0.61", port, |_| {});
+    let e = engine();
+    let rx = ep(&b, &e, "127.0.0.61", 0);
+    let rx_port = rx.local_addr().unwrap().port();
+    let mut s = TcpStream::connect(("127.0.0.61", port)).unwrap();
+    let frame = |i: u64| {
+        let p = payload(i, 100);
+        let mut w = vec![0x30, 0x39, (rx_port >> 8) as u8, rx_port as u8, 0, p.len() as u8];
+        w.extend_from_slice(&p);
+        w
+    };
+    let mut w = vec![b'E', b'U', b'T', b'1', 1, 0, 0, 0];
+    w.extend_from_slice(&frame(0));
+    s.write_all(&w).unwrap();
+    let from = SocketAddr::new(s.local_addr().unwrap().ip(), 12345);
+    recv_n(&rx, 1, 100, from);
+    let mut hello = [0u8; 8];
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.read_exact(&mut hello).unwrap();
+    let one: libc::c_int = 1;
+    // SAFETY: test-only setsockopt with the pointer and length of a live c_int.
+    let r = unsafe { libc::setsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, &one as *const libc::c_int as *const libc::c_void, 4) };
+    assert_eq!(r, 0);
+    s.write_all(&frame(1)).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    recv_seqs(&rx, 1..2, 100, from);
+    let mut buf = [0u8; 64];
+    let end = match s.read(&mut buf) {
+        Ok(0) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(()),
+        other => Err(other),
+    };
+    assert!(end.is_ok(), "the transport did not close the connection within 2 s of the peer's end: {end:?}");
+    wait_for("conns_closed", 2, || b.stats().conns_closed == 1);
+}

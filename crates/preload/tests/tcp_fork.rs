@@ -56,14 +56,18 @@ fn result_path(tag: &str) -> PathBuf {
     p
 }
 
+/// The program under the shim with the TCP transport on `port`.
+fn uoe(exe: &Path, port: u16) -> Command {
+    let mut c = Command::new(exe);
+    c.env("LD_PRELOAD", lib()).env("EUDP_TRANSPORT", "tcp").env("EUDP_TCP_PORT", port.to_string());
+    c
+}
+
 /// Starts the program under the shim with the TCP transport on `port`;
 /// returns the parent process and the child's pid (its first line).
 fn start(exe: &Path, port: u16, args: &[String]) -> (Child, u32) {
-    let mut parent = Command::new(exe)
+    let mut parent = uoe(exe, port)
         .args(args)
-        .env("LD_PRELOAD", lib())
-        .env("EUDP_TRANSPORT", "tcp")
-        .env("EUDP_TCP_PORT", port.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -199,13 +203,7 @@ fn a_fork_child_lets_the_listening_port_go() {
 fn an_executed_program_holds_no_transport_descriptor() {
     let exe = cc("tcp_fork", &[]);
     let res = result_path("exec");
-    let st = Command::new(&exe)
-        .args(["exec", &res.display().to_string()])
-        .env("LD_PRELOAD", lib())
-        .env("EUDP_TRANSPORT", "tcp")
-        .env("EUDP_TCP_PORT", free_port().to_string())
-        .status()
-        .unwrap();
+    let st = uoe(&exe, free_port()).args(["exec", &res.display().to_string()]).status().unwrap();
     assert!(st.success());
     let fds = std::fs::read_to_string(&res).unwrap();
     let held: Vec<&str> = fds.lines().filter(|l| l.contains("socket:") || l.contains("anon_inode:")).collect();
@@ -255,4 +253,190 @@ fn a_fork_during_the_transports_start_leaves_both_processes_a_working_one() {
     }
     assert!(runs >= 20, "only {runs} runs in the time bound");
     assert!(failed.is_empty(), "{} of {runs} runs failed:\n{}", failed.len(), failed.join("\n"));
+}
+
+/// The pid (of `pids`) whose socket listens on TCP `port`, if any.
+fn listener_owner(port: u16, pids: &[u32]) -> Option<u32> {
+    let mut socks = Vec::new();
+    for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for l in std::fs::read_to_string(path).unwrap_or_default().lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let p = f.get(1).and_then(|a| a.rsplit_once(':')).and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if f.len() > 9 && f[3] == "0A" && p == Some(port) {
+                socks.push(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    pids.iter().copied().find(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| socks.iter().any(|s| t.to_str() == Some(s))))
+    })
+}
+
+/// Waits (bounded) until `f` holds; how long it took.
+fn within(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if f() {
+            return Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// Child processes killed when the test ends, however it ends.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A transport counter from `<pid>.tcp.json` in `dir` (0: not written yet).
+fn uoe_counter(dir: &Path, pid: u32, name: &str) -> u64 {
+    std::fs::read_to_string(dir.join(format!("{pid}.tcp.json")))
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|j| j["tcp"][name].as_u64())
+        .unwrap_or(0)
+}
+
+/// `tcp_fork recv PORT` under the shim; its output lines arrive on
+/// the returned channel (after its "ready").
+fn receiver(exe: &Path, port: u16, udp_port: u16, stats: &Path) -> (Child, std::sync::mpsc::Receiver<String>) {
+    let mut c = uoe(exe, port)
+        .args(["recv", &udp_port.to_string()])
+        .env("EUDP_STAT_DIR", stats)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    (c, rx)
+}
+
+/// A process that could not listen (another UOE process held the port)
+/// takes the port once that process is gone. A listens; B, on the same
+/// transport port with another UDP port, runs without a listener; a peer
+/// process (send-only) sends to B's port: A hands it over to B's kernel
+/// socket. A is killed: B must listen within the retry bound (1 s, plus
+/// slack here) and get the peer's later datagrams over its own
+/// connections. Before, B never listened: the peer was refused and its
+/// datagrams waited in its queue until the DML deadline dropped them.
+#[test]
+fn a_process_without_a_listener_takes_the_port_when_its_holder_ends() {
+    let exe = cc("tcp_fork", &[]);
+    let port = free_port();
+    let (ua, ub) = (free_port(), free_port());
+    let stats = stat_dir("relisten");
+    let (a, _arx) = receiver(&exe, port, ua, &stats);
+    let mut procs = Procs(vec![a]);
+    let pa = procs.0[0].id();
+    assert!(within(Duration::from_secs(3), || listener_owner(port, &[pa]) == Some(pa)).is_some(), "A does not listen on {port}");
+    let (b, brx) = receiver(&exe, port, ub, &stats);
+    procs.0.push(b);
+    let pb = procs.0[1].id();
+    let mut peer = uoe(&exe, port)
+        .args(["send", &ub.to_string()])
+        .env("EUDP_TCP_LISTEN", "0")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_peer = peer.stdin.take().unwrap();
+    procs.0.push(peer);
+    let got = |want: &str, limit: Duration| {
+        let end = Instant::now() + limit;
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match brx.recv_timeout(left) {
+                Ok(l) if l == format!("got {want}") => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    };
+    writeln!(to_peer, "before").unwrap();
+    assert!(got("before", Duration::from_secs(5)), "B did not get the peer's datagram through A's hand-over");
+    assert_eq!(listener_owner(port, &[pa, pb]), Some(pa));
+    assert!(within(Duration::from_secs(3), || uoe_counter(&stats, pa, "forwarded_kernel") >= 1).is_some(), "A's forwarded_kernel stayed 0");
+    procs.0[0].kill().unwrap();
+    procs.0[0].wait().unwrap();
+    let took = within(Duration::from_secs(3), || listener_owner(port, &[pb]) == Some(pb));
+    assert!(took.is_some_and(|t| t <= Duration::from_millis(1500)), "B did not listen on {port} within 1.5 s of A's end: {took:?}");
+    eprintln!("B listens {:?} after A's end", took.unwrap());
+    // The peer's connection to A is gone; its next datagrams go to B's listener.
+    let mut delivered = false;
+    for i in 0..30 {
+        writeln!(to_peer, "after {i}").unwrap();
+        if got(&format!("after {i}"), Duration::from_millis(200)) {
+            delivered = true;
+            break;
+        }
+    }
+    assert!(delivered, "the peer's datagrams to B were not delivered after A's end");
+    writeln!(to_peer, "last").unwrap();
+    assert!(got("last", Duration::from_secs(3)), "the peer's last datagram to B was not delivered");
+    let counted = within(Duration::from_secs(3), || {
+        uoe_counter(&stats, pb, "conns_accepted") >= 1 && uoe_counter(&stats, pb, "frames_received") >= 1 && uoe_counter(&stats, pb, "listen_takeovers") == 1
+    });
+    assert!(counted.is_some(), "B's counters: conns_accepted {}, frames_received {}, listen_takeovers {}", uoe_counter(&stats, pb, "conns_accepted"), uoe_counter(&stats, pb, "frames_received"), uoe_counter(&stats, pb, "listen_takeovers"));
+    drop(to_peer);
+    drop(procs);
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
+/// A parent that starts its transport later than its fork child's wait
+/// for it (50 ms): the child, which listened meanwhile, gives the port
+/// back while it runs, and the parent keeps it after the child's end.
+/// Before, the parent never listened: while the child lived its datagrams
+/// to itself went through the child, and after the child's end they were
+/// refused and dropped by the DML deadline (exit status bit 4).
+#[test]
+fn a_parent_slower_than_its_childs_wait_gets_the_port_back() {
+    let exe = cc("tcp_fork", &[]);
+    let port = free_port();
+    let mut parent = uoe(&exe, port)
+        .args(["slowparent", "300", "3000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pp = parent.id();
+    let mut out = BufReader::new(parent.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let child: u32 = line.trim().parse().unwrap_or_else(|_| panic!("no child pid: {line:?}"));
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "bound");
+    let back = within(Duration::from_secs(2), || listener_owner(port, &[pp, child]) == Some(pp));
+    let child_alive = alive(child);
+    let owner = listener_owner(port, &[pp, child]);
+    if back.is_none() {
+        kill(child);
+    }
+    let st = parent.wait().unwrap();
+    assert!(back.is_some(), "the parent did not get its port back within 2 s (listener: {owner:?}, parent {pp}, child {child})");
+    assert!(child_alive, "the child ended before the check");
+    assert!(st.success(), "parent: {st} (bit 1: the child failed, bit 4: a datagram to itself was lost)");
 }

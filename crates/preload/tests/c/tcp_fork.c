@@ -19,6 +19,17 @@
  *     move its sockets to the kernel path mid-exchange. Exit status 0; bit 1 set when the
  *     child failed or hung, bit 4 when the thread's datagram was lost.
  *
+ *   slowparent WAIT_MS CHILD_MS: forks at once. The child gets a datagram
+ *     to itself (its transport starts while the parent's has not), waits
+ *     CHILD_MS and exits. The parent starts its transport WAIT_MS after
+ *     the fork (later than the child's wait for it) with a datagram to
+ *     itself, prints "bound", waits for the child's end, then sends itself
+ *     20 datagrams one at a time and must get each. First line: the
+ *     child's pid. Exit status as in `race`.
+ *   recv PORT: binds UDP 127.0.0.1:PORT, prints "ready", then prints
+ *     "got <payload>" for every datagram (until killed).
+ *   send PORT: sends each line of stdin as one datagram to 127.0.0.1:PORT.
+ *
  * The child writes "child ok" (or what failed) to RESULT when done. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -163,6 +174,60 @@ int main(int argc, char **argv) {
         int st;
         waitpid(pid, &st, 0);
         return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    }
+    if (strcmp(mode, "slowparent") == 0 && argc >= 4) {
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0) {
+            alarm(30);
+            const char *err = self_roundtrip("child");
+            if (err)
+                fprintf(stderr, "child: %s\n", err);
+            sleep_ms(atoi(argv[3]));
+            _exit(err ? 1 : 0);
+        }
+        printf("%d\n", (int)pid);
+        fflush(stdout);
+        sleep_ms(atoi(argv[2]));
+        const char *err = self_roundtrip("parent");
+        printf("bound\n");
+        fflush(stdout);
+        int st;
+        waitpid(pid, &st, 0);
+        if (!err)
+            err = roundtrips("after the child's end", 20);
+        if (err)
+            fprintf(stderr, "parent: %s\n", err);
+        return (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1) | (err ? 4 : 0);
+    }
+    if (strcmp(mode, "recv") == 0) {
+        int r = udp();
+        struct sockaddr_in a = loopback(atoi(argv[2]));
+        if (bind(r, (struct sockaddr *)&a, sizeof a))
+            die("bind");
+        printf("ready\n");
+        fflush(stdout);
+        char buf[2048];
+        for (;;) {
+            ssize_t n = recv(r, buf, sizeof buf - 1, 0);
+            if (n < 0 && errno != EINTR)
+                die("recv");
+            if (n >= 0) {
+                buf[n] = 0;
+                printf("got %s\n", buf);
+                fflush(stdout);
+            }
+        }
+    }
+    if (strcmp(mode, "send") == 0) {
+        int s = udp();
+        char line[2048];
+        while (fgets(line, sizeof line, stdin)) {
+            line[strcspn(line, "\n")] = 0;
+            send_to(s, atoi(argv[2]), line);
+        }
+        return 0;
     }
     int lane = strcmp(mode, "lane") == 0;
     if (argc < (lane ? 5 : 4))

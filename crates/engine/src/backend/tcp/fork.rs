@@ -23,7 +23,9 @@
 //! The pre-decided port stays with the process that started its transport
 //! first: a child forked while its parent's listener is bound but not yet
 //! listening (or before the parent's start) leaves the port to the parent
-//! while it runs ([`Ancestor`], [`parent_runs`]); docs/tcp.md, "Fork".
+//! while it runs ([`Ancestor`], [`parent_runs`]), and gives it back to a
+//! parent whose transport started later still ([`parent_waits_for_port`]);
+//! docs/tcp.md, "Fork".
 
 use super::sys;
 use std::os::fd::{AsRawFd, RawFd};
@@ -181,6 +183,56 @@ impl Ancestor {
     }
 }
 
+/// The claim this process holds now (its own, an ancestor's it defers to,
+/// or none) names another process that still runs, with a listener on
+/// `port` or on its way to one: this process leaves the port to it.
+pub(super) fn claimed_elsewhere(port: u16) -> bool {
+    let start = LISTENER_START.load(SeqCst);
+    Ancestor(LISTENER.load(SeqCst), start).listens(port)
+}
+
+/// Records `pid` (start time `start`, 0: unknown) as the process that
+/// holds `port`, for this process and the children it forks from now on.
+fn claim_for(pid: u32, start: u64, port: u16) {
+    LISTENER_START.store(0, SeqCst);
+    LISTENER.store(u64::from(pid) << 16 | u64::from(port), SeqCst);
+    LISTENER_START.store(start, SeqCst);
+}
+
+/// This process took `port` later (its holder had ended): children forked
+/// from now on leave it to this process.
+pub(super) fn claim_own(port: u16) {
+    let pid = std::process::id();
+    claim_for(pid, proc_start(pid).map_or(0, |(t, _)| t), port);
+}
+
+/// This process gives `port` back to its parent (which wants it, see
+/// [`parent_waits_for_port`]) and leaves it to the parent while it runs.
+pub(super) fn defer_to_parent(port: u16) {
+    let ppid = std::os::unix::process::parent_id();
+    claim_for(ppid, proc_start(ppid).map_or(0, |(t, _)| t), port);
+}
+
+/// The name of a transport's manager thread.
+pub(super) const THREAD_NAME: &str = "eudp-uoe";
+/// Its name while the transport wants the pre-decided port and nothing of
+/// its own keeps it from taking it (it retries): a fork child that took
+/// the port while this process had not started its transport yet sees
+/// this in `/proc/<ppid>/task/*/comm` and gives the port back.
+pub(super) const WAIT_NAME: &str = "eudp-uoe-wait";
+
+/// The parent of this fork child runs a transport that waits for the port
+/// (its manager thread is named [`WAIT_NAME`]). Reads the parent's thread
+/// names: one directory and a small file per thread.
+pub(super) fn parent_waits_for_port() -> bool {
+    let ppid = FORK_PARENT.load(SeqCst);
+    if ppid == 0 || ppid != std::os::unix::process::parent_id() {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{ppid}/task")) else { return false };
+    dir.flatten().any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|n| n.trim_end() == WAIT_NAME))
+}
+
 /// The process this one was forked from, recorded in the child (0: not
 /// a fork child; an exec clears it).
 static FORK_PARENT: AtomicU32 = AtomicU32::new(0);
@@ -190,21 +242,6 @@ static FORK_PARENT: AtomicU32 = AtomicU32::new(0);
 pub(super) fn parent_runs() -> bool {
     let p = FORK_PARENT.load(SeqCst);
     p != 0 && p == std::os::unix::process::parent_id()
-}
-
-/// Some socket of this network namespace listens on TCP `port`
-/// (`/proc/net/tcp`, `tcp6`: state `0A`).
-pub(super) fn port_listened(port: u16) -> bool {
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|path| {
-        std::fs::read_to_string(path).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let mut f = l.split_whitespace();
-                let local = f.nth(1);
-                let state = f.nth(1);
-                state == Some("0A") && local.and_then(|a| a.rsplit_once(':')).is_some_and(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
-            })
-        })
-    })
 }
 
 extern "C" fn child() {

@@ -14,7 +14,8 @@
 //! Locks, in the order they may nest: `Conn::rx` → `Mgr::rbuf` →
 //! `Mgr::pool` → `Lane::st` → `Mgr::conns` / `Mgr::lanes` / `Mgr::ports`
 //! → `RxQueue::inner`; and `Conn::rx` → `Conn::owner` → `RxQueue::owned`
-//! → `RxQueue::inner`. `rbuf` and `pool` are the manager thread's own.
+//! → `RxQueue::inner`; and `Mgr::listener` → `Mgr::listen_st`. `rbuf`
+//! and `pool` are the manager thread's own.
 
 use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
 use super::fork::{self, Tracked};
@@ -47,6 +48,19 @@ pub(super) const RX_OVERHEAD: usize = 64;
 const UP_QUEUE_BYTES: usize = 2 * CORK_BYTES;
 /// A lane with nothing queued and no connection is forgotten after this.
 const LANE_IDLE: Duration = Duration::from_secs(30);
+/// A transport that wants the pre-decided port but runs without a
+/// listener tries to take it again after this, doubling up to
+/// [`LISTEN_RETRY_MAX`] (see [`Mgr::listen_tick`]).
+const LISTEN_RETRY_MIN: Duration = Duration::from_millis(20);
+/// The longest wait between two attempts: the bound on how long the port
+/// stays unlistened after its holder ends (plus a tick).
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long a fork child whose parent runs (with no claim on the port)
+/// leaves the port to the parent before it listens itself.
+const PARENT_GRACE: Duration = Duration::from_millis(50);
+/// How often a fork child listening under [`PARENT_GRACE`]'s rule checks
+/// whether its parent now wants the port.
+const YIELD_CHECK: Duration = Duration::from_millis(250);
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -117,6 +131,8 @@ counters! {
     frames_shifted: "Datagrams of an in-place read that an unforeseen header had shifted, moved into their slots with one copy (not through the decoder).",
     plain_sent: "DML (c): datagrams sent as plain UDP from the endpoint's kernel socket to a peer host that refused the UOE port (no UOE there).",
     plain_lost: "DML (c): datagrams for such a peer that could not be sent as plain UDP (the sending socket was gone or its buffer stayed full).",
+    listen_takeovers: "Times this transport, running without a listener, took the pre-decided port later (its holder had ended or given it back).",
+    listen_yields: "Times this fork child gave the port back to its parent, whose transport started after the child had taken it.",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -634,8 +650,16 @@ pub(super) struct Mgr {
     /// in a later one (a fork child) it is abandoned, as if stopped.
     gen: u32,
     listener: Mutex<Option<Tracked<Private<TcpListener>>>>,
-    listen_addr: Option<SocketAddr>,
     listening: AtomicBool,
+    /// The transport wants the pre-decided port: without a listener it
+    /// keeps trying to take it (`listen_st`).
+    wants_port: bool,
+    /// Retry and give-back state of the listener (nests inside `listener`).
+    listen_st: Mutex<ListenSt>,
+    /// An endpoint was bound: from then on the transport listens (or
+    /// tries to), as from its first endpoint on, whether or not
+    /// endpoints are bound later.
+    bound_once: AtomicBool,
     /// Accepting is paused until then (out of descriptors).
     accept_paused: Mutex<Option<Instant>>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
@@ -659,6 +683,20 @@ pub(super) struct Mgr {
     /// Recent answers of [`sys::udp_port_bound`]: (bound, when asked).
     bound: Mutex<HashMap<(IpAddr, u16), (bool, Instant)>>,
     pub(super) c: Counters,
+}
+
+/// Retry and give-back state of a transport's listener (see
+/// [`Mgr::listen_tick`]).
+#[derive(Debug, Default)]
+struct ListenSt {
+    /// No listener, and the port is wanted: the next attempt to take it,
+    /// and the wait after that one.
+    retry: Option<(Instant, Duration)>,
+    /// Listening as a fork child whose parent runs and had no claim on
+    /// the port: when to check next whether the parent wants it back.
+    provisional: Option<Instant>,
+    /// The manager thread is named [`fork::WAIT_NAME`].
+    named_wait: bool,
 }
 
 /// A UOE transport: the manager thread and its state. Dropping it closes
@@ -757,7 +795,16 @@ impl TcpTransport {
     /// Starts a transport: binds the listener (unless `cfg.listen` is off)
     /// and the manager thread.
     pub fn start(cfg: TcpConfig) -> io::Result<TcpTransport> {
+        let wants = cfg.listen;
+        TcpTransport::start_with(cfg, wants)
+    }
+
+    /// As [`TcpTransport::start`]; `wants_port`: a transport started
+    /// without a listener (`cfg.listen` off because the port was taken)
+    /// takes the port once it is free (see [`Mgr::listen_tick`]).
+    fn start_with(cfg: TcpConfig, wants_port: bool) -> io::Result<TcpTransport> {
         let opts = SockOpts { sndbuf: cfg.sndbuf, rcvbuf: cfg.rcvbuf };
+        let wants_port = wants_port && cfg.port != 0;
         fork::install();
         let poller = Tracked::new(Poller::new()?);
         let doorbell = Tracked::new(EventFd::new()?);
@@ -767,14 +814,12 @@ impl TcpTransport {
             // Bound now (the port is ours), listening from the first bound
             // endpoint on: until then peers are refused, as a UDP port
             // nobody has opened, and their DML keeps the datagrams.
-            let l = match cfg.bind_ip {
-                Some(ip) => sys::bind_listener(&SocketAddr::new(ip, cfg.port), &opts)?,
-                None => sys::bind_listener(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), cfg.port), &opts)
-                    .or_else(|_| sys::bind_listener(&SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.port), &opts))?,
-            };
-            listener = Some(Tracked::new(l));
+            listener = Some(Tracked::new(bind_port(&cfg, &opts)?));
         }
-        let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let mut listen_st = ListenSt::default();
+        if wants_port && listener.is_none() {
+            listen_st.retry = Some((Instant::now() + LISTEN_RETRY_MIN, LISTEN_RETRY_MIN));
+        }
         let mgr = Arc::new(Mgr {
             cfg,
             opts,
@@ -783,8 +828,10 @@ impl TcpTransport {
             stop: AtomicBool::new(false),
             gen: fork::generation(),
             listener: Mutex::new(listener),
-            listen_addr,
             listening: AtomicBool::new(false),
+            wants_port,
+            listen_st: Mutex::new(listen_st),
+            bound_once: AtomicBool::new(false),
             accept_paused: Mutex::new(None),
             conns: Mutex::new(HashMap::new()),
             lanes: Mutex::new(HashMap::new()),
@@ -802,7 +849,7 @@ impl TcpTransport {
             c: Counters::default(),
         });
         let m2 = mgr.clone();
-        let thread = std::thread::Builder::new().name("eudp-uoe".into()).spawn(move || {
+        let thread = std::thread::Builder::new().name(fork::THREAD_NAME.into()).spawn(move || {
             crate::backend::kernel::block_async_signals();
             m2.run()
         })?;
@@ -828,7 +875,8 @@ impl TcpTransport {
 
     /// The process-wide transport, from `EUDP_TCP_*` (see [`TcpConfig`]).
     /// When the pre-decided port is taken on this host (another UOE process
-    /// listens), it runs without a listener and says so on stderr.
+    /// listens), it runs without a listener, says so on stderr, and takes
+    /// the port once it is free (`Mgr::listen_tick`).
     ///
     /// A fork child starts its own on first use: the one it inherited has
     /// no manager thread there, and its descriptors were given up at the
@@ -863,13 +911,15 @@ impl TcpTransport {
             fork::claim_listener(cfg.port, cfg.listen);
         }
         let first = !GLOBAL_STARTED.swap(true, SeqCst);
-        let r = match TcpTransport::start(cfg.clone()) {
+        // A transport that defers or finds the port taken still wants it:
+        // it takes the port once its holder has ended (`Mgr::listen_tick`).
+        let r = match TcpTransport::start_with(cfg.clone(), cfg.listen || defer) {
             Ok(t) => Ok(t),
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
                 if first {
-                    eprintln!("eudp: tcp port {} is in use; this process will not accept UOE connections", cfg.port);
+                    eprintln!("eudp: tcp port {} is in use; this process will accept UOE connections once it is free", cfg.port);
                 }
-                TcpTransport::start(TcpConfig { listen: false, ..cfg }).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+                TcpTransport::start_with(TcpConfig { listen: false, ..cfg }, true).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
             }
             Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
         };
@@ -891,7 +941,7 @@ impl TcpTransport {
 
     /// Where the listener is bound (None when not listening).
     pub fn listen_addr(&self) -> Option<SocketAddr> {
-        lock(&self.mgr.listener).as_ref().and(self.mgr.listen_addr)
+        lock(&self.mgr.listener).as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Counters.
@@ -969,6 +1019,7 @@ impl TcpTransport {
         if let Some(l) = lock(&m.listener).take() {
             m.poller.remove(l.as_raw_fd());
         }
+        lock(&m.listen_st).retry = None;
         let lanes: Vec<Arc<Lane>> = lock(&m.lanes).drain().map(|(_, l)| l).collect();
         for lane in lanes {
             let mut st = lock(&lane.st);
@@ -1021,7 +1072,7 @@ impl Mgr {
             v.retain(|(_, w)| w.strong_count() > 0);
             v.push((norm_ip(addr.ip()), Arc::downgrade(q)));
         }
-        self.start_listening()
+        self.start_listening(!self.bound_once.swap(true, SeqCst))
     }
 
     /// The first bound endpoint opens the pre-decided port for peers.
@@ -1029,45 +1080,214 @@ impl Mgr {
     /// Another process may have bound the port too while neither listened
     /// (both `SO_REUSEADDR`: a fork child whose parent's transport had not
     /// listened yet, say); the one that listens first keeps it, and the
-    /// other runs without a listener, as when the bind itself fails.
-    fn start_listening(&self) -> io::Result<()> {
-        let mut guard = lock(&self.listener);
-        let Some(l) = guard.as_ref() else { return Ok(()) };
+    /// other runs without a listener, as when the bind itself fails, and
+    /// takes the port once it is free ([`Mgr::listen_tick`]).
+    /// `first`: no endpoint was bound before this one (a transport
+    /// waiting for the port tries at once, not after its longest wait).
+    fn start_listening(&self, first: bool) -> io::Result<()> {
         if self.listening.load(SeqCst) {
+            return Ok(());
+        }
+        let mut guard = lock(&self.listener);
+        if self.listening.load(SeqCst) {
+            return Ok(());
+        }
+        if guard.is_none() {
+            let mut st = lock(&self.listen_st);
+            if let (true, Some(_)) = (first, st.retry) {
+                st.retry = Some((Instant::now(), LISTEN_RETRY_MIN));
+                drop(st);
+                self.ring();
+            }
             return Ok(());
         }
         // A fork child whose parent runs: the parent may have been about to
         // start its transport at the fork (another thread's first send), so
         // that it had not claimed the port yet (`fork::Ancestor`). Listening
         // first would take the port from it (see docs/tcp.md, "Fork"), so
-        // this waits, once and at most `PARENT_GRACE`, for someone to
-        // listen on the port, and runs without a listener if so.
-        if fork::parent_runs() {
-            const PARENT_GRACE: Duration = Duration::from_millis(50);
-            let port = self.listen_addr.map_or(self.cfg.port, |a| a.port());
-            let end = Instant::now() + PARENT_GRACE;
-            loop {
-                if fork::port_listened(port) {
-                    *guard = None;
-                    return Ok(());
-                }
-                if Instant::now() >= end || !fork::parent_runs() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        if let Err(e) = sys::start_listening(l, 1024) {
-            if e.raw_os_error() != Some(libc::EADDRINUSE) {
-                return Err(e);
-            }
-            *guard = None;
+        // the manager listens `PARENT_GRACE` later unless someone (the
+        // parent) does first; the endpoint's bind does not wait for it.
+        if fork::parent_runs() && self.wants_port {
+            self.retry_listen(PARENT_GRACE);
             return Ok(());
         }
-        let Some(l) = guard.as_ref() else { return Ok(()) };
-        self.poller.add_level(l.as_raw_fd(), LISTENER)?;
-        self.listening.store(true, SeqCst);
+        if !self.listen_now(&mut guard)? {
+            self.retry_listen(LISTEN_RETRY_MIN);
+        }
         Ok(())
+    }
+
+    /// Listens on the bound socket in `slot`, or binds one first. False:
+    /// another socket listens on the port (nothing is kept).
+    fn listen_now(&self, slot: &mut Option<Tracked<Private<TcpListener>>>) -> io::Result<bool> {
+        let in_use = |e: &io::Error| e.raw_os_error() == Some(libc::EADDRINUSE);
+        if slot.is_none() {
+            match bind_port(&self.cfg, &self.opts) {
+                Ok(l) => *slot = Some(Tracked::new(l)),
+                Err(e) if in_use(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(l) = slot.as_ref() else { return Ok(false) };
+        if let Err(e) = sys::start_listening(l, 1024) {
+            *slot = None;
+            return if in_use(&e) { Ok(false) } else { Err(e) };
+        }
+        if let Err(e) = self.poller.add_level(l.as_raw_fd(), LISTENER) {
+            *slot = None;
+            return Err(e);
+        }
+        self.listening.store(true, SeqCst);
+        Ok(true)
+    }
+
+    /// The port is wanted and not held: the manager tries to take it from
+    /// `delay` on (an attempt already planned stays).
+    fn retry_listen(&self, delay: Duration) {
+        if !self.wants_port {
+            return;
+        }
+        let mut st = lock(&self.listen_st);
+        if st.retry.is_none() {
+            st.retry = Some((Instant::now() + delay, LISTEN_RETRY_MIN));
+            drop(st);
+            self.ring();
+        }
+    }
+
+    /// This transport is the process-wide one (whose claim on the port
+    /// fork children inherit, see `fork.rs`).
+    fn is_global(&self) -> bool {
+        current().is_some_and(|r| r.as_ref().is_ok_and(|t| std::ptr::eq(&*t.mgr, self)))
+    }
+
+    /// Listener upkeep on the manager's timer; returns when it is due next.
+    ///
+    /// * Without a listener, while the port is wanted: an attempt to bind
+    ///   and listen every 20 ms doubling to 1 s ([`LISTEN_RETRY_MAX`]), so
+    ///   the port is taken at most about 1 s after its holder (another
+    ///   process, or this one's parent) ended. Skipped while the holder
+    ///   this process defers to still runs (`fork::claimed_elsewhere`), or
+    ///   its parent waits for the port itself, and before the first
+    ///   endpoint is bound (a listener listens from then on). Two
+    ///   processes racing both bind (`SO_REUSEADDR`); the kernel lets one
+    ///   `listen`. An attempt that finds the port held costs a socket, a
+    ///   failing bind and a close.
+    /// * A fork child that listens while its parent runs, the parent
+    ///   having had no claim at the fork (it started its transport after
+    ///   [`PARENT_GRACE`]), gives the port back once the parent's
+    ///   transport waits for it (its manager thread's name), and leaves it
+    ///   to the parent from then on: "the port stays the parent's". It
+    ///   half-closes the connections it accepted, so that their peers
+    ///   (the parent's lanes to its own host among them) connect again,
+    ///   to the parent.
+    fn listen_tick(&self, now: Instant) -> Option<Duration> {
+        if !self.wants_port {
+            return None;
+        }
+        let mut guard = lock(&self.listener);
+        let mut st = lock(&self.listen_st);
+        let port = self.cfg.port;
+        if let Some(at) = st.provisional.filter(|_| self.listening.load(SeqCst)) {
+            if at > now {
+                return Some(at - now);
+            }
+            if !fork::parent_runs() {
+                st.provisional = None;
+            } else if fork::parent_waits_for_port() {
+                drop((st, guard));
+                self.give_back(now);
+                return Some(LISTEN_RETRY_MIN);
+            } else {
+                st.provisional = Some(now + YIELD_CHECK);
+                return Some(YIELD_CHECK);
+            }
+        }
+        let (at, wait) = st.retry?;
+        if self.listening.load(SeqCst) {
+            st.retry = None;
+            return None;
+        }
+        if at > now {
+            return Some(at - now);
+        }
+        st.retry = Some((now + wait, (wait * 2).min(LISTEN_RETRY_MAX)));
+        let parent = fork::parent_runs();
+        let blocked = fork::claimed_elsewhere(port) || (parent && fork::parent_waits_for_port());
+        let bound = self.bound_once.load(SeqCst);
+        let took = !blocked && bound && self.listen_now(&mut guard).unwrap_or(false);
+        if took {
+            st.retry = None;
+            if parent {
+                st.provisional = Some(now + YIELD_CHECK);
+            }
+            if self.is_global() {
+                fork::claim_own(port);
+            }
+            Counters::inc(&self.c.listen_takeovers);
+        }
+        // Named for other processes (a fork child holding the port looks).
+        let waits = st.retry.is_some() && !blocked && bound;
+        if waits != st.named_wait {
+            st.named_wait = waits;
+            sys::set_thread_name(if waits { fork::WAIT_NAME } else { fork::THREAD_NAME });
+        }
+        let next = match (st.retry, st.provisional) {
+            (Some((at, _)), _) | (None, Some(at)) => Some(at.saturating_duration_since(now)),
+            (None, None) => None,
+        };
+        drop((st, guard));
+        if took {
+            self.lanes_retry_now();
+        }
+        next
+    }
+
+    /// Gives the port back to the parent (see [`Mgr::listen_tick`]) and
+    /// leaves it to the parent from then on.
+    fn give_back(&self, now: Instant) {
+        // Connections waiting in the backlog first: closing the listener
+        // would reset them, and lose what their peers wrote on them.
+        for tok in self.accept_all() {
+            let conn = lock(&self.conns).get(&tok).cloned();
+            if let Some(c) = conn {
+                while self.read_conn(&c) {}
+            }
+        }
+        {
+            let mut guard = lock(&self.listener);
+            if let Some(l) = guard.take() {
+                self.poller.remove(l.as_raw_fd());
+            }
+            self.listening.store(false, SeqCst);
+            let mut st = lock(&self.listen_st);
+            st.provisional = None;
+            st.retry = Some((now + LISTEN_RETRY_MIN, LISTEN_RETRY_MIN));
+        }
+        if self.is_global() {
+            fork::defer_to_parent(self.cfg.port);
+        }
+        Counters::inc(&self.c.listen_yields);
+        // Its peers' connections too: each peer reads EOF, closes and
+        // connects again (to the parent); what it wrote before is still
+        // read here, and nothing is written here any more.
+        let inbound: Vec<Arc<Conn>> = lock(&self.conns).values().filter(|c| c.inbound).cloned().collect();
+        for c in inbound {
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    /// This transport has just taken the port: its lanes refused meanwhile
+    /// (its lanes to its own host among them) connect now, in this tick,
+    /// not after their backoff (up to `retry_max`).
+    fn lanes_retry_now(&self) {
+        let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
+        for lane in lanes {
+            let mut st = lock(&lane.st);
+            if st.phase == Phase::Backoff && !st.plain {
+                st.retry_at = None;
+            }
+        }
     }
 
     pub(super) fn unregister_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) {
@@ -1952,7 +2172,15 @@ impl Mgr {
             }
         }
         if flags & (EV_IN | EV_ERR) != 0 && !conn.dead.load(SeqCst) {
-            return self.read_conn(conn);
+            let more = self.read_conn(conn);
+            // The peer's FIN came with this edge's data: the short read
+            // took the data, and no later edge reports the end, so one
+            // more read sees it (before, such a connection stayed open and
+            // took frames until the peer's reset).
+            if !more && flags & sys::EV_RDHUP != 0 && !conn.dead.load(SeqCst) {
+                return self.read_conn(conn);
+            }
+            return more;
         }
         false
     }
@@ -2540,6 +2768,9 @@ impl Mgr {
                 }
             }
         }
+        if let Some(d) = self.listen_tick(now) {
+            next = next.min(d);
+        }
         let paused = *lock(&self.accept_paused);
         if let Some(t) = paused {
             if t <= now {
@@ -2612,6 +2843,16 @@ impl Mgr {
             }
         }
         next.max(Duration::from_millis(1))
+    }
+}
+
+/// Binds a listening socket on the pre-decided port (`cfg.bind_ip`, else
+/// the IPv6 wildcard, else the IPv4 one); not listening yet.
+fn bind_port(cfg: &TcpConfig, opts: &SockOpts) -> io::Result<Private<TcpListener>> {
+    match cfg.bind_ip {
+        Some(ip) => sys::bind_listener(&SocketAddr::new(ip, cfg.port), opts),
+        None => sys::bind_listener(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), cfg.port), opts)
+            .or_else(|_| sys::bind_listener(&SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.port), opts)),
     }
 }
 

@@ -140,6 +140,17 @@ pub fn congestion(fd: RawFd) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&s[..end]).into_owned())
 }
 
+/// Names the calling thread (`PR_SET_NAME`; at most 15 bytes kept).
+/// Failure is ignored: the name is a hint other processes read.
+pub fn set_thread_name(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
+    // bytes from a live buffer.
+    let _ = unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
 /// `atexit(3)`: runs `f` when the process exits through `exit()` (the
 /// process-wide transport's final counters). Failure to register is ignored.
 pub fn at_exit(f: extern "C" fn()) {
@@ -259,6 +270,8 @@ pub fn eventfd_add(fd: RawFd, v: u64) {
 pub const EV_IN: u32 = libc::EPOLLIN as u32;
 pub const EV_OUT: u32 = libc::EPOLLOUT as u32;
 pub const EV_ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP | libc::EPOLLRDHUP) as u32;
+/// The peer shut its sending side (FIN).
+pub const EV_RDHUP: u32 = libc::EPOLLRDHUP as u32;
 
 /// An epoll set that reports event flags with each token.
 #[derive(Debug)]
