@@ -1041,6 +1041,25 @@ pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
     r
 }
 
+/// Under the `tcp` transport a bound socket is attached to the engine at
+/// once, so its port is the transport's from the first frame: attached on
+/// first use instead, the frames that came before that use went through the
+/// listener's hand-over to the kernel socket while later ones reached the
+/// endpoint, and a burst could be read out of order. The kernel backend
+/// needs nothing here (the kernel socket itself queues what arrives).
+#[no_mangle]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    let r = real::bind(fd, addr, len);
+    if r == 0 && !shim::inside() && shim::tcp_transport() {
+        if let Some(s) = lookup(fd) {
+            let e = errno();
+            let _ = s.endpoint(fd);
+            set_errno(e);
+        }
+    }
+    r
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     let Some(s) = lookup(fd) else { return real::connect(fd, addr, len) };

@@ -49,6 +49,7 @@ real! {
     socket(domain: c_int, ty: c_int, proto: c_int) -> c_int;
     close(fd: c_int) -> c_int;
     connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;
+    bind(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;
     shutdown(fd: c_int, how: c_int) -> c_int;
     send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
     sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const libc::sockaddr, alen: libc::socklen_t) -> ssize_t;
