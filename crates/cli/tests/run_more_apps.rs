@@ -366,3 +366,40 @@ fn rsyslog(tcp: bool) {
         assert!(env.uoe("frames_received") >= 500);
     }
 }
+
+/// Binds, sleeps (its first receive, which starts its UOE, comes later),
+/// then counts datagrams until 1 s of silence.
+const PY_LATE_READER: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], int(sys.argv[2])))
+time.sleep(0.5)
+s.settimeout(1); n = 0
+try:
+    while True: s.recv(9999); n += 1
+except socket.timeout: pass
+print(n, flush=True)
+"#;
+
+/// logger sends 100 datagrams, closes its socket and exits before its
+/// lane to host b can connect (b's UOE starts 0.5 s later). The kernel
+/// delivers them from the receiver's socket buffer; under `tcp` (DML
+/// `queue`) the exit must wait for the lane as it does for open sockets.
+/// Before the fix the wait was skipped once no socket was open: 0 of 100.
+#[test]
+fn logger_exits_before_its_lane_connects_over_tcp() {
+    let Some(env) = Env::new("lgx", true) else { return };
+    let lines: String = (0..100).map(|i| format!("early message {i}\n")).collect();
+    let f = tmp_file(&env, "lines.txt", &lines);
+    for stack in [Stack::Kernel, Stack::EudpTcp("default")] {
+        let mut rx = app_command(&env.tb, 'b', stack, &env.lib, &env.stats, &[python(), "-c", PY_LATE_READER, ADDR_B, "5514"]);
+        let rx = rx.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let logger = ["logger", "-d", "-n", ADDR_B, "-P", "5514", "-f", f.to_str().unwrap()];
+        let (ok, _) = output(app_command(&env.tb, 'a', stack, &env.lib, &env.stats, &logger), Duration::from_secs(10));
+        assert!(ok, "logger failed");
+        let got = String::from_utf8_lossy(&rx.wait_with_output().unwrap().stdout).into_owned();
+        assert_eq!(got, "100\n", "{}", stack.name());
+    }
+    // Only logger sends here.
+    assert_eq!(env.uoe("frames_sent"), 100, "logger's frames over the UOE");
+}

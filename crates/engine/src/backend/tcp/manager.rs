@@ -812,18 +812,26 @@ impl TcpTransport {
     /// Waits (bounded by `timeout`) until this process's transport, if it
     /// has one, holds no queued datagram: what waits for a connection
     /// (one a fork child opens to its parent's listener, say) is written
-    /// before the process ends (`_exit`). False: still queued.
+    /// before the process ends (`_exit`). False: still queued. After a
+    /// wait the final counters are written again: the transport's atexit
+    /// hook, registered after the preload shim's, ran before this.
     pub fn wait_global_sent(timeout: Duration) -> bool {
         let Some(Ok(t)) = current() else { return true };
+        if t.queued_bytes() == 0 {
+            return true;
+        }
         let end = Instant::now() + timeout;
+        let mut sent = true;
         while t.queued_bytes() > 0 {
             if Instant::now() >= end {
-                return false;
+                sent = false;
+                break;
             }
             t.mgr.ring();
             std::thread::sleep(Duration::from_millis(1));
         }
-        true
+        dump_global_stats();
+        sent
     }
 
     /// The process-wide transport, from `EUDP_TCP_*` (see [`TcpConfig`]).
