@@ -8,11 +8,14 @@ need=""
 have() { command -v "$1" >/dev/null 2>&1; }
 for pair in ip:iproute2 ethtool:ethtool ping:iputils-ping cc:gcc spin:spin \
             iperf3:iperf3 sockperf:sockperf socat:socat dig:bind9-dnsutils \
-            python3:python3 curl:curl nstat:iproute2; do
+            python3:python3 curl:curl nstat:iproute2 iperf:iperf memcached:memcached \
+            logger:bsdutils; do
     cmd=${pair%%:*}; pkg=${pair#*:}
     have "$cmd" || need="$need $pkg"
 done
 [ -x /usr/sbin/dnsmasq ] || need="$need dnsmasq-base"
+[ -x /usr/sbin/unbound ] || need="$need unbound"
+[ -x /usr/sbin/rsyslogd ] || need="$need rsyslog"
 
 if [ -n "$need" ]; then
     echo "deps: installing$need" >&2

@@ -2352,17 +2352,17 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
 }
 
 fn flush_all(t: Duration) {
-    if !shim::any() {
-        return;
-    }
-    for (_, s) in shim::all() {
-        if let Some(ep) = s.existing() {
-            ep.flush(t);
+    if shim::any() {
+        for (_, s) in shim::all() {
+            if let Some(ep) = s.existing() {
+                ep.flush(t);
+            }
         }
     }
     if shim::tcp_transport() {
-        // Flushed endpoints may leave datagrams in the transport's lanes,
-        // waiting for a connection.
+        // Flushed endpoints, and endpoints already closed (a program that
+        // sends, closes its socket and exits: logger), may leave datagrams
+        // in the transport's lanes, waiting for a connection.
         eudp_engine::backend::tcp::TcpTransport::wait_global_sent(t);
     }
 }

@@ -1073,8 +1073,11 @@ impl Sock {
             g.take()
         };
         if let Some(ep) = ep {
+            // What was queued goes out first, as close(2) sends it too, so
+            // that the final counters count it (a burst then close: logger).
+            ep.flush(Duration::from_secs(5));
             crate::stat::retire(self, &ep);
-            self.release(ep); // flushes L1/L2 like close(2)
+            self.release(ep);
         }
     }
 

@@ -859,18 +859,26 @@ impl TcpTransport {
     /// Waits (bounded by `timeout`) until this process's transport, if it
     /// has one, holds no queued datagram: what waits for a connection
     /// (one a fork child opens to its parent's listener, say) is written
-    /// before the process ends (`_exit`). False: still queued.
+    /// before the process ends (`_exit`). False: still queued. After a
+    /// wait the final counters are written again: the transport's atexit
+    /// hook, registered after the preload shim's, ran before this.
     pub fn wait_global_sent(timeout: Duration) -> bool {
         let Some(Ok(t)) = current() else { return true };
+        if t.queued_bytes() == 0 {
+            return true;
+        }
         let end = Instant::now() + timeout;
+        let mut sent = true;
         while t.queued_bytes() > 0 {
             if Instant::now() >= end {
-                return false;
+                sent = false;
+                break;
             }
             t.mgr.ring();
             std::thread::sleep(Duration::from_millis(1));
         }
-        true
+        dump_global_stats();
+        sent
     }
 
     /// The process-wide transport, from `EUDP_TCP_*` (see [`TcpConfig`]).
@@ -1297,6 +1305,9 @@ impl Mgr {
         let owned = lock(&q.owned).clone();
         if let Some(c) = owned {
             self.revoke(&c);
+        }
+        if let Some(peer) = lock(&q.inner).peer {
+            left_connected_insert(addr.port(), unmap(peer));
         }
         let mut p = lock(&self.ports);
         if let Some(v) = p.get_mut(&addr.port()) {
@@ -3093,6 +3104,67 @@ enum Step {
 /// The queue of the last (source, destination port) a read delivered to.
 type Route = ((SocketAddr, u16), Option<Arc<RxQueue>>);
 
+/// Local ports and peers of connected endpoints that let go of their port
+/// (closed, or moved to the kernel path, where the kernel socket stays
+/// connected): frames from such a peer are checked against the kernel's
+/// sockets before an unconnected endpoint on the port takes them.
+static LEFT_CONNECTED: Mutex<Vec<(u16, SocketAddr)>> = Mutex::new(Vec::new());
+
+fn left_connected_insert(port: u16, peer: SocketAddr) {
+    let mut v = lock(&LEFT_CONNECTED);
+    if !v.contains(&(port, peer)) {
+        if v.len() >= 256 {
+            v.remove(0);
+        }
+        v.push((port, peer));
+    }
+}
+
+/// Whether a kernel UDP socket connected to `src` still holds local port
+/// `port` after a connected endpoint there left (`/proc/net/udp{,6}`, read
+/// only for such a pair; a pair whose socket is gone is forgotten). An
+/// iperf (v2) server connects its socket to the client, then moves it to
+/// the kernel path (`SO_TIMESTAMP`) and opens the next client's socket on
+/// the same port: the kernel delivers the client's datagrams to the
+/// connected one, and so must the hand-over.
+fn left_connected_holds(port: u16, src: SocketAddr) -> bool {
+    let src = unmap(src);
+    if !lock(&LEFT_CONNECTED).contains(&(port, src)) {
+        return false;
+    }
+    static SEEN: Mutex<Option<(u16, SocketAddr, bool, Instant)>> = Mutex::new(None);
+    let now = Instant::now();
+    if let Some((p, a, b, at)) = *lock(&SEEN) {
+        if p == port && a == src && now.duration_since(at) < Duration::from_millis(20) {
+            return b;
+        }
+    }
+    // The kernel prints each 32-bit word of an address as a host-order hex number.
+    let words = |o: &[u8]| o.chunks(4).map(|c| format!("{:08X}", u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))).collect::<String>();
+    let (v4, v6) = match src.ip() {
+        IpAddr::V4(ip) => (Some(words(&ip.octets())), words(&ip.to_ipv6_mapped().octets())),
+        IpAddr::V6(ip) => (None, words(&ip.octets())),
+    };
+    let local = format!(":{port:04X}");
+    let rem = |a: &str| format!("{a}:{:04X}", src.port());
+    // Columns: sl, local_address, rem_address, st (01: connected).
+    let holds = |f: &str, a: &str| {
+        let want = rem(a);
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().take(4).collect();
+                c.len() == 4 && c[1].ends_with(&local) && c[2] == want && c[3] == "01"
+            })
+        })
+    };
+    let found = v4.is_some_and(|a| holds("/proc/net/udp", &a)) || holds("/proc/net/udp6", &v6);
+    if !found {
+        lock(&LEFT_CONNECTED).retain(|&x| x != (port, src));
+    }
+    *lock(&SEEN) = Some((port, src, found, now));
+    found
+}
+
 /// Hands one read's datagrams to their endpoints' queues, one run per
 /// destination (one lock and one wake-up per run).
 struct Deliver<'a> {
@@ -3121,6 +3193,10 @@ impl Deliver<'_> {
             // Only endpoints connected elsewhere: the kernel's socket for
             // the port gets it if there is one, else they filter it.
             let q = q.or_else(|| other.filter(|_| !Mgr::unconnected_kernel_socket(dst)));
+            // An unconnected endpoint matched, but a socket connected to
+            // `src` that left the transport (moved to the kernel path) may
+            // still hold the port: the kernel picks it, so it is handed over.
+            let q = q.filter(|q| lock(&q.inner).peer.is_some() || !left_connected_holds(dst, src));
             match (&self.first, &q) {
                 (_, None) => self.mixed = true,
                 (None, Some(q)) => self.first = Some(q.clone()),
