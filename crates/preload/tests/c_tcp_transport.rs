@@ -83,9 +83,13 @@ fn run(prog: &str, cases: &[&str]) -> Vec<String> {
             failed.push(format!("{case}: {}\n--- kernel\n{k}--- tcp\n{s}{}", shim.status, String::from_utf8_lossy(&shim.stderr)));
         } else if acc == 0 && !case.starts_with("exec") {
             failed.push(format!("{case}: no socket ran on the engine: {r:?}"));
-        } else if ["fork", "signals", "poll_signal", "shutdown"].contains(case) && counter(&stats, "forwarded_kernel") == 0 {
+        } else if ["fork", "shutdown"].contains(case) && counter(&stats, "forwarded_kernel") == 0 {
             // These get datagrams of senders on the transport on sockets
             // that are on the kernel path: only the hand-over delivers them.
+            // (`signals` and `poll_signal` did too while a socket bound before
+            // a fork joined the engine only on first use, in the child; bound
+            // sockets now join at bind, fall back at the fork in both
+            // processes, and the child's datagram travels as plain UDP.)
             failed.push(format!("{case}: nothing handed to a kernel socket"));
         }
         let _ = std::fs::remove_dir_all(&stats);
