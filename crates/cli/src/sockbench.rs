@@ -320,17 +320,10 @@ fn own_hard_nofile() -> u64 {
 /// Reads the shim's final stat report of the server (the only process
 /// under the shim: the client runs without it) into `r`.
 fn shim_report(dir: &Path, r: &mut StackRun) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.starts_with('.') || !name.ends_with(".json") || name.ends_with(".tcp.json") {
-            continue;
-        }
-        let Ok(v) = std::fs::read_to_string(e.path()).map_err(|_| ()).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|_| ())) else { continue };
+    if let Some(v) = crate::run::read_reports(dir, true, &[]).into_iter().find(|v| v["accelerated"].is_u64()) {
         r.accelerated = v["accelerated"].as_u64();
         r.fallbacks = v["fallbacks"].as_u64();
         r.fallback_reasons = v["fallback_reasons"].clone();
-        return;
     }
 }
 

@@ -121,7 +121,7 @@ struct Report<'a> {
 }
 
 /// Writes the report of this process to `out`, socket by socket.
-pub fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
+fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
     let socks = OpenSockets(shim::all());
     let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
