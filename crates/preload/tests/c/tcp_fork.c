@@ -26,6 +26,18 @@
  *     itself, prints "bound", waits for the child's end, then sends itself
  *     20 datagrams one at a time and must get each. First line: the
  *     child's pid. Exit status as in `race`.
+ *   relay: the parent binds a socket (its transport starts and listens)
+ *     and forks; the child gets a datagram to itself (its transport,
+ *     without a listener, connects to the parent's) and then stops
+ *     (SIGSTOP, by the parent). The parent, which has sent nothing yet,
+ *     then sends itself 5 datagrams, one at a time, each to be received
+ *     within 1 s, and lets the child go on. Exit status as in `race`.
+ *   holderexit COUNT: forks at once; the child gets a datagram to itself
+ *     (its transport takes the port: the parent has none yet) and waits.
+ *     The parent then starts its transport (it finds the port held, so its
+ *     datagrams to itself go through the child's listener), sends itself
+ *     one datagram, then COUNT in a burst while it tells the child to
+ *     _exit, and must get every one (3 s each). Exit status as in `race`.
  *   recv PORT: binds UDP 127.0.0.1:PORT, prints "ready", then prints
  *     "got <payload>" for every datagram (until killed).
  *   send PORT: sends each line of stdin as one datagram to 127.0.0.1:PORT.
@@ -111,6 +123,24 @@ static const char *self_roundtrip(const char *msg) {
     return roundtrips(msg, 1);
 }
 
+/* A fork child's datagram to itself (alarm: `secs`); what failed, if anything. */
+static const char *child_roundtrip(int secs) {
+    alarm(secs);
+    const char *err = self_roundtrip("child");
+    if (err)
+        fprintf(stderr, "child: %s\n", err);
+    return err;
+}
+
+/* Binds a new socket to 127.0.0.1 (any port) into *r, its address into *a. */
+static void bound_socket(int *r, struct sockaddr_in *a) {
+    *r = udp();
+    *a = loopback(0);
+    socklen_t len = sizeof *a;
+    if (bind(*r, (struct sockaddr *)a, sizeof *a) || getsockname(*r, (struct sockaddr *)a, &len))
+        die("bind");
+}
+
 static void result(const char *path, const char *what) {
     FILE *f = fopen(path, "w");
     if (!f)
@@ -130,7 +160,7 @@ static void *first_send(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3)
+    if (argc < 2 || (argc < 3 && strcmp(argv[1], "relay") != 0))
         return 2;
     const char *mode = argv[1];
     if (strcmp(mode, "race") == 0) {
@@ -140,13 +170,8 @@ int main(int argc, char **argv) {
         pid_t pid = fork();
         if (pid < 0)
             die("fork");
-        if (pid == 0) {
-            alarm(10);
-            const char *err = self_roundtrip("child");
-            if (err)
-                fprintf(stderr, "child: %s\n", err);
-            _exit(err ? 1 : 0);
-        }
+        if (pid == 0)
+            _exit(child_roundtrip(10) ? 1 : 0);
         int st;
         waitpid(pid, &st, 0);
         pthread_join(t, NULL);
@@ -180,10 +205,7 @@ int main(int argc, char **argv) {
         if (pid < 0)
             die("fork");
         if (pid == 0) {
-            alarm(30);
-            const char *err = self_roundtrip("child");
-            if (err)
-                fprintf(stderr, "child: %s\n", err);
+            const char *err = child_roundtrip(30);
             sleep_ms(atoi(argv[3]));
             _exit(err ? 1 : 0);
         }
@@ -199,6 +221,95 @@ int main(int argc, char **argv) {
             err = roundtrips("after the child's end", 20);
         if (err)
             fprintf(stderr, "parent: %s\n", err);
+        return (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1) | (err ? 4 : 0);
+    }
+    if (strcmp(mode, "relay") == 0) {
+        int r, s = udp(), ready[2];
+        struct sockaddr_in a;
+        bound_socket(&r, &a);
+        if (pipe(ready))
+            die("pipe");
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0) {
+            const char *err = child_roundtrip(30);
+            if (write(ready[1], "x", 1) != 1)
+                _exit(1);
+            sleep_ms(200);
+            _exit(err ? 1 : 0);
+        }
+        char c;
+        if (read(ready[0], &c, 1) != 1)
+            die("child");
+        int st;
+        kill(pid, SIGSTOP);
+        if (waitpid(pid, &st, WUNTRACED) != pid || !WIFSTOPPED(st))
+            die("stop");
+        struct timeval tv = {1, 0};
+        setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        const char *err = NULL;
+        for (int i = 0; i < 5 && !err; i++) {
+            char want[32], buf[64];
+            int k = snprintf(want, sizeof want, "parent %d", i);
+            if (sendto(s, want, k, 0, (struct sockaddr *)&a, sizeof a) != k)
+                die("sendto");
+            ssize_t n = recv(r, buf, sizeof buf - 1, 0);
+            if (n != k || memcmp(buf, want, k) != 0)
+                err = "a datagram to itself was not received within 1 s while its child was stopped";
+        }
+        if (err)
+            fprintf(stderr, "parent: %s\n", err);
+        kill(pid, SIGCONT);
+        waitpid(pid, &st, 0);
+        return (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1) | (err ? 4 : 0);
+    }
+    if (strcmp(mode, "holderexit") == 0) {
+        int ready[2], go[2], count = atoi(argv[2]);
+        if (pipe(ready) || pipe(go))
+            die("pipe");
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        char c;
+        if (pid == 0) {
+            const char *err = child_roundtrip(30);
+            if (write(ready[1], "x", 1) != 1 || read(go[0], &c, 1) != 1)
+                _exit(1);
+            _exit(err ? 1 : 0);
+        }
+        if (read(ready[0], &c, 1) != 1)
+            die("child");
+        int r, s = udp();
+        struct sockaddr_in a;
+        bound_socket(&r, &a);
+        int big = 4 << 20;
+        setsockopt(r, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+        struct timeval tv = {3, 0};
+        setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[64];
+        const char *err = NULL;
+        if (sendto(s, "first", 5, 0, (struct sockaddr *)&a, sizeof a) != 5)
+            die("sendto");
+        if (recv(r, buf, sizeof buf, 0) != 5)
+            err = "the first datagram to itself was not received";
+        if (write(go[1], "x", 1) != 1)
+            die("go");
+        int got = 0;
+        for (int i = 0; i < count && !err; i++) {
+            int k = snprintf(buf, sizeof buf, "burst %d", i);
+            if (sendto(s, buf, k, 0, (struct sockaddr *)&a, sizeof a) != k)
+                die("sendto");
+        }
+        while (!err && got < count && recv(r, buf, sizeof buf, 0) > 0)
+            got++;
+        if (!err && got < count) {
+            fprintf(stderr, "parent: %d of %d datagrams to itself received\n", got, count);
+            err = "lost";
+        } else if (err)
+            fprintf(stderr, "parent: %s\n", err);
+        int st;
+        waitpid(pid, &st, 0);
         return (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1) | (err ? 4 : 0);
     }
     if (strcmp(mode, "recv") == 0) {

@@ -61,6 +61,9 @@ const PARENT_GRACE: Duration = Duration::from_millis(50);
 /// How often a fork child listening under [`PARENT_GRACE`]'s rule checks
 /// whether its parent now wants the port.
 const YIELD_CHECK: Duration = Duration::from_millis(250);
+/// The longest a process's end waits for its peers to close the
+/// connections it half-closed (see [`Mgr::leave`]).
+const EXIT_DRAIN: Duration = Duration::from_millis(250);
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -133,6 +136,7 @@ counters! {
     plain_lost: "DML (c): datagrams for such a peer that could not be sent as plain UDP (the sending socket was gone or its buffer stayed full).",
     listen_takeovers: "Times this transport, running without a listener, took the pre-decided port later (its holder had ended or given it back).",
     listen_yields: "Times this fork child gave the port back to its parent, whose transport started after the child had taken it.",
+    exit_open_conns: "Connections still open when the process ended, after its exit drain's bound: what their peers wrote on them since is lost.",
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
@@ -697,6 +701,16 @@ struct ListenSt {
     provisional: Option<Instant>,
     /// The manager thread is named [`fork::WAIT_NAME`].
     named_wait: bool,
+    /// The process ends ([`Mgr::leave`]): asked, then done by the manager.
+    leave: Leave,
+}
+
+#[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
+enum Leave {
+    #[default]
+    No,
+    Asked,
+    Done,
 }
 
 /// A UOE transport: the manager thread and its state. Dropping it closes
@@ -862,11 +876,12 @@ impl TcpTransport {
     /// before the process ends (`_exit`). False: still queued. After a
     /// wait the final counters are written again: the transport's atexit
     /// hook, registered after the preload shim's, ran before this.
+    ///
+    /// Then the transport leaves its connections and the port in order
+    /// ([`Mgr::leave`], bounded by [`EXIT_DRAIN`]), so that what peers
+    /// wrote to it for other processes' ports is handed over, not lost.
     pub fn wait_global_sent(timeout: Duration) -> bool {
         let Some(Ok(t)) = current() else { return true };
-        if t.queued_bytes() == 0 {
-            return true;
-        }
         let end = Instant::now() + timeout;
         let mut sent = true;
         while t.queued_bytes() > 0 {
@@ -877,6 +892,7 @@ impl TcpTransport {
             t.mgr.ring();
             std::thread::sleep(Duration::from_millis(1));
         }
+        t.mgr.leave(end.saturating_duration_since(Instant::now()).min(EXIT_DRAIN));
         dump_global_stats();
         sent
     }
@@ -1190,6 +1206,13 @@ impl Mgr {
     ///   (the parent's lanes to its own host among them) connect again,
     ///   to the parent.
     fn listen_tick(&self, now: Instant) -> Option<Duration> {
+        let leave = lock(&self.listen_st).leave;
+        if leave != Leave::No {
+            if leave == Leave::Asked {
+                self.leave_now();
+            }
+            return None;
+        }
         if !self.wants_port {
             return None;
         }
@@ -1254,24 +1277,7 @@ impl Mgr {
     /// Gives the port back to the parent (see [`Mgr::listen_tick`]) and
     /// leaves it to the parent from then on.
     fn give_back(&self, now: Instant) {
-        // Connections waiting in the backlog first: closing the listener
-        // would reset them, and lose what their peers wrote on them.
-        for tok in self.accept_all() {
-            let conn = lock(&self.conns).get(&tok).cloned();
-            if let Some(c) = conn {
-                while self.read_conn(&c) {}
-            }
-        }
-        {
-            let mut guard = lock(&self.listener);
-            if let Some(l) = guard.take() {
-                self.poller.remove(l.as_raw_fd());
-            }
-            self.listening.store(false, SeqCst);
-            let mut st = lock(&self.listen_st);
-            st.provisional = None;
-            st.retry = Some((now + LISTEN_RETRY_MIN, LISTEN_RETRY_MIN));
-        }
+        self.close_listener(Some((now + LISTEN_RETRY_MIN, LISTEN_RETRY_MIN)));
         if self.is_global() {
             fork::defer_to_parent(self.cfg.port);
         }
@@ -1283,6 +1289,88 @@ impl Mgr {
         for c in inbound {
             let _ = c.stream.shutdown(std::net::Shutdown::Write);
         }
+    }
+
+    /// The process ends: waits (up to `bound`) until the manager has
+    /// left the port and every connection has ended ([`Mgr::leave_now`]).
+    /// A peer may use a connection to this process for datagrams to
+    /// other processes' ports on this host (its lanes to this host reach
+    /// the listener, this process's; a fork child's or a send-only
+    /// program's connection carries its peer's replies): what sits in
+    /// such a connection unread when the process ends is lost, and the
+    /// peer sees nothing of it (before: all 200 datagrams of a burst a
+    /// parent sent itself through its child's listener as the child
+    /// ended). Connections still open at the bound are counted
+    /// (`exit_open_conns`). Runs once.
+    fn leave(&self, bound: Duration) {
+        if self.stopped() {
+            return;
+        }
+        {
+            let mut st = lock(&self.listen_st);
+            if st.leave != Leave::No {
+                return;
+            }
+            st.leave = Leave::Asked;
+        }
+        self.ring();
+        let end = Instant::now() + bound;
+        loop {
+            let open = lock(&self.conns).len();
+            if open == 0 && lock(&self.listen_st).leave == Leave::Done {
+                return;
+            }
+            if Instant::now() >= end {
+                Counters::add(&self.c.exit_open_conns, open as u64);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The manager's part of [`Mgr::leave`]: accepts the backlog (closing
+    /// the listener would reset those connections), closes the listener
+    /// (peers are refused and keep their datagrams queued until another
+    /// process takes the port), and half-closes every connection. Each
+    /// peer reads the end, stops writing on it and closes it; what it
+    /// wrote before is still read here, delivered or handed over, until
+    /// its end arrives and the connection closes as usual.
+    fn leave_now(&self) {
+        self.close_listener(None);
+        let conns: Vec<Arc<Conn>> = lock(&self.conns).values().cloned().collect();
+        for c in conns {
+            if c.stream.peer_addr().is_err() {
+                // Still connecting: nothing was written on it.
+                self.close_conn(&c);
+                continue;
+            }
+            // The manager reads it again (an endpoint's readers would not,
+            // the program ending), and so sees the peer's end.
+            self.revoke(&c);
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        }
+        lock(&self.listen_st).leave = Leave::Done;
+    }
+
+    /// Stops listening; the next attempt to take the port is `retry`.
+    /// Connections waiting in the backlog are accepted and read first:
+    /// closing the listener would reset them, and lose what their peers
+    /// wrote on them.
+    fn close_listener(&self, retry: Option<(Instant, Duration)>) {
+        for tok in self.accept_all() {
+            let conn = lock(&self.conns).get(&tok).cloned();
+            if let Some(c) = conn {
+                while self.read_conn(&c) {}
+            }
+        }
+        let mut guard = lock(&self.listener);
+        if let Some(l) = guard.take() {
+            self.poller.remove(l.as_raw_fd());
+        }
+        self.listening.store(false, SeqCst);
+        let mut st = lock(&self.listen_st);
+        st.provisional = None;
+        st.retry = retry;
     }
 
     /// This transport has just taken the port: its lanes refused meanwhile
@@ -2702,7 +2790,19 @@ impl Mgr {
     /// An accepted connection said hello: replies to that peer may use it
     /// (the paper's "connection previously established between the nodes")
     /// when the lane has no connection of its own.
+    ///
+    /// Not a connection from this host (its source address is the one it
+    /// came to; a connection to a local address gets that as its
+    /// source): it comes from another process here (a fork child, a
+    /// send-only program), while the host's listener is this process,
+    /// which a lane reaches by connecting. Taken as the lane, it made
+    /// this process's datagrams to its own ports go through that
+    /// process's hand-over, and what was on the way when it ended or
+    /// stopped was lost (docs/tcp.md, "Fork").
     fn attach_inbound(&self, conn: &Arc<Conn>, idx: u8) {
+        if conn.peer.ip() == conn.local_ip {
+            return;
+        }
         let Ok(Some(lane)) = self.lane(conn.peer.ip(), idx) else { return };
         let mut st = lock(&lane.st);
         if st.conn.is_none() && matches!(st.phase, Phase::Idle | Phase::Backoff) && !st.closed {
