@@ -486,24 +486,172 @@ impl RawUdp {
 /// v6-only, which the table does not show: counted as holding it, the
 /// forward is then refused by nobody and dropped by the kernel).
 ///
-/// Read from the kernel's socket tables (`/proc/net/udp`, `udp6`), never
-/// by binding a probe socket: a probe would hold the port for a moment, and
-/// a program binding it just then would fail with `EADDRINUSE`.
+/// Asked of the kernel's socket tables, never by binding a probe socket: a
+/// probe would hold the port for a moment, and a program binding it just
+/// then would fail with `EADDRINUSE`. The tables are read through
+/// `sock_diag` netlink ([`diag_holds`]): the kernel walks that port's hash
+/// chain under its lock and answers in one message. `/proc/net/udp` is only
+/// the fallback where netlink is unavailable: the kernel serves that text
+/// in pieces, each resuming at a line index, so sockets opening or closing
+/// elsewhere shift the lines and can hide a bound one — a false "free" the
+/// caller caches and drops datagrams on (27 of 1500 reads under churn, test
+/// below). Read whole and, when "free", once more, it still misses
+/// sometimes with hundreds of sockets; netlink has not missed.
 pub fn udp_port_bound(ip: IpAddr, port: u16) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
+    match diag_holds(ip, port) {
+        Ok(held) => held,
+        Err(_) => proc_holds(ip, port) || proc_holds(ip, port),
+    }
+}
+
+/// `ip` as the IPv4 table names it (none for a true IPv6 address) and as
+/// the IPv6 table does (v4-mapped for an IPv4 one).
+fn address_forms(ip: IpAddr) -> (Option<std::net::Ipv4Addr>, std::net::Ipv6Addr) {
+    match ip {
+        IpAddr::V4(a) => (Some(a), a.to_ipv6_mapped()),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(m) => (Some(m), a),
+            None => (None, a),
+        },
+    }
+}
+
+/// `udp_port_bound` over `NETLINK_SOCK_DIAG`: one dump request per
+/// family, filtered by local port in the kernel, every reply checked here
+/// again. Whether this kernel applies the port filter as sent is checked
+/// once, on a socket of our own; if not, the dumps are unfiltered.
+fn diag_holds(ip: IpAddr, port: u16) -> io::Result<bool> {
+    static FILTER_WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let (v4, v6) = address_forms(ip);
+    let diag = Diag::open()?;
+    let filter_works = match FILTER_WORKS.get() {
+        Some(&w) => w,
+        None => {
+            let probe = std::net::UdpSocket::bind("127.0.0.1:0")?;
+            let p = probe.local_addr()?.port();
+            let w = diag.dump(libc::AF_INET as u8, p)?.iter().any(|s| s.port == p);
+            *FILTER_WORKS.get_or_init(|| w)
+        }
     };
-    let v4 = match ip {
-        IpAddr::V4(a) => Some(a),
-        IpAddr::V6(_) => None,
-    };
-    let v6 = match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
+    let families: &[u8] = if v4.is_some() { &[libc::AF_INET as u8, libc::AF_INET6 as u8] } else { &[libc::AF_INET6 as u8] };
+    for &family in families {
+        let held = diag.dump(family, if filter_works { port } else { 0 })?.iter().any(|s| {
+            s.port == port
+                && if s.family == libc::AF_INET as u8 {
+                    let a = std::net::Ipv4Addr::new(s.addr[0], s.addr[1], s.addr[2], s.addr[3]);
+                    a.is_unspecified() || Some(a) == v4
+                } else {
+                    let a = std::net::Ipv6Addr::from(s.addr);
+                    a.is_unspecified() || a == v6
+                }
+        });
+        if held {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// A UDP socket's local address as `sock_diag` reports it.
+struct DiagSock {
+    family: u8,
+    port: u16,
+    /// The first 4 bytes for `AF_INET`.
+    addr: [u8; 16],
+}
+
+/// A `NETLINK_SOCK_DIAG` socket for [`diag_holds`].
+struct Diag {
+    fd: OwnedFd,
+    seq: std::cell::Cell<u32>,
+}
+
+impl Diag {
+    fn open() -> io::Result<Diag> {
+        // SAFETY: plain socket(2); the descriptor is adopted at once.
+        let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) })?;
+        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // A dump is answered at once; the bound only guards a wedged kernel.
+        let tv = libc::timeval { tv_sec: 1, tv_usec: 0 };
+        // SAFETY: `tv` is live for the call; the kernel copies it.
+        cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of::<libc::timeval>() as libc::socklen_t) })?;
+        Ok(Diag { fd, seq: std::cell::Cell::new(0) })
+    }
+
+    /// Every UDP socket of `family` in this network namespace (bound to
+    /// local port `port`, 0: any), in one dump.
+    fn dump(&self, family: u8, port: u16) -> io::Result<Vec<DiagSock>> {
+        const SOCK_DIAG_BY_FAMILY: u16 = 20;
+        const NLMSG_ERROR: u16 = 2;
+        const NLMSG_DONE: u16 = 3;
+        let seq = self.seq.get() + 1;
+        self.seq.set(seq);
+        // nlmsghdr (16 B) + inet_diag_req_v2 (56 B): native byte order,
+        // the socket id's ports big-endian.
+        let mut req = [0u8; 72];
+        req[0..4].copy_from_slice(&72u32.to_ne_bytes());
+        req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+        req[8..12].copy_from_slice(&seq.to_ne_bytes());
+        req[16] = family;
+        req[17] = libc::IPPROTO_UDP as u8;
+        req[20..24].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
+        req[24..26].copy_from_slice(&port.to_be_bytes());
+        // SAFETY: an all-zero sockaddr_nl is valid (the kernel as peer).
+        let mut to: libc::sockaddr_nl = unsafe { zeroed() };
+        to.nl_family = libc::AF_NETLINK as u16;
+        // SAFETY: `req` and `to` are live for the call; the kernel reads them.
+        let r = unsafe { libc::sendto(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0, (&to as *const libc::sockaddr_nl).cast(), size_of::<libc::sockaddr_nl>() as libc::socklen_t) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            // SAFETY: `buf` is live and writable for its length during the call.
+            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut msgs = &buf[..n as usize];
+            while msgs.len() >= 16 {
+                let len = u32::from_ne_bytes(msgs[0..4].try_into().unwrap()) as usize;
+                let kind = u16::from_ne_bytes(msgs[4..6].try_into().unwrap());
+                let mseq = u32::from_ne_bytes(msgs[8..12].try_into().unwrap());
+                if len < 16 || len > msgs.len() {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "sock_diag: truncated reply"));
+                }
+                let body = &msgs[16..len];
+                msgs = &msgs[((len + 3) & !3).min(msgs.len())..];
+                if mseq != seq {
+                    continue;
+                }
+                match kind {
+                    NLMSG_DONE => return Ok(out),
+                    NLMSG_ERROR => {
+                        let errno = body.get(0..4).map(|b| i32::from_ne_bytes(b.try_into().unwrap())).unwrap_or(-libc::EIO);
+                        return Err(io::Error::from_raw_os_error(-errno));
+                    }
+                    // inet_diag_msg: family, state, timer, retrans, then the
+                    // socket id: sport, dport (big-endian), src[16], ...
+                    SOCK_DIAG_BY_FAMILY if body.len() >= 24 => out.push(DiagSock {
+                        family: body[0],
+                        port: u16::from_be_bytes([body[4], body[5]]),
+                        addr: body[8..24].try_into().unwrap(),
+                    }),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// `udp_port_bound` from `/proc/net/udp` and `udp6`, each read whole.
+fn proc_holds(ip: IpAddr, port: u16) -> bool {
+    let (v4, v6) = address_forms(ip);
     let in_table = |path: &str, holds: &dyn Fn(&str) -> bool| {
-        std::fs::read_to_string(path).is_ok_and(|t| {
+        read_whole(path).is_ok_and(|t| {
             t.lines().skip(1).filter_map(|l| l.split_whitespace().nth(1)).any(|local| {
                 local.rsplit_once(':').is_some_and(|(addr, p)| u16::from_str_radix(p, 16) == Ok(port) && holds(addr))
             })
@@ -530,13 +678,71 @@ pub fn udp_port_bound(ip: IpAddr, port: u16) -> bool {
     (v4.is_some() && in_table("/proc/net/udp", &v4_holds)) || in_table("/proc/net/udp6", &v6_holds)
 }
 
+/// A `/proc` table read with page-sized reads (`read_to_string` starts
+/// with small ones, and each piece of a table resumes at a line index).
+fn read_whole(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut out = Vec::with_capacity(64 * 1024);
+    let mut page = vec![0u8; 64 * 1024];
+    loop {
+        let n = f.read(&mut page)?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&page[..n]);
+    }
+    String::from_utf8(out).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::udp_port_bound;
+    use super::{diag_holds, proc_holds, udp_port_bound};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 
     #[test]
     fn the_socket_tables_show_which_udp_ports_are_held() {
+        check_tables(udp_port_bound);
+        check_tables(|ip, port| diag_holds(ip, port).expect("sock_diag netlink answers"));
+        check_tables(proc_holds);
+    }
+
+    /// Other sockets opening and closing while the tables are read must
+    /// never hide a bound one (the text table, read in small pieces, did:
+    /// each piece resumes at a line index, and the lines shift).
+    #[test]
+    fn a_held_port_is_found_while_other_sockets_come_and_go() {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        use std::sync::Arc;
+        let lo4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        // Enough sockets that the table spans many pieces.
+        let _many: Vec<UdpSocket> = (0..300).filter_map(|_| UdpSocket::bind("127.0.0.1:0").ok()).collect();
+        let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let churn = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Relaxed) && n < 5_000_000 {
+                    let v: Vec<UdpSocket> = (0..16).filter_map(|_| UdpSocket::bind("127.0.0.1:0").ok()).collect();
+                    drop(v);
+                    n += 1;
+                }
+            })
+        };
+        let mut missed = 0;
+        for _ in 0..1500 {
+            if !udp_port_bound(lo4, port) {
+                missed += 1;
+            }
+        }
+        stop.store(true, Relaxed);
+        churn.join().unwrap();
+        assert_eq!(missed, 0, "a held port was reported free {missed} times in 1500 reads");
+    }
+
+    fn check_tables(udp_port_bound: impl Fn(IpAddr, u16) -> bool) {
         let lo4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = s.local_addr().unwrap().port();
