@@ -24,6 +24,20 @@ const TIMER: u64 = u64::MAX;
 /// Token of the set of sockets waiting for send room (`Shared::room`).
 const ROOM: u64 = u64::MAX - 1;
 
+thread_local! {
+    /// The engine this thread runs (set by [`run`]), for [`others_waiting`].
+    static CURRENT: std::cell::RefCell<Weak<Shared>> = const { std::cell::RefCell::new(Weak::new()) };
+}
+
+/// On an engine thread, whether other work waits for it
+/// (`Shared::others_waiting`); `None` on any other thread. A backend whose
+/// send was refused may wait for room on the engine thread only while
+/// this is `Some(false)`, and briefly: the engine otherwise watches the
+/// socket's room descriptor and goes on (see [`Shared::await_room`]).
+pub(crate) fn others_waiting() -> Option<bool> {
+    CURRENT.with(|c| c.borrow().upgrade()).map(|sh| sh.others_waiting())
+}
+
 /// Endpoints whose queued sends may wait, and the coalescing timer's
 /// setting.
 #[derive(Debug, Default)]
@@ -150,6 +164,14 @@ impl Shared {
             Err(e) if !rearm && e.raw_os_error() == Some(libc::EEXIST) => self.room.watch_writable_once(fd, ep.id, true),
             r => r,
         }
+    }
+
+    /// Whether anything besides the send in hand waits for this engine: a
+    /// kicked endpoint, or a descriptor ready in its epoll set (looked at
+    /// with `poll`, so a one-shot watch is not used up).
+    fn others_waiting(&self) -> bool {
+        !self.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+            || crate::backend::kernel::poll_readable(&[std::os::fd::AsRawFd::as_raw_fd(&self.epoll)], Some(Duration::ZERO)).unwrap_or(true)
     }
 
     pub(crate) fn deregister(&self, ep: &EpInner) {
@@ -295,6 +317,7 @@ fn run(sh: Arc<Shared>) {
     }
     crate::tracepoint::init_from_env();
     crate::tracepoint::prepare_thread();
+    CURRENT.with(|c| *c.borrow_mut() = Arc::downgrade(&sh));
     let mut scratch = crate::endpoint::RecvScratch::new(sh.config.max_msgs);
     let mut staging = crate::queue::L1Queue::default();
     let mut ready: Vec<u64> = Vec::with_capacity(64);

@@ -46,6 +46,12 @@ pub(super) const RX_OVERHEAD: usize = 64;
 /// User-space queue bound of a connected lane (the DML bound,
 /// `cfg.queue_bytes`, applies while it is not connected).
 const UP_QUEUE_BYTES: usize = 2 * CORK_BYTES;
+/// Longest the engine thread waits on a full lane, while it has nothing
+/// else to do, before it leaves the refused batch to the room descriptor
+/// ([`Mgr::engine_wait`]).
+const ENGINE_WAIT: Duration = Duration::from_millis(10);
+/// Between two looks of [`Mgr::engine_wait`] at the engine's other work.
+const ENGINE_WAIT_SLICE: Duration = Duration::from_micros(250);
 /// A lane with nothing queued and no connection is forgotten after this.
 const LANE_IDLE: Duration = Duration::from_secs(30);
 /// A transport that wants the pre-decided port but runs without a
@@ -123,7 +129,10 @@ counters! {
     lost_partial: "Datagrams cut off by a connection failure mid-frame.",
     block_waits: "DML (b): sends that blocked waiting for a connection.",
     block_timeouts: "DML (b): blocks that timed out and fell back to queueing.",
-    backpressure_waits: "Sends refused (EAGAIN) by a full connected lane; an application thread waits for room (wait_writable), the engine watches the socket's room descriptor.",
+    backpressure_waits: "Sends refused (EAGAIN) by a full connected lane; an application thread waits for room (wait_writable), the engine waits briefly on a lane that drains fast (engine_waits) or watches the socket's room descriptor.",
+    engine_waits: "Refusals the engine thread, having nothing else to do, began to wait out on the lane (up to 10 ms) instead of watching the room descriptor.",
+    engine_wait_timeouts: "Of engine_waits, those that ended without room after 10 ms (the batch then waits for the room descriptor).",
+    engine_wait_yields: "Of engine_waits, those cut short because other work came for the engine (the batch then waits for the room descriptor).",
     cc_errors: "Connections on which TCP_CONGESTION could not be set.",
     coalesced_sends: "Datagrams of a streaming application thread gathered for a block write.",
     cork_timer_flushes: "Gathered blocks the manager wrote when the coalescing delay ran out.",
@@ -1845,6 +1854,45 @@ impl Mgr {
             }
             false
         });
+    }
+
+    /// The engine thread's send of `need` bytes was refused by `lane`:
+    /// whether to wait for the room on the thread (true once it is there)
+    /// rather than return `EAGAIN` for the endpoint to watch the room
+    /// descriptor.
+    ///
+    /// The watch keeps a full lane from holding up the engine's other work,
+    /// but on a lane to a peer that keeps up each refusal then costs the
+    /// endpoint a second copy of all its program queued meanwhile (it
+    /// requeues that behind the refused batch when the room comes). Such a
+    /// lane refuses every few megabytes and its room comes back within
+    /// milliseconds, so while nothing else waits for the engine (no kicked
+    /// endpoint, nothing ready in its epoll set: `engine::others_waiting`,
+    /// looked at every [`ENGINE_WAIT_SLICE`]) it waits here, for at most
+    /// [`ENGINE_WAIT`]. Work that comes meanwhile waits at most one slice;
+    /// a stopped peer costs one such wait, after which its room is watched.
+    pub(super) fn engine_wait(&self, lane: &Arc<Lane>, need: usize) -> bool {
+        let start = Instant::now();
+        let mut begun = false;
+        loop {
+            if crate::engine::others_waiting() != Some(false) {
+                if begun {
+                    Counters::inc(&self.c.engine_wait_yields);
+                }
+                return false;
+            }
+            if !std::mem::replace(&mut begun, true) {
+                Counters::inc(&self.c.engine_waits);
+            }
+            let left = ENGINE_WAIT.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                Counters::inc(&self.c.engine_wait_timeouts);
+                return false;
+            }
+            if self.wait_room(lane, left.min(ENGINE_WAIT_SLICE), need) {
+                return true;
+            }
+        }
     }
 
     /// Whether `need` more bytes fit a connected lane holding `q` (the test

@@ -25,7 +25,9 @@
 //!   its `raw_fd` is an eventfd readable while datagrams for it are queued.
 //!   Its `writable_fd` polls writable except while a full lane it sent to
 //!   has not made room yet, so the engine thread serves other endpoints
-//!   meanwhile instead of waiting on that lane.
+//!   meanwhile instead of waiting on that lane. Only while it has nothing
+//!   else to do does it wait for the room first, briefly (a refusal handed
+//!   back to the endpoint costs a copy of what the program queued since).
 //!
 //! * Fork: a child gives up the transport's descriptors at once (the
 //!   listener's port, the connections' FIN stay the parent's business) and

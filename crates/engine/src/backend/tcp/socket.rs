@@ -257,6 +257,9 @@ impl TcpSocket {
     /// send wanted, for `wait_writable`, and shuts [`Room`] until it is there.
     fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>) -> io::Result<usize> {
         let mut fresh = false;
+        // Refusals the engine thread waited out in this call: at most 4, as
+        // another sender on the lane may take the room first each time.
+        let mut waits = 0;
         loop {
             let Some(lane) = self.lane(ip, idx, fresh)? else {
                 // Lane cap reached: dropped, as a UDP datagram would be.
@@ -272,6 +275,14 @@ impl TcpSocket {
                     // rather than have it retry at once.
                     let _ = kernel::poll_writable(self.udp.as_raw_fd(), Some(Duration::from_millis(10)));
                     return Err(e);
+                }
+                // While it has nothing else to do, the engine waits for
+                // the room here, briefly ([`Mgr::engine_wait`]).
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && caller == Caller::Engine && waits < 4 => {
+                    waits += 1;
+                    if !self.mgr.engine_wait(&lane, self.room.need.load(Relaxed)) {
+                        return Err(e);
+                    }
                 }
                 r => return r,
             }
@@ -633,8 +644,9 @@ impl Backend for TcpSocket {
 
     /// The [`Room`] eventfd: the engine thread leaves a batch a full lane
     /// refused in place and serves other endpoints until it polls
-    /// writable. (Only a plain-UDP lane's full kernel socket, DML (c),
-    /// does not shut it: `submit` then waits for that socket, bounded.)
+    /// writable, unless it waited the refusal out (`Mgr::engine_wait`).
+    /// (Only a plain-UDP lane's full kernel socket, DML (c), does not shut
+    /// it: `submit` then waits for that socket, bounded.)
     fn writable_fd(&self) -> Option<RawFd> {
         Some(self.room.fd.as_raw_fd())
     }
