@@ -565,6 +565,13 @@ impl Endpoint {
         }
     }
 
+    /// Reads of the socket made on application threads so far (one relaxed
+    /// load, unlike [`Endpoint::stats`]): a caller that finds it moved across
+    /// a receive that found nothing knows the socket itself was found empty.
+    pub fn socket_reads(&self) -> u64 {
+        self.inner.stats.direct_recv_calls.load(Relaxed)
+    }
+
     /// Datagrams waiting in the ring.
     pub fn pending_datagrams(&self) -> usize {
         self.inner.ring_len.get()
@@ -1204,9 +1211,9 @@ impl EpInner {
                     }
                     if !s.direct_done(responsive) {
                         self.kick_later(&mut s);
-                    } else if s.flushers > 0 {
-                        self.notify_send();
                     }
+                    // Flushers, and a thread in `await_slot`, wait for L2.
+                    self.notify_send();
                     return r;
                 }
                 PostDecision::Queued => {
@@ -1332,21 +1339,40 @@ impl EpInner {
     }
 
     /// A request/response caller (it received since its last direct post)
-    /// found L1 empty and L2 held — typically by the engine's descriptor,
-    /// whose syscall woke this caller's peer before it returned. Queueing
-    /// would put an engine hop on the latency path; the slot frees within
-    /// one syscall, so wait for it briefly (bounded) and post directly.
+    /// found L1 empty and L2 held — by the engine's descriptor, whose
+    /// syscall woke this caller's peer before it returned, or (a
+    /// multi-threaded server) by another thread's direct post, whose
+    /// syscall woke the peer whose next request this thread now answers.
+    /// Queueing would put an engine hop on the latency path, and make the
+    /// other thread's completion find L1 non-empty (so it cannot retire its
+    /// slot and the engine must reap it, after the coalescing interval):
+    /// wait for the slot instead and post directly. The slot frees within
+    /// one syscall of its holder, unless the holder was preempted: yield
+    /// for a while, then sleep on the send condition (the holder's completion
+    /// notifies it). A completed post left for the engine to reap is reaped
+    /// here (an application thread may take Reap). Bounded: past it, the
+    /// caller queues as before.
     fn await_slot<'a>(&'a self, mut s: MutexGuard<'a, SendState>) -> MutexGuard<'a, SendState> {
-        const BOUND: Duration = Duration::from_micros(20);
+        const SPIN: Duration = Duration::from_micros(20);
+        const BOUND: Duration = Duration::from_millis(2);
         let start = Instant::now();
         loop {
-            drop(s);
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-            s = lock(&self.send);
-            if !s.l1_empty() || s.l2_has_room() || start.elapsed() > BOUND {
+            s.reap();
+            if !s.l1_empty() || s.l2_has_room() || s.shutdown {
                 return s;
+            }
+            let waited = start.elapsed();
+            if waited > BOUND {
+                return s;
+            }
+            if waited < SPIN {
+                // Yield rather than spin: on a busy machine the holder may
+                // be waiting for this CPU.
+                drop(s);
+                std::thread::yield_now();
+                s = lock(&self.send);
+            } else {
+                s = self.wait_send(s, BOUND - waited);
             }
         }
     }
