@@ -193,6 +193,10 @@ pub(crate) struct EpInner {
     /// The application took the socket back ([`Endpoint::stop_receiving`]):
     /// the engine never reads it again.
     rx_stopped: AtomicBool,
+    /// The application waits on the socket itself
+    /// ([`Endpoint::app_waits_on_socket`]): the engine no longer watches it
+    /// for input; application threads read it.
+    rx_app_waits: AtomicBool,
     /// `stats.send_calls` when the engine last looked at a detached socket.
     tx_seen: std::sync::atomic::AtomicU64,
     /// The application dropped the endpoint; the engine lets go of it.
@@ -382,6 +386,7 @@ impl Endpoint {
             rx_armed: AtomicBool::new(true),
             rx_detached: AtomicBool::new(false),
             rx_stopped: AtomicBool::new(false),
+            rx_app_waits: AtomicBool::new(false),
             tx_seen: std::sync::atomic::AtomicU64::new(0),
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
@@ -786,6 +791,30 @@ impl Endpoint {
     pub fn stop_receiving(&self) {
         let i = &self.inner;
         i.rx_stopped.store(true, SeqCst);
+        i.rx_armed.store(false, SeqCst);
+        let _ = i.engine.epoll.remove(i.backend.raw_fd());
+    }
+
+    /// The application waits for input on the socket itself (the preload
+    /// shim: the socket is in one of the program's epoll sets, next to the
+    /// ring's eventfd), so an arrival wakes an application thread, which
+    /// reads the socket on its own (as [`Endpoint::recv_with`] does when
+    /// the ring is empty). The engine then stops watching the socket for
+    /// input: each arrival used to wake the engine thread as well, whose
+    /// read raced the woken application thread (which then waited for that
+    /// read and the ring, or found the datagram gone) and whose push wrote
+    /// the ring's eventfd for a second report of the same datagram — for a
+    /// socket that receives now and then (a DNS server's, a client's
+    /// upstream query) a thread hop and several syscalls per datagram.
+    /// What arrives while the application is busy waits in the kernel
+    /// socket, as it would without the engine. Only for a backend whose
+    /// socket becomes readable on input (not the TCP transport's). For good:
+    /// the engine does not watch the socket again.
+    pub fn app_waits_on_socket(&self) {
+        let i = &self.inner;
+        if i.rx_app_waits.swap(true, SeqCst) {
+            return;
+        }
         i.rx_armed.store(false, SeqCst);
         let _ = i.engine.epoll.remove(i.backend.raw_fd());
     }
@@ -1948,6 +1977,9 @@ impl EpInner {
     /// application gone for a handoff interval.
     pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> RxOutcome {
         self.rx_armed.store(false, SeqCst);
+        if self.rx_app_waits.load(SeqCst) {
+            return RxOutcome::Done; // the application reads it; never re-armed
+        }
         let stamps = if crate::tracepoint::on() { self.trace.drain_tx(self.backend.raw_fd()) } else { 0 };
         let calls = self.rx_calls.load(Relaxed);
         if self.rx_waiters.load(SeqCst) > 0 || calls != self.rx_seen.swap(calls, Relaxed) {
@@ -1994,7 +2026,7 @@ impl EpInner {
     /// when no application thread received since the engine last looked and
     /// none is blocked receiving.
     pub(crate) fn rx_idle_since_last_look(&self) -> bool {
-        if self.rx_stopped.load(SeqCst) {
+        if self.rx_stopped.load(SeqCst) || self.rx_app_waits.load(SeqCst) {
             return true; // let go, never re-armed
         }
         if self.rx_detached.load(Relaxed) && !self.closed.load(SeqCst) {
@@ -2030,7 +2062,7 @@ impl EpInner {
 
     /// Re-arms the engine's watch on the socket if it is off.
     fn rearm_rx(&self) {
-        if self.closed.load(SeqCst) || self.rx_stopped.load(SeqCst) {
+        if self.closed.load(SeqCst) || self.rx_stopped.load(SeqCst) || self.rx_app_waits.load(SeqCst) {
             return;
         }
         if !self.rx_armed.swap(true, SeqCst) {

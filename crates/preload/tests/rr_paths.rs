@@ -3,7 +3,9 @@
 //! an `EAGAIN` costs one read of the socket, a send that follows a receive
 //! takes back a slot its own thread's earlier post still held instead of
 //! queueing behind the engine, a fallback sends what was queued before its
-//! final counters are taken, and an epoll echo thread answers each request.
+//! final counters are taken, and an epoll echo thread answers each request,
+//! reading its socket itself (the engine thread stays off a socket in the
+//! program's epoll set).
 
 mod common;
 use common::*;
@@ -73,4 +75,18 @@ fn epoll_echo_answers_each_request() {
     let n = 2000;
     let r = run("epoll_turns", n, &[]);
     assert!(total(&r, "datagrams_received") > 2 * n as u64, "requests and answers went through the engine");
+}
+
+/// Requests 3 ms apart (the engine would take a socket whose program was
+/// away for its 1 ms handoff interval): the echo thread, woken by its epoll
+/// set, reads every request itself; the engine thread never reads a socket
+/// in the program's epoll set (it used to read each request first, a
+/// thread hop and an eventfd write per request).
+#[test]
+fn a_socket_in_an_epoll_set_is_read_by_the_program() {
+    let n = 40;
+    let r = run("epoll_sparse", n, &[]);
+    let (reads, own) = (total(&r, "recv_calls"), total(&r, "direct_recv_calls"));
+    assert!(total(&r, "datagrams_received") > 2 * n as u64, "requests and answers went through the engine");
+    assert_eq!(reads, own, "reads of the sockets by the engine thread: {}", reads - own);
 }

@@ -10,7 +10,9 @@
  *                   (moves it to the kernel path), then y reads all N.
  *   epoll_turns N   an echo thread waiting in epoll (level-triggered,
  *                   nonblocking, reads until EAGAIN) answers N requests of
- *                   a client on another socket, each answer checked. */
+ *                   a client on another socket, each answer checked.
+ *   epoll_sparse N  the same with 3 ms between requests, the client also
+ *                   waiting in an epoll set. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -132,21 +134,32 @@ int main(int argc, char **argv) {
             must_recv(y, b);
         }
         printf("fallback_burst %d received in order\n", n);
-    } else if (!strcmp(argv[1], "epoll_turns")) {
+    } else if (!strcmp(argv[1], "epoll_turns") || !strcmp(argv[1], "epoll_sparse")) {
+        int gap = !strcmp(argv[1], "epoll_sparse") ? 3000 : 0;
         srv_fd = bound(&srv);
         fcntl(srv_fd, F_SETFL, O_NONBLOCK);
         pthread_t t;
         pthread_create(&t, NULL, echo, NULL);
         int c = bound(&xa);
         connect(c, (struct sockaddr *)&srv, sizeof srv);
+        int cep = epoll_create1(0);
+        struct epoll_event ce = {.events = EPOLLIN, .data.fd = c};
+        if (gap)
+            epoll_ctl(cep, EPOLL_CTL_ADD, c, &ce);
         for (int i = 0; i < n; i++) {
+            if (gap)
+                usleep(gap);
             snprintf(b, sizeof b, "q%d", i);
             send(c, b, strlen(b), 0);
+            if (gap && epoll_wait(cep, &ce, 1, 5000) != 1) {
+                printf("client: no answer within 5 s\n");
+                exit(1);
+            }
             must_recv(c, b);
         }
         send(c, "QUIT", 4, 0);
         pthread_join(t, NULL);
-        printf("epoll_turns %d answered\n", n);
+        printf("%s %d answered\n", argv[1], n);
     } else {
         return 2;
     }
