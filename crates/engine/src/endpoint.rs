@@ -193,6 +193,10 @@ pub(crate) struct EpInner {
     /// The application took the socket back ([`Endpoint::stop_receiving`]):
     /// the engine never reads it again.
     rx_stopped: AtomicBool,
+    /// The application waits on the socket itself
+    /// ([`Endpoint::app_waits_on_socket`]): the engine no longer watches it
+    /// for input; application threads read it.
+    rx_app_waits: AtomicBool,
     /// `stats.send_calls` when the engine last looked at a detached socket.
     tx_seen: std::sync::atomic::AtomicU64,
     /// The application dropped the endpoint; the engine lets go of it.
@@ -382,6 +386,7 @@ impl Endpoint {
             rx_armed: AtomicBool::new(true),
             rx_detached: AtomicBool::new(false),
             rx_stopped: AtomicBool::new(false),
+            rx_app_waits: AtomicBool::new(false),
             tx_seen: std::sync::atomic::AtomicU64::new(0),
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
@@ -563,6 +568,13 @@ impl Endpoint {
             self.inner.kick(&mut s);
             s = self.inner.wait_send(s, deadline - now);
         }
+    }
+
+    /// Reads of the socket made on application threads so far (one relaxed
+    /// load, unlike [`Endpoint::stats`]): a caller that finds it moved across
+    /// a receive that found nothing knows the socket itself was found empty.
+    pub fn socket_reads(&self) -> u64 {
+        self.inner.stats.direct_recv_calls.load(Relaxed)
     }
 
     /// Datagrams waiting in the ring.
@@ -779,6 +791,30 @@ impl Endpoint {
     pub fn stop_receiving(&self) {
         let i = &self.inner;
         i.rx_stopped.store(true, SeqCst);
+        i.rx_armed.store(false, SeqCst);
+        let _ = i.engine.epoll.remove(i.backend.raw_fd());
+    }
+
+    /// The application waits for input on the socket itself (the preload
+    /// shim: the socket is in one of the program's epoll sets, next to the
+    /// ring's eventfd), so an arrival wakes an application thread, which
+    /// reads the socket on its own (as [`Endpoint::recv_with`] does when
+    /// the ring is empty). The engine then stops watching the socket for
+    /// input: each arrival used to wake the engine thread as well, whose
+    /// read raced the woken application thread (which then waited for that
+    /// read and the ring, or found the datagram gone) and whose push wrote
+    /// the ring's eventfd for a second report of the same datagram — for a
+    /// socket that receives now and then (a DNS server's, a client's
+    /// upstream query) a thread hop and several syscalls per datagram.
+    /// What arrives while the application is busy waits in the kernel
+    /// socket, as it would without the engine. Only for a backend whose
+    /// socket becomes readable on input (not the TCP transport's). For good:
+    /// the engine does not watch the socket again.
+    pub fn app_waits_on_socket(&self) {
+        let i = &self.inner;
+        if i.rx_app_waits.swap(true, SeqCst) {
+            return;
+        }
         i.rx_armed.store(false, SeqCst);
         let _ = i.engine.epoll.remove(i.backend.raw_fd());
     }
@@ -1204,9 +1240,9 @@ impl EpInner {
                     }
                     if !s.direct_done(responsive) {
                         self.kick_later(&mut s);
-                    } else if s.flushers > 0 {
-                        self.notify_send();
                     }
+                    // Flushers, and a thread in `await_slot`, wait for L2.
+                    self.notify_send();
                     return r;
                 }
                 PostDecision::Queued => {
@@ -1332,21 +1368,40 @@ impl EpInner {
     }
 
     /// A request/response caller (it received since its last direct post)
-    /// found L1 empty and L2 held — typically by the engine's descriptor,
-    /// whose syscall woke this caller's peer before it returned. Queueing
-    /// would put an engine hop on the latency path; the slot frees within
-    /// one syscall, so wait for it briefly (bounded) and post directly.
+    /// found L1 empty and L2 held — by the engine's descriptor, whose
+    /// syscall woke this caller's peer before it returned, or (a
+    /// multi-threaded server) by another thread's direct post, whose
+    /// syscall woke the peer whose next request this thread now answers.
+    /// Queueing would put an engine hop on the latency path, and make the
+    /// other thread's completion find L1 non-empty (so it cannot retire its
+    /// slot and the engine must reap it, after the coalescing interval):
+    /// wait for the slot instead and post directly. The slot frees within
+    /// one syscall of its holder, unless the holder was preempted: yield
+    /// for a while, then sleep on the send condition (the holder's completion
+    /// notifies it). A completed post left for the engine to reap is reaped
+    /// here (an application thread may take Reap). Bounded: past it, the
+    /// caller queues as before.
     fn await_slot<'a>(&'a self, mut s: MutexGuard<'a, SendState>) -> MutexGuard<'a, SendState> {
-        const BOUND: Duration = Duration::from_micros(20);
+        const SPIN: Duration = Duration::from_micros(20);
+        const BOUND: Duration = Duration::from_millis(2);
         let start = Instant::now();
         loop {
-            drop(s);
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-            s = lock(&self.send);
-            if !s.l1_empty() || s.l2_has_room() || start.elapsed() > BOUND {
+            s.reap();
+            if !s.l1_empty() || s.l2_has_room() || s.shutdown {
                 return s;
+            }
+            let waited = start.elapsed();
+            if waited > BOUND {
+                return s;
+            }
+            if waited < SPIN {
+                // Yield rather than spin: on a busy machine the holder may
+                // be waiting for this CPU.
+                drop(s);
+                std::thread::yield_now();
+                s = lock(&self.send);
+            } else {
+                s = self.wait_send(s, BOUND - waited);
             }
         }
     }
@@ -1922,6 +1977,9 @@ impl EpInner {
     /// application gone for a handoff interval.
     pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> RxOutcome {
         self.rx_armed.store(false, SeqCst);
+        if self.rx_app_waits.load(SeqCst) {
+            return RxOutcome::Done; // the application reads it; never re-armed
+        }
         let stamps = if crate::tracepoint::on() { self.trace.drain_tx(self.backend.raw_fd()) } else { 0 };
         let calls = self.rx_calls.load(Relaxed);
         if self.rx_waiters.load(SeqCst) > 0 || calls != self.rx_seen.swap(calls, Relaxed) {
@@ -1968,7 +2026,7 @@ impl EpInner {
     /// when no application thread received since the engine last looked and
     /// none is blocked receiving.
     pub(crate) fn rx_idle_since_last_look(&self) -> bool {
-        if self.rx_stopped.load(SeqCst) {
+        if self.rx_stopped.load(SeqCst) || self.rx_app_waits.load(SeqCst) {
             return true; // let go, never re-armed
         }
         if self.rx_detached.load(Relaxed) && !self.closed.load(SeqCst) {
@@ -2004,7 +2062,7 @@ impl EpInner {
 
     /// Re-arms the engine's watch on the socket if it is off.
     fn rearm_rx(&self) {
-        if self.closed.load(SeqCst) || self.rx_stopped.load(SeqCst) {
+        if self.closed.load(SeqCst) || self.rx_stopped.load(SeqCst) || self.rx_app_waits.load(SeqCst) {
             return;
         }
         if !self.rx_armed.swap(true, SeqCst) {

@@ -2211,6 +2211,13 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
         }
         _ => {}
     }
+    // The program now waits for this socket's input in its epoll set, which
+    // watches the kernel socket: its threads read arrivals themselves, and
+    // the engine stops watching the socket (`Endpoint::app_waits_on_socket`;
+    // not under the TCP transport, whose socket never becomes readable).
+    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLIN as u32 != 0 && s.mode() == ACTIVE && !shim::tcp_transport() {
+        s.with_existing(|ep| ep.app_waits_on_socket());
+    }
     set_errno(saved);
     0
 }

@@ -45,6 +45,20 @@ const GSO_CMSG_SPACE: usize = 32;
 /// and, when tracing, `SCM_TIMESTAMPING` (three timespecs, 64 bytes).
 const RX_CMSG_SPACE: usize = 192;
 
+/// `recvmmsg` header arrays of one thread, kept between reads (see
+/// `UdpSocket::recv_batch_into`).
+#[derive(Default)]
+struct RxArrays {
+    addrs: Vec<RawAddr>,
+    cmsgs: Vec<[u64; RX_CMSG_SPACE / 8]>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+thread_local! {
+    static RX_ARRAYS: std::cell::RefCell<RxArrays> = std::cell::RefCell::new(RxArrays::default());
+}
+
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())
@@ -692,15 +706,31 @@ impl UdpSocket {
         if n == 0 {
             return Ok(0);
         }
-        let mut addrs: Vec<RawAddr> = vec![RawAddr::empty(); n];
-        let mut cmsgs: Vec<[u64; RX_CMSG_SPACE / 8]> = vec![[0; RX_CMSG_SPACE / 8]; n];
-        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
-        for b in bufs[..n].iter_mut() {
-            iovs.push(libc::iovec { iov_base: b.as_mut_ptr() as *mut libc::c_void, iov_len: b.len() });
+        let r = RX_ARRAYS.try_with(|cell| cell.try_borrow_mut().ok().map(|mut a| self.recv_batch_into(&mut a, bufs, meta, n, flags)));
+        match r {
+            Ok(Some(r)) => r,
+            // Not expected (nothing here receives re-entrantly; a thread
+            // past its thread-locals' end): fresh arrays.
+            _ => self.recv_batch_into(&mut RxArrays::default(), bufs, meta, n, flags),
         }
-        // SAFETY: plain data.
-        let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
-        for i in 0..n {
+    }
+
+    /// [`UdpSocket::recv_batch_flags`] with the header arrays `a`, grown to
+    /// `n` as needed and reused: a read used to allocate and zero four
+    /// arrays per call, a good part of a request/response server's receive.
+    fn recv_batch_into(&self, a: &mut RxArrays, bufs: &mut [Vec<u8>], meta: &mut [InMeta], n: usize, flags: libc::c_int) -> io::Result<usize> {
+        if a.addrs.len() < n {
+            a.addrs.resize(n, RawAddr::empty());
+            a.cmsgs.resize(n, [0; RX_CMSG_SPACE / 8]);
+            // SAFETY: plain data.
+            a.hdrs.resize_with(n, || unsafe { zeroed() });
+            a.iovs.resize(n, libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 });
+        }
+        let RxArrays { addrs, cmsgs, iovs, hdrs } = a;
+        for (i, b) in bufs[..n].iter_mut().enumerate() {
+            iovs[i] = libc::iovec { iov_base: b.as_mut_ptr() as *mut libc::c_void, iov_len: b.len() };
+            addrs[i].len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // Every field the kernel reads is set; the rest are outputs.
             let h = &mut hdrs[i].msg_hdr;
             h.msg_name = &mut addrs[i].storage as *mut _ as *mut libc::c_void;
             h.msg_namelen = addrs[i].len;
@@ -708,8 +738,10 @@ impl UdpSocket {
             h.msg_iovlen = 1;
             h.msg_control = cmsgs[i].as_mut_ptr() as *mut libc::c_void;
             h.msg_controllen = RX_CMSG_SPACE;
+            h.msg_flags = 0;
+            hdrs[i].msg_len = 0;
         }
-        // SAFETY: all pointers refer to the live vectors above and the caller's buffers.
+        // SAFETY: all pointers refer to the live arrays above and the caller's buffers.
         let r = unsafe {
             libc::recvmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, flags, std::ptr::null_mut())
         };

@@ -1,0 +1,167 @@
+/* rr_paths: request/response paths of the shim, each printing what a
+ * kernel socket gives (the test compares with the kernel run and reads
+ * the shim's counters).
+ *
+ *   eagain N        a nonblocking socket read N times while empty (EAGAIN
+ *                   each time), then one datagram read.
+ *   turns N         N rounds on socket x: send A to y, y answers, x reads
+ *                   the answer, send B to y; y reads A and B in order.
+ *   fallback_burst N  x sends N datagrams back to back, then SO_TIMESTAMP
+ *                   (moves it to the kernel path), then y reads all N.
+ *   epoll_turns N   an echo thread waiting in epoll (level-triggered,
+ *                   nonblocking, reads until EAGAIN) answers N requests of
+ *                   a client on another socket, each answer checked.
+ *   epoll_sparse N  the same with 3 ms between requests, the client also
+ *                   waiting in an epoll set. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int bound(struct sockaddr_in *a) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    memset(a, 0, sizeof *a);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)a, sizeof *a) < 0) {
+        perror("socket/bind");
+        exit(1);
+    }
+    socklen_t l = sizeof *a;
+    getsockname(fd, (struct sockaddr *)a, &l);
+    return fd;
+}
+
+static void must_recv(int fd, const char *want) {
+    char b[256];
+    ssize_t n = recv(fd, b, sizeof b - 1, 0);
+    if (n < 0) {
+        perror("recv");
+        exit(1);
+    }
+    b[n] = 0;
+    if (strcmp(b, want)) {
+        printf("got \"%s\", expected \"%s\"\n", b, want);
+        exit(1);
+    }
+}
+
+static struct sockaddr_in srv;
+static int srv_fd;
+
+static void *echo(void *arg) {
+    (void)arg;
+    int ep = epoll_create1(0);
+    struct epoll_event e = {.events = EPOLLIN, .data.fd = srv_fd};
+    epoll_ctl(ep, EPOLL_CTL_ADD, srv_fd, &e);
+    for (;;) {
+        if (epoll_wait(ep, &e, 1, 5000) != 1) {
+            printf("echo: no request within 5 s\n");
+            exit(1);
+        }
+        for (;;) {
+            char b[256];
+            struct sockaddr_in f;
+            socklen_t fl = sizeof f;
+            ssize_t n = recvfrom(srv_fd, b, sizeof b, 0, (struct sockaddr *)&f, &fl);
+            if (n < 0 && errno == EAGAIN)
+                break;
+            if (n < 0) {
+                perror("echo recvfrom");
+                exit(1);
+            }
+            if (n == 4 && !memcmp(b, "QUIT", 4))
+                return NULL;
+            sendto(srv_fd, b, n, 0, (struct sockaddr *)&f, fl);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3)
+        return 2;
+    int n = atoi(argv[2]);
+    struct sockaddr_in xa, ya;
+    char b[256];
+    if (!strcmp(argv[1], "eagain")) {
+        int x = bound(&xa), y = bound(&ya);
+        fcntl(x, F_SETFL, O_NONBLOCK);
+        int again = 0;
+        for (int i = 0; i < n; i++)
+            if (recv(x, b, sizeof b, 0) < 0 && errno == EAGAIN)
+                again++;
+        sendto(y, "one", 3, 0, (struct sockaddr *)&xa, sizeof xa);
+        ssize_t got;
+        while ((got = recv(x, b, sizeof b, 0)) < 0 && errno == EAGAIN)
+            ;
+        printf("eagain %d of %d, then %zd bytes\n", again, n, got);
+    } else if (!strcmp(argv[1], "turns")) {
+        int x = bound(&xa), y = bound(&ya);
+        connect(x, (struct sockaddr *)&ya, sizeof ya);
+        connect(y, (struct sockaddr *)&xa, sizeof xa);
+        for (int i = 0; i < n; i++) {
+            char a[32], r[32], c[32];
+            snprintf(a, sizeof a, "A%d", i);
+            snprintf(r, sizeof r, "R%d", i);
+            snprintf(c, sizeof c, "B%d", i);
+            send(x, a, strlen(a), 0);
+            must_recv(y, a);
+            send(y, r, strlen(r), 0);
+            must_recv(x, r);
+            send(x, c, strlen(c), 0);
+            must_recv(y, c);
+        }
+        printf("turns %d in order\n", n);
+    } else if (!strcmp(argv[1], "fallback_burst")) {
+        int x = bound(&xa), y = bound(&ya);
+        int big = 4 << 20;
+        setsockopt(y, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+        for (int i = 0; i < n; i++) {
+            snprintf(b, sizeof b, "d%d", i);
+            sendto(x, b, strlen(b), 0, (struct sockaddr *)&ya, sizeof ya);
+        }
+        int on = 1;
+        setsockopt(x, SOL_SOCKET, SO_TIMESTAMP, &on, sizeof on);
+        for (int i = 0; i < n; i++) {
+            snprintf(b, sizeof b, "d%d", i);
+            must_recv(y, b);
+        }
+        printf("fallback_burst %d received in order\n", n);
+    } else if (!strcmp(argv[1], "epoll_turns") || !strcmp(argv[1], "epoll_sparse")) {
+        int gap = !strcmp(argv[1], "epoll_sparse") ? 3000 : 0;
+        srv_fd = bound(&srv);
+        fcntl(srv_fd, F_SETFL, O_NONBLOCK);
+        pthread_t t;
+        pthread_create(&t, NULL, echo, NULL);
+        int c = bound(&xa);
+        connect(c, (struct sockaddr *)&srv, sizeof srv);
+        int cep = epoll_create1(0);
+        struct epoll_event ce = {.events = EPOLLIN, .data.fd = c};
+        if (gap)
+            epoll_ctl(cep, EPOLL_CTL_ADD, c, &ce);
+        for (int i = 0; i < n; i++) {
+            if (gap)
+                usleep(gap);
+            snprintf(b, sizeof b, "q%d", i);
+            send(c, b, strlen(b), 0);
+            if (gap && epoll_wait(cep, &ce, 1, 5000) != 1) {
+                printf("client: no answer within 5 s\n");
+                exit(1);
+            }
+            must_recv(c, b);
+        }
+        send(c, "QUIT", 4, 0);
+        pthread_join(t, NULL);
+        printf("%s %d answered\n", argv[1], n);
+    } else {
+        return 2;
+    }
+    return 0;
+}
