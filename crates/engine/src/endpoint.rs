@@ -923,14 +923,30 @@ impl Drop for Endpoint {
         Stats::add(&inner.stats.drop_shutdown, lost);
         inner.closed.store(true, SeqCst);
         inner.engine.deregister(inner);
-        // The engine may still hold this endpoint on a receive list; it lets
-        // go at its next turn. Wait for that (briefly), so the kernel socket
-        // is closed when this returns, as close(2) would — a program may
-        // bind the same port again at once.
-        inner.engine.wake();
-        let deadline = Instant::now() + Duration::from_millis(100);
-        while Arc::strong_count(inner) > 1 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(50));
+        // The kernel socket must be closed when this returns, as close(2)
+        // closes it — a program may bind the same port again at once, and
+        // the shim's descriptor budget counts on its numbers being free.
+        // The engine's lists let go of the endpoint here (`forget`), so
+        // only a call in progress on it (an engine turn, another thread's
+        // call) can still hold it: those are waited for, yielding first (an
+        // engine turn takes microseconds), then sleeping. Taken off the
+        // lists again each time, as a turn that ends may list it anew.
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(100);
+        loop {
+            inner.engine.forget(inner.id);
+            if Arc::strong_count(inner) == 1 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if now - start < Duration::from_micros(200) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
         if Arc::strong_count(inner) > 1 {
             // Still held (the engine thread or a call in flight, e.g. one
@@ -1747,6 +1763,13 @@ impl EpInner {
         let mut s = lock(&self.send);
         s.flushers += 1;
         let drained = loop {
+            // Completed direct posts are reaped here rather than waited
+            // for: the engine would only do the same at its next turn
+            // (after the coalescing interval), and a flusher sends nothing
+            // more that their slots could make queue for a batch.
+            if s.reap() > 0 {
+                self.notify_send();
+            }
             if s.drained() {
                 break true;
             }
