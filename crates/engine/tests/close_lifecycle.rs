@@ -93,3 +93,58 @@ fn close_of_a_socket_its_application_receives_on() {
         close_and_rebind(ep, "after receiving");
     }
 }
+
+/// A socket used for one query (send, receive the reply, close) leaves the
+/// engine thread asleep: its lone send is reaped by its close, not by an
+/// engine turn scheduled on the coalescing timer.
+#[test]
+fn a_one_query_socket_does_not_wake_the_engine() {
+    let engine = engine();
+    let (p, dst) = peer();
+    let mut buf = [0u8; 64];
+    // Let the engine settle into its sleep.
+    std::thread::sleep(Duration::from_millis(20));
+    let before = engine.wakeups();
+    for i in 0..20u8 {
+        let ep = Endpoint::with_engine(&engine, false).unwrap();
+        ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+        ep.set_read_timeout(Some(Duration::from_secs(2)));
+        // As the shim does for a socket in the program's epoll set: the
+        // engine does not watch for the reply (the receive side's own
+        // hand-off is not what this checks).
+        ep.app_waits_on_socket();
+        ep.send_to(&[i], dst).unwrap();
+        let (_, from) = p.recv_from(&mut buf).unwrap();
+        p.send_to(&[i], from).unwrap();
+        assert_eq!(ep.recv(&mut buf).unwrap(), 1);
+        close_and_rebind(ep, "after one query");
+    }
+    // Past every interval a send could have scheduled.
+    std::thread::sleep(COALESCE + Duration::from_millis(100));
+    assert_eq!(engine.wakeups() - before, 0, "the engine was woken for one-query sockets");
+}
+
+/// A sender whose second datagram comes after the coalescing interval posts
+/// it directly, as when the engine reaped the first; within the interval it
+/// queues and the engine sends it, as before.
+#[test]
+fn a_second_send_after_the_interval_posts_directly() {
+    let interval = Duration::from_millis(30);
+    let engine = Engine::start(Config { tx_coalesce: interval, ..Config::default() }).unwrap();
+    let (p, dst) = peer();
+    let mut buf = [0u8; 64];
+    let ep = Endpoint::with_engine(&engine, false).unwrap();
+    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.send_to(b"1", dst).unwrap();
+    std::thread::sleep(interval + Duration::from_millis(20));
+    ep.send_to(b"2", dst).unwrap();
+    let st = ep.stats();
+    assert_eq!((st.direct_posts, st.queued_posts), (2, 0), "{st:?}");
+    // Within the interval: queued, and sent by the engine without a flush.
+    ep.send_to(b"3", dst).unwrap();
+    assert_eq!(ep.stats().queued_posts, 1, "{:?}", ep.stats());
+    for want in [b"1", b"2", b"3"] {
+        let (n, _) = p.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], want);
+    }
+}
