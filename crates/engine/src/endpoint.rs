@@ -199,6 +199,13 @@ pub(crate) struct EpInner {
     rx_app_waits: AtomicBool,
     /// `stats.send_calls` when the engine last looked at a detached socket.
     tx_seen: std::sync::atomic::AtomicU64,
+    /// A direct post was made (set by the first).
+    posted_once: AtomicBool,
+    /// When the socket's first direct post was made, if its slot was left
+    /// unreaped without scheduling the engine (see [`EpInner::send`]);
+    /// `lone_pending` says there is one, read without the lock.
+    lone_post: Mutex<Option<Instant>>,
+    lone_pending: AtomicBool,
     /// The application dropped the endpoint; the engine lets go of it.
     pub(crate) closed: AtomicBool,
     /// Receive calls made by application threads (written by them only).
@@ -391,6 +398,9 @@ impl Endpoint {
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
             rx_seen: std::sync::atomic::AtomicU64::new(0),
+            posted_once: AtomicBool::new(false),
+            lone_post: Mutex::new(None),
+            lone_pending: AtomicBool::new(false),
             gso: AtomicBool::new(gso),
             gso_limits: GsoLimits::ethernet(v6),
             gso_seg_cap: std::sync::atomic::AtomicUsize::new(usize::MAX),
@@ -923,14 +933,30 @@ impl Drop for Endpoint {
         Stats::add(&inner.stats.drop_shutdown, lost);
         inner.closed.store(true, SeqCst);
         inner.engine.deregister(inner);
-        // The engine may still hold this endpoint on a receive list; it lets
-        // go at its next turn. Wait for that (briefly), so the kernel socket
-        // is closed when this returns, as close(2) would — a program may
-        // bind the same port again at once.
-        inner.engine.wake();
-        let deadline = Instant::now() + Duration::from_millis(100);
-        while Arc::strong_count(inner) > 1 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(50));
+        // The kernel socket must be closed when this returns, as close(2)
+        // closes it — a program may bind the same port again at once, and
+        // the shim's descriptor budget counts on its numbers being free.
+        // The engine's lists let go of the endpoint here (`forget`), so
+        // only a call in progress on it (an engine turn, another thread's
+        // call) can still hold it: those are waited for, yielding first (an
+        // engine turn takes microseconds), then sleeping. Taken off the
+        // lists again each time, as a turn that ends may list it anew.
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(100);
+        loop {
+            inner.engine.forget(inner.id);
+            if Arc::strong_count(inner) == 1 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if now - start < Duration::from_micros(200) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
         if Arc::strong_count(inner) > 1 {
             // Still held (the engine thread or a call in flight, e.g. one
@@ -1207,6 +1233,9 @@ impl EpInner {
         let mut room_tries = 0;
         loop {
             let mut s = lock(&self.send);
+            if self.lone_pending.load(Relaxed) {
+                self.reap_lone_post(&mut s);
+            }
             if s.l1_empty() && !s.l2_has_room() && self.rx_calls.load(Relaxed) != s.rx_mark {
                 s = self.await_slot(s);
             }
@@ -1219,6 +1248,7 @@ impl EpInner {
                     let mut s = lock(&self.send);
                     let rx = self.rx_calls.load(Relaxed);
                     let responsive = std::mem::replace(&mut s.rx_mark, rx) != rx;
+                    let first = !self.posted_once.swap(true, Relaxed);
                     // The kernel's send buffer is full (the engine's last GSO
                     // message is still charged to it): rather than fail a
                     // send that L1 has room for, queue it while this post
@@ -1239,7 +1269,20 @@ impl EpInner {
                         return r;
                     }
                     if !s.direct_done(responsive) {
-                        self.kick_later(&mut s);
+                        if first && s.l1_empty() {
+                            // Nothing was sent before it to batch with:
+                            // the slot is left for whoever comes next
+                            // rather than the engine, scheduled through
+                            // its coalescing timer (arming it cost a send
+                            // 11–16 µs on the test VM). A socket used for
+                            // one query (a resolver's upstream socket)
+                            // then never involves the engine thread: its
+                            // close reaps the post (`EpInner::flush`).
+                            *lock(&self.lone_post) = Some(Instant::now());
+                            self.lone_pending.store(true, Relaxed);
+                        } else {
+                            self.kick_later(&mut s);
+                        }
                     }
                     // Flushers, and a thread in `await_slot`, wait for L2.
                     self.notify_send();
@@ -1289,6 +1332,24 @@ impl EpInner {
                 }
             }
         }
+    }
+
+    /// The socket's first direct post was left unreaped (see
+    /// [`EpInner::send`]). A send within the coalescing interval after it
+    /// leaves it so (the send queues and schedules the engine, which reaps
+    /// it then, as it would have); a later one reaps it — when the engine
+    /// would have — and posts directly. So a stream batches exactly as
+    /// before, without the engine being woken for the lone post.
+    fn reap_lone_post(&self, s: &mut SendState) {
+        let mut lp = lock(&self.lone_post);
+        if matches!(*lp, Some(t) if t.elapsed() < self.engine.config.tx_coalesce) {
+            return;
+        }
+        if s.reap() > 0 {
+            self.notify_send();
+        }
+        *lp = None;
+        self.lone_pending.store(false, Relaxed);
     }
 
     /// A send found L1 and the rest a full kernel send buffer refused full
@@ -1747,6 +1808,13 @@ impl EpInner {
         let mut s = lock(&self.send);
         s.flushers += 1;
         let drained = loop {
+            // Completed direct posts are reaped here rather than waited
+            // for: the engine would only do the same at its next turn
+            // (after the coalescing interval), and a flusher sends nothing
+            // more that their slots could make queue for a batch.
+            if s.reap() > 0 {
+                self.notify_send();
+            }
             if s.drained() {
                 break true;
             }
