@@ -326,13 +326,8 @@ impl Drop for Engine {
 /// `EpInner::engine_receive`) are checked this many handoff intervals apart.
 const DETACHED_CHECK: u32 = 4;
 
-/// The parked check's interval grows up to this many handoff intervals
-/// while every check finds the application still receiving (see [`run`]).
-const CHECK_GROWTH: u32 = 32;
-
-/// How often the parked endpoints are looked at: every `handoff` (the
-/// current check interval), or DETACHED_CHECK of them when all are traced
-/// senders out of the epoll set.
+/// How often the parked endpoints are looked at: every handoff interval, or
+/// DETACHED_CHECK of them when all are traced senders out of the epoll set.
 fn check_every(parked: &[Arc<EpInner>], handoff: Duration) -> Duration {
     if parked.iter().all(|e| e.rx_detached()) {
         handoff * DETACHED_CHECK
@@ -358,16 +353,6 @@ fn run(sh: Arc<Shared>) {
     let mut more_next: Vec<Arc<EpInner>> = Vec::new();
     let mut parked_next: Vec<Arc<EpInner>> = Vec::new();
     let handoff = sh.config.rx_handoff;
-    // The parked check's interval: the handoff interval at first, doubled
-    // (up to CHECK_GROWTH of them) each time a check finds every parked
-    // application still receiving, back to one when a check lets one go or
-    // a socket is newly parked. A program that keeps receiving then sees
-    // the engine's wake-up less and less often (on a busy or single CPU it
-    // landed in its round trips: memcached's p99 55–112 µs with the 1 ms
-    // check against 13–35 µs with a 50 ms one); one that stops still gets
-    // the engine back within the interval reached, and one that received
-    // once within one handoff interval.
-    let mut check_interval = handoff;
     let mut last_check = std::time::Instant::now();
     let mut timer_fired = false;
     loop {
@@ -393,7 +378,7 @@ fn run(sh: Arc<Shared>) {
             if !rx.more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 Some(Duration::ZERO)
             } else if !rx.parked.is_empty() {
-                Some(check_every(&rx.parked, check_interval).saturating_sub(last_check.elapsed()))
+                Some(check_every(&rx.parked, handoff))
             } else {
                 None
             }
@@ -458,21 +443,13 @@ fn run(sh: Arc<Shared>) {
         rx.more.extend(more_next.drain(..).filter(|ep| !ep.closed.load(SeqCst)));
         for ep in parked_next.drain(..) {
             if !ep.closed.load(SeqCst) && !rx.parked.iter().any(|e| e.id == ep.id) {
-                if check_interval != handoff {
-                    check_interval = handoff;
-                    last_check = std::time::Instant::now();
-                }
                 rx.parked.push(ep);
             }
         }
-        if rx.parked.is_empty() {
-            check_interval = handoff;
-        } else if last_check.elapsed() >= check_every(&rx.parked, check_interval) {
+        if !rx.parked.is_empty() && last_check.elapsed() >= check_every(&rx.parked, handoff) {
             last_check = std::time::Instant::now();
             // Re-arm the endpoints whose application stopped receiving.
-            let before = rx.parked.len();
             rx.parked.retain(|ep| !ep.rx_idle_since_last_look());
-            check_interval = if rx.parked.len() == before { (check_interval * 2).min(handoff * CHECK_GROWTH) } else { handoff };
         }
         drop(rx);
     }
