@@ -498,10 +498,18 @@ impl RawUdp {
 /// below). Read whole and, when "free", once more, it still misses
 /// sometimes with hundreds of sockets; netlink has not missed.
 pub fn udp_port_bound(ip: IpAddr, port: u16) -> bool {
-    match diag_holds(ip, port) {
-        Ok(held) => held,
-        Err(_) => proc_holds(ip, port) || proc_holds(ip, port),
+    // A "free" answer is asked again: with other tests' sockets and
+    // processes coming and going, a dump now and then missed a socket that
+    // a second dump an instant later showed (seen in about 1 of 300
+    // calls, cause in the kernel not found); "bound" has never been wrong.
+    for _ in 0..3 {
+        match diag_holds(ip, port) {
+            Ok(true) => return true,
+            Ok(false) => {}
+            Err(_) => return proc_holds(ip, port) || proc_holds(ip, port),
+        }
     }
+    false
 }
 
 /// `ip` as the IPv4 table names it (none for a true IPv6 address) and as
@@ -702,9 +710,11 @@ mod tests {
 
     #[test]
     fn the_socket_tables_show_which_udp_ports_are_held() {
+        // Through netlink (and the function's second looks), then the /proc
+        // fallback, given the same second looks.
+        diag_holds(IpAddr::V4(Ipv4Addr::LOCALHOST), 9).expect("sock_diag netlink answers");
         check_tables(udp_port_bound);
-        check_tables(|ip, port| diag_holds(ip, port).expect("sock_diag netlink answers"));
-        check_tables(proc_holds);
+        check_tables(|ip, port| (0..3).any(|_| proc_holds(ip, port)));
     }
 
     /// Other sockets opening and closing while the tables are read must
@@ -745,6 +755,16 @@ mod tests {
         assert_eq!(missed, 0, "a held port was reported free {missed} times in 1500 reads");
     }
 
+    fn eventually_free(udp_port_bound: &impl Fn(IpAddr, u16) -> bool, ip: IpAddr, port: u16) -> bool {
+        (0..200).any(|_| {
+            let free = !udp_port_bound(ip, port);
+            if !free {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            free
+        })
+    }
+
     fn check_tables(udp_port_bound: impl Fn(IpAddr, u16) -> bool) {
         let lo4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -756,7 +776,9 @@ mod tests {
         // Another local address of the family does not hold it.
         assert!(!udp_port_bound(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), port));
         drop(s);
-        assert!(!udp_port_bound(lo4, port));
+        // Released once no process holds it: a process another test forks
+        // holds every descriptor of this one until it execs.
+        assert!(eventually_free(&udp_port_bound, lo4, port));
 
         // A wildcard socket holds the port on every address of its family.
         let w = UdpSocket::bind("0.0.0.0:0").unwrap();
