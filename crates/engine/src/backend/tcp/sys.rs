@@ -502,8 +502,9 @@ pub fn udp_port_bound(ip: IpAddr, port: u16) -> bool {
     // processes coming and going, a dump now and then missed a socket that
     // a second dump an instant later showed (seen in about 1 of 300
     // calls, cause in the kernel not found); "bound" has never been wrong.
+    let Ok(mut diag) = Diag::open() else { return proc_holds(ip, port) || proc_holds(ip, port) };
     for _ in 0..3 {
-        match diag_holds(ip, port) {
+        match diag_holds(&mut diag, ip, port) {
             Ok(true) => return true,
             Ok(false) => {}
             Err(_) => return proc_holds(ip, port) || proc_holds(ip, port),
@@ -528,10 +529,9 @@ fn address_forms(ip: IpAddr) -> (Option<std::net::Ipv4Addr>, std::net::Ipv6Addr)
 /// family, filtered by local port in the kernel, every reply checked here
 /// again. Whether this kernel applies the port filter as sent is checked
 /// once, on a socket of our own; if not, the dumps are unfiltered.
-fn diag_holds(ip: IpAddr, port: u16) -> io::Result<bool> {
+fn diag_holds(diag: &mut Diag, ip: IpAddr, port: u16) -> io::Result<bool> {
     static FILTER_WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let (v4, v6) = address_forms(ip);
-    let diag = Diag::open()?;
     let filter_works = match FILTER_WORKS.get() {
         Some(&w) => w,
         None => {
@@ -571,7 +571,9 @@ struct DiagSock {
 /// A `NETLINK_SOCK_DIAG` socket for [`diag_holds`].
 struct Diag {
     fd: OwnedFd,
-    seq: std::cell::Cell<u32>,
+    seq: u32,
+    /// Receive buffer, kept across dumps.
+    buf: Vec<u8>,
 }
 
 impl Diag {
@@ -584,17 +586,17 @@ impl Diag {
         let tv = libc::timeval { tv_sec: 1, tv_usec: 0 };
         // SAFETY: `tv` is live for the call; the kernel copies it.
         cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of::<libc::timeval>() as libc::socklen_t) })?;
-        Ok(Diag { fd, seq: std::cell::Cell::new(0) })
+        Ok(Diag { fd, seq: 0, buf: vec![0u8; 32 * 1024] })
     }
 
     /// Every UDP socket of `family` in this network namespace (bound to
     /// local port `port`, 0: any), in one dump.
-    fn dump(&self, family: u8, port: u16) -> io::Result<Vec<DiagSock>> {
+    fn dump(&mut self, family: u8, port: u16) -> io::Result<Vec<DiagSock>> {
         const SOCK_DIAG_BY_FAMILY: u16 = 20;
         const NLMSG_ERROR: u16 = 2;
         const NLMSG_DONE: u16 = 3;
-        let seq = self.seq.get() + 1;
-        self.seq.set(seq);
+        self.seq += 1;
+        let seq = self.seq;
         // nlmsghdr (16 B) + inet_diag_req_v2 (56 B): native byte order,
         // the socket id's ports big-endian.
         let mut req = [0u8; 72];
@@ -615,7 +617,7 @@ impl Diag {
             return Err(io::Error::last_os_error());
         }
         let mut out = Vec::new();
-        let mut buf = vec![0u8; 32 * 1024];
+        let buf = &mut self.buf;
         loop {
             // SAFETY: `buf` is live and writable for its length during the call.
             let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -705,14 +707,14 @@ fn read_whole(path: &str) -> io::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{diag_holds, proc_holds, udp_port_bound};
+    use super::{diag_holds, proc_holds, udp_port_bound, Diag};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 
     #[test]
     fn the_socket_tables_show_which_udp_ports_are_held() {
         // Through netlink (and the function's second looks), then the /proc
         // fallback, given the same second looks.
-        diag_holds(IpAddr::V4(Ipv4Addr::LOCALHOST), 9).expect("sock_diag netlink answers");
+        diag_holds(&mut Diag::open().expect("sock_diag netlink opens"), IpAddr::V4(Ipv4Addr::LOCALHOST), 9).expect("sock_diag netlink answers");
         check_tables(udp_port_bound);
         check_tables(|ip, port| (0..3).any(|_| proc_holds(ip, port)));
     }
