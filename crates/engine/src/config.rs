@@ -6,6 +6,7 @@
 //! | `EUDP_BUSY_POLL` | `1`: the engine thread spins instead of sleeping | 0 |
 //! | `EUDP_CPU` | pin the engine thread to this CPU | unpinned |
 //! | `EUDP_GSO` / `EUDP_GRO` | `0` disables UDP GSO / GRO | 1 |
+//! | `EUDP_GRO_HOLD` | `1`: from its first UDP socket on, the engine keeps one unbound UDP socket of its own with `UDP_GRO` on, so the kernel's UDP encapsulation static keys stay on and a GRO socket that comes and goes does not flip them each time (~90 µs to turn on, ~110 µs to turn off on the test VM). System-wide side effect while held: every UDP receive in the host takes the encapsulation branch (a socket lookup in UDP GRO, an `encap_type` test per datagram), as whenever any GRO or tunnel socket is open. `0`: no such socket | 1 |
 //! | `EUDP_MAX_MSGS` | messages per `sendmmsg`/`recvmmsg` call | 16 |
 //! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
 //! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 100 |
@@ -28,6 +29,10 @@ pub struct Config {
     pub gso: bool,
     /// Use UDP GRO on receive when the kernel supports it.
     pub gro: bool,
+    /// With `gro`: keep one GRO socket of the engine's own open from the
+    /// first UDP endpoint on (see `EUDP_GRO_HOLD` above), so that sockets
+    /// turning GRO on and closing do not each flip the kernel's static key.
+    pub gro_hold: bool,
     /// Messages per batched send/receive syscall.
     pub max_msgs: usize,
     /// A blocked receiver spins this long before sleeping (latency profile).
@@ -66,6 +71,7 @@ impl Default for Config {
             cpu: None,
             gso: true,
             gro: true,
+            gro_hold: true,
             max_msgs: 16,
             recv_spin: Duration::ZERO,
             rx_handoff: Duration::from_millis(1),
@@ -129,6 +135,9 @@ impl Config {
         if let Some(v) = get("EUDP_GRO") {
             c.gro = flag("EUDP_GRO", v)?;
         }
+        if let Some(v) = get("EUDP_GRO_HOLD") {
+            c.gro_hold = flag("EUDP_GRO_HOLD", v)?;
+        }
         if let Some(v) = get("EUDP_MAX_MSGS") {
             let n: usize = parse("EUDP_MAX_MSGS", v.clone())?;
             if n == 0 || n > 1024 {
@@ -186,6 +195,10 @@ mod tests {
             let e = Config::from_lookup(|k| (k == "EUDP_TX_FLUSH_BATCHES").then(|| bad.into())).unwrap_err();
             assert_eq!(e.var, "EUDP_TX_FLUSH_BATCHES");
         }
+        assert!(Config::default().gro_hold);
+        let c = Config::from_lookup(|k| (k == "EUDP_GRO_HOLD").then(|| "0".into())).unwrap();
+        assert!(!c.gro_hold && c.gro);
+        assert!(Config::from_lookup(|k| (k == "EUDP_GRO_HOLD").then(|| "2".into())).is_err());
         assert!(Config::default().tx_caller_drain);
         let c = Config::from_lookup(|k| (k == "EUDP_TX_CALLER_DRAIN").then(|| "0".into())).unwrap();
         assert!(!c.tx_caller_drain);

@@ -324,6 +324,7 @@ impl Endpoint {
 
     /// An unbound endpoint on a given engine.
     pub fn with_engine(engine: &Engine, v6: bool) -> io::Result<Endpoint> {
+        engine.shared.hold_gro_key();
         let sock = kernel::UdpSocket::new(v6)?;
         // Every engine call passes MSG_DONTWAIT; a blocking description
         // lets a blocked receiver sleep inside its read.
@@ -337,6 +338,7 @@ impl Endpoint {
     /// blocking mode.
     pub fn from_kernel_fd(engine: &Engine, fd: std::os::fd::OwnedFd) -> io::Result<Endpoint> {
         let sock = kernel::UdpSocket::from_owned_fd(fd)?;
+        engine.shared.hold_gro_key();
         let ep = Self::with_backend(engine, Box::new(sock))?;
         // A socket connected before adoption keeps its peer.
         if ep.inner.backend.peer_addr().is_ok() {

@@ -7,12 +7,12 @@
 //! `epoll_wait` when idle (or spins in busy-poll mode); application threads
 //! ring a doorbell only when it sleeps.
 
-use crate::backend::kernel::{pin_current_thread, EventFd, Epoll, TimerFd};
+use crate::backend::kernel::{pin_current_thread, EventFd, Epoll, TimerFd, UdpSocket};
 use crate::config::Config;
 use crate::endpoint::{EpInner, RxOutcome};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::{Relaxed, SeqCst}};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -91,6 +91,12 @@ pub(crate) struct Shared {
     pub(crate) wakeups: AtomicU64,
     /// Wake-ups on a traced socket that found TX stamps and no data.
     pub(crate) stamp_wakes: AtomicU64,
+    /// The engine's own GRO socket holding the kernel's static keys on
+    /// (`Config::gro_hold`, [`Shared::hold_gro_key`]); closed with the
+    /// engine, or at once by [`Engine::release_gro_hold`].
+    gro_hold: Mutex<Option<UdpSocket>>,
+    /// The holder was opened or tried once: it is never opened again.
+    gro_hold_tried: AtomicBool,
 }
 
 impl Shared {
@@ -216,6 +222,23 @@ impl Shared {
         self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).list.retain(|(e, _)| e.id != id);
     }
 
+    /// Opens the engine's GRO key holder ([`UdpSocket::gro_key_holder`])
+    /// the first time a kernel UDP endpoint is made, when `gro` and
+    /// `gro_hold` are on; after that a load. Opened on the first endpoint
+    /// rather than at start, so that an engine serving no kernel UDP socket
+    /// (the tcp transport) leaves the kernel's keys alone. A failure (no
+    /// descriptor left in the shim's budget, no GRO in the kernel) leaves
+    /// sockets to raise the keys themselves, as without the setting.
+    pub(crate) fn hold_gro_key(&self) {
+        if !self.config.gro || !self.config.gro_hold || self.gro_hold_tried.load(Relaxed) {
+            return;
+        }
+        let mut h = self.gro_hold.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.gro_hold_tried.swap(true, SeqCst) {
+            *h = UdpSocket::gro_key_holder().ok();
+        }
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, SeqCst)
     }
@@ -255,6 +278,8 @@ impl Engine {
             next_id: AtomicU64::new(1),
             wakeups: AtomicU64::new(0),
             stamp_wakes: AtomicU64::new(0),
+            gro_hold: Mutex::new(None),
+            gro_hold_tried: AtomicBool::new(false),
         });
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.doorbell), DOORBELL)?;
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.timer), TIMER)?;
@@ -284,6 +309,32 @@ impl Engine {
     /// The engine's settings.
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// The descriptor of the engine's GRO key holder while it holds one
+    /// (see `Config::gro_hold`).
+    pub fn gro_key_holder_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.shared.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
+    }
+
+    /// Whether the holder is open with `UDP_GRO` on, i.e. holding the
+    /// kernel's keys.
+    pub fn gro_key_held(&self) -> bool {
+        self.shared.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(UdpSocket::gro_enabled)
+    }
+
+    /// Closes the GRO key holder, for good (the preload shim gives its
+    /// descriptor number back when the program needs the numbers below its
+    /// limit). Returns whether one was open.
+    pub fn release_gro_hold(&self) -> bool {
+        self.shared.gro_hold_tried.store(true, SeqCst);
+        self.shared.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).take().is_some()
+    }
+
+    /// [`Engine::release_gro_hold`] on the process-wide engine, if it was
+    /// started (never starts it).
+    pub fn release_global_gro_hold() -> bool {
+        matches!(GLOBAL.get(), Some(Ok(e)) if e.release_gro_hold())
     }
 
     /// Times the engine thread woke from sleep.

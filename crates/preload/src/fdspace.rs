@@ -32,7 +32,8 @@
 //! ([`reclaim`]), some of those sockets fall back, their numbers are given
 //! back and the call is made again; from then on nothing more is placed
 //! below the soft limit. The engine's own few descriptors (its epoll set,
-//! doorbell, timer) stay where they are.
+//! doorbell, timer) stay where they are; its GRO key holder, which only
+//! saves time, is closed.
 //!
 //! Private numbers are recorded in a bitmap: `close`, `close_range`,
 //! `closefrom` and `dup2`/`dup3` onto one behave as the kernel does for a
@@ -401,6 +402,9 @@ pub fn reclaim() -> bool {
     let (soft, was) = soft;
     let before = count_below(soft);
     crate::shim::give_back_below(soft as c_int);
+    // The engine's GRO key holder (`EUDP_GRO_HOLD`) is a spare: its number
+    // goes back too, wherever it is (the keys then follow the sockets).
+    eudp_engine::Engine::release_global_gro_hold();
     let after = count_below(soft);
     if after >= before {
         // Nothing the sockets held (what is there is the engine's own, for
