@@ -28,6 +28,11 @@ pub struct Placement {
     /// `dup3` onto a kept descriptor's number, past any interposed `dup3`
     /// that protects kept numbers from the program.
     pub dup3: fn(RawFd, RawFd, i32) -> i32,
+    /// Whether a descriptor handed to [`private`] is kept already (the
+    /// placement made it, as the shim's duplicate of a socket it adopts):
+    /// then it stays as it is without a call of `make`, which would open a
+    /// window around nothing (two to four syscalls per adoption).
+    pub kept: fn(RawFd) -> bool,
 }
 
 static PLACEMENT: OnceLock<&'static Placement> = OnceLock::new();
@@ -81,6 +86,9 @@ pub fn new_private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(make: impl FnOnce
 /// `accept` made) as one of its own, through the placement if there is one.
 pub fn private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(fd: T) -> Private<T> {
     let raw = fd.as_raw_fd();
+    if PLACEMENT.get().is_some_and(|p| (p.kept)(raw)) {
+        return Private { release: Release(raw), inner: fd };
+    }
     let mut fd = Some(fd);
     match new_private(|| fd.take().ok_or_else(|| io::Error::other("taken"))) {
         Ok(p) => p,
@@ -141,6 +149,7 @@ mod tests {
         release: |fd| RELEASED.lock().unwrap().push(fd),
         // Not reached by this test.
         dup3: |_, _, _| -1,
+        kept: |fd| PLACED.lock().unwrap().contains(&fd),
     };
 
     #[test]
@@ -154,5 +163,18 @@ mod tests {
         assert!(!RELEASED.lock().unwrap().contains(&raw));
         drop(p);
         assert!(RELEASED.lock().unwrap().contains(&raw));
+        // One the placement made already (as the shim's duplicates) is
+        // adopted without another `make`; its drop is still told.
+        let (c, _d) = std::os::unix::net::UnixStream::pair().unwrap();
+        let raw = c.as_raw_fd();
+        PLACED.lock().unwrap().push(raw);
+        let placed = PLACED.lock().unwrap().len();
+        let p = private(OwnedFd::from(c));
+        assert_eq!(PLACED.lock().unwrap().len(), placed);
+        assert_eq!(p.as_raw_fd(), raw);
+        let told = || RELEASED.lock().unwrap().iter().filter(|&&f| f == raw).count();
+        let before = told();
+        drop(p);
+        assert_eq!(told(), before + 1);
     }
 }

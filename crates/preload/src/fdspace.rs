@@ -330,7 +330,7 @@ fn dup3(from: RawFd, onto: RawFd, flags: i32) -> i32 {
     unsafe { real::dup3(from, onto, flags) }
 }
 
-static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release, dup3 };
+static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release, dup3, kept: is_private };
 
 extern "C" fn install() {
     eudp_engine::fdspace::set_placement(&PLACEMENT);

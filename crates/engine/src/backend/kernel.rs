@@ -929,8 +929,9 @@ impl EventFd {
 pub struct ErrorFlag {
     a: Private<OwnedFd>,
     b: Arc<SharedEnd>,
-    a_addr: libc::sockaddr_un,
-    a_len: libc::socklen_t,
+    /// `a`'s name, given at the first raise: only a raise needs it, and
+    /// the bind and `getsockname` were a sixth of a socket's adoption.
+    a_name: OnceLock<(libc::sockaddr_un, libc::socklen_t)>,
 }
 
 /// The `b` end shared by a process's error flags.
@@ -969,26 +970,36 @@ impl AsRawFd for ErrorFlag {
     }
 }
 
-/// A nonblocking close-on-exec `AF_UNIX` datagram socket with an
-/// autobound name, and that name.
-fn unix_autobound() -> io::Result<(Private<OwnedFd>, libc::sockaddr_un, libc::socklen_t)> {
-    let fd = new_private(|| {
+/// A nonblocking close-on-exec `AF_UNIX` datagram socket, unnamed.
+fn unix_dgram() -> io::Result<Private<OwnedFd>> {
+    new_private(|| {
         // SAFETY: plain syscall; the fd is owned below.
         let fd = cvt(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
         // SAFETY: fresh fd owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    })?;
+    })
+}
+
+/// Gives an `AF_UNIX` socket an autobound (abstract) name; returns it.
+fn autobind(fd: RawFd) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: sockaddr_un is plain data.
     let mut addr: libc::sockaddr_un = unsafe { zeroed() };
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     // SAFETY: an address of just the family asks for an autobound
     // (abstract) name; getsockname writes within `addr`'s size.
     let len = unsafe {
-        cvt(libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, size_of::<libc::sa_family_t>() as libc::socklen_t))?;
+        cvt(libc::bind(fd, &addr as *const _ as *const libc::sockaddr, size_of::<libc::sa_family_t>() as libc::socklen_t))?;
         let mut len = size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        cvt(libc::getsockname(fd.as_raw_fd(), &mut addr as *mut _ as *mut libc::sockaddr, &mut len))?;
+        cvt(libc::getsockname(fd, &mut addr as *mut _ as *mut libc::sockaddr, &mut len))?;
         len
     };
+    Ok((addr, len))
+}
+
+/// [`unix_dgram`] with an autobound name, and that name.
+fn unix_autobound() -> io::Result<(Private<OwnedFd>, libc::sockaddr_un, libc::socklen_t)> {
+    let fd = unix_dgram()?;
+    let (addr, len) = autobind(fd.as_raw_fd())?;
     Ok((fd, addr, len))
 }
 
@@ -1033,21 +1044,29 @@ impl ErrorFlag {
                 }
             }
         };
-        let (a, a_addr, a_len) = unix_autobound()?;
+        let a = unix_dgram()?;
         // SAFETY: the shared end's address and length as getsockname returned them.
         cvt(unsafe { libc::connect(a.as_raw_fd(), &b.addr as *const _ as *const libc::sockaddr, b.len) })?;
-        Ok(ErrorFlag { a, b, a_addr, a_len })
+        Ok(ErrorFlag { a, b, a_name: OnceLock::new() })
     }
 
     /// Raises the flag: `a` reports an error until [`ErrorFlag::clear`].
     pub fn raise(&self) {
         let _serial = lock_end();
+        // (Raises are serialized, so one thread names `a`.)
+        let (a_addr, a_len) = match self.a_name.get() {
+            Some(n) => *n,
+            None => match autobind(self.a.as_raw_fd()) {
+                Ok(n) => *self.a_name.get_or_init(|| n),
+                Err(_) => return,
+            },
+        };
         let b = self.b.fd.as_raw_fd();
         let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
         // SAFETY: addresses and lengths of live values; one byte from a live
         // buffer. A failure leaves the flag down (as before the call).
         unsafe {
-            libc::connect(b, &self.a_addr as *const _ as *const libc::sockaddr, self.a_len);
+            libc::connect(b, &a_addr as *const _ as *const libc::sockaddr, a_len);
             libc::send(self.a.as_raw_fd(), b"!".as_ptr() as *const libc::c_void, 1, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
             libc::connect(b, &unspec, size_of::<libc::sockaddr>() as libc::socklen_t);
         }
