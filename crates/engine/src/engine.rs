@@ -229,13 +229,27 @@ impl Shared {
     /// (the tcp transport) leaves the kernel's keys alone. A failure (no
     /// descriptor left in the shim's budget, no GRO in the kernel) leaves
     /// sockets to raise the keys themselves, as without the setting.
-    pub(crate) fn hold_gro_key(&self) {
+    pub(crate) fn hold_gro_key(self: &Arc<Self>) {
         if !self.config.gro || !self.config.gro_hold || self.gro_hold_tried.load(Relaxed) {
             return;
         }
-        let mut h = self.gro_hold.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.gro_hold_tried.swap(true, SeqCst) {
+        {
+            let mut h = self.gro_hold.lock().unwrap_or_else(|e| e.into_inner());
+            if self.gro_hold_tried.swap(true, SeqCst) || GRO_HOLD_OFF.load(SeqCst) {
+                return;
+            }
             *h = UdpSocket::gro_key_holder().ok();
+            if h.is_none() {
+                return;
+            }
+        }
+        let mut all = GRO_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(self));
+        drop(all);
+        // (A release of all holders that ran meanwhile did not see this one.)
+        if GRO_HOLD_OFF.load(SeqCst) {
+            self.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
     }
 
@@ -258,6 +272,11 @@ pub struct Engine {
 }
 
 static GLOBAL: OnceLock<Result<Engine, i32>> = OnceLock::new();
+
+/// Engines that opened a GRO key holder, for [`Engine::release_gro_holds`].
+static GRO_HOLDERS: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+/// Set by [`Engine::release_gro_holds`]: no holder is opened any more.
+static GRO_HOLD_OFF: AtomicBool = AtomicBool::new(false);
 
 impl Engine {
     /// Starts an engine thread with the given settings.
@@ -323,18 +342,20 @@ impl Engine {
         self.shared.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(UdpSocket::gro_enabled)
     }
 
-    /// Closes the GRO key holder, for good (the preload shim gives its
-    /// descriptor number back when the program needs the numbers below its
-    /// limit). Returns whether one was open.
+    /// Closes the GRO key holder, for good. Returns whether one was open.
     pub fn release_gro_hold(&self) -> bool {
         self.shared.gro_hold_tried.store(true, SeqCst);
         self.shared.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).take().is_some()
     }
 
-    /// [`Engine::release_gro_hold`] on the process-wide engine, if it was
-    /// started (never starts it).
-    pub fn release_global_gro_hold() -> bool {
-        matches!(GLOBAL.get(), Some(Ok(e)) if e.release_gro_hold())
+    /// Closes every engine's GRO key holder in this process, and no engine
+    /// opens one from then on: the preload shim gives the descriptor
+    /// numbers back when the program needs the numbers below its limit.
+    /// Returns how many were open.
+    pub fn release_gro_holds() -> usize {
+        GRO_HOLD_OFF.store(true, SeqCst);
+        let all: Vec<Arc<Shared>> = GRO_HOLDERS.lock().unwrap_or_else(|e| e.into_inner()).drain(..).filter_map(|w| w.upgrade()).collect();
+        all.iter().filter(|sh| sh.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).take().is_some()).count()
     }
 
     /// Times the engine thread woke from sleep.

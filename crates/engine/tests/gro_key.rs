@@ -2,14 +2,18 @@
 //! unbound UDP socket with `UDP_GRO` on, opened with the first kernel UDP
 //! endpoint so that the kernel's UDP encapsulation static keys stay on
 //! while sockets come and go; none when the setting or GRO is off, or
-//! before any endpoint; closed for good by `release_gro_hold`. Receiving
-//! with the holder open still delivers GRO batches whole and in order.
+//! before any endpoint; closed for good by `release_gro_hold`, and every
+//! engine's by `Engine::release_gro_holds` (process-wide, so in a child
+//! process). Receiving with the holder open still delivers GRO batches
+//! whole and in order.
 //! (Loopback only; what the hold saves is a time, measured in
 //! docs/preload.md, not asserted here.)
 
 use eudp_engine::{Config, Endpoint, Engine};
 use std::net::SocketAddr;
 use std::time::Duration;
+
+const CHILD: &str = "EUDP_GRO_KEY_TEST_CHILD";
 
 fn link(fd: i32) -> Option<String> {
     std::fs::read_link(format!("/proc/self/fd/{fd}")).ok().map(|p| p.to_string_lossy().into_owned())
@@ -100,4 +104,39 @@ fn gro_batches_arrive_whole_with_the_holder_open() {
     let st = rx.stats();
     assert_eq!(st.datagrams_received, 4 * (N as u64 + 1));
     assert!(st.gro_superpackets > 0, "no coalesced receive: {st:?}");
+}
+
+#[test]
+fn releasing_every_holder_is_for_good() {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "child_release_all", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("1 passed"), "child failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+#[ignore = "run by releasing_every_holder_is_for_good in a child process"]
+fn child_release_all() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let (e1, e2) = (Engine::start(Config::default()).unwrap(), Engine::start(Config::default()).unwrap());
+    let _a = Endpoint::with_engine(&e1, false).unwrap();
+    let _b = Endpoint::with_engine(&e2, false).unwrap();
+    let fds = [e1.gro_key_holder_fd().unwrap(), e2.gro_key_holder_fd().unwrap()];
+    let links = fds.map(|fd| link(fd).unwrap());
+    assert_eq!(Engine::release_gro_holds(), 2);
+    for (fd, l) in fds.iter().zip(&links) {
+        assert_ne!(link(*fd).as_ref(), Some(l), "holder {fd} still open");
+    }
+    assert_eq!((e1.gro_key_holder_fd(), e2.gro_key_holder_fd()), (None, None));
+    // No engine of this process opens one any more.
+    let e3 = Engine::start(Config::default()).unwrap();
+    let _c = Endpoint::with_engine(&e3, false).unwrap();
+    assert_eq!(e3.gro_key_holder_fd(), None);
+    assert_eq!(Engine::release_gro_holds(), 0);
 }

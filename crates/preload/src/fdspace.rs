@@ -404,7 +404,7 @@ pub fn reclaim() -> bool {
     crate::shim::give_back_below(soft as c_int);
     // The engine's GRO key holder (`EUDP_GRO_HOLD`) is a spare: its number
     // goes back too, wherever it is (the keys then follow the sockets).
-    eudp_engine::Engine::release_global_gro_hold();
+    eudp_engine::Engine::release_gro_holds();
     let after = count_below(soft);
     if after >= before {
         // Nothing the sockets held (what is there is the engine's own, for
