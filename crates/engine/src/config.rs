@@ -6,7 +6,7 @@
 //! | `EUDP_BUSY_POLL` | `1`: the engine thread spins instead of sleeping | 0 |
 //! | `EUDP_CPU` | pin the engine thread to this CPU | unpinned |
 //! | `EUDP_GSO` / `EUDP_GRO` | `0` disables UDP GSO / GRO | 1 |
-//! | `EUDP_GRO_HOLD` | `1`: from its first UDP socket on, the engine keeps one unbound UDP socket of its own with `UDP_GRO` on, so the kernel's UDP encapsulation static keys stay on and a GRO socket that comes and goes does not flip them each time (~90 µs to turn on, ~110 µs to turn off on the test VM). System-wide side effect while held: every UDP receive in the host takes the encapsulation branch (a socket lookup in UDP GRO, an `encap_type` test per datagram), as whenever any GRO or tunnel socket is open. `0`: no such socket | 1 |
+//! | `EUDP_GRO_HOLD` | `1`: from its first UDP socket on, the engine keeps one unbound UDP socket of its own with `UDP_GRO` on, so the kernel's UDP encapsulation static keys stay on and a GRO socket that comes and goes does not flip them each time (on the test VM ~85 µs each way for an IPv4 socket, ~155 for an IPv6 one, which flips both keys). System-wide side effect while held: every UDP receive in the host takes the encapsulation branch (a socket lookup in UDP GRO, an `encap_type` test per datagram), as whenever any GRO or tunnel socket is open. `0`: no such socket | 1 |
 //! | `EUDP_MAX_MSGS` | messages per `sendmmsg`/`recvmmsg` call | 16 |
 //! | `EUDP_SPIN_US` | a blocked receiver spins this long before sleeping | 0 |
 //! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 100 |
