@@ -193,6 +193,18 @@ fn a_streaming_sender_drains_full_batches_itself() {
     check_trace(&ep.transitions(), 1).unwrap();
 }
 
+/// An engine coalescing for `interval` with one-batch flushes, a
+/// nonblocking loopback receiver, and an endpoint with a 1 MiB send buffer.
+fn coalescing_sender(interval: Duration) -> (Engine, std::net::UdpSocket, Endpoint) {
+    let engine = Engine::start(Config { tx_coalesce: interval, tx_flush_batches: 1, ..Config::default() }).unwrap();
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let ep = Endpoint::with_engine(&engine, false).unwrap();
+    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_send_buffer_size(1 << 20).unwrap();
+    (engine, rx, ep)
+}
+
 /// The coalescing interval runs from the oldest datagram L1 holds now, not
 /// from when the endpoint was first listed: after the sender's own thread
 /// sent a full batch, a later remainder waits out its own interval. The
@@ -202,13 +214,8 @@ fn a_streaming_sender_drains_full_batches_itself() {
 #[test]
 fn a_remainder_waits_from_its_own_oldest_datagram() {
     let interval = Duration::from_millis(300);
-    let engine = Engine::start(Config { tx_coalesce: interval, tx_flush_batches: 1, ..Config::default() }).unwrap();
-    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    rx.set_nonblocking(true).unwrap();
+    let (engine, rx, ep) = coalescing_sender(interval);
     let dst = rx.local_addr().unwrap();
-    let ep = Endpoint::with_engine(&engine, false).unwrap();
-    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
-    ep.set_send_buffer_size(1 << 20).unwrap();
     let drain = || {
         let mut buf = [0u8; 256];
         let mut n = 0;
@@ -249,8 +256,6 @@ fn a_remainder_waits_from_its_own_oldest_datagram() {
     assert_eq!(ep.stats().direct_posts, 1, "{:?}", ep.stats());
 }
 
-/// With `tx_flush_batches` = 2 the sender's own thread waits for two full
-/// GSO messages and hands them to the kernel in one `sendmmsg`.
 /// A sender whose own thread sends every batch does not move the engine's
 /// coalescing timer per batch (one `timerfd_settime` each, 15-27 us on the
 /// test VM when the timer is the CPU's next event): it stays where it was
@@ -258,13 +263,8 @@ fn a_remainder_waits_from_its_own_oldest_datagram() {
 #[test]
 fn a_streaming_sender_leaves_the_coalescing_timer_alone() {
     let interval = Duration::from_millis(300);
-    let engine = Engine::start(Config { tx_coalesce: interval, tx_flush_batches: 1, ..Config::default() }).unwrap();
-    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    rx.set_nonblocking(true).unwrap();
+    let (engine, rx, ep) = coalescing_sender(interval);
     let dst = rx.local_addr().unwrap();
-    let ep = Endpoint::with_engine(&engine, false).unwrap();
-    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
-    ep.set_send_buffer_size(1 << 20).unwrap();
     let t0 = std::time::Instant::now();
     // Twenty batches and a remainder, each batch sent by this thread.
     let n = 20 * batch() + 3;
@@ -282,6 +282,8 @@ fn a_streaming_sender_leaves_the_coalescing_timer_alone() {
     drop(rx);
 }
 
+/// With `tx_flush_batches` = 2 the sender's own thread waits for two full
+/// GSO messages and hands them to the kernel in one `sendmmsg`.
 #[test]
 fn a_streaming_sender_gathers_the_configured_batches() {
     let cfg = Config { tx_flush_batches: 2, max_msgs: 64, tx_coalesce: Duration::from_secs(1), ..Config::default() };
