@@ -1863,8 +1863,9 @@ impl Mgr {
     ///
     /// The watch keeps a full lane from holding up the engine's other work,
     /// but on a lane to a peer that keeps up each refusal then costs the
-    /// endpoint a second copy of all its program queued meanwhile (it
-    /// requeues that behind the refused batch when the room comes). Such a
+    /// endpoint a watch and a wake-up through the engine's room set (a few
+    /// syscalls) and splits its next send in two (the refused rest, then
+    /// what its program queued meanwhile). Such a
     /// lane refuses every few megabytes and its room comes back within
     /// milliseconds, so while nothing else waits for the engine (no kicked
     /// endpoint, nothing ready in its epoll set: `engine::others_waiting`,
