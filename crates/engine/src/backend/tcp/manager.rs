@@ -234,6 +234,9 @@ pub(super) struct RxInner {
     /// Whether `ready` is set: the eventfd is written and read only on a
     /// change (a syscall saved per hand-over and per emptying read).
     pub(super) signalled: bool,
+    /// The endpoint let go of its port ([`Mgr::unregister_port`]): what a
+    /// reader still delivers here goes to the kernel socket instead.
+    pub(super) left: bool,
 }
 
 /// Buffers kept for reuse per receive queue (the manager's pool keeps
@@ -306,7 +309,7 @@ impl Pools {
 
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
-        let inner = RxInner { items: VecDeque::new(), dgrams: 0, bytes: 0, cap, peer: None, free: Vec::new(), free_big: Vec::new(), signalled: false };
+        let inner = RxInner { items: VecDeque::new(), dgrams: 0, bytes: 0, cap, peer: None, free: Vec::new(), free_big: Vec::new(), signalled: false, left: false };
         let ready = EventFd::new()?;
         let poll = Poller::new()?;
         poll.add_level(ready.as_raw_fd(), 0)?;
@@ -337,12 +340,17 @@ impl RxQueue {
 
     /// Queues a batch under one lock and one readiness signal (none when
     /// `!signal`: the reader that pushes pops next); counts what was dropped
-    /// into `c`.
-    fn push_many(&self, batch: &mut Vec<RxItem>, c: &Counters, pools: &mut Pools, signal: bool) {
+    /// into `c`. False, with the batch untouched, when the endpoint has let
+    /// go of its port since the reader looked it up: the caller hands the
+    /// batch to the kernel socket.
+    fn push_many(&self, batch: &mut Vec<RxItem>, c: &Counters, pools: &mut Pools, signal: bool) -> bool {
         if batch.is_empty() {
-            return;
+            return true;
         }
         let mut q = lock(&self.inner);
+        if q.left {
+            return false;
+        }
         // Take back what the reader has finished with.
         if pools.small.len() < 2 * FREE_MAX {
             pools.small.append(&mut q.free);
@@ -384,6 +392,7 @@ impl RxQueue {
             q.signalled = true;
             self.ready.set();
         }
+        true
     }
 }
 
@@ -1395,7 +1404,12 @@ impl Mgr {
         }
     }
 
-    pub(super) fn unregister_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) {
+    /// The endpoint on `addr` lets go of its port. With `hand_over` (the
+    /// socket stays the program's, on the kernel path: a fallback), what
+    /// readers delivered to its queue after the endpoint's last read, and
+    /// what they deliver from now on, goes to the kernel socket
+    /// ([`Mgr::forward`]) rather than into a queue nobody reads.
+    pub(super) fn unregister_port(&self, addr: SocketAddr, q: &Arc<RxQueue>, hand_over: bool) {
         if self.abandoned() {
             return;
         }
@@ -1406,11 +1420,45 @@ impl Mgr {
         if let Some(peer) = lock(&q.inner).peer {
             left_connected_insert(addr.port(), unmap(peer));
         }
-        let mut p = lock(&self.ports);
-        if let Some(v) = p.get_mut(&addr.port()) {
-            v.retain(|(_, w)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(q)));
-            if v.is_empty() {
-                p.remove(&addr.port());
+        {
+            let mut p = lock(&self.ports);
+            if let Some(v) = p.get_mut(&addr.port()) {
+                v.retain(|(_, w)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(q)));
+                if v.is_empty() {
+                    p.remove(&addr.port());
+                }
+            }
+        }
+        if !hand_over {
+            return;
+        }
+        // No reader finds the queue from here on; one that found it before
+        // sees `left` under the queue's lock and forwards instead.
+        let late: Vec<RxItem> = {
+            let mut i = lock(&q.inner);
+            i.left = true;
+            i.bytes = 0;
+            i.dgrams = 0;
+            i.items.drain(..).collect()
+        };
+        for it in late {
+            // Bound to a wildcard: which of the host's addresses the datagram
+            // came to is not kept; loopback reaches the socket alike.
+            let local = match addr.ip() {
+                ip if !ip.is_unspecified() => ip,
+                _ if unmap(it.src).is_ipv4() => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                _ => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            };
+            self.forward_item(&it, local, addr.port());
+        }
+    }
+
+    /// Every datagram of `it` to the kernel socket on `local:dst` ([`Mgr::forward`]).
+    fn forward_item(&self, it: &RxItem, local: IpAddr, dst: u16) {
+        for i in 0..it.n {
+            let d = &it.buf[(i * it.seg).min(it.len)..((i + 1) * it.seg).min(it.len)];
+            if !self.forward(it.src, local, dst, d) {
+                Counters::inc(&self.c.drop_no_port);
             }
         }
     }
@@ -3392,12 +3440,7 @@ impl Deliver<'_> {
         if self.cache.as_ref().and_then(|c| c.1.as_ref()).is_some() {
             self.batch.push(it);
         } else {
-            for i in 0..it.n {
-                let d = &it.buf[(i * it.seg).min(it.len)..((i + 1) * it.seg).min(it.len)];
-                if !self.mgr.forward(it.src, self.conn.local_ip, dst, d) {
-                    Counters::inc(&self.mgr.c.drop_no_port);
-                }
-            }
+            self.mgr.forward_item(&it, self.conn.local_ip, dst);
             self.pools.big.push(it.buf);
         }
     }
@@ -3406,9 +3449,15 @@ impl Deliver<'_> {
         // Counted before the hand-over wakes a reader.
         Counters::add(&self.mgr.c.frames_received, std::mem::take(&mut self.frames));
         Counters::add(&self.mgr.c.bytes_received, std::mem::take(&mut self.bytes));
-        if let Some(q) = self.cache.as_ref().and_then(|c| c.1.as_ref()) {
+        if let Some(((_, dst), Some(q))) = self.cache.as_ref() {
             let signal = !self.quiet.is_some_and(|r| std::ptr::eq(r, Arc::as_ptr(q)));
-            q.push_many(&mut self.batch, &self.mgr.c, self.pools, signal);
+            if !q.push_many(&mut self.batch, &self.mgr.c, self.pools, signal) {
+                // The endpoint fell back to the kernel path since the lookup.
+                for it in self.batch.drain(..) {
+                    self.mgr.forward_item(&it, self.conn.local_ip, *dst);
+                    self.pools.give(it.buf, it.big);
+                }
+            }
         }
     }
 }

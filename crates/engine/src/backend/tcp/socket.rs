@@ -339,7 +339,7 @@ impl TcpSocket {
             self.mgr.unwatch_kernel(self.udp.as_raw_fd(), t);
         }
         if let Some(a) = lock(&self.st).local {
-            self.mgr.unregister_port(a, &self.rxq);
+            self.mgr.unregister_port(a, &self.rxq, !socket);
         }
         if socket {
             self.udp.release_socket();
