@@ -34,6 +34,12 @@ const COPY_BELOW: usize = 8 << 10;
 /// Receive rounds per readiness event before the engine moves on (fairness).
 const RX_ROUNDS: usize = 4;
 
+/// Receives between two sleeping polls of a socket up to which its input
+/// counts as sparse for [`Endpoint::app_poll_begin`]: a server reading a
+/// request, then `EAGAIN`, with room for a second request. A stream's
+/// receiver drains a run of datagrams between polls.
+const SPARSE_RECEIVES: u64 = 4;
+
 /// `now + d`, or `None` when that is beyond what `Instant` can hold (a
 /// timeout that large means "forever").
 fn deadline_after(d: Duration) -> Option<Instant> {
@@ -209,6 +215,8 @@ pub(crate) struct EpInner {
     /// [`EpInner::rx_idle_since_last_look`]): its watch stays off until a
     /// poll finds the socket streaming.
     rx_released: AtomicBool,
+    /// `rx_calls` at the last [`Endpoint::app_poll_begin`].
+    rx_calls_polled: std::sync::atomic::AtomicU64,
     /// `stats.send_calls` when the engine last looked at a detached socket.
     tx_seen: std::sync::atomic::AtomicU64,
     /// A direct post was made (set by the first).
@@ -409,6 +417,7 @@ impl Endpoint {
             rx_app_waits: AtomicBool::new(false),
             rx_pollers: std::sync::atomic::AtomicU32::new(0),
             rx_released: AtomicBool::new(false),
+            rx_calls_polled: std::sync::atomic::AtomicU64::new(0),
             tx_seen: std::sync::atomic::AtomicU64::new(0),
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
@@ -856,16 +865,21 @@ impl Endpoint {
     /// read and eventfd write came between the arrival and the program's
     /// receive.
     ///
-    /// Only for a socket whose last read that brought anything brought a
-    /// single datagram (sparse input). Once a stream arrives (a read
-    /// brought a GRO batch or a backlog) the engine keeps its part, so a
-    /// receiver that falls behind keeps the ring as a second buffer: the
-    /// first poll that finds the socket streaming re-arms the engine's
-    /// watch if it had let go. Returns whether the poll was announced:
-    /// only then is [`Endpoint::app_poll_end`] called.
+    /// Only for sparse input: the last read that brought anything brought
+    /// a single datagram, and the program made at most
+    /// [`SPARSE_RECEIVES`] receives since its previous sleeping poll (a
+    /// request and the `EAGAIN` after it). Once a stream arrives (a read
+    /// brought a GRO batch or a backlog, or receives drained a run of
+    /// datagrams between polls) the engine keeps its part, so a receiver
+    /// that falls behind keeps the ring as a second buffer: the first poll
+    /// that finds the socket streaming re-arms the engine's watch if it had
+    /// let go. Returns whether the poll was announced: only then is
+    /// [`Endpoint::app_poll_end`] called.
     pub fn app_poll_begin(&self) -> bool {
         let i = &self.inner;
-        if i.last_batch.load(Relaxed) > 1 {
+        let calls = i.rx_calls.load(Relaxed);
+        let since = calls.wrapping_sub(i.rx_calls_polled.swap(calls, Relaxed));
+        if i.last_batch.load(Relaxed) > 1 || since > SPARSE_RECEIVES {
             if i.rx_released.swap(false, SeqCst) {
                 i.rearm_rx();
             }
