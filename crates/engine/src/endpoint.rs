@@ -34,6 +34,12 @@ const COPY_BELOW: usize = 8 << 10;
 /// Receive rounds per readiness event before the engine moves on (fairness).
 const RX_ROUNDS: usize = 4;
 
+/// Receives between two sleeping polls of a socket up to which its input
+/// counts as sparse for [`Endpoint::app_poll_begin`]: a server reading a
+/// request, then `EAGAIN`, with room for a second request. A stream's
+/// receiver drains a run of datagrams between polls.
+const SPARSE_RECEIVES: u64 = 4;
+
 /// `now + d`, or `None` when that is beyond what `Instant` can hold (a
 /// timeout that large means "forever").
 fn deadline_after(d: Duration) -> Option<Instant> {
@@ -172,6 +178,10 @@ pub(crate) struct EpInner {
     /// Datagrams the last read of the socket added: a large one means a
     /// stream is arriving and the socket likely holds more already.
     last_fill: std::sync::atomic::AtomicUsize,
+    /// Datagrams the last read that brought any added: one for a socket
+    /// receiving now and then, more while a stream arrives (GRO batches,
+    /// a backlog). See [`Endpoint::app_poll_begin`].
+    last_batch: std::sync::atomic::AtomicUsize,
     /// The largest message the next read may bring, judged from the last
     /// one (see [`EpInner::read_budget`]).
     rx_msg_len: std::sync::atomic::AtomicUsize,
@@ -197,6 +207,16 @@ pub(crate) struct EpInner {
     /// ([`Endpoint::app_waits_on_socket`]): the engine no longer watches it
     /// for input; application threads read it.
     rx_app_waits: AtomicBool,
+    /// Application threads asleep in a poll or select that watches the
+    /// socket ([`Endpoint::app_poll_begin`]); each counts in `rx_waiters`
+    /// too.
+    rx_pollers: std::sync::atomic::AtomicU32,
+    /// The engine let go of the socket while only polls waited on it (see
+    /// [`EpInner::rx_idle_since_last_look`]): its watch stays off until a
+    /// poll finds the socket streaming.
+    rx_released: AtomicBool,
+    /// `rx_calls` at the last [`Endpoint::app_poll_begin`].
+    rx_calls_polled: std::sync::atomic::AtomicU64,
     /// `stats.send_calls` when the engine last looked at a detached socket.
     tx_seen: std::sync::atomic::AtomicU64,
     /// A direct post was made (set by the first).
@@ -388,6 +408,7 @@ impl Endpoint {
             rx_sock: Mutex::new(()),
             ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
             last_fill: std::sync::atomic::AtomicUsize::new(0),
+            last_batch: std::sync::atomic::AtomicUsize::new(0),
             rx_msg_len: std::sync::atomic::AtomicUsize::new(RX_BUF),
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
             rx_blocked: AtomicBool::new(false),
@@ -396,6 +417,9 @@ impl Endpoint {
             rx_detached: AtomicBool::new(false),
             rx_stopped: AtomicBool::new(false),
             rx_app_waits: AtomicBool::new(false),
+            rx_pollers: std::sync::atomic::AtomicU32::new(0),
+            rx_released: AtomicBool::new(false),
+            rx_calls_polled: std::sync::atomic::AtomicU64::new(0),
             tx_seen: std::sync::atomic::AtomicU64::new(0),
             closed: AtomicBool::new(false),
             rx_calls: std::sync::atomic::AtomicU64::new(0),
@@ -829,6 +853,50 @@ impl Endpoint {
         }
         i.rx_armed.store(false, SeqCst);
         let _ = i.engine.epoll.remove(i.backend.raw_fd());
+    }
+
+    /// An application thread is about to sleep in a poll or select that
+    /// watches the socket for input (and the ring's eventfd): until the
+    /// matching [`Endpoint::app_poll_end`] the engine does not take the
+    /// socket back, as for a thread blocked in a receive, and when such
+    /// polls are all that waits on it the engine lets go of it at its next
+    /// handoff check (no check every interval for an idle server). An
+    /// arrival then wakes the application thread alone, which reads the
+    /// socket itself; with the engine's watch re-armed after a handoff
+    /// interval of quiet, each sparse arrival woke the engine too, whose
+    /// read and eventfd write came between the arrival and the program's
+    /// receive.
+    ///
+    /// Only for sparse input: the last read that brought anything brought
+    /// a single datagram, and the program made at most
+    /// [`SPARSE_RECEIVES`] receives since its previous sleeping poll (a
+    /// request and the `EAGAIN` after it). Once a stream arrives (a read
+    /// brought a GRO batch or a backlog, or receives drained a run of
+    /// datagrams between polls) the engine keeps its part, so a receiver
+    /// that falls behind keeps the ring as a second buffer: the first poll
+    /// that finds the socket streaming re-arms the engine's watch if it had
+    /// let go. Returns whether the poll was announced: only then is
+    /// [`Endpoint::app_poll_end`] called.
+    pub fn app_poll_begin(&self) -> bool {
+        let i = &self.inner;
+        let calls = i.rx_calls.load(Relaxed);
+        let since = calls.wrapping_sub(i.rx_calls_polled.swap(calls, Relaxed));
+        if i.last_batch.load(Relaxed) > 1 || since > SPARSE_RECEIVES {
+            if i.rx_released.swap(false, SeqCst) {
+                i.rearm_rx();
+            }
+            return false;
+        }
+        i.rx_waiters.fetch_add(1, SeqCst);
+        i.rx_pollers.fetch_add(1, SeqCst);
+        true
+    }
+
+    /// The poll that [`Endpoint::app_poll_begin`] announced returned.
+    pub fn app_poll_end(&self) {
+        let i = &self.inner;
+        i.rx_pollers.fetch_sub(1, SeqCst);
+        i.rx_waiters.fetch_sub(1, SeqCst);
     }
 
     /// After [`Endpoint::stop_receiving`]: moves what the ring holds, then
@@ -1891,6 +1959,9 @@ impl EpInner {
             };
             added += self.push_read(scratch, got, signal);
             self.last_fill.store(added, Relaxed);
+            if added > 0 {
+                self.last_batch.store(added, Relaxed);
+            }
             if got < budget {
                 break;
             }
@@ -1977,6 +2048,9 @@ impl EpInner {
                     Ok(got) => {
                         let added = self.push_read(sc, got, false);
                         self.last_fill.store(added, Relaxed);
+                        if added > 0 {
+                            self.last_batch.store(added, Relaxed);
+                        }
                         return Some(Ok(()));
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {
@@ -2109,7 +2183,9 @@ impl EpInner {
 
     /// Engine side, for a parked endpoint: true (and the watch re-armed)
     /// when no application thread received since the engine last looked and
-    /// none is blocked receiving.
+    /// none is blocked receiving; true with the watch left off (released)
+    /// when only sparse polls wait on the socket
+    /// ([`Endpoint::app_poll_begin`]).
     pub(crate) fn rx_idle_since_last_look(&self) -> bool {
         if self.rx_stopped.load(SeqCst) || self.rx_app_waits.load(SeqCst) {
             return true; // let go, never re-armed
@@ -2124,8 +2200,19 @@ impl EpInner {
             }
         }
         let calls = self.rx_calls.load(Relaxed);
-        if calls == self.rx_seen.swap(calls, Relaxed) && self.rx_waiters.load(SeqCst) == 0 {
+        if calls != self.rx_seen.swap(calls, Relaxed) {
+            return false;
+        }
+        let waiters = self.rx_waiters.load(SeqCst);
+        if waiters == 0 {
             self.rearm_rx();
+            return true;
+        }
+        // Only sparse polls wait on the socket: let go, watch off (the
+        // next poll that finds it streaming re-arms it).
+        let pollers = self.rx_pollers.load(SeqCst);
+        if pollers > 0 && pollers == waiters {
+            self.rx_released.store(true, SeqCst);
             return true;
         }
         false

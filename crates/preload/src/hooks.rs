@@ -1525,6 +1525,7 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
     if !ready_now {
         mark_sleep(t, ts);
     }
+    let _polling = if ready_now || (!ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0) { Polling::default() } else { polling(t, app) };
     let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
     let mut left;
     loop {
@@ -1576,6 +1577,41 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
         left = deadline.map(|d| timespec_of(d.saturating_duration_since(now)));
         wait = left.as_ref().map_or(std::ptr::null(), |x| x as *const _);
     }
+}
+
+/// The endpoints a sleeping poll watches for input on their kernel
+/// sockets (kernel transport), announced to the engine for the call
+/// (`Endpoint::app_poll_begin`): it stays off those sockets, so an arrival
+/// wakes this thread alone, which reads the socket itself.
+#[derive(Default)]
+struct Polling(Vec<Arc<Endpoint>>);
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        for ep in &self.0 {
+            ep.app_poll_end();
+        }
+    }
+}
+
+/// [`Polling`] for the accelerated sockets `app` asks for input (those
+/// announced: see `Endpoint::app_poll_begin`).
+fn polling(t: &Tls, app: &[libc::pollfd]) -> Polling {
+    let mut v: Vec<Arc<Endpoint>> = Vec::new();
+    if shim::tcp_transport() {
+        return Polling(v);
+    }
+    for p in app {
+        if p.events & libc::POLLIN == 0 || !shim::maybe(p.fd) {
+            continue;
+        }
+        if let Some(ep) = with_sock_in(t, p.fd, |s| s.existing()).flatten() {
+            if !v.iter().any(|e| Arc::ptr_eq(e, &ep)) && ep.app_poll_begin() {
+                v.push(ep);
+            }
+        }
+    }
+    Polling(v)
 }
 
 /// [`Extra::fd`] of a socket whose ring's eventfd could not be made.
