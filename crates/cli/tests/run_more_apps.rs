@@ -182,7 +182,7 @@ fn iperf2(tcp: bool) {
     assert_eq!(total, sent - 1, "{cli}");
     assert!(lost * 20 < total, "lost {lost} of {total}");
     let srv_text = std::fs::read_to_string(&srv_out).unwrap();
-    assert_eq!(srv_text.lines().filter_map(lost_total).last(), Some((lost, total)), "server:\n{srv_text}");
+    assert_eq!(srv_text.lines().filter_map(lost_total).next_back(), Some((lost, total)), "server:\n{srv_text}");
     // The server's socket left the engine for SO_TIMESTAMP, counted with its reason.
     let reasons: Vec<String> = env.reports("iperf").iter().filter_map(|r| r["fallback_reasons"].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>())).flatten().collect();
     assert!(reasons.iter().any(|r| r.contains("SOL_SOCKET/29")), "{reasons:?}");

@@ -68,10 +68,8 @@ fn child() {
             break;
         }
         got += 1;
-        if seq != next || buf[4..n].iter().any(|&b| b != (seq % 251) as u8) {
-            if bad.len() < 8 {
-                bad.push((next, seq));
-            }
+        if (seq != next || buf[4..n].iter().any(|&b| b != (seq % 251) as u8)) && bad.len() < 8 {
+            bad.push((next, seq));
         }
         next = seq.wrapping_add(1);
     }
