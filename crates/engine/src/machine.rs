@@ -317,7 +317,11 @@ fn sub(x: Var, t: Term) -> Effect {
 /// The engine's two-level send queue (see `queue.rs`), as a table.
 pub fn table() -> Table {
     use Var::*;
-    let l1_empty_l2_room = Cond::All(vec![cmp(v(L1), Op::Eq, c(0)), cmp(v(L2), Op::Lt, Term::L2Bound)]);
+    // No batch in the backend: a post or a batch begun beside one could
+    // leave before datagrams queued ahead of it (one backend call at a time
+    // keeps each flow's order; L2 still counts posts not yet reaped).
+    let no_batch = cmp(v(BatchInflight), Op::Eq, c(0));
+    let l1_empty_l2_room = Cond::All(vec![cmp(v(L1), Op::Eq, c(0)), cmp(v(L2), Op::Lt, Term::L2Bound), no_batch.clone()]);
     // An empty L1 always accepts one datagram, so "full" implies l1 >= 1.
     let l1_full = Cond::All(vec![cmp(v(L1), Op::Ge, c(1)), cmp(v(L1), Op::Ge, Term::L1Cap)]);
     let rules = vec![
@@ -328,7 +332,7 @@ pub fn table() -> Table {
             param_max: None,
             guard: Cond::All(vec![running(), l1_empty_l2_room]),
             effects: vec![add(L2, c(1)), add(DirectInflight, c(1))],
-            doc: "caller: L1 empty and L2 below its bound -> post on the caller's thread",
+            doc: "caller: L1 empty, L2 below its bound and no batch in the backend -> post on the caller's thread",
         },
         Rule {
             kind: EventKind::Enqueue,
@@ -394,9 +398,10 @@ pub fn table() -> Table {
                 cmp(Term::Param, Op::Ge, c(1)),
                 cmp(Term::Param, Op::Le, v(L1)),
                 cmp(v(L2), Op::Lt, Term::L2Bound),
+                no_batch,
             ]),
             effects: vec![sub(L1, Term::Param), add(L2, c(1)), add(BatchInflight, c(1))],
-            doc: "engine (or a caller that found a batch queued): L2 has room -> move 1..l1 datagrams from L1 into one descriptor",
+            doc: "engine (or a caller that found a batch queued): L2 has room and no batch in the backend -> move 1..l1 datagrams from L1 into one descriptor",
         },
         Rule {
             kind: EventKind::BatchDone,
@@ -1004,7 +1009,7 @@ mod tests {
     fn promela_is_generated_from_the_table() {
         let mut t = table();
         let p = emit_promela(&t, &PromelaConfig::default());
-        assert!(p.contains("atomic { ((shutdown == 0) && ((l1 == 0) && (l2 < L2_BOUND))) -> l2 = l2 + 1;"), "{p}");
+        assert!(p.contains("atomic { ((shutdown == 0) && ((l1 == 0) && (l2 < L2_BOUND) && (batch_inflight == 0))) -> l2 = l2 + 1;"), "{p}");
         assert!(p.contains("ltl l2_bound"));
         assert_eq!(p.matches("goto batch").count(), 2);
         t.rule_mut(EventKind::DirectPost).guard = Cond::All(vec![]);

@@ -1,13 +1,13 @@
 /* eudp engine: two-level send queue. GENERATED from crates/engine/src/machine.rs
  * by `eudp verify --emit-promela`; edit the table there, not this file.
  *
- *   DirectPost  App        caller: L1 empty and L2 below its bound -> post on the caller's thread
+ *   DirectPost  App        caller: L1 empty, L2 below its bound and no batch in the backend -> post on the caller's thread
  *   Enqueue     App        caller: L1 has room -> queue in L1 (always when L1 is busy or L2 full; by choice when streaming)
  *   Refuse      App        caller: shut down, or L1 full -> refused
  *   DirectDone  App        caller: its backend operation returned; the L2 slot stays taken until the engine reaps it
  *   DirectRetire App        caller: its backend operation returned, L1 empty; nobody waits for the slot, the caller may free it
  *   Reap        Engine/App engine (or a draining caller): reap n completed direct posts, freeing their L2 slots (self-clocking)
- *   TakeBatch   Engine/App engine (or a caller that found a batch queued): L2 has room -> move 1..l1 datagrams from L1 into one descriptor
+ *   TakeBatch   Engine/App engine (or a caller that found a batch queued): L2 has room and no batch in the backend -> move 1..l1 datagrams from L1 into one descriptor
  *   BatchDone   Engine/App whoever took the batch: its backend operation returned; reaped at once
  *   Shutdown    Closer     closer: no new posts; the engine flushes
  */
@@ -54,7 +54,7 @@ proctype app(byte me) {
   :: k < PER_APP ->
      id = me * PER_APP + k; k++;
      if
-     :: atomic { ((shutdown == 0) && ((l1 == 0) && (l2 < L2_BOUND))) -> l2 = l2 + 1; direct_inflight = direct_inflight + 1; acc[id] = 1; accepted++; in_desc++; printf("@@ app%d DirectPost #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) };
+     :: atomic { ((shutdown == 0) && ((l1 == 0) && (l2 < L2_BOUND) && (batch_inflight == 0))) -> l2 = l2 + 1; direct_inflight = direct_inflight + 1; acc[id] = 1; accepted++; in_desc++; printf("@@ app%d DirectPost #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) };
         atomic { hand(id) };   /* the caller's own backend operation */
         if
         :: atomic { ((direct_inflight > 0) && (done_unreaped < l2)) -> direct_inflight = direct_inflight - 1; done_unreaped = done_unreaped + 1; printf("@@ app%d DirectDone #%d  -> l1=%d l2=%d done=%d shutdown=%d\n", me, id, l1, l2, done_unreaped, shutdown) }
@@ -67,8 +67,8 @@ proctype app(byte me) {
         :: skip
         fi;
         if
-        :: atomic { ((1 >= 1) && (1 <= l1) && (l2 < L2_BOUND)) -> l1 = l1 - 1; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 1; in_desc = in_desc + 1; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ app%d TakeBatch(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
-        :: atomic { ((2 >= 1) && (2 <= l1) && (l2 < L2_BOUND)) -> l1 = l1 - 2; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 2; in_desc = in_desc + 2; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ app%d TakeBatch(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
+        :: atomic { ((1 >= 1) && (1 <= l1) && (l2 < L2_BOUND) && (batch_inflight == 0)) -> l1 = l1 - 1; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 1; in_desc = in_desc + 1; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ app%d TakeBatch(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
+        :: atomic { ((2 >= 1) && (2 <= l1) && (l2 < L2_BOUND) && (batch_inflight == 0)) -> l1 = l1 - 2; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 2; in_desc = in_desc + 2; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ app%d TakeBatch(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", me, l1, l2, done_unreaped, shutdown) }
         :: skip
         fi;
         if
@@ -90,9 +90,9 @@ loop:
   do
   :: atomic { ((1 >= 1) && (1 <= done_unreaped)) -> l2 = l2 - 1; done_unreaped = done_unreaped - 1; printf("@@ engine Reap(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", l1, l2, done_unreaped, shutdown) }
   :: atomic { ((2 >= 1) && (2 <= done_unreaped)) -> l2 = l2 - 2; done_unreaped = done_unreaped - 2; printf("@@ engine Reap(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", l1, l2, done_unreaped, shutdown) }
-  :: atomic { ((1 >= 1) && (1 <= l1) && (l2 < L2_BOUND)) -> l1 = l1 - 1; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 1; in_desc = in_desc + 1; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ engine TakeBatch(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", l1, l2, done_unreaped, shutdown) };
+  :: atomic { ((1 >= 1) && (1 <= l1) && (l2 < L2_BOUND) && (batch_inflight == 0)) -> l1 = l1 - 1; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 1; in_desc = in_desc + 1; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ engine TakeBatch(1)  -> l1=%d l2=%d done=%d shutdown=%d\n", l1, l2, done_unreaped, shutdown) };
      goto batch
-  :: atomic { ((2 >= 1) && (2 <= l1) && (l2 < L2_BOUND)) -> l1 = l1 - 2; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 2; in_desc = in_desc + 2; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ engine TakeBatch(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", l1, l2, done_unreaped, shutdown) };
+  :: atomic { ((2 >= 1) && (2 <= l1) && (l2 < L2_BOUND) && (batch_inflight == 0)) -> l1 = l1 - 2; l2 = l2 + 1; batch_inflight = batch_inflight + 1; nb = 2; in_desc = in_desc + 2; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0; printf("@@ engine TakeBatch(2)  -> l1=%d l2=%d done=%d shutdown=%d\n", l1, l2, done_unreaped, shutdown) };
      goto batch
   :: atomic { flush_done -> engine_done = true; printf("@@ engine stops  -> l1=%d l2=%d done=%d shutdown=%d\n", l1, l2, done_unreaped, shutdown) }; break
   od;
