@@ -29,27 +29,20 @@ fn run(how: &str) {
     // Each socket's first datagram may be the engine's: the server's
     // socket goes on the engine at its first receive, with the request
     // already queued, and the client's first answer may come before the
-    // client polls. Every later one is the program's (the old library's
-    // engine read 30 or more of the 80).
+    // client polls. Later ones are the program's, unless the program was
+    // kept off the CPU for a whole handoff interval between two polls (the
+    // engine then takes the socket back, as it should). The old library's
+    // engine read 1-8 of the 80 per call in later runs, 30-32 when this was
+    // written.
     assert!(reads - own <= 2, "{how}: reads of the sockets by the engine thread: {}", reads - own);
 }
 
+/// The four calls one after another: run side by side, their eight
+/// threads and four engines on two CPUs kept programs off the CPU for a
+/// handoff interval now and then (2 of 14 runs read a third datagram).
 #[test]
-fn a_poll_server_reads_its_socket_itself() {
-    run("poll");
-}
-
-#[test]
-fn a_ppoll_server_reads_its_socket_itself() {
-    run("ppoll");
-}
-
-#[test]
-fn a_select_server_reads_its_socket_itself() {
-    run("select");
-}
-
-#[test]
-fn a_pselect_server_reads_its_socket_itself() {
-    run("pselect");
+fn poll_ppoll_select_and_pselect_servers_read_their_sockets_themselves() {
+    for how in ["poll", "ppoll", "select", "pselect"] {
+        run(how);
+    }
 }
