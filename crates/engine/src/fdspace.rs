@@ -84,16 +84,22 @@ pub fn new_private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(make: impl FnOnce
 
 /// Adopts a descriptor the engine was handed (or that a call like
 /// `accept` made) as one of its own, through the placement if there is one.
-pub fn private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(fd: T) -> Private<T> {
+/// Fails when the placement found no private number for it (its budget):
+/// the placement has closed the descriptor then, rather than leave it on
+/// one of the program's numbers.
+pub fn private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(fd: T) -> io::Result<Private<T>> {
     let raw = fd.as_raw_fd();
     if PLACEMENT.get().is_some_and(|p| (p.kept)(raw)) {
-        return Private { release: Release(raw), inner: fd };
+        return Ok(Private { release: Release(raw), inner: fd });
     }
     let mut fd = Some(fd);
     match new_private(|| fd.take().ok_or_else(|| io::Error::other("taken"))) {
-        Ok(p) => p,
-        // Only `make` can fail, and it does not here: keep the number as is.
-        Err(_) => Private { release: Release(raw), inner: fd.take().expect("a placement fails only when make does") },
+        Ok(p) => Ok(p),
+        Err(e) => match fd.take() {
+            // Not taken: the descriptor keeps its number.
+            Some(fd) => Ok(Private { release: Release(raw), inner: fd }),
+            None => Err(e),
+        },
     }
 }
 
@@ -157,7 +163,7 @@ mod tests {
         set_placement(&RECORD);
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let raw = a.as_raw_fd();
-        let p = private(OwnedFd::from(a));
+        let p = private(OwnedFd::from(a)).unwrap();
         assert_eq!(p.as_raw_fd(), raw);
         assert!(PLACED.lock().unwrap().contains(&raw));
         assert!(!RELEASED.lock().unwrap().contains(&raw));
@@ -169,7 +175,7 @@ mod tests {
         let raw = c.as_raw_fd();
         PLACED.lock().unwrap().push(raw);
         let placed = PLACED.lock().unwrap().len();
-        let p = private(OwnedFd::from(c));
+        let p = private(OwnedFd::from(c)).unwrap();
         assert_eq!(PLACED.lock().unwrap().len(), placed);
         assert_eq!(p.as_raw_fd(), raw);
         let told = || RELEASED.lock().unwrap().iter().filter(|&&f| f == raw).count();

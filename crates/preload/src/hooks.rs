@@ -2475,10 +2475,6 @@ extern "C" fn init() {
         libc::pthread_atfork(Some(on_prepare), Some(on_parent), Some(on_child));
         libc::atexit(on_exit);
     }
-    // Both cost an RCU grace period once the process has a second thread
-    // and almost nothing before: done here, the first socket does not pay.
-    crate::borrow::init();
-    crate::fdspace::pregrow();
 }
 
 #[used]

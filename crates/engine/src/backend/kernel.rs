@@ -381,7 +381,7 @@ impl UdpSocket {
     /// application's blocking receive may then sleep in the kernel itself.
     pub fn from_owned_fd(fd: OwnedFd) -> io::Result<Self> {
         // Placed first, so that an early return below releases it too.
-        let fd = private(fd);
+        let fd = private(fd)?;
         let raw = fd.as_raw_fd();
         let mut ty: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;

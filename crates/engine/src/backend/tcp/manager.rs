@@ -2942,7 +2942,13 @@ impl Mgr {
                 Counters::inc(&self.c.rejected_conns);
                 continue; // dropping the stream closes it
             }
-            let conn = Conn::new(self.next_token.fetch_add(1, SeqCst), private(stream), peer, true);
+            // No private number left (the descriptor budget): the
+            // placement closed the stream, as a refused connection.
+            let Ok(stream) = private(stream) else {
+                Counters::inc(&self.c.rejected_conns);
+                continue;
+            };
+            let conn = Conn::new(self.next_token.fetch_add(1, SeqCst), stream, peer, true);
             self.apply_opts(&conn);
             // Our hello first, so the peer may read replies on this connection.
             if !matches!(sys::send_nosignal(conn.fd(), &frame::hello(0)), Ok(frame::HELLO_LEN)) {
