@@ -25,19 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int bound(struct sockaddr_in *a) {
-    int fd = socket(AF_INET, SOCK_DGRAM, 0);
-    memset(a, 0, sizeof *a);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, (struct sockaddr *)a, sizeof *a) < 0) {
-        perror("socket/bind");
-        exit(1);
-    }
-    socklen_t l = sizeof *a;
-    getsockname(fd, (struct sockaddr *)a, &l);
-    return fd;
-}
+#include "udp_echo.h"
 
 static void must_recv(int fd, const char *want) {
     char b[256];
@@ -66,21 +54,8 @@ static void *echo(void *arg) {
             printf("echo: no request within 5 s\n");
             exit(1);
         }
-        for (;;) {
-            char b[256];
-            struct sockaddr_in f;
-            socklen_t fl = sizeof f;
-            ssize_t n = recvfrom(srv_fd, b, sizeof b, 0, (struct sockaddr *)&f, &fl);
-            if (n < 0 && errno == EAGAIN)
-                break;
-            if (n < 0) {
-                perror("echo recvfrom");
-                exit(1);
-            }
-            if (n == 4 && !memcmp(b, "QUIT", 4))
-                return NULL;
-            sendto(srv_fd, b, n, 0, (struct sockaddr *)&f, fl);
-        }
+        if (echo_drain(srv_fd))
+            return NULL;
     }
 }
 
