@@ -1598,50 +1598,35 @@ impl EpInner {
         let wait = self.room_fd.is_none();
         let mut first = true;
         loop {
-            let resumed = std::mem::take(&mut room);
             let left = self.caller_left.swap(0, Acquire);
             if left != 0 {
                 let mut st = lock(&self.caller_staging);
-                // The refused rest goes first (it is older than all of L1).
-                // L1 is not copied behind it: the rest's charge already
-                // counts against L1's capacity (`SendState::rest`), so every
-                // byte the socket takes of it is room in L1 at once, as in a
-                // kernel socket's queue.
+                if std::mem::take(&mut room) {
+                    // The socket has room: L1 joins the rest (behind it, so
+                    // in order) before the first send, so that L1 has room
+                    // again the moment the socket has, as a kernel socket's
+                    // queue would (a program that polled for room must find
+                    // it, not race the engine's send).
+                    let mut s = lock(&self.send);
+                    let n = s.l1.len();
+                    if n > 0 {
+                        s.rest += s.l1.charged();
+                        s.l1.move_tail(0, &mut st);
+                        s.staged += n as u32;
+                        s.l1_carried = 0;
+                        drop(s);
+                        self.trace.take(n);
+                        self.notify_send();
+                    }
+                }
                 let at = self.send_staged(&st, left - 1, wait);
-                let mut s = lock(&self.send);
-                s.rest = at.map_or(0, |at| st.charged_from(at));
+                lock(&self.send).rest = at.map_or(0, |at| st.charged_from(at));
                 if let Some(at) = at {
                     // Still no room: the rest stays where it is.
-                    drop(s);
                     drop(st);
                     return self.await_room(at);
                 }
                 st.clear();
-                if resumed {
-                    // The socket has room: L1 is taken (a swap, no copy)
-                    // and sent before the staging is let go, as when it
-                    // was moved behind the rest: a program thread that saw
-                    // the socket writable and waits for the staging
-                    // (`room_from_kernel`) finds L1 taken, and no caller's
-                    // flush runs beside this send.
-                    s.reap();
-                    let n = s.take_l1(staging);
-                    drop(s);
-                    if n > 0 {
-                        self.trace.take(n);
-                        first = false;
-                        self.notify_send();
-                        if let Some(at) = self.send_staged(staging, 0, wait) {
-                            std::mem::swap(&mut *st, staging);
-                            lock(&self.send).rest = st.charged_from(at);
-                            drop(st);
-                            return self.await_room(at);
-                        }
-                        staging.clear();
-                    }
-                } else {
-                    drop(s);
-                }
                 drop(st);
                 self.notify_send();
             }
