@@ -282,6 +282,32 @@ pub fn has_room(fd: c_int, k: usize) -> bool {
     })
 }
 
+/// Private numbers from which [`pregrow`] leaves the table alone: below
+/// it the grown table has at most 2^15 entries (256 KiB), a cost a program
+/// that never opens a UDP socket pays for being preloaded.
+const PREGROW_LIMIT: u64 = 1 << 15;
+
+/// At load time, while the process has one thread: grows the descriptor
+/// table to cover the private room, by placing one duplicate there and
+/// closing it. The kernel waits for an RCU grace period (10-20 ms here,
+/// 59 ms once on a loaded CI machine) before freeing the old table only
+/// when the table is shared by several threads, which is the case by the
+/// first socket's adoption; grown now, that first adoption finds the
+/// table large enough.
+pub fn pregrow() {
+    let Some(r) = nofile() else { return };
+    if plan(r.rlim_cur, r.rlim_max).0 >= PREGROW_LIMIT {
+        return;
+    }
+    // SAFETY: eventfd with constant flags; the result is checked and closed here.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd >= 0 {
+        has_room(fd, 1);
+        // SAFETY: fd was made just above and is nobody else's.
+        unsafe { real::close(fd) };
+    }
+}
+
 /// The engine's placement: the descriptor `make` creates (inside the
 /// window, so even a program at its limit leaves room for it) moves to a
 /// private number, the original closed; one already there stays. Without

@@ -2475,6 +2475,17 @@ extern "C" fn init() {
         libc::pthread_atfork(Some(on_prepare), Some(on_parent), Some(on_child));
         libc::atexit(on_exit);
     }
+    // Both cost an RCU grace period once the process has a second thread
+    // and almost nothing before: done here, the first socket's adoption
+    // (inside its first send or receive) does not pay 20-60 ms. Not under
+    // the tcp transport: there the faster start lets a fork land in the
+    // middle of the transport's first exchange, and fork races that the
+    // slow start hides remain open (docs/preload.md, "Back for the kernel
+    // transport").
+    if !crate::shim::tcp_transport() {
+        crate::borrow::init();
+        crate::fdspace::pregrow();
+    }
 }
 
 #[used]

@@ -46,12 +46,6 @@ fn can_raw() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// A TCP port free right now, for this run's listener (`EUDP_TCP_PORT`), so
-/// runs of other tests in parallel do not share one.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn counter(stats: &std::path::Path, name: &str) -> u64 {
     let mut t = 0;
     for e in std::fs::read_dir(stats).unwrap().flatten() {
@@ -74,7 +68,7 @@ fn run(prog: &str, cases: &[&str]) -> Vec<String> {
         assert!(kernel.status.success(), "{case} on the kernel: {}", String::from_utf8_lossy(&kernel.stderr));
         let stats = stat_dir(&format!("tcp-{prog}-{case}"));
         let mut cmd = Command::new("timeout");
-        cmd.arg("30").arg(&exe).arg(case).env("EUDP_TRANSPORT", "tcp").env("EUDP_TCP_PORT", free_port().to_string());
+        cmd.arg("30").arg(&exe).arg(case).env("EUDP_TRANSPORT", "tcp").env("EUDP_TCP_PORT", uoe_port().to_string());
         let shim = preloaded(cmd, &stats);
         let (k, s) = (String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout));
         let r = reports(&stats);

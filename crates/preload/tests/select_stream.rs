@@ -9,11 +9,6 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// A TCP port free right now, for the TCP transport's listener.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn check(transport: &str) {
     let exe = cc("select_stream", &[]);
     for case in ["rw_stream", "read_stream"] {
@@ -21,7 +16,7 @@ fn check(transport: &str) {
         assert!(kernel.status.success(), "{case} on the kernel: {}", String::from_utf8_lossy(&kernel.stderr));
         let stats = stat_dir(&format!("select-stream-{transport}-{case}"));
         let mut cmd = Command::new("timeout");
-        cmd.arg("60").arg(&exe).arg(case).env("EUDP_TRANSPORT", transport).env("EUDP_TCP_PORT", free_port().to_string());
+        cmd.arg("60").arg(&exe).arg(case).env("EUDP_TRANSPORT", transport).env("EUDP_TCP_PORT", uoe_port().to_string());
         let shim = preloaded(cmd, &stats);
         let (k, s) = (String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout));
         assert!(shim.status.success() && s == k, "{case} over {transport}: {}\n--- kernel\n{k}--- shim\n{s}{}", shim.status, String::from_utf8_lossy(&shim.stderr));

@@ -31,29 +31,6 @@ use std::time::{Duration, Instant};
 /// on what it holds happens well within it.
 const CHILD_WAIT_MS: u64 = 3000;
 
-/// A port free now, below the kernel's ephemeral range: a port from
-/// `bind(:0)` can be taken as the automatic local port of any connection
-/// on the host (another test's, a lane's) between this pick and the
-/// program's own bind, which made a race run fail with "port in use" in
-/// about 1 of 400 runs.
-fn free_port() -> u16 {
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768)
-        .clamp(12_000, 65_535);
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() ^ (std::process::id() << 16);
-    let mut x = seed | 1;
-    for _ in 0..2000 {
-        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        let port = (10_000 + (x >> 8) % (low - 10_000)) as u16;
-        if TcpListener::bind(("0.0.0.0", port)).is_ok() && std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok() {
-            return port;
-        }
-    }
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn result_path(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("eudp-tcp-fork-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_file(&p);
@@ -144,7 +121,7 @@ fn kill(pid: u32) {
 #[test]
 fn a_fork_child_lets_the_parents_connection_end() {
     let exe = cc("tcp_fork", &[]);
-    let port = free_port();
+    let port = uoe_port();
     let uoe = TcpListener::bind(("127.0.0.1", port)).unwrap();
     let res = result_path("lane");
     let (mut parent, child) = start(&exe, port, &["lane".into(), "5555".into(), CHILD_WAIT_MS.to_string(), res.display().to_string()]);
@@ -179,7 +156,7 @@ fn a_fork_child_lets_the_parents_connection_end() {
 #[test]
 fn a_fork_child_lets_the_listening_port_go() {
     let exe = cc("tcp_fork", &[]);
-    let port = free_port();
+    let port = uoe_port();
     let res = result_path("listen");
     let (mut parent, child) = start(&exe, port, &["listen".into(), CHILD_WAIT_MS.to_string(), res.display().to_string()]);
     assert!(parent.wait().unwrap().success());
@@ -207,7 +184,7 @@ fn a_fork_child_lets_the_listening_port_go() {
 fn an_executed_program_holds_no_transport_descriptor() {
     let exe = cc("tcp_fork", &[]);
     let res = result_path("exec");
-    let st = uoe(&exe, free_port()).args(["exec", &res.display().to_string()]).status().unwrap();
+    let st = uoe(&exe, uoe_port()).args(["exec", &res.display().to_string()]).status().unwrap();
     assert!(st.success());
     let fds = std::fs::read_to_string(&res).unwrap();
     let held: Vec<&str> = fds.lines().filter(|l| l.contains("socket:") || l.contains("anon_inode:")).collect();
@@ -249,7 +226,7 @@ fn a_fork_during_the_transports_start_leaves_both_processes_a_working_one() {
             .args(["30", &exe.display().to_string(), "race", &delay.to_string()])
             .env("LD_PRELOAD", lib())
             .env("EUDP_TRANSPORT", "tcp")
-            .env("EUDP_TCP_PORT", free_port().to_string())
+            .env("EUDP_TCP_PORT", uoe_port().to_string())
             .output()
             .unwrap();
         if !out.status.success() {
@@ -277,7 +254,7 @@ fn runs_of(mode: &str, args: &[&str], times: usize) -> Vec<String> {
                 .args(args)
                 .env("LD_PRELOAD", lib())
                 .env("EUDP_TRANSPORT", "tcp")
-                .env("EUDP_TCP_PORT", free_port().to_string())
+                .env("EUDP_TCP_PORT", uoe_port().to_string())
                 .output()
                 .unwrap();
             (!out.status.success()).then(|| format!("run {i}: {} {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
@@ -404,8 +381,8 @@ fn receiver(exe: &Path, port: u16, udp_port: u16, stats: &Path) -> (Child, std::
 #[test]
 fn a_process_without_a_listener_takes_the_port_when_its_holder_ends() {
     let exe = cc("tcp_fork", &[]);
-    let port = free_port();
-    let (ua, ub) = (free_port(), free_port());
+    let port = uoe_port();
+    let (ua, ub) = (uoe_port(), uoe_port());
     let stats = stat_dir("relisten");
     let (a, _arx) = receiver(&exe, port, ua, &stats);
     let mut procs = Procs(vec![a]);
@@ -472,7 +449,7 @@ fn a_process_without_a_listener_takes_the_port_when_its_holder_ends() {
 #[test]
 fn a_parent_slower_than_its_childs_wait_gets_the_port_back() {
     let exe = cc("tcp_fork", &[]);
-    let port = free_port();
+    let port = uoe_port();
     let mut parent = uoe(&exe, port)
         .args(["slowparent", "300", "3000"])
         .stdout(Stdio::piped())

@@ -76,3 +76,28 @@ pub fn total(reports: &[serde_json::Value], counter: &str) -> u64 {
     }
     t
 }
+
+/// A TCP port for a run's UOE listener (`EUDP_TRANSPORT=tcp`,
+/// `EUDP_TCP_PORT`), free now and below the kernel's ephemeral range: a
+/// port from `bind(:0)` can become the automatic local port of any
+/// connection on the host (another test's, a lane's) between this pick and
+/// the program's own listen, and the program then waits for the port
+/// while its datagrams to itself queue (a tcp_fork race run failed with
+/// "port in use" about 1 in 400; a c_tcp_transport case hung to its alarm).
+pub fn uoe_port() -> u16 {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768)
+        .clamp(12_000, 65_535);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() ^ (std::process::id() << 16);
+    let mut x = seed | 1;
+    for _ in 0..2000 {
+        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let port = (10_000 + (x >> 8) % (low - 10_000)) as u16;
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() && std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
