@@ -25,6 +25,9 @@ pub struct Placement {
     pub make: fn(&mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd>,
     /// Called with a kept descriptor's number just before it is closed.
     pub release: fn(RawFd),
+    /// Called with that number just after the close: between the two the
+    /// number is neither the engine's (released) nor free (still open).
+    pub closed: fn(RawFd),
     /// `dup3` onto a kept descriptor's number, past any interposed `dup3`
     /// that protects kept numbers from the program.
     pub dup3: fn(RawFd, RawFd, i32) -> i32,
@@ -45,13 +48,23 @@ pub fn set_placement(p: &'static Placement) -> bool {
 
 /// A descriptor-holding value `T` (an [`OwnedFd`], a `TcpStream`, …) whose
 /// descriptor was placed by [`private`]; dropping it tells the placement
-/// before the descriptor is closed.
+/// before and after the descriptor is closed.
 #[derive(Debug)]
 pub struct Private<T: AsRawFd> {
-    // Declaration order is drop order: the release runs before `inner` closes.
+    // Declaration order is drop order: the release runs before `inner`
+    // closes, `closed` after.
     #[allow(dead_code)] // held for its drop
     release: Release,
     inner: T,
+    #[allow(dead_code)] // held for its drop
+    closed: Closed,
+}
+
+impl<T: AsRawFd> Private<T> {
+    fn new(inner: T) -> Private<T> {
+        let fd = inner.as_raw_fd();
+        Private { release: Release(fd), inner, closed: Closed(fd) }
+    }
 }
 
 #[derive(Debug)]
@@ -61,6 +74,17 @@ impl Drop for Release {
     fn drop(&mut self) {
         if let Some(p) = PLACEMENT.get() {
             (p.release)(self.0);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Closed(RawFd);
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        if let Some(p) = PLACEMENT.get() {
+            (p.closed)(self.0);
         }
     }
 }
@@ -79,7 +103,7 @@ pub fn new_private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(make: impl FnOnce
         }
         None => make()?,
     };
-    Ok(Private { release: Release(fd.as_raw_fd()), inner: fd })
+    Ok(Private::new(fd))
 }
 
 /// Adopts a descriptor the engine was handed (or that a call like
@@ -90,14 +114,14 @@ pub fn new_private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(make: impl FnOnce
 pub fn private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(fd: T) -> io::Result<Private<T>> {
     let raw = fd.as_raw_fd();
     if PLACEMENT.get().is_some_and(|p| (p.kept)(raw)) {
-        return Ok(Private { release: Release(raw), inner: fd });
+        return Ok(Private::new(fd));
     }
     let mut fd = Some(fd);
     match new_private(|| fd.take().ok_or_else(|| io::Error::other("taken"))) {
         Ok(p) => Ok(p),
         Err(e) => match fd.take() {
             // Not taken: the descriptor keeps its number.
-            Some(fd) => Ok(Private { release: Release(raw), inner: fd }),
+            Some(fd) => Ok(Private::new(fd)),
             None => Err(e),
         },
     }
@@ -112,8 +136,8 @@ impl<T: AsRawFd> Private<T> {
     /// The same descriptor held as another type (`OwnedFd` into a
     /// `TcpStream`, say); `f` must keep the descriptor.
     pub fn map<U: AsRawFd>(self, f: impl FnOnce(T) -> U) -> Private<U> {
-        let Private { release, inner } = self;
-        Private { release, inner: f(inner) }
+        let Private { release, inner, closed } = self;
+        Private { release, inner: f(inner), closed }
     }
 }
 
@@ -143,6 +167,8 @@ mod tests {
 
     static PLACED: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
     static RELEASED: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+    /// Each closed number with whether it was still open when told.
+    static CLOSED: Mutex<Vec<(RawFd, bool)>> = Mutex::new(Vec::new());
 
     // Keeps every descriptor where it is (harmless to the other tests of
     // this process, which see it too) and records the calls.
@@ -153,6 +179,7 @@ mod tests {
             Ok(fd)
         },
         release: |fd| RELEASED.lock().unwrap().push(fd),
+        closed: |fd| CLOSED.lock().unwrap().push((fd, std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists())),
         // Not reached by this test.
         dup3: |_, _, _| -1,
         kept: |fd| PLACED.lock().unwrap().contains(&fd),
@@ -169,6 +196,9 @@ mod tests {
         assert!(!RELEASED.lock().unwrap().contains(&raw));
         drop(p);
         assert!(RELEASED.lock().unwrap().contains(&raw));
+        // Told again once the number is closed (the release came while it
+        // was still open: the placement can tell the two apart).
+        assert!(CLOSED.lock().unwrap().contains(&(raw, false)), "{:?}", CLOSED.lock().unwrap());
         // One the placement made already (as the shim's duplicates) is
         // adopted without another `make`; its drop is still told.
         let (c, _d) = std::os::unix::net::UnixStream::pair().unwrap();

@@ -64,6 +64,10 @@ const TOP_CAP: u64 = 1 << 16;
 const BELOW_MAX: u64 = 1024;
 
 static PRIVATE: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
+/// Numbers released but perhaps not closed yet ([`release`] to [`closed`]):
+/// still open, so a placement finding one below its duplicate must not take
+/// it for a program's descriptor in the region lent below the soft limit.
+static CLOSING: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Odd while [`private_dup`] has the soft limit raised.
@@ -86,8 +90,43 @@ pub fn is_private(fd: c_int) -> bool {
 
 fn mark(fd: c_int) {
     if let Some((w, b)) = slot(fd) {
+        CLOSING[w].fetch_and(!b, SeqCst);
         if PRIVATE[w].fetch_or(b, SeqCst) & b == 0 {
             COUNT.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+/// Forgets a private number whose descriptor is about to be closed: it
+/// counts as closing until [`closed`].
+pub fn release(fd: c_int) {
+    if let Some((w, b)) = slot(fd) {
+        CLOSING[w].fetch_or(b, SeqCst);
+    }
+    unmark(fd);
+}
+
+/// The number [`release`]d is closed now.
+pub fn closed(fd: c_int) {
+    if let Some((w, b)) = slot(fd) {
+        CLOSING[w].fetch_and(!b, SeqCst);
+    }
+}
+
+/// In a fork child (one thread): a number the parent was closing at the
+/// fork and had not closed yet stays open here, and nobody in the child
+/// will close it, so it is private again; one closed already is free.
+pub fn forked() {
+    for (w, word) in CLOSING.iter().enumerate() {
+        let mut bits = word.swap(0, SeqCst);
+        while bits != 0 {
+            let i = bits.trailing_zeros();
+            bits &= bits - 1;
+            let fd = (w * 64) as c_int + i as c_int;
+            // SAFETY: F_GETFD only asks whether the number is open.
+            if unsafe { real::fcntl(fd, libc::F_GETFD, 0) } >= 0 {
+                mark(fd);
+            }
         }
     }
 }
@@ -209,9 +248,18 @@ struct Room {
     lent: Option<u64>,
 }
 
-/// Whether every number in `[a, b)` is a private one.
+/// Whether no number in `[a, b)` is a program's descriptor: each is a
+/// private one, one being closed by the engine or the shim (see
+/// [`CLOSING`]), or closed by now. Called just after a duplicate landed at
+/// `b`, so every number below it was open a moment ago; one that another
+/// thread released and closed since then (its closing mark already gone)
+/// was not the program's.
 fn all_private(a: u64, b: u64) -> bool {
-    (a..b).all(|n| is_private(n as c_int))
+    (a..b).all(|n| {
+        let (w, bit) = slot(n as c_int).expect("below TRACKED");
+        // SAFETY: F_GETFD only asks whether the number is open.
+        (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0 || unsafe { real::fcntl(n as c_int, libc::F_GETFD, 0) } < 0
+    })
 }
 
 /// F_DUPFD_CLOEXEC of `fd` in `room`. Where that is full this fails
@@ -345,9 +393,6 @@ pub fn with_room<R>(f: impl FnOnce() -> R) -> R {
     window(|_| f())
 }
 
-fn release(fd: RawFd) {
-    unmark(fd);
-}
 
 /// The engine's `dup3` onto one of its own numbers (the hooked `dup3`
 /// refuses private numbers).
@@ -356,7 +401,7 @@ fn dup3(from: RawFd, onto: RawFd, flags: i32) -> i32 {
     unsafe { real::dup3(from, onto, flags) }
 }
 
-static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release, dup3, kept: is_private };
+static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release, closed, dup3, kept: is_private };
 
 extern "C" fn install() {
     eudp_engine::fdspace::set_placement(&PLACEMENT);

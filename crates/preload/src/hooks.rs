@@ -41,9 +41,10 @@ fn fail<T: From<i8>>(e: c_int) -> T {
 const UDP_GRO: c_int = 104;
 
 pub(crate) fn real_close(fd: c_int) {
-    crate::fdspace::unmark(fd);
+    crate::fdspace::release(fd);
     // SAFETY: closes a descriptor the shim owns.
     unsafe { real::close(fd) };
+    crate::fdspace::closed(fd);
 }
 
 /// A close-on-exec duplicate for the shim's own use, at a private number
@@ -2477,15 +2478,9 @@ extern "C" fn init() {
     }
     // Both cost an RCU grace period once the process has a second thread
     // and almost nothing before: done here, the first socket's adoption
-    // (inside its first send or receive) does not pay 20-60 ms. Not under
-    // the tcp transport: there the faster start lets a fork land in the
-    // middle of the transport's first exchange, and fork races that the
-    // slow start hides remain open (docs/preload.md, "Back for the kernel
-    // transport").
-    if !crate::shim::tcp_transport() {
-        crate::borrow::init();
-        crate::fdspace::pregrow();
-    }
+    // (inside its first send or receive) does not pay 20-60 ms.
+    crate::borrow::init();
+    crate::fdspace::pregrow();
 }
 
 #[used]

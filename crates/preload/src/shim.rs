@@ -1390,6 +1390,7 @@ pub fn fork_child() {
         }
     }
     drop(g);
+    crate::fdspace::forked();
     crate::borrow::forked();
     crate::stat::forked();
 }

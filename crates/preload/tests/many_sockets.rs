@@ -92,3 +92,28 @@ fn sockets_without_room_for_poll_fall_back_in_poll() {
         assert!(budget_fallbacks(&rep) > 0, "{rep}");
     }
 }
+
+/// One thread's close and another's adoption at once, with soft = hard
+/// (`tests/c/close_churn.c`: two threads, 2000 socket lifecycles each).
+/// A placement checks that the numbers below its duplicate are all the
+/// shim's; a number the other thread's close had just released (or
+/// released and closed) looked like a program's descriptor there, and from
+/// then on every socket fell back ("descriptor budget": 5937-5991 of 6000
+/// in three runs of the library before the fix).
+#[test]
+fn sockets_closed_while_others_are_adopted_stay_on_the_engine() {
+    let exe = cc("close_churn", &[]);
+    let kernel = Command::new(&exe).args(["2", "2000"]).output().unwrap();
+    let kout = String::from_utf8_lossy(&kernel.stdout).into_owned();
+    assert_eq!(kout.trim(), "lifecycles 4000 received 4000", "on the kernel: {}", String::from_utf8_lossy(&kernel.stderr));
+    let stats = stat_dir("churn");
+    let mut cmd = Command::new(&exe);
+    cmd.args(["2", "2000"]);
+    let shim = preloaded(cmd, &stats);
+    let sout = String::from_utf8_lossy(&shim.stdout).into_owned();
+    assert_eq!(sout, kout, "under the shim: {}", String::from_utf8_lossy(&shim.stderr));
+    let rep = reports(&stats).into_iter().next().expect("a stats report");
+    let _ = std::fs::remove_dir_all(&stats);
+    assert_eq!(budget_fallbacks(&rep), 0, "{rep}");
+    assert_eq!(rep["accelerated"].as_u64(), Some(4000), "{rep}");
+}
