@@ -256,7 +256,7 @@ struct Room {
 /// was not the program's.
 fn all_private(a: u64, b: u64) -> bool {
     (a..b).all(|n| {
-        let (w, bit) = slot(n as c_int).expect("below TRACKED");
+        let Some((w, bit)) = slot(n as c_int) else { return false };
         // SAFETY: F_GETFD only asks whether the number is open.
         (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0 || unsafe { real::fcntl(n as c_int, libc::F_GETFD, 0) } < 0
     })
@@ -322,9 +322,12 @@ pub fn has_room(fd: c_int, k: usize) -> bool {
         }
         let ok = made.len() == k;
         for d in made {
-            unmark(d);
+            // Released as any private number (a fork now leaves it open
+            // in the child, which must not take it for the program's).
+            release(d);
             // SAFETY: d was made just above and is nobody else's.
             unsafe { real::close(d) };
+            closed(d);
         }
         ok
     })
