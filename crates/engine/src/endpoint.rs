@@ -829,6 +829,13 @@ impl Endpoint {
         i.rx_stopped.store(true, SeqCst);
         i.rx_armed.store(false, SeqCst);
         let _ = i.engine.epoll.remove(i.backend.raw_fd());
+        if !i.backend.input_reaches_raw_fd() {
+            // A receive asleep in `recv_wait` polls the backend and the
+            // ring, which input no longer reaches: woken, it finds
+            // `rx_stopped` and is made again on the owner's path. (Under
+            // the recv lock: one that takes it later sees `rx_stopped`.)
+            lock(&i.recv).signal();
+        }
     }
 
     /// The application waits for input on the socket itself (the preload
@@ -2347,6 +2354,12 @@ impl EpInner {
                 }
                 if nonblocking {
                     return Err(err(libc::EAGAIN));
+                }
+                if self.rx_stopped.load(SeqCst) {
+                    // Handed over since the loop's check: `stop_receiving`
+                    // may have signalled before this thread's eventfd
+                    // existed, and nothing else would wake it.
+                    return Err(handed_over());
                 }
                 (self.ready_fd(&mut rs)?.clone(), rs.err.clone())
             };

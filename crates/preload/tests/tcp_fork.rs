@@ -276,6 +276,20 @@ fn a_listening_parent_does_not_send_to_itself_through_its_child() {
     assert!(failed.is_empty(), "{} of 5 runs failed:\n{}", failed.len(), failed.join("\n"));
 }
 
+/// A thread asleep in a receive on the transport when a fork moves its
+/// socket to the kernel path: the next datagram (the parent's send is
+/// plain UDP now) must reach it within 1 s. This order passes on the
+/// library before `Endpoint::stop_receiving` woke such receivers too (the
+/// transport still carried that datagram to the endpoint's queue); the
+/// order that hung, a receiver left polling the endpoint's queue while its
+/// datagram went to the kernel socket, is the race test's (about one race
+/// in 1000 with the fast first adoption before, none in 8000 after).
+#[test]
+fn a_receiver_asleep_at_a_fork_gets_the_next_datagram() {
+    let failed = runs_of("blockedfork", &[], 5);
+    assert!(failed.is_empty(), "{} of 5 runs failed:\n{}", failed.len(), failed.join("\n"));
+}
+
 /// A process that ends while it holds the port hands over what its
 /// connections still carry for other processes' ports. The child takes
 /// the port (its parent has no transport yet); the parent's transport,

@@ -91,6 +91,13 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn drain_on_caller(&self) -> bool {
         true
     }
+    /// Whether [`Backend::raw_fd`] is the kernel socket that input reaches
+    /// after a hand-over (a receiver asleep on it then wakes by itself).
+    /// False for the `tcp` backend: its frames go to the kernel socket
+    /// after a hand-over, not to what a receiver on the endpoint polls.
+    fn input_reaches_raw_fd(&self) -> bool {
+        true
+    }
     /// Lets go of the kernel socket now, while something else may still
     /// hold this backend for a moment (the engine thread, a call in
     /// flight): an endpoint being dropped calls it so that its port is

@@ -38,6 +38,9 @@
  *     datagrams to itself go through the child's listener), sends itself
  *     one datagram, then COUNT in a burst while it tells the child to
  *     _exit, and must get every one (3 s each). Exit status as in `race`.
+ *   blockedfork: a thread blocked in recv on a socket of the transport
+ *     while the main thread forks, then sends it a datagram (plain UDP
+ *     now): the thread must get it within 1 s. Exit status as in `race`.
  *   recv PORT: binds UDP 127.0.0.1:PORT, prints "ready", then prints
  *     "got <payload>" for every datagram (until killed).
  *   send PORT: sends each line of stdin as one datagram to 127.0.0.1:PORT.
@@ -151,6 +154,23 @@ static void result(const char *path, const char *what) {
 
 static const char *thread_err;
 
+/* `blockedfork`: the receiving thread's socket, and how long after the
+ * fork its receive returned the datagram (ms; negative: it failed then). */
+static int blocked_fd;
+static volatile long blocked_ms;
+static struct timespec fork_time;
+
+static void *blocked_recv(void *arg) {
+    (void)arg;
+    char buf[16];
+    ssize_t n = recv(blocked_fd, buf, sizeof buf, 0);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long ms = (now.tv_sec - fork_time.tv_sec) * 1000 + (now.tv_nsec - fork_time.tv_nsec) / 1000000;
+    blocked_ms = n == 3 && memcmp(buf, "two", 3) == 0 ? ms : -ms;
+    return NULL;
+}
+
 static void *first_send(void *arg) {
     (void)arg;
     thread_err = roundtrips("thread", 50);
@@ -160,7 +180,7 @@ static void *first_send(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || (argc < 3 && strcmp(argv[1], "relay") != 0))
+    if (argc < 2 || (argc < 3 && strcmp(argv[1], "relay") != 0 && strcmp(argv[1], "blockedfork") != 0))
         return 2;
     const char *mode = argv[1];
     if (strcmp(mode, "race") == 0) {
@@ -263,6 +283,47 @@ int main(int argc, char **argv) {
         kill(pid, SIGCONT);
         waitpid(pid, &st, 0);
         return (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1) | (err ? 4 : 0);
+    }
+    if (strcmp(mode, "blockedfork") == 0) {
+        /* A thread blocked in recv on a socket of the transport while the
+         * main thread forks (both sockets leave the engine) and then
+         * sends it one datagram, now as plain UDP: the thread must get it
+         * within 1 s (SO_RCVTIMEO 5 s). */
+        int r, s = udp();
+        struct sockaddr_in a;
+        bound_socket(&r, &a);
+        const char *err = self_roundtrip("parent");
+        if (err) {
+            fprintf(stderr, "parent: %s\n", err);
+            return 4;
+        }
+        struct timeval tv = {5, 0};
+        setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        /* r is on the engine: one datagram through it first. */
+        if (sendto(s, "one", 3, 0, (struct sockaddr *)&a, sizeof a) != 3)
+            die("sendto");
+        char buf[16];
+        if (recv(r, buf, sizeof buf, 0) != 3)
+            die("recv");
+        pthread_t t;
+        blocked_fd = r;
+        pthread_create(&t, NULL, blocked_recv, NULL);
+        sleep_ms(100); /* asleep in its receive */
+        clock_gettime(CLOCK_MONOTONIC, &fork_time);
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0)
+            _exit(0);
+        waitpid(pid, NULL, 0);
+        if (sendto(s, "two", 3, 0, (struct sockaddr *)&a, sizeof a) != 3)
+            die("sendto");
+        pthread_join(t, NULL);
+        if (blocked_ms < 0 || blocked_ms > 1000) {
+            fprintf(stderr, "thread: %s after %ld ms\n", blocked_ms < 0 ? "nothing received" : "received", blocked_ms < 0 ? -blocked_ms : blocked_ms);
+            return 4;
+        }
+        return 0;
     }
     if (strcmp(mode, "holderexit") == 0) {
         int ready[2], go[2], count = atoi(argv[2]);

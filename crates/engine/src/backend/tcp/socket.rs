@@ -366,6 +366,9 @@ impl Backend for TcpSocket {
     fn drain_on_caller(&self) -> bool {
         false
     }
+    fn input_reaches_raw_fd(&self) -> bool {
+        false
+    }
 
     fn is_v6(&self) -> bool {
         self.udp.is_v6()
