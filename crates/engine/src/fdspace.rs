@@ -167,48 +167,70 @@ mod tests {
 
     static PLACED: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
     static RELEASED: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
-    /// Each closed number with whether it was still open when told.
+    /// Each closed number with whether the watched peer (`PEER`) had
+    /// seen the close by then (its read found end of file).
     static CLOSED: Mutex<Vec<(RawFd, bool)>> = Mutex::new(Vec::new());
+    /// The other end of the first descriptor this test places, nonblocking.
+    static PEER: Mutex<Option<std::os::unix::net::UnixStream>> = Mutex::new(None);
+
+    /// Every other test of this process sees the placement too (and may
+    /// reuse a closed number at once): the records tolerate a panic
+    /// elsewhere rather than poison every later drop.
+    fn rec<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn peer_saw_close() -> bool {
+        use std::io::Read;
+        rec(&PEER).as_mut().is_some_and(|p| matches!(p.read(&mut [0u8; 1]), Ok(0)))
+    }
 
     // Keeps every descriptor where it is (harmless to the other tests of
     // this process, which see it too) and records the calls.
     static RECORD: Placement = Placement {
         make: |make| {
             let fd = make()?;
-            PLACED.lock().unwrap().push(fd.as_raw_fd());
+            rec(&PLACED).push(fd.as_raw_fd());
             Ok(fd)
         },
-        release: |fd| RELEASED.lock().unwrap().push(fd),
-        closed: |fd| CLOSED.lock().unwrap().push((fd, std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists())),
+        release: |fd| rec(&RELEASED).push(fd),
+        closed: |fd| {
+            let seen = peer_saw_close();
+            rec(&CLOSED).push((fd, seen));
+        },
         // Not reached by this test.
         dup3: |_, _, _| -1,
-        kept: |fd| PLACED.lock().unwrap().contains(&fd),
+        kept: |fd| rec(&PLACED).contains(&fd),
     };
 
     #[test]
     fn the_placement_sees_every_kept_descriptor_and_its_release_before_the_close() {
         set_placement(&RECORD);
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        *rec(&PEER) = Some(b);
         let raw = a.as_raw_fd();
         let p = private(OwnedFd::from(a)).unwrap();
         assert_eq!(p.as_raw_fd(), raw);
-        assert!(PLACED.lock().unwrap().contains(&raw));
-        assert!(!RELEASED.lock().unwrap().contains(&raw));
+        assert!(rec(&PLACED).contains(&raw));
+        assert!(!rec(&RELEASED).contains(&raw));
         drop(p);
-        assert!(RELEASED.lock().unwrap().contains(&raw));
-        // Told again once the number is closed (the release came while it
-        // was still open: the placement can tell the two apart).
-        assert!(CLOSED.lock().unwrap().contains(&(raw, false)), "{:?}", CLOSED.lock().unwrap());
+        assert!(rec(&RELEASED).contains(&raw));
+        // Told again once the descriptor is closed: by then its peer reads
+        // end of file (the release came while it was still open).
+        let closed = rec(&CLOSED).clone();
+        *rec(&PEER) = None;
+        assert!(closed.contains(&(raw, true)), "{closed:?}");
         // One the placement made already (as the shim's duplicates) is
         // adopted without another `make`; its drop is still told.
         let (c, _d) = std::os::unix::net::UnixStream::pair().unwrap();
         let raw = c.as_raw_fd();
-        PLACED.lock().unwrap().push(raw);
-        let placed = PLACED.lock().unwrap().len();
+        rec(&PLACED).push(raw);
+        let placed = rec(&PLACED).len();
         let p = private(OwnedFd::from(c)).unwrap();
-        assert_eq!(PLACED.lock().unwrap().len(), placed);
+        assert_eq!(rec(&PLACED).len(), placed);
         assert_eq!(p.as_raw_fd(), raw);
-        let told = || RELEASED.lock().unwrap().iter().filter(|&&f| f == raw).count();
+        let told = || rec(&RELEASED).iter().filter(|&&f| f == raw).count();
         let before = told();
         drop(p);
         assert_eq!(told(), before + 1);
