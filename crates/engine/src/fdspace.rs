@@ -54,37 +54,28 @@ pub struct Private<T: AsRawFd> {
     // Declaration order is drop order: the release runs before `inner`
     // closes, `closed` after.
     #[allow(dead_code)] // held for its drop
-    release: Release,
+    release: Tell,
     inner: T,
     #[allow(dead_code)] // held for its drop
-    closed: Closed,
+    closed: Tell,
 }
 
 impl<T: AsRawFd> Private<T> {
     fn new(inner: T) -> Private<T> {
         let fd = inner.as_raw_fd();
-        Private { release: Release(fd), inner, closed: Closed(fd) }
+        Private { release: Tell(fd, |p| p.release), inner, closed: Tell(fd, |p| p.closed) }
     }
 }
 
+/// Tells the placement (the callback `.1` picks) about descriptor `.0`
+/// when dropped.
 #[derive(Debug)]
-struct Release(RawFd);
+struct Tell(RawFd, fn(&Placement) -> fn(RawFd));
 
-impl Drop for Release {
+impl Drop for Tell {
     fn drop(&mut self) {
         if let Some(p) = PLACEMENT.get() {
-            (p.release)(self.0);
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Closed(RawFd);
-
-impl Drop for Closed {
-    fn drop(&mut self) {
-        if let Some(p) = PLACEMENT.get() {
-            (p.closed)(self.0);
+            (self.1)(p)(self.0);
         }
     }
 }

@@ -99,7 +99,7 @@ fn mark(fd: c_int) {
 
 /// Forgets a private number whose descriptor is about to be closed: it
 /// counts as closing until [`closed`].
-pub fn release(fd: c_int) {
+fn release(fd: c_int) {
     if let Some((w, b)) = slot(fd) {
         CLOSING[w].fetch_or(b, SeqCst);
     }
@@ -107,10 +107,19 @@ pub fn release(fd: c_int) {
 }
 
 /// The number [`release`]d is closed now.
-pub fn closed(fd: c_int) {
+fn closed(fd: c_int) {
     if let Some((w, b)) = slot(fd) {
         CLOSING[w].fetch_and(!b, SeqCst);
     }
+}
+
+/// Closes one of the private descriptors, releasing its number first (it
+/// counts as closing until the close has returned).
+pub fn close_private(fd: c_int) {
+    release(fd);
+    // SAFETY: closes a descriptor of the shim's or the engine's own.
+    unsafe { real::close(fd) };
+    closed(fd);
 }
 
 /// In a fork child (one thread): a number the parent was closing at the
@@ -324,10 +333,7 @@ pub fn has_room(fd: c_int, k: usize) -> bool {
         for d in made {
             // Released as any private number (a fork now leaves it open
             // in the child, which must not take it for the program's).
-            release(d);
-            // SAFETY: d was made just above and is nobody else's.
-            unsafe { real::close(d) };
-            closed(d);
+            close_private(d);
         }
         ok
     })

@@ -41,10 +41,7 @@ fn fail<T: From<i8>>(e: c_int) -> T {
 const UDP_GRO: c_int = 104;
 
 pub(crate) fn real_close(fd: c_int) {
-    crate::fdspace::release(fd);
-    // SAFETY: closes a descriptor the shim owns.
-    unsafe { real::close(fd) };
-    crate::fdspace::closed(fd);
+    crate::fdspace::close_private(fd);
 }
 
 /// A close-on-exec duplicate for the shim's own use, at a private number
