@@ -353,7 +353,8 @@ fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mu
         return;
     }
     let peek = flags & libc::MSG_PEEK != 0;
-    if s.mode() == shim::KERNEL {
+    let on_kernel = s.mode() == shim::KERNEL;
+    if on_kernel {
         s.await_hand_over();
         if s.reader_in_flight() {
             let blocking = flags & libc::MSG_DONTWAIT == 0 && !s.nonblock();
@@ -390,23 +391,34 @@ fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mu
         Some(_) => return,
         None => {}
     }
-    *out = s.endpoint(fd).map(|ep| {
-        let r = ep_recv(s, &ep, buf, flags, info);
-        if matches!(r, Err(libc::EMFILE | libc::ENFILE)) {
-            // A wait needs the ring's eventfd and none could be made (the
-            // descriptor budget; a UDP receive never fails so on its own):
-            // the receive is made again on the kernel path.
-            drop(ep);
-            s.fallback(fd, &shim::budget_reason("receive"));
-            return Err(shim::RETRY);
+    shim::race_pause();
+    let Some(ep) = s.endpoint(fd) else {
+        if !on_kernel && s.mode() == shim::KERNEL {
+            // Handed over since the check above (a fallback on another
+            // thread): made again once the hand-over is done, which may
+            // have kept datagrams or left a read asleep in the socket, and
+            // with GRO still on meanwhile a plain read of the kernel socket
+            // could return several datagrams glued together.
+            *out = Some(Err(shim::RETRY));
         }
-        if s.mode() == shim::KERNEL {
-            // Handed over meanwhile: what this receive's read brought
-            // beyond its datagram joins the kept ones.
-            s.after_hand_over(fd);
-        }
-        with_peer(&ep, r)
-    });
+        return;
+    };
+    let r = ep_recv(s, &ep, buf, flags, info);
+    if matches!(r, Err(libc::EMFILE | libc::ENFILE)) {
+        // A wait needs the ring's eventfd and none could be made (the
+        // descriptor budget; a UDP receive never fails so on its own):
+        // the receive is made again on the kernel path.
+        drop(ep);
+        s.fallback(fd, &shim::budget_reason("receive"));
+        *out = Some(Err(shim::RETRY));
+        return;
+    }
+    if s.mode() == shim::KERNEL {
+        // Handed over meanwhile: what this receive's read brought
+        // beyond its datagram joins the kept ones.
+        s.after_hand_over(fd);
+    }
+    *out = Some(with_peer(&ep, r));
 }
 
 /// A datagram whose source the ring does not keep (a connected socket's
@@ -449,6 +461,10 @@ fn shim_send(t: &Tls, s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: 
         return Some(Err(libc::EOPNOTSUPP));
     }
     if s.mode() == shim::KERNEL {
+        // A fallback under way on another thread sends what the engine
+        // queued first; this send goes after it, as this thread's earlier
+        // sends would on a kernel socket.
+        s.await_hand_over();
         return None;
     }
     if let Err(why) = send_flags_ok(flags) {
@@ -458,7 +474,10 @@ fn shim_send(t: &Tls, s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: 
     if let Some(r) = s.with_existing_in(t, |ep| ep_send(ep, data, dst, flags)) {
         return Some(r);
     }
-    let ep = s.endpoint(fd)?;
+    let Some(ep) = s.endpoint(fd) else {
+        s.await_hand_over(); // handed over since the check above
+        return None;
+    };
     Some(ep_send(&ep, data, dst, flags))
 }
 

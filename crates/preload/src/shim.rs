@@ -144,6 +144,25 @@ pub fn debug() -> bool {
     on
 }
 
+static RACE_PAUSE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// `EUDP_TEST_RACE_PAUSE_US` (tests only; default 0): a receive that
+/// found its socket on the engine and its ring empty pauses this long
+/// before it takes the endpoint, so that a test can make another thread's
+/// fallback land in that window every time instead of once in hundreds of
+/// runs. Read once; a receive served from the ring never gets here.
+#[cold]
+pub fn race_pause() {
+    let mut us = RACE_PAUSE.load(Relaxed);
+    if us == u64::MAX {
+        us = std::env::var("EUDP_TEST_RACE_PAUSE_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+        RACE_PAUSE.store(us, Relaxed);
+    }
+    if us > 0 {
+        std::thread::sleep(Duration::from_micros(us));
+    }
+}
+
 macro_rules! dlog {
     ($($t:tt)*) => {
         if $crate::shim::debug() {

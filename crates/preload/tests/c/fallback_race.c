@@ -8,6 +8,13 @@
  *              engine does not serve, EPOLLONESHOT) and sends a burst:
  *              every datagram must be received exactly once, whole, and
  *              each thread must see them in sending order. 20 rounds.
+ *   reenter    a receive that begins on the engine while the main thread
+ *              moves the socket to the kernel path (shutdown,
+ *              SO_TIMESTAMP) after sending datagrams to it: the receive
+ *              must wait for the hand-over and take what it kept first,
+ *              never read the kernel socket around it. The driver widens
+ *              that window with EUDP_TEST_RACE_PAUSE_US. 12 rounds of 96;
+ *              every datagram once, whole, in order.
  *   epoll_err  a connected socket whose peer port is closed: epoll (level
  *              and edge triggered) reports EPOLLERR, the next send or
  *              receive fails with ECONNREFUSED, and then nothing is
@@ -181,6 +188,78 @@ static void t_race(void) {
     puts("OK race");
 }
 
+/* ---------------------------------------------------------- reenter */
+
+#define RE_ROUNDS 12
+#define RE_N 96
+
+static atomic_int re_done;
+static int re_got[RE_N], re_bad, re_dis;
+
+static void *re_receiver(void *arg) {
+    (void)arg;
+    int last = -1;
+    for (;;) {
+        char b[LEN + 16];
+        ssize_t r = recv(sock, b, sizeof b, 0);
+        if (r < 0) { if (errno == EINTR) continue; break; }
+        if (r == 3 && memcmp(b, "END", 3) == 0) break;
+        char want[LEN];
+        int n = atoi(b);
+        if (r != LEN || n < 0 || n >= RE_N) { re_bad++; continue; }
+        fill(want, n);
+        if (memcmp(b, want, LEN) != 0) { re_bad++; continue; }
+        if (n <= last) re_dis++;
+        last = n;
+        re_got[n]++;
+    }
+    atomic_store(&re_done, 1);
+    return NULL;
+}
+
+static void t_reenter(void) {
+    int missing = 0, dup = 0, bad = 0, dis = 0;
+    for (int round = 0; round < RE_ROUNDS; round++) {
+        struct sockaddr_in sa, ca;
+        sock = udp4(&sa);
+        int c = udp4(&ca), big = 1 << 20, one = 1;
+        CHECK(setsockopt(sock, SOL_SOCKET, SO_RCVBUF, &big, sizeof big) == 0);
+        char b[LEN + 16];
+        CHECK(sendto(c, "w", 1, 0, (struct sockaddr *)&sa, sizeof sa) == 1);
+        CHECK(recv(sock, b, sizeof b, 0) == 1);
+        memset(re_got, 0, sizeof re_got);
+        re_bad = re_dis = 0;
+        atomic_store(&re_done, 0);
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, re_receiver, NULL) == 0);
+        usleep(5000); /* its receive has begun (under the test's pause, not yet asleep) */
+        int n = 0, early = 8 + round * 4;
+        for (; n < early; n++) { fill(b, n); CHECK(sendto(c, b, LEN, 0, (struct sockaddr *)&sa, sizeof sa) == LEN); }
+        usleep(2000); /* they are in the socket or the ring */
+        if (round % 2)
+            CHECK(setsockopt(sock, SOL_SOCKET, SO_TIMESTAMP, &one, sizeof one) == 0);
+        else
+            CHECK(shutdown(sock, SHUT_WR) == -1 && errno == ENOTCONN);
+        for (; n < RE_N; n++) { fill(b, n); CHECK(sendto(c, b, LEN, 0, (struct sockaddr *)&sa, sizeof sa) == LEN); }
+        for (int i = 0; i < 2000 && !atomic_load(&re_done); i++) {
+            CHECK(sendto(c, "END", 3, 0, (struct sockaddr *)&sa, sizeof sa) == 3);
+            usleep(1000);
+        }
+        if (!atomic_load(&re_done)) {
+            printf("reenter round %d: the receiver never returned\n", round);
+            fflush(stdout);
+            _exit(1);
+        }
+        pthread_join(th, NULL);
+        for (int i = 0; i < RE_N; i++) { missing += re_got[i] == 0; dup += re_got[i] > 1; }
+        bad += re_bad;
+        dis += re_dis;
+        close(sock); close(c);
+    }
+    printf("reenter: %d rounds: %d missing, %d twice, %d damaged, %d out of order\n", RE_ROUNDS, missing, dup, bad, dis);
+    puts("OK reenter");
+}
+
 /* -------------------------------------------------------- epoll_err */
 
 static void show_wait(int ep, const char *what) {
@@ -224,6 +303,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "race")) t_race();
+    if (!only || !strcmp(only, "reenter")) t_reenter();
     if (!only || !strcmp(only, "epoll_err")) t_epoll_err();
     puts("ALL OK");
     return 0;
