@@ -12,7 +12,7 @@
 //! | `EUDP_TX_COALESCE_US` | a streaming sender's queued datagrams may wait this long for a full GSO batch before the engine sends them; `0` wakes the engine at once | 100 |
 //! | `EUDP_TX_FLUSH_BATCHES` | a streaming sender's own thread sends L1 once it holds this many GSO batches (or half of L1), in one `sendmmsg`; more per call means fewer syscalls and fewer receiver wake-ups, at the cost of that much more queueing delay | 2 |
 //! | `EUDP_TX_CALLER_DRAIN` | `0`: a streaming sender's own thread never sends L1; the engine thread sends every batch (woken once L1 holds `EUDP_TX_FLUSH_BATCHES` batches; a remainder still waits up to `EUDP_TX_COALESCE_US`), so the application thread only copies datagrams in while the engine's send runs on another CPU. Slower for 1472 B, faster for 64 B on the 2-CPU testbed (docs/preload.md). `1`: the sender's thread sends L1 itself (backends that allow it) | 1 |
-//! | `EUDP_RX_HANDOFF_US` | an application thread that stopped receiving hands its socket back to the engine after this long | 1000 |
+//! | `EUDP_RX_HANDOFF_US` | an application thread that stopped receiving hands its socket back to the engine after this long (up to 32 times this long after a sleep in a receive with nothing arriving, during which the engine looks ever less often) | 1000 |
 
 use std::time::Duration;
 

@@ -2210,6 +2210,13 @@ impl EpInner {
         false
     }
 
+    /// The application's receive calls as of the engine's last look (see
+    /// [`EpInner::rx_idle_since_last_look`]): a look that moved it found
+    /// the application receiving.
+    pub(crate) fn rx_calls_seen(&self) -> u64 {
+        self.rx_seen.load(Relaxed)
+    }
+
     /// Traced sender: takes the socket out of the engine's epoll set (its
     /// watch is off already); [`EpInner::rearm_rx`] adds it back.
     fn detach_rx(&self) {

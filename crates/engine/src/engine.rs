@@ -57,8 +57,57 @@ struct RxLists {
     more: Vec<Arc<EpInner>>,
     /// Endpoints whose application thread is receiving itself: the engine
     /// stays off their socket until the thread has been away for a handoff
-    /// interval (see `EpInner::engine_receive`).
-    parked: Vec<Arc<EpInner>>,
+    /// interval (see `EpInner::engine_receive`). Each is looked at when its
+    /// [`ParkCheck`] is due.
+    parked: Vec<(Arc<EpInner>, ParkCheck)>,
+}
+
+/// When a parked endpoint is looked at next. A look that finds its
+/// application waiting in a receive of the socket and nothing received
+/// since the last look doubles the interval, up to [`PARK_BACKOFF_MAX`]
+/// handoff intervals: a program asleep in `recv` for minutes no longer
+/// wakes the engine every handoff interval (about 1 000 times a second
+/// with the default 1 ms). A look that finds receives since the last one
+/// goes back to one interval: growing it for an active ping-pong was tried
+/// and cost its p50 on hosts where the 1 ms wake-up keeps the vCPUs
+/// responsive (docs/preload.md, "The parked check's interval"). The price
+/// of the growth: a program that wakes after a long sleep in `recv` and
+/// then leaves is noticed up to that many intervals later, and its
+/// arrivals wait in the kernel socket meanwhile, as they would without
+/// the engine. Traced senders out of the epoll set keep their interval
+/// (their checks drain the kernel's transmit stamps).
+#[derive(Clone, Copy, Debug)]
+struct ParkCheck {
+    due: std::time::Instant,
+    /// The interval in handoff intervals.
+    every: u32,
+}
+
+/// Largest interval between two looks at a parked endpoint whose
+/// application stays, in handoff intervals (32 ms with the default 1 ms).
+const PARK_BACKOFF_MAX: u32 = 32;
+
+impl ParkCheck {
+    /// A newly parked endpoint: looked at after one handoff interval (or
+    /// DETACHED_CHECK of them for a traced sender out of the epoll set).
+    fn new(ep: &EpInner, handoff: Duration, now: std::time::Instant) -> ParkCheck {
+        let every = if ep.rx_detached() { DETACHED_CHECK } else { 1 };
+        ParkCheck { due: now + handoff * every, every }
+    }
+
+    /// Looked at and still parked: `receiving` (receive calls since the
+    /// last look) keeps one interval; a receiver asleep all along, twice
+    /// the last one.
+    fn stayed(&mut self, ep: &EpInner, receiving: bool, handoff: Duration, now: std::time::Instant) {
+        self.every = if ep.rx_detached() {
+            DETACHED_CHECK
+        } else if receiving {
+            1
+        } else {
+            (self.every * 2).min(PARK_BACKOFF_MAX)
+        };
+        self.due = now + handoff * self.every;
+    }
 }
 
 /// State shared between the engine thread and application threads.
@@ -89,6 +138,8 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     /// Engine thread wake-ups (diagnostics).
     pub(crate) wakeups: AtomicU64,
+    /// Looks at parked endpoints (see [`ParkCheck`]).
+    park_looks: AtomicU64,
     /// Coalescing timer settings (`timerfd_settime` calls; diagnostics).
     pub(crate) timer_sets: AtomicU64,
     /// Wake-ups on a traced socket that found TX stamps and no data.
@@ -224,7 +275,7 @@ impl Shared {
         {
             let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
             rx.more.retain(|e| e.id != id);
-            rx.parked.retain(|e| e.id != id);
+            rx.parked.retain(|(e, _)| e.id != id);
         }
         // The timer is left as it is: disarming it cost the closer 11–16 µs
         // (measured); a timer that fires with nothing due costs the engine
@@ -306,6 +357,7 @@ impl Engine {
             endpoints: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wakeups: AtomicU64::new(0),
+            park_looks: AtomicU64::new(0),
             timer_sets: AtomicU64::new(0),
             stamp_wakes: AtomicU64::new(0),
             gro_hold: Mutex::new(None),
@@ -374,6 +426,12 @@ impl Engine {
         self.shared.wakeups.load(SeqCst)
     }
 
+    /// Times the engine looked at a parked endpoint to see whether its
+    /// application had stopped receiving.
+    pub fn park_looks(&self) -> u64 {
+        self.shared.park_looks.load(SeqCst)
+    }
+
     /// Times the coalescing timer was set (each a `timerfd_settime`).
     pub fn timer_sets(&self) -> u64 {
         self.shared.timer_sets.load(SeqCst)
@@ -414,14 +472,10 @@ impl Drop for Engine {
 /// `EpInner::engine_receive`) are checked this many handoff intervals apart.
 const DETACHED_CHECK: u32 = 4;
 
-/// How often the parked endpoints are looked at: every handoff interval, or
-/// DETACHED_CHECK of them when all are traced senders out of the epoll set.
-fn check_every(parked: &[Arc<EpInner>], handoff: Duration) -> Duration {
-    if parked.iter().all(|e| e.rx_detached()) {
-        handoff * DETACHED_CHECK
-    } else {
-        handoff
-    }
+/// How long the engine may sleep before a parked endpoint is due a look.
+fn next_park_check(parked: &[(Arc<EpInner>, ParkCheck)]) -> Option<Duration> {
+    let now = std::time::Instant::now();
+    parked.iter().map(|(_, c)| c.due.saturating_duration_since(now)).min()
 }
 
 /// The engine thread's main loop.
@@ -441,7 +495,6 @@ fn run(sh: Arc<Shared>) {
     let mut more_next: Vec<Arc<EpInner>> = Vec::new();
     let mut parked_next: Vec<Arc<EpInner>> = Vec::new();
     let handoff = sh.config.rx_handoff;
-    let mut last_check = std::time::Instant::now();
     let mut timer_fired = false;
     loop {
         // Send side: every endpoint that asked for service.
@@ -466,7 +519,7 @@ fn run(sh: Arc<Shared>) {
             if !rx.more.is_empty() || !sh.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                 Some(Duration::ZERO)
             } else if !rx.parked.is_empty() {
-                Some(check_every(&rx.parked, handoff))
+                next_park_check(&rx.parked)
             } else {
                 None
             }
@@ -483,7 +536,7 @@ fn run(sh: Arc<Shared>) {
         // Let go of endpoints the application has dropped.
         let mut todo = {
             let mut rx = sh.rx.lock().unwrap_or_else(|e| e.into_inner());
-            rx.parked.retain(|ep| !ep.closed.load(SeqCst));
+            rx.parked.retain(|(ep, _)| !ep.closed.load(SeqCst));
             std::mem::take(&mut rx.more)
         };
         todo.retain(|ep| !ep.closed.load(SeqCst));
@@ -529,16 +582,27 @@ fn run(sh: Arc<Shared>) {
         // (An endpoint closed meanwhile is not listed again: its closer
         // waits for these references to go.)
         rx.more.extend(more_next.drain(..).filter(|ep| !ep.closed.load(SeqCst)));
+        let now = std::time::Instant::now();
         for ep in parked_next.drain(..) {
-            if !ep.closed.load(SeqCst) && !rx.parked.iter().any(|e| e.id == ep.id) {
-                rx.parked.push(ep);
+            if !ep.closed.load(SeqCst) && !rx.parked.iter().any(|(e, _)| e.id == ep.id) {
+                let c = ParkCheck::new(&ep, handoff, now);
+                rx.parked.push((ep, c));
             }
         }
-        if !rx.parked.is_empty() && last_check.elapsed() >= check_every(&rx.parked, handoff) {
-            last_check = std::time::Instant::now();
-            // Re-arm the endpoints whose application stopped receiving.
-            rx.parked.retain(|ep| !ep.rx_idle_since_last_look());
-        }
+        // Re-arm the endpoints whose application stopped receiving; the
+        // others are looked at again later.
+        rx.parked.retain_mut(|(ep, c)| {
+            if c.due > now {
+                return true;
+            }
+            sh.park_looks.fetch_add(1, Relaxed);
+            let seen = ep.rx_calls_seen();
+            if ep.rx_idle_since_last_look() {
+                return false;
+            }
+            c.stayed(ep, ep.rx_calls_seen() != seen, handoff, now);
+            true
+        });
         drop(rx);
     }
     sh.stopped.store(true, SeqCst);
