@@ -15,6 +15,12 @@
  *              never read the kernel socket around it. The driver widens
  *              that window with EUDP_TEST_RACE_PAUSE_US. 12 rounds of 96;
  *              every datagram once, whole, in order.
+ *   sendrace   one thread sends numbered datagrams without pause (queued
+ *              and batched on the engine) while the main thread moves
+ *              its socket to the kernel path (SO_TIMESTAMP): the
+ *              receiver must see them in sending order, i.e. a send on
+ *              the kernel path waits for the fallback's flush of what
+ *              the engine still queued. 60 rounds of 5 ms.
  *   epoll_err  a connected socket whose peer port is closed: epoll (level
  *              and edge triggered) reports EPOLLERR, the next send or
  *              receive fails with ECONNREFUSED, and then nothing is
@@ -260,6 +266,64 @@ static void t_reenter(void) {
     puts("OK reenter");
 }
 
+/* --------------------------------------------------------- sendrace */
+
+#define SR_ROUNDS 60
+
+static int sr_sock;
+static struct sockaddr_in sr_dst;
+static atomic_int sr_stop;
+
+static void *sr_sender(void *arg) {
+    (void)arg;
+    unsigned n = 0;
+    char b[LEN];
+    memset(b, 'x', sizeof b);
+    while (!atomic_load(&sr_stop)) {
+        memcpy(b, &n, sizeof n);
+        if (sendto(sr_sock, b, LEN, 0, (struct sockaddr *)&sr_dst, sizeof sr_dst) == LEN)
+            n++;
+        else
+            CHECK(errno == EAGAIN || errno == ENOBUFS);
+    }
+    return NULL;
+}
+
+static void t_sendrace(void) {
+    int disorder = 0, got = 0;
+    for (int round = 0; round < SR_ROUNDS; round++) {
+        int r = udp4(&sr_dst), big = 8 << 20, one = 1;
+        setsockopt(r, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+        sr_sock = socket(AF_INET, SOCK_DGRAM, 0);
+        CHECK(sr_sock >= 0);
+        atomic_store(&sr_stop, 0);
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, sr_sender, NULL) == 0);
+        usleep(3000);
+        /* The sending socket moves to the kernel path mid-stream. */
+        CHECK(setsockopt(sr_sock, SOL_SOCKET, SO_TIMESTAMP, &one, sizeof one) == 0);
+        usleep(2000);
+        atomic_store(&sr_stop, 1);
+        pthread_join(th, NULL);
+        unsigned last = 0;
+        int first = 1;
+        char b[LEN + 16];
+        ssize_t k;
+        while ((k = recv(r, b, sizeof b, MSG_DONTWAIT)) > 0) {
+            unsigned n;
+            memcpy(&n, b, sizeof n);
+            if (!first && n <= last) disorder++;
+            last = n;
+            first = 0;
+            got++;
+        }
+        close(r);
+        close(sr_sock);
+    }
+    printf("sendrace: %d rounds, %s, %d out of order\n", SR_ROUNDS, got > 0 ? "received" : "nothing received", disorder);
+    puts("OK sendrace");
+}
+
 /* -------------------------------------------------------- epoll_err */
 
 static void show_wait(int ep, const char *what) {
@@ -304,6 +368,7 @@ int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
     if (!only || !strcmp(only, "race")) t_race();
     if (!only || !strcmp(only, "reenter")) t_reenter();
+    if (!only || !strcmp(only, "sendrace")) t_sendrace();
     if (!only || !strcmp(only, "epoll_err")) t_epoll_err();
     puts("ALL OK");
     return 0;
