@@ -582,27 +582,30 @@ fn run(sh: Arc<Shared>) {
         // (An endpoint closed meanwhile is not listed again: its closer
         // waits for these references to go.)
         rx.more.extend(more_next.drain(..).filter(|ep| !ep.closed.load(SeqCst)));
-        let now = std::time::Instant::now();
-        for ep in parked_next.drain(..) {
-            if !ep.closed.load(SeqCst) && !rx.parked.iter().any(|(e, _)| e.id == ep.id) {
-                let c = ParkCheck::new(&ep, handoff, now);
-                rx.parked.push((ep, c));
+        // (No clock read on a turn without parked endpoints.)
+        if !parked_next.is_empty() || !rx.parked.is_empty() {
+            let now = std::time::Instant::now();
+            for ep in parked_next.drain(..) {
+                if !ep.closed.load(SeqCst) && !rx.parked.iter().any(|(e, _)| e.id == ep.id) {
+                    let c = ParkCheck::new(&ep, handoff, now);
+                    rx.parked.push((ep, c));
+                }
             }
+            // Re-arm the endpoints whose application stopped receiving; the
+            // others are looked at again later.
+            rx.parked.retain_mut(|(ep, c)| {
+                if c.due > now {
+                    return true;
+                }
+                sh.park_looks.fetch_add(1, Relaxed);
+                let seen = ep.rx_calls_seen();
+                if ep.rx_idle_since_last_look() {
+                    return false;
+                }
+                c.stayed(ep, ep.rx_calls_seen() != seen, handoff, now);
+                true
+            });
         }
-        // Re-arm the endpoints whose application stopped receiving; the
-        // others are looked at again later.
-        rx.parked.retain_mut(|(ep, c)| {
-            if c.due > now {
-                return true;
-            }
-            sh.park_looks.fetch_add(1, Relaxed);
-            let seen = ep.rx_calls_seen();
-            if ep.rx_idle_since_last_look() {
-                return false;
-            }
-            c.stayed(ep, ep.rx_calls_seen() != seen, handoff, now);
-            true
-        });
         drop(rx);
     }
     sh.stopped.store(true, SeqCst);
