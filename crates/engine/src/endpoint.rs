@@ -1129,6 +1129,34 @@ impl EpInner {
         }
     }
 
+    /// The program's thread that queued the newest datagram in L1 is about
+    /// to sleep (see [`crate::Engine::send_coalesced_now`]): a remainder
+    /// that waits in L1 for its coalescing interval goes now — on this thread when it may
+    /// send itself, else the engine is asked at once — instead of when the
+    /// interval is up: nothing more is coming from that thread to batch it
+    /// with, and it may be waiting for an answer to it. (Another thread's
+    /// sleep says nothing about the sender's next datagram, so it leaves
+    /// the remainder alone.) Never waits for the send
+    /// lock: a call already in this endpoint's send path leaves the
+    /// remainder to the timer, as before. Returns whether it sent or asked.
+    pub(crate) fn send_remainder_now(self: &Arc<Self>) -> bool {
+        let mut s = match self.send.try_lock() {
+            Ok(s) => s,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        if s.l1_empty() || !(s.scheduled && s.coalescing) || s.queued_by != crate::queue::thread_token() {
+            return false;
+        }
+        Stats::add(&self.stats.sleep_flushes, 1);
+        if self.caller_drains {
+            self.caller_flush(s, false);
+        } else {
+            self.kick(&mut s);
+        }
+        true
+    }
+
     /// True when L1 holds what the caller's thread should send itself:
     /// `tx_flush_batches` full GSO super-packets, or one `sendmmsg` call's
     /// worth without GSO. A batch of the datagram just queued holds what
@@ -1194,16 +1222,20 @@ impl EpInner {
     /// half full sends everything (see [`EpInner::l1_holds_a_batch`]).
     /// Falls back to [`EpInner::kick_later`] when another thread is
     /// staging or L2 is full.
-    fn caller_flush(self: &Arc<Self>, mut s: MutexGuard<'_, SendState>) {
+    ///
+    /// `keep_tail`: a stream's open run may stay for the next send (see
+    /// below); false when everything must go now ([`EpInner::send_remainder_now`]).
+    fn caller_flush(self: &Arc<Self>, mut s: MutexGuard<'_, SendState>, keep_tail: bool) {
         let staging = self.caller_staging.try_lock();
         s.reap();
         let mut staging = match staging {
             Ok(st) if s.l2_has_room() && s.staged == 0 => st,
-            _ => return self.kick_later(&mut s),
+            _ if keep_tail => return self.kick_later(&mut s),
+            _ => return self.kick(&mut s),
         };
         let n = s.l1.len();
         let by_count = self.engine.config.tx_flush_batches == 1 || 2 * s.l1.charged() < s.capacity;
-        let keep = match if by_count { self.open_tail(&s.l1) } else { 0 } {
+        let keep = match if by_count && keep_tail { self.open_tail(&s.l1) } else { 0 } {
             tail if tail > 0 && tail < n => {
                 // Kept only if L1 then stays under half full with one more
                 // datagram, or the next send would flush the short run alone.
@@ -1372,7 +1404,7 @@ impl EpInner {
                     }
                     if self.coalesces && self.l1_holds_a_batch(&s, data.len()) {
                         if self.caller_drains {
-                            self.caller_flush(s);
+                            self.caller_flush(s, true);
                         } else {
                             // The engine thread sends it (woken only if it
                             // sleeps); this thread goes on queueing.
@@ -2313,6 +2345,9 @@ impl EpInner {
             let blocked = if nonblocking || dl.is_some() || spinning {
                 None
             } else {
+                // About to sleep in the read: what waits to be coalesced
+                // goes first (an answer to it may be what this waits for).
+                self.engine.send_coalesced_now();
                 self.block_in_read(flags.interruptible)
             };
             match blocked {
@@ -2385,6 +2420,7 @@ impl EpInner {
             }
             // Wake on data in the socket (we read it ourselves) or in the ring
             // (the engine got there first).
+            self.engine.send_coalesced_now();
             self.rx_waiters.fetch_add(1, SeqCst);
             let (ready, errs) = ready;
             let fds = [self.backend.raw_fd(), ready.as_raw_fd(), errs.as_ref().map_or(-1, |f| f.as_raw_fd())];

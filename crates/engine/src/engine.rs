@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::endpoint::{EpInner, RxOutcome};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::{Relaxed, SeqCst}};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::{Relaxed, SeqCst}};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -119,6 +119,11 @@ pub(crate) struct Shared {
     /// the engine sends what is left of their L1 when that time is up,
     /// unless their own thread did first.
     coalescing: Mutex<Coalescing>,
+    /// Length of `coalescing.list`, kept beside it for a lock-free look
+    /// ([`Shared::send_coalesced_now`] runs before every sleep).
+    coalescing_len: AtomicUsize,
+    /// Remainders sent early because a program's thread went to sleep.
+    pub(crate) sleep_flushes: AtomicU64,
     rx: Mutex<RxLists>,
     /// Fires when the earliest of those is due, or earlier (see
     /// [`Shared::set_timer`]): a streaming sender whose own thread sends
@@ -173,7 +178,33 @@ impl Shared {
             Some(entry) => entry.1 = entry.1.max(since),
             None => c.list.push((ep.clone(), since)),
         }
+        self.coalescing_len.store(c.list.len(), Relaxed);
         self.set_timer(&mut c);
+    }
+
+    /// An application thread is about to sleep (in a blocking receive, or
+    /// in `poll`, `select` or `epoll_wait` with nothing ready): every
+    /// remainder it queued that waits out its coalescing interval is sent
+    /// now (see
+    /// [`EpInner::send_remainder_now`]). The interval exists so that a
+    /// streaming sender's next datagrams join the batch; a thread that goes
+    /// to sleep sends none, and a program that sent a burst and now waits
+    /// for the answers would otherwise wait the interval for its last
+    /// datagrams to leave. One relaxed load when nothing waits; never on an
+    /// engine thread, and never waits for a lock. Returns how many
+    /// endpoints sent or asked the engine.
+    pub(crate) fn send_coalesced_now(&self) -> usize {
+        if self.coalescing_len.load(Relaxed) == 0 || CURRENT.with(|c| c.borrow().strong_count() > 0) {
+            return 0;
+        }
+        let eps: Vec<Arc<EpInner>> = match self.coalescing.try_lock() {
+            Ok(c) => c.list.iter().map(|(e, _)| e.clone()).collect(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().list.iter().map(|(e, _)| e.clone()).collect(),
+            Err(std::sync::TryLockError::WouldBlock) => return 0,
+        };
+        let sent = eps.iter().filter(|ep| ep.send_remainder_now()).count();
+        self.sleep_flushes.fetch_add(sent as u64, Relaxed);
+        sent
     }
 
     /// Sets the timer to the earliest listing's due time when that is
@@ -212,6 +243,7 @@ impl Shared {
                     true
                 }
             });
+            self.coalescing_len.store(c.list.len(), Relaxed);
             if due.is_empty() {
                 self.set_timer(&mut c);
                 return;
@@ -280,7 +312,9 @@ impl Shared {
         // The timer is left as it is: disarming it cost the closer 11–16 µs
         // (measured); a timer that fires with nothing due costs the engine
         // one turn, which it took for this endpoint before anyway.
-        self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).list.retain(|(e, _)| e.id != id);
+        let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+        c.list.retain(|(e, _)| e.id != id);
+        self.coalescing_len.store(c.list.len(), Relaxed);
     }
 
     /// Opens the engine's GRO key holder ([`UdpSocket::gro_key_holder`])
@@ -346,6 +380,8 @@ impl Engine {
             config,
             work: Mutex::new(VecDeque::new()),
             coalescing: Mutex::new(Coalescing::default()),
+            coalescing_len: AtomicUsize::new(0),
+            sleep_flushes: AtomicU64::new(0),
             rx: Mutex::new(RxLists::default()),
             timer: TimerFd::new()?,
             sleeping: AtomicBool::new(false),
@@ -430,6 +466,27 @@ impl Engine {
     /// application had stopped receiving.
     pub fn park_looks(&self) -> u64 {
         self.shared.park_looks.load(SeqCst)
+    }
+
+    /// The calling thread is about to sleep: sends every remainder it
+    /// queued that waits out its coalescing interval now (see `EUDP_TX_COALESCE_US`),
+    /// on this thread where it can. The engine's own blocking receive calls
+    /// it; a program or shim that sleeps elsewhere (`poll`, `select`,
+    /// `epoll_wait`) calls it before sleeping. Costs one atomic load when
+    /// nothing waits. Returns how many endpoints had a remainder sent.
+    pub fn send_coalesced_now(&self) -> usize {
+        self.shared.send_coalesced_now()
+    }
+
+    /// Whether some endpoint's queued sends wait out a coalescing interval
+    /// (a lock-free look; [`Engine::send_coalesced_now`] would send them).
+    pub fn coalesced_pending(&self) -> bool {
+        self.shared.coalescing_len.load(Relaxed) > 0
+    }
+
+    /// Remainders sent early by [`Engine::send_coalesced_now`].
+    pub fn sleep_flushes(&self) -> u64 {
+        self.shared.sleep_flushes.load(Relaxed)
     }
 
     /// Times the coalescing timer was set (each a `timerfd_settime`).

@@ -192,7 +192,25 @@ pub struct SendState {
     /// Post outcomes, counted under the lock the caller already holds so the
     /// hot path touches no shared counter cache line.
     pub counts: PostCounts,
+    /// The thread that queued the newest datagram in `l1` (a
+    /// [`thread_token`]): when that thread goes to sleep, what it left to
+    /// be coalesced is sent at once (`EpInner::send_remainder_now`).
+    pub queued_by: u64,
     recorder: Option<Recorder>,
+}
+
+/// A number naming the calling thread, unique in the process (never 0).
+pub fn thread_token() -> u64 {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static TOKEN: Cell<u64> = const { Cell::new(0) });
+    TOKEN.with(|t| {
+        if t.get() == 0 {
+            t.set(NEXT.fetch_add(1, Relaxed));
+        }
+        t.get()
+    })
 }
 
 /// How callers' sends were decided.
@@ -224,6 +242,7 @@ impl SendState {
             l1_carried: 0,
             rest: 0,
             counts: PostCounts::default(),
+            queued_by: 0,
             recorder,
         }
     }
@@ -313,6 +332,7 @@ impl SendState {
         if self.fits(data.len()) && self.l1.push(dst, data, usize::MAX) {
             self.apply(QueueEvent::Enqueue);
             self.counts.queued += 1;
+            self.queued_by = thread_token();
             PostDecision::Queued
         } else {
             self.apply(QueueEvent::Refuse);

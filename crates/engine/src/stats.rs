@@ -12,6 +12,7 @@ pub const HIST_BUCKETS: usize = 10;
 pub struct Stats {
     pub engine_batches: AtomicU64,
     pub caller_flushes: AtomicU64,
+    pub sleep_flushes: AtomicU64,
     pub datagrams_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub send_calls: AtomicU64,
@@ -57,6 +58,7 @@ impl Stats {
             send_full: 0,
             engine_batches: g(&self.engine_batches),
             caller_flushes: g(&self.caller_flushes),
+            sleep_flushes: g(&self.sleep_flushes),
             datagrams_sent: sent,
             bytes_sent: g(&self.bytes_sent),
             send_calls: calls,
@@ -95,6 +97,10 @@ pub struct StatsSnapshot {
     /// Times a sender's own thread drained L1 because a full batch was
     /// queued, instead of waking the engine.
     pub caller_flushes: u64,
+    /// Times a remainder waiting out its coalescing interval in L1 was sent
+    /// at once because the program's thread went to sleep (a blocking
+    /// receive, `poll`, `select`, `epoll_wait`).
+    pub sleep_flushes: u64,
     /// Datagrams accepted by the kernel.
     pub datagrams_sent: u64,
     pub bytes_sent: u64,

@@ -1517,6 +1517,9 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
     // SAFETY: the first k entries were written above.
     let extra: &[Extra] = if many.is_empty() { std::slice::from_raw_parts(fixed.as_ptr() as *const Extra, k) } else { &many };
     if extra.is_empty() {
+        if !no_wait(ts) {
+            before_sleep();
+        }
         return real::ppoll(fds, n, ts, mask);
     }
     if extra.iter().any(|e| e.fd == NO_RING) {
@@ -1806,9 +1809,28 @@ unsafe fn mark_sleep(t: &Tls, ts: *const libc::timespec) {
     if !ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0 {
         return;
     }
+    before_sleep();
     if let (true, None) = t.sleep_mark.get() {
         t.sleep_mark.set((true, Some(Instant::now())));
     }
+}
+
+/// This thread may sleep in the kernel now (a wait whose timeout is not
+/// zero): whatever it queued that waits out its coalescing interval is sent
+/// first (`Engine::send_coalesced_now`; one atomic load when nothing
+/// waits). A program that sent a burst and now waits for the answers
+/// would otherwise wait up to `EUDP_TX_COALESCE_US` for its last datagrams
+/// to leave. (A wait that finds something ready at once has then sent its
+/// remainder early: a smaller batch, nothing worse.)
+fn before_sleep() {
+    if let Some(e) = shim::running_engine() {
+        e.send_coalesced_now();
+    }
+}
+
+/// True for a timeout that makes a wait return at once.
+unsafe fn no_wait(ts: *const libc::timespec) -> bool {
+    !ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0
 }
 
 /// A poll timeout as a duration (negative fields count as zero).
@@ -2031,7 +2053,12 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd
         let k = select_impl(tl, n, r, w, e, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null());
         (k, tl.sleep_mark.replace(outer).1)
     });
-    let Some(k) = k else { return real::select(n, r, w, e, t) };
+    let Some(k) = k else {
+        if t.is_null() || (*t).tv_sec != 0 || (*t).tv_usec != 0 {
+            before_sleep();
+        }
+        return real::select(n, r, w, e, t);
+    };
     if let (Some(x), Some(start)) = (ts, slept) {
         // Linux writes back the time not slept; a call answered without
         // sleeping used (well) under a microsecond and leaves it unchanged.
@@ -2050,8 +2077,42 @@ pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::f
     }
     match with_tls(|t| select_impl(t, n, r, w, e, ts, mask)) {
         Some(k) => k,
-        None => real::pselect(n, r, w, e, ts, mask),
+        None => {
+            if !no_wait(ts) {
+                before_sleep();
+            }
+            real::pselect(n, r, w, e, ts, mask)
+        }
     }
+}
+
+// epoll_wait and friends are the kernel's (accelerated sockets stand in an
+// epoll set through their rings' eventfds, see `epoll_ctl`); they are
+// interposed only to send what this thread left to be coalesced before the
+// program sleeps in them (`before_sleep`).
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
+    if timeout != 0 && shim::any() {
+        before_sleep();
+    }
+    real::epoll_wait(epfd, evs, max, timeout)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int {
+    if timeout != 0 && shim::any() {
+        before_sleep();
+    }
+    real::epoll_pwait(epfd, evs, max, timeout, mask)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait2(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+    if !no_wait(ts) && shim::any() {
+        before_sleep();
+    }
+    real::epoll_pwait2(epfd, evs, max, ts, mask)
 }
 
 /// Events of the ring's eventfd registration for an application epoll

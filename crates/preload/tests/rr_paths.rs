@@ -3,9 +3,10 @@
 //! an `EAGAIN` costs one read of the socket, a send that follows a receive
 //! takes back a slot its own thread's earlier post still held instead of
 //! queueing behind the engine, a fallback sends what was queued before its
-//! final counters are taken, and an epoll echo thread answers each request,
+//! final counters are taken, an epoll echo thread answers each request,
 //! reading its socket itself (the engine thread stays off a socket in the
-//! program's epoll set).
+//! program's epoll set), and the end of a burst leaves when the sending
+//! thread goes to sleep waiting for the answer.
 
 mod common;
 use common::*;
@@ -89,4 +90,20 @@ fn a_socket_in_an_epoll_set_is_read_by_the_program() {
     let (reads, own) = (total(&r, "recv_calls"), total(&r, "direct_recv_calls"));
     assert!(total(&r, "datagrams_received") > 2 * n as u64, "requests and answers went through the engine");
     assert_eq!(reads, own, "reads of the sockets by the engine thread: {}", reads - own);
+}
+
+/// A burst whose last datagrams wait out the coalescing interval (3 s
+/// here), then the sender's thread waits for the answer that needs all of
+/// them — in a blocking receive, `poll`, `select` and `epoll_wait`. The
+/// remainder must leave when that thread goes to sleep: the C program
+/// fails when the answer takes 1 s or more (before, it took the interval).
+#[test]
+fn the_end_of_a_burst_leaves_when_the_sender_waits() {
+    let n = 100;
+    for how in ["recv", "poll", "select", "epoll"] {
+        let r = run(&format!("burst_{how}"), n, &[("EUDP_TX_COALESCE_US", "3000000")]);
+        assert!(total(&r, "queued_posts") > 0, "{how}: nothing was queued: the case tests nothing");
+        assert_eq!(total(&r, "sleep_flushes"), 1, "{how}: the remainder was not sent at the sleep");
+        assert_eq!(total(&r, "datagrams_sent"), n as u64 + 1, "{how}: the burst and the answer");
+    }
 }

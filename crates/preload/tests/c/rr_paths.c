@@ -12,7 +12,14 @@
  *                   nonblocking, reads until EAGAIN) answers N requests of
  *                   a client on another socket, each answer checked.
  *   epoll_sparse N  the same with 3 ms between requests, the client also
- *                   waiting in an epoll set. */
+ *                   waiting in an epoll set.
+ *   burst_recv N    x sends N datagrams back to back to a thread that
+ *   burst_poll N    answers once it has all N; x then waits for the answer
+ *   burst_select N  in a blocking recv, poll, select or epoll_wait. Fails
+ *   burst_epoll N   when the answer took 1 s or more (the test sets the
+ *                   shim's coalescing interval far longer: the last
+ *                   datagrams of the burst must leave when x's thread
+ *                   goes to sleep, not when the interval ends). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,7 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
+#include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "udp_echo.h"
@@ -63,6 +73,75 @@ static void *echo(void *arg) {
         if (echo_drain(srv_fd))
             return NULL;
     }
+}
+
+static int burst_n;
+static int burst_y;
+static struct sockaddr_in burst_x;
+
+/* Receives the whole burst in order, then answers x once. */
+static void *burst_peer(void *arg) {
+    (void)arg;
+    char want[32];
+    for (int i = 0; i < burst_n; i++) {
+        snprintf(want, sizeof want, "b%d", i);
+        must_recv(burst_y, want);
+    }
+    sendto(burst_y, "all", 3, 0, (struct sockaddr *)&burst_x, sizeof burst_x);
+    return NULL;
+}
+
+static double mono(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int burst(const char *how, int n) {
+    struct sockaddr_in ya;
+    char b[256];
+    int x = bound(&burst_x);
+    burst_y = bound(&ya);
+    burst_n = n;
+    int big = 4 << 20;
+    setsockopt(burst_y, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    pthread_t t;
+    pthread_create(&t, NULL, burst_peer, NULL);
+    for (int i = 0; i < n; i++) {
+        snprintf(b, sizeof b, "b%d", i);
+        sendto(x, b, strlen(b), 0, (struct sockaddr *)&ya, sizeof ya);
+    }
+    double start = mono();
+    int ready = 1;
+    if (!strcmp(how, "poll")) {
+        struct pollfd p = {.fd = x, .events = POLLIN};
+        ready = poll(&p, 1, 10000);
+    } else if (!strcmp(how, "select")) {
+        fd_set r;
+        FD_ZERO(&r);
+        FD_SET(x, &r);
+        struct timeval tv = {.tv_sec = 10};
+        ready = select(x + 1, &r, NULL, NULL, &tv);
+    } else if (!strcmp(how, "epoll")) {
+        int ep = epoll_create1(0);
+        struct epoll_event e = {.events = EPOLLIN, .data.fd = x};
+        epoll_ctl(ep, EPOLL_CTL_ADD, x, &e);
+        ready = epoll_wait(ep, &e, 1, 10000);
+        close(ep);
+    }
+    if (ready != 1) {
+        printf("burst_%s: no answer within 10 s\n", how);
+        return 1;
+    }
+    must_recv(x, "all");
+    double waited = mono() - start;
+    pthread_join(t, NULL);
+    if (waited >= 1.0) {
+        printf("burst_%s: the answer took %.3f s\n", how, waited);
+        return 1;
+    }
+    printf("burst_%s %d answered\n", how, n);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -143,6 +222,8 @@ int main(int argc, char **argv) {
         send(c, "QUIT", 4, 0);
         pthread_join(t, NULL);
         printf("%s %d answered\n", argv[1], n);
+    } else if (!strncmp(argv[1], "burst_", 6)) {
+        return burst(argv[1] + 6, n);
     } else {
         return 2;
     }
