@@ -24,10 +24,13 @@ pub const PROFILES: &[(&str, &[(&str, &str)])] = &[
     // Bigger batches per syscall once sends queue up, kernel-side room for
     // bursts while the engine thread is off CPU, two GSO messages per
     // sender-side send (half the receiver's wake-ups) and a longer bound
-    // for a remainder (a streaming sender rarely meets it).
+    // for a remainder: a streaming sender rarely meets it, a sender that
+    // goes to sleep sends its remainder then (`Engine::send_coalesced_now`),
+    // and each engine wake-up for the timer costs a streaming sender's CPU
+    // (2 ms against 200 µs: +11 % received iperf3 rate, docs/preload.md).
     (
         "throughput",
-        &[("EUDP_MAX_MSGS", "64"), ("EUDP_SOCK_RCVBUF", "8388608"), ("EUDP_TX_FLUSH_BATCHES", "2"), ("EUDP_TX_COALESCE_US", "200")],
+        &[("EUDP_MAX_MSGS", "64"), ("EUDP_SOCK_RCVBUF", "8388608"), ("EUDP_TX_FLUSH_BATCHES", "2"), ("EUDP_TX_COALESCE_US", "2000")],
     ),
     // A blocked receiver spins before it sleeps; a queued send wakes the
     // engine at once instead of waiting to fill a batch.
