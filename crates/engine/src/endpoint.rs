@@ -1145,7 +1145,8 @@ impl EpInner {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
-        if s.l1_empty() || !(s.scheduled && s.coalescing) || s.queued_by != crate::queue::thread_token() {
+        let me = crate::queue::thread_token();
+        if s.l1_empty() || !(s.scheduled && s.coalescing) || me == 0 || s.queued_by != me {
             return false;
         }
         Stats::add(&self.stats.sleep_flushes, 1);

@@ -194,7 +194,9 @@ impl Shared {
     /// engine thread, and never waits for a lock. Returns how many
     /// endpoints sent or asked the engine.
     pub(crate) fn send_coalesced_now(&self) -> usize {
-        if self.coalescing_len.load(Relaxed) == 0 || CURRENT.with(|c| c.borrow().strong_count() > 0) {
+        // (`try_with`: a thread past its thread-locals' end — a program's
+        // destructor that polls — counts as an engine thread and skips.)
+        if self.coalescing_len.load(Relaxed) == 0 || CURRENT.try_with(|c| c.borrow().strong_count() > 0).unwrap_or(true) {
             return 0;
         }
         let eps: Vec<Arc<EpInner>> = match self.coalescing.try_lock() {

@@ -199,18 +199,21 @@ pub struct SendState {
     recorder: Option<Recorder>,
 }
 
-/// A number naming the calling thread, unique in the process (never 0).
+/// A number naming the calling thread, unique in the process; 0 only for
+/// a thread past its thread-locals' end (which then matches no queue).
 pub fn thread_token() -> u64 {
     use std::cell::Cell;
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local!(static TOKEN: Cell<u64> = const { Cell::new(0) });
-    TOKEN.with(|t| {
-        if t.get() == 0 {
-            t.set(NEXT.fetch_add(1, Relaxed));
-        }
-        t.get()
-    })
+    TOKEN
+        .try_with(|t| {
+            if t.get() == 0 {
+                t.set(NEXT.fetch_add(1, Relaxed));
+            }
+            t.get()
+        })
+        .unwrap_or(0)
 }
 
 /// How callers' sends were decided.
