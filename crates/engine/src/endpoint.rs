@@ -55,6 +55,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The lock if nobody holds it (a poisoned one too, as [`lock`] takes it);
+/// `None` when it is held — by another thread, or by this one further up.
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
@@ -1140,11 +1150,7 @@ impl EpInner {
     /// lock: a call already in this endpoint's send path leaves the
     /// remainder to the timer, as before. Returns whether it sent or asked.
     pub(crate) fn send_remainder_now(self: &Arc<Self>) -> bool {
-        let mut s = match self.send.try_lock() {
-            Ok(s) => s,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return false,
-        };
+        let Some(mut s) = try_lock(&self.send) else { return false };
         let me = crate::queue::thread_token();
         if s.l1_empty() || !(s.scheduled && s.coalescing) || me == 0 || s.queued_by != me {
             return false;

@@ -199,11 +199,9 @@ impl Shared {
         if self.coalescing_len.load(Relaxed) == 0 || CURRENT.try_with(|c| c.borrow().strong_count() > 0).unwrap_or(true) {
             return 0;
         }
-        let eps: Vec<Arc<EpInner>> = match self.coalescing.try_lock() {
-            Ok(c) => c.list.iter().map(|(e, _)| e.clone()).collect(),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().list.iter().map(|(e, _)| e.clone()).collect(),
-            Err(std::sync::TryLockError::WouldBlock) => return 0,
-        };
+        let Some(c) = crate::endpoint::try_lock(&self.coalescing) else { return 0 };
+        let eps: Vec<Arc<EpInner>> = c.list.iter().map(|(e, _)| e.clone()).collect();
+        drop(c);
         let sent = eps.iter().filter(|ep| ep.send_remainder_now()).count();
         self.sleep_flushes.fetch_add(sent as u64, Relaxed);
         sent

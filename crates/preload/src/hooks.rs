@@ -1806,7 +1806,7 @@ fn kernel_checked(t: &Tls) {
 /// Records, for a running `select`, the moment before a call that may sleep
 /// (`ts` not zero).
 unsafe fn mark_sleep(t: &Tls, ts: *const libc::timespec) {
-    if !ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0 {
+    if no_wait(ts) {
         return;
     }
     before_sleep();
