@@ -207,9 +207,16 @@ pub(crate) struct EpInner {
     rx_blocking_ok: AtomicBool,
     /// The engine's one-shot watch on the socket is armed.
     rx_armed: AtomicBool,
-    /// Traced only: the socket is out of the engine's epoll set (see
-    /// [`EpInner::engine_receive`]); written by the engine thread only.
+    /// The socket is out of the engine's epoll set while its watch is
+    /// parked (see [`EpInner::detach_rx`]); changed under `rx_watch`.
     rx_detached: AtomicBool,
+    /// Serialises changes to the socket's membership in the engine's epoll
+    /// set: a detach on the engine thread, a re-arm by an application's
+    /// poll, and the hand-backs that remove it for good.
+    rx_watch: Mutex<()>,
+    /// Traced: parked because a wake-up brought only TX timestamps (see
+    /// [`EpInner::engine_receive`]).
+    rx_stamp_parked: AtomicBool,
     /// The application took the socket back ([`Endpoint::stop_receiving`]):
     /// the engine never reads it again.
     rx_stopped: AtomicBool,
@@ -425,6 +432,8 @@ impl Endpoint {
             rx_blocking_ok: AtomicBool::new(true),
             rx_armed: AtomicBool::new(true),
             rx_detached: AtomicBool::new(false),
+            rx_watch: Mutex::new(()),
+            rx_stamp_parked: AtomicBool::new(false),
             rx_stopped: AtomicBool::new(false),
             rx_app_waits: AtomicBool::new(false),
             rx_pollers: std::sync::atomic::AtomicU32::new(0),
@@ -836,9 +845,12 @@ impl Endpoint {
     /// message at most (see [`EpInner::block_in_read`]) and returns it.
     pub fn stop_receiving(&self) {
         let i = &self.inner;
-        i.rx_stopped.store(true, SeqCst);
-        i.rx_armed.store(false, SeqCst);
-        let _ = i.engine.epoll.remove(i.backend.raw_fd());
+        {
+            let _w = lock(&i.rx_watch);
+            i.rx_stopped.store(true, SeqCst);
+            i.rx_armed.store(false, SeqCst);
+            let _ = i.engine.epoll.remove(i.backend.raw_fd());
+        }
         if !i.backend.input_reaches_raw_fd() {
             // A receive asleep in `recv_wait` polls the backend and the
             // ring, which input no longer reaches: woken, it finds
@@ -865,6 +877,7 @@ impl Endpoint {
     /// the engine does not watch the socket again.
     pub fn app_waits_on_socket(&self) {
         let i = &self.inner;
+        let _w = lock(&i.rx_watch);
         if i.rx_app_waits.swap(true, SeqCst) {
             return;
         }
@@ -2165,7 +2178,18 @@ impl EpInner {
     /// no arrival wakes two threads. Such an endpoint is parked with its
     /// watch off until [`EpInner::rx_idle_since_last_look`] finds the
     /// application gone for a handoff interval.
+    ///
+    /// A parked socket also leaves the engine's epoll set
+    /// ([`EpInner::detach_rx`]).
     pub(crate) fn engine_receive(&self, scratch: &mut RecvScratch) -> RxOutcome {
+        let outcome = self.engine_receive_once(scratch);
+        if outcome == RxOutcome::Parked {
+            self.detach_rx();
+        }
+        outcome
+    }
+
+    fn engine_receive_once(&self, scratch: &mut RecvScratch) -> RxOutcome {
         self.rx_armed.store(false, SeqCst);
         if self.rx_app_waits.load(SeqCst) {
             return RxOutcome::Done; // the application reads it; never re-armed
@@ -2205,7 +2229,8 @@ impl EpInner {
         }
         if stamps > 0 && fill.added == 0 {
             self.engine.stamp_wakes.fetch_add(1, Relaxed);
-            self.detach_rx();
+            self.tx_seen.store(self.stats.send_calls.load(Relaxed), Relaxed);
+            self.rx_stamp_parked.store(true, Relaxed);
             return RxOutcome::Parked;
         }
         self.rearm_rx();
@@ -2221,7 +2246,7 @@ impl EpInner {
         if self.rx_stopped.load(SeqCst) || self.rx_app_waits.load(SeqCst) {
             return true; // let go, never re-armed
         }
-        if self.rx_detached.load(Relaxed) && !self.closed.load(SeqCst) {
+        if self.rx_stamp_parked.load(Relaxed) && !self.closed.load(SeqCst) {
             // Bounded: a sender that went quiet leaves no stamps behind.
             self.trace.drain_tx(self.backend.raw_fd());
             let sent = self.stats.send_calls.load(Relaxed);
@@ -2256,28 +2281,39 @@ impl EpInner {
         self.rx_seen.load(Relaxed)
     }
 
-    /// Traced sender: takes the socket out of the engine's epoll set (its
-    /// watch is off already); [`EpInner::rearm_rx`] adds it back.
+    /// A parked socket leaves the engine's epoll set (its one-shot watch is
+    /// off already); [`EpInner::rearm_rx`] adds it back. A disarmed one-shot
+    /// watch still hangs on the socket's wait queue, so every datagram the
+    /// socket sends or receives would run the epoll callback under an
+    /// IRQ-safe lock — measured: 4.3 against 4.6 µs per send + receive pair
+    /// on loopback — while the application thread does all the reading.
+    /// One `epoll_ctl` per park, and an add instead of a modify at the
+    /// re-arm a handoff interval or more later.
     fn detach_rx(&self) {
-        if !self.rx_detached.swap(true, Relaxed) {
-            self.tx_seen.store(self.stats.send_calls.load(Relaxed), Relaxed);
+        let _w = lock(&self.rx_watch);
+        if !self.rx_armed.load(SeqCst) && !self.rx_detached.swap(true, SeqCst) {
             let _ = self.engine.epoll.remove(self.backend.raw_fd());
         }
     }
 
-    /// The socket is out of the engine's epoll set (engine thread).
-    pub(crate) fn rx_detached(&self) -> bool {
-        self.rx_detached.load(Relaxed)
+    /// Traced: parked for TX timestamps alone (its checks drain them).
+    pub(crate) fn rx_stamp_parked(&self) -> bool {
+        self.rx_stamp_parked.load(Relaxed)
     }
 
     /// Re-arms the engine's watch on the socket if it is off.
     fn rearm_rx(&self) {
+        if !self.rx_stamp_parked.load(Relaxed) && self.rx_armed.load(SeqCst) {
+            return; // armed already (no lock on the common path)
+        }
+        let _w = lock(&self.rx_watch);
         if self.closed.load(SeqCst) || self.rx_stopped.load(SeqCst) || self.rx_app_waits.load(SeqCst) {
             return;
         }
+        self.rx_stamp_parked.store(false, Relaxed);
         if !self.rx_armed.swap(true, SeqCst) {
             let fd = self.backend.raw_fd();
-            let r = if self.rx_detached.swap(false, Relaxed) {
+            let r = if self.rx_detached.swap(false, SeqCst) {
                 self.engine.epoll.add_readable_oneshot(fd, self.id)
             } else {
                 self.engine.epoll.rearm(fd, self.id)

@@ -91,7 +91,7 @@ impl ParkCheck {
     /// A newly parked endpoint: looked at after one handoff interval (or
     /// DETACHED_CHECK of them for a traced sender out of the epoll set).
     fn new(ep: &EpInner, handoff: Duration, now: std::time::Instant) -> ParkCheck {
-        let every = if ep.rx_detached() { DETACHED_CHECK } else { 1 };
+        let every = if ep.rx_stamp_parked() { DETACHED_CHECK } else { 1 };
         ParkCheck { due: now + handoff * every, every }
     }
 
@@ -99,7 +99,7 @@ impl ParkCheck {
     /// last look) keeps one interval; a receiver asleep all along, twice
     /// the last one.
     fn stayed(&mut self, ep: &EpInner, receiving: bool, handoff: Duration, now: std::time::Instant) {
-        self.every = if ep.rx_detached() {
+        self.every = if ep.rx_stamp_parked() {
             DETACHED_CHECK
         } else if receiving {
             1

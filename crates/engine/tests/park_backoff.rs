@@ -79,3 +79,72 @@ fn a_receiver_asleep_in_recv_is_looked_at_ever_less_often() {
     }
     panic!("no endpoint was parked in four attempts: the test's premise failed");
 }
+
+/// The inode numbers of the files registered in this process's epoll sets
+/// (from the `tfd:` lines of `/proc/self/fdinfo`; by inode, since a line's
+/// descriptor number may since have been closed and reused).
+fn epoll_watched_inodes() -> Vec<u64> {
+    let mut inodes = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fdinfo").unwrap().flatten() {
+        let Ok(info) = std::fs::read_to_string(entry.path()) else { continue };
+        for line in info.lines().filter(|l| l.starts_with("tfd:")) {
+            let ino = line.split_whitespace().find_map(|w| w.strip_prefix("ino:")).unwrap();
+            inodes.push(u64::from_str_radix(ino, 16).unwrap());
+        }
+    }
+    inodes
+}
+
+/// Whether the endpoint's socket is in an epoll set.
+fn watched(ep: &Endpoint) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(format!("/proc/self/fd/{}", ep.raw_fd())).unwrap().ino();
+    epoll_watched_inodes().contains(&ino)
+}
+
+/// While its application thread receives, a parked socket is out of the
+/// engine's epoll set: a disarmed one-shot watch would still sit on the
+/// socket's wait queue and run the epoll callback for every datagram the
+/// socket sends or receives. Once the application has stopped receiving,
+/// the engine adds the watch back and reads arrivals into the ring again.
+#[test]
+fn a_parked_socket_leaves_the_epoll_set_and_comes_back() {
+    let engine = Engine::start(Config { rx_handoff: HANDOFF, ..Config::default() }).unwrap();
+    let ep = Endpoint::with_engine(&engine, false).unwrap();
+    ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dst = ep.local_addr().unwrap();
+    assert!(watched(&ep), "a new socket is watched");
+    let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // The application receives what arrives, never blocked: the engine,
+    // woken by an arrival, finds receives made since its last look and
+    // parks the socket (a receiver blocked inside the read is not used:
+    // the kernel does not always run the epoll callback then).
+    let mut buf = [0u8; 16];
+    let mut parked_out = false;
+    for i in 0..200u8 {
+        peer.send_to(&[i], dst).unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+        let n = ep.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[i]);
+        if i >= 20 && !watched(&ep) {
+            parked_out = true;
+            break;
+        }
+    }
+    assert!(parked_out, "a parked socket is still in an epoll set");
+    // The application stopped receiving: within a few handoff intervals
+    // the watch is back and an arrival reaches the ring with no receive.
+    let before = ep.stats().datagrams_received;
+    let t = Instant::now();
+    while !watched(&ep) {
+        assert!(t.elapsed() < Duration::from_secs(2), "the watch did not come back");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    peer.send_to(b"later", dst).unwrap();
+    while ep.stats().datagrams_received == before {
+        assert!(t.elapsed() < Duration::from_secs(2), "the engine did not read the arrival");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let n = ep.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"later");
+}
