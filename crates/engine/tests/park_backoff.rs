@@ -117,8 +117,9 @@ fn a_parked_socket_leaves_the_epoll_set_and_comes_back() {
     let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
     // The application receives what arrives, never blocked: the engine,
     // woken by an arrival, finds receives made since its last look and
-    // parks the socket (a receiver blocked inside the read is not used:
-    // the kernel does not always run the epoll callback then).
+    // parks the socket. (Not a receiver blocked inside the read: woken
+    // first, it may take each datagram before the engine's `epoll_wait`
+    // looks, which then reports nothing and the engine never parks.)
     let mut buf = [0u8; 16];
     let mut parked_out = false;
     for i in 0..200u8 {
