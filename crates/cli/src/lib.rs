@@ -2,6 +2,7 @@
 //! workers, usable from integration tests.
 
 pub mod bench;
+pub mod profiles;
 pub mod rss;
 pub mod run;
 pub mod sockbench;

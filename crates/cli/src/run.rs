@@ -1,49 +1,27 @@
 //! `eudp run`, `eudp stat` and `eudp bench --apps`: unmodified programs on
 //! the engine through `libeudp_preload.so` (crate `eudp-preload`).
 //!
-//! * `eudp run [--profile default|throughput|latency] [--transport kernel|tcp] [--] PROGRAM ARGS…`
+//! * `eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp] [--] PROGRAM ARGS…`
 //!   execs PROGRAM with the library in `LD_PRELOAD` and the profile's
-//!   `EUDP_*` settings (variables already set win).
+//!   `EUDP_*` settings (variables already set win); profiles are built in
+//!   or read from a TOML file (`crate::profiles`); `--list-profiles`
+//!   prints them.
 //! * `eudp stat [--dir D] [--all] [--json] [--clean] [PID…]` prints the
 //!   per-socket counters the shim writes to `D/<pid>.json` (default
 //!   `/run/eudp`); `--clean` removes the reports of exited programs.
 //! * `eudp bench --apps [--secs S] [--repeats N] [--out DIR]`: iperf3 and sockperf on a
 //!   testbed, kernel and eudp side by side, JSON under `DIR`.
 //!
-//! Uses only std, libc, serde_json and `crate::testbed`, so tests can
-//! include it with `#[path]`.
+//! Uses only std, libc, serde_json, `crate::testbed` and `crate::profiles`,
+//! so tests can include it with `#[path]`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Named sets of engine settings.
-pub const PROFILES: &[(&str, &[(&str, &str)])] = &[
-    ("default", &[]),
-    // Bigger batches per syscall once sends queue up, kernel-side room for
-    // bursts while the engine thread is off CPU, two GSO messages per
-    // sender-side send (half the receiver's wake-ups) and a longer bound
-    // for a remainder: a streaming sender rarely meets it, a sender that
-    // goes to sleep sends its remainder then (`Engine::send_coalesced_now`),
-    // and each engine wake-up for the timer costs a streaming sender's CPU
-    // (2 ms against 200 µs: +11 % received iperf3 rate, docs/preload.md).
-    (
-        "throughput",
-        &[("EUDP_MAX_MSGS", "64"), ("EUDP_SOCK_RCVBUF", "8388608"), ("EUDP_TX_FLUSH_BATCHES", "2"), ("EUDP_TX_COALESCE_US", "2000")],
-    ),
-    // A blocked receiver spins before it sleeps; a queued send wakes the
-    // engine at once instead of waiting to fill a batch.
-    ("latency", &[("EUDP_SPIN_US", "50"), ("EUDP_TX_COALESCE_US", "0")]),
-];
-
-/// The settings of a profile.
-pub fn profile(name: &str) -> Result<&'static [(&'static str, &'static str)], String> {
-    PROFILES.iter().find(|p| p.0 == name).map(|p| p.1).ok_or_else(|| {
-        let names: Vec<&str> = PROFILES.iter().map(|p| p.0).collect();
-        format!("unknown profile {name:?} (profiles: {})", names.join(", "))
-    })
-}
+pub use crate::profiles::{profile, PROFILES};
+use crate::profiles::ProfileFile;
 
 /// Where `libeudp_preload.so` is: `$EUDP_PRELOAD_LIB`, else next to the
 /// running executable (`target/{debug,release}/`), else one directory up
@@ -68,26 +46,55 @@ pub fn preload_lib() -> Result<PathBuf, String> {
     ))
 }
 
-/// Adds the shim and a profile to a command (variables already set in
-/// this environment are left alone).
+/// Adds the shim and a built-in profile to a command (variables already
+/// set in this environment are left alone).
 pub fn preload(cmd: &mut Command, lib: &Path, profile_name: &str) -> Result<(), String> {
+    let settings: Vec<(String, String)> = profile(profile_name)?.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    preload_settings(cmd, lib, &settings);
+    Ok(())
+}
+
+/// Adds the shim and these settings to a command (variables already set in
+/// this environment are left alone).
+pub fn preload_settings(cmd: &mut Command, lib: &Path, settings: &[(String, String)]) {
     let mut pre = OsString::from(lib.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         pre.push(":");
         pre.push(old);
     }
     cmd.env("LD_PRELOAD", pre);
-    for (k, v) in profile(profile_name)? {
+    for (k, v) in settings {
         if std::env::var_os(k).is_none() {
             cmd.env(k, v);
         }
     }
-    Ok(())
 }
 
 fn usage_run() -> i32 {
-    eprintln!("usage: eudp run [--profile default|throughput|latency] [--transport kernel|tcp] [--] PROGRAM [ARGS...]");
+    eprintln!("usage: eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp] [--] PROGRAM [ARGS...]");
+    eprintln!("       eudp run --list-profiles [--profile-file FILE]");
+    eprintln!("profiles: default, throughput, latency, and those of FILE (or $EUDP_PROFILE_FILE)");
     2
+}
+
+/// Prints every profile and its settings.
+fn list_profiles(file: Option<&ProfileFile>) -> i32 {
+    let mut names: Vec<String> = PROFILES.iter().map(|p| p.0.to_string()).collect();
+    names.extend(file.map(|f| f.names().into_iter().map(String::from).collect::<Vec<_>>()).unwrap_or_default());
+    for name in names {
+        match crate::profiles::resolve(&name, file) {
+            Ok(settings) => {
+                let from = if PROFILES.iter().any(|p| p.0 == name) { "built in".to_string() } else { file.map_or(String::new(), |f| f.origin().to_string()) };
+                let list: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!("{name:<12} {from}: {}", if list.is_empty() { "engine defaults".to_string() } else { list.join(" ") });
+            }
+            Err(e) => {
+                eprintln!("eudp run: {e}");
+                return 2;
+            }
+        }
+    }
+    0
 }
 
 /// `eudp run …` (arguments after `run`). Execs the program; returns only
@@ -95,6 +102,8 @@ fn usage_run() -> i32 {
 pub fn run_main(args: &[String]) -> i32 {
     let mut prof = "default".to_string();
     let mut transport: Option<String> = None;
+    let mut profile_file: Option<PathBuf> = std::env::var_os("EUDP_PROFILE_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let mut list = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -102,6 +111,19 @@ pub fn run_main(args: &[String]) -> i32 {
                 let Some(v) = args.get(i + 1) else { return usage_run() };
                 prof = v.clone();
                 i += 2;
+            }
+            "--profile-file" => {
+                let Some(v) = args.get(i + 1) else { return usage_run() };
+                profile_file = Some(PathBuf::from(v));
+                i += 2;
+            }
+            s if s.starts_with("--profile-file=") => {
+                profile_file = Some(PathBuf::from(&s["--profile-file=".len()..]));
+                i += 1;
+            }
+            "--list-profiles" => {
+                list = true;
+                i += 1;
             }
             "--transport" => {
                 match args.get(i + 1).map(String::as_str) {
@@ -122,6 +144,23 @@ pub fn run_main(args: &[String]) -> i32 {
             _ => break,
         }
     }
+    let file = match profile_file.as_deref().map(ProfileFile::read).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("eudp run: {e}");
+            return 2;
+        }
+    };
+    if list {
+        return list_profiles(file.as_ref());
+    }
+    let settings = match crate::profiles::resolve(&prof, file.as_ref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("eudp run: {e}");
+            return 2;
+        }
+    };
     let Some(prog) = args.get(i) else { return usage_run() };
     let lib = match preload_lib() {
         Ok(l) => l,
@@ -132,10 +171,7 @@ pub fn run_main(args: &[String]) -> i32 {
     };
     let mut cmd = Command::new(prog);
     cmd.args(&args[i + 1..]);
-    if let Err(e) = preload(&mut cmd, &lib, &prof) {
-        eprintln!("eudp run: {e}");
-        return 2;
-    }
+    preload_settings(&mut cmd, &lib, &settings);
     if let Some(t) = transport {
         // The engine's transport: kernel UDP (default) or TCP lanes (UOE).
         cmd.env("EUDP_TRANSPORT", t);

@@ -14,6 +14,9 @@ mod run;
 mod testbed {
     pub use eudp_cli::testbed::*;
 }
+mod profiles {
+    pub use eudp_cli::profiles::*;
+}
 mod rss {
     pub use eudp_cli::rss::*;
 }
