@@ -3,7 +3,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `EUDP_L2_DEPTH` | L2 bound: backend operations in flight per endpoint | 1 |
-//! | `EUDP_BUSY_POLL` | `1`: the engine thread spins instead of sleeping | 0 |
+//! | `EUDP_BUSY_POLL` | `1`: the engine thread spins instead of sleeping (and yields its CPU after every poll that found nothing, so a woken application thread on the same CPU runs at once); for hosts with a core to spare | 0 |
 //! | `EUDP_CPU` | pin the engine thread to this CPU | unpinned |
 //! | `EUDP_GSO` / `EUDP_GRO` | `0` disables UDP GSO / GRO | 1 |
 //! | `EUDP_GRO_HOLD` | `1`: from its first UDP socket on, the engine keeps one unbound UDP socket of its own with `UDP_GRO` on, so the kernel's UDP encapsulation static keys stay on and a GRO socket that comes and goes does not flip them each time (on the test VM ~85 µs each way for an IPv4 socket, ~155 for an IPv6 one, which flips both keys). System-wide side effect while held: every UDP receive in the host takes the encapsulation branch (a socket lookup in UDP GRO, an `encap_type` test per datagram), as whenever any GRO or tunnel socket is open. `0`: no such socket | 1 |
