@@ -66,7 +66,9 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },
-    /// Run an unmodified program with its UDP sockets on the engine (LD_PRELOAD).
+    /// Run an unmodified program with its UDP sockets on the engine (LD_PRELOAD):
+    /// eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp] [--] PROGRAM ARGS…;
+    /// eudp run --list-profiles [--profile-file FILE].
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
