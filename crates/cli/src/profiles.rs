@@ -241,7 +241,6 @@ pub fn resolve(name: &str, file: Option<&ProfileFile>) -> Result<Vec<(String, St
 /// replace by a default at run time), reported now.
 fn check_values(name: &str, settings: &[(String, String)]) -> Result<(), String> {
     let get = |k: &str| settings.iter().find(|(sk, _)| sk == k).map(|(_, v)| v.clone());
-    let bad = |var: &str, value: &str, why: &str| format!("profile {name:?}: invalid value {value:?} for {var}{why}");
     eudp_engine::Config::from_lookup(get).map_err(|e| format!("profile {name:?}: {e}"))?;
     eudp_engine::backend::tcp::TcpConfig::from_lookup(get).map_err(|e| format!("profile {name:?}: {e}"))?;
     for (k, v) in settings {
@@ -252,7 +251,7 @@ fn check_values(name: &str, settings: &[(String, String)]) -> Result<(), String>
             _ => true,
         };
         if !ok {
-            return Err(bad(k, v, ""));
+            return Err(format!("profile {name:?}: invalid value {v:?} for {k}"));
         }
     }
     Ok(())

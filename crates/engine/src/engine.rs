@@ -74,7 +74,7 @@ struct RxLists {
 /// of the growth: a program that wakes after a long sleep in `recv` and
 /// then leaves is noticed up to that many intervals later, and its
 /// arrivals wait in the kernel socket meanwhile, as they would without
-/// the engine. Traced senders out of the epoll set keep their interval
+/// the engine. Traced senders parked for their TX stamps keep their interval
 /// (their checks drain the kernel's transmit stamps).
 #[derive(Clone, Copy, Debug)]
 struct ParkCheck {
@@ -89,7 +89,7 @@ const PARK_BACKOFF_MAX: u32 = 32;
 
 impl ParkCheck {
     /// A newly parked endpoint: looked at after one handoff interval (or
-    /// DETACHED_CHECK of them for a traced sender out of the epoll set).
+    /// DETACHED_CHECK of them for a traced sender parked for its stamps).
     fn new(ep: &EpInner, handoff: Duration, now: std::time::Instant) -> ParkCheck {
         let every = if ep.rx_stamp_parked() { DETACHED_CHECK } else { 1 };
         ParkCheck { due: now + handoff * every, every }
@@ -525,7 +525,7 @@ impl Drop for Engine {
     }
 }
 
-/// Traced sending sockets out of the epoll set (see
+/// Traced sending sockets parked for their TX stamps (see
 /// `EpInner::engine_receive`) are checked this many handoff intervals apart.
 const DETACHED_CHECK: u32 = 4;
 
