@@ -11,8 +11,10 @@
 //! receiver checks order and loss). Each worker records tracepoints
 //! (`eudp_engine::tracepoint`) and dumps them; the parent joins the dumps into
 //! one path per packet, writes `trace.json`, `trace.svg` and `table.txt` to
-//! DIR and prints the table. A PROGRAM is run with `EUDP_TRACE` set and its
-//! dump analysed the same way (it must send and receive through eudp).
+//! DIR and prints the table. A PROGRAM is run with `EUDP_TRACE` set; each of
+//! its processes that uses eudp endpoints writes its own dump, and the
+//! busiest flow among them (one process sending to itself, or a client and
+//! its server) is analysed the same way.
 //!
 //! Hidden: `eudp trace worker send|recv ...` is one side of a transfer.
 
@@ -203,7 +205,11 @@ pub fn analyse(stack: &str, size: u64, sender: &Dump, receiver: &Dump) -> Analys
 /// never arrived are not holes; every sender layer of every packet and
 /// every layer of each arrival still must be there.
 pub fn analyse_lossy(stack: &str, size: u64, sender: &Dump, receiver: &Dump, received: u64) -> Analysed {
-    let paths = resolve::join(sender, receiver);
+    analyse_paths(stack, size, resolve::join(sender, receiver), sender, receiver, received)
+}
+
+/// The summary of joined `paths` (see [`analyse_lossy`]).
+fn analyse_paths(stack: &str, size: u64, paths: Vec<Path>, sender: &Dump, receiver: &Dump, received: u64) -> Analysed {
     let (records, mut missing) = resolve::records(stack, &paths);
     let host = |l: &str| resolve::LAYERS.iter().find(|d| d.name == l).map_or("", |d| d.host);
     missing.retain(|&(p, l)| p < received || host(l) == "sender");
@@ -537,22 +543,59 @@ fn summary(v: &[f64]) -> (f64, String) {
     }
 }
 
+/// Runs PROGRAM with `EUDP_TRACE=DIR/raw-program-%p.json`, so every process
+/// of it that uses eudp endpoints (under `eudp run`, or linking the
+/// library) writes its own dump, and analyses the flow
+/// [`resolve::pick_flow`] picks among them.
 fn program(a: &TraceArgs) -> Result<TraceDoc, String> {
-    let file = a.out.join("raw-program.json");
-    let _ = std::fs::remove_file(&file);
+    let out = std::fs::canonicalize(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    for f in program_dumps(&out) {
+        let _ = std::fs::remove_file(f);
+    }
+    let pattern = out.join("raw-program-%p.json");
     let st = Command::new(&a.target[0])
         .args(&a.target[1..])
-        .env("EUDP_TRACE", &file)
+        .env("EUDP_TRACE", &pattern)
         .status()
         .map_err(|e| format!("{}: {e}", a.target[0]))?;
     if !st.success() {
         return Err(format!("{} exited with {st}", a.target[0]));
     }
-    let d = resolve::parse_dump(&std::fs::read_to_string(&file).map_err(|e| format!("{}: no trace written ({e}); the program must use eudp endpoints", file.display()))?)?;
-    let size = d.events.iter().find(|e| e.1 == resolve::kind::SEND_CALL).map(|e| (e.5 >> 40) & 0x7f_ffff).unwrap_or(a.size);
-    let r = analyse("eudp", size, &d, &d);
+    let mut dumps = Vec::new();
+    for f in program_dumps(&out) {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        dumps.push(resolve::parse_dump(&text).map_err(|e| format!("{}: {e}", f.display()))?);
+    }
+    if dumps.is_empty() {
+        return Err(format!("no trace written to {}; the program must use eudp endpoints (run it under `eudp run`)", pattern.display()));
+    }
+    dumps.sort_by_key(|d| d.pid);
+    let calls = |d: &Dump| format!("pid {}: {} sends, {} receives", d.pid, resolve::main_ep_calls(d, resolve::kind::SEND_CALL), resolve::main_ep_calls(d, resolve::kind::RECV_CALL));
+    let Some(flow) = resolve::pick_flow(&dumps) else {
+        let all: Vec<String> = dumps.iter().map(calls).collect();
+        return Err(format!(
+            "no flow to chart: no datagram was both sent and received through eudp endpoints, or its receiver left no trace (a process killed by a signal writes none: stop a server with SIGINT or let it exit) ({})",
+            all.join("; ")
+        ));
+    };
+    let (tx, rx) = (&dumps[flow.tx], &dumps[flow.rx]);
+    if dumps.len() > 1 {
+        eprintln!("eudp trace: {} process dumps; charting the flow from {} to {}", dumps.len(), calls(tx), calls(rx));
+    }
+    let size = tx.events.iter().find(|e| e.1 == resolve::kind::SEND_CALL && e.2 == flow.tx_ep).map(|e| (e.5 >> 40) & 0x7f_ffff).unwrap_or(a.size);
+    let paths = resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep));
+    let r = analyse_paths("eudp", size, paths, tx, rx, u64::MAX);
     let args = TraceArgs { size, sizes: vec![size], stacks: vec!["eudp".into()], packets: a.packets.min(r.paths.len() as u64), ..a.clone() };
     Ok(document(&args, vec![r]))
+}
+
+/// The per-process dumps of a PROGRAM run in `dir`
+/// (`raw-program-PID.json`; `raw-program.json` of older runs too).
+fn program_dumps(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    rd.filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("raw-program") && n.ends_with(".json")))
+        .collect()
 }
 
 // ---------------------------------------------------------------- workers

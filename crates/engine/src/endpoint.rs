@@ -833,6 +833,16 @@ impl Endpoint {
         self.inner.flush(deadline_after(timeout).unwrap_or_else(far_future))
     }
 
+    /// When tracing: reads the kernel's TX timestamps still waiting on the
+    /// socket's error queue into the trace (as closing the endpoint does),
+    /// for a process that writes its trace without closing its sockets
+    /// (at exit).
+    pub fn drain_trace(&self) {
+        if crate::tracepoint::on() {
+            self.inner.trace.drain_tx(self.inner.backend.raw_fd());
+        }
+    }
+
     /// Hands the socket's receive side back to its owner, who reads the
     /// kernel socket itself from now on (the preload shim's fallback): the
     /// engine stops watching and reading it for good. What was already
@@ -1313,6 +1323,9 @@ impl EpInner {
         let seq = self.trace.send_enter(data.len());
         let r = self.send(data, dst, flags);
         self.trace.send_return(seq);
+        if r.is_ok() {
+            self.trace.note_addrs(crate::tracepoint::SIDE_SEND, || (self.backend.local_addr().ok(), dst.or_else(|| self.backend.peer_addr().ok())));
+        }
         r
     }
 
@@ -2153,6 +2166,7 @@ impl EpInner {
                 match rs.ring.push_message(buf, len, m.segment, m.src, m.pktinfo) {
                     Ok(n) => {
                         self.trace.rx_push(i, n);
+                        self.trace.note_addrs(crate::tracepoint::SIDE_RECV, || (self.backend.local_addr().ok(), m.src));
                         added += n;
                         Stats::add(&self.stats.datagrams_received, n as u64);
                         Stats::add(&self.stats.bytes_received, m.len as u64);

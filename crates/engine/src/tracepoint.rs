@@ -16,7 +16,9 @@
 //!
 //! Enable with the environment variable `EUDP_TRACE=PATH` (the events are
 //! written to PATH when an endpoint closes and by [`finish`]) or with
-//! [`enable`].
+//! [`enable`]. A `%p` in PATH stands for the writing process's pid, so the
+//! processes of one program (a client and its server, fork children) each
+//! write their own file instead of overwriting one another's.
 
 use crate::backend::kernel;
 use crate::backend::Backend;
@@ -100,6 +102,32 @@ pub enum Kind {
     /// An application's own sequence number for the datagram it received
     /// last on this thread: a = arrival index, b = application seq.
     AppSeq = 18,
+    /// The endpoint's addresses, once per side ([`EpTrace::note_addrs`]):
+    /// extra = [`SIDE_SEND`] (b = the first send's destination) or
+    /// [`SIDE_RECV`] (b = the first arrival's source); a = the local
+    /// address. Packed by [`pack_addr`]. Lets a tool tell which of a
+    /// program's endpoints, in which process, received what another sent.
+    EpAddr = 19,
+}
+
+/// [`Kind::EpAddr`] of the sending side.
+pub const SIDE_SEND: u64 = 1;
+/// [`Kind::EpAddr`] of the receiving side.
+pub const SIDE_RECV: u64 = 2;
+
+/// An address in one word: IPv4 (also IPv4-mapped IPv6) as
+/// `ip << 16 | port`, other IPv6 as `1 << 48 | port` (its port only); 0
+/// when unknown.
+pub fn pack_addr(a: Option<std::net::SocketAddr>) -> u64 {
+    let v4 = |ip: std::net::Ipv4Addr, port: u16| u64::from(u32::from(ip)) << 16 | u64::from(port);
+    match a {
+        Some(std::net::SocketAddr::V4(v)) => v4(*v.ip(), v.port()),
+        Some(std::net::SocketAddr::V6(v)) => match v.ip().to_ipv4_mapped() {
+            Some(ip) => v4(ip, v.port()),
+            None => 1 << 48 | u64::from(v.port()),
+        },
+        None => 0,
+    }
 }
 
 /// Packs a kernel message: its first datagram (a send seq when `direct`,
@@ -508,12 +536,33 @@ pub fn dump_json() -> String {
 }
 
 /// Writes the events to `EUDP_TRACE`'s path, if set (tracing stays on).
+/// `%p` in the path becomes this process's pid.
 pub fn finish() -> std::io::Result<()> {
     let p = PATH.lock().unwrap_or_else(|e| e.into_inner()).clone();
     match p {
-        Some(p) => std::fs::write(p, dump_json()),
+        Some(p) => std::fs::write(dump_path(&p, std::process::id()), dump_json()),
         None => Ok(()),
     }
+}
+
+/// The file `EUDP_TRACE=pattern` names for process `pid`: every `%p`
+/// replaced by the pid.
+pub fn dump_path(pattern: &str, pid: u32) -> String {
+    pattern.replace("%p", &pid.to_string())
+}
+
+/// In a fork child: forgets the events inherited from the parent (they are
+/// the parent's, and its own dump has them), so the child's dump holds only
+/// what the child recorded. Lock-free apart from a `try_lock`: a child
+/// whose parent was registering a thread buffer at the fork keeps the
+/// inherited events rather than risk waiting on a lock nobody will release.
+pub fn forked_child() {
+    if let Ok(bufs) = BUFS.try_lock() {
+        for b in bufs.iter() {
+            b.len.store(0, Release);
+        }
+    }
+    DROPPED.store(0, Relaxed);
 }
 
 /// Kernel timestamping flags the engine asks for on a traced socket.
@@ -603,6 +652,8 @@ pub fn tag_received(app_seq: u64) {
 #[derive(Debug)]
 pub struct EpTrace {
     pub id: u64,
+    /// Sides whose [`Kind::EpAddr`] is recorded ([`SIDE_SEND`] | [`SIDE_RECV`] bits).
+    addrs_noted: AtomicU8,
     tx_seq: AtomicU64,
     q_in: AtomicU64,
     q_out: AtomicU64,
@@ -640,6 +691,7 @@ impl EpTrace {
     pub fn new() -> Self {
         EpTrace {
             id: NEXT_EP.fetch_add(1, Relaxed) & 0x7fff,
+            addrs_noted: AtomicU8::new(0),
             tx_seq: AtomicU64::new(0),
             q_in: AtomicU64::new(0),
             q_out: AtomicU64::new(0),
@@ -658,6 +710,19 @@ impl EpTrace {
         // thread); unsampled calls read no clock at all.
         let enter = if sampled(self.tx_seq.load(Relaxed)) { stamp().0.max(1) } else { 0 };
         SendToken { enter, bytes: bytes as u64 }
+    }
+
+    /// Records the endpoint's addresses for `side` ([`SIDE_SEND`] or
+    /// [`SIDE_RECV`]) the first time it is called for that side: `addrs`
+    /// gives (local, the datagram's destination or source), asked only
+    /// then (it may make system calls).
+    pub fn note_addrs(&self, side: u64, addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)) {
+        let bit = side as u8;
+        if !on() || self.addrs_noted.load(Relaxed) & bit != 0 || self.addrs_noted.fetch_or(bit, Relaxed) & bit != 0 {
+            return;
+        }
+        let (local, remote) = addrs();
+        push_raw(word1(Kind::EpAddr, self.id, false, side), now_ns(), pack_addr(local), pack_addr(remote));
     }
 
     /// Application send returns: one event for the whole call (unless the

@@ -2488,11 +2488,31 @@ fn flush_all(t: Duration) {
     }
 }
 
+/// Under `eudp trace` (`EUDP_TRACE`): at exit, the trace is written with
+/// every socket's pending TX stamps, also for a program that never closes
+/// its sockets (an endpoint's close writes it otherwise).
+fn trace_at_exit() {
+    if !eudp_engine::tracepoint::on() {
+        return;
+    }
+    if shim::any() {
+        for (_, s) in shim::all() {
+            if let Some(ep) = s.existing() {
+                ep.drain_trace();
+            }
+        }
+    }
+    if let Err(e) = eudp_engine::tracepoint::finish() {
+        eprintln!("eudp trace: cannot write the trace at exit: {e}");
+    }
+}
+
 /// `_exit` skips atexit handlers, but a kernel socket would already hold
 /// what the program sent: flush the queues first.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(code: c_int) -> ! {
     flush_all(Duration::from_secs(2));
+    trace_at_exit();
     libc::syscall(libc::SYS_exit_group, code);
     loop {
         std::hint::spin_loop();
@@ -2544,6 +2564,7 @@ extern "C" fn on_child() {
 /// the final counters are written.
 extern "C" fn on_exit() {
     flush_all(Duration::from_secs(2));
+    trace_at_exit();
     crate::stat::write_now(true);
 }
 

@@ -1393,6 +1393,9 @@ pub fn fork_child() {
     // The TCP transport's listener and connections are the parent's: given
     // up at once, lock-free (no-op when no transport ever started).
     eudp_engine::backend::tcp::forked_child();
+    // The trace buffers hold the parent's events: the child's own dump
+    // (`EUDP_TRACE` with `%p`) starts empty.
+    eudp_engine::tracepoint::forked_child();
     // SAFETY: see ForkGuard.
     let g = unsafe { (*FORK_GUARD.0.get()).take() };
     if let Some((_, t, _)) = &g {

@@ -19,6 +19,9 @@ pub mod kind {
     pub const RX_PUSH: u8 = 14;
     pub const RECV_CALL: u8 = 17;
     pub const APP_SEQ: u8 = 18;
+    /// An endpoint's addresses: extra = 1 (send side: b = destination) or
+    /// 2 (receive side: b = source); a = local address.
+    pub const EP_ADDR: u8 = 19;
 }
 
 /// One raw event: `[ts_ns, kind, ep, thread, a, b, extra]`.
@@ -56,6 +59,9 @@ pub struct Dump {
     pub clock: String,
     #[serde(default)]
     pub dropped: u64,
+    /// The process that wrote it (0 in dumps made without one).
+    #[serde(default)]
+    pub pid: u32,
     pub events: Vec<RawEvent>,
 }
 
@@ -117,10 +123,93 @@ fn main_ep(d: &Dump, k: u8) -> Option<u64> {
     c.into_iter().max_by_key(|x| (x.1, std::cmp::Reverse(x.0))).map(|x| x.0)
 }
 
+/// Calls of kind `k` on `d`'s busiest endpoint for that kind (the one
+/// [`join`] follows).
+pub fn main_ep_calls(d: &Dump, k: u8) -> usize {
+    main_ep(d, k).map_or(0, |ep| d.events.iter().filter(|e| e.kind() == k && e.ep() == ep).count())
+}
+
+/// The flow of a program to chart: which dump and endpoint sent, which
+/// received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flow {
+    pub tx: usize,
+    pub tx_ep: u64,
+    pub rx: usize,
+    pub rx_ep: u64,
+}
+
+/// The addresses `d`'s endpoints recorded for `side` (1 send, 2 receive):
+/// endpoint -> (local, remote), packed as the engine packs them (IPv4
+/// `ip << 16 | port`, other IPv6 `1 << 48 | port`).
+fn ep_addrs(d: &Dump, side: u64) -> HashMap<u64, (u64, u64)> {
+    d.events.iter().filter(|e| e.kind() == kind::EP_ADDR && e.extra() == side).map(|e| (e.ep(), (e.a(), e.b()))).collect()
+}
+
+/// Two packed addresses name the same socket: equal ports, and equal IPv4
+/// addresses where both are known (a wildcard-bound socket reports 0.0.0.0).
+fn same_addr(x: u64, y: u64) -> bool {
+    let port = |v: u64| v & 0xffff;
+    // The IPv4 address, or 1 << 32 for an IPv6 one (compared by port only).
+    let ip = |v: u64| v >> 16;
+    let loose = |v: u64| ip(v) == 0 || ip(v) >> 32 != 0;
+    port(x) != 0 && port(x) == port(y) && (ip(x) == ip(y) || loose(x) || loose(y))
+}
+
+/// Of the dumps of one program's processes, the flow to chart. The sender
+/// is the endpoint with the most send calls (ties: the earlier dump). Its
+/// receiver is the endpoint, in any dump, whose local address is the
+/// sender's first destination and whose first arrival came from the
+/// sender's address (the endpoints record both, [`kind::EP_ADDR`]); with
+/// several, the one that took in the most datagrams; none, when receivers
+/// recorded addresses: `None` (the receiver left no dump). Dumps without
+/// addresses fall back to the endpoint with the most receive calls in
+/// another dump, else in the sender's own. `None` also when nothing was
+/// sent or nothing received.
+pub fn pick_flow(dumps: &[Dump]) -> Option<Flow> {
+    let (tx, tx_ep, _) = dumps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| main_ep(d, kind::SEND_CALL).map(|ep| (i, ep, main_ep_calls(d, kind::SEND_CALL))))
+        .max_by_key(|x| (x.2, std::cmp::Reverse(x.0)))?;
+    let pushes = |d: &Dump, ep: u64| d.events.iter().filter(|e| e.kind() == kind::RX_PUSH && e.ep() == ep).map(|e| e.b()).sum::<u64>();
+    if let Some(&(local, dst)) = ep_addrs(&dumps[tx], 1).get(&tx_ep) {
+        let mut best: Option<(u64, usize, u64)> = None;
+        for (i, d) in dumps.iter().enumerate() {
+            for (ep, (rx_local, src)) in ep_addrs(d, 2) {
+                if same_addr(rx_local, dst) && same_addr(src, local) {
+                    let n = pushes(d, ep);
+                    if !matches!(best, Some(b) if b.0 >= n) {
+                        best = Some((n, i, ep));
+                    }
+                }
+            }
+        }
+        if let Some((_, rx, rx_ep)) = best {
+            return Some(Flow { tx, tx_ep, rx, rx_ep });
+        }
+        // Receivers recorded their addresses and none is this sender's:
+        // its receiver left no trace (another process's receive, or the
+        // sender's replies, would be a different flow).
+        if dumps.iter().any(|d| !ep_addrs(d, 2).is_empty()) {
+            return None;
+        }
+    }
+    let rx_in = |i: usize| main_ep(&dumps[i], kind::RECV_CALL).map(|ep| (main_ep_calls(&dumps[i], kind::RECV_CALL), i, ep));
+    let other = (0..dumps.len()).filter(|&i| i != tx).filter_map(rx_in).max_by_key(|x| (x.0, std::cmp::Reverse(x.1)));
+    let (_, rx, rx_ep) = other.or_else(|| rx_in(tx))?;
+    Some(Flow { tx, tx_ep, rx, rx_ep })
+}
+
 /// Joins a sender dump and a receiver dump (they may be the same) into one
 /// path per sent packet. The receiver's n-th datagram is the sender's n-th
 /// send (the scenario checks order and loss from the payloads).
 pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
+    join_eps(sender, main_ep(sender, kind::SEND_CALL), receiver, main_ep(receiver, kind::RX_PUSH))
+}
+
+/// As [`join`] for the given sending and receiving endpoints.
+pub fn join_eps(sender: &Dump, tx_ep: Option<u64>, receiver: &Dump, rx_ep: Option<u64>) -> Vec<Path> {
     let mut paths: Vec<Path> = Vec::new();
     let idx = |paths: &mut Vec<Path>, seq: u64| -> usize {
         let i = seq as usize;
@@ -130,7 +219,7 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
         }
         i
     };
-    if let Some(ep) = main_ep(sender, kind::SEND_CALL) {
+    if let Some(ep) = tx_ep {
         let threads = by_thread(sender, |e| e.ep() == ep);
         let mut q2seq: HashMap<u64, u64> = HashMap::new();
         let mut q_take: HashMap<u64, u64> = HashMap::new();
@@ -215,7 +304,7 @@ pub fn join(sender: &Dump, receiver: &Dump) -> Vec<Path> {
     // Arrival index -> application seq, where the application tagged them.
     let tags: HashMap<u64, u64> = receiver.events.iter().filter(|e| e.kind() == kind::APP_SEQ).map(|e| (e.a(), e.b())).collect();
     let seq_of = |arrival: u64| tags.get(&arrival).copied().unwrap_or(arrival);
-    if let Some(ep) = main_ep(receiver, kind::RX_PUSH) {
+    if let Some(ep) = rx_ep {
         for t in by_thread(receiver, |e| e.ep() == ep) {
             let mut rx_enter = None;
             for e in &t {

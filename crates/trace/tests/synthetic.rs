@@ -145,6 +145,7 @@ fn dumps() -> (Dump, Dump) {
     let tx = Dump {
         clock: "CLOCK_MONOTONIC_RAW".into(),
         dropped: 0,
+        pid: 0,
         events: vec![
             ev(120, kind::SYS_ENTER, app, 0, 0),
             ev(200, kind::SYS_RETURN, app, 0, 1),
@@ -166,6 +167,7 @@ fn dumps() -> (Dump, Dump) {
     let rx = Dump {
         clock: "CLOCK_MONOTONIC_RAW".into(),
         dropped: 0,
+        pid: 0,
         events: vec![
             ev(380, kind::RX_ENTER, 1, 0, 0),
             ev(170, kind::RX_SOFT, 1, 0, 1),
@@ -234,6 +236,7 @@ fn application_tags_keep_packets_matched_across_a_loss() {
     let rx = Dump {
         clock: String::new(),
         dropped: 0,
+        pid: 0,
         events: vec![
             ev(380, kind::RX_ENTER, 1, 0, 0),
             ev(170, kind::RX_SOFT, 1, 0, 1),
@@ -252,4 +255,76 @@ fn application_tags_keep_packets_matched_across_a_loss() {
     assert_eq!(paths[1].points[10], None);
     let (_, missing) = resolve::records("eudp", &paths);
     assert!(missing.iter().all(|m| m.0 == 1), "{missing:?}");
+}
+
+/// A dump of one process: `sends` send calls and `recvs` receive calls on
+/// one endpoint.
+fn process(pid: u32, sends: u64, recvs: u64) -> Dump {
+    let mut events = Vec::new();
+    for i in 0..sends {
+        events.push(send(100 + i * 10, 105 + i * 10, i, None));
+    }
+    for i in 0..recvs {
+        events.push(ev(1000 + i * 10, kind::RECV_CALL, 2, 990 + i * 10, i));
+    }
+    Dump { clock: "CLOCK_MONOTONIC_RAW".into(), dropped: 0, pid, events }
+}
+
+/// A process's endpoint 7 recorded its addresses: `side` 1 (send: local,
+/// destination) or 2 (receive: local, first source), IPv4 loopback ports.
+fn addrs(d: &mut Dump, side: u64, local: u16, remote: u16) {
+    let lo = |p: u16| (0x7f00_0001u64 << 16) | u64::from(p);
+    d.events.push(RawEvent(1, kind::EP_ADDR, 7, 1, lo(local), lo(remote), side));
+}
+
+fn flow(tx: usize, rx: usize) -> Option<resolve::Flow> {
+    Some(resolve::Flow { tx, tx_ep: 7, rx, rx_ep: 7 })
+}
+
+#[test]
+fn a_programs_flow_is_its_busiest_sender_and_another_processs_receiver() {
+    // Without addresses: a client that sends 5 and a server that receives
+    // them, in whichever order the dumps come.
+    assert_eq!(resolve::pick_flow(&[process(10, 0, 5), process(11, 5, 0)]), flow(1, 0));
+    assert_eq!(resolve::pick_flow(&[process(11, 5, 0), process(10, 0, 5)]), flow(0, 1));
+    // A process that sends to itself, beside one that did nothing.
+    assert_eq!(resolve::pick_flow(&[process(10, 0, 0), process(11, 4, 4)]), flow(1, 1));
+    // Ping-pong: both send and receive as much; the earlier dump sends.
+    assert_eq!(resolve::pick_flow(&[process(10, 3, 3), process(11, 3, 3)]), flow(0, 1));
+    // Nothing received, or nothing sent: no flow.
+    assert_eq!(resolve::pick_flow(&[process(10, 3, 0), process(11, 2, 0)]), None);
+    assert_eq!(resolve::pick_flow(&[process(10, 0, 3)]), None);
+    assert_eq!(resolve::pick_flow(&[]), None);
+}
+
+#[test]
+fn addresses_decide_which_process_received_what_was_sent() {
+    // A parent that sends 6 to itself (port 1000) and a fork child that
+    // received 2 on its own socket (port 2000) from elsewhere: without
+    // addresses the other process would be taken as the receiver.
+    let (mut parent, mut child) = (process(10, 6, 6), process(11, 0, 2));
+    assert_eq!(resolve::pick_flow(&[parent.clone(), child.clone()]), flow(0, 1));
+    addrs(&mut parent, 1, 1000, 1000);
+    addrs(&mut parent, 2, 1000, 1000);
+    addrs(&mut child, 2, 2000, 3000);
+    assert_eq!(resolve::pick_flow(&[parent.clone(), child.clone()]), flow(0, 0));
+    // A client (port 3000) sending to a server (port 2000) that also reads
+    // its own replies: the server's endpoint is the receiver.
+    let (mut client, mut server) = (process(10, 4, 4), process(11, 4, 4));
+    addrs(&mut client, 1, 3000, 2000);
+    addrs(&mut client, 2, 3000, 2000);
+    addrs(&mut server, 1, 2000, 3000);
+    addrs(&mut server, 2, 2000, 3000);
+    assert_eq!(resolve::pick_flow(&[client, server]), flow(0, 1));
+    // A ping-pong client whose server left no dump: its own receive
+    // endpoint took the replies, another flow, so there is none to chart.
+    let mut lone = process(10, 4, 4);
+    addrs(&mut lone, 1, 3000, 2000);
+    addrs(&mut lone, 2, 3000, 2000);
+    assert_eq!(resolve::pick_flow(&[lone]), None);
+    // A wildcard-bound receiver (0.0.0.0) matches by port.
+    let (mut tx, mut rx) = (process(10, 3, 0), process(11, 0, 3));
+    addrs(&mut tx, 1, 4000, 5000);
+    rx.events.push(RawEvent(1, kind::EP_ADDR, 7, 1, 5000, (0x7f00_0001u64 << 16) | 4000, 2));
+    assert_eq!(resolve::pick_flow(&[rx, tx]), flow(1, 0));
 }
