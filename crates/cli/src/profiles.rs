@@ -87,6 +87,7 @@ pub const SETTINGS: &[&str] = &[
     "EUDP_TRACE_EVENTS",
     "EUDP_TRACE_KERNEL",
     "EUDP_TRACE_SAMPLE",
+    "EUDP_TRACE_STACK",
     // shim
     "EUDP_EINTR",
     "EUDP_FORK_KEEP",

@@ -14,7 +14,9 @@
 //! DIR and prints the table. A PROGRAM is run with `EUDP_TRACE` set; each of
 //! its processes that uses eudp endpoints writes its own dump, and the
 //! busiest flow among them (one process sending to itself, or a client and
-//! its server) is analysed the same way.
+//! its server) is analysed the same way. With `--compare kernel,...` it runs
+//! once more with `EUDP_TRACE_STACK=kernel`: the shim then leaves the
+//! sockets on the kernel and traces them (`eudp_preload::ktrace`).
 //!
 //! Hidden: `eudp trace worker send|recv ...` is one side of a transfer.
 
@@ -63,6 +65,8 @@ pub struct TraceArgs {
     /// The traced settings `--overhead` compares with untraced runs
     /// ([`Variant::named`]); default `full`.
     pub overhead_modes: Vec<String>,
+    /// `--compare` was given (a PROGRAM runs once per stack only then).
+    pub stacks_given: bool,
 }
 
 impl Default for TraceArgs {
@@ -78,6 +82,7 @@ impl Default for TraceArgs {
             target: Vec::new(),
             overhead_reps: 0,
             overhead_modes: vec!["full".into()],
+            stacks_given: false,
         }
     }
 }
@@ -106,7 +111,10 @@ pub fn parse_args(args: &[String]) -> Result<TraceArgs, String> {
                 a.sizes = parse_list(&val(i)?, "--sizes")?;
                 sizes_given = true;
             }
-            "--compare" | "--stacks" => a.stacks = parse_list(&val(i)?, "--compare")?,
+            "--compare" | "--stacks" => {
+                a.stacks = parse_list(&val(i)?, "--compare")?;
+                a.stacks_given = true;
+            }
             "--out" => a.out = val(i)?.into(),
             "--testbed" => a.testbed = Some(val(i)?),
             "--overhead" => a.overhead_reps = val(i)?.parse().map_err(|_| "--overhead: bad number")?,
@@ -543,58 +551,81 @@ fn summary(v: &[f64]) -> (f64, String) {
     }
 }
 
-/// Runs PROGRAM with `EUDP_TRACE=DIR/raw-program-%p.json`, so every process
-/// of it that uses eudp endpoints (under `eudp run`, or linking the
-/// library) writes its own dump, and analyses the flow
-/// [`resolve::pick_flow`] picks among them.
+/// Runs PROGRAM once per stack (`eudp` only, unless `--compare` names
+/// stacks) with `EUDP_TRACE=DIR/raw-program-STACK-%p.json`, so every process
+/// of it under the shim (`eudp run`) or using the library writes its own
+/// dump, and analyses the flow [`resolve::pick_flow`] picks in each run. For
+/// the `kernel` stack the shim is told (`EUDP_TRACE_STACK=kernel`) to
+/// accelerate nothing and trace the program's kernel sockets instead.
 fn program(a: &TraceArgs) -> Result<TraceDoc, String> {
     let out = std::fs::canonicalize(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
-    for f in program_dumps(&out) {
+    for f in program_dumps(&out, "") {
         let _ = std::fs::remove_file(f);
     }
-    let pattern = out.join("raw-program-%p.json");
-    let st = Command::new(&a.target[0])
-        .args(&a.target[1..])
-        .env("EUDP_TRACE", &pattern)
-        .status()
-        .map_err(|e| format!("{}: {e}", a.target[0]))?;
+    let stacks: Vec<String> = if a.stacks_given { a.stacks.clone() } else { vec!["eudp".into()] };
+    let mut runs = Vec::new();
+    let mut size = a.size;
+    for stack in &stacks {
+        let r = program_run(a, &out, stack)?;
+        size = r.size;
+        runs.push(r);
+    }
+    let packets = runs.iter().map(|r| r.paths.len() as u64).min().unwrap_or(0);
+    let args = TraceArgs { size, sizes: vec![size], stacks, packets: a.packets.min(packets), ..a.clone() };
+    if let Some(r) = runs.iter().find(|r| r.size != size) {
+        return Err(format!("the {} run's datagrams were {} B, the others' {size} B: runs of different sizes are not charted together", r.stack, r.size));
+    }
+    Ok(document(&args, runs))
+}
+
+/// One run of PROGRAM traced on `stack`.
+fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Analysed, String> {
+    let prefix = format!("raw-program-{stack}-");
+    let pattern = out.join(format!("{prefix}%p.json"));
+    let mut cmd = Command::new(&a.target[0]);
+    cmd.args(&a.target[1..]).env("EUDP_TRACE", &pattern);
+    if stack == "kernel" {
+        cmd.env("EUDP_TRACE_STACK", "kernel");
+    } else {
+        cmd.env_remove("EUDP_TRACE_STACK");
+    }
+    let st = cmd.status().map_err(|e| format!("{}: {e}", a.target[0]))?;
     if !st.success() {
-        return Err(format!("{} exited with {st}", a.target[0]));
+        return Err(format!("{} exited with {st} ({stack} run)", a.target[0]));
     }
     let mut dumps = Vec::new();
-    for f in program_dumps(&out) {
+    for f in program_dumps(out, &prefix) {
         let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         dumps.push(resolve::parse_dump(&text).map_err(|e| format!("{}: {e}", f.display()))?);
     }
     if dumps.is_empty() {
-        return Err(format!("no trace written to {}; the program must use eudp endpoints (run it under `eudp run`)", pattern.display()));
+        return Err(format!("no trace written to {} ({stack} run); the program's sockets must go through eudp: run it under `eudp run`", pattern.display()));
     }
     dumps.sort_by_key(|d| d.pid);
     let calls = |d: &Dump| format!("pid {}: {} sends, {} receives", d.pid, resolve::main_ep_calls(d, resolve::kind::SEND_CALL), resolve::main_ep_calls(d, resolve::kind::RECV_CALL));
     let Some(flow) = resolve::pick_flow(&dumps) else {
         let all: Vec<String> = dumps.iter().map(calls).collect();
         return Err(format!(
-            "no flow to chart: no datagram was both sent and received through eudp endpoints, or its receiver left no trace (a process killed by a signal writes none: stop a server with SIGINT or let it exit) ({})",
+            "{stack} run: no flow to chart: no datagram was both sent and received through traced sockets, or its receiver left no trace (a process killed by a signal writes none: stop a server with SIGINT or let it exit) ({})",
             all.join("; ")
         ));
     };
     let (tx, rx) = (&dumps[flow.tx], &dumps[flow.rx]);
     if dumps.len() > 1 {
-        eprintln!("eudp trace: {} process dumps; charting the flow from {} to {}", dumps.len(), calls(tx), calls(rx));
+        eprintln!("eudp trace: {stack} run: {} process dumps; charting the flow from {} to {}", dumps.len(), calls(tx), calls(rx));
     }
     let size = tx.events.iter().find(|e| e.1 == resolve::kind::SEND_CALL && e.2 == flow.tx_ep).map(|e| (e.5 >> 40) & 0x7f_ffff).unwrap_or(a.size);
     let paths = resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep));
-    let r = analyse_paths("eudp", size, paths, tx, rx, u64::MAX);
-    let args = TraceArgs { size, sizes: vec![size], stacks: vec!["eudp".into()], packets: a.packets.min(r.paths.len() as u64), ..a.clone() };
-    Ok(document(&args, vec![r]))
+    Ok(analyse_paths(stack, size, paths, tx, rx, u64::MAX))
 }
 
-/// The per-process dumps of a PROGRAM run in `dir`
-/// (`raw-program-PID.json`; `raw-program.json` of older runs too).
-fn program_dumps(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+/// The per-process dumps of a PROGRAM run in `dir` whose names start with
+/// `prefix` (all of them, `raw-program*.json`, with an empty one).
+fn program_dumps(dir: &std::path::Path, prefix: &str) -> Vec<std::path::PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let prefix = if prefix.is_empty() { "raw-program" } else { prefix };
     rd.filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("raw-program") && n.ends_with(".json")))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(".json")))
         .collect()
 }
 

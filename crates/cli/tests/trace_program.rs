@@ -19,43 +19,62 @@ fn out_dir(tag: &str) -> PathBuf {
 
 /// `eudp trace --packets N --out DIR -- PROGRAM…`; the parsed trace.json.
 fn trace(dir: &Path, packets: u64, program: &[&str]) -> serde_json::Value {
-    let mut args: Vec<String> = ["--packets", &packets.to_string(), "--out", &dir.display().to_string(), "--"].iter().map(|s| s.to_string()).collect();
+    trace_with(dir, packets, &[], program)
+}
+
+/// As [`trace`] with `--compare STACKS`.
+fn trace_stacks(dir: &Path, packets: u64, stacks: &str, program: &[&str]) -> serde_json::Value {
+    trace_with(dir, packets, &["--compare", stacks], program)
+}
+
+fn trace_with(dir: &Path, packets: u64, opts: &[&str], program: &[&str]) -> serde_json::Value {
+    let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
+    args.extend(["--packets", &packets.to_string(), "--out", &dir.display().to_string(), "--"].iter().map(|s| s.to_string()));
     args.extend(program.iter().map(|s| s.to_string()));
     assert_eq!(trace_cmd::trace_main(&args), 0, "eudp trace {args:?} failed");
     serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap()
 }
 
-/// The per-process dumps the run left, by pid.
-fn dumps(dir: &Path) -> Vec<resolve::Dump> {
+/// The per-process dumps the run of `stack` left, by pid.
+fn dumps_of(dir: &Path, stack: &str) -> Vec<resolve::Dump> {
+    let prefix = format!("raw-program-{stack}-");
     let mut v: Vec<resolve::Dump> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("raw-program-"))
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(&prefix))
         .map(|p| resolve::parse_dump(&std::fs::read_to_string(p).unwrap()).unwrap())
         .collect();
     v.sort_by_key(|d| d.pid);
     v
 }
 
+/// The dumps of the (default, eudp only) run.
+fn dumps(dir: &Path) -> Vec<resolve::Dump> {
+    dumps_of(dir, "eudp")
+}
+
 fn count(d: &resolve::Dump, k: u8) -> usize {
     d.events.iter().filter(|e| e.1 == k).count()
 }
 
-/// Every eudp layer for each of the `packets` charted packets, no problems,
-/// and each packet's points in path order.
-fn complete(json: &serde_json::Value, packets: u64) {
+/// Every layer of `stack` for each of the `packets` charted packets, no
+/// problems, and each packet's points in path order.
+fn complete(json: &serde_json::Value, stack: &str, packets: u64) {
     assert_eq!(json["problems"].as_array().unwrap().len(), 0, "{}", json["problems"]);
-    let recs = json["records"].as_array().unwrap();
-    for l in resolve::layers_of("eudp") {
+    let recs: Vec<&serde_json::Value> = json["records"].as_array().unwrap().iter().filter(|r| r["stack"] == stack).collect();
+    for l in resolve::layers_of(stack) {
         let n = recs.iter().filter(|r| r["layer"] == l.name).count() as u64;
-        assert_eq!(n, packets, "layer {} has {n} of {packets} packets", l.name);
+        assert_eq!(n, packets, "{stack}: layer {} has {n} of {packets} packets", l.name);
     }
-    let paths = json["paths"][0]["paths"].as_array().unwrap();
+    let sp = json["paths"].as_array().unwrap().iter().find(|p| p["stack"] == stack).expect("the stack's paths");
+    let paths = sp["paths"].as_array().unwrap();
     assert_eq!(paths.len() as u64, packets);
+    // The points this stack has (the kernel's path has no L1 or engine).
+    let want: &[usize] = if stack == "kernel" { &[0, 4, 5, 6, 7, 8, 10] } else { &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10] };
     for p in paths {
-        let pts: Vec<u64> = p["points"].as_array().unwrap().iter().map(|x| x.as_u64().expect("a point is missing")).collect();
+        let pts: Vec<u64> = want.iter().map(|&i| p["points"][i].as_u64().unwrap_or_else(|| panic!("{stack}: packet {} lacks {}", p["packet"], resolve::POINTS[i]))).collect();
         for w in pts.windows(2) {
-            assert!(w[1] + trace_cmd::ORDER_TOLERANCE_NS >= w[0], "packet {} out of path order: {pts:?}", p["packet"]);
+            assert!(w[1] + trace_cmd::ORDER_TOLERANCE_NS >= w[0], "{stack}: packet {} out of path order: {pts:?}", p["packet"]);
         }
     }
 }
@@ -71,7 +90,7 @@ fn one_process_sending_to_itself() {
               \x20   assert len(s.recv(2048)) == 300\n\
               s.close()\n";
     let json = trace(&dir, 30, &[EUDP, "run", "--", "python3", "-c", py]);
-    complete(&json, 30);
+    complete(&json, "eudp", 30);
     assert_eq!(json["size"], 300);
     let d = dumps(&dir);
     assert_eq!(d.len(), 1);
@@ -114,20 +133,25 @@ fn a_client_and_its_server_are_one_flow() {
     let sh = format!("{EUDP} run -- python3 -c \"$SERVER\" & {EUDP} run -- python3 -c \"$CLIENT\"; wait $!");
     std::env::set_var("SERVER", &server);
     std::env::set_var("CLIENT", &client);
-    let json = trace(&dir, 40, &["sh", "-c", &sh]);
-    let d = dumps(&dir);
-    assert_eq!(d.len(), 2, "one dump per process");
-    assert_ne!(d[0].pid, d[1].pid);
-    let sender = d.iter().find(|x| count(x, kind::SEND_CALL) == 40).expect("the client's dump");
-    let receiver = d.iter().find(|x| count(x, kind::RECV_CALL) == 40).expect("the server's dump");
-    assert_ne!(sender.pid, receiver.pid);
-    assert_eq!(count(sender, kind::RECV_CALL) + count(receiver, kind::SEND_CALL), 0);
-    complete(&json, 40);
+    // Both stacks: the kernel run keeps the sockets on the kernel, traced.
+    let json = trace_stacks(&dir, 40, "kernel,eudp", &["sh", "-c", &sh]);
+    for stack in ["kernel", "eudp"] {
+        let d = dumps_of(&dir, stack);
+        assert_eq!(d.len(), 2, "{stack}: one dump per process");
+        assert_ne!(d[0].pid, d[1].pid);
+        let sender = d.iter().find(|x| count(x, kind::SEND_CALL) == 40).expect("the client's dump");
+        let receiver = d.iter().find(|x| count(x, kind::RECV_CALL) == 40).expect("the server's dump");
+        assert_ne!(sender.pid, receiver.pid);
+        assert_eq!(count(sender, kind::RECV_CALL) + count(receiver, kind::SEND_CALL), 0);
+        complete(&json, stack, 40);
+    }
     // Causal across the processes: the server's kernel stamped each arrival
     // after the client's kernel sent it.
-    for p in json["paths"][0]["paths"].as_array().unwrap() {
-        let pt = |i: usize| p["points"][i].as_u64().unwrap();
-        assert!(pt(7) + trace_cmd::ORDER_TOLERANCE_NS >= pt(6), "packet {} received before it was sent", p["packet"]);
+    for sp in json["paths"].as_array().unwrap() {
+        for p in sp["paths"].as_array().unwrap() {
+            let pt = |i: usize| p["points"][i].as_u64().unwrap();
+            assert!(pt(7) + trace_cmd::ORDER_TOLERANCE_NS >= pt(6), "{}: packet {} received before it was sent", sp["stack"], p["packet"]);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -161,6 +185,41 @@ fn a_fork_childs_dump_holds_only_its_own_events() {
     // Without the reset at fork the child's dump would hold 8.
     assert_eq!(sends, [3, 5], "the child's dump has its 3 sends and none of the parent's 5");
     // The parent's flow (5 datagrams to itself) is the one charted.
-    complete(&json, 5);
+    complete(&json, "eudp", 5);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_programs_kernel_path_is_traced_alike_and_unchanged() {
+    let dir = out_dir("kernel");
+    // The program checks what tracing must not change: its recvmsg gets
+    // exactly the control message it asked for (IP_PKTINFO, not the RX
+    // stamp, no MSG_CTRUNC), and poll reports no POLLERR for the TX stamps
+    // on the error queue, on either stack.
+    let py = "import socket, select\n\
+              s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+              s.bind(('127.0.0.1', 0))\n\
+              s.setsockopt(socket.IPPROTO_IP, 8, 1)\n\
+              p = select.poll()\n\
+              p.register(s, select.POLLIN)\n\
+              for i in range(20):\n\
+              \x20   s.sendto(bytes([i]) * 200, s.getsockname())\n\
+              \x20   if i % 2:\n\
+              \x20       data, anc, flags, addr = s.recvmsg(2048, socket.CMSG_SPACE(12))\n\
+              \x20       assert [(l, t) for l, t, _ in anc] == [(socket.IPPROTO_IP, 8)], anc\n\
+              \x20       assert flags & socket.MSG_CTRUNC == 0 and addr == s.getsockname(), (flags, addr)\n\
+              \x20   else:\n\
+              \x20       data = s.recv(2048)\n\
+              \x20   assert data == bytes([i]) * 200\n\
+              \x20   assert p.poll(0) == [], p.poll(0)\n\
+              s.close()\n";
+    let json = trace_stacks(&dir, 20, "kernel,eudp", &[EUDP, "run", "--", "python3", "-c", py]);
+    complete(&json, "kernel", 20);
+    complete(&json, "eudp", 20);
+    for stack in ["kernel", "eudp"] {
+        let d = dumps_of(&dir, stack);
+        assert_eq!(d.len(), 1);
+        assert_eq!((count(&d[0], kind::SEND_CALL), count(&d[0], kind::RECV_CALL)), (20, 20), "{stack}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,6 +12,7 @@
 #![allow(clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 
 use crate::fdspace::{is_private, program_fds};
+use crate::ktrace;
 use crate::real;
 use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock_in, with_tls, Sock, Tls, ACTIVE};
 use eudp_engine::{Endpoint, Received, RecvFlags};
@@ -505,6 +506,9 @@ unsafe fn recv_common(t: &Tls, fd: c_int, s: &Sock, buf: *mut c_void, len: size_
 
 #[no_mangle]
 pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
+    if let Some(k) = ktrace::traced(fd) {
+        return ktrace::recv(&k, fd, buf, len, flags, addr, alen);
+    }
     with_sock_t(fd, |t, s| {
         if let Some(r) = recv_common(t, fd, s, buf, len, flags, addr, alen) {
             return r;
@@ -524,6 +528,9 @@ pub unsafe extern "C" fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t
 
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    if let Some(k) = ktrace::traced(fd) {
+        return ktrace::recv(&k, fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut());
+    }
     with_sock_t(fd, |t, s| {
         if let Some(r) = recv_common(t, fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
             return r;
@@ -547,6 +554,9 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
         // A socket's read of nothing returns 0 at once and leaves the
         // queued datagram alone (unlike recv with a zero length).
         return real::read(fd, buf, len);
+    }
+    if let Some(k) = ktrace::traced(fd) {
+        return ktrace::recv(&k, fd, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut());
     }
     with_sock_t(fd, |t, s| {
         if let Some(r) = recv_common(t, fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
@@ -660,6 +670,9 @@ unsafe fn put_cmsg<T: Copy>(m: &mut libc::msghdr, room: usize, used: &mut usize,
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    if let Some(k) = ktrace::traced(fd) {
+        return ktrace::recvmsg(&k, fd, msg, flags);
+    }
     with_sock_t(fd, |t, s| {
         if let Some(r) = recvmsg_shim(t, fd, s, msg, flags) {
             return r;
@@ -671,6 +684,9 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    if ktrace::traced(fd).is_some() {
+        ktrace::forget(fd);
+    }
     if iov_total(iov, n) == Some(0) {
         // readv of nothing: 0 at once, the queue untouched, as on the kernel.
         return real::readv(fd, iov, n);
@@ -689,6 +705,9 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int {
+    if ktrace::traced(fd).is_some() {
+        ktrace::forget(fd);
+    }
     with_sock_t(fd, |t, s| {
         // On the kernel path too while datagrams kept at the fallback wait
         // or a read left asleep at the hand-over has not returned: they
@@ -748,6 +767,9 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
 
 #[no_mangle]
 pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> ssize_t {
+    if let Some(k) = ktrace::traced(fd) {
+        return ktrace::send(&k, fd, len, ktrace::addr_of(addr, alen), || real::sendto(fd, buf, len, flags, addr, alen));
+    }
     with_sock_t(fd, |t, s| {
         let dst = if addr.is_null() {
             None
@@ -768,6 +790,9 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
 
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    if let Some(k) = ktrace::traced(fd) {
+        return ktrace::send(&k, fd, len, None, || real::send(fd, buf, len, flags));
+    }
     with_sock_t(fd, |t, s| {
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(t, s, fd, data, flags, None) {
@@ -780,6 +805,9 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags:
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    if let Some(k) = ktrace::traced(fd) {
+        return ktrace::send(&k, fd, len, None, || real::write(fd, buf, len));
+    }
     with_sock_t(fd, |t, s| {
         let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(t, s, fd, data, 0, None) {
@@ -822,6 +850,10 @@ unsafe fn sendmsg_shim(t: &Tls, fd: c_int, s: &Arc<Sock>, msg: *const libc::msgh
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    if let Some(k) = ktrace::traced(fd) {
+        let (len, dst) = if msg.is_null() { (0, None) } else { (iov_total((*msg).msg_iov, (*msg).msg_iovlen as c_int).unwrap_or(0), ktrace::addr_of((*msg).msg_name as *const sockaddr, (*msg).msg_namelen)) };
+        return ktrace::send(&k, fd, len, dst, || real::sendmsg(fd, msg, flags));
+    }
     with_sock_t(fd, |t, s| {
         if let Some(r) = sendmsg_shim(t, fd, s, msg, flags) {
             return r;
@@ -833,6 +865,9 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    if ktrace::traced(fd).is_some() {
+        ktrace::forget(fd);
+    }
     if iov_total(iov, n) == Some(0) {
         // writev of nothing sends nothing on the kernel (write, send and
         // sendmsg of nothing do send an empty datagram).
@@ -852,6 +887,9 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    if ktrace::traced(fd).is_some() {
+        ktrace::forget(fd);
+    }
     with_sock_t(fd, |t, s| {
         if s.mode() != shim::KERNEL && !msgs.is_null() {
             let mut sent = 0u32;
@@ -897,6 +935,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         && (proto == 0 || proto == libc::IPPROTO_UDP)
     {
         shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
+        ktrace::register(fd);
     }
     fd
 }
@@ -979,6 +1018,9 @@ pub unsafe extern "C" fn syscall(n: libc::c_long, a: libc::c_long, b: libc::c_lo
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if ktrace::traced(fd).is_some() {
+        ktrace::forget(fd);
+    }
     // The shim's and the engine's own descriptors are beyond the program's
     // reach, as a number beyond its limit is on the kernel.
     if is_private(fd) {
@@ -1256,6 +1298,9 @@ fn tcp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<Stri
 
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+    if ktrace::conflicts(level, name) && ktrace::traced(fd).is_some() {
+        ktrace::forget(fd);
+    }
     let Some(s) = lookup(fd) else { return real::setsockopt(fd, level, name, val, len) };
     if shim::rx_opt_is_tos(s.v6, level, name).is_some() && !shim::tcp_transport() {
         match s.mode() {
@@ -1563,8 +1608,10 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
         // An input descriptor was readable but brought no datagram.
         let mut empty = false;
         for (j, e) in extra.iter().enumerate() {
-            if all[e.at].revents & libc::POLLERR != 0 {
-                claim_error(t, all[e.at].fd);
+            if all[e.at].revents & libc::POLLERR != 0 && !claim_error(t, all[e.at].fd) {
+                // Not an error: the kernel's error queue held TX stamps of
+                // `eudp trace` (now read into the trace).
+                all[e.at].revents &= !libc::POLLERR;
             }
             all[e.at].revents |= e.ready;
             // The ring's eventfd or the backend's descriptor (POLLIN), or
@@ -1751,14 +1798,24 @@ fn input_events(s: &Sock, ep: &Endpoint) -> libc::c_short {
 /// or receive the program makes next fails with it, as on the kernel —
 /// rather than a send being queued and the engine's own send meeting the
 /// error later. Only on POLLERR, which is rare.
-fn claim_error(t: &Tls, fd: c_int) {
-    let Some(ep) = with_sock_in(t, fd, |s| s.existing()).flatten() else { return };
+///
+/// Returns false when the POLLERR stood for no error: the socket is traced
+/// (`eudp trace`) and its error queue held the kernel's TX stamps, which
+/// are read into the trace here (a kernel socket the program traced
+/// itself would not report them).
+fn claim_error(t: &Tls, fd: c_int) -> bool {
+    let Some(ep) = with_sock_in(t, fd, |s| s.existing()).flatten() else { return true };
     let mut v: c_int = 0;
     let mut len = 4 as socklen_t;
     // SAFETY: pointer/length of a live c_int.
     if unsafe { real::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut v as *mut c_int as *mut c_void, &mut len) } == 0 {
         ep.note_error(v);
     }
+    if v == 0 && eudp_engine::tracepoint::on() {
+        ep.drain_trace();
+        return ep.has_pending_error();
+    }
+    true
 }
 
 /// [`input_events`] of the accelerated socket `fd` one of whose input

@@ -15,13 +15,14 @@
 //! [`hooks`] (the interposed C functions: all pointer handling), [`shim`]
 //! (socket table and per-socket state), [`fdspace`] (the shim's and the
 //! engine's own descriptors, kept above the program's), [`signals`],
-//! [`stat`].
+//! [`stat`], [`ktrace`] (a program's kernel path traced for `eudp trace`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod borrow;
 pub mod fdspace;
 pub mod hooks;
+pub mod ktrace;
 pub mod real;
 pub mod shim;
 pub mod signals;
