@@ -124,21 +124,20 @@ pub fn conflicts(level: c_int, name: c_int) -> bool {
 }
 
 fn local_addr(fd: c_int) -> Option<SocketAddr> {
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of_val(&ss) as socklen_t;
-    // SAFETY: getsockname into a local buffer of the length given.
-    if unsafe { libc::getsockname(fd, &mut ss as *mut _ as *mut sockaddr, &mut len) } != 0 {
-        return None;
-    }
-    // SAFETY: the kernel wrote `len` bytes of an address.
-    unsafe { addr_of(&ss as *const _ as *const sockaddr, len) }
+    sock_name(fd, libc::getsockname)
 }
 
 fn peer_addr(fd: c_int) -> Option<SocketAddr> {
+    sock_name(fd, libc::getpeername)
+}
+
+/// `getsockname` or `getpeername` of `fd`.
+fn sock_name(fd: c_int, call: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int) -> Option<SocketAddr> {
+    // SAFETY: plain data.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of_val(&ss) as socklen_t;
-    // SAFETY: getpeername into a local buffer of the length given.
-    if unsafe { libc::getpeername(fd, &mut ss as *mut _ as *mut sockaddr, &mut len) } != 0 {
+    // SAFETY: the call writes at most `len` bytes into the local buffer.
+    if unsafe { call(fd, &mut ss as *mut _ as *mut sockaddr, &mut len) } != 0 {
         return None;
     }
     // SAFETY: the kernel wrote `len` bytes of an address.
