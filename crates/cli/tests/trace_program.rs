@@ -130,7 +130,8 @@ fn a_client_and_its_server_are_one_flow() {
          os._exit(0)\n",
         p = port.display()
     );
-    let sh = format!("{EUDP} run -- python3 -c \"$SERVER\" & {EUDP} run -- python3 -c \"$CLIENT\"; wait $!");
+    // Run once per stack: each run starts without the last run's port.
+    let sh = format!("rm -f {p}; {EUDP} run -- python3 -c \"$SERVER\" & {EUDP} run -- python3 -c \"$CLIENT\"; wait $!", p = port.display());
     std::env::set_var("SERVER", &server);
     std::env::set_var("CLIENT", &client);
     // Both stacks: the kernel run keeps the sockets on the kernel, traced.
