@@ -178,15 +178,17 @@ fn a_fork_childs_dump_holds_only_its_own_events() {
               \x20   raise SystemExit(0)\n\
               assert os.waitpid(pid, 0)[1] == 0\n\
               a.close()\n";
-    let json = trace(&dir, 5, &[EUDP, "run", "--", "python3", "-c", py]);
-    let d = dumps(&dir);
-    assert_eq!(d.len(), 2, "parent and child each write a dump");
-    let mut sends: Vec<usize> = d.iter().map(|x| count(x, kind::SEND_CALL)).collect();
-    sends.sort();
-    // Without the reset at fork the child's dump would hold 8.
-    assert_eq!(sends, [3, 5], "the child's dump has its 3 sends and none of the parent's 5");
-    // The parent's flow (5 datagrams to itself) is the one charted.
-    complete(&json, "eudp", 5);
+    let json = trace_stacks(&dir, 5, "kernel,eudp", &[EUDP, "run", "--", "python3", "-c", py]);
+    for stack in ["kernel", "eudp"] {
+        let d = dumps_of(&dir, stack);
+        assert_eq!(d.len(), 2, "{stack}: parent and child each write a dump");
+        let mut sends: Vec<usize> = d.iter().map(|x| count(x, kind::SEND_CALL)).collect();
+        sends.sort();
+        // Without the reset at fork the child's dump would hold 8.
+        assert_eq!(sends, [3, 5], "{stack}: the child's dump has its 3 sends and none of the parent's 5");
+        // The parent's flow (5 datagrams to itself) is the one charted.
+        complete(&json, stack, 5);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

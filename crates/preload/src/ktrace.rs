@@ -18,6 +18,9 @@
 //!   `recvmsg` gets its control messages without the stamp (truncated, with
 //!   `MSG_CTRUNC`, as the kernel would for its buffer).
 //!
+//! A socket shared with a fork child is traced in the parent only (the
+//! child's sends on it would still shift the parent's keys).
+//!
 //! A socket stops being traced (its events so far stay) when the program
 //! turns on timestamps or `IP_RECVERR` itself (both use what the tracing
 //! uses) or sends or receives with calls not traced here (`sendmmsg`,
@@ -114,6 +117,15 @@ pub fn forget(fd: c_int) {
             k.tr.drain_tx(fd);
             let _ = tracepoint::finish();
         });
+    }
+}
+
+/// In a fork child: the sockets inherited from the parent are traced in
+/// the parent only (two processes counting one socket's sends could not
+/// match the kernel's keys); the child traces the sockets it makes.
+pub fn forked_child() {
+    if let Ok(mut t) = TABLE.try_write() {
+        *t = None;
     }
 }
 

@@ -1400,6 +1400,7 @@ pub fn fork_child() {
     // The trace buffers hold the parent's events: the child's own dump
     // (`EUDP_TRACE` with `%p`) starts empty.
     eudp_engine::tracepoint::forked_child();
+    crate::ktrace::forked_child();
     // SAFETY: see ForkGuard.
     let g = unsafe { (*FORK_GUARD.0.get()).take() };
     if let Some((_, t, _)) = &g {
