@@ -41,7 +41,8 @@ pub struct KSock {
     /// Serialises a send's syscall with its trace counters, so the send
     /// sequence and the kernel's `OPT_ID` keys advance together.
     send: Mutex<()>,
-    /// As `send`, for receives and arrival indices.
+    /// Serialises a receive's trace counters (arrival indices); taken
+    /// after the read returns.
     recv: Mutex<()>,
 }
 
@@ -183,6 +184,12 @@ pub unsafe fn addr_of(a: *const sockaddr, len: socklen_t) -> Option<SocketAddr> 
 /// A traced send: `call` makes the program's own send syscall. `dst` is
 /// its destination when it names one.
 pub fn send(k: &KSock, fd: c_int, len: usize, dst: Option<SocketAddr>, call: impl FnOnce() -> ssize_t) -> ssize_t {
+    // Marked inside: a signal handler that sends on this thread meanwhile
+    // goes untraced instead of waiting for the lock this thread holds.
+    inside(|| send_locked(k, fd, len, dst, call))
+}
+
+fn send_locked(k: &KSock, fd: c_int, len: usize, dst: Option<SocketAddr>, call: impl FnOnce() -> ssize_t) -> ssize_t {
     let _g = k.send.lock().unwrap_or_else(|e| e.into_inner());
     let tok = tracepoint::on().then(|| k.tr.send_enter(len));
     k.tr.sys_enter();
@@ -194,10 +201,8 @@ pub fn send(k: &KSock, fd: c_int, len: usize, dst: Option<SocketAddr>, call: imp
         if let Some(t) = tok {
             k.tr.send_return(t);
         }
-        inside(|| {
-            k.tr.drain_tx(fd);
-            k.tr.note_addrs(SIDE_SEND, || (local_addr(fd), dst.or_else(|| peer_addr(fd))));
-        });
+        k.tr.drain_tx(fd);
+        k.tr.note_addrs(SIDE_SEND, || (local_addr(fd), dst.or_else(|| peer_addr(fd))));
         if let Some(e) = errno {
             // The trace's own calls leave errno as the send left it.
             set_errno(e);
@@ -287,7 +292,6 @@ unsafe fn recvmsg_stamped(k: &KSock, fd: c_int, m: &mut libc::msghdr, flags: c_i
         m.msg_namelen = std::mem::size_of_val(&own_name) as socklen_t;
     }
     let peek = flags & libc::MSG_PEEK != 0;
-    let _g = k.recv.lock().unwrap_or_else(|e| e.into_inner());
     let enter = if tracepoint::on() && !peek { Some(k.tr.recv_enter()) } else { None };
     if !peek {
         k.tr.rx_enter();
@@ -337,6 +341,11 @@ unsafe fn recvmsg_stamped(k: &KSock, fd: c_int, m: &mut libc::msghdr, flags: c_i
     m.msg_controllen = out;
     m.msg_flags = if truncated { m.msg_flags | libc::MSG_CTRUNC } else { m.msg_flags & !libc::MSG_CTRUNC };
     if let Some(enter) = enter {
+        // Taken after the read, not around it: a receive may block, and a
+        // second thread's receive (with its own SO_RCVTIMEO) must not wait
+        // behind it. Arrival indices then follow the order in which the
+        // reads return.
+        let _g = k.recv.lock().unwrap_or_else(|e| e.into_inner());
         k.tr.rx_push(0, 1);
         k.tr.pop();
         k.tr.recv_return(enter);
