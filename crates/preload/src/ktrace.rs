@@ -279,7 +279,17 @@ unsafe fn recvmsg_stamped(k: &KSock, fd: c_int, m: &mut libc::msghdr, flags: c_i
         return unsafe { crate::real::recvmsg(fd, m, flags) };
     }
     let (app_ptr, app_len) = app_ctrl.filter(|c| !c.0.is_null()).unwrap_or((std::ptr::null_mut(), 0));
-    let mut ctrl = vec![0u64; (app_len + STAMP_ROOM).div_ceil(8)];
+    // On the stack unless the program's own control buffer is large: no
+    // allocation per traced receive.
+    let words = (app_len + STAMP_ROOM).div_ceil(8);
+    let mut small = [0u64; 64];
+    let mut big = Vec::new();
+    let ctrl: &mut [u64] = if words <= small.len() {
+        &mut small[..words]
+    } else {
+        big.resize(words, 0);
+        &mut big
+    };
     m.msg_control = ctrl.as_mut_ptr() as *mut c_void;
     m.msg_controllen = ctrl.len() * 8;
     // The source is recorded once per socket (`EpAddr`) even when the

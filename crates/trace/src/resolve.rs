@@ -114,19 +114,25 @@ fn by_thread(d: &Dump, ep_pick: impl Fn(&RawEvent) -> bool) -> Vec<Vec<RawEvent>
     v.into_iter().map(|x| x.1).collect()
 }
 
-/// The endpoint with the most events of `k` (the traced socket of a worker).
-fn main_ep(d: &Dump, k: u8) -> Option<u64> {
+/// The endpoint with the most events of `k` (the traced socket of a
+/// worker) and how many it has.
+fn main_ep_count(d: &Dump, k: u8) -> Option<(u64, usize)> {
     let mut c: HashMap<u64, usize> = HashMap::new();
     for e in d.events.iter().filter(|e| e.kind() == k) {
         *c.entry(e.ep()).or_default() += 1;
     }
-    c.into_iter().max_by_key(|x| (x.1, std::cmp::Reverse(x.0))).map(|x| x.0)
+    c.into_iter().max_by_key(|x| (x.1, std::cmp::Reverse(x.0)))
+}
+
+/// The endpoint with the most events of `k`.
+fn main_ep(d: &Dump, k: u8) -> Option<u64> {
+    main_ep_count(d, k).map(|x| x.0)
 }
 
 /// Calls of kind `k` on `d`'s busiest endpoint for that kind (the one
 /// [`join`] follows).
 pub fn main_ep_calls(d: &Dump, k: u8) -> usize {
-    main_ep(d, k).map_or(0, |ep| d.events.iter().filter(|e| e.kind() == k && e.ep() == ep).count())
+    main_ep_count(d, k).map_or(0, |x| x.1)
 }
 
 /// The flow of a program to chart: which dump and endpoint sent, which
@@ -170,7 +176,7 @@ pub fn pick_flow(dumps: &[Dump]) -> Option<Flow> {
     let (tx, tx_ep, _) = dumps
         .iter()
         .enumerate()
-        .filter_map(|(i, d)| main_ep(d, kind::SEND_CALL).map(|ep| (i, ep, main_ep_calls(d, kind::SEND_CALL))))
+        .filter_map(|(i, d)| main_ep_count(d, kind::SEND_CALL).map(|(ep, n)| (i, ep, n)))
         .max_by_key(|x| (x.2, std::cmp::Reverse(x.0)))?;
     let pushes = |d: &Dump, ep: u64| d.events.iter().filter(|e| e.kind() == kind::RX_PUSH && e.ep() == ep).map(|e| e.b()).sum::<u64>();
     if let Some(&(local, dst)) = ep_addrs(&dumps[tx], 1).get(&tx_ep) {
@@ -195,7 +201,7 @@ pub fn pick_flow(dumps: &[Dump]) -> Option<Flow> {
             return None;
         }
     }
-    let rx_in = |i: usize| main_ep(&dumps[i], kind::RECV_CALL).map(|ep| (main_ep_calls(&dumps[i], kind::RECV_CALL), i, ep));
+    let rx_in = |i: usize| main_ep_count(&dumps[i], kind::RECV_CALL).map(|(ep, n)| (n, i, ep));
     let other = (0..dumps.len()).filter(|&i| i != tx).filter_map(rx_in).max_by_key(|x| (x.0, std::cmp::Reverse(x.1)));
     let (_, rx, rx_ep) = other.or_else(|| rx_in(tx))?;
     Some(Flow { tx, tx_ep, rx, rx_ep })
