@@ -2633,14 +2633,11 @@ extern "C" fn init() {
     }
     // Both cost an RCU grace period once the process has a second thread
     // and almost nothing before: done here, the first socket's adoption
-    // (inside its first send or receive) does not pay 20-60 ms. Not yet
-    // under the tcp transport: there the faster start lets a fork land in
-    // the middle of the transport's first exchange, where rare losses are
-    // still open (docs/preload.md, "Back for the kernel transport").
-    if !crate::shim::tcp_transport() {
-        crate::borrow::init();
-        crate::fdspace::pregrow();
-    }
+    // (inside its bind, first send or receive) does not pay 20-60 ms.
+    // Under either transport (docs/preload.md, "The fast start under the
+    // tcp transport too").
+    crate::borrow::init();
+    crate::fdspace::pregrow();
 }
 
 #[used]

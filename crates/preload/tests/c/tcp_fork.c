@@ -96,21 +96,31 @@ static void send_to(int s, int port, const char *msg) {
 
 /* Sends `rounds` datagrams ("<msg> <i>"), one at a time, from a new socket
  * to a new bound one and receives each (5 s). */
+/* Where a fork child stands, for its alarm to report (a hang says which
+ * call never returned). */
+static const char *volatile child_phase = "started";
+
 static const char *roundtrips(const char *msg, int rounds) {
+    child_phase = "socket";
     int r = udp(), s = udp();
     struct sockaddr_in a = loopback(0);
     socklen_t len = sizeof a;
+    child_phase = "bind";
     if (bind(r, (struct sockaddr *)&a, sizeof a) || getsockname(r, (struct sockaddr *)&a, &len))
         return "bind";
     struct timeval tv = {5, 0};
+    child_phase = "setsockopt";
     setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct sockaddr_in d = loopback(ntohs(a.sin_port));
     for (int i = 0; i < rounds; i++) {
         char want[64], buf[64];
         int k = snprintf(want, sizeof want, "%s %d", msg, i);
+        child_phase = "sendto";
         if (sendto(s, want, k, 0, (struct sockaddr *)&d, sizeof d) != k)
             return strerror(errno);
+        child_phase = "recv";
         ssize_t n = recv(r, buf, sizeof buf - 1, 0);
+        child_phase = "after recv";
         if (n < 0)
             return i == 0 ? "nothing received" : "a later datagram was not received";
         buf[n] = 0;
@@ -126,12 +136,27 @@ static const char *self_roundtrip(const char *msg) {
     return roundtrips(msg, 1);
 }
 
-/* A fork child's datagram to itself (alarm: `secs`); what failed, if anything. */
+/* The child's alarm: says where the child stood (async-signal-safe
+ * writes only), then dies of the signal as before. */
+static void child_alarm(int sig) {
+    static const char pre[] = "child: alarm while in ";
+    const char *p = child_phase;
+    (void)!write(2, pre, sizeof pre - 1);
+    (void)!write(2, p, strlen(p));
+    (void)!write(2, "\n", 1);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A fork child's datagram to itself (alarm: `secs`); what failed, if
+ * anything. Its exit (the shim's queue drain) is timed by the alarm too. */
 static const char *child_roundtrip(int secs) {
+    signal(SIGALRM, child_alarm);
     alarm(secs);
     const char *err = self_roundtrip("child");
     if (err)
         fprintf(stderr, "child: %s\n", err);
+    child_phase = "exit";
     return err;
 }
 
