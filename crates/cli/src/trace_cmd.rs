@@ -169,6 +169,12 @@ fn run(args: &[String]) -> Result<(), String> {
     };
     write_outputs(&a.out, &doc)?;
     println!("{}", table::render(&doc.runs, &doc.fits, &doc.crossovers));
+    if !doc.notes.is_empty() {
+        println!("notes:");
+        for n in &doc.notes {
+            println!("  {n}");
+        }
+    }
     if !doc.problems.is_empty() {
         println!("problems:");
         for p in &doc.problems {
@@ -197,6 +203,7 @@ pub struct Analysed {
     pub records: Vec<resolve::Record>,
     pub row: table::RunRow,
     pub problems: Vec<String>,
+    pub notes: Vec<String>,
 }
 
 /// Cross-clock tolerance of the path-order check (kernel stamps are mapped
@@ -236,7 +243,7 @@ fn analyse_paths(stack: &str, size: u64, paths: Vec<Path>, sender: &Dump, receiv
         }
     }
     let row = table::run_row(stack, size, &records, table::measured_gbps(&records));
-    Analysed { stack: stack.into(), size, paths, records, row, problems }
+    Analysed { stack: stack.into(), size, paths, records, row, problems, notes: Vec::new() }
 }
 
 /// Builds the document from analysed runs.
@@ -253,9 +260,11 @@ pub fn document(a: &TraceArgs, runs: Vec<Analysed>) -> TraceDoc {
         fits: Vec::new(),
         crossovers: Vec::new(),
         problems: Vec::new(),
+        notes: Vec::new(),
     };
     for r in runs {
         doc.problems.extend(r.problems);
+        doc.notes.extend(r.notes);
         if r.size == a.size {
             doc.records.extend(r.records.into_iter().filter(|x| x.packet < a.packets));
             let paths = r.paths.into_iter().filter(|p| p.packet < a.packets).collect();
@@ -616,7 +625,39 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     }
     let size = tx.events.iter().find(|e| e.1 == resolve::kind::SEND_CALL && e.2 == flow.tx_ep).map(|e| (e.5 >> 40) & 0x7f_ffff).unwrap_or(a.size);
     let paths = resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep));
-    Ok(analyse_paths(stack, size, paths, tx, rx, u64::MAX))
+    let (paths, note) = cut_at_full_buffer(stack, size, paths, tx, rx);
+    if note.is_some() && paths.is_empty() {
+        return Err(format!("{stack} run: a trace buffer filled before the first datagram had all its layers ({} events dropped); raise EUDP_TRACE_EVENTS", tx.dropped.max(rx.dropped)));
+    }
+    let mut r = analyse_paths(stack, size, paths, tx, rx, u64::MAX);
+    if let Some(n) = note {
+        // Said by the note instead: what was dropped came after the cut.
+        r.problems.retain(|p| !p.contains("events (buffer full"));
+        r.notes.push(n);
+    }
+    Ok(r)
+}
+
+/// A program runs as long as it likes, and a thread's trace buffer keeps
+/// its first `EUDP_TRACE_EVENTS` events: once one is full, later packets
+/// lack layers only because their events were not kept. When either dump
+/// dropped events, the paths are cut before the first packet with a
+/// missing point, and the note says how many datagrams that leaves.
+/// Without drops nothing is cut, so a real hole stays a problem.
+fn cut_at_full_buffer(stack: &str, size: u64, mut paths: Vec<Path>, tx: &Dump, rx: &Dump) -> (Vec<Path>, Option<String>) {
+    let dropped = tx.dropped + if std::ptr::eq(tx, rx) { 0 } else { rx.dropped };
+    if dropped == 0 {
+        return (paths, None);
+    }
+    let first_hole = resolve::records(stack, &paths).1.iter().map(|&(p, _)| p).min();
+    if let Some(k) = first_hole {
+        paths.retain(|p| p.packet < k);
+    }
+    let kept = paths.len();
+    let note = format!(
+        "{stack} {size} B: a trace buffer filled ({dropped} events dropped): the analysis covers the first {kept} datagrams, whose every layer was kept; later ones lost some or all of their events (raise EUDP_TRACE_EVENTS, events per thread, or trace a shorter run to cover more)"
+    );
+    (paths, Some(note))
 }
 
 /// The per-process dumps of a PROGRAM run in `dir` whose names start with

@@ -61,6 +61,7 @@ fn count(d: &resolve::Dump, k: u8) -> usize {
 /// problems, and each packet's points in path order.
 fn complete(json: &serde_json::Value, stack: &str, packets: u64) {
     assert_eq!(json["problems"].as_array().unwrap().len(), 0, "{}", json["problems"]);
+    assert_eq!(json["notes"].as_array().unwrap().len(), 0, "{}", json["notes"]);
     let recs: Vec<&serde_json::Value> = json["records"].as_array().unwrap().iter().filter(|r| r["stack"] == stack).collect();
     for l in resolve::layers_of(stack) {
         let n = recs.iter().filter(|r| r["layer"] == l.name).count() as u64;
@@ -79,22 +80,55 @@ fn complete(json: &serde_json::Value, stack: &str, packets: u64) {
     }
 }
 
+/// A Python program whose one socket sends itself `count` datagrams of
+/// `size` bytes, receiving each.
+fn to_itself(count: u32, size: u32) -> String {
+    format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('127.0.0.1', 0))\n\
+         for i in range({count}):\n\
+         \x20   s.sendto(bytes([i % 256]) * {size}, s.getsockname())\n\
+         \x20   assert len(s.recv(2048)) == {size}\n\
+         s.close()\n"
+    )
+}
+
 #[test]
 fn one_process_sending_to_itself() {
     let dir = out_dir("self");
-    let py = "import socket\n\
-              s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-              s.bind(('127.0.0.1', 0))\n\
-              for i in range(30):\n\
-              \x20   s.sendto(bytes([i]) * 300, s.getsockname())\n\
-              \x20   assert len(s.recv(2048)) == 300\n\
-              s.close()\n";
-    let json = trace(&dir, 30, &[EUDP, "run", "--", "python3", "-c", py]);
+    let py = to_itself(30, 300);
+    let json = trace(&dir, 30, &[EUDP, "run", "--", "python3", "-c", &py]);
     complete(&json, "eudp", 30);
     assert_eq!(json["size"], 300);
     let d = dumps(&dir);
     assert_eq!(d.len(), 1);
     assert_eq!((count(&d[0], kind::SEND_CALL), count(&d[0], kind::RECV_CALL)), (30, 30));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A program that outlasts its trace buffers (`EUDP_TRACE_EVENTS` kept
+/// small): the analysis covers the datagrams whose every layer was kept,
+/// says so in a note, and reports no hole for the later ones. Before, every
+/// later datagram's missing layers were reported as problems.
+#[test]
+fn a_full_buffer_cuts_the_analysis_with_a_note_not_holes() {
+    let dir = out_dir("full");
+    let py = to_itself(400, 200);
+    let json = trace(&dir, 10, &["env", "EUDP_TRACE_EVENTS=1500", EUDP, "run", "--", "python3", "-c", &py]);
+    let d = dumps(&dir);
+    assert_eq!(d.len(), 1);
+    assert!(d[0].dropped > 0, "the buffers were meant to fill");
+    let notes: Vec<&str> = json["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let kept: u64 = notes[0].split("covers the first ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{}", notes[0]));
+    assert!(kept >= 10 && kept < 400, "{kept} datagrams kept: {}", notes[0]);
+    assert_eq!(json["runs"][0]["packets"].as_u64(), Some(kept), "the table covers exactly the kept datagrams");
+    assert_eq!(json["problems"].as_array().unwrap().len(), 0, "{}", json["problems"]);
+    // The charted packets are complete, in path order.
+    let mut cut = json.clone();
+    cut["notes"] = serde_json::json!([]);
+    complete(&cut, "eudp", 10);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -34,6 +34,10 @@ pub struct TraceDoc {
     pub crossovers: Vec<table::Crossover>,
     /// Problems found (missing layers, order violations); empty when clean.
     pub problems: Vec<String>,
+    /// What the analysis left out, and why, when that is not a problem of
+    /// the trace (a program's run cut at its first packet that a full
+    /// buffer left incomplete).
+    pub notes: Vec<String>,
 }
 
 /// The paths of one stack's charted burst.
