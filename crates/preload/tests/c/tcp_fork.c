@@ -94,12 +94,12 @@ static void send_to(int s, int port, const char *msg) {
         die("sendto");
 }
 
-/* Sends `rounds` datagrams ("<msg> <i>"), one at a time, from a new socket
- * to a new bound one and receives each (5 s). */
 /* Where a fork child stands, for its alarm to report (a hang says which
- * call never returned). */
+ * call never returned). The parent's threads set it too, unread there. */
 static const char *volatile child_phase = "started";
 
+/* Sends `rounds` datagrams ("<msg> <i>"), one at a time, from a new socket
+ * to a new bound one and receives each (5 s). */
 static const char *roundtrips(const char *msg, int rounds) {
     child_phase = "socket";
     int r = udp(), s = udp();
