@@ -220,11 +220,17 @@ pub fn analyse(stack: &str, size: u64, sender: &Dump, receiver: &Dump) -> Analys
 /// never arrived are not holes; every sender layer of every packet and
 /// every layer of each arrival still must be there.
 pub fn analyse_lossy(stack: &str, size: u64, sender: &Dump, receiver: &Dump, received: u64) -> Analysed {
-    analyse_paths(stack, size, resolve::join(sender, receiver), sender, receiver, received)
+    let mut r = analyse_paths(stack, size, resolve::join(sender, receiver), received);
+    for (d, who) in [(sender, "sender"), (receiver, "receiver")] {
+        if d.dropped > 0 {
+            r.problems.push(format!("{stack} {size} B: {who} dropped {} events (buffer full; raise EUDP_TRACE_EVENTS)", d.dropped));
+        }
+    }
+    r
 }
 
 /// The summary of joined `paths` (see [`analyse_lossy`]).
-fn analyse_paths(stack: &str, size: u64, paths: Vec<Path>, sender: &Dump, receiver: &Dump, received: u64) -> Analysed {
+fn analyse_paths(stack: &str, size: u64, paths: Vec<Path>, received: u64) -> Analysed {
     let (records, mut missing) = resolve::records(stack, &paths);
     let host = |l: &str| resolve::LAYERS.iter().find(|d| d.name == l).map_or("", |d| d.host);
     missing.retain(|&(p, l)| p < received || host(l) == "sender");
@@ -236,11 +242,6 @@ fn analyse_paths(stack: &str, size: u64, paths: Vec<Path>, sender: &Dump, receiv
     let v = resolve::order_violations(&paths, ORDER_TOLERANCE_NS);
     if let Some((p, x, y, d)) = v.first() {
         problems.push(format!("{stack} {size} B: {} path-order violations, first packet {p}: {x} is {d} ns after {y}", v.len()));
-    }
-    for (d, who) in [(sender, "sender"), (receiver, "receiver")] {
-        if d.dropped > 0 {
-            problems.push(format!("{stack} {size} B: {who} dropped {} events (buffer full; raise EUDP_TRACE_EVENTS)", d.dropped));
-        }
     }
     let row = table::run_row(stack, size, &records, table::measured_gbps(&records));
     Analysed { stack: stack.into(), size, paths, records, row, problems, notes: Vec::new() }
@@ -629,12 +630,10 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     if note.is_some() && paths.is_empty() {
         return Err(format!("{stack} run: a trace buffer filled before the first datagram had all its layers ({} events dropped); raise EUDP_TRACE_EVENTS", tx.dropped.max(rx.dropped)));
     }
-    let mut r = analyse_paths(stack, size, paths, tx, rx, u64::MAX);
-    if let Some(n) = note {
-        // Said by the note instead: what was dropped came after the cut.
-        r.problems.retain(|p| !p.contains("events (buffer full"));
-        r.notes.push(n);
-    }
+    // Drops (always with a note here) are said by the note: what was
+    // dropped came after the cut.
+    let mut r = analyse_paths(stack, size, paths, u64::MAX);
+    r.notes.extend(note);
     Ok(r)
 }
 

@@ -78,11 +78,21 @@ fn inside<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// The traced socket `fd`, if any, for a call of the program's (one
-/// relaxed load when not tracing).
-#[inline]
+/// The traced socket `fd`, if any, for a call of the program's: one
+/// relaxed load, inlined into every hook, when not tracing (the lookup is
+/// out of line, so the hooks' hot paths pay no call for it).
+#[inline(always)]
 pub fn traced(fd: c_int) -> Option<Arc<KSock>> {
-    if ACTIVE.load(Relaxed) != 1 || INSIDE.with(|c| c.get()) {
+    if ACTIVE.load(Relaxed) != 1 {
+        return None;
+    }
+    traced_lookup(fd)
+}
+
+#[cold]
+#[inline(never)]
+fn traced_lookup(fd: c_int) -> Option<Arc<KSock>> {
+    if INSIDE.with(|c| c.get()) {
         return None;
     }
     TABLE.read().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(&fd).cloned()
