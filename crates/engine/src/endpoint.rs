@@ -205,6 +205,11 @@ pub(crate) struct EpInner {
     /// the file description is blocking); cleared for good on the first
     /// sign it is not.
     rx_blocking_ok: AtomicBool,
+    /// The backend's socket holds the endpoint's receive timeout as its own
+    /// `SO_RCVTIMEO` ([`Endpoint::set_read_timeout_in_socket`]), so a timed
+    /// blocking receive may sleep inside the read too: the read ends by
+    /// itself when the timeout does.
+    rx_timeout_in_socket: AtomicBool,
     /// The engine's one-shot watch on the socket is armed.
     rx_armed: AtomicBool,
     /// The socket is out of the engine's epoll set while its watch is
@@ -430,6 +435,7 @@ impl Endpoint {
             rx_waiters: std::sync::atomic::AtomicU32::new(0),
             rx_blocked: AtomicBool::new(false),
             rx_blocking_ok: AtomicBool::new(true),
+            rx_timeout_in_socket: AtomicBool::new(false),
             rx_armed: AtomicBool::new(true),
             rx_detached: AtomicBool::new(false),
             rx_watch: Mutex::new(()),
@@ -506,7 +512,20 @@ impl Endpoint {
 
     /// Receive timeout (SO_RCVTIMEO); `None` waits forever.
     pub fn set_read_timeout(&self, t: Option<Duration>) {
-        lock(&self.inner.timeouts).0 = t;
+        let mut g = lock(&self.inner.timeouts);
+        g.0 = t;
+        self.inner.rx_timeout_in_socket.store(false, Relaxed);
+    }
+
+    /// As [`Endpoint::set_read_timeout`], for a timeout that the backend's
+    /// socket already holds as its own `SO_RCVTIMEO` (the shim mirrors the
+    /// program's option this way). A blocking receive with a timeout may
+    /// then sleep inside the socket's read, as one without does: one system
+    /// call per datagram instead of a failed read, a `poll` and a read.
+    pub fn set_read_timeout_in_socket(&self, t: Option<Duration>) {
+        let mut g = lock(&self.inner.timeouts);
+        g.0 = t;
+        self.inner.rx_timeout_in_socket.store(true, Relaxed);
     }
 
     /// Send timeout for a full L1 (SO_SNDTIMEO); `None` waits forever.
@@ -2071,9 +2090,16 @@ impl EpInner {
     /// `None`: not tried (another thread reads, or the ring filled
     /// meanwhile) or not possible (the backend cannot, the description is
     /// nonblocking): wait on readiness instead. `Some(Err)`: `EINTR`, for
-    /// the caller to report. Only for receives without a timeout (the
-    /// endpoint's timeout is its own, not the socket's `SO_RCVTIMEO`).
-    fn block_in_read(&self, interruptible: bool) -> Option<io::Result<()>> {
+    /// the caller to report.
+    ///
+    /// `timed`: the receive has a timeout, which the socket holds as its
+    /// own `SO_RCVTIMEO` (see `rx_timeout_in_socket`), so the read ends by
+    /// itself with `EAGAIN` when it expires. The kernel counts that timeout
+    /// in scheduler ticks and may end the read up to one tick before the
+    /// receive's deadline, so such an `EAGAIN`, and an interruption that
+    /// does not end the receive, give `None`: the caller waits out what is
+    /// left of its deadline on readiness, exactly.
+    fn block_in_read(&self, interruptible: bool, timed: bool) -> Option<io::Result<()>> {
         if !self.rx_blocking_ok.load(Relaxed) {
             return None;
         }
@@ -2114,10 +2140,15 @@ impl EpInner {
                         if interruptible {
                             return Some(Err(e));
                         }
+                        if timed {
+                            return None;
+                        }
                     }
-                    // Only receives without a timeout come here, so this
-                    // is a nonblocking description (the owner's setting, or
-                    // another process's): wait on readiness from now on.
+                    // The socket's timeout expired (or very nearly).
+                    Err(e) if timed && e.kind() == io::ErrorKind::WouldBlock => return None,
+                    // Without a timeout this is a nonblocking description
+                    // (the owner's setting, or another process's): wait on
+                    // readiness from now on.
                     Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Unsupported) => {
                         self.rx_blocking_ok.store(false, Relaxed);
                         return None;
@@ -2380,6 +2411,11 @@ impl EpInner {
         let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
         let mut deadline: Option<Option<Instant>> = None;
         let mut spin_until: Option<Instant> = None;
+        // A timed receive sleeps inside the read at most once: that read
+        // waits the socket's whole timeout, which is only right while
+        // (almost) none of it has passed. Later waits take the remaining
+        // time on the readiness path below.
+        let mut timed_read_left = self.rx_timeout_in_socket.load(Relaxed);
         // The ring was just found empty by `recv`.
         let mut looked = true;
         loop {
@@ -2399,13 +2435,14 @@ impl EpInner {
                 let spin = self.engine.config.recv_spin;
                 !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now())
             };
-            let blocked = if nonblocking || dl.is_some() || spinning {
+            let timed = dl.is_some();
+            let blocked = if nonblocking || spinning || (timed && !std::mem::take(&mut timed_read_left)) {
                 None
             } else {
                 // About to sleep in the read: what waits to be coalesced
                 // goes first (an answer to it may be what this waits for).
                 self.engine.send_coalesced_now();
-                self.block_in_read(flags.interruptible)
+                self.block_in_read(flags.interruptible, timed)
             };
             match blocked {
                 Some(Err(e)) => return Err(e),

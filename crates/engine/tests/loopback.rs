@@ -465,6 +465,27 @@ fn dual_stack_sender_uses_gso_towards_ipv4_peers() {
     }
 }
 
+/// Reads of `b`'s socket for each of `rounds` blocking receives, each
+/// datagram sent by `a` 5 ms after the receive began to wait.
+fn reads_per_blocking_receive(a: &Endpoint, b: &Endpoint, rounds: u64) -> Vec<u64> {
+    let dst = b.local_addr().unwrap();
+    let mut buf = [0u8; 64];
+    (0..rounds)
+        .map(|i| {
+            let before = b.stats().recv_calls;
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(5));
+                    a.send_to(&payload(i, 32), dst).unwrap();
+                });
+                let (n, _) = b.recv_from(&mut buf).unwrap();
+                check(&buf[..n], i, 32, b);
+            });
+            b.stats().recv_calls - before
+        })
+        .collect()
+}
+
 /// A blocking receive without a timeout sleeps inside the read: one read
 /// of the socket per datagram that arrives while it waits (no failed read,
 /// no separate wait). Two threads blocked on one endpoint both get served
@@ -476,20 +497,8 @@ fn blocking_receive_sleeps_inside_the_read() {
     let (a, b) = pair(&e, false);
     b.set_read_timeout(None);
     let dst = b.local_addr().unwrap();
-    let mut buf = [0u8; 64];
-    for i in 0..20u64 {
-        let before = b.stats().recv_calls;
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(5));
-                a.send_to(&payload(i, 32), dst).unwrap();
-            });
-            let (n, _) = b.recv_from(&mut buf).unwrap();
-            check(&buf[..n], i, 32, &b);
-        });
-        let calls = b.stats().recv_calls - before;
-        assert!(calls <= 1, "datagram {i}: {calls} reads of the socket for one blocking receive");
-    }
+    let reads = reads_per_blocking_receive(&a, &b, 20);
+    assert!(reads.iter().all(|&r| r <= 1), "reads of the socket per blocking receive: {reads:?}");
     let sleepers = std::sync::atomic::AtomicUsize::new(0);
     let got: Vec<u64> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)
@@ -513,6 +522,50 @@ fn blocking_receive_sleeps_inside_the_read() {
     let mut got = got;
     got.sort();
     assert_eq!(got, vec![100, 101]);
+}
+
+/// A blocking receive with a timeout that the socket itself holds (its
+/// `SO_RCVTIMEO`, as the shim mirrors a program's option) sleeps inside the
+/// read as well: one read per datagram, where waiting on readiness took a
+/// failed read, a `poll` and a read. The timeout still ends an empty wait
+/// on time, and a timeout known to the endpoint alone keeps the old path.
+#[test]
+fn a_timed_receive_sleeps_inside_the_read_when_the_socket_holds_the_timeout() {
+    let e = engine(Config::default());
+    let open = |timeout: Duration, in_socket: bool| {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(in_socket.then_some(timeout)).unwrap();
+        let b = Endpoint::from_kernel_fd(&e, std::os::fd::OwnedFd::from(sock)).unwrap();
+        if in_socket {
+            b.set_read_timeout_in_socket(Some(timeout));
+        } else {
+            b.set_read_timeout(Some(timeout));
+        }
+        b
+    };
+    let a = Endpoint::with_engine(&e, false).unwrap();
+    a.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+    for in_socket in [true, false] {
+        let b = open(Duration::from_secs(3), in_socket);
+        let reads = reads_per_blocking_receive(&a, &b, 20);
+        let mut buf = [0u8; 64];
+        if in_socket {
+            assert!(reads.iter().all(|&r| r <= 1), "reads of the socket per timed blocking receive: {reads:?}");
+        } else {
+            // The comparison that shows the test can fail: the endpoint's
+            // own timeout waits on readiness after a failed read.
+            assert!(reads.iter().filter(|&&r| r >= 2).count() >= 10, "reads per receive on the readiness path: {reads:?}");
+        }
+        // An empty wait ends with EAGAIN once the timeout has passed, on
+        // both paths (the kernel counts its timeout in ticks and may end
+        // its read a tick early; the endpoint waits out the rest).
+        let b = open(Duration::from_millis(150), in_socket);
+        let t0 = Instant::now();
+        let err = b.recv(&mut buf).unwrap_err();
+        let waited = t0.elapsed();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+        assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(1), "in_socket={in_socket}: waited {waited:?}");
+    }
 }
 
 /// A receiver that is away while a burst arrives loses nothing its socket

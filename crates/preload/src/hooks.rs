@@ -1387,7 +1387,7 @@ fn sync_option(ep: &Endpoint, fd: c_int, name: c_int, iv: Option<c_int>) {
         }
         _ => {
             let (r, w) = kernel_timeouts(fd);
-            ep.set_read_timeout(r);
+            ep.set_read_timeout_in_socket(r);
             ep.set_write_timeout(w);
         }
     }

@@ -769,7 +769,9 @@ impl Sock {
                 crate::hooks::grow_kernel_rcvbuf(d, bytes);
             }
             let (rt, st) = crate::hooks::kernel_timeouts(fd);
-            ep.set_read_timeout(rt);
+            // The backend's socket is a duplicate of the program's: the
+            // same socket, holding the same SO_RCVTIMEO.
+            ep.set_read_timeout_in_socket(rt);
             ep.set_write_timeout(st);
             self.force_rx_opts(fd);
             self.dup_fd.store(d, SeqCst);

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# AF_XDP vs kernel UDP ping-pong on an eudp veth testbed.
+#
+# Usage: bench/xdp/run.sh            (as root)
+# Env:   R=3 (repetitions)  N=100000 (timed round trips per run)  PORT=9099
+#        MODES="kernel eudp eudp-latency kernel-spin xdp xdp-skb"
+#          xdp     = AF_XDP at both ends, XDP program attached native (driver) mode
+#                    first, generic mode only if native fails
+#          xdp-skb = AF_XDP at both ends, XDP program forced to generic (SKB) mode
+#          eudp, eudp-latency = the `kernel` mode's program under `eudp run`
+#                    (default and latency profiles): eudp's own data path
+# Output: bench/results/xdp-pingpong-<unix time>.json
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+R=${R:-3}
+N=${N:-100000}
+PORT=${PORT:-9099}
+MODES=${MODES:-"kernel eudp eudp-latency kernel-spin xdp xdp-skb"}
+BIN=bench/xdp/xdp_pingpong
+EUDP=./target/release/eudp
+
+[ "$(id -u)" = 0 ] || { echo "run.sh: needs root (CAP_BPF, CAP_NET_ADMIN, netns)" >&2; exit 1; }
+gcc -O2 -Wall -o "$BIN" bench/xdp/xdp_pingpong.c
+if [ ! -x "$EUDP" ]; then
+    . scripts/env.sh
+    cargo build --release
+fi
+
+NAME="xp$$"                 # testbed names are limited to 10 characters
+NAME=${NAME:0:10}
+NSA="eudp-$NAME-a"
+NSB="eudp-$NAME-b"
+TMP=$(mktemp -d /tmp/xdp-pingpong.XXXXXX)
+SERVER_PID=""
+
+cleanup() {
+    set +e
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null
+        wait "$SERVER_PID" 2>/dev/null
+    fi
+    "$EUDP" testbed down "$NAME" >/dev/null 2>&1
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$EUDP" testbed up "$NAME" >/dev/null
+ifname() { ip -n "$1" -o link | awk -F': ' '$2 != "lo" {print $2}' | cut -d@ -f1 | head -1; }
+IFA=$(ifname "$NSA")
+IFB=$(ifname "$NSB")
+MACB=$(ip -n "$NSB" -o link show "$IFB" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
+echo "testbed $NAME: $NSA/$IFA (198.18.0.1) <-> $NSB/$IFB (198.18.0.2, $MACB)" >&2
+
+SERVER_DURATION=$(( 60 + N / 1000 ))
+CLIENT_TIMEOUT=$(( SERVER_DURATION + 30 ))
+RUNS="$TMP/runs.jsonl"
+: > "$RUNS"
+
+run_one() {   # $1 = label, $2 = rep
+    local label=$1 rep=$2 mode=$1 extra=() pre=()
+    case "$label" in
+        xdp) extra=(--xdp-mode auto) ;;
+        xdp-skb) mode=xdp; extra=(--xdp-mode skb) ;;
+        eudp) mode=kernel; pre=("$ROOT/target/release/eudp" run --) ;;
+        eudp-latency) mode=kernel; pre=("$ROOT/target/release/eudp" run --profile latency --) ;;
+    esac
+    local serr="$TMP/server.err" sout="$TMP/server.out" cout="$TMP/client.out"
+    : > "$serr"; : > "$sout"; : > "$cout"
+    ip netns exec "$NSB" taskset -c 1 timeout "$((SERVER_DURATION + 10))" "${pre[@]}" "$BIN" server \
+        --mode "$mode" --local-ip 198.18.0.2 --ifname "$IFB" --port "$PORT" \
+        --duration "$SERVER_DURATION" "${extra[@]}" >"$sout" 2>"$serr" &
+    SERVER_PID=$!
+    for _ in $(seq 100); do
+        grep -q READY "$serr" && break
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    if ! grep -q READY "$serr"; then
+        echo "server failed to start ($label):" >&2; cat "$serr" >&2
+        kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+        return 1
+    fi
+    ip netns exec "$NSA" taskset -c 0 timeout "$CLIENT_TIMEOUT" "${pre[@]}" "$BIN" client \
+        --mode "$mode" --local-ip 198.18.0.1 --peer-ip 198.18.0.2 --ifname "$IFA" \
+        --peer-mac "$MACB" --port "$PORT" -n "$N" "${extra[@]}" >"$cout" 2>"$TMP/client.err" || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+    local c s
+    c=$(grep '"role":"client"' "$cout" | tail -1)
+    s=$(grep '"role":"server"' "$sout" | tail -1)
+    [ -n "$c" ] || c='{"error":"client produced no result"}'
+    [ -n "$s" ] || s='{"error":"server produced no result"}'
+    printf '{"label":"%s","rep":%d,"client":%s,"server":%s}\n' "$label" "$rep" "$c" "$s" >> "$RUNS"
+    echo "rep $rep $label: $c" >&2
+    sleep 0.3   # let the kernel release the previous AF_XDP socket / XDP program
+}
+
+read -r -a MODE_ARR <<< "$MODES"
+M=${#MODE_ARR[@]}
+for rep in $(seq 1 "$R"); do
+    for i in $(seq 0 $((M - 1))); do           # rotate the order every repetition
+        run_one "${MODE_ARR[$(( (i + rep - 1) % M ))]}" "$rep" || true
+    done
+done
+
+# nothing of ours may remain attached: check before tearing down
+for ns in "$NSA" "$NSB"; do
+    if ip -n "$ns" -d link | grep -q 'prog/xdp'; then
+        echo "run.sh: WARNING: an XDP program is still attached in $ns" >&2
+    fi
+done
+
+mkdir -p bench/results
+OUT="bench/results/xdp-pingpong-$(date +%s).json"
+python3 - "$RUNS" "$OUT" "$N" "$R" "$PORT" "$(uname -r)" "$MODES" <<'EOF'
+import json, statistics, sys
+runs_path, out, n, reps, port, kernel, modes = sys.argv[1:]
+runs = [json.loads(l) for l in open(runs_path) if l.strip()]
+labels = modes.split()
+med = {}
+for lab in labels:
+    ok = [r["client"] for r in runs if r["label"] == lab and r["client"].get("completed", 0) > 0]
+    if not ok:
+        med[lab] = None
+        continue
+    m = {k: round(statistics.median(c[k] for c in ok), 3)
+         for k in ("p50_us", "p90_us", "p99_us", "mean_us", "min_us")}
+    m["runs"] = len(ok)
+    m["lost_total"] = sum(c["lost"] for c in ok)
+    m["mismatched_total"] = sum(c["mismatched"] for c in ok)
+    m["xdp_attach"] = sorted({c["xdp_attach"] for c in ok})
+    med[lab] = m
+def ratio(a, b):
+    if med.get(a) and med.get(b):
+        return round(med[a]["p50_us"] / med[b]["p50_us"], 3)
+    return None
+ratios = {f"{lab}/kernel_p50": ratio(lab, "kernel") for lab in labels if lab != "kernel"}
+summary = {"experiment": "xdp-pingpong", "payload_bytes": 64, "n": int(n), "reps": int(reps),
+           "port": int(port), "kernel": kernel, "cpus": {"client": 0, "server": 1},
+           "medians": med, "ratios": ratios, "runs": runs}
+json.dump(summary, open(out, "w"), indent=2)
+print(json.dumps({"file": out, "medians": {k: (v and {x: v[x] for x in ("p50_us", "p90_us", "p99_us", "mean_us", "xdp_attach")}) for k, v in med.items()}, "ratios": ratios}, indent=2))
+EOF
