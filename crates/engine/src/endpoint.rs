@@ -33,6 +33,9 @@ const GRO_MAX_SEGMENTS: usize = 128;
 const COPY_BELOW: usize = 8 << 10;
 /// Receive rounds per readiness event before the engine moves on (fairness).
 const RX_ROUNDS: usize = 4;
+/// A spinning receive (`EUDP_SPIN_US`) yields its CPU after this many looks
+/// that found nothing.
+const SPIN_YIELD_EVERY: u32 = 4;
 
 /// Receives between two sleeping polls of a socket up to which its input
 /// counts as sparse for [`Endpoint::app_poll_begin`]: a server reading a
@@ -680,7 +683,7 @@ impl Endpoint {
         if i.rx_stopped.load(Relaxed) {
             return false;
         }
-        i.fill_on_caller(true);
+        i.fill_on_caller(true, usize::MAX);
         i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
     }
 
@@ -705,7 +708,7 @@ impl Endpoint {
             }
         };
         if g.is_some() && !i.rx_stopped.load(Relaxed) {
-            i.fill_on_caller(true);
+            i.fill_on_caller(true, usize::MAX);
         }
         i.ring_len.get() > 0 || i.pending_error.load(Relaxed) != 0
     }
@@ -2007,8 +2010,11 @@ impl EpInner {
 
     /// One read of the socket into the ring on an application thread, with
     /// that thread's scratch buffers. The caller holds `rx_sock`.
-    fn fill_on_caller(&self, signal: bool) {
-        with_caller_scratch(|sc| self.fill_ring(sc, 1, signal));
+    fn fill_on_caller(&self, signal: bool, max_msgs: usize) {
+        with_caller_scratch(|sc| {
+            let n = sc.bufs.len().min(max_msgs.max(1));
+            self.fill_ring_upto(sc, n, 1, signal)
+        });
     }
 
     /// Moves what the socket holds into the ring, as far as the ring has
@@ -2018,9 +2024,14 @@ impl EpInner {
     /// engine); a receiving thread that pops next passes false and settles
     /// readiness after its pop.
     fn fill_ring(&self, scratch: &mut RecvScratch, rounds: usize, signal: bool) -> Fill {
+        self.fill_ring_upto(scratch, scratch.bufs.len(), rounds, signal)
+    }
+
+    /// [`EpInner::fill_ring`] reading at most `msgs` messages per round.
+    fn fill_ring_upto(&self, scratch: &mut RecvScratch, msgs: usize, rounds: usize, signal: bool) -> Fill {
         let mut added = 0;
         for round in 0..rounds {
-            let budget = self.read_budget(scratch.bufs.len());
+            let budget = self.read_budget(msgs);
             if budget == 0 {
                 return Fill { added, more: false, ring_full: true };
             }
@@ -2416,6 +2427,8 @@ impl EpInner {
         // (almost) none of it has passed. Later waits take the remaining
         // time on the readiness path below.
         let mut timed_read_left = self.rx_timeout_in_socket.load(Relaxed);
+        // Spin rounds that found nothing (latency profile).
+        let mut spins: u32 = 0;
         // The ring was just found empty by `recv`.
         let mut looked = true;
         loop {
@@ -2456,7 +2469,10 @@ impl EpInner {
                     Ok(_g) => {
                         Stats::add(&self.stats.direct_recv_calls, 1);
                         // Readiness is settled after this thread's pop below.
-                        self.fill_on_caller(false);
+                        // A spin that found nothing looks for one message
+                        // (`recvmsg`, the cheapest look): it waits for the
+                        // next datagram, not a batch.
+                        self.fill_on_caller(false, if spins > 0 { 1 } else { usize::MAX });
                     }
                     // The engine is reading the socket right now: wait for
                     // that read to land in the ring (one syscall) rather than
@@ -2497,26 +2513,38 @@ impl EpInner {
                     // existed, and nothing else would wake it.
                     return Err(handed_over());
                 }
-                (self.ready_fd(&mut rs)?.clone(), rs.err.clone())
+                let now = Instant::now();
+                if dl.is_some_and(|d| now >= d) {
+                    return Err(err(libc::EAGAIN));
+                }
+                let spin = self.engine.config.recv_spin;
+                if !spin.is_zero() && *spin_until.get_or_insert(now + spin) > now {
+                    None
+                } else {
+                    Some((self.ready_fd(&mut rs)?.clone(), rs.err.clone(), now))
+                }
             };
-            let now = Instant::now();
-            let remaining = match dl {
-                Some(d) if now >= d => return Err(err(libc::EAGAIN)),
-                Some(d) => Some(d - now),
-                None => None,
-            };
-            let spin = self.engine.config.recv_spin;
-            if !spin.is_zero() && *spin_until.get_or_insert(now + spin) > now {
+            let Some((ready, errs, now)) = ready else {
                 // Polite spinning: on a machine with fewer cores than busy
-                // threads the peer this receive waits for may need this CPU.
-                std::thread::yield_now();
+                // threads the peer this receive waits for may need this
+                // CPU, so it is given up regularly — but not after every
+                // look, since a yield with nobody else to run still costs
+                // a trip through the scheduler (about half a microsecond
+                // on a VM), which used to double each look's cost.
+                spins += 1;
+                #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
+                if spins % SPIN_YIELD_EVERY == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
-            }
+            };
+            let remaining = dl.map(|d| d - now);
             // Wake on data in the socket (we read it ourselves) or in the ring
             // (the engine got there first).
             self.engine.send_coalesced_now();
             self.rx_waiters.fetch_add(1, SeqCst);
-            let (ready, errs) = ready;
             let fds = [self.backend.raw_fd(), ready.as_raw_fd(), errs.as_ref().map_or(-1, |f| f.as_raw_fd())];
             let r = kernel::poll_readable_or_shut(&fds, remaining, flags.interruptible);
             self.rx_waiters.fetch_sub(1, SeqCst);
@@ -2527,7 +2555,7 @@ impl EpInner {
                 // on a socket that stays readable with nothing to read.
                 if let Ok(_g) = self.rx_sock.try_lock() {
                     if !self.rx_stopped.load(Relaxed) {
-                        self.fill_on_caller(false);
+                        self.fill_on_caller(false, usize::MAX);
                     }
                 }
                 let mut rs = lock(&self.recv);
