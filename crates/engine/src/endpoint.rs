@@ -2421,11 +2421,6 @@ impl EpInner {
     fn recv_wait(&self, buf: &mut [u8], flags: RecvFlags, mut info: Option<&mut Option<PktInfo>>) -> io::Result<Received> {
         let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
         let mut deadline: Option<Option<Instant>> = None;
-        // No spin for a receive that a signal must end with EINTR: a
-        // handler run during the spin (in user space, between looks) would
-        // leave nothing for the sleep after it to return early for, and
-        // the receive would wait on past the signal.
-        let spin = if flags.interruptible { Duration::ZERO } else { self.engine.config.recv_spin };
         let mut spin_until: Option<Instant> = None;
         // A timed receive sleeps inside the read at most once: that read
         // waits the socket's whole timeout, which is only right while
@@ -2449,7 +2444,10 @@ impl EpInner {
             // Ring empty. A blocking receive without a timeout (and past its
             // spin) sleeps inside the read itself when it can.
             let dl = if nonblocking { None } else { *deadline.get_or_insert_with(|| self.deadline(false)) };
-            let spinning = !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now());
+            let spinning = {
+                let spin = self.engine.config.recv_spin;
+                !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now())
+            };
             let timed = dl.is_some();
             let blocked = if nonblocking || spinning || (timed && !std::mem::take(&mut timed_read_left)) {
                 None
@@ -2519,6 +2517,7 @@ impl EpInner {
                 if dl.is_some_and(|d| now >= d) {
                     return Err(err(libc::EAGAIN));
                 }
+                let spin = self.engine.config.recv_spin;
                 if !spin.is_zero() && *spin_until.get_or_insert(now + spin) > now {
                     None
                 } else {
