@@ -2422,6 +2422,14 @@ impl EpInner {
         let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
         let mut deadline: Option<Option<Instant>> = None;
         let mut spin_until: Option<Instant> = None;
+        // A receive that a signal must end with EINTR holds the signals
+        // blocked from its first spinning look to its return, and waits
+        // after the spin only in a `ppoll` that puts the caller's mask back
+        // for the wait: a handler run between two looks (in user space)
+        // would otherwise leave nothing for that wait to fail for, and the
+        // receive would wait past the signal. Not sleeping inside the read
+        // then (it would sleep through a pending signal).
+        let mut signals: Option<kernel::AsyncSignalsBlocked> = None;
         // A timed receive sleeps inside the read at most once: that read
         // waits the socket's whole timeout, which is only right while
         // (almost) none of it has passed. Later waits take the remaining
@@ -2448,8 +2456,11 @@ impl EpInner {
                 let spin = self.engine.config.recv_spin;
                 !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now())
             };
+            if spinning && flags.interruptible && signals.is_none() {
+                signals = Some(kernel::AsyncSignalsBlocked::new());
+            }
             let timed = dl.is_some();
-            let blocked = if nonblocking || spinning || (timed && !std::mem::take(&mut timed_read_left)) {
+            let blocked = if nonblocking || spinning || signals.is_some() || (timed && !std::mem::take(&mut timed_read_left)) {
                 None
             } else {
                 // About to sleep in the read: what waits to be coalesced
@@ -2546,7 +2557,10 @@ impl EpInner {
             self.engine.send_coalesced_now();
             self.rx_waiters.fetch_add(1, SeqCst);
             let fds = [self.backend.raw_fd(), ready.as_raw_fd(), errs.as_ref().map_or(-1, |f| f.as_raw_fd())];
-            let r = kernel::poll_readable_or_shut(&fds, remaining, flags.interruptible);
+            let r = match &signals {
+                Some(b) => kernel::poll_readable_or_shut_masked(&fds, remaining, b.mask_before()),
+                None => kernel::poll_readable_or_shut(&fds, remaining, flags.interruptible),
+            };
             self.rx_waiters.fetch_sub(1, SeqCst);
             if r? {
                 // The socket's reading side was shut down (shutdown(SHUT_RD)

@@ -59,6 +59,23 @@ fn a_spinning_poll_still_ends_on_signals_and_data() {
 }
 
 #[test]
+fn a_spinning_receive_still_ends_on_signals() {
+    // A blocking recv interrupted by a handler without SA_RESTART fails
+    // with EINTR, and one with SA_RESTART goes on to its datagram, with a
+    // spin far longer than the case's waits: a spin that ran the handler
+    // between its looks and then slept on would never return (bounded by
+    // `timeout`).
+    let exe = cc("udp_semantics", &[]);
+    let stats = stat_dir("recv_spin");
+    let mut cmd = Command::new("timeout");
+    cmd.arg("20").arg(&exe).arg("signals").env("EUDP_SPIN_US", "2000000");
+    let out = preloaded(cmd, &stats);
+    assert!(out.status.success(), "{:?}: {}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "OK signals\nALL OK\n");
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
+#[test]
 fn whole_program_twice() {
     let exe = cc("udp_semantics", &[]);
     for _ in 0..2 {

@@ -1310,19 +1310,68 @@ pub fn has_data(fd: RawFd) -> bool {
 /// side (`shutdown(SHUT_RD)`): `Ok(true)` when that happened. An
 /// uninterruptible wait ended by a signal is `Ok(false)`.
 pub fn poll_readable_or_shut(fds: &[RawFd], timeout: Option<Duration>, interruptible: bool) -> io::Result<bool> {
-    match poll_events_first(fds, libc::POLLIN | libc::POLLRDHUP, timeout) {
+    match poll_events_first(fds, libc::POLLIN | libc::POLLRDHUP, timeout, None) {
         Ok((_, first)) => Ok(first & libc::POLLRDHUP != 0),
         Err(e) if e.kind() == io::ErrorKind::Interrupted && !interruptible => Ok(false),
         Err(e) => Err(e),
     }
 }
 
+/// As [`poll_readable_or_shut`], waiting with the signal mask `mask` in
+/// place for the wait only (`ppoll`), as a thread that holds its signals
+/// blocked ([`AsyncSignalsBlocked`]) must: a signal pending or arriving is
+/// taken inside the wait, which then fails with `EINTR`.
+pub fn poll_readable_or_shut_masked(fds: &[RawFd], timeout: Option<Duration>, mask: &libc::sigset_t) -> io::Result<bool> {
+    poll_events_first(fds, libc::POLLIN | libc::POLLRDHUP, timeout, Some(mask)).map(|(_, first)| first & libc::POLLRDHUP != 0)
+}
+
+/// The asynchronous signals ([`async_signals`]) blocked in this thread
+/// until dropped, when the mask they replaced is back (and a signal that
+/// came meanwhile is taken). A receive that spins in user space holds them
+/// so: a handler that ran between two looks would leave nothing for the
+/// wait after the spin to fail with `EINTR` for; blocked, the signal stays
+/// pending until that wait ([`poll_readable_or_shut_masked`] with
+/// [`AsyncSignalsBlocked::mask_before`]) or the drop.
+pub struct AsyncSignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl AsyncSignalsBlocked {
+    pub fn new() -> Self {
+        let set = async_signals();
+        // SAFETY: sigset_t is plain data, filled in by the call below.
+        let mut old: libc::sigset_t = unsafe { zeroed() };
+        // SAFETY: valid set and out pointer.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        AsyncSignalsBlocked { old }
+    }
+
+    /// The thread's mask before [`AsyncSignalsBlocked::new`].
+    pub fn mask_before(&self) -> &libc::sigset_t {
+        &self.old
+    }
+}
+
+impl Default for AsyncSignalsBlocked {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for AsyncSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: the mask saved by `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
 fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
-    poll_events_first(fds, events, timeout).map(|(any, _)| any)
+    poll_events_first(fds, events, timeout, None).map(|(any, _)| any)
 }
 
 /// One poll: whether anything was ready, and the first descriptor's revents.
-fn poll_events_first(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) -> io::Result<(bool, libc::c_short)> {
+/// With `mask`, a `ppoll` that waits with that signal mask.
+fn poll_events_first(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>, mask: Option<&libc::sigset_t>) -> io::Result<(bool, libc::c_short)> {
     // At most two descriptors are ever polled: no allocation on the wait path.
     let mut p = [libc::pollfd { fd: -1, events, revents: 0 }; 4];
     debug_assert!(fds.len() <= p.len());
@@ -1330,9 +1379,18 @@ fn poll_events_first(fds: &[RawFd], events: libc::c_short, timeout: Option<Durat
     for (slot, &fd) in p.iter_mut().zip(fds) {
         slot.fd = fd;
     }
-    let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32).unwrap_or(-1);
-    // SAFETY: pointer to a live pollfd array and a length within it.
-    let r = unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, ms) };
+    let r = if let Some(mask) = mask {
+        let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as _ });
+        // The system call itself, not libc's `ppoll` (which the preload
+        // shim interposes); the kernel's sigset is 8 bytes.
+        // SAFETY: live pollfd array and length; `ts` null or a live
+        // timespec; a live sigset.
+        unsafe { libc::syscall(libc::SYS_ppoll, p.as_mut_ptr(), n as libc::nfds_t, ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec), mask as *const libc::sigset_t, 8usize) as libc::c_int }
+    } else {
+        let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32).unwrap_or(-1);
+        // SAFETY: pointer to a live pollfd array and a length within it.
+        unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, ms) }
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
