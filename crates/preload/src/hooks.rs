@@ -19,7 +19,8 @@ use eudp_engine::{Endpoint, Received, RecvFlags};
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------- helpers
@@ -1504,6 +1505,28 @@ unsafe fn poll_input(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *cons
     // and fails with EINTR. Fault signals are never blocked. eudp's own
     // threads block the rest for good, so a signal sent to the process
     // waits for an application thread rather than going to one of them.
+    spin_then_wait(
+        spin,
+        mask,
+        |during| poll_input_once(t, fds, n, &zero, during, false),
+        |during, spent| {
+            let left = limit.map(|l| timespec_of(l.saturating_sub(spent)));
+            poll_input_once(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), during, false)
+        },
+    )
+}
+
+/// The spinning wait of `poll`/`select` and of `epoll`: with the
+/// asynchronous signals blocked for the whole call, `look` (which must not
+/// sleep) is made until it returns nonzero or `spin` has passed, then
+/// `wait` for the rest of the call's time (given the time spent). Both get
+/// the mask to wait with — the caller's `mask`, or the thread's own — and
+/// must put it in place for their system call, which then takes a pending
+/// signal and fails with EINTR. The CPU is given up every fourth look,
+/// not after each: a yield with nobody else to run still goes through the
+/// scheduler, as the engine's spinning receive does (`SPIN_YIELD_EVERY`).
+/// The thread's mask and the call's errno are as they should be after.
+unsafe fn spin_then_wait(spin: Duration, mask: *const libc::sigset_t, mut look: impl FnMut(*const libc::sigset_t) -> c_int, wait: impl FnOnce(*const libc::sigset_t, Duration) -> c_int) -> c_int {
     let block = eudp_engine::backend::kernel::async_signals();
     let mut old: libc::sigset_t = std::mem::zeroed();
     libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
@@ -1511,22 +1534,15 @@ unsafe fn poll_input(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *cons
     let start = Instant::now();
     let mut looks: u32 = 0;
     let r = loop {
-        let r = poll_input_once(t, fds, n, &zero, during, false);
+        let r = look(during);
         if r != 0 {
             break r;
         }
         looks += 1;
         let spent = start.elapsed();
         if spent >= spin {
-            let left = limit.map(|l| {
-                let l = l.saturating_sub(spent);
-                timespec_of(l)
-            });
-            break poll_input_once(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), during, false);
+            break wait(during, spent);
         }
-        // The CPU is given up every few looks, not after each: a yield
-        // with nobody else to run still goes through the scheduler, as
-        // the engine's spinning receive does (`SPIN_YIELD_EVERY`).
         #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
         if looks % 4 == 0 {
             std::thread::yield_now();
@@ -2158,9 +2174,74 @@ pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::f
 // interposed only to send what this thread left to be coalesced before the
 // program sleeps in them (`before_sleep`).
 
+/// Epoll sets (by descriptor number) that an accelerated socket was added
+/// to: under a spinning profile only these spin. A number that another
+/// epoll set takes after a close keeps the mark (it then spins for
+/// nothing, under that profile only).
+static SPIN_EPOLLS: Mutex<BTreeSet<c_int>> = Mutex::new(BTreeSet::new());
+
+fn mark_spin_epoll(epfd: c_int) {
+    SPIN_EPOLLS.lock().unwrap_or_else(|e| e.into_inner()).insert(epfd);
+}
+
+/// A wait of an epoll set under a spinning profile (`EUDP_SPIN_US`, the
+/// latency profile), as `poll_input` spins: the set is looked at without
+/// sleeping (a zero-timeout `ppoll` of the epoll descriptor), the CPU given up every
+/// fourth look, until something is ready or the spin is over, and only
+/// then does the call sleep, for what is left of its timeout. Signals stay
+/// blocked for the call and every look (and the final wait) takes the
+/// caller's mask, so a signal ends the call with `EINTR` as it would the
+/// kernel's wait. `None`: no spin here (not spinning, a zero timeout, or a
+/// set without an accelerated socket).
+unsafe fn epoll_spin(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: Option<Duration>, mask: *const libc::sigset_t, pwait2: bool) -> Option<c_int> {
+    let spin = match shim::running_engine() {
+        Some(e) => e.config().recv_spin.min(timeout.unwrap_or(Duration::MAX)),
+        None => Duration::ZERO,
+    };
+    if spin.is_zero() || !SPIN_EPOLLS.lock().unwrap_or_else(|e| e.into_inner()).contains(&epfd) {
+        return None;
+    }
+    before_sleep();
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    Some(spin_then_wait(
+        spin,
+        mask,
+        |during| {
+            // A look is a `ppoll` of the epoll descriptor itself (readable
+            // while the set has events): unlike `epoll_pwait` with a zero
+            // timeout, which returns 0 with a signal pending, it takes the
+            // signal and fails with EINTR. The events are then collected.
+            let mut set = libc::pollfd { fd: epfd, events: libc::POLLIN, revents: 0 };
+            match real::ppoll(&mut set, 1, &zero, during) {
+                0 => 0,
+                r if r < 0 => r,
+                _ => real::epoll_pwait(epfd, evs, max, 0, during),
+            }
+        },
+        |during, spent| {
+            let left = timeout.map(|t| t.saturating_sub(spent));
+            if pwait2 {
+                let ts = left.map(timespec_of);
+                real::epoll_pwait2(epfd, evs, max, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), during)
+            } else {
+                // Rounded up, as the kernel rounds a wait's milliseconds.
+                let ms = left.map_or(-1, |l| l.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as c_int);
+                real::epoll_pwait(epfd, evs, max, ms, during)
+            }
+        },
+    ))
+}
+
+fn ms_duration(timeout: c_int) -> Option<Duration> {
+    (timeout >= 0).then(|| Duration::from_millis(timeout as u64))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn epoll_wait(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
     if timeout != 0 && shim::any() {
+        if let Some(r) = epoll_spin(epfd, evs, max, ms_duration(timeout), std::ptr::null(), false) {
+            return r;
+        }
         before_sleep();
     }
     real::epoll_wait(epfd, evs, max, timeout)
@@ -2169,6 +2250,9 @@ pub unsafe extern "C" fn epoll_wait(epfd: c_int, evs: *mut libc::epoll_event, ma
 #[no_mangle]
 pub unsafe extern "C" fn epoll_pwait(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int {
     if timeout != 0 && shim::any() {
+        if let Some(r) = epoll_spin(epfd, evs, max, ms_duration(timeout), mask, false) {
+            return r;
+        }
         before_sleep();
     }
     real::epoll_pwait(epfd, evs, max, timeout, mask)
@@ -2177,6 +2261,9 @@ pub unsafe extern "C" fn epoll_pwait(epfd: c_int, evs: *mut libc::epoll_event, m
 #[no_mangle]
 pub unsafe extern "C" fn epoll_pwait2(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
     if !no_wait(ts) && shim::any() {
+        if let Some(r) = epoll_spin(epfd, evs, max, (!ts.is_null()).then(|| duration_of(&*ts)), mask, true) {
+            return r;
+        }
         before_sleep();
     }
     real::epoll_pwait2(epfd, evs, max, ts, mask)
@@ -2343,6 +2430,9 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
     };
     match op {
         libc::EPOLL_CTL_ADD if !ev.is_null() => {
+            if s.mode() != shim::KERNEL && ring_events((*ev).events).is_some() {
+                mark_spin_epoll(epfd);
+            }
             if let Some(events) = ring_events((*ev).events) {
                 for rfd in extra(s.endpoint(fd), true) {
                     let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };

@@ -76,6 +76,29 @@ fn a_spinning_receive_still_ends_on_signals() {
 }
 
 #[test]
+fn an_epoll_wait_spins_under_a_spinning_profile() {
+    // CPU time spent in an epoll_wait of 200 ms that nothing ends: a spin
+    // of 100 ms (then a sleep) uses tens of milliseconds of CPU even on a
+    // busy machine, a plain wait almost none.
+    let exe = cc("epoll_spin", &[]);
+    let cpu = |spin: Option<&str>| {
+        let stats = stat_dir("epoll_spin");
+        let mut cmd = Command::new(&exe);
+        if let Some(us) = spin {
+            cmd.env("EUDP_SPIN_US", us);
+        }
+        let out = preloaded(cmd, &stats);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let _ = std::fs::remove_dir_all(&stats);
+        text.split_whitespace().last().and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("{text}"))
+    };
+    let (spun, slept) = (cpu(Some("100000")), cpu(None));
+    assert!(spun >= 20.0, "a spinning epoll_wait used {spun} ms of CPU");
+    assert!(slept < 10.0, "a sleeping epoll_wait used {slept} ms of CPU");
+}
+
+#[test]
 fn whole_program_twice() {
     let exe = cc("udp_semantics", &[]);
     for _ in 0..2 {

@@ -474,6 +474,14 @@ static void t_poll_signal(void) {
     struct timeval tv = { 3, 0 };
     CHECK(select(s + 1, &r, NULL, NULL, &tv) == -1 && errno == EINTR && got_alarm);
     CHECK(now_s() - t0 < 1.5);
+    int ep = epoll_create1(0);
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = s }, out[2];
+    CHECK(ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) == 0);
+    got_alarm = 0;
+    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+    t0 = now_s();
+    CHECK(epoll_wait(ep, out, 2, 3000) == -1 && errno == EINTR && got_alarm);
+    CHECK(now_s() - t0 < 1.5);
     struct sockaddr_in ca; int c = udp4(&ca);
     pid_t pid = fork();
     if (pid == 0) { usleep(100000); sendto(c, "late", 4, 0, (struct sockaddr *)&sa, sizeof sa); _exit(0); }
@@ -481,6 +489,13 @@ static void t_poll_signal(void) {
     CHECK(poll(&p, 1, 3000) == 1 && (p.revents & POLLIN));
     CHECK(now_s() - t0 < 1.5 && recv(s, b, sizeof b, 0) == 4);
     waitpid(pid, NULL, 0);
+    pid = fork();
+    if (pid == 0) { usleep(100000); sendto(c, "late", 4, 0, (struct sockaddr *)&sa, sizeof sa); _exit(0); }
+    t0 = now_s();
+    CHECK(epoll_wait(ep, out, 2, 3000) == 1 && out[0].data.fd == s);
+    CHECK(now_s() - t0 < 1.5 && recv(s, b, sizeof b, 0) == 4);
+    waitpid(pid, NULL, 0);
+    close(ep);
     signal(SIGALRM, SIG_DFL);
     close(s); close(c);
     puts("OK poll_signal");
