@@ -1527,10 +1527,8 @@ unsafe fn poll_input(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *cons
 /// scheduler, as the engine's spinning receive does (`SPIN_YIELD_EVERY`).
 /// The thread's mask and the call's errno are as they should be after.
 unsafe fn spin_then_wait(spin: Duration, mask: *const libc::sigset_t, mut look: impl FnMut(*const libc::sigset_t) -> c_int, wait: impl FnOnce(*const libc::sigset_t, Duration) -> c_int) -> c_int {
-    let block = eudp_engine::backend::kernel::async_signals();
-    let mut old: libc::sigset_t = std::mem::zeroed();
-    libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-    let during: *const libc::sigset_t = if mask.is_null() { &old } else { mask };
+    let held = eudp_engine::backend::kernel::AsyncSignalsBlocked::new();
+    let during: *const libc::sigset_t = if mask.is_null() { held.mask_before() } else { mask };
     let start = Instant::now();
     let mut looks: u32 = 0;
     let r = loop {
@@ -1551,7 +1549,7 @@ unsafe fn spin_then_wait(spin: Duration, mask: *const libc::sigset_t, mut look: 
         }
     };
     let e = errno();
-    libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    drop(held);
     set_errno(e);
     r
 }
@@ -2186,9 +2184,9 @@ fn mark_spin_epoll(epfd: c_int) {
 
 /// A wait of an epoll set under a spinning profile (`EUDP_SPIN_US`, the
 /// latency profile), as `poll_input` spins: the set is looked at without
-/// sleeping (a zero-timeout `ppoll` of the epoll descriptor), the CPU given up every
-/// fourth look, until something is ready or the spin is over, and only
-/// then does the call sleep, for what is left of its timeout. Signals stay
+/// sleeping (a zero-timeout `ppoll` of the epoll descriptor), the CPU
+/// given up every fourth look, until something is ready or the spin is
+/// over, and only then does the call sleep, for what is left of its timeout. Signals stay
 /// blocked for the call and every look (and the final wait) takes the
 /// caller's mask, so a signal ends the call with `EINTR` as it would the
 /// kernel's wait. `None`: no spin here (not spinning, a zero timeout, or a
@@ -2430,10 +2428,10 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
     };
     match op {
         libc::EPOLL_CTL_ADD if !ev.is_null() => {
-            if s.mode() != shim::KERNEL && ring_events((*ev).events).is_some() {
-                mark_spin_epoll(epfd);
-            }
             if let Some(events) = ring_events((*ev).events) {
+                if s.mode() != shim::KERNEL {
+                    mark_spin_epoll(epfd);
+                }
                 for rfd in extra(s.endpoint(fd), true) {
                     let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
                     if real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2) != 0 && errno() == libc::EEXIST {
