@@ -4,8 +4,15 @@
 //!   copy-with-checksum that paper 000 moves into the data-movement step.
 //! * [`udp`] — the UDP header and its pseudo-header checksum.
 //! * [`limits`] — datagram size limits shared by every backend.
+//! * [`ether`] — the Ethernet II header and MAC addresses.
+//! * [`ipv4`] — the IPv4 header and its header checksum.
+//! * [`frame`] — whole Ethernet + IPv4 + UDP frames, built and checked in
+//!   user space for the AF_XDP backend.
 #![forbid(unsafe_code)]
 
 pub mod checksum;
+pub mod ether;
+pub mod frame;
+pub mod ipv4;
 pub mod limits;
 pub mod udp;

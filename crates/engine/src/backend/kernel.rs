@@ -195,6 +195,12 @@ fn partly(sent: usize, e: io::Error) -> io::Error {
     io::Error::new(io::ErrorKind::WouldBlock, PartlySent { datagrams: sent })
 }
 
+/// The error a backend returns when only the first `datagrams` datagrams
+/// of a GSO message went out (read back with [`partly_sent`]).
+pub fn partly_sent_error(datagrams: usize) -> io::Error {
+    partly(datagrams, io::ErrorKind::WouldBlock.into())
+}
+
 /// The datagrams of the first message that went out, when a send failed
 /// with [`PartlySent`].
 pub fn partly_sent(e: &io::Error) -> Option<usize> {

@@ -183,3 +183,4 @@ impl Backend for kernel::UdpSocket {
     }
 }
 #[path = "tcp/mod.rs"] pub mod tcp;
+#[path = "xdp/mod.rs"] pub mod xdp;

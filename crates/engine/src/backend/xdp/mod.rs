@@ -1,0 +1,979 @@
+//! `xdp`: UDP over AF_XDP — the kernel's network stack bypassed on the data
+//! path, as E-UDP (paper 000) moves per-packet work off the host's path.
+//!
+//! * One [`XdpTransport`] per interface and process: an XDP program
+//!   (hand-assembled, [`sys::load_redirect_prog`]) attached to the
+//!   interface redirects IPv4 UDP frames whose destination address and
+//!   port belong to one of the transport's sockets into an AF_XDP socket
+//!   (copy mode, queue [`XdpConfig::queue`]); every other frame (ARP, ICMP,
+//!   other ports, IP options, fragments) goes on to the kernel as before.
+//! * Each endpoint gets an [`XdpSocket`] (the [`Backend`]). It keeps a
+//!   kernel UDP socket, which reserves its port, holds its options and
+//!   carries everything the fast path does not: destinations that are not
+//!   on the interface's subnets or whose MAC address the kernel's neighbour
+//!   table does not know yet (the kernel's send resolves it), datagrams
+//!   larger than the MTU (the kernel fragments), broadcast and multicast,
+//!   IPv6, and whatever arrives through another interface.
+//! * Send: the frame (Ethernet, IPv4, UDP with its checksum computed while
+//!   the payload is copied into the UMEM frame) goes on the TX ring, and one
+//!   kick per batch transmits it; no socket, no routing, no qdisc.
+//! * Receive: whichever socket reads drains the shared RX ring, copying its
+//!   own datagrams straight into the engine's buffers and queueing the
+//!   others' in their bounded inboxes (sized by their `SO_RCVBUF`, drops
+//!   counted as the kernel counts them).
+//!
+//! Limits (see docs/xdp.md): one process per interface queue (an AF_XDP
+//! socket owns its queue; a second process falls back to the kernel
+//! backend); root or `CAP_NET_ADMIN` + `CAP_BPF`; IPv4 only.
+//!
+//! All `unsafe` code of this backend is in `sys.rs`.
+
+pub mod sys;
+
+use super::kernel::{self, Epoll, EventFd, InMeta, OutMsg, PktInfo, UdpSocket};
+use super::Backend;
+use eudp_wire::ether::MacAddr;
+use eudp_wire::frame::{self, Udp4Params};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::fdspace::Private;
+
+/// How the XDP program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// The driver's hook, else the generic one.
+    Auto,
+    /// The driver's hook only (`XDP_FLAGS_DRV_MODE`).
+    Driver,
+    /// The generic hook only (`XDP_FLAGS_SKB_MODE`), which every device has.
+    Generic,
+}
+
+/// Settings of one transport.
+#[derive(Debug, Clone)]
+pub struct XdpConfig {
+    /// The interface whose traffic the transport takes over.
+    pub ifname: String,
+    /// The receive queue the AF_XDP socket binds to.
+    pub queue: u32,
+    /// UMEM frames: half receive (fill ring), half transmit.
+    pub frames: usize,
+    /// Entries of each of the four rings (a power of two).
+    pub ring: u32,
+    pub attach: AttachMode,
+    /// How long a neighbour-table answer is trusted.
+    pub neigh_ttl: Duration,
+}
+
+impl XdpConfig {
+    pub fn new(ifname: &str) -> XdpConfig {
+        XdpConfig { ifname: ifname.to_string(), queue: 0, frames: 4096, ring: 2048, attach: AttachMode::Auto, neigh_ttl: Duration::from_secs(1) }
+    }
+}
+
+/// Counters of one transport (all sockets).
+#[derive(Debug, Default)]
+struct Counters {
+    tx_xdp: AtomicU64,
+    tx_kernel: AtomicU64,
+    tx_kernel_no_neigh: AtomicU64,
+    tx_kernel_off_link: AtomicU64,
+    tx_kernel_too_big: AtomicU64,
+    tx_kicks: AtomicU64,
+    rx_xdp: AtomicU64,
+    rx_kernel: AtomicU64,
+    rx_bad_frames: AtomicU64,
+    rx_no_socket: AtomicU64,
+    rx_not_peer: AtomicU64,
+    rx_inbox_drops: AtomicU64,
+}
+
+/// A snapshot of the transport's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct XdpStats {
+    /// Datagrams sent as AF_XDP frames.
+    pub tx_xdp: u64,
+    /// Datagrams sent through the kernel socket instead, in all…
+    pub tx_kernel: u64,
+    /// …because the neighbour table had no MAC address for the next hop,
+    pub tx_kernel_no_neigh: u64,
+    /// …because the destination is not on the interface's subnets (or is
+    /// broadcast, multicast, or the socket's source is not the interface's),
+    pub tx_kernel_off_link: u64,
+    /// …because the datagram is larger than the MTU allows unfragmented.
+    pub tx_kernel_too_big: u64,
+    /// TX kicks (`sendto` on the AF_XDP socket).
+    pub tx_kicks: u64,
+    /// Datagrams taken from the RX ring for a socket.
+    pub rx_xdp: u64,
+    /// Datagrams read from the sockets' kernel sockets.
+    pub rx_kernel: u64,
+    /// Frames the redirect let through that were not valid IPv4 UDP
+    /// (bad checksum, bad lengths): dropped, as the kernel drops them.
+    pub rx_bad_frames: u64,
+    /// Frames for an address no socket holds any more (it closed while
+    /// they were in flight).
+    pub rx_no_socket: u64,
+    /// Frames to a connected socket from another source (the kernel would
+    /// not deliver them to it either).
+    pub rx_not_peer: u64,
+    /// Datagrams dropped because the receiving socket's inbox was full.
+    pub rx_inbox_drops: u64,
+    /// The kernel's own AF_XDP drop counters (`XDP_STATISTICS`).
+    pub xsk_rx_dropped: u64,
+    pub xsk_rx_ring_full: u64,
+    pub xsk_fill_ring_empty: u64,
+    /// `"driver"` or `"generic"`.
+    pub attach: String,
+}
+
+/// One queued datagram of a socket that was not the one reading the ring.
+struct Queued {
+    data: Vec<u8>,
+    src: SocketAddrV4,
+    dst: Ipv4Addr,
+    tos: u8,
+    ttl: u8,
+}
+
+/// The datagrams waiting for one socket, bounded by its receive buffer.
+struct Inbox {
+    q: Mutex<VecDeque<Queued>>,
+    bytes: AtomicU64,
+    capacity: AtomicU64,
+    ready: EventFd,
+    drops: AtomicU64,
+    /// The socket's connected peer: frames from others are not its own.
+    peer: Mutex<Option<SocketAddrV4>>,
+}
+
+impl Inbox {
+    fn push(&self, c: &Counters, m: Queued) {
+        let charge = m.data.len() as u64 + 256;
+        if self.bytes.load(Relaxed) + charge > self.capacity.load(Relaxed) {
+            self.drops.fetch_add(1, Relaxed);
+            c.rx_inbox_drops.fetch_add(1, Relaxed);
+            return;
+        }
+        self.bytes.fetch_add(charge, Relaxed);
+        lock(&self.q).push_back(m);
+        self.ready.set();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The receive side: RX ring in, frames back to the fill ring.
+struct RxSide {
+    rx: sys::Ring<libc::xdp_desc>,
+    fill: sys::Ring<u64>,
+}
+
+/// The transmit side: TX ring out, completions back to the free list.
+struct TxSide {
+    tx: sys::Ring<libc::xdp_desc>,
+    completion: sys::Ring<u64>,
+    free: Vec<u64>,
+    /// Frames on the TX ring not yet completed.
+    in_flight: usize,
+}
+
+impl TxSide {
+    fn reap(&mut self) {
+        let n = self.completion.ready();
+        for _ in 0..n {
+            let a = self.completion.take();
+            self.free.push(a);
+        }
+        if n > 0 {
+            self.completion.release();
+            self.in_flight -= n as usize;
+        }
+    }
+}
+
+/// Neighbour answers, from the kernel's table.
+#[derive(Default)]
+struct Neighbours {
+    map: HashMap<Ipv4Addr, ([u8; 6], Instant)>,
+    read_at: Option<Instant>,
+}
+
+struct Shared {
+    cfg: XdpConfig,
+    iface: sys::IfaceInfo,
+    c: Counters,
+    rx: Mutex<RxSide>,
+    tx: Mutex<TxSide>,
+    umem_frame: usize,
+    /// Demultiplexing: (local address or UNSPECIFIED, port) → inbox. The
+    /// same keys are in the XDP program's `ports` map.
+    sockets: RwLock<HashMap<(Ipv4Addr, u16), Arc<Inbox>>>,
+    neigh: Mutex<Neighbours>,
+    attach: &'static str,
+    ports: sys::Map,
+    // Drop order: the link detaches the program before the socket goes.
+    _link: Private<OwnedFd>,
+    _prog: Private<OwnedFd>,
+    _xsks: sys::Map,
+    /// The socket and its UMEM; dropped after the rings and the link.
+    xsk: sys::Xsk,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpTransport").field("ifname", &self.cfg.ifname).field("attach", &self.attach).finish()
+    }
+}
+
+fn key_bytes(addr: Ipv4Addr, port: u16) -> [u8; 8] {
+    let mut k = [0u8; 8];
+    k[..4].copy_from_slice(&addr.octets());
+    k[4..6].copy_from_slice(&port.to_be_bytes());
+    k
+}
+
+/// The transport of one interface: the attached program, the AF_XDP socket
+/// and the sockets it demultiplexes to. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct XdpTransport {
+    shared: Arc<Shared>,
+}
+
+impl XdpTransport {
+    /// Loads and attaches the program to `cfg.ifname` and opens the AF_XDP
+    /// socket. Fails (for the caller to fall back to the kernel backend)
+    /// without privileges, without AF_XDP or when another process holds
+    /// the interface's XDP hook or the queue.
+    pub fn start(cfg: XdpConfig) -> io::Result<XdpTransport> {
+        let iface = sys::iface_info(&cfg.ifname)?;
+        let frame_size = if iface.mtu as usize + 14 <= 2048 { 2048 } else { 4096 };
+        let xsks = sys::Map::xsk(cfg.queue + 1)?;
+        let ports = sys::Map::hash8(65_536, "eudp_ports")?;
+        let prog = sys::load_redirect_prog(&xsks, &ports)?;
+        let (link, attach) = match cfg.attach {
+            AttachMode::Driver => (sys::attach_xdp(&prog, iface.index, sys::XDP_FLAGS_DRV_MODE)?, "driver"),
+            AttachMode::Generic => (sys::attach_xdp(&prog, iface.index, sys::XDP_FLAGS_SKB_MODE)?, "generic"),
+            AttachMode::Auto => match sys::attach_xdp(&prog, iface.index, sys::XDP_FLAGS_DRV_MODE) {
+                Ok(l) => (l, "driver"),
+                Err(_) => (sys::attach_xdp(&prog, iface.index, sys::XDP_FLAGS_SKB_MODE)?, "generic"),
+            },
+        };
+        let (xsk, rings) = sys::Xsk::open(iface.index, cfg.queue, cfg.frames, frame_size, cfg.ring)?;
+        sys::xskmap_set(&xsks, cfg.queue, &xsk)?;
+        let sys::XskRings { mut fill, completion, rx, tx } = rings;
+        // Half the frames to the fill ring (receive), half to transmit.
+        let half = cfg.frames / 2;
+        let to_fill = half.min(fill.free() as usize);
+        for i in 0..to_fill {
+            fill.push((i * frame_size) as u64);
+        }
+        fill.publish();
+        let free: Vec<u64> = (to_fill..cfg.frames).map(|i| (i * frame_size) as u64).collect();
+        Ok(XdpTransport {
+            shared: Arc::new(Shared {
+                iface,
+                c: Counters::default(),
+                rx: Mutex::new(RxSide { rx, fill }),
+                tx: Mutex::new(TxSide { tx, completion, free, in_flight: 0 }),
+                umem_frame: frame_size,
+                sockets: RwLock::new(HashMap::new()),
+                neigh: Mutex::new(Neighbours::default()),
+                attach,
+                ports,
+                _link: link,
+                _prog: prog,
+                _xsks: xsks,
+                xsk,
+                cfg,
+            }),
+        })
+    }
+
+    /// A new endpoint on this transport (IPv6: on the kernel backend, which
+    /// this transport does not replace).
+    pub fn endpoint(&self, engine: &crate::Engine, v6: bool) -> io::Result<crate::Endpoint> {
+        if v6 {
+            return crate::Endpoint::with_engine(engine, true);
+        }
+        crate::Endpoint::with_backend(engine, Box::new(self.socket()?))
+    }
+
+    /// A new unbound socket of this transport.
+    pub fn socket(&self) -> io::Result<XdpSocket> {
+        let kernel = UdpSocket::new(false)?;
+        let inbox = Arc::new(Inbox {
+            q: Mutex::new(VecDeque::new()),
+            bytes: AtomicU64::new(0),
+            capacity: AtomicU64::new(kernel.recv_buffer_size().unwrap_or(212_992) as u64),
+            ready: EventFd::new()?,
+            drops: AtomicU64::new(0),
+            peer: Mutex::new(None),
+        });
+        let epoll = Epoll::new()?;
+        epoll.add_readable(kernel.as_raw_fd(), 0)?;
+        epoll.add_readable(self.shared.xsk.raw_fd(), 1)?;
+        epoll.add_readable(inbox.ready.as_raw_fd(), 2)?;
+        let ttl = kernel.option(libc::IPPROTO_IP, libc::IP_TTL).unwrap_or(64).clamp(1, 255) as u32;
+        Ok(XdpSocket {
+            t: self.shared.clone(),
+            kernel,
+            inbox,
+            epoll,
+            state: Mutex::new(SockState::default()),
+            tos_ttl: AtomicU32::new(ttl),
+            rx_opts: AtomicU32::new(0),
+            ident: AtomicU16::new(std::process::id() as u16),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The counters of all sockets of this transport.
+    pub fn stats(&self) -> XdpStats {
+        let c = &self.shared.c;
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        let k = self.shared.xsk.statistics().unwrap_or(libc::xdp_statistics { rx_dropped: 0, rx_invalid_descs: 0, tx_invalid_descs: 0, rx_ring_full: 0, rx_fill_ring_empty_descs: 0, tx_ring_empty_descs: 0 });
+        XdpStats {
+            tx_xdp: g(&c.tx_xdp),
+            tx_kernel: g(&c.tx_kernel),
+            tx_kernel_no_neigh: g(&c.tx_kernel_no_neigh),
+            tx_kernel_off_link: g(&c.tx_kernel_off_link),
+            tx_kernel_too_big: g(&c.tx_kernel_too_big),
+            tx_kicks: g(&c.tx_kicks),
+            rx_xdp: g(&c.rx_xdp),
+            rx_kernel: g(&c.rx_kernel),
+            rx_bad_frames: g(&c.rx_bad_frames),
+            rx_no_socket: g(&c.rx_no_socket),
+            rx_not_peer: g(&c.rx_not_peer),
+            rx_inbox_drops: g(&c.rx_inbox_drops),
+            xsk_rx_dropped: k.rx_dropped,
+            xsk_rx_ring_full: k.rx_ring_full,
+            xsk_fill_ring_empty: k.rx_fill_ring_empty_descs,
+            attach: self.shared.attach.to_string(),
+        }
+    }
+
+    /// The interface the transport serves.
+    pub fn ifname(&self) -> &str {
+        &self.shared.cfg.ifname
+    }
+}
+
+#[derive(Debug, Default)]
+struct SockState {
+    /// The demultiplexing key this socket holds, once bound.
+    key: Option<(Ipv4Addr, u16)>,
+    local: Option<SocketAddrV4>,
+    peer: Option<SocketAddrV4>,
+}
+
+/// One UDP socket on the `xdp` transport (see the module docs).
+pub struct XdpSocket {
+    t: Arc<Shared>,
+    kernel: UdpSocket,
+    inbox: Arc<Inbox>,
+    /// Readable when the kernel socket, the shared RX ring or the inbox is.
+    epoll: Epoll,
+    state: Mutex<SockState>,
+    /// `IP_TOS << 8 | IP_TTL` as the socket has them set.
+    tos_ttl: AtomicU32,
+    /// Receive options on: 1 `IP_PKTINFO`, 2 `IP_RECVTOS`, 4 `IP_RECVTTL`.
+    rx_opts: AtomicU32,
+    ident: AtomicU16,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for XdpSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpSocket").field("state", &*lock(&self.state)).finish()
+    }
+}
+
+/// Where one datagram goes out.
+enum Route {
+    Xdp { src: SocketAddrV4, dst: SocketAddrV4, mac: [u8; 6] },
+    Kernel,
+}
+
+impl XdpSocket {
+    /// Takes the demultiplexing key for the kernel socket's address, when
+    /// that address is the interface's (or the wildcard).
+    fn register(&self, st: &mut SockState) -> io::Result<()> {
+        let SocketAddr::V4(local) = self.kernel.local_addr()? else { return Ok(()) };
+        st.local = Some(local);
+        if st.key.is_some() || local.port() == 0 {
+            return Ok(());
+        }
+        let ip = *local.ip();
+        if !ip.is_unspecified() && !self.t.iface.v4.iter().any(|(a, _)| *a == ip) {
+            return Ok(());
+        }
+        let key = (ip, local.port());
+        self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).insert(key, self.inbox.clone());
+        self.t.ports.update(&key_bytes(key.0, key.1), &1u32.to_ne_bytes())?;
+        st.key = Some(key);
+        Ok(())
+    }
+
+    fn unregister(&self) {
+        let mut st = lock(&self.state);
+        if let Some(key) = st.key.take() {
+            let _ = self.t.ports.delete(&key_bytes(key.0, key.1));
+            self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        }
+    }
+
+    /// The socket's local address, binding it to an ephemeral port first if
+    /// it has none (as the kernel does on a first send).
+    fn local(&self) -> io::Result<SocketAddrV4> {
+        let mut st = lock(&self.state);
+        if let Some(l) = st.local.filter(|l| l.port() != 0) {
+            return Ok(l);
+        }
+        if let SocketAddr::V4(l) = self.kernel.local_addr()? {
+            if l.port() == 0 {
+                self.kernel.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))?;
+            }
+        }
+        self.register(&mut st)?;
+        st.local.ok_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable))
+    }
+
+    fn route(&self, dst: SocketAddrV4, len: usize) -> io::Result<Route> {
+        let c = &self.t.c;
+        let local = self.local()?;
+        let on_link = self.t.iface.v4.iter().find(|(a, p)| same_subnet(*a, *dst.ip(), *p));
+        let Some(&(ifaddr, prefix)) = on_link else {
+            c.tx_kernel_off_link.fetch_add(1, Relaxed);
+            return Ok(Route::Kernel);
+        };
+        let d = *dst.ip();
+        if d.is_broadcast() || d.is_multicast() || d == broadcast_of(ifaddr, prefix) || d.is_loopback() || self.t.iface.v4.iter().any(|(a, _)| *a == d) {
+            c.tx_kernel_off_link.fetch_add(1, Relaxed);
+            return Ok(Route::Kernel);
+        }
+        let src_ip = if local.ip().is_unspecified() { ifaddr } else { *local.ip() };
+        if !self.t.iface.v4.iter().any(|(a, _)| *a == src_ip) {
+            c.tx_kernel_off_link.fetch_add(1, Relaxed);
+            return Ok(Route::Kernel);
+        }
+        if len + 28 > self.t.iface.mtu as usize || len + frame::UDP4_OVERHEAD > self.t.umem_frame {
+            c.tx_kernel_too_big.fetch_add(1, Relaxed);
+            return Ok(Route::Kernel);
+        }
+        match self.t.neighbour(d) {
+            Some(mac) => Ok(Route::Xdp { src: SocketAddrV4::new(src_ip, local.port()), dst, mac }),
+            None => {
+                c.tx_kernel_no_neigh.fetch_add(1, Relaxed);
+                Ok(Route::Kernel)
+            }
+        }
+    }
+
+    fn dst_of(&self, dst: Option<&SocketAddr>) -> io::Result<Option<SocketAddrV4>> {
+        match dst {
+            Some(SocketAddr::V4(d)) => Ok(Some(*d)),
+            Some(SocketAddr::V6(_)) => Ok(None),
+            None => match lock(&self.state).peer {
+                Some(p) => Ok(Some(p)),
+                None => Err(io::Error::from_raw_os_error(libc::EDESTADDRREQ)),
+            },
+        }
+    }
+
+    /// Sends `payloads` (each one datagram) to `dst` as AF_XDP frames, or
+    /// through the kernel socket where the fast path cannot take them.
+    /// Returns how many were accepted.
+    fn send_datagrams(&self, payloads: &mut dyn Iterator<Item = &[u8]>, dst: Option<&SocketAddr>, kernel_dst: Option<&SocketAddr>) -> io::Result<usize> {
+        let Some(d) = self.dst_of(dst)? else {
+            // An IPv6 destination on an IPv4 socket: the kernel's answer.
+            let mut n = 0;
+            for p in payloads {
+                self.kernel.send_to(p, kernel_dst)?;
+                n += 1;
+            }
+            return Ok(n);
+        };
+        let (tos, ttl) = {
+            let v = self.tos_ttl.load(Relaxed);
+            ((v >> 8) as u8, v as u8)
+        };
+        let mut sent = 0;
+        let mut tx = lock(&self.t.tx);
+        let mut queued = 0;
+        for p in payloads {
+            let route = self.route(d, p.len())?;
+            let Route::Xdp { src, dst, mac } = route else {
+                if queued > 0 {
+                    self.t.flush(&mut tx, queued)?;
+                    queued = 0;
+                }
+                match self.kernel.send_to(p, kernel_dst) {
+                    Ok(_) => {
+                        self.t.c.tx_kernel.fetch_add(1, Relaxed);
+                        sent += 1;
+                        continue;
+                    }
+                    Err(e) if sent > 0 && e.kind() == io::ErrorKind::WouldBlock => return Ok(sent),
+                    Err(e) => return Err(e),
+                }
+            };
+            if tx.free.is_empty() || tx.tx.free() == 0 {
+                tx.reap();
+            }
+            if tx.free.is_empty() || tx.tx.free() == 0 {
+                self.t.flush(&mut tx, queued)?;
+                queued = 0;
+                tx.reap();
+                if tx.free.is_empty() || tx.tx.free() == 0 {
+                    if sent > 0 {
+                        return Ok(sent);
+                    }
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+            }
+            let addr = tx.free.pop().expect("a free frame");
+            let buf = self.umem().frame_mut(addr);
+            let params = Udp4Params { src_mac: MacAddr(self.t.iface.mac), dst_mac: MacAddr(mac), src, dst, tos, ttl, ident: self.ident.fetch_add(1, Relaxed) };
+            let len = match frame::build_udp4(buf, &params, p) {
+                Ok(n) => n,
+                Err(e) => {
+                    tx.free.push(addr);
+                    return Err(io::Error::new(io::ErrorKind::InvalidInput, e.to_string()));
+                }
+            };
+            tx.tx.push(libc::xdp_desc { addr, len: len as u32, options: 0 });
+            tx.in_flight += 1;
+            queued += 1;
+            sent += 1;
+            self.t.c.tx_xdp.fetch_add(1, Relaxed);
+        }
+        if queued > 0 {
+            self.t.flush(&mut tx, queued)?;
+        }
+        Ok(sent)
+    }
+
+    fn umem(&self) -> &sys::Umem {
+        self.t.umem()
+    }
+
+    fn meta_for(&self, m: &mut InMeta, len: usize, src: SocketAddrV4, dst: Ipv4Addr, tos: u8, ttl: u8) {
+        let opts = self.rx_opts.load(Relaxed);
+        m.len = len;
+        m.src = Some(SocketAddr::V4(src));
+        m.segment = None;
+        m.truncated = false;
+        m.pktinfo = (opts != 0).then(|| PktInfo {
+            v4: (opts & 1 != 0).then_some((self.t.iface.index, dst, dst)),
+            v6: None,
+            tos: (opts & 2 != 0).then_some(tos),
+            ttl: (opts & 4 != 0).then_some(ttl),
+            tclass: None,
+            hoplimit: None,
+        });
+    }
+
+    /// Takes this socket's queued datagrams into `bufs` from index `at`.
+    fn take_inbox(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta], mut at: usize) -> usize {
+        let mut q = lock(&self.inbox.q);
+        while at < bufs.len() {
+            let Some(m) = q.pop_front() else { break };
+            self.inbox.bytes.fetch_sub(m.data.len() as u64 + 256, Relaxed);
+            let len = m.data.len();
+            put(&mut bufs[at], &m.data);
+            self.meta_for(&mut meta[at], len, m.src, m.dst, m.tos, m.ttl);
+            at += 1;
+        }
+        if q.is_empty() {
+            self.inbox.ready.clear();
+            // A push between the check and the clear set it again after
+            // queueing, so a datagram is never left without the flag.
+            if !q.is_empty() {
+                self.inbox.ready.set();
+            }
+        }
+        at
+    }
+
+    /// Drains the shared RX ring: this socket's datagrams into `bufs` from
+    /// `at`, the others' into their inboxes.
+    fn take_ring(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta], mut at: usize) -> usize {
+        let Ok(mut rx) = self.t.rx.try_lock() else { return at };
+        let my_key = lock(&self.state).key;
+        let my_peer = *lock(&self.inbox.peer);
+        let n = rx.rx.ready();
+        let mut taken = 0;
+        while taken < n && at < bufs.len() {
+            let d = rx.rx.take();
+            taken += 1;
+            let data = self.umem().frame(d.addr, d.len as usize);
+            match frame::parse_udp4(data) {
+                Err(_) => {
+                    self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
+                }
+                Ok(f) => {
+                    let exact = (*f.dst.ip(), f.dst.port());
+                    let wild = (Ipv4Addr::UNSPECIFIED, f.dst.port());
+                    if my_key == Some(exact) || my_key == Some(wild) {
+                        if my_peer.is_some_and(|p| p != f.src) {
+                            self.t.c.rx_not_peer.fetch_add(1, Relaxed);
+                        } else {
+                            put(&mut bufs[at], f.payload);
+                            self.meta_for(&mut meta[at], f.payload.len(), f.src, *f.dst.ip(), f.tos, f.ttl);
+                            at += 1;
+                            self.t.c.rx_xdp.fetch_add(1, Relaxed);
+                        }
+                    } else {
+                        self.t.deliver_other(exact, wild, &f);
+                    }
+                }
+            }
+            rx.fill.push(d.addr - d.addr % self.t.umem_frame as u64);
+        }
+        if taken > 0 {
+            rx.rx.release();
+            rx.fill.publish();
+        }
+        at
+    }
+}
+
+impl Shared {
+    fn umem(&self) -> &sys::Umem {
+        self.xsk.umem()
+    }
+
+    /// Publishes `queued` TX descriptors and kicks until the kernel took
+    /// them (copy mode transmits a bounded batch per kick).
+    fn flush(&self, tx: &mut TxSide, queued: usize) -> io::Result<()> {
+        if queued == 0 {
+            return Ok(());
+        }
+        tx.tx.publish();
+        // Until the kernel has consumed every descriptor (bounded: a device
+        // that stops taking frames leaves them for the next flush).
+        for _ in 0..64 {
+            self.c.tx_kicks.fetch_add(1, Relaxed);
+            self.xsk_kick()?;
+            tx.reap();
+            if tx.tx.free() == tx.tx.size() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn xsk_kick(&self) -> io::Result<bool> {
+        self.xsk.kick_tx()
+    }
+
+    fn deliver_other(&self, exact: (Ipv4Addr, u16), wild: (Ipv4Addr, u16), f: &frame::Udp4Frame<'_>) {
+        let map = self.sockets.read().unwrap_or_else(|e| e.into_inner());
+        let Some(inbox) = map.get(&exact).or_else(|| map.get(&wild)) else {
+            self.c.rx_no_socket.fetch_add(1, Relaxed);
+            return;
+        };
+        if lock(&inbox.peer).is_some_and(|p| p != f.src) {
+            self.c.rx_not_peer.fetch_add(1, Relaxed);
+            return;
+        }
+        self.c.rx_xdp.fetch_add(1, Relaxed);
+        inbox.push(&self.c, Queued { data: f.payload.to_vec(), src: f.src, dst: *f.dst.ip(), tos: f.tos, ttl: f.ttl });
+    }
+
+    /// The MAC address of on-link neighbour `ip`, from the kernel's table
+    /// (read again once an answer is older than `neigh_ttl`).
+    fn neighbour(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        let mut n = lock(&self.neigh);
+        let now = Instant::now();
+        if let Some(&(mac, at)) = n.map.get(&ip) {
+            if now.duration_since(at) < self.cfg.neigh_ttl {
+                return Some(mac);
+            }
+        }
+        // Read the table at most every few milliseconds while unresolved.
+        if n.read_at.is_some_and(|t| now.duration_since(t) < Duration::from_millis(5)) && !n.map.contains_key(&ip) {
+            return None;
+        }
+        n.read_at = Some(now);
+        n.map.clear();
+        let text = // This thread's namespace: `/proc/net` is the process leader's.
+        std::fs::read_to_string("/proc/thread-self/net/arp").unwrap_or_default();
+        for (a, mac) in parse_arp_table(&text, &self.cfg.ifname) {
+            n.map.insert(a, (mac, now));
+        }
+        n.map.get(&ip).map(|&(m, _)| m)
+    }
+}
+
+/// Copies a datagram into the front of an engine buffer, keeping the
+/// buffer's length (the engine reads into the same buffers again).
+fn put(buf: &mut Vec<u8>, data: &[u8]) {
+    if buf.len() < data.len() {
+        buf.resize(data.len(), 0);
+    }
+    buf[..data.len()].copy_from_slice(data);
+}
+
+/// Complete entries (flags 0x2) of `/proc/net/arp` on `dev`.
+fn parse_arp_table(text: &str, dev: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || f[5] != dev {
+            continue;
+        }
+        let flags = u32::from_str_radix(f[2].trim_start_matches("0x"), 16).unwrap_or(0);
+        if flags & 0x2 == 0 {
+            continue;
+        }
+        let (Ok(ip), Ok(mac)) = (f[0].parse::<Ipv4Addr>(), f[3].parse::<MacAddr>()) else { continue };
+        if mac.0 != [0; 6] {
+            out.push((ip, mac.0));
+        }
+    }
+    out
+}
+
+fn same_subnet(a: Ipv4Addr, b: Ipv4Addr, prefix: u8) -> bool {
+    if prefix == 0 {
+        return true;
+    }
+    let mask = u32::MAX << (32 - u32::from(prefix.min(32)));
+    u32::from(a) & mask == u32::from(b) & mask
+}
+
+fn broadcast_of(a: Ipv4Addr, prefix: u8) -> Ipv4Addr {
+    if prefix >= 32 {
+        return a;
+    }
+    Ipv4Addr::from(u32::from(a) | (u32::MAX >> u32::from(prefix)))
+}
+
+impl Drop for XdpSocket {
+    fn drop(&mut self) {
+        self.unregister();
+    }
+}
+
+impl Backend for XdpSocket {
+    fn is_v6(&self) -> bool {
+        false
+    }
+    fn raw_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+    fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
+        self.kernel.bind(addr)?;
+        let mut st = lock(&self.state);
+        self.register(&mut st)
+    }
+    fn connect(&self, addr: &SocketAddr) -> io::Result<()> {
+        self.kernel.connect(addr)?;
+        let mut st = lock(&self.state);
+        st.peer = match addr {
+            SocketAddr::V4(a) => Some(*a),
+            SocketAddr::V6(_) => None,
+        };
+        *lock(&self.inbox.peer) = st.peer;
+        // A connect picks the source address: a wildcard key becomes that
+        // address's (as the kernel's connected socket stops taking others').
+        if let Some(key) = st.key.take() {
+            let _ = self.t.ports.delete(&key_bytes(key.0, key.1));
+            self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        }
+        self.register(&mut st)
+    }
+    fn disconnect(&self) -> io::Result<()> {
+        self.kernel.disconnect()?;
+        let mut st = lock(&self.state);
+        st.peer = None;
+        *lock(&self.inbox.peer) = None;
+        if let Some(key) = st.key.take() {
+            let _ = self.t.ports.delete(&key_bytes(key.0, key.1));
+            self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        }
+        st.local = None;
+        self.register(&mut st)
+    }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.kernel.local_addr()
+    }
+    fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.kernel.peer_addr()
+    }
+    fn send_one(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        if buf.len() > eudp_wire::limits::max_payload(false) {
+            return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+        }
+        self.send_datagrams(&mut std::iter::once(buf), dst, dst).map(|_| buf.len())
+    }
+    fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        let mut done = 0;
+        let mut joined = Vec::new();
+        for m in msgs {
+            let whole: &[u8] = if m.iov.len() == 1 {
+                &m.iov[0]
+            } else {
+                joined.clear();
+                for v in m.iov {
+                    joined.extend_from_slice(v);
+                }
+                &joined
+            };
+            let seg = m.segment.map_or(whole.len().max(1), |s| usize::from(s).max(1));
+            let mut parts: Box<dyn Iterator<Item = &[u8]>> = if whole.is_empty() { Box::new(std::iter::once(whole)) } else { Box::new(whole.chunks(seg)) };
+            let want = if whole.is_empty() { 1 } else { whole.len().div_ceil(seg) };
+            match self.send_datagrams(&mut parts, m.dst.as_ref(), m.dst.as_ref()) {
+                Ok(n) if n == want => done += 1,
+                Ok(n) if done == 0 && m.segment.is_some() => return Err(kernel::partly_sent_error(n)),
+                Ok(_) => return Ok(done),
+                Err(e) if done > 0 && e.kind() == io::ErrorKind::WouldBlock => return Ok(done),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+    fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        let end = Instant::now() + timeout;
+        loop {
+            {
+                let mut tx = lock(&self.t.tx);
+                tx.reap();
+                if !tx.free.is_empty() && tx.tx.free() > 0 {
+                    return Ok(true);
+                }
+                let _ = self.t.xsk_kick();
+            }
+            if Instant::now() >= end {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        let mut at = self.take_inbox(bufs, meta, 0);
+        if at < bufs.len() {
+            at = self.take_ring(bufs, meta, at);
+        }
+        if at == 0 {
+            // Only when the fast path had nothing: what came through the
+            // kernel (another interface, fragments, before the bind).
+            match self.kernel.recv_batch(bufs, meta) {
+                Ok(n) => {
+                    self.t.c.rx_kernel.fetch_add(n as u64, Relaxed);
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(at)
+    }
+    fn take_error(&self) -> Option<i32> {
+        if let Ok(Some((e, _))) = self.kernel.take_queued_error() {
+            let _ = self.kernel.take_socket_error();
+            return Some(e);
+        }
+        match self.kernel.take_socket_error() {
+            0 => None,
+            e => Some(e),
+        }
+    }
+    fn send_buffer_size(&self) -> usize {
+        self.kernel.send_buffer_size().unwrap_or(212_992)
+    }
+    fn recv_buffer_size(&self) -> usize {
+        self.kernel.recv_buffer_size().unwrap_or(212_992)
+    }
+    fn socket_drops(&self) -> Option<u64> {
+        Some(self.kernel.drops().unwrap_or(0) + self.inbox.drops.load(Relaxed))
+    }
+    fn probe_gso(&self) -> bool {
+        // Each datagram is its own frame; a batch costs one kick anyway.
+        false
+    }
+    fn enable_gro(&self) -> bool {
+        false
+    }
+    fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()> {
+        self.kernel.set_option(level, name, val)?;
+        if level == libc::IPPROTO_IP {
+            let bit = match name {
+                libc::IP_PKTINFO => 1,
+                libc::IP_RECVTOS => 2,
+                libc::IP_RECVTTL => 4,
+                _ => 0,
+            };
+            if bit != 0 {
+                if val != 0 {
+                    self.rx_opts.fetch_or(bit, Relaxed);
+                } else {
+                    self.rx_opts.fetch_and(!bit, Relaxed);
+                }
+            }
+            if name == libc::IP_TOS || name == libc::IP_TTL {
+                let tos = self.kernel.option(libc::IPPROTO_IP, libc::IP_TOS).unwrap_or(0) as u32 & 0xff;
+                let ttl = self.kernel.option(libc::IPPROTO_IP, libc::IP_TTL).unwrap_or(64) as u32 & 0xff;
+                self.tos_ttl.store(tos << 8 | ttl, Relaxed);
+            }
+        }
+        if level == libc::SOL_SOCKET && name == libc::SO_RCVBUF {
+            self.inbox.capacity.store(self.kernel.recv_buffer_size().unwrap_or(212_992) as u64, Relaxed);
+        }
+        Ok(())
+    }
+    fn option(&self, level: i32, name: i32) -> io::Result<i32> {
+        self.kernel.option(level, name)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn release_socket(&self) {
+        if !self.closed.swap(true, Relaxed) {
+            self.unregister();
+        }
+        self.kernel.release_socket();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arp_table_entries_on_the_device_only_and_complete_only() {
+        let text = "IP address       HW type     Flags       HW address            Mask     Device\n\
+                    198.18.0.2       0x1         0x2         02:aa:bb:cc:dd:01     *        veth0\n\
+                    198.18.0.3       0x1         0x0         00:00:00:00:00:00     *        veth0\n\
+                    198.18.0.4       0x1         0x2         02:aa:bb:cc:dd:02     *        eth9\n\
+                    198.18.0.5       0x1         0x6         02:aa:bb:cc:dd:03     *        veth0\n";
+        let got = parse_arp_table(text, "veth0");
+        assert_eq!(got, vec![("198.18.0.2".parse().unwrap(), [2, 0xaa, 0xbb, 0xcc, 0xdd, 1]), ("198.18.0.5".parse().unwrap(), [2, 0xaa, 0xbb, 0xcc, 0xdd, 3])]);
+    }
+
+    #[test]
+    fn subnets_and_broadcast() {
+        let a: Ipv4Addr = "198.18.0.1".parse().unwrap();
+        assert!(same_subnet(a, "198.18.0.200".parse().unwrap(), 24));
+        assert!(!same_subnet(a, "198.18.1.2".parse().unwrap(), 24));
+        assert!(same_subnet(a, "198.19.1.2".parse().unwrap(), 15));
+        assert_eq!(broadcast_of(a, 24), "198.18.0.255".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(broadcast_of(a, 30), "198.18.0.3".parse::<Ipv4Addr>().unwrap());
+    }
+
+    #[test]
+    fn keys_are_the_wire_bytes_the_program_reads() {
+        // The program stores daddr (4 wire bytes) and the 16-bit port load,
+        // zero-extended, little end first.
+        assert_eq!(key_bytes("198.18.0.2".parse().unwrap(), 0x1389), [198, 18, 0, 2, 0x13, 0x89, 0, 0]);
+    }
+}
