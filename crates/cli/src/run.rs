@@ -127,7 +127,7 @@ pub fn run_main(args: &[String]) -> i32 {
             }
             "--transport" => {
                 match args.get(i + 1).map(String::as_str) {
-                    Some(t @ ("kernel" | "tcp")) => transport = Some(t.to_string()),
+                    Some(t @ ("kernel" | "tcp" | "xdp")) => transport = Some(t.to_string()),
                     _ => return usage_run(),
                 }
                 i += 2;
@@ -173,7 +173,8 @@ pub fn run_main(args: &[String]) -> i32 {
     cmd.args(&args[i + 1..]);
     preload_settings(&mut cmd, &lib, &settings);
     if let Some(t) = transport {
-        // The engine's transport: kernel UDP (default) or TCP lanes (UOE).
+        // The engine's transport: kernel UDP (default), TCP lanes (UOE) or
+        // AF_XDP.
         cmd.env("EUDP_TRANSPORT", t);
     }
     use std::os::unix::process::CommandExt;
@@ -451,6 +452,9 @@ pub enum Stack {
     /// The shim on the `tcp` transport (UDP over TCP), as
     /// `eudp run --transport tcp` runs a program.
     EudpTcp(&'static str),
+    /// The shim on the `xdp` transport (AF_XDP), as `eudp run --transport
+    /// xdp` runs a program.
+    EudpXdp(&'static str),
 }
 
 impl Stack {
@@ -461,6 +465,8 @@ impl Stack {
             Stack::Eudp(p) => format!("eudp-{p}"),
             Stack::EudpTcp("default") => "eudp-tcp".into(),
             Stack::EudpTcp(p) => format!("eudp-tcp-{p}"),
+            Stack::EudpXdp("default") => "eudp-xdp".into(),
+            Stack::EudpXdp(p) => format!("eudp-xdp-{p}"),
         }
     }
 }
@@ -469,9 +475,11 @@ impl Stack {
 /// profile's settings, as `eudp run` sets them, and the stats directory.
 pub fn stack_env(stack: Stack, lib: &Path, stat_dir: &Path) -> Vec<OsString> {
     let mut v = Vec::new();
-    if let Stack::Eudp(p) | Stack::EudpTcp(p) = stack {
-        if matches!(stack, Stack::EudpTcp(_)) {
-            v.push("EUDP_TRANSPORT=tcp".into());
+    if let Stack::Eudp(p) | Stack::EudpTcp(p) | Stack::EudpXdp(p) = stack {
+        match stack {
+            Stack::EudpTcp(_) => v.push("EUDP_TRANSPORT=tcp".into()),
+            Stack::EudpXdp(_) => v.push("EUDP_TRANSPORT=xdp".into()),
+            _ => {}
         }
         let mut tmp = Command::new("true");
         let _ = preload(&mut tmp, lib, p);
@@ -618,6 +626,11 @@ fn parse_after(s: &str, key: &str) -> Option<f64> {
 /// sockperf ping-pong, under-load or throughput (`mode`) from a to a server on b.
 #[allow(clippy::too_many_arguments)]
 pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib: &Path, stats: &Path, mode: &str, secs: u32, size: usize) -> Result<serde_json::Value, String> {
+    // An AF_XDP run's processes report into a directory of their own, so
+    // the row can show that the fast path carried the traffic.
+    let xdp_dir = stats.join(format!("xdp-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)));
+    let xdp = matches!(client, Stack::EudpXdp(_)) || matches!(server, Stack::EudpXdp(_));
+    let stats: &Path = if xdp { &xdp_dir } else { stats };
     let port = "11311";
     let (srv_rss, cli_rss) = (crate::rss::report_path("sockperf-server"), crate::rss::report_path("sockperf-client"));
     let mut srv = spawn_bg(measured_app_command(tb, 'b', server, lib, stats, &["sockperf", "server", "-i", crate::testbed::ADDR_B, "-p", port], &srv_rss))?;
@@ -652,7 +665,45 @@ pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib:
         // The server count includes the warm-up's few messages.
         v["received_rate"] = received.map(|r| r as f64 / secs as f64).into();
     }
+    if xdp {
+        let x = xdp_counters(stats);
+        let _ = std::fs::remove_dir_all(stats);
+        if x.tx_frames == 0 || x.rx_frames == 0 {
+            return Err(format!("sockperf {mode} on the xdp transport: the fast path carried nothing (tx {}, rx {} frames; {})", x.tx_frames, x.rx_frames, x.unavailable.join("; ")));
+        }
+        v["xdp_tx_frames"] = x.tx_frames.into();
+        v["xdp_rx_frames"] = x.rx_frames.into();
+        v["xdp_kernel_path_datagrams"] = x.kernel_path.into();
+    }
     Ok(v)
+}
+
+/// What the processes of one `--transport xdp` run said of their AF_XDP
+/// transport (summed over their `eudp stat` reports in `dir`).
+#[derive(Default)]
+struct XdpCounters {
+    tx_frames: u64,
+    rx_frames: u64,
+    /// Datagrams the kernel socket carried instead (both directions).
+    kernel_path: u64,
+    unavailable: Vec<String>,
+}
+
+fn xdp_counters(dir: &Path) -> XdpCounters {
+    let mut c = XdpCounters::default();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+        let Ok(j) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+        let x = &j["xdp"];
+        let n = |k: &str| x["stats"][k].as_u64().unwrap_or(0);
+        c.tx_frames += n("tx_xdp");
+        c.rx_frames += n("rx_xdp");
+        c.kernel_path += n("tx_kernel") + n("rx_kernel");
+        if let Some(u) = x["unavailable"].as_str() {
+            c.unavailable.push(u.to_string());
+        }
+    }
+    c
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -724,7 +775,7 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
     targets.push(serde_json::json!({"target": "sockperf throughput 64 B received message rate >= 5x kernel", "ratio": x, "met": x.is_some_and(|x| x >= 5.0)}));
     // sockperf ping-pong 64 B.
     for rep in 0..repeats {
-        for stack in [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency")] {
+        for stack in [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency"), Stack::EudpXdp("default"), Stack::EudpXdp("latency")] {
             let r = sockperf(&tb, stack, stack, &lib, &stats, "ping-pong", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "ping-pong", "client": stack.name(), "error": e}));
             push(&mut rows, r, rep);
         }
@@ -736,6 +787,13 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile p50 <= kernel p50", "ratio": ratio(e50, k50), "met": ratio(e50, k50).is_some_and(|x| x <= 1.0)}));
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile p99 <= 1.2x kernel p99", "ratio": ratio(e99, k99), "met": ratio(e99, k99).is_some_and(|x| x <= 1.2)}));
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B latency profile p50 <= 0.5x kernel p50", "ratio": ratio(l50, k50), "met": ratio(l50, k50).is_some_and(|x| x <= 0.5)}));
+    // The same targets on the AF_XDP transport (`--transport xdp`), side by
+    // side: the kernel's per-datagram path is what it removes.
+    let (x50, x99) = (median_of(&rows, &pp("eudp-xdp"), "p50_us"), median_of(&rows, &pp("eudp-xdp"), "p99_us"));
+    let xl50 = median_of(&rows, &pp("eudp-xdp-latency"), "p50_us");
+    targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile, xdp transport, p50 <= kernel p50", "ratio": ratio(x50, k50), "met": ratio(x50, k50).is_some_and(|x| x <= 1.0)}));
+    targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile, xdp transport, p99 <= 1.2x kernel p99", "ratio": ratio(x99, k99), "met": ratio(x99, k99).is_some_and(|x| x <= 1.2)}));
+    targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B latency profile, xdp transport, p50 <= 0.5x kernel p50", "ratio": ratio(xl50, k50), "met": ratio(xl50, k50).is_some_and(|x| x <= 0.5)}));
 
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);

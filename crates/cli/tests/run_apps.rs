@@ -3,9 +3,10 @@
 //! Python program over loopback. Each program runs unmodified under
 //! `libeudp_preload.so`; outputs are compared byte for byte with what the
 //! test expects, and the shim's counters with what the programs report.
-//! Each testbed test runs twice: on the engine's default transport (kernel
-//! UDP) and on the `tcp` transport (UDP over TCP, docs/tcp.md), where it
-//! also checks the transport's own counters.
+//! Each testbed test runs three times: on the engine's default transport
+//! (kernel UDP), on the `tcp` transport (UDP over TCP, docs/tcp.md) and on
+//! the `xdp` transport (AF_XDP, docs/xdp.md); the last two also check the
+//! transport's own counters.
 
 #[path = "../src/run.rs"]
 #[allow(dead_code)]
@@ -72,12 +73,35 @@ fn uoe_total(dir: &Path, counter: &str) -> u64 {
     run::read_reports(dir, true, &[]).iter().map(|r| r["uoe"]["tcp"][counter].as_u64().unwrap_or(0)).sum()
 }
 
-/// The shim on the default transport, or on `tcp`.
-fn eudp(tcp: bool, profile: &'static str) -> Stack {
-    if tcp {
-        Stack::EudpTcp(profile)
-    } else {
-        Stack::Eudp(profile)
+/// Sum of an AF_XDP (`xdp` transport) counter over the reports in `dir`.
+fn xdp_total(dir: &Path, counter: &str) -> u64 {
+    run::read_reports(dir, true, &[]).iter().map(|r| r["xdp"]["stats"][counter].as_u64().unwrap_or(0)).sum()
+}
+
+/// The engine transport a test runs the shim on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tr {
+    Kernel,
+    Tcp,
+    Xdp,
+}
+
+impl Tr {
+    fn tag(self) -> &'static str {
+        match self {
+            Tr::Kernel => "",
+            Tr::Tcp => "-tcp",
+            Tr::Xdp => "-xdp",
+        }
+    }
+}
+
+/// The shim on transport `tr`.
+fn eudp(tr: Tr, profile: &'static str) -> Stack {
+    match tr {
+        Tr::Kernel => Stack::Eudp(profile),
+        Tr::Tcp => Stack::EudpTcp(profile),
+        Tr::Xdp => Stack::EudpXdp(profile),
     }
 }
 
@@ -186,7 +210,7 @@ for i in range(n):
 
 #[test]
 fn socat_udp_relay_byte_exact() {
-    socat_relay(false);
+    socat_relay(Tr::Kernel);
 }
 
 /// socat's datagrams come from and go to programs on plain kernel UDP:
@@ -194,20 +218,29 @@ fn socat_udp_relay_byte_exact() {
 /// host with no UOE as plain UDP (DML (c), which the test selects).
 #[test]
 fn socat_udp_relay_byte_exact_over_tcp() {
-    socat_relay(true);
+    socat_relay(Tr::Tcp);
 }
 
-fn socat_relay(tcp: bool) {
+/// Over `xdp` socat's receive socket is on loopback (the kernel path) and
+/// its sends leave as frames the shim built, which the sink's kernel must
+/// accept: checksums and headers are checked by a real stack.
+#[test]
+fn socat_udp_relay_byte_exact_over_xdp() {
+    socat_relay(Tr::Xdp);
+}
+
+fn socat_relay(tr: Tr) {
+    let tcp = tr == Tr::Tcp;
     let Some(tb) = testbed("soc") else { return };
     let lib = lib();
-    let stats = stat_dir(if tcp { "socat-tcp" } else { "socat" });
+    let stats = stat_dir(&format!("socat{}", tr.tag()));
     let n = 2000;
     let mut h = sha256_frames(n);
     h.truncate(64);
     let mut sink = tb.command('b', "python3");
     sink.args(["-c", PY_SINK, ADDR_B, "7000", &n.to_string()]).stdout(Stdio::piped());
     let sink = sink.spawn().unwrap();
-    let mut relay = app_command(&tb, 'a', eudp(tcp, "default"), &lib, &stats, &["socat", "-u", "-b", "65536", "UDP4-RECV:6000,bind=127.0.0.1,rcvbuf=8388608", &format!("UDP4-SENDTO:{ADDR_B}:7000")]);
+    let mut relay = app_command(&tb, 'a', eudp(tr, "default"), &lib, &stats, &["socat", "-u", "-b", "65536", "UDP4-RECV:6000,bind=127.0.0.1,rcvbuf=8388608", &format!("UDP4-SENDTO:{ADDR_B}:7000")]);
     if tcp {
         // Its sink is a plain UDP program (no UOE listens there): DML (c)
         // reaches it with plain UDP; the default (a) would queue and drop.
@@ -233,6 +266,11 @@ fn socat_relay(tcp: bool) {
         assert_eq!(uoe_total(&stats, "kernel_received"), n as u64, "read from socat's kernel socket");
         assert_eq!(uoe_total(&stats, "plain_sent"), n as u64, "sent as plain UDP to the host without a UOE");
     }
+    if tr == Tr::Xdp {
+        // All but the few sent while the neighbour was unresolved.
+        let frames = xdp_total(&stats, "tx_xdp");
+        assert!(frames + xdp_total(&stats, "tx_kernel_no_neigh") == n as u64 && frames >= n as u64 - 20, "AF_XDP frames sent: {frames}");
+    }
     let _ = std::fs::remove_dir_all(&stats);
 }
 
@@ -249,20 +287,28 @@ fn sha256_frames(n: usize) -> String {
 
 #[test]
 fn iperf3_udp_both_directions() {
-    iperf3_both(false);
+    iperf3_both(Tr::Kernel);
 }
 
 #[test]
 fn iperf3_udp_both_directions_over_tcp() {
-    iperf3_both(true);
+    iperf3_both(Tr::Tcp);
 }
 
-fn iperf3_both(tcp: bool) {
+/// The iperf3 server's socket is dual-stack IPv6 (`[::]`): its IPv4
+/// datagrams come as v4-mapped addresses on the fast path.
+#[test]
+fn iperf3_udp_both_directions_over_xdp() {
+    iperf3_both(Tr::Xdp);
+}
+
+fn iperf3_both(tr: Tr) {
+    let tcp = tr == Tr::Tcp;
     let Some(tb) = testbed("ipf") else { return };
     let lib = lib();
     for reverse in [false, true] {
-        let stats = stat_dir(&format!("iperf{}{}", if reverse { "R" } else { "" }, if tcp { "-tcp" } else { "" }));
-        let r = run::iperf3_udp(&tb, eudp(tcp, "default"), &lib, &stats, 2, 1400, "100M", reverse).expect("iperf3");
+        let stats = stat_dir(&format!("iperf{}{}", if reverse { "R" } else { "" }, tr.tag()));
+        let r = run::iperf3_udp(&tb, eudp(tr, "default"), &lib, &stats, 2, 1400, "100M", reverse).expect("iperf3");
         eprintln!("{r}");
         let sent = r["packets_sent"].as_u64().unwrap();
         assert!(sent > 10_000, "{r}");
@@ -280,13 +326,19 @@ fn iperf3_both(tcp: bool) {
             let frames = uoe_total(&stats, "frames_received");
             assert!(frames >= sent - r["lost_packets"].as_u64().unwrap(), "UOE frames {frames} (reverse={reverse})");
         }
+        if tr == Tr::Xdp {
+            // The test data left and arrived as AF_XDP frames (iperf3's
+            // control connection is TCP, on the kernel).
+            let (tx, rx) = (xdp_total(&stats, "tx_xdp"), xdp_total(&stats, "rx_xdp"));
+            assert!(tx >= sent - 20 && rx >= sent - r["lost_packets"].as_u64().unwrap() - 20, "AF_XDP frames sent {tx}, received {rx} (reverse={reverse})");
+        }
         let _ = std::fs::remove_dir_all(&stats);
     }
 }
 
 #[test]
 fn iperf3_udp_bidir_and_parallel() {
-    iperf3_bidir_parallel(false);
+    iperf3_bidir_parallel(Tr::Kernel);
 }
 
 /// The iperf3 server connects each stream's socket to its client and opens
@@ -295,15 +347,23 @@ fn iperf3_udp_bidir_and_parallel() {
 /// the fix, 3 of 6 runs hung waiting for a stream's first datagram).
 #[test]
 fn iperf3_udp_bidir_and_parallel_over_tcp() {
-    iperf3_bidir_parallel(true);
+    iperf3_bidir_parallel(Tr::Tcp);
 }
 
-fn iperf3_bidir_parallel(tcp: bool) {
+/// Several sockets of one process on one port (each stream's socket is
+/// connected to its client): frames go to the socket the kernel would pick.
+#[test]
+fn iperf3_udp_bidir_and_parallel_over_xdp() {
+    iperf3_bidir_parallel(Tr::Xdp);
+}
+
+fn iperf3_bidir_parallel(tr: Tr) {
+    let tcp = tr == Tr::Tcp;
     let Some(tb) = testbed("ipp") else { return };
     let lib = lib();
     for extra in [&["--bidir"][..], &["-P", "4"][..]] {
-        let stats = stat_dir(if tcp { "iperfx-tcp" } else { "iperfx" });
-        let r = run::iperf3_udp_with(&tb, eudp(tcp, "default"), &lib, &stats, 2, 1400, "100M", extra).expect("iperf3");
+        let stats = stat_dir(&format!("iperfx{}", tr.tag()));
+        let r = run::iperf3_udp_with(&tb, eudp(tr, "default"), &lib, &stats, 2, 1400, "100M", extra).expect("iperf3");
         eprintln!("{r}");
         assert!(r["packets_sent"].as_u64().unwrap() > 5_000, "{r}");
         assert!(r["lost_percent"].as_f64().unwrap() < 5.0, "paced run lost too much: {r}");
@@ -313,13 +373,17 @@ fn iperf3_bidir_parallel(tcp: bool) {
             let frames = uoe_total(&stats, "frames_received");
             assert!(frames >= r["packets_sent"].as_u64().unwrap() - r["lost_packets"].as_u64().unwrap(), "{extra:?}: UOE frames {frames}");
         }
+        if tr == Tr::Xdp {
+            let rx = xdp_total(&stats, "rx_xdp");
+            assert!(rx + 40 >= r["packets_sent"].as_u64().unwrap() - r["lost_packets"].as_u64().unwrap(), "{extra:?}: AF_XDP frames received {rx}");
+        }
         let _ = std::fs::remove_dir_all(&stats);
     }
 }
 
 #[test]
 fn dig_against_dnsmasq() {
-    dig_dnsmasq(false);
+    dig_dnsmasq(Tr::Kernel);
 }
 
 /// dnsmasq over `tcp` answers dig on plain kernel UDP: plain UDP back
@@ -327,14 +391,24 @@ fn dig_against_dnsmasq() {
 /// host that never came, and dig timed out.
 #[test]
 fn dig_against_dnsmasq_over_tcp() {
-    dig_dnsmasq(true);
+    dig_dnsmasq(Tr::Tcp);
 }
 
-fn dig_dnsmasq(tcp: bool) {
+/// dnsmasq asks for IP_PKTINFO, which the AF_XDP path reports from the
+/// frame; dig sets SO_REUSEPORT, which puts its socket on the kernel path
+/// under this transport, so the queries reach dnsmasq's socket as frames
+/// the kernel built.
+#[test]
+fn dig_against_dnsmasq_over_xdp() {
+    dig_dnsmasq(Tr::Xdp);
+}
+
+fn dig_dnsmasq(tr: Tr) {
+    let tcp = tr == Tr::Tcp;
     let Some(tb) = testbed("dns") else { return };
     let lib = lib();
-    let stats = stat_dir(if tcp { "dns-tcp" } else { "dns" });
-    let mut dns = app_command(&tb, 'b', eudp(tcp, "default"), &lib, &stats, &[
+    let stats = stat_dir(&format!("dns{}", tr.tag()));
+    let mut dns = app_command(&tb, 'b', eudp(tr, "default"), &lib, &stats, &[
         "dnsmasq", "-k", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address", ADDR_B,
         "-p", "5353", "--user=root", "--pid-file=", "--address=/eudp.test/198.18.0.99", "--txt-record=t.eudp.test,byte-exact",
     ]);
@@ -356,8 +430,8 @@ fn dig_dnsmasq(tcp: bool) {
     assert_eq!(kernel_a, "198.18.0.99\n");
     assert_eq!(kernel_txt, "\"byte-exact\"\n");
     for _ in 0..5 {
-        assert_eq!(dig(eudp(tcp, "default"), &["eudp.test", "A"]), kernel_a);
-        assert_eq!(dig(eudp(tcp, "default"), &["t.eudp.test", "TXT"]), kernel_txt);
+        assert_eq!(dig(eudp(tr, "default"), &["eudp.test", "A"]), kernel_a);
+        assert_eq!(dig(eudp(tr, "default"), &["t.eudp.test", "TXT"]), kernel_txt);
     }
     // dnsmasq asks for IP_PKTINFO: its socket stays on the engine (the
     // report of a running program is refreshed every second).
@@ -390,31 +464,51 @@ fn dig_dnsmasq(tcp: bool) {
         let plain = uoe_total(&stats, "plain_sent");
         assert!(plain >= 12, "plain UDP answers: {plain}");
     }
+    if tr == Tr::Xdp {
+        // Twelve queries in, twelve answers out, on dnsmasq's fast path.
+        let (tx, rx) = (xdp_total(&stats, "tx_xdp"), xdp_total(&stats, "rx_xdp"));
+        assert!(tx >= 10 && rx >= 12, "dnsmasq's AF_XDP frames: sent {tx}, received {rx}");
+    }
     let _ = std::fs::remove_dir_all(&stats);
 }
 
 #[test]
 fn sockperf_ping_pong_and_throughput() {
-    sockperf_runs(false);
+    sockperf_runs(Tr::Kernel);
 }
 
 #[test]
 fn sockperf_ping_pong_and_throughput_over_tcp() {
-    sockperf_runs(true);
+    sockperf_runs(Tr::Tcp);
 }
 
-fn sockperf_runs(tcp: bool) {
+/// `run::sockperf` fails a run on this transport whose frames did not go
+/// through AF_XDP on both sides; the latency profile's spin reads the RX
+/// ring without a system call.
+#[test]
+fn sockperf_ping_pong_and_throughput_over_xdp() {
+    sockperf_runs(Tr::Xdp);
+    let Some(tb) = testbed("spx") else { return };
+    let stats = stat_dir("sockperf-xdp-latency");
+    let r = run::sockperf(&tb, eudp(Tr::Xdp, "latency"), eudp(Tr::Xdp, "latency"), &lib(), &stats, "ping-pong", 2, 64).expect("ping-pong");
+    eprintln!("{r}");
+    assert_eq!(r["dropped"].as_f64(), Some(0.0), "{r}");
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
+fn sockperf_runs(tr: Tr) {
+    let tcp = tr == Tr::Tcp;
     let Some(tb) = testbed("spf") else { return };
     let lib = lib();
-    let stats = stat_dir(if tcp { "sockperf-tcp" } else { "sockperf" });
-    let r = run::sockperf(&tb, eudp(tcp, "default"), eudp(tcp, "default"), &lib, &stats, "ping-pong", 2, 64).expect("ping-pong");
+    let stats = stat_dir(&format!("sockperf{}", tr.tag()));
+    let r = run::sockperf(&tb, eudp(tr, "default"), eudp(tr, "default"), &lib, &stats, "ping-pong", 2, 64).expect("ping-pong");
     eprintln!("{r}");
     assert_eq!(r["dropped"].as_f64(), Some(0.0), "{r}");
     assert!(r["p50_us"].as_f64().unwrap() > 0.0);
-    let r = run::sockperf(&tb, eudp(tcp, "default"), eudp(tcp, "default"), &lib, &stats, "under-load", 2, 64).expect("under-load");
+    let r = run::sockperf(&tb, eudp(tr, "default"), eudp(tr, "default"), &lib, &stats, "under-load", 2, 64).expect("under-load");
     eprintln!("{r}");
     assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
-    let r = run::sockperf(&tb, eudp(tcp, "throughput"), eudp(tcp, "throughput"), &lib, &stats, "throughput", 2, 64).expect("throughput");
+    let r = run::sockperf(&tb, eudp(tr, "throughput"), eudp(tr, "throughput"), &lib, &stats, "throughput", 2, 64).expect("throughput");
     eprintln!("{r}");
     let sent = r["sent_msgs"].as_f64().unwrap();
     let got = r["server_received_msgs"].as_f64().unwrap_or(0.0);

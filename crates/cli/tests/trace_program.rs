@@ -122,7 +122,7 @@ fn a_full_buffer_cuts_the_analysis_with_a_note_not_holes() {
     let notes: Vec<&str> = json["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     let kept: u64 = notes[0].split("covers the first ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{}", notes[0]));
-    assert!(kept >= 10 && kept < 400, "{kept} datagrams kept: {}", notes[0]);
+    assert!((10..400).contains(&kept), "{kept} datagrams kept: {}", notes[0]);
     assert_eq!(json["runs"][0]["packets"].as_u64(), Some(kept), "the table covers exactly the kept datagrams");
     assert_eq!(json["problems"].as_array().unwrap().len(), 0, "{}", json["problems"]);
     // The charted packets are complete, in path order.

@@ -172,3 +172,62 @@ fn a_closed_sockets_port_goes_back_to_the_kernel() {
     let b = server.join().expect("server");
     assert!(b.rx_xdp >= 1, "the first datagram came on the xdp path: {b:?}");
 }
+
+#[test]
+fn frames_go_to_the_socket_the_kernel_would_pick() {
+    let pair = Pair::new("m");
+    let (b_ns, b_if) = (pair.b.clone(), pair.b_if.clone());
+    let (tx, rx) = mpsc::channel::<Vec<SocketAddr>>();
+    let (back_tx, back_rx) = mpsc::channel::<SocketAddr>();
+    let server = std::thread::spawn(move || {
+        let (engine, t) = host(&b_ns, &b_if);
+        let peers = rx.recv().unwrap();
+        // Three sockets on one address: two connected to different peers,
+        // one open to anybody, plus one on the wildcard address.
+        let mk = |addr: &str| {
+            let ep = t.endpoint(&engine, false).unwrap();
+            ep.backend().set_option(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).unwrap();
+            ep.bind_to(addr.parse().unwrap()).unwrap();
+            ep.set_read_timeout(Some(Duration::from_secs(5)));
+            ep
+        };
+        let c0 = mk("198.18.0.2:7200");
+        c0.connect(peers[0]).unwrap();
+        let c1 = mk("198.18.0.2:7200");
+        c1.connect(peers[1]).unwrap();
+        let open = mk("198.18.0.2:7200");
+        let wild = mk("0.0.0.0:7201");
+        back_tx.send(open.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = |ep: &eudp_engine::Endpoint| {
+            let (k, src) = ep.recv_from(&mut buf).expect("datagram");
+            (String::from_utf8_lossy(&buf[..k]).into_owned(), src)
+        };
+        let r = [got(&c0), got(&c1), got(&open), got(&wild)];
+        (r, t.stats())
+    });
+    sys::enter_netns(&pair.a).unwrap();
+    let engine = Engine::start(Config::default()).unwrap();
+    let t = XdpTransport::start(XdpConfig::new(&pair.a_if)).unwrap();
+    let socks: Vec<_> = (0..3)
+        .map(|_| {
+            let ep = t.endpoint(&engine, false).unwrap();
+            ep.bind_to("198.18.0.1:0".parse().unwrap()).unwrap();
+            ep
+        })
+        .collect();
+    tx.send(socks.iter().map(|s| s.local_addr().unwrap()).collect()).unwrap();
+    let dst = back_rx.recv().unwrap();
+    // The unconnected peer first: a frame must not go to a socket
+    // connected to someone else.
+    socks[2].send_to(b"to-open", dst).unwrap();
+    socks[1].send_to(b"to-c1", dst).unwrap();
+    socks[0].send_to(b"to-c0", dst).unwrap();
+    socks[0].send_to(b"to-wild", "198.18.0.2:7201".parse().unwrap()).unwrap();
+    let (r, st) = server.join().expect("server");
+    let want = [("to-c0", 0), ("to-c1", 1), ("to-open", 2), ("to-wild", 0)];
+    for ((msg, src), (w, from)) in r.iter().zip(want) {
+        assert_eq!((msg.as_str(), *src), (w, socks[from].local_addr().unwrap()));
+    }
+    assert_eq!(st.rx_not_peer + st.rx_no_socket, 0, "{st:?}");
+}

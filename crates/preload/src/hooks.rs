@@ -1110,7 +1110,7 @@ pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     let r = real::bind(fd, addr, len);
-    if r == 0 && !shim::inside() && shim::tcp_transport() {
+    if r == 0 && !shim::inside() && shim::bypass_transport() {
         if let Some(s) = lookup(fd) {
             let e = errno();
             let _ = s.endpoint(fd);
@@ -1297,6 +1297,22 @@ fn tcp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<Stri
     }
 }
 
+/// Options the AF_XDP transport cannot honour although the kernel
+/// transport can: it gives an address's datagrams to one endpoint (an
+/// `SO_REUSEPORT` group is spread by the kernel), sends every frame
+/// without IP options, and takes its frames from one interface only.
+fn xdp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<String> {
+    if val.unwrap_or(1) == 0 {
+        return None;
+    }
+    match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => Some("setsockopt SO_REUSEPORT under the xdp transport (the kernel spreads the group's datagrams)".into()),
+        (libc::SOL_SOCKET, libc::SO_BINDTODEVICE | 62) => Some("setsockopt SO_BINDTODEVICE under the xdp transport (frames come from the transport's interface)".into()),
+        (libc::IPPROTO_IP, libc::IP_OPTIONS) => Some("setsockopt IP_OPTIONS under the xdp transport (its frames carry none)".into()),
+        _ => None,
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     if ktrace::conflicts(level, name) && ktrace::traced(fd).is_some() {
@@ -1329,6 +1345,10 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         if let Some(why) = tcp_unsupported(level, name, iv) {
             kind = Opt::Unsupported(why);
         }
+    } else if shim::xdp_transport() {
+        if let Some(why) = xdp_unsupported(level, name, iv) {
+            kind = Opt::Unsupported(why);
+        }
     }
     if let Opt::Unsupported(why) = &kind {
         if s.mode() != shim::KERNEL {
@@ -1336,6 +1356,13 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         }
     }
     let r = real::setsockopt(fd, level, name, val, len);
+    if r == 0 && matches!(kind, Opt::Pass) && (level == libc::IPPROTO_IP || level == libc::IPPROTO_IPV6) && shim::xdp_transport() {
+        // The AF_XDP backend builds and reads headers itself: it keeps its
+        // own copy of the socket's IP options.
+        if let Some(ep) = s.existing() {
+            ep.backend().option_changed();
+        }
+    }
     if r == 0 && matches!(kind, Opt::Sync) {
         if let Some(ep) = s.existing() {
             sync_option(&ep, fd, name, iv);
@@ -1689,7 +1716,7 @@ impl Drop for Polling {
 /// announced: see `Endpoint::app_poll_begin`).
 fn polling(t: &Tls, app: &[libc::pollfd]) -> Polling {
     let mut v: Vec<Arc<Endpoint>> = Vec::new();
-    if shim::tcp_transport() {
+    if shim::bypass_transport() {
         return Polling(v);
     }
     for p in app {
@@ -1750,7 +1777,7 @@ const EXTRA_MAX: usize = 16;
 /// descriptors that stand for its input besides itself and what is ready
 /// now. `room`: those asked for output are known to have room in L1.
 fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Extra)) {
-    let tcp = shim::tcp_transport();
+    let tcp = shim::bypass_transport();
     for (at, p) in app.iter().enumerate() {
         let input = p.events & libc::POLLIN != 0;
         let output = p.events & libc::POLLOUT != 0;
@@ -2080,7 +2107,7 @@ unsafe fn select_impl(t: &Tls, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_
                 }
                 let fd = (i * 64) as c_int + b as c_int;
                 if !named && shim::maybe(fd) {
-                    named = with_sock_in(t, fd, |s| s.mode() == ACTIVE || s.has_leftover() || (shim::tcp_transport() && s.endpoint(fd).is_some())).unwrap_or(false);
+                    named = with_sock_in(t, fd, |s| s.mode() == ACTIVE || s.has_leftover() || (shim::bypass_transport() && s.endpoint(fd).is_some())).unwrap_or(false);
                 }
                 p.push(libc::pollfd { fd, events: ev, revents: 0 });
             }
@@ -2274,7 +2301,7 @@ fn ring_events(ev: u32) -> Option<u32> {
         return None;
     }
     let mut keep = (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLWAKEUP | libc::EPOLLEXCLUSIVE) as u32;
-    if shim::tcp_transport() {
+    if shim::bypass_transport() {
         // Datagrams reach the ring after the program may already wait; an
         // exclusive wake-up would then go to one waiting epoll set only,
         // and a set not waiting at that moment would never report them,
@@ -2300,7 +2327,7 @@ fn ready_fds(s: &Sock, ep: &Endpoint) -> (Vec<c_int>, bool) {
     let err = s.err_fd(ep);
     let complete = ring.is_some() && err.is_some();
     let mut v: Vec<c_int> = ring.into_iter().chain(err).collect();
-    if shim::tcp_transport() {
+    if shim::bypass_transport() {
         v.push(ep.raw_fd());
     }
     (v, complete)
@@ -2484,7 +2511,7 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
     // watches the kernel socket: its threads read arrivals themselves, and
     // the engine stops watching the socket (`Endpoint::app_waits_on_socket`;
     // not under the TCP transport, whose socket never becomes readable).
-    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLIN as u32 != 0 && s.mode() == ACTIVE && !shim::tcp_transport() {
+    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLIN as u32 != 0 && s.mode() == ACTIVE && !shim::bypass_transport() {
         s.with_existing(|ep| ep.app_waits_on_socket());
     }
     set_errno(saved);

@@ -180,6 +180,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Sockets that fell back to the kernel, and why.
 pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 pub static ACCELERATED: AtomicU64 = AtomicU64::new(0);
+/// Sockets put on the kernel backend because the xdp transport could not
+/// start (`EUDP_TRANSPORT=xdp`).
+pub static XDP_UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
 
 fn bit(fd: i32) -> Option<(usize, u64)> {
     let f = usize::try_from(fd).ok().filter(|&f| f < MAX_FD)?;
@@ -554,6 +557,21 @@ pub fn tcp_transport() -> bool {
     eudp_engine::backend::tcp::transport_from_env() == "tcp"
 }
 
+/// `EUDP_TRANSPORT=xdp`: IPv4 endpoints use the engine's AF_XDP backend.
+/// The program's kernel socket then gets only what the fast path does not
+/// carry (see the engine's `backend::xdp`), so readiness includes the
+/// backend's descriptor, as under the TCP transport.
+pub fn xdp_transport() -> bool {
+    eudp_engine::backend::tcp::transport_from_env() == "xdp"
+}
+
+/// A transport whose datagrams do not reach the program's kernel socket
+/// (`tcp` or `xdp`): sockets are adopted at bind and readiness includes the
+/// backend's descriptor.
+pub fn bypass_transport() -> bool {
+    eudp_engine::backend::tcp::transport_from_env() != "kernel"
+}
+
 /// Fallback reasons of a socket shared with a fork child: `fallback`
 /// recognises them (GRO must go off at once, the child may read).
 const FORK_REASON: &str = "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
@@ -759,6 +777,18 @@ impl Sock {
             let ep = if tcp_transport() {
                 // Paper 002's emulated UOE: datagrams travel over TCP lanes.
                 eudp_engine::backend::tcp::endpoint_from_kernel_fd(engine, owned)?
+            } else if xdp_transport() {
+                // AF_XDP; without it (privileges, a queue another process
+                // holds) the kernel backend, said once in the debug log.
+                match eudp_engine::backend::xdp::XdpTransport::global() {
+                    Ok(t) => t.endpoint_from_kernel_fd(engine, owned)?,
+                    Err(e) => {
+                        static SAID: std::sync::Once = std::sync::Once::new();
+                        SAID.call_once(|| dlog!("xdp transport unavailable, kernel backend instead: {e}"));
+                        XDP_UNAVAILABLE.fetch_add(1, Relaxed);
+                        Endpoint::from_kernel_fd(engine, owned)?
+                    }
+                }
             } else {
                 Endpoint::from_kernel_fd(engine, owned)?
             };
@@ -774,6 +804,7 @@ impl Sock {
             ep.set_read_timeout_in_socket(rt);
             ep.set_write_timeout(st);
             self.force_rx_opts(fd);
+            ep.backend().option_changed();
             self.dup_fd.store(d, SeqCst);
             Ok(ep)
         })();
@@ -1399,6 +1430,8 @@ pub fn fork_child() {
     // The TCP transport's listener and connections are the parent's: given
     // up at once, lock-free (no-op when no transport ever started).
     eudp_engine::backend::tcp::forked_child();
+    // The AF_XDP socket and its queue stay the parent's.
+    eudp_engine::backend::xdp::XdpTransport::forked_child();
     // The trace buffers hold the parent's events: the child's own dump
     // (`EUDP_TRACE` with `%p`) starts empty.
     eudp_engine::tracepoint::forked_child();

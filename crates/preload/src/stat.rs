@@ -118,6 +118,31 @@ struct Report<'a> {
     fallback_reasons: &'a BTreeMap<String, u64>,
     sockets: OpenSockets,
     closed: &'a [SockReport],
+    /// Under `EUDP_TRANSPORT=xdp`: the AF_XDP transport's counters, or why
+    /// it could not start (its sockets then use the kernel backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    xdp: Option<XdpReport>,
+}
+
+#[derive(Serialize)]
+struct XdpReport {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stats: Option<eudp_engine::backend::xdp::XdpStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unavailable: Option<String>,
+    /// Sockets adopted on the kernel backend because it was unavailable.
+    kernel_backend_sockets: u64,
+}
+
+fn xdp_report() -> Option<XdpReport> {
+    if !shim::xdp_transport() {
+        return None;
+    }
+    let (stats, unavailable) = match eudp_engine::backend::xdp::XdpTransport::global_started()? {
+        Ok(t) => (Some(t.stats()), None),
+        Err(e) => (None, Some(e)),
+    };
+    Some(XdpReport { stats, unavailable, kernel_backend_sockets: shim::XDP_UNAVAILABLE.load(Relaxed) })
 }
 
 /// Writes the report of this process to `out`, socket by socket.
@@ -137,6 +162,7 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         fallback_reasons: &reasons,
         sockets: socks,
         closed: &closed,
+        xdp: xdp_report(),
     };
     serde_json::to_writer_pretty(&mut *out, &r).map_err(std::io::Error::other)?;
     out.flush()

@@ -104,6 +104,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// free when the drop returns, as after close(2). Later calls on the
     /// backend fail. The default keeps the socket until the backend drops.
     fn release_socket(&self) {}
+    /// The socket's options were changed directly on its descriptor (the
+    /// preload shim passes a program's `setsockopt` to the kernel socket):
+    /// a backend that keeps its own copy of some (the `xdp` backend builds
+    /// and reads IP headers itself) reads them again.
+    fn option_changed(&self) {}
 }
 
 impl Backend for kernel::UdpSocket {

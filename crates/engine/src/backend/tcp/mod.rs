@@ -304,6 +304,7 @@ pub fn transport_from_env() -> &'static str {
     static T: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     T.get_or_init(|| match std::env::var("EUDP_TRANSPORT").as_deref() {
         Ok("tcp") => "tcp",
+        Ok("xdp") => "xdp",
         _ => "kernel",
     })
 }

@@ -39,7 +39,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::fdspace::Private;
@@ -204,8 +204,14 @@ impl TxSide {
 #[derive(Default)]
 struct Neighbours {
     map: HashMap<Ipv4Addr, ([u8; 6], Instant)>,
-    read_at: Option<Instant>,
+    /// Addresses the table did not have: when to look again, and the
+    /// wait after that (doubling from 50 µs, the time the kernel takes to
+    /// resolve a neighbour on a virtual link, up to 100 ms).
+    missing: HashMap<Ipv4Addr, (Instant, Duration)>,
 }
+
+/// (local address or UNSPECIFIED, port) → the inboxes of the sockets there.
+type SocketTable = HashMap<(Ipv4Addr, u16), Vec<Arc<Inbox>>>;
 
 struct Shared {
     cfg: XdpConfig,
@@ -214,9 +220,10 @@ struct Shared {
     rx: Mutex<RxSide>,
     tx: Mutex<TxSide>,
     umem_frame: usize,
-    /// Demultiplexing: (local address or UNSPECIFIED, port) → inbox. The
-    /// same keys are in the XDP program's `ports` map.
-    sockets: RwLock<HashMap<(Ipv4Addr, u16), Arc<Inbox>>>,
+    /// Demultiplexing: (local address or UNSPECIFIED, port) → the inboxes
+    /// of the sockets bound there (several when they are connected to
+    /// different peers). The same keys are in the XDP program's `ports` map.
+    sockets: RwLock<SocketTable>,
     neigh: Mutex<Neighbours>,
     attach: &'static str,
     ports: sys::Map,
@@ -298,18 +305,41 @@ impl XdpTransport {
         })
     }
 
-    /// A new endpoint on this transport (IPv6: on the kernel backend, which
-    /// this transport does not replace).
+    /// A new endpoint on this transport. An IPv6 one carries IPv4 (v4-mapped)
+    /// datagrams on the fast path and IPv6 ones through its kernel socket.
     pub fn endpoint(&self, engine: &crate::Engine, v6: bool) -> io::Result<crate::Endpoint> {
-        if v6 {
-            return crate::Endpoint::with_engine(engine, true);
-        }
-        crate::Endpoint::with_backend(engine, Box::new(self.socket()?))
+        crate::Endpoint::with_backend(engine, Box::new(self.socket(v6)?))
     }
 
     /// A new unbound socket of this transport.
-    pub fn socket(&self) -> io::Result<XdpSocket> {
-        let kernel = UdpSocket::new(false)?;
+    pub fn socket(&self, v6: bool) -> io::Result<XdpSocket> {
+        self.socket_over(UdpSocket::new(v6)?)
+    }
+
+    /// An endpoint over an existing kernel UDP socket (the preload shim
+    /// hands over a duplicate of the program's): an IPv6 one stays on the
+    /// kernel backend; a bound one takes its address's datagrams at once,
+    /// a connected one keeps its peer.
+    pub fn endpoint_from_kernel_fd(&self, engine: &crate::Engine, fd: OwnedFd) -> io::Result<crate::Endpoint> {
+        let kernel = UdpSocket::from_owned_fd(fd)?;
+        let sock = self.socket_over(kernel)?;
+        {
+            let mut st = lock(&sock.state);
+            sock.register(&mut st)?;
+            if let Some(p) = sock.kernel.peer_addr().ok().as_ref().and_then(as_v4) {
+                st.peer = Some(p);
+                *lock(&sock.inbox.peer) = Some(p);
+            }
+        }
+        let peer = sock.kernel.peer_addr().ok();
+        let ep = crate::Endpoint::with_backend(engine, Box::new(sock))?;
+        if let Some(p) = peer {
+            ep.connect(p)?;
+        }
+        Ok(ep)
+    }
+
+    fn socket_over(&self, kernel: UdpSocket) -> io::Result<XdpSocket> {
         let inbox = Arc::new(Inbox {
             q: Mutex::new(VecDeque::new()),
             bytes: AtomicU64::new(0),
@@ -322,18 +352,21 @@ impl XdpTransport {
         epoll.add_readable(kernel.as_raw_fd(), 0)?;
         epoll.add_readable(self.shared.xsk.raw_fd(), 1)?;
         epoll.add_readable(inbox.ready.as_raw_fd(), 2)?;
-        let ttl = kernel.option(libc::IPPROTO_IP, libc::IP_TTL).unwrap_or(64).clamp(1, 255) as u32;
-        Ok(XdpSocket {
+        let s = XdpSocket {
+            v6: kernel.is_v6(),
             t: self.shared.clone(),
             kernel,
             inbox,
             epoll,
             state: Mutex::new(SockState::default()),
-            tos_ttl: AtomicU32::new(ttl),
+            tos_ttl: AtomicU32::new(64),
             rx_opts: AtomicU32::new(0),
             ident: AtomicU16::new(std::process::id() as u16),
             closed: AtomicBool::new(false),
-        })
+            empty_looks: AtomicU32::new(0),
+        };
+        s.option_changed();
+        Ok(s)
     }
 
     /// The counters of all sockets of this transport.
@@ -365,6 +398,69 @@ impl XdpTransport {
     pub fn ifname(&self) -> &str {
         &self.shared.cfg.ifname
     }
+
+    /// The process-wide transport (`EUDP_TRANSPORT=xdp`), started on first
+    /// use on `EUDP_XDP_IFACE`, or on the one interface that is up, not
+    /// loopback and has an IPv4 address. An error (no privileges, no such
+    /// interface, another process holds the hook or the queue) is kept: the
+    /// caller falls back to the kernel backend. A fork child gets an error
+    /// too: the AF_XDP socket and its queue stay the parent's.
+    pub fn global() -> io::Result<XdpTransport> {
+        if FORKED.load(Relaxed) {
+            return Err(io::Error::other("the AF_XDP socket belongs to the parent process (after fork)"));
+        }
+        let r = GLOBAL.get_or_init(|| {
+            let ifname = match std::env::var("EUDP_XDP_IFACE") {
+                Ok(n) if !n.is_empty() => n,
+                _ => sys::default_interface().map_err(|e| e.to_string())?,
+            };
+            let mut cfg = XdpConfig::new(&ifname);
+            if let Ok(q) = std::env::var("EUDP_XDP_QUEUE") {
+                cfg.queue = q.trim().parse().map_err(|_| format!("EUDP_XDP_QUEUE={q:?}: not a queue number"))?;
+            }
+            cfg.attach = match std::env::var("EUDP_XDP_MODE").as_deref() {
+                Ok("driver") => AttachMode::Driver,
+                Ok("generic") => AttachMode::Generic,
+                Ok("auto") | Err(_) => AttachMode::Auto,
+                Ok(m) => return Err(format!("EUDP_XDP_MODE={m:?}: auto, driver or generic")),
+            };
+            XdpTransport::start(cfg).map_err(|e| format!("AF_XDP on {ifname}: {e}"))
+        });
+        if let Ok(t) = r {
+            // Seen by `forked_child`, which must not touch the OnceLock.
+            GLOBAL_FDS.get_or_init(|| (t.shared._link.as_raw_fd(), t.shared.xsk.raw_fd()));
+        }
+        r.clone().map_err(io::Error::other)
+    }
+
+    /// In a fork child (from an atfork handler; no locks, no allocation):
+    /// the process-wide transport is the parent's. Its bpf link and AF_XDP
+    /// socket are closed here, so that the program does not stay attached
+    /// (redirecting to a socket nobody reads) for as long as the child
+    /// lives after its parent.
+    pub fn forked_child() {
+        FORKED.store(true, Relaxed);
+        if let Some(&(link, xsk)) = GLOBAL_FDS.get() {
+            sys::close_inherited(link);
+            sys::close_inherited(xsk);
+        }
+    }
+
+    /// The process-wide transport if [`XdpTransport::global`] was called:
+    /// the transport, or why it could not start. Starts nothing.
+    pub fn global_started() -> Option<Result<XdpTransport, String>> {
+        GLOBAL.get().cloned()
+    }
+}
+
+static GLOBAL: OnceLock<Result<XdpTransport, String>> = OnceLock::new();
+static FORKED: AtomicBool = AtomicBool::new(false);
+static GLOBAL_FDS: OnceLock<(RawFd, RawFd)> = OnceLock::new();
+
+/// `EUDP_TRANSPORT=xdp`: an endpoint over an adopted kernel socket on the
+/// process-wide transport ([`XdpTransport::global`]).
+pub fn endpoint_from_kernel_fd(engine: &crate::Engine, fd: OwnedFd) -> io::Result<crate::Endpoint> {
+    XdpTransport::global()?.endpoint_from_kernel_fd(engine, fd)
 }
 
 #[derive(Debug, Default)]
@@ -385,10 +481,16 @@ pub struct XdpSocket {
     state: Mutex<SockState>,
     /// `IP_TOS << 8 | IP_TTL` as the socket has them set.
     tos_ttl: AtomicU32,
-    /// Receive options on: 1 `IP_PKTINFO`, 2 `IP_RECVTOS`, 4 `IP_RECVTTL`.
+    /// Receive options on: 1 `IP_PKTINFO`, 2 `IP_RECVTOS`, 4 `IP_RECVTTL`;
+    /// IPv6 sockets also 8 `IPV6_RECVPKTINFO`, 16 `IPV6_RECVTCLASS`, 32
+    /// `IPV6_RECVHOPLIMIT` (v4-mapped for IPv4 datagrams, as the kernel).
     rx_opts: AtomicU32,
     ident: AtomicU16,
     closed: AtomicBool,
+    /// Receives that found the fast path empty (see `recv_batch`).
+    empty_looks: AtomicU32,
+    /// An IPv6 socket (its IPv4 peers are v4-mapped addresses).
+    v6: bool,
 }
 
 impl std::fmt::Debug for XdpSocket {
@@ -407,7 +509,16 @@ impl XdpSocket {
     /// Takes the demultiplexing key for the kernel socket's address, when
     /// that address is the interface's (or the wildcard).
     fn register(&self, st: &mut SockState) -> io::Result<()> {
-        let SocketAddr::V4(local) = self.kernel.local_addr()? else { return Ok(()) };
+        // An IPv6 socket takes IPv4 datagrams at a v4-mapped address, or at
+        // the wildcard unless it is IPV6_V6ONLY.
+        let local = match self.kernel.local_addr()? {
+            SocketAddr::V4(l) => l,
+            SocketAddr::V6(l) if l.ip().is_unspecified() && self.kernel.option(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(1) == 0 => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, l.port()),
+            SocketAddr::V6(l) => match l.ip().to_ipv4_mapped() {
+                Some(ip) => SocketAddrV4::new(ip, l.port()),
+                None => return Ok(()),
+            },
+        };
         st.local = Some(local);
         if st.key.is_some() || local.port() == 0 {
             return Ok(());
@@ -417,8 +528,7 @@ impl XdpSocket {
             return Ok(());
         }
         let key = (ip, local.port());
-        self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).insert(key, self.inbox.clone());
-        self.t.ports.update(&key_bytes(key.0, key.1), &1u32.to_ne_bytes())?;
+        self.t.add_socket(key, &self.inbox)?;
         st.key = Some(key);
         Ok(())
     }
@@ -426,30 +536,33 @@ impl XdpSocket {
     fn unregister(&self) {
         let mut st = lock(&self.state);
         if let Some(key) = st.key.take() {
-            let _ = self.t.ports.delete(&key_bytes(key.0, key.1));
-            self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            self.t.remove_socket(key, &self.inbox);
         }
     }
 
     /// The socket's local address, binding it to an ephemeral port first if
-    /// it has none (as the kernel does on a first send).
-    fn local(&self) -> io::Result<SocketAddrV4> {
+    /// it has none (as the kernel does on a first send); `None` when it has
+    /// no IPv4 form (an IPv6 address, or `IPV6_V6ONLY`).
+    fn local(&self) -> io::Result<Option<SocketAddrV4>> {
         let mut st = lock(&self.state);
         if let Some(l) = st.local.filter(|l| l.port() != 0) {
-            return Ok(l);
+            return Ok(Some(l));
         }
-        if let SocketAddr::V4(l) = self.kernel.local_addr()? {
-            if l.port() == 0 {
-                self.kernel.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))?;
-            }
+        let l = self.kernel.local_addr()?;
+        if l.port() == 0 {
+            let any = if self.v6 { SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), 0) } else { SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0) };
+            self.kernel.bind(&any)?;
         }
         self.register(&mut st)?;
-        st.local.ok_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable))
+        Ok(st.local)
     }
 
     fn route(&self, dst: SocketAddrV4, len: usize) -> io::Result<Route> {
         let c = &self.t.c;
-        let local = self.local()?;
+        let Some(local) = self.local()? else {
+            c.tx_kernel_off_link.fetch_add(1, Relaxed);
+            return Ok(Route::Kernel);
+        };
         let on_link = self.t.iface.v4.iter().find(|(a, p)| same_subnet(*a, *dst.ip(), *p));
         let Some(&(ifaddr, prefix)) = on_link else {
             c.tx_kernel_off_link.fetch_add(1, Relaxed);
@@ -480,8 +593,7 @@ impl XdpSocket {
 
     fn dst_of(&self, dst: Option<&SocketAddr>) -> io::Result<Option<SocketAddrV4>> {
         match dst {
-            Some(SocketAddr::V4(d)) => Ok(Some(*d)),
-            Some(SocketAddr::V6(_)) => Ok(None),
+            Some(d) => Ok(as_v4(d)),
             None => match lock(&self.state).peer {
                 Some(p) => Ok(Some(p)),
                 None => Err(io::Error::from_raw_os_error(libc::EDESTADDRREQ)),
@@ -569,16 +681,16 @@ impl XdpSocket {
     fn meta_for(&self, m: &mut InMeta, len: usize, src: SocketAddrV4, dst: Ipv4Addr, tos: u8, ttl: u8) {
         let opts = self.rx_opts.load(Relaxed);
         m.len = len;
-        m.src = Some(SocketAddr::V4(src));
+        m.src = Some(if self.v6 { SocketAddr::new(src.ip().to_ipv6_mapped().into(), src.port()) } else { SocketAddr::V4(src) });
         m.segment = None;
         m.truncated = false;
         m.pktinfo = (opts != 0).then(|| PktInfo {
             v4: (opts & 1 != 0).then_some((self.t.iface.index, dst, dst)),
-            v6: None,
+            v6: (opts & 8 != 0).then_some((dst.to_ipv6_mapped(), self.t.iface.index)),
             tos: (opts & 2 != 0).then_some(tos),
             ttl: (opts & 4 != 0).then_some(ttl),
-            tclass: None,
-            hoplimit: None,
+            tclass: (opts & 16 != 0).then_some(tos),
+            hoplimit: (opts & 32 != 0).then_some(ttl),
         });
     }
 
@@ -608,8 +720,6 @@ impl XdpSocket {
     /// `at`, the others' into their inboxes.
     fn take_ring(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta], mut at: usize) -> usize {
         let Ok(mut rx) = self.t.rx.try_lock() else { return at };
-        let my_key = lock(&self.state).key;
-        let my_peer = *lock(&self.inbox.peer);
         let n = rx.rx.ready();
         let mut taken = 0;
         while taken < n && at < bufs.len() {
@@ -620,22 +730,24 @@ impl XdpSocket {
                 Err(_) => {
                     self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
                 }
-                Ok(f) => {
-                    let exact = (*f.dst.ip(), f.dst.port());
-                    let wild = (Ipv4Addr::UNSPECIFIED, f.dst.port());
-                    if my_key == Some(exact) || my_key == Some(wild) {
-                        if my_peer.is_some_and(|p| p != f.src) {
-                            self.t.c.rx_not_peer.fetch_add(1, Relaxed);
-                        } else {
-                            put(&mut bufs[at], f.payload);
-                            self.meta_for(&mut meta[at], f.payload.len(), f.src, *f.dst.ip(), f.tos, f.ttl);
-                            at += 1;
-                            self.t.c.rx_xdp.fetch_add(1, Relaxed);
-                        }
-                    } else {
-                        self.t.deliver_other(exact, wild, &f);
+                Ok(f) => match self.t.find_socket(f.dst, f.src) {
+                    Ok(inbox) if Arc::ptr_eq(&inbox, &self.inbox) => {
+                        put(&mut bufs[at], f.payload);
+                        self.meta_for(&mut meta[at], f.payload.len(), f.src, *f.dst.ip(), f.tos, f.ttl);
+                        at += 1;
+                        self.t.c.rx_xdp.fetch_add(1, Relaxed);
                     }
-                }
+                    Ok(inbox) => {
+                        self.t.c.rx_xdp.fetch_add(1, Relaxed);
+                        inbox.push(&self.t.c, Queued { data: f.payload.to_vec(), src: f.src, dst: *f.dst.ip(), tos: f.tos, ttl: f.ttl });
+                    }
+                    Err(true) => {
+                        self.t.c.rx_not_peer.fetch_add(1, Relaxed);
+                    }
+                    Err(false) => {
+                        self.t.c.rx_no_socket.fetch_add(1, Relaxed);
+                    }
+                },
             }
             rx.fill.push(d.addr - d.addr % self.t.umem_frame as u64);
         }
@@ -676,18 +788,57 @@ impl Shared {
         self.xsk.kick_tx()
     }
 
-    fn deliver_other(&self, exact: (Ipv4Addr, u16), wild: (Ipv4Addr, u16), f: &frame::Udp4Frame<'_>) {
-        let map = self.sockets.read().unwrap_or_else(|e| e.into_inner());
-        let Some(inbox) = map.get(&exact).or_else(|| map.get(&wild)) else {
-            self.c.rx_no_socket.fetch_add(1, Relaxed);
-            return;
-        };
-        if lock(&inbox.peer).is_some_and(|p| p != f.src) {
-            self.c.rx_not_peer.fetch_add(1, Relaxed);
-            return;
+    /// Adds a socket's inbox under `key`; the first one there puts the key
+    /// into the program's map.
+    fn add_socket(&self, key: (Ipv4Addr, u16), inbox: &Arc<Inbox>) -> io::Result<()> {
+        let mut map = self.sockets.write().unwrap_or_else(|e| e.into_inner());
+        let v = map.entry(key).or_default();
+        if v.is_empty() {
+            if let Err(e) = self.ports.update(&key_bytes(key.0, key.1), &1u32.to_ne_bytes()) {
+                map.remove(&key);
+                return Err(e);
+            }
         }
-        self.c.rx_xdp.fetch_add(1, Relaxed);
-        inbox.push(&self.c, Queued { data: f.payload.to_vec(), src: f.src, dst: *f.dst.ip(), tos: f.tos, ttl: f.ttl });
+        v.push(inbox.clone());
+        Ok(())
+    }
+
+    /// Removes a socket's inbox from `key`; the last one takes the key out
+    /// of the program's map (its frames go to the kernel again).
+    fn remove_socket(&self, key: (Ipv4Addr, u16), inbox: &Arc<Inbox>) {
+        let mut map = self.sockets.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = map.get_mut(&key) {
+            v.retain(|i| !Arc::ptr_eq(i, inbox));
+            if v.is_empty() {
+                map.remove(&key);
+                let _ = self.ports.delete(&key_bytes(key.0, key.1));
+            }
+        }
+    }
+
+    /// The socket a datagram from `src` to `dst` belongs to, as the kernel
+    /// picks it: a socket bound to `dst`'s address before one bound to the
+    /// wildcard, and among those one connected to `src` before an
+    /// unconnected one. Sockets connected to other peers never match:
+    /// `Err(true)` when only such sockets hold the address, `Err(false)`
+    /// when none does (it closed while the frame was on its way).
+    fn find_socket(&self, dst: SocketAddrV4, src: SocketAddrV4) -> Result<Arc<Inbox>, bool> {
+        let map = self.sockets.read().unwrap_or_else(|e| e.into_inner());
+        for key in [(*dst.ip(), dst.port()), (Ipv4Addr::UNSPECIFIED, dst.port())] {
+            let Some(v) = map.get(&key) else { continue };
+            let mut open = None;
+            for i in v {
+                match *lock(&i.peer) {
+                    Some(p) if p == src => return Ok(i.clone()),
+                    None if open.is_none() => open = Some(i.clone()),
+                    _ => {}
+                }
+            }
+            if let Some(i) = open {
+                return Ok(i);
+            }
+        }
+        Err(map.contains_key(&(*dst.ip(), dst.port())) || map.contains_key(&(Ipv4Addr::UNSPECIFIED, dst.port())))
     }
 
     /// The MAC address of on-link neighbour `ip`, from the kernel's table
@@ -700,18 +851,41 @@ impl Shared {
                 return Some(mac);
             }
         }
-        // Read the table at most every few milliseconds while unresolved.
-        if n.read_at.is_some_and(|t| now.duration_since(t) < Duration::from_millis(5)) && !n.map.contains_key(&ip) {
-            return None;
-        }
-        n.read_at = Some(now);
+        // While unresolved (the kernel's send of the datagram that missed
+        // resolves it), the table is read again after a growing wait.
+        let wait = match n.missing.get(&ip) {
+            Some(&(next, _)) if now < next => return None,
+            Some(&(_, wait)) => (wait * 2).min(Duration::from_millis(100)),
+            None => Duration::from_micros(50),
+        };
         n.map.clear();
-        let text = // This thread's namespace: `/proc/net` is the process leader's.
-        std::fs::read_to_string("/proc/thread-self/net/arp").unwrap_or_default();
+        // This thread's namespace: `/proc/net` is the process leader's.
+        let text = std::fs::read_to_string("/proc/thread-self/net/arp").unwrap_or_default();
         for (a, mac) in parse_arp_table(&text, &self.cfg.ifname) {
             n.map.insert(a, (mac, now));
         }
-        n.map.get(&ip).map(|&(m, _)| m)
+        match n.map.get(&ip).map(|&(m, _)| m) {
+            Some(mac) => {
+                n.missing.remove(&ip);
+                Some(mac)
+            }
+            None => {
+                if n.missing.len() >= 4096 {
+                    n.missing.clear();
+                }
+                n.missing.insert(ip, (now + wait, wait));
+                None
+            }
+        }
+    }
+}
+
+/// The IPv4 address of `a`, also when it is v4-mapped IPv6; `None` for
+/// other IPv6 addresses (those stay on the kernel path).
+fn as_v4(a: &SocketAddr) -> Option<SocketAddrV4> {
+    match a {
+        SocketAddr::V4(a) => Some(*a),
+        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().map(|ip| SocketAddrV4::new(ip, a.port())),
     }
 }
 
@@ -767,7 +941,7 @@ impl Drop for XdpSocket {
 
 impl Backend for XdpSocket {
     fn is_v6(&self) -> bool {
-        false
+        self.v6
     }
     fn raw_fd(&self) -> RawFd {
         self.epoll.as_raw_fd()
@@ -780,16 +954,12 @@ impl Backend for XdpSocket {
     fn connect(&self, addr: &SocketAddr) -> io::Result<()> {
         self.kernel.connect(addr)?;
         let mut st = lock(&self.state);
-        st.peer = match addr {
-            SocketAddr::V4(a) => Some(*a),
-            SocketAddr::V6(_) => None,
-        };
+        st.peer = as_v4(addr);
         *lock(&self.inbox.peer) = st.peer;
         // A connect picks the source address: a wildcard key becomes that
         // address's (as the kernel's connected socket stops taking others').
         if let Some(key) = st.key.take() {
-            let _ = self.t.ports.delete(&key_bytes(key.0, key.1));
-            self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            self.t.remove_socket(key, &self.inbox);
         }
         self.register(&mut st)
     }
@@ -799,8 +969,7 @@ impl Backend for XdpSocket {
         st.peer = None;
         *lock(&self.inbox.peer) = None;
         if let Some(key) = st.key.take() {
-            let _ = self.t.ports.delete(&key_bytes(key.0, key.1));
-            self.t.sockets.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            self.t.remove_socket(key, &self.inbox);
         }
         st.local = None;
         self.register(&mut st)
@@ -865,9 +1034,12 @@ impl Backend for XdpSocket {
         if at < bufs.len() {
             at = self.take_ring(bufs, meta, at);
         }
-        if at == 0 {
-            // Only when the fast path had nothing: what came through the
-            // kernel (another interface, fragments, before the bind).
+        // Only when the fast path had nothing, and then on every fourth such
+        // look: what came through the kernel (another interface, fragments,
+        // before the bind) is rare, and a spinning receiver's looks would
+        // otherwise each cost a system call. A receiver woken by the kernel
+        // socket's readiness looks again at once, so it waits three looks.
+        if at == 0 && self.empty_looks.fetch_add(1, Relaxed) % 4 == 3 {
             match self.kernel.recv_batch(bufs, meta) {
                 Ok(n) => {
                     self.t.c.rx_kernel.fetch_add(n as u64, Relaxed);
@@ -875,6 +1047,9 @@ impl Backend for XdpSocket {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        if at == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
         }
         Ok(at)
     }
@@ -906,25 +1081,8 @@ impl Backend for XdpSocket {
     }
     fn set_option(&self, level: i32, name: i32, val: i32) -> io::Result<()> {
         self.kernel.set_option(level, name, val)?;
-        if level == libc::IPPROTO_IP {
-            let bit = match name {
-                libc::IP_PKTINFO => 1,
-                libc::IP_RECVTOS => 2,
-                libc::IP_RECVTTL => 4,
-                _ => 0,
-            };
-            if bit != 0 {
-                if val != 0 {
-                    self.rx_opts.fetch_or(bit, Relaxed);
-                } else {
-                    self.rx_opts.fetch_and(!bit, Relaxed);
-                }
-            }
-            if name == libc::IP_TOS || name == libc::IP_TTL {
-                let tos = self.kernel.option(libc::IPPROTO_IP, libc::IP_TOS).unwrap_or(0) as u32 & 0xff;
-                let ttl = self.kernel.option(libc::IPPROTO_IP, libc::IP_TTL).unwrap_or(64) as u32 & 0xff;
-                self.tos_ttl.store(tos << 8 | ttl, Relaxed);
-            }
+        if level == libc::IPPROTO_IP || level == libc::IPPROTO_IPV6 {
+            self.option_changed();
         }
         if level == libc::SOL_SOCKET && name == libc::SO_RCVBUF {
             self.inbox.capacity.store(self.kernel.recv_buffer_size().unwrap_or(212_992) as u64, Relaxed);
@@ -933,6 +1091,18 @@ impl Backend for XdpSocket {
     }
     fn option(&self, level: i32, name: i32) -> io::Result<i32> {
         self.kernel.option(level, name)
+    }
+    fn option_changed(&self) {
+        let get = |name, default| self.kernel.option(libc::IPPROTO_IP, name).unwrap_or(default);
+        let on = |name, bit| if get(name, 0) != 0 { bit } else { 0 };
+        let mut opts = on(libc::IP_PKTINFO, 1) | on(libc::IP_RECVTOS, 2) | on(libc::IP_RECVTTL, 4);
+        if self.v6 {
+            let on6 = |name, bit| if self.kernel.option(libc::IPPROTO_IPV6, name).unwrap_or(0) != 0 { bit } else { 0 };
+            opts |= on6(libc::IPV6_RECVPKTINFO, 8) | on6(libc::IPV6_RECVTCLASS, 16) | on6(libc::IPV6_RECVHOPLIMIT, 32);
+        }
+        self.rx_opts.store(opts, Relaxed);
+        let (tos, ttl) = (get(libc::IP_TOS, 0) as u32 & 0xff, get(libc::IP_TTL, 64) as u32 & 0xff);
+        self.tos_ttl.store(tos << 8 | ttl, Relaxed);
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self

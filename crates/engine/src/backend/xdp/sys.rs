@@ -651,3 +651,42 @@ pub fn enter_netns(name: &str) -> io::Result<()> {
     // SAFETY: plain syscall on a descriptor that `f` keeps open.
     cvt(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } as libc::c_long).map(drop)
 }
+
+/// The one interface that is up, not loopback, and has an IPv4 address.
+pub fn default_interface() -> io::Result<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list freed below.
+    cvt(unsafe { libc::getifaddrs(&mut head) } as libc::c_long)?;
+    let mut names: Vec<String> = Vec::new();
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: a node of the list getifaddrs returned, alive until freed.
+        let a = unsafe { &*p };
+        p = a.ifa_next;
+        let up = a.ifa_flags & libc::IFF_UP as u32 != 0 && a.ifa_flags & libc::IFF_LOOPBACK as u32 == 0;
+        // SAFETY: a sockaddr from getifaddrs, read for its family only.
+        if !up || a.ifa_addr.is_null() || a.ifa_name.is_null() || i32::from(unsafe { (*a.ifa_addr).sa_family }) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: a NUL-terminated name from getifaddrs.
+        let n = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }.to_string_lossy().into_owned();
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    // SAFETY: frees the list getifaddrs returned, once.
+    unsafe { libc::freeifaddrs(head) };
+    match names.len() {
+        1 => Ok(names.remove(0)),
+        0 => Err(io::Error::new(io::ErrorKind::NotFound, "no interface is up with an IPv4 address (set EUDP_XDP_IFACE)")),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("several interfaces ({}): set EUDP_XDP_IFACE", names.join(", ")))),
+    }
+}
+
+/// Closes a descriptor inherited across fork that the parent still owns
+/// (async-signal-safe: a plain close).
+pub fn close_inherited(fd: RawFd) {
+    // SAFETY: closes this process's copy only; the value that owns the
+    // number is never dropped in the child (it lives in a static).
+    unsafe { libc::close(fd) };
+}
