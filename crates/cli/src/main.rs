@@ -67,7 +67,7 @@ enum Cmd {
         repeats: usize,
     },
     /// Run an unmodified program with its UDP sockets on the engine (LD_PRELOAD):
-    /// eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp] [--] PROGRAM ARGS…;
+    /// eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM ARGS…;
     /// eudp run --list-profiles [--profile-file FILE].
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

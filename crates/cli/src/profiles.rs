@@ -42,7 +42,8 @@ pub const PROFILES: &[(&str, &[(&str, &str)])] = &[
 ];
 
 /// Every variable a profile may set: the engine's (`Config`), the TCP
-/// transport's (`TcpConfig`), tracing's and the shim's (docs/preload.md).
+/// transport's (`TcpConfig`), the AF_XDP transport's, tracing's and the
+/// shim's (docs/preload.md).
 /// A test checks that every `EUDP_*` name the engine and the shim read is
 /// here, or deliberately left out (test hooks, the library's location).
 pub const SETTINGS: &[&str] = &[
@@ -81,6 +82,10 @@ pub const SETTINGS: &[&str] = &[
     "EUDP_TCP_RX_STALL_MS",
     "EUDP_TCP_SNDBUF",
     "EUDP_TCP_SPIN_US",
+    // AF_XDP transport (docs/xdp.md)
+    "EUDP_XDP_IFACE",
+    "EUDP_XDP_MODE",
+    "EUDP_XDP_QUEUE",
     // tracing
     "EUDP_TRACE",
     "EUDP_TRACE_CLOCK",
@@ -246,7 +251,9 @@ fn check_values(name: &str, settings: &[(String, String)]) -> Result<(), String>
     eudp_engine::backend::tcp::TcpConfig::from_lookup(get).map_err(|e| format!("profile {name:?}: {e}"))?;
     for (k, v) in settings {
         let ok = match k.as_str() {
-            "EUDP_TRANSPORT" => matches!(v.as_str(), "kernel" | "tcp"),
+            "EUDP_TRANSPORT" => matches!(v.as_str(), "kernel" | "tcp" | "xdp"),
+            "EUDP_XDP_MODE" => matches!(v.as_str(), "auto" | "driver" | "generic"),
+            "EUDP_XDP_QUEUE" => v.trim().parse::<u32>().is_ok(),
             "EUDP_STAT_MS" | "EUDP_SOCK_RCVBUF" => v.trim().parse::<u64>().is_ok(),
             "EUDP_PRELOAD" | "EUDP_FORK_KEEP" | "EUDP_EINTR" => matches!(v.trim(), "0" | "1"),
             _ => true,
@@ -287,6 +294,8 @@ mod tests {
             ("[profiles.a]\nEUDP_SPIN_US = \"soon\"\n", "invalid value \"soon\" for EUDP_SPIN_US"),
             ("[profiles.a]\nEUDP_TCP_PORT = \"x\"\n", "EUDP_TCP_PORT"),
             ("[profiles.a]\nEUDP_STAT_MS = -1\n", "invalid value \"-1\" for EUDP_STAT_MS"),
+            ("[profiles.a]\nEUDP_XDP_MODE = \"native\"\n", "invalid value \"native\" for EUDP_XDP_MODE"),
+            ("[profiles.a]\nEUDP_XDP_QUEUE = \"first\"\n", "invalid value \"first\" for EUDP_XDP_QUEUE"),
             ("[profiles.a]\ninherit = \"nope\"\n", "unknown profile \"nope\" (inherited by a)"),
             ("[profiles.a]\ninherit = \"b\"\n[profiles.b]\ninherit = \"a\"\n", "inherit loop: a -> b -> a"),
             ("[profiles.latency]\nEUDP_SPIN_US = 1\n", "is built in"),

@@ -1,7 +1,7 @@
 //! `eudp run`, `eudp stat` and `eudp bench --apps`: unmodified programs on
 //! the engine through `libeudp_preload.so` (crate `eudp-preload`).
 //!
-//! * `eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp] [--] PROGRAM ARGS…`
+//! * `eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM ARGS…`
 //!   execs PROGRAM with the library in `LD_PRELOAD` and the profile's
 //!   `EUDP_*` settings (variables already set win); profiles are built in
 //!   or read from a TOML file (`crate::profiles`); `--list-profiles`
@@ -71,7 +71,7 @@ pub fn preload_settings(cmd: &mut Command, lib: &Path, settings: &[(String, Stri
 }
 
 fn usage_run() -> i32 {
-    eprintln!("usage: eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp] [--] PROGRAM [ARGS...]");
+    eprintln!("usage: eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM [ARGS...]");
     eprintln!("       eudp run --list-profiles [--profile-file FILE]");
     eprintln!("profiles: default, throughput, latency, and those of FILE (or $EUDP_PROFILE_FILE)");
     2
