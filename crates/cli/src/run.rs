@@ -299,8 +299,38 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
         if let Some(t) = r["uoe"]["tcp"].as_object() {
             s += &format_uoe(t, r["uoe"]["queued_bytes"].as_u64().unwrap_or(0));
         }
+        s += &format_xdp(&r["xdp"]);
     }
     s
+}
+
+/// The AF_XDP (`--transport xdp`) counters of a process, or why the
+/// transport did not start; empty for other transports.
+fn format_xdp(x: &serde_json::Value) -> String {
+    if let Some(why) = x["unavailable"].as_str() {
+        return format!("  xdp: unavailable ({why}); {} socket(s) on the kernel backend\n", x["kernel_backend_sockets"].as_u64().unwrap_or(0));
+    }
+    let Some(t) = x["stats"].as_object() else { return String::new() };
+    let c = |k: &str| t.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    let nonzero = |keys: &[&str]| {
+        let v: Vec<String> = keys.iter().filter(|k| c(k) > 0).map(|k| format!("{k} {}", c(k))).collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    format!(
+        "  xdp ({} hook): frames {} sent ({} kicks), {} received; kernel path {} sent ({}), {} received\n  xdp drops: {}\n",
+        t.get("attach").and_then(|v| v.as_str()).unwrap_or("?"),
+        c("tx_xdp"),
+        c("tx_kicks"),
+        c("rx_xdp"),
+        c("tx_kernel"),
+        nonzero(&["tx_kernel_no_neigh", "tx_kernel_off_link", "tx_kernel_too_big"]),
+        c("rx_kernel"),
+        nonzero(&["rx_bad_frames", "rx_no_socket", "rx_not_peer", "rx_inbox_drops", "xsk_rx_dropped", "xsk_rx_ring_full", "xsk_fill_ring_empty"]),
+    )
 }
 
 /// The UOE (`--transport tcp`) counters of a process: connections,

@@ -468,6 +468,9 @@ fn dig_dnsmasq(tr: Tr) {
         // Twelve queries in, twelve answers out, on dnsmasq's fast path.
         let (tx, rx) = (xdp_total(&stats, "tx_xdp"), xdp_total(&stats, "rx_xdp"));
         assert!(tx >= 10 && rx >= 12, "dnsmasq's AF_XDP frames: sent {tx}, received {rx}");
+        // `eudp stat` shows them.
+        let table = run::format_reports(&run::read_reports(&stats, true, &[]));
+        assert!(table.contains(&format!("frames {tx} sent")) && table.contains(&format!("{rx} received")), "{table}");
     }
     let _ = std::fs::remove_dir_all(&stats);
 }

@@ -2510,9 +2510,15 @@ impl Mgr {
         Counters::inc(&self.c.rx_delegations);
         // The next tick comes soon and starts the watch.
         self.ring();
-        // Wake the readers: input may already wait.
+        // Input already waiting on the connection needs no wake-up of its
+        // own: the connection just joined `q.poll` level-triggered, and an
+        // epoll set that gains a ready descriptor wakes its waiters. Frames
+        // already queued have signalled when they were pushed; a wake-up
+        // with nothing queued would leave the readiness flag up with
+        // nothing to read until the next receive (seen as a spurious event
+        // in `udp_surface`'s `epoll_dup` under load).
         let mut i = lock(&q.inner);
-        if !i.signalled {
+        if !i.signalled && !i.items.is_empty() {
             i.signalled = true;
             q.ready.set();
         }
