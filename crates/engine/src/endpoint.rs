@@ -397,6 +397,12 @@ impl Endpoint {
         self.inner.backend.raw_fd()
     }
 
+    /// The descriptor that stands for input the endpoint's kernel socket
+    /// does not show ([`Backend::bypass_fd`]), else [`Endpoint::raw_fd`].
+    pub fn bypass_fd(&self) -> RawFd {
+        self.inner.backend.bypass_fd().unwrap_or_else(|| self.inner.backend.raw_fd())
+    }
+
     /// True when the endpoint has a default destination (connected).
     pub fn is_connected(&self) -> bool {
         self.inner.connected.load(SeqCst)

@@ -1816,7 +1816,7 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
                     add(Extra { at, fd, ready: 0, ask: false });
                 }
                 if tcp {
-                    add(Extra { at, fd: ep.raw_fd(), ready: 0, ask: false });
+                    add(Extra { at, fd: ep.bypass_fd(), ready: 0, ask: false });
                 }
             };
             // Under the TCP transport a socket waited on for input is adopted
@@ -2328,7 +2328,7 @@ fn ready_fds(s: &Sock, ep: &Endpoint) -> (Vec<c_int>, bool) {
     let complete = ring.is_some() && err.is_some();
     let mut v: Vec<c_int> = ring.into_iter().chain(err).collect();
     if shim::bypass_transport() {
-        v.push(ep.raw_fd());
+        v.push(ep.bypass_fd());
     }
     (v, complete)
 }

@@ -104,6 +104,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// free when the drop returns, as after close(2). Later calls on the
     /// backend fail. The default keeps the socket until the backend drops.
     fn release_socket(&self) {}
+    /// A descriptor readable when input waits that the kernel socket does
+    /// not show (the preload shim adds it to a program's poll and epoll
+    /// sets beside the program's own socket). `None`: all input reaches the
+    /// kernel socket (the `kernel` backend). The `tcp` backend's is its
+    /// `raw_fd`; the `xdp` backend's covers the AF_XDP ring and its inbox,
+    /// not the kernel socket, which the program's set holds already.
+    fn bypass_fd(&self) -> Option<RawFd> {
+        None
+    }
     /// The socket's options were changed directly on its descriptor (the
     /// preload shim passes a program's `setsockopt` to the kernel socket):
     /// a backend that keeps its own copy of some (the `xdp` backend builds

@@ -379,6 +379,9 @@ impl Backend for TcpSocket {
     fn raw_fd(&self) -> RawFd {
         self.rxq.poll.as_raw_fd()
     }
+    fn bypass_fd(&self) -> Option<RawFd> {
+        Some(crate::backend::Backend::raw_fd(self))
+    }
 
     fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
         let mut st = lock(&self.st);

@@ -348,22 +348,24 @@ impl XdpTransport {
             drops: AtomicU64::new(0),
             peer: Mutex::new(None),
         });
+        let fast = Epoll::new()?;
+        fast.add_readable(self.shared.xsk.raw_fd(), 1)?;
+        fast.add_readable(inbox.ready.as_raw_fd(), 2)?;
         let epoll = Epoll::new()?;
         epoll.add_readable(kernel.as_raw_fd(), 0)?;
-        epoll.add_readable(self.shared.xsk.raw_fd(), 1)?;
-        epoll.add_readable(inbox.ready.as_raw_fd(), 2)?;
+        epoll.add_readable(fast.as_raw_fd(), 1)?;
         let s = XdpSocket {
             v6: kernel.is_v6(),
             t: self.shared.clone(),
             kernel,
             inbox,
             epoll,
+            fast,
             state: Mutex::new(SockState::default()),
             tos_ttl: AtomicU32::new(64),
             rx_opts: AtomicU32::new(0),
             ident: AtomicU16::new(std::process::id() as u16),
             closed: AtomicBool::new(false),
-            empty_looks: AtomicU32::new(0),
         };
         s.option_changed();
         Ok(s)
@@ -476,8 +478,11 @@ pub struct XdpSocket {
     t: Arc<Shared>,
     kernel: UdpSocket,
     inbox: Arc<Inbox>,
-    /// Readable when the kernel socket, the shared RX ring or the inbox is.
+    /// Readable when the kernel socket or `fast` is.
     epoll: Epoll,
+    /// Readable when the shared RX ring or the inbox is: the input the
+    /// kernel socket does not show ([`Backend::bypass_fd`]).
+    fast: Epoll,
     state: Mutex<SockState>,
     /// `IP_TOS << 8 | IP_TTL` as the socket has them set.
     tos_ttl: AtomicU32,
@@ -487,8 +492,6 @@ pub struct XdpSocket {
     rx_opts: AtomicU32,
     ident: AtomicU16,
     closed: AtomicBool,
-    /// Receives that found the fast path empty (see `recv_batch`).
-    empty_looks: AtomicU32,
     /// An IPv6 socket (its IPv4 peers are v4-mapped addresses).
     v6: bool,
 }
@@ -946,6 +949,9 @@ impl Backend for XdpSocket {
     fn raw_fd(&self) -> RawFd {
         self.epoll.as_raw_fd()
     }
+    fn bypass_fd(&self) -> Option<RawFd> {
+        Some(self.fast.as_raw_fd())
+    }
     fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
         self.kernel.bind(addr)?;
         let mut st = lock(&self.state);
@@ -981,7 +987,7 @@ impl Backend for XdpSocket {
         self.kernel.peer_addr()
     }
     fn send_one(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
-        if buf.len() > eudp_wire::limits::max_payload(false) {
+        if buf.len() > eudp_wire::limits::max_payload(self.v6) {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
         self.send_datagrams(&mut std::iter::once(buf), dst, dst).map(|_| buf.len())
@@ -1034,12 +1040,12 @@ impl Backend for XdpSocket {
         if at < bufs.len() {
             at = self.take_ring(bufs, meta, at);
         }
-        // Only when the fast path had nothing, and then on every fourth such
-        // look: what came through the kernel (another interface, fragments,
-        // before the bind) is rare, and a spinning receiver's looks would
-        // otherwise each cost a system call. A receiver woken by the kernel
-        // socket's readiness looks again at once, so it waits three looks.
-        if at == 0 && self.empty_looks.fetch_add(1, Relaxed) % 4 == 3 {
+        // When the fast path had nothing: what came through the kernel
+        // (another interface, loopback, fragments, arrivals before the
+        // bind). Every such look reads it, as a kernel socket's receive
+        // would find it: a spinning receiver's empty looks cost a system
+        // call each (the kernel backend's looks all do).
+        if at == 0 {
             match self.kernel.recv_batch(bufs, meta) {
                 Ok(n) => {
                     self.t.c.rx_kernel.fetch_add(n as u64, Relaxed);
