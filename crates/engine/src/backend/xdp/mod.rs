@@ -200,6 +200,22 @@ impl TxSide {
     }
 }
 
+/// The transmit side held for one send call, and the frames it put on the
+/// TX ring since the last kick.
+struct TxBatch<'a> {
+    side: MutexGuard<'a, TxSide>,
+    queued: usize,
+}
+
+impl TxBatch<'_> {
+    /// Publishes the frames put on the ring and kicks the kernel to send
+    /// them.
+    fn flush(&mut self, t: &Shared) -> io::Result<()> {
+        let n = std::mem::take(&mut self.queued);
+        t.flush(&mut self.side, n)
+    }
+}
+
 /// Neighbour answers, from the kernel's table.
 #[derive(Default)]
 struct Neighbours {
@@ -604,10 +620,12 @@ impl XdpSocket {
         }
     }
 
-    /// Sends `payloads` (each one datagram) to `dst` as AF_XDP frames, or
-    /// through the kernel socket where the fast path cannot take them.
-    /// Returns how many were accepted.
-    fn send_datagrams(&self, payloads: &mut dyn Iterator<Item = &[u8]>, dst: Option<&SocketAddr>, kernel_dst: Option<&SocketAddr>) -> io::Result<usize> {
+    /// Puts `payloads` (each one datagram) to `dst` on the TX ring as
+    /// frames, or sends them through the kernel socket where the fast path
+    /// cannot take them. Returns how many were accepted. Frames wait on the
+    /// ring until the caller flushes `tx` (one kick for a whole batch); a
+    /// datagram taking the kernel path flushes first, to keep the order.
+    fn send_datagrams(&self, tx: &mut TxBatch<'_>, payloads: &mut dyn Iterator<Item = &[u8]>, dst: Option<&SocketAddr>, kernel_dst: Option<&SocketAddr>) -> io::Result<usize> {
         let Some(d) = self.dst_of(dst)? else {
             // An IPv6 destination on an IPv4 socket: the kernel's answer.
             let mut n = 0;
@@ -622,15 +640,10 @@ impl XdpSocket {
             ((v >> 8) as u8, v as u8)
         };
         let mut sent = 0;
-        let mut tx = lock(&self.t.tx);
-        let mut queued = 0;
         for p in payloads {
             let route = self.route(d, p.len())?;
             let Route::Xdp { src, dst, mac } = route else {
-                if queued > 0 {
-                    self.t.flush(&mut tx, queued)?;
-                    queued = 0;
-                }
+                tx.flush(&self.t)?;
                 match self.kernel.send_to(p, kernel_dst) {
                     Ok(_) => {
                         self.t.c.tx_kernel.fetch_add(1, Relaxed);
@@ -641,40 +654,64 @@ impl XdpSocket {
                     Err(e) => return Err(e),
                 }
             };
-            if tx.free.is_empty() || tx.tx.free() == 0 {
-                tx.reap();
+            if tx.side.free.is_empty() || tx.side.tx.free() == 0 {
+                tx.side.reap();
             }
-            if tx.free.is_empty() || tx.tx.free() == 0 {
-                self.t.flush(&mut tx, queued)?;
-                queued = 0;
-                tx.reap();
-                if tx.free.is_empty() || tx.tx.free() == 0 {
+            if tx.side.free.is_empty() || tx.side.tx.free() == 0 {
+                tx.flush(&self.t)?;
+                tx.side.reap();
+                if tx.side.free.is_empty() || tx.side.tx.free() == 0 {
                     if sent > 0 {
                         return Ok(sent);
                     }
                     return Err(io::ErrorKind::WouldBlock.into());
                 }
             }
-            let addr = tx.free.pop().expect("a free frame");
+            let addr = tx.side.free.pop().expect("a free frame");
             let buf = self.umem().frame_mut(addr);
             let params = Udp4Params { src_mac: MacAddr(self.t.iface.mac), dst_mac: MacAddr(mac), src, dst, tos, ttl, ident: self.ident.fetch_add(1, Relaxed) };
             let len = match frame::build_udp4(buf, &params, p) {
                 Ok(n) => n,
                 Err(e) => {
-                    tx.free.push(addr);
+                    tx.side.free.push(addr);
                     return Err(io::Error::new(io::ErrorKind::InvalidInput, e.to_string()));
                 }
             };
-            tx.tx.push(libc::xdp_desc { addr, len: len as u32, options: 0 });
-            tx.in_flight += 1;
-            queued += 1;
+            tx.side.tx.push(libc::xdp_desc { addr, len: len as u32, options: 0 });
+            tx.side.in_flight += 1;
+            tx.queued += 1;
             sent += 1;
             self.t.c.tx_xdp.fetch_add(1, Relaxed);
         }
-        if queued > 0 {
-            self.t.flush(&mut tx, queued)?;
-        }
         Ok(sent)
+    }
+
+    /// `send_batch`'s messages onto the ring (see [`XdpSocket::send_datagrams`]).
+    fn send_msgs(&self, tx: &mut TxBatch<'_>, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+        let mut done = 0;
+        let mut joined = Vec::new();
+        for m in msgs {
+            let whole: &[u8] = if m.iov.len() == 1 {
+                &m.iov[0]
+            } else {
+                joined.clear();
+                for v in m.iov {
+                    joined.extend_from_slice(v);
+                }
+                &joined
+            };
+            let seg = m.segment.map_or(whole.len().max(1), |s| usize::from(s).max(1));
+            let mut parts: Box<dyn Iterator<Item = &[u8]>> = if whole.is_empty() { Box::new(std::iter::once(whole)) } else { Box::new(whole.chunks(seg)) };
+            let want = if whole.is_empty() { 1 } else { whole.len().div_ceil(seg) };
+            match self.send_datagrams(tx, &mut parts, m.dst.as_ref(), m.dst.as_ref()) {
+                Ok(n) if n == want => done += 1,
+                Ok(n) if done == 0 && m.segment.is_some() => return Err(kernel::partly_sent_error(n)),
+                Ok(_) => return Ok(done),
+                Err(e) if done > 0 && e.kind() == io::ErrorKind::WouldBlock => return Ok(done),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
     }
 
     fn umem(&self) -> &sys::Umem {
@@ -990,33 +1027,17 @@ impl Backend for XdpSocket {
         if buf.len() > eudp_wire::limits::max_payload(self.v6) {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
-        self.send_datagrams(&mut std::iter::once(buf), dst, dst).map(|_| buf.len())
+        let mut tx = TxBatch { side: lock(&self.t.tx), queued: 0 };
+        let r = self.send_datagrams(&mut tx, &mut std::iter::once(buf), dst, dst);
+        tx.flush(&self.t)?;
+        r.map(|_| buf.len())
     }
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
-        let mut done = 0;
-        let mut joined = Vec::new();
-        for m in msgs {
-            let whole: &[u8] = if m.iov.len() == 1 {
-                &m.iov[0]
-            } else {
-                joined.clear();
-                for v in m.iov {
-                    joined.extend_from_slice(v);
-                }
-                &joined
-            };
-            let seg = m.segment.map_or(whole.len().max(1), |s| usize::from(s).max(1));
-            let mut parts: Box<dyn Iterator<Item = &[u8]>> = if whole.is_empty() { Box::new(std::iter::once(whole)) } else { Box::new(whole.chunks(seg)) };
-            let want = if whole.is_empty() { 1 } else { whole.len().div_ceil(seg) };
-            match self.send_datagrams(&mut parts, m.dst.as_ref(), m.dst.as_ref()) {
-                Ok(n) if n == want => done += 1,
-                Ok(n) if done == 0 && m.segment.is_some() => return Err(kernel::partly_sent_error(n)),
-                Ok(_) => return Ok(done),
-                Err(e) if done > 0 && e.kind() == io::ErrorKind::WouldBlock => return Ok(done),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(done)
+        // One kick for the whole batch: the AF_XDP counterpart of a GSO send.
+        let mut tx = TxBatch { side: lock(&self.t.tx), queued: 0 };
+        let r = self.send_msgs(&mut tx, msgs);
+        tx.flush(&self.t)?;
+        r
     }
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
         let end = Instant::now() + timeout;
