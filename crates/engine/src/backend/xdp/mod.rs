@@ -857,28 +857,19 @@ impl Shared {
     }
 
     /// The socket a datagram from `src` to `dst` belongs to, as the kernel
-    /// picks it: a socket bound to `dst`'s address before one bound to the
-    /// wildcard, and among those one connected to `src` before an
-    /// unconnected one. Sockets connected to other peers never match:
-    /// `Err(true)` when only such sockets hold the address, `Err(false)`
-    /// when none does (it closed while the frame was on its way).
+    /// picks it ([`pick_socket`]). `Err(true)` when only sockets connected
+    /// to other peers hold the address, `Err(false)` when none does (it
+    /// closed while the frame was on its way).
     fn find_socket(&self, dst: SocketAddrV4, src: SocketAddrV4) -> Result<Arc<Inbox>, bool> {
         let map = self.sockets.read().unwrap_or_else(|e| e.into_inner());
-        for key in [(*dst.ip(), dst.port()), (Ipv4Addr::UNSPECIFIED, dst.port())] {
-            let Some(v) = map.get(&key) else { continue };
-            let mut open = None;
-            for i in v {
-                match *lock(&i.peer) {
-                    Some(p) if p == src => return Ok(i.clone()),
-                    None if open.is_none() => open = Some(i.clone()),
-                    _ => {}
-                }
-            }
-            if let Some(i) = open {
-                return Ok(i);
-            }
+        let exact = map.get(&(*dst.ip(), dst.port())).map(Vec::as_slice).unwrap_or_default();
+        let wild = map.get(&(Ipv4Addr::UNSPECIFIED, dst.port())).map(Vec::as_slice).unwrap_or_default();
+        let all = || exact.iter().map(|i| (true, i)).chain(wild.iter().map(|i| (false, i)));
+        let peers: Vec<(bool, Option<SocketAddrV4>)> = all().map(|(e, i)| (e, *lock(&i.peer))).collect();
+        match pick_socket(&peers, src) {
+            Some(k) => Ok(all().nth(k).expect("picked among them").1.clone()),
+            None => Err(!peers.is_empty()),
         }
-        Err(map.contains_key(&(*dst.ip(), dst.port())) || map.contains_key(&(Ipv4Addr::UNSPECIFIED, dst.port())))
     }
 
     /// The MAC address of on-link neighbour `ip`, from the kernel's table
@@ -918,6 +909,28 @@ impl Shared {
             }
         }
     }
+}
+
+/// Which of the sockets holding a datagram's port gets it, scored as the
+/// kernel's UDP lookup scores them: bound to the datagram's address (not
+/// the wildcard) adds 1, connected to its source adds 2 (the kernel counts
+/// the peer's address and port), and a socket connected to another peer is
+/// out. Among equals the one registered last wins, as the kernel's hash
+/// chain puts the newest socket first. `sockets`: (bound exactly, peer),
+/// in registration order within each address, exact ones first.
+fn pick_socket(sockets: &[(bool, Option<SocketAddrV4>)], src: SocketAddrV4) -> Option<usize> {
+    let mut best: Option<(u8, usize)> = None;
+    for (k, &(exact, peer)) in sockets.iter().enumerate().rev() {
+        let score = match peer {
+            Some(p) if p != src => continue,
+            Some(_) => 2,
+            None => 0,
+        } + u8::from(exact);
+        if best.is_none_or(|(b, _)| score > b) {
+            best = Some((score, k));
+        }
+    }
+    best.map(|(_, k)| k)
 }
 
 /// The IPv4 address of `a`, also when it is v4-mapped IPv6; `None` for
@@ -1165,6 +1178,24 @@ mod tests {
         assert!(same_subnet(a, "198.19.1.2".parse().unwrap(), 15));
         assert_eq!(broadcast_of(a, 24), "198.18.0.255".parse::<Ipv4Addr>().unwrap());
         assert_eq!(broadcast_of(a, 30), "198.18.0.3".parse::<Ipv4Addr>().unwrap());
+    }
+
+    #[test]
+    fn the_socket_the_kernel_would_pick() {
+        let a = |s: &str| s.parse::<SocketAddrV4>().unwrap();
+        let (src, other) = (a("198.18.0.1:5000"), a("198.18.0.1:5001"));
+        // Connected to the source beats bound exactly.
+        assert_eq!(pick_socket(&[(true, None), (false, Some(src))], src), Some(1));
+        // Bound exactly beats the wildcard.
+        assert_eq!(pick_socket(&[(true, None), (false, None)], src), Some(0));
+        // Connected elsewhere is out, even when nothing else is there.
+        assert_eq!(pick_socket(&[(true, Some(other)), (false, None)], src), Some(1));
+        assert_eq!(pick_socket(&[(true, Some(other))], src), None);
+        assert_eq!(pick_socket(&[], src), None);
+        // Exact and connected beats wildcard and connected.
+        assert_eq!(pick_socket(&[(false, Some(src)), (true, Some(src))], src), Some(1));
+        // Equals: the newest (last in its address's list).
+        assert_eq!(pick_socket(&[(true, None), (true, None), (false, None)], src), Some(1));
     }
 
     #[test]
