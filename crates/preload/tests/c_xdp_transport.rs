@@ -119,3 +119,63 @@ fn surface_matches_the_kernel_over_xdp() {
     let failed = run(&ns, "udp_surface", SURFACE);
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A second process on an interface whose XDP hook and queue a first one
+/// holds cannot start the transport: its sockets run on the kernel backend
+/// (said in its report), and it behaves as on the kernel.
+#[test]
+fn a_second_process_on_the_interface_gets_the_kernel_backend() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces and AF_XDP need root");
+        return;
+    }
+    let ns = Ns::new("p");
+    let first_stats = stat_dir("xdp-first");
+    // The first holds a bound UDP socket (so the transport starts) for a while.
+    let hold = "import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 0)); print('bound', flush=True); time.sleep(8)";
+    let mut first = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c", hold])
+        .env("EUDP_TRANSPORT", "xdp")
+        .env("EUDP_XDP_IFACE", &ns.dev)
+        .env("LD_PRELOAD", lib())
+        .env("EUDP_STAT_DIR", &first_stats)
+        .env("EUDP_STAT_MS", "200")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(first.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "bound");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let started = reports(&first_stats).iter().any(|r| r["xdp"]["stats"].is_object());
+    let failed = run_second(&ns);
+    let _ = first.kill();
+    let _ = first.wait();
+    let _ = std::fs::remove_dir_all(&first_stats);
+    assert!(started, "the first process's transport did not start");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// `sendto_recvfrom` as the second process: same output as on the kernel,
+/// on the kernel backend, with the reason in its report.
+fn run_second(ns: &Ns) -> Vec<String> {
+    let exe = cc("udp_semantics", &[]);
+    let kernel = Command::new("ip").args(["netns", "exec", &ns.name]).arg(&exe).arg("sendto_recvfrom").output().unwrap();
+    let stats = stat_dir("xdp-second");
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns.name, "timeout", "30"]).arg(&exe).arg("sendto_recvfrom").env("EUDP_TRANSPORT", "xdp").env("EUDP_XDP_IFACE", &ns.dev);
+    let shim = preloaded(cmd, &stats);
+    let r = reports(&stats);
+    let _ = std::fs::remove_dir_all(&stats);
+    let mut failed = Vec::new();
+    if !shim.status.success() || shim.stdout != kernel.stdout {
+        failed.push(format!("second process: {}\n{}{}", shim.status, String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&shim.stderr)));
+    }
+    let why: Vec<&str> = r.iter().filter_map(|x| x["xdp"]["unavailable"].as_str()).collect();
+    let on_kernel: u64 = r.iter().map(|x| x["xdp"]["kernel_backend_sockets"].as_u64().unwrap_or(0)).sum();
+    let acc: u64 = r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();
+    if why.is_empty() || on_kernel == 0 || acc == 0 {
+        failed.push(format!("second process: expected its sockets on the kernel backend with a reason: {r:?}"));
+    }
+    failed
+}
