@@ -204,6 +204,13 @@ fn frames_go_to_the_socket_the_kernel_would_pick() {
             (String::from_utf8_lossy(&buf[..k]).into_owned(), src)
         };
         let r = [got(&c0), got(&c1), got(&open), got(&wild)];
+        let before = t.stats().rx_kernel;
+        back_tx.send(open.local_addr().unwrap()).unwrap();
+        // A broadcast reaches the wildcard socket through the kernel, which
+        // decides who gets it (the program passes L2 broadcast frames).
+        let b = got(&wild);
+        assert_eq!(b.0, "to-all");
+        assert!(t.stats().rx_kernel > before, "the broadcast came through the kernel: {:?}", t.stats());
         (r, t.stats())
     });
     sys::enter_netns(&pair.a).unwrap();
@@ -224,6 +231,10 @@ fn frames_go_to_the_socket_the_kernel_would_pick() {
     socks[1].send_to(b"to-c1", dst).unwrap();
     socks[0].send_to(b"to-c0", dst).unwrap();
     socks[0].send_to(b"to-wild", "198.18.0.2:7201".parse().unwrap()).unwrap();
+    back_rx.recv().unwrap();
+    let bc = UdpSocket::bind("198.18.0.1:0").unwrap();
+    bc.set_broadcast(true).unwrap();
+    bc.send_to(b"to-all", "198.18.0.255:7201").unwrap();
     let (r, st) = server.join().expect("server");
     let want = [("to-c0", 0), ("to-c1", 1), ("to-open", 2), ("to-wild", 0)];
     for ((msg, src), (w, from)) in r.iter().zip(want) {

@@ -221,8 +221,9 @@ impl TxBatch<'_> {
 struct Neighbours {
     map: HashMap<Ipv4Addr, ([u8; 6], Instant)>,
     /// Addresses the table did not have: when to look again, and the
-    /// wait after that (doubling from 50 µs, the time the kernel takes to
-    /// resolve a neighbour on a virtual link, up to 100 ms).
+    /// wait after that (doubling from 50 µs up to 100 ms, so an answer the
+    /// kernel gets within a round trip is seen at once, and an address that
+    /// never answers costs a read of the table at most ten times a second).
     missing: HashMap<Ipv4Addr, (Instant, Duration)>,
 }
 
@@ -333,9 +334,9 @@ impl XdpTransport {
     }
 
     /// An endpoint over an existing kernel UDP socket (the preload shim
-    /// hands over a duplicate of the program's): an IPv6 one stays on the
-    /// kernel backend; a bound one takes its address's datagrams at once,
-    /// a connected one keeps its peer.
+    /// hands over a duplicate of the program's): a bound one takes its
+    /// address's datagrams at once, a connected one keeps its peer. An IPv6
+    /// one carries its IPv4 (v4-mapped) peers' datagrams as frames.
     pub fn endpoint_from_kernel_fd(&self, engine: &crate::Engine, fd: OwnedFd) -> io::Result<crate::Endpoint> {
         let kernel = UdpSocket::from_owned_fd(fd)?;
         let sock = self.socket_over(kernel)?;
@@ -425,7 +426,7 @@ impl XdpTransport {
     /// too: the AF_XDP socket and its queue stay the parent's.
     pub fn global() -> io::Result<XdpTransport> {
         if FORKED.load(Relaxed) {
-            return Err(io::Error::other("the AF_XDP socket belongs to the parent process (after fork)"));
+            return Err(io::Error::other(AFTER_FORK));
         }
         let r = GLOBAL.get_or_init(|| {
             let ifname = match std::env::var("EUDP_XDP_IFACE") {
@@ -467,11 +468,17 @@ impl XdpTransport {
     /// The process-wide transport if [`XdpTransport::global`] was called:
     /// the transport, or why it could not start. Starts nothing.
     pub fn global_started() -> Option<Result<XdpTransport, String>> {
-        GLOBAL.get().cloned()
+        let g = GLOBAL.get()?;
+        if FORKED.load(Relaxed) {
+            // The parent's counters, copied at the fork, are not this process's.
+            return Some(Err(AFTER_FORK.into()));
+        }
+        Some(g.clone())
     }
 }
 
 static GLOBAL: OnceLock<Result<XdpTransport, String>> = OnceLock::new();
+const AFTER_FORK: &str = "the AF_XDP socket belongs to the parent process (after fork)";
 static FORKED: AtomicBool = AtomicBool::new(false);
 static GLOBAL_FDS: OnceLock<(RawFd, RawFd)> = OnceLock::new();
 

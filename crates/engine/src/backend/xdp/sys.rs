@@ -165,16 +165,18 @@ const LD_IMM64: u8 = 0x18;
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 
-/// Loads the redirect program: an IPv4 frame (header without options, not
-/// a fragment) carrying UDP to an address in `ports` goes to the AF_XDP
+/// Loads the redirect program: a unicast IPv4 frame (header without options,
+/// not a fragment) carrying UDP to an address in `ports` goes to the AF_XDP
 /// socket of its receive queue in `xsks`; everything else (ARP, ICMP,
-/// IPv6, other ports, IP options, fragments) passes to the kernel stack.
+/// IPv6, broadcast and multicast, other ports, IP options, fragments)
+/// passes to the kernel stack, which decides who gets a broadcast or a
+/// group's datagrams.
 /// The key is `[dst IPv4 address, dst port, 0, 0]` as on the wire, looked
 /// up first exactly and then with the address 0 (a wildcard bind).
 ///
 /// In C terms:
 /// ```text
-/// if (data + 42 > data_end || eth.type != htons(0x0800) || ip.ver_ihl != 0x45
+/// if (data + 42 > data_end || (eth.dst[0] & 1) || eth.type != htons(0x0800) || ip.ver_ihl != 0x45
 ///     || ip.proto != 17 || (ip.frag_off & htons(0x3fff))) return XDP_PASS;
 /// key = { ip.daddr, udp.dest, 0 };
 /// if (!lookup(ports, &key)) { key.addr = 0; if (!lookup(ports, &key)) return XDP_PASS; }
@@ -183,8 +185,8 @@ const EXIT: u8 = 0x95;
 pub fn load_redirect_prog(xsks: &Map, ports: &Map) -> io::Result<Private<OwnedFd>> {
     let be16 = |v: u16| i32::from(u16::from_ne_bytes(v.to_be_bytes()));
     let (xsks, ports) = (xsks.raw(), ports.raw());
-    const PASS: i16 = 38;
-    const REDIRECT: i16 = 32;
+    const PASS: i16 = 41;
+    const REDIRECT: i16 = 35;
     // A jump at `pc` to `to`: offsets count from the next instruction.
     let j = |pc: i16, to: i16| to - pc - 1;
     #[rustfmt::skip]
@@ -195,40 +197,43 @@ pub fn load_redirect_prog(xsks: &Map, ports: &Map) -> io::Result<Private<OwnedFd
         /*  3 */ insn(ALU64_MOV_X, 4, 2, 0, 0),
         /*  4 */ insn(ALU64_ADD_K, 4, 0, 0, 42),
         /*  5 */ insn(JMP_JGT_X, 4, 3, j(5, PASS), 0),       // shorter than eth+ip+udp
-        /*  6 */ insn(LDX_MEM | H, 5, 2, 12, 0),
-        /*  7 */ insn(JMP_JNE_K, 5, 0, j(7, PASS), be16(0x0800)),
-        /*  8 */ insn(LDX_MEM | B, 5, 2, 14, 0),
-        /*  9 */ insn(JMP_JNE_K, 5, 0, j(9, PASS), 0x45),    // IPv4, no options
-        /* 10 */ insn(LDX_MEM | B, 5, 2, 23, 0),
-        /* 11 */ insn(JMP_JNE_K, 5, 0, j(11, PASS), 17),     // UDP
-        /* 12 */ insn(LDX_MEM | H, 5, 2, 20, 0),
-        /* 13 */ insn(ALU64_AND_K, 5, 0, 0, be16(0x3fff)),
-        /* 14 */ insn(JMP_JNE_K, 5, 0, j(14, PASS), 0),      // a fragment
-        /* 15 */ insn(LDX_MEM | W, 5, 2, 30, 0),             // key.addr = daddr
-        /* 16 */ insn(STX_MEM_W, 10, 5, -8, 0),
-        /* 17 */ insn(LDX_MEM | H, 5, 2, 36, 0),             // key.port = dest
-        /* 18 */ insn(STX_MEM_W, 10, 5, -4, 0),
-        /* 19 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
-        /* 20 */ insn(0, 0, 0, 0, 0),
-        /* 21 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
-        /* 22 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
-        /* 23 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
-        /* 24 */ insn(JMP_JNE_K, 0, 0, j(24, REDIRECT), 0),
-        /* 25 */ insn(ST_MEM_W, 10, 0, -8, 0),               // key.addr = 0 (wildcard)
-        /* 26 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
-        /* 27 */ insn(0, 0, 0, 0, 0),
-        /* 28 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
-        /* 29 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
-        /* 30 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
-        /* 31 */ insn(JMP_JEQ_K, 0, 0, j(31, PASS), 0),
-        /* 32 */ insn(LDX_MEM | W, 2, 6, 16, 0),             // redirect: r2 = rx_queue_index
-        /* 33 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks),
-        /* 34 */ insn(0, 0, 0, 0, 0),
-        /* 35 */ insn(ALU64_MOV_K, 3, 0, 0, XDP_PASS),       // no socket on that queue: pass
-        /* 36 */ insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
-        /* 37 */ insn(EXIT, 0, 0, 0, 0),
-        /* 38 */ insn(ALU64_MOV_K, 0, 0, 0, XDP_PASS),       // pass
-        /* 39 */ insn(EXIT, 0, 0, 0, 0),
+        /*  6 */ insn(LDX_MEM | B, 5, 2, 0, 0),
+        /*  7 */ insn(ALU64_AND_K, 5, 0, 0, 1),
+        /*  8 */ insn(JMP_JNE_K, 5, 0, j(8, PASS), 0),       // broadcast or multicast
+        /*  9 */ insn(LDX_MEM | H, 5, 2, 12, 0),
+        /* 10 */ insn(JMP_JNE_K, 5, 0, j(10, PASS), be16(0x0800)),
+        /* 11 */ insn(LDX_MEM | B, 5, 2, 14, 0),
+        /* 12 */ insn(JMP_JNE_K, 5, 0, j(12, PASS), 0x45),   // IPv4, no options
+        /* 13 */ insn(LDX_MEM | B, 5, 2, 23, 0),
+        /* 14 */ insn(JMP_JNE_K, 5, 0, j(14, PASS), 17),     // UDP
+        /* 15 */ insn(LDX_MEM | H, 5, 2, 20, 0),
+        /* 16 */ insn(ALU64_AND_K, 5, 0, 0, be16(0x3fff)),
+        /* 17 */ insn(JMP_JNE_K, 5, 0, j(17, PASS), 0),      // a fragment
+        /* 18 */ insn(LDX_MEM | W, 5, 2, 30, 0),             // key.addr = daddr
+        /* 19 */ insn(STX_MEM_W, 10, 5, -8, 0),
+        /* 20 */ insn(LDX_MEM | H, 5, 2, 36, 0),             // key.port = dest
+        /* 21 */ insn(STX_MEM_W, 10, 5, -4, 0),
+        /* 22 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
+        /* 23 */ insn(0, 0, 0, 0, 0),
+        /* 24 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
+        /* 25 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
+        /* 26 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
+        /* 27 */ insn(JMP_JNE_K, 0, 0, j(27, REDIRECT), 0),
+        /* 28 */ insn(ST_MEM_W, 10, 0, -8, 0),               // key.addr = 0 (wildcard)
+        /* 29 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
+        /* 30 */ insn(0, 0, 0, 0, 0),
+        /* 31 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
+        /* 32 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
+        /* 33 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
+        /* 34 */ insn(JMP_JEQ_K, 0, 0, j(34, PASS), 0),
+        /* 35 */ insn(LDX_MEM | W, 2, 6, 16, 0),             // redirect: r2 = rx_queue_index
+        /* 36 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks),
+        /* 37 */ insn(0, 0, 0, 0, 0),
+        /* 38 */ insn(ALU64_MOV_K, 3, 0, 0, XDP_PASS),       // no socket on that queue: pass
+        /* 39 */ insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
+        /* 40 */ insn(EXIT, 0, 0, 0, 0),
+        /* 41 */ insn(ALU64_MOV_K, 0, 0, 0, XDP_PASS),       // pass
+        /* 42 */ insn(EXIT, 0, 0, 0, 0),
     ];
     load_xdp(&prog, "eudp_xdp")
 }
