@@ -27,6 +27,49 @@ pub enum UdpChecksum {
     /// checksum offload leaves for the device to complete
     /// (`CHECKSUM_PARTIAL`). The payload is unverified; see [`parse_udp4`].
     Partial,
+    /// Not checked yet: [`parse_udp4_unchecked`] leaves it to a
+    /// [`PendingChecksum`], checked while the payload is copied.
+    Pending,
+}
+
+/// A UDP checksum still to be checked: the sum of the pseudo-header and the
+/// UDP header (its checksum field included), to which the payload's sum is
+/// added, and the pseudo-header's sum alone (for [`UdpChecksum::Partial`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PendingChecksum {
+    acc: Checksum,
+    field: u16,
+    pseudo: u16,
+}
+
+impl PendingChecksum {
+    /// Checks the checksum over `payload`, reading it once.
+    pub fn verify(mut self, payload: &[u8]) -> Result<UdpChecksum, FrameError> {
+        self.acc.add(payload);
+        self.finish()
+    }
+
+    /// Copies `payload` into `dst` and checks the checksum in the same pass
+    /// over the data: paper 000's fusion of the checksum with data
+    /// movement, on the receive side. On `Err` the bytes were copied all the
+    /// same and must not be delivered.
+    ///
+    /// # Panics
+    /// If `dst` is shorter than `payload`.
+    pub fn copy(mut self, dst: &mut [u8], payload: &[u8]) -> Result<UdpChecksum, FrameError> {
+        crate::checksum::copy_with_checksum(dst, payload, &mut self.acc);
+        self.finish()
+    }
+
+    fn finish(&self) -> Result<UdpChecksum, FrameError> {
+        if self.acc.fold() == 0xffff {
+            Ok(UdpChecksum::Verified)
+        } else if self.field == self.pseudo {
+            Ok(UdpChecksum::Partial)
+        } else {
+            Err(FrameError::BadChecksum)
+        }
+    }
 }
 
 /// A parsed Ethernet + IPv4 + UDP frame, borrowing its payload.
@@ -195,6 +238,19 @@ pub fn build_udp4(out: &mut [u8], p: &Udp4Params, payload: &[u8]) -> Result<usiz
 /// a frame corrupted in transit would have to carry that exact value, and the
 /// pseudo-header it depends on is itself covered by the IPv4 header checksum.
 pub fn parse_udp4(frame: &[u8]) -> Result<Udp4Frame<'_>, FrameError> {
+    let (mut f, pending) = parse_udp4_unchecked(frame)?;
+    if let Some(p) = pending {
+        f.checksum = p.verify(f.payload)?;
+    }
+    Ok(f)
+}
+
+/// As [`parse_udp4`], but the UDP checksum is left to the returned
+/// [`PendingChecksum`] (`None`: the field is 0, [`UdpChecksum::Absent`]),
+/// so that it can be checked while the payload is copied
+/// ([`PendingChecksum::copy`]) instead of in a pass of its own. The frame's
+/// `checksum` says [`UdpChecksum::Pending`] until then.
+pub fn parse_udp4_unchecked(frame: &[u8]) -> Result<(Udp4Frame<'_>, Option<PendingChecksum>), FrameError> {
     let eth = EthernetHeader::parse(frame)?;
     if eth.ethertype != ETHERTYPE_IPV4 {
         return Err(FrameError::NotIpv4(eth.ethertype));
@@ -218,9 +274,7 @@ pub fn parse_udp4(frame: &[u8]) -> Result<Udp4Frame<'_>, FrameError> {
         return Err(FrameError::BadUdpLength);
     }
     let datagram = &datagram[..usize::from(h.length)];
-    let checksum = if h.checksum == 0 {
-        UdpChecksum::Absent
-    } else {
+    let pending = (h.checksum != 0).then(|| {
         let mut pseudo = Checksum::new();
         udp::add_pseudo_header(
             &mut pseudo,
@@ -228,17 +282,12 @@ pub fn parse_udp4(frame: &[u8]) -> Result<Udp4Frame<'_>, FrameError> {
             IpAddr::V4(ip.dst),
             u32::from(h.length),
         );
-        let mut full = pseudo;
-        full.add(datagram);
-        if full.fold() == 0xffff {
-            UdpChecksum::Verified
-        } else if h.checksum == pseudo.fold() {
-            UdpChecksum::Partial
-        } else {
-            return Err(FrameError::BadChecksum);
-        }
-    };
-    Ok(Udp4Frame {
+        let mut acc = pseudo;
+        acc.add(&datagram[..udp::HEADER_LEN]);
+        PendingChecksum { acc, field: h.checksum, pseudo: pseudo.fold() }
+    });
+    let checksum = if pending.is_some() { UdpChecksum::Pending } else { UdpChecksum::Absent };
+    let f = Udp4Frame {
         src_mac: eth.src,
         dst_mac: eth.dst,
         src: SocketAddrV4::new(ip.src, h.src_port),
@@ -247,7 +296,8 @@ pub fn parse_udp4(frame: &[u8]) -> Result<Udp4Frame<'_>, FrameError> {
         ttl: ip.ttl,
         checksum,
         payload: &datagram[udp::HEADER_LEN..],
-    })
+    };
+    Ok((f, pending))
 }
 
 /// The UDP destination port of an IPv4 frame, for demultiplexing before the
@@ -716,6 +766,36 @@ mod tests {
             if let Ok(u) = parsed {
                 prop_assert_eq!(port, Some(u.dst.port()));
             }
+            // Checking while copying gives the same verdict and the payload.
+            let fused = parse_udp4_unchecked(&f).and_then(|(u, pending)| {
+                let mut dst = vec![0u8; u.payload.len()];
+                let c = match pending {
+                    Some(p) => p.copy(&mut dst, u.payload)?,
+                    None => UdpChecksum::Absent,
+                };
+                assert_copied(&dst, u.payload);
+                Ok(Udp4Frame { checksum: c, ..u })
+            });
+            prop_assert_eq!(fused, parse_udp4(&f));
         }
+    }
+
+    /// The copy of a payload equals the payload (a panic is a failure).
+    fn assert_copied(a: &[u8], b: &[u8]) {
+        assert_eq!(a, b, "copied payload differs");
+    }
+
+    #[test]
+    fn a_bad_checksum_is_found_while_copying() {
+        let mut f = build(&params(), b"hello, fused world");
+        let (u, pending) = parse_udp4_unchecked(&f).unwrap();
+        assert_eq!(u.checksum, UdpChecksum::Pending);
+        let mut dst = [0u8; 32];
+        assert_eq!(pending.unwrap().copy(&mut dst, u.payload), Ok(UdpChecksum::Verified));
+        let last = f.len() - 1;
+        f[last] ^= 0x40;
+        let (u, pending) = parse_udp4_unchecked(&f).unwrap();
+        assert_eq!(pending.unwrap().copy(&mut dst, u.payload), Err(FrameError::BadChecksum));
+        assert_eq!(parse_udp4(&f), Err(FrameError::BadChecksum));
     }
 }

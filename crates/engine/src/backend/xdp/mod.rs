@@ -748,7 +748,10 @@ impl XdpSocket {
             let Some(m) = q.pop_front() else { break };
             self.inbox.bytes.fetch_sub(m.data.len() as u64 + 256, Relaxed);
             let len = m.data.len();
-            put(&mut bufs[at], &m.data);
+            if bufs[at].len() < len {
+                bufs[at].resize(len, 0);
+            }
+            bufs[at][..len].copy_from_slice(&m.data);
             self.meta_for(&mut meta[at], len, m.src, m.dst, m.tos, m.ttl);
             at += 1;
         }
@@ -773,20 +776,34 @@ impl XdpSocket {
             let d = rx.rx.take();
             taken += 1;
             let data = self.umem().frame(d.addr, d.len as usize);
-            match frame::parse_udp4(data) {
+            // The UDP checksum is checked while the payload is copied out of
+            // the UMEM (one pass over the data, as on the send side).
+            match frame::parse_udp4_unchecked(data) {
                 Err(_) => {
                     self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
                 }
-                Ok(f) => match self.t.find_socket(f.dst, f.src) {
+                Ok((f, pending)) => match self.t.find_socket(f.dst, f.src) {
                     Ok(inbox) if Arc::ptr_eq(&inbox, &self.inbox) => {
-                        put(&mut bufs[at], f.payload);
-                        self.meta_for(&mut meta[at], f.payload.len(), f.src, *f.dst.ip(), f.tos, f.ttl);
-                        at += 1;
-                        self.t.c.rx_xdp.fetch_add(1, Relaxed);
+                        let b = &mut bufs[at];
+                        if b.len() < f.payload.len() {
+                            b.resize(f.payload.len(), 0);
+                        }
+                        if copy_checked(&mut b[..], f.payload, pending) {
+                            self.meta_for(&mut meta[at], f.payload.len(), f.src, *f.dst.ip(), f.tos, f.ttl);
+                            at += 1;
+                            self.t.c.rx_xdp.fetch_add(1, Relaxed);
+                        } else {
+                            self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
+                        }
                     }
                     Ok(inbox) => {
-                        self.t.c.rx_xdp.fetch_add(1, Relaxed);
-                        inbox.push(&self.t.c, Queued { data: f.payload.to_vec(), src: f.src, dst: *f.dst.ip(), tos: f.tos, ttl: f.ttl });
+                        let mut copy = vec![0u8; f.payload.len()];
+                        if copy_checked(&mut copy, f.payload, pending) {
+                            self.t.c.rx_xdp.fetch_add(1, Relaxed);
+                            inbox.push(&self.t.c, Queued { data: copy, src: f.src, dst: *f.dst.ip(), tos: f.tos, ttl: f.ttl });
+                        } else {
+                            self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
+                        }
                     }
                     Err(true) => {
                         self.t.c.rx_not_peer.fetch_add(1, Relaxed);
@@ -949,13 +966,17 @@ fn as_v4(a: &SocketAddr) -> Option<SocketAddrV4> {
     }
 }
 
-/// Copies a datagram into the front of an engine buffer, keeping the
-/// buffer's length (the engine reads into the same buffers again).
-fn put(buf: &mut Vec<u8>, data: &[u8]) {
-    if buf.len() < data.len() {
-        buf.resize(data.len(), 0);
+/// Copies `payload` into the front of `dst` (an engine buffer keeps its
+/// length: the engine reads into the same buffers again), checking the UDP
+/// checksum in the same pass when there is one; false when it is wrong.
+fn copy_checked(dst: &mut [u8], payload: &[u8], pending: Option<frame::PendingChecksum>) -> bool {
+    match pending {
+        Some(p) => p.copy(dst, payload).is_ok(),
+        None => {
+            dst[..payload.len()].copy_from_slice(payload);
+            true
+        }
     }
-    buf[..data.len()].copy_from_slice(data);
 }
 
 /// Complete entries (flags 0x2) of `/proc/net/arp` on `dev`.
