@@ -242,3 +242,54 @@ fn frames_go_to_the_socket_the_kernel_would_pick() {
     }
     assert_eq!(st.rx_not_peer + st.rx_no_socket, 0, "{st:?}");
 }
+
+/// On a jumbo-frame link, a frame longer than a UMEM frame can hold after
+/// the kernel's headroom goes to the kernel (the program passes it; the
+/// AF_XDP socket would drop it), and a send that long takes the kernel path.
+#[test]
+fn frames_beyond_a_umem_frame_take_the_kernel_path() {
+    let pair = Pair::new("j");
+    for (ns, dev) in [(&pair.a, &pair.a_if), (&pair.b, &pair.b_if)] {
+        ip(&["-n", ns, "link", "set", dev, "mtu", "9000"]);
+    }
+    let (b_ns, b_if) = (pair.b.clone(), pair.b_if.clone());
+    let (tx, rx) = mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (engine, t) = host(&b_ns, &b_if);
+        let ep = t.endpoint(&engine, false).unwrap();
+        ep.bind_to("0.0.0.0:7300".parse().unwrap()).unwrap();
+        ep.set_read_timeout(Some(Duration::from_secs(5)));
+        tx.send(()).unwrap();
+        let mut buf = vec![0u8; 65_536];
+        let mut lens = Vec::new();
+        for _ in 0..3 {
+            let (k, src) = ep.recv_from(&mut buf).expect("datagram");
+            assert!(buf[..k] == payload(k, k)[..], "{k} bytes differ");
+            lens.push(k);
+            ep.send_to(&buf[..k], src).unwrap();
+        }
+        ep.flush(Duration::from_secs(2));
+        (lens, t.stats())
+    });
+    rx.recv().unwrap();
+    sys::enter_netns(&pair.a).unwrap();
+    let engine = Engine::start(Config::default()).unwrap();
+    let t = XdpTransport::start(XdpConfig::new(&pair.a_if)).unwrap();
+    let ep = t.endpoint(&engine, false).unwrap();
+    ep.connect(format!("{B_IP}:7300").parse().unwrap()).unwrap();
+    ep.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut buf = vec![0u8; 65_536];
+    // Fits a frame; then longer than a UMEM frame; then longer than the MTU.
+    for len in [3000usize, 5000, 12_000] {
+        ep.send(&payload(len, len)).unwrap();
+        let k = ep.recv(&mut buf).unwrap_or_else(|e| panic!("echo of {len}: {e}"));
+        assert!(k == len && buf[..k] == payload(len, len)[..], "echo of {len}");
+    }
+    let (lens, b) = server.join().expect("server");
+    assert_eq!(lens, [3000, 5000, 12_000]);
+    let a = t.stats();
+    for s in [&a, &b] {
+        assert!(s.tx_kernel_too_big >= 2 && s.rx_kernel >= 2, "5000 and 12 000 B through the kernel: {s:?}");
+        assert_eq!(s.xsk_rx_dropped, 0, "no frame dropped by the AF_XDP socket: {s:?}");
+    }
+}

@@ -279,10 +279,13 @@ impl XdpTransport {
     /// the interface's XDP hook or the queue.
     pub fn start(cfg: XdpConfig) -> io::Result<XdpTransport> {
         let iface = sys::iface_info(&cfg.ifname)?;
-        let frame_size = if iface.mtu as usize + 14 <= 2048 { 2048 } else { 4096 };
+        // A received frame lands after the kernel's headroom (256 bytes,
+        // `XDP_PACKET_HEADROOM`) in its UMEM frame; a longer one is passed
+        // to the kernel by the program rather than dropped by the socket.
+        let frame_size = if iface.mtu as usize + 14 + sys::RX_HEADROOM <= 2048 { 2048 } else { 4096 };
         let xsks = sys::Map::xsk(cfg.queue + 1)?;
         let ports = sys::Map::hash8(65_536, "eudp_ports")?;
-        let prog = sys::load_redirect_prog(&xsks, &ports)?;
+        let prog = sys::load_redirect_prog(&xsks, &ports, (frame_size - sys::RX_HEADROOM) as u32)?;
         let (link, attach) = match cfg.attach {
             AttachMode::Driver => (sys::attach_xdp(&prog, iface.index, sys::XDP_FLAGS_DRV_MODE)?, "driver"),
             AttachMode::Generic => (sys::attach_xdp(&prog, iface.index, sys::XDP_FLAGS_SKB_MODE)?, "generic"),

@@ -48,6 +48,9 @@ const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const XDP_PASS: i32 = 2;
+/// Bytes the kernel leaves before a received frame in its UMEM frame
+/// (`XDP_PACKET_HEADROOM`; the UMEM's own headroom is 0).
+pub const RX_HEADROOM: usize = 256;
 /// `XDP_FLAGS_SKB_MODE`: the generic hook, which every device has.
 pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 /// `XDP_FLAGS_DRV_MODE`: the driver's own hook (veth has one).
@@ -159,6 +162,7 @@ const ALU64_AND_K: u8 = 0x57;
 const STX_MEM_W: u8 = 0x63;
 const ST_MEM_W: u8 = 0x62;
 const JMP_JGT_X: u8 = 0x2d;
+const JMP_JLT_X: u8 = 0xad;
 const JMP_JNE_K: u8 = 0x55;
 const JMP_JEQ_K: u8 = 0x15;
 const LD_IMM64: u8 = 0x18;
@@ -170,25 +174,28 @@ const EXIT: u8 = 0x95;
 /// socket of its receive queue in `xsks`; everything else (ARP, ICMP,
 /// IPv6, broadcast and multicast, other ports, IP options, fragments)
 /// passes to the kernel stack, which decides who gets a broadcast or a
-/// group's datagrams.
+/// group's datagrams. So does a frame longer than `max_frame`, what one
+/// UMEM frame holds after the kernel's headroom: the socket would drop it.
 /// The key is `[dst IPv4 address, dst port, 0, 0]` as on the wire, looked
 /// up first exactly and then with the address 0 (a wildcard bind).
 ///
 /// In C terms:
 /// ```text
-/// if (data + 42 > data_end || (eth.dst[0] & 1) || eth.type != htons(0x0800) || ip.ver_ihl != 0x45
+/// if (data + 42 > data_end || data + max_frame < data_end || (eth.dst[0] & 1)
+///     || eth.type != htons(0x0800) || ip.ver_ihl != 0x45
 ///     || ip.proto != 17 || (ip.frag_off & htons(0x3fff))) return XDP_PASS;
 /// key = { ip.daddr, udp.dest, 0 };
 /// if (!lookup(ports, &key)) { key.addr = 0; if (!lookup(ports, &key)) return XDP_PASS; }
 /// return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_PASS);
 /// ```
-pub fn load_redirect_prog(xsks: &Map, ports: &Map) -> io::Result<Private<OwnedFd>> {
+pub fn load_redirect_prog(xsks: &Map, ports: &Map, max_frame: u32) -> io::Result<Private<OwnedFd>> {
     let be16 = |v: u16| i32::from(u16::from_ne_bytes(v.to_be_bytes()));
     let (xsks, ports) = (xsks.raw(), ports.raw());
-    const PASS: i16 = 41;
-    const REDIRECT: i16 = 35;
+    const PASS: i16 = 44;
+    const REDIRECT: i16 = 38;
     // A jump at `pc` to `to`: offsets count from the next instruction.
     let j = |pc: i16, to: i16| to - pc - 1;
+    let max_frame = max_frame as i32;
     #[rustfmt::skip]
     let prog = [
         /*  0 */ insn(ALU64_MOV_X, 6, 1, 0, 0),              // r6 = ctx (kept across calls)
@@ -197,43 +204,46 @@ pub fn load_redirect_prog(xsks: &Map, ports: &Map) -> io::Result<Private<OwnedFd
         /*  3 */ insn(ALU64_MOV_X, 4, 2, 0, 0),
         /*  4 */ insn(ALU64_ADD_K, 4, 0, 0, 42),
         /*  5 */ insn(JMP_JGT_X, 4, 3, j(5, PASS), 0),       // shorter than eth+ip+udp
-        /*  6 */ insn(LDX_MEM | B, 5, 2, 0, 0),
-        /*  7 */ insn(ALU64_AND_K, 5, 0, 0, 1),
-        /*  8 */ insn(JMP_JNE_K, 5, 0, j(8, PASS), 0),       // broadcast or multicast
-        /*  9 */ insn(LDX_MEM | H, 5, 2, 12, 0),
-        /* 10 */ insn(JMP_JNE_K, 5, 0, j(10, PASS), be16(0x0800)),
-        /* 11 */ insn(LDX_MEM | B, 5, 2, 14, 0),
-        /* 12 */ insn(JMP_JNE_K, 5, 0, j(12, PASS), 0x45),   // IPv4, no options
-        /* 13 */ insn(LDX_MEM | B, 5, 2, 23, 0),
-        /* 14 */ insn(JMP_JNE_K, 5, 0, j(14, PASS), 17),     // UDP
-        /* 15 */ insn(LDX_MEM | H, 5, 2, 20, 0),
-        /* 16 */ insn(ALU64_AND_K, 5, 0, 0, be16(0x3fff)),
-        /* 17 */ insn(JMP_JNE_K, 5, 0, j(17, PASS), 0),      // a fragment
-        /* 18 */ insn(LDX_MEM | W, 5, 2, 30, 0),             // key.addr = daddr
-        /* 19 */ insn(STX_MEM_W, 10, 5, -8, 0),
-        /* 20 */ insn(LDX_MEM | H, 5, 2, 36, 0),             // key.port = dest
-        /* 21 */ insn(STX_MEM_W, 10, 5, -4, 0),
-        /* 22 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
-        /* 23 */ insn(0, 0, 0, 0, 0),
-        /* 24 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
-        /* 25 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
-        /* 26 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
-        /* 27 */ insn(JMP_JNE_K, 0, 0, j(27, REDIRECT), 0),
-        /* 28 */ insn(ST_MEM_W, 10, 0, -8, 0),               // key.addr = 0 (wildcard)
-        /* 29 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
-        /* 30 */ insn(0, 0, 0, 0, 0),
-        /* 31 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
-        /* 32 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
-        /* 33 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
-        /* 34 */ insn(JMP_JEQ_K, 0, 0, j(34, PASS), 0),
-        /* 35 */ insn(LDX_MEM | W, 2, 6, 16, 0),             // redirect: r2 = rx_queue_index
-        /* 36 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks),
-        /* 37 */ insn(0, 0, 0, 0, 0),
-        /* 38 */ insn(ALU64_MOV_K, 3, 0, 0, XDP_PASS),       // no socket on that queue: pass
-        /* 39 */ insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
-        /* 40 */ insn(EXIT, 0, 0, 0, 0),
-        /* 41 */ insn(ALU64_MOV_K, 0, 0, 0, XDP_PASS),       // pass
-        /* 42 */ insn(EXIT, 0, 0, 0, 0),
+        /*  6 */ insn(ALU64_MOV_X, 4, 2, 0, 0),
+        /*  7 */ insn(ALU64_ADD_K, 4, 0, 0, max_frame),
+        /*  8 */ insn(JMP_JLT_X, 4, 3, j(8, PASS), 0),       // longer than a UMEM frame holds
+        /*  9 */ insn(LDX_MEM | B, 5, 2, 0, 0),
+        /* 10 */ insn(ALU64_AND_K, 5, 0, 0, 1),
+        /* 11 */ insn(JMP_JNE_K, 5, 0, j(11, PASS), 0),      // broadcast or multicast
+        /* 12 */ insn(LDX_MEM | H, 5, 2, 12, 0),
+        /* 13 */ insn(JMP_JNE_K, 5, 0, j(13, PASS), be16(0x0800)),
+        /* 14 */ insn(LDX_MEM | B, 5, 2, 14, 0),
+        /* 15 */ insn(JMP_JNE_K, 5, 0, j(15, PASS), 0x45),   // IPv4, no options
+        /* 16 */ insn(LDX_MEM | B, 5, 2, 23, 0),
+        /* 17 */ insn(JMP_JNE_K, 5, 0, j(17, PASS), 17),     // UDP
+        /* 18 */ insn(LDX_MEM | H, 5, 2, 20, 0),
+        /* 19 */ insn(ALU64_AND_K, 5, 0, 0, be16(0x3fff)),
+        /* 20 */ insn(JMP_JNE_K, 5, 0, j(20, PASS), 0),      // a fragment
+        /* 21 */ insn(LDX_MEM | W, 5, 2, 30, 0),             // key.addr = daddr
+        /* 22 */ insn(STX_MEM_W, 10, 5, -8, 0),
+        /* 23 */ insn(LDX_MEM | H, 5, 2, 36, 0),             // key.port = dest
+        /* 24 */ insn(STX_MEM_W, 10, 5, -4, 0),
+        /* 25 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
+        /* 26 */ insn(0, 0, 0, 0, 0),
+        /* 27 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
+        /* 28 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
+        /* 29 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
+        /* 30 */ insn(JMP_JNE_K, 0, 0, j(30, REDIRECT), 0),
+        /* 31 */ insn(ST_MEM_W, 10, 0, -8, 0),               // key.addr = 0 (wildcard)
+        /* 32 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
+        /* 33 */ insn(0, 0, 0, 0, 0),
+        /* 34 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
+        /* 35 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
+        /* 36 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
+        /* 37 */ insn(JMP_JEQ_K, 0, 0, j(37, PASS), 0),
+        /* 38 */ insn(LDX_MEM | W, 2, 6, 16, 0),             // redirect: r2 = rx_queue_index
+        /* 39 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks),
+        /* 40 */ insn(0, 0, 0, 0, 0),
+        /* 41 */ insn(ALU64_MOV_K, 3, 0, 0, XDP_PASS),       // no socket on that queue: pass
+        /* 42 */ insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
+        /* 43 */ insn(EXIT, 0, 0, 0, 0),
+        /* 44 */ insn(ALU64_MOV_K, 0, 0, 0, XDP_PASS),       // pass
+        /* 45 */ insn(EXIT, 0, 0, 0, 0),
     ];
     load_xdp(&prog, "eudp_xdp")
 }
