@@ -398,9 +398,10 @@ impl Endpoint {
     }
 
     /// The descriptor that stands for input the endpoint's kernel socket
-    /// does not show ([`Backend::bypass_fd`]), else [`Endpoint::raw_fd`].
-    pub fn bypass_fd(&self) -> RawFd {
-        self.inner.backend.bypass_fd().unwrap_or_else(|| self.inner.backend.raw_fd())
+    /// does not show ([`Backend::bypass_fd`]); `None` on a backend whose
+    /// input all reaches the kernel socket.
+    pub fn bypass_fd(&self) -> Option<RawFd> {
+        self.inner.backend.bypass_fd()
     }
 
     /// True when the endpoint has a default destination (connected).

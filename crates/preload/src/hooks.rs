@@ -1777,7 +1777,7 @@ const EXTRA_MAX: usize = 16;
 /// descriptors that stand for its input besides itself and what is ready
 /// now. `room`: those asked for output are known to have room in L1.
 fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Extra)) {
-    let tcp = shim::bypass_transport();
+    let bypass = shim::bypass_transport();
     for (at, p) in app.iter().enumerate() {
         let input = p.events & libc::POLLIN != 0;
         let output = p.events & libc::POLLOUT != 0;
@@ -1815,13 +1815,15 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
                 if let Some(fd) = s.err_fd_made() {
                     add(Extra { at, fd, ready: 0, ask: false });
                 }
-                if tcp {
-                    add(Extra { at, fd: ep.bypass_fd(), ready: 0, ask: false });
+                // (A kernel-backend endpoint under a bypass transport that
+                // could not start has none: its socket is the program's.)
+                if let Some(fd) = ep.bypass_fd().filter(|_| bypass) {
+                    add(Extra { at, fd, ready: 0, ask: false });
                 }
             };
             // Under the TCP transport a socket waited on for input is adopted
             // now; one already on the engine is borrowed without its mutex.
-            let found = if tcp && input && s.mode() != ACTIVE { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing_in(t, seen) };
+            let found = if bypass && input && s.mode() != ACTIVE { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing_in(t, seen) };
             if found.is_none() && input && s.has_leftover() {
                 add(Extra { at, fd: -1, ready: libc::POLLIN, ask: true });
             }
@@ -2327,8 +2329,8 @@ fn ready_fds(s: &Sock, ep: &Endpoint) -> (Vec<c_int>, bool) {
     let err = s.err_fd(ep);
     let complete = ring.is_some() && err.is_some();
     let mut v: Vec<c_int> = ring.into_iter().chain(err).collect();
-    if shim::bypass_transport() {
-        v.push(ep.bypass_fd());
+    if let Some(fd) = ep.bypass_fd().filter(|_| shim::bypass_transport()) {
+        v.push(fd);
     }
     (v, complete)
 }

@@ -132,7 +132,7 @@ fn a_second_process_on_the_interface_gets_the_kernel_backend() {
     let ns = Ns::new("p");
     let first_stats = stat_dir("xdp-first");
     // The first holds a bound UDP socket (so the transport starts) for a while.
-    let hold = "import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 0)); print('bound', flush=True); time.sleep(8)";
+    let hold = "import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 0)); print('bound', flush=True); time.sleep(20)";
     let mut first = Command::new("ip")
         .args(["netns", "exec", &ns.name, "python3", "-c", hold])
         .env("EUDP_TRANSPORT", "xdp")
@@ -148,7 +148,10 @@ fn a_second_process_on_the_interface_gets_the_kernel_backend() {
     assert_eq!(line.trim(), "bound");
     std::thread::sleep(std::time::Duration::from_millis(500));
     let started = reports(&first_stats).iter().any(|r| r["xdp"]["stats"].is_object());
-    let failed = run_second(&ns);
+    let mut failed = run_second(&ns, "udp_semantics", "sendto_recvfrom");
+    // epoll on a kernel-backend socket under this transport: each event once.
+    failed.extend(run_second(&ns, "udp_surface", "epoll_dup"));
+    failed.extend(run_second(&ns, "udp_semantics", "readiness"));
     let _ = first.kill();
     let _ = first.wait();
     let _ = std::fs::remove_dir_all(&first_stats);
@@ -156,26 +159,26 @@ fn a_second_process_on_the_interface_gets_the_kernel_backend() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
-/// `sendto_recvfrom` as the second process: same output as on the kernel,
+/// `case` of `prog` as the second process: same output as on the kernel,
 /// on the kernel backend, with the reason in its report.
-fn run_second(ns: &Ns) -> Vec<String> {
-    let exe = cc("udp_semantics", &[]);
-    let kernel = Command::new("ip").args(["netns", "exec", &ns.name]).arg(&exe).arg("sendto_recvfrom").output().unwrap();
-    let stats = stat_dir("xdp-second");
+fn run_second(ns: &Ns, prog: &str, case: &str) -> Vec<String> {
+    let exe = cc(prog, &[]);
+    let kernel = Command::new("ip").args(["netns", "exec", &ns.name]).arg(&exe).arg(case).output().unwrap();
+    let stats = stat_dir(&format!("xdp-second-{case}"));
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &ns.name, "timeout", "30"]).arg(&exe).arg("sendto_recvfrom").env("EUDP_TRANSPORT", "xdp").env("EUDP_XDP_IFACE", &ns.dev);
+    cmd.args(["netns", "exec", &ns.name, "timeout", "30"]).arg(&exe).arg(case).env("EUDP_TRANSPORT", "xdp").env("EUDP_XDP_IFACE", &ns.dev);
     let shim = preloaded(cmd, &stats);
     let r = reports(&stats);
     let _ = std::fs::remove_dir_all(&stats);
     let mut failed = Vec::new();
     if !shim.status.success() || shim.stdout != kernel.stdout {
-        failed.push(format!("second process: {}\n{}{}", shim.status, String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&shim.stderr)));
+        failed.push(format!("second process, {case}: {}\n--- kernel\n{}--- shim\n{}{}", shim.status, String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&shim.stderr)));
     }
     let why: Vec<&str> = r.iter().filter_map(|x| x["xdp"]["unavailable"].as_str()).collect();
     let on_kernel: u64 = r.iter().map(|x| x["xdp"]["kernel_backend_sockets"].as_u64().unwrap_or(0)).sum();
     let acc: u64 = r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();
     if why.is_empty() || on_kernel == 0 || acc == 0 {
-        failed.push(format!("second process: expected its sockets on the kernel backend with a reason: {r:?}"));
+        failed.push(format!("second process, {case}: expected its sockets on the kernel backend with a reason: {r:?}"));
     }
     failed
 }
