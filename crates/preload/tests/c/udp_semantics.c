@@ -195,9 +195,9 @@ static void t_iov_mmsg(void) {
     struct timespec zero = { 0, 0 }, longer = { 5, 0 };
     CHECK(recvmmsg(s, mm, 8, 0, &zero) == 1);
     /* After its first datagram MSG_WAITFORONE takes only what has arrived:
-       on a loaded machine the last one may still be in the sender's
-       backlog after the 50 ms (seen once in CI on the kernel itself), and
-       is then read by a second call. */
+       on a loaded machine the last one may not have been delivered after
+       the 50 ms (the kernel itself once returned one of two in CI), and is
+       then read by a second call. */
     int taken = recvmmsg(s, mm, 8, MSG_WAITFORONE, &longer);
     CHECK(taken == 1 || taken == 2);
     CHECK(longer.tv_sec <= 5 && (longer.tv_sec > 0 || longer.tv_nsec > 0));
