@@ -182,8 +182,6 @@ struct TxSide {
     tx: sys::Ring<libc::xdp_desc>,
     completion: sys::Ring<u64>,
     free: Vec<u64>,
-    /// Frames on the TX ring not yet completed.
-    in_flight: usize,
 }
 
 impl TxSide {
@@ -195,7 +193,6 @@ impl TxSide {
         }
         if n > 0 {
             self.completion.release();
-            self.in_flight -= n as usize;
         }
     }
 }
@@ -236,7 +233,6 @@ struct Shared {
     c: Counters,
     rx: Mutex<RxSide>,
     tx: Mutex<TxSide>,
-    umem_frame: usize,
     /// Demultiplexing: (local address or UNSPECIFIED, port) → the inboxes
     /// of the sockets bound there (several when they are connected to
     /// different peers). The same keys are in the XDP program's `ports` map.
@@ -310,8 +306,7 @@ impl XdpTransport {
                 iface,
                 c: Counters::default(),
                 rx: Mutex::new(RxSide { rx, fill }),
-                tx: Mutex::new(TxSide { tx, completion, free, in_flight: 0 }),
-                umem_frame: frame_size,
+                tx: Mutex::new(TxSide { tx, completion, free }),
                 sockets: RwLock::new(HashMap::new()),
                 neigh: Mutex::new(Neighbours::default()),
                 attach,
@@ -385,7 +380,6 @@ impl XdpTransport {
             tos_ttl: AtomicU32::new(64),
             rx_opts: AtomicU32::new(0),
             ident: AtomicU16::new(std::process::id() as u16),
-            closed: AtomicBool::new(false),
         };
         s.option_changed();
         Ok(s)
@@ -517,7 +511,6 @@ pub struct XdpSocket {
     /// `IPV6_RECVHOPLIMIT` (v4-mapped for IPv4 datagrams, as the kernel).
     rx_opts: AtomicU32,
     ident: AtomicU16,
-    closed: AtomicBool,
     /// An IPv6 socket (its IPv4 peers are v4-mapped addresses).
     v6: bool,
 }
@@ -563,7 +556,11 @@ impl XdpSocket {
     }
 
     fn unregister(&self) {
-        let mut st = lock(&self.state);
+        self.drop_key(&mut lock(&self.state));
+    }
+
+    /// Gives up the demultiplexing key, if the socket holds one.
+    fn drop_key(&self, st: &mut SockState) {
         if let Some(key) = st.key.take() {
             self.t.remove_socket(key, &self.inbox);
         }
@@ -607,7 +604,7 @@ impl XdpSocket {
             c.tx_kernel_off_link.fetch_add(1, Relaxed);
             return Ok(Route::Kernel);
         }
-        if len + 28 > self.t.iface.mtu as usize || len + frame::UDP4_OVERHEAD > self.t.umem_frame {
+        if len + 28 > self.t.iface.mtu as usize || len + frame::UDP4_OVERHEAD > self.umem().frame_size {
             c.tx_kernel_too_big.fetch_add(1, Relaxed);
             return Ok(Route::Kernel);
         }
@@ -688,7 +685,6 @@ impl XdpSocket {
                 }
             };
             tx.side.tx.push(libc::xdp_desc { addr, len: len as u32, options: 0 });
-            tx.side.in_flight += 1;
             tx.queued += 1;
             sent += 1;
             self.t.c.tx_xdp.fetch_add(1, Relaxed);
@@ -816,7 +812,7 @@ impl XdpSocket {
                     }
                 },
             }
-            rx.fill.push(d.addr - d.addr % self.t.umem_frame as u64);
+            rx.fill.push(d.addr - d.addr % self.umem().frame_size as u64);
         }
         if taken > 0 {
             rx.rx.release();
@@ -892,10 +888,9 @@ impl Shared {
         let exact = map.get(&(*dst.ip(), dst.port())).map(Vec::as_slice).unwrap_or_default();
         let wild = map.get(&(Ipv4Addr::UNSPECIFIED, dst.port())).map(Vec::as_slice).unwrap_or_default();
         let all = || exact.iter().map(|i| (true, i)).chain(wild.iter().map(|i| (false, i)));
-        let peers: Vec<(bool, Option<SocketAddrV4>)> = all().map(|(e, i)| (e, *lock(&i.peer))).collect();
-        match pick_socket(&peers, src) {
+        match pick_socket(all().map(|(e, i)| (e, *lock(&i.peer))), src) {
             Some(k) => Ok(all().nth(k).expect("picked among them").1.clone()),
-            None => Err(!peers.is_empty()),
+            None => Err(!exact.is_empty() || !wild.is_empty()),
         }
     }
 
@@ -945,15 +940,16 @@ impl Shared {
 /// out. Among equals the one registered last wins, as the kernel's hash
 /// chain puts the newest socket first. `sockets`: (bound exactly, peer),
 /// in registration order within each address, exact ones first.
-fn pick_socket(sockets: &[(bool, Option<SocketAddrV4>)], src: SocketAddrV4) -> Option<usize> {
+fn pick_socket(sockets: impl IntoIterator<Item = (bool, Option<SocketAddrV4>)>, src: SocketAddrV4) -> Option<usize> {
     let mut best: Option<(u8, usize)> = None;
-    for (k, &(exact, peer)) in sockets.iter().enumerate().rev() {
+    for (k, (exact, peer)) in sockets.into_iter().enumerate() {
         let score = match peer {
             Some(p) if p != src => continue,
             Some(_) => 2,
             None => 0,
         } + u8::from(exact);
-        if best.is_none_or(|(b, _)| score > b) {
+        // `>=`: a later equal (newer) socket replaces an earlier one.
+        if best.is_none_or(|(b, _)| score >= b) {
             best = Some((score, k));
         }
     }
@@ -1045,9 +1041,7 @@ impl Backend for XdpSocket {
         *lock(&self.inbox.peer) = st.peer;
         // A connect picks the source address: a wildcard key becomes that
         // address's (as the kernel's connected socket stops taking others').
-        if let Some(key) = st.key.take() {
-            self.t.remove_socket(key, &self.inbox);
-        }
+        self.drop_key(&mut st);
         self.register(&mut st)
     }
     fn disconnect(&self) -> io::Result<()> {
@@ -1055,9 +1049,7 @@ impl Backend for XdpSocket {
         let mut st = lock(&self.state);
         st.peer = None;
         *lock(&self.inbox.peer) = None;
-        if let Some(key) = st.key.take() {
-            self.t.remove_socket(key, &self.inbox);
-        }
+        self.drop_key(&mut st);
         st.local = None;
         self.register(&mut st)
     }
@@ -1179,9 +1171,7 @@ impl Backend for XdpSocket {
         self
     }
     fn release_socket(&self) {
-        if !self.closed.swap(true, Relaxed) {
-            self.unregister();
-        }
+        self.unregister();
         self.kernel.release_socket();
     }
 }
@@ -1216,17 +1206,17 @@ mod tests {
         let a = |s: &str| s.parse::<SocketAddrV4>().unwrap();
         let (src, other) = (a("198.18.0.1:5000"), a("198.18.0.1:5001"));
         // Connected to the source beats bound exactly.
-        assert_eq!(pick_socket(&[(true, None), (false, Some(src))], src), Some(1));
+        assert_eq!(pick_socket([(true, None), (false, Some(src))], src), Some(1));
         // Bound exactly beats the wildcard.
-        assert_eq!(pick_socket(&[(true, None), (false, None)], src), Some(0));
+        assert_eq!(pick_socket([(true, None), (false, None)], src), Some(0));
         // Connected elsewhere is out, even when nothing else is there.
-        assert_eq!(pick_socket(&[(true, Some(other)), (false, None)], src), Some(1));
-        assert_eq!(pick_socket(&[(true, Some(other))], src), None);
-        assert_eq!(pick_socket(&[], src), None);
+        assert_eq!(pick_socket([(true, Some(other)), (false, None)], src), Some(1));
+        assert_eq!(pick_socket([(true, Some(other))], src), None);
+        assert_eq!(pick_socket(std::iter::empty(), src), None);
         // Exact and connected beats wildcard and connected.
-        assert_eq!(pick_socket(&[(false, Some(src)), (true, Some(src))], src), Some(1));
+        assert_eq!(pick_socket([(false, Some(src)), (true, Some(src))], src), Some(1));
         // Equals: the newest (last in its address's list).
-        assert_eq!(pick_socket(&[(true, None), (true, None), (false, None)], src), Some(1));
+        assert_eq!(pick_socket([(true, None), (true, None), (false, None)], src), Some(1));
     }
 
     #[test]

@@ -627,11 +627,12 @@ pub fn iface_info(name: &str) -> io::Result<IfaceInfo> {
     Ok(IfaceInfo { name: name.to_string(), index, mac, mtu, v4: ipv4_addrs(name)? })
 }
 
-fn ipv4_addrs(name: &str) -> io::Result<Vec<(Ipv4Addr, u8)>> {
+/// Calls `f` with (name, flags, IPv4 address, prefix length) for every
+/// IPv4 address of every interface.
+fn each_ipv4_addr(mut f: impl FnMut(&str, u32, Ipv4Addr, u8)) -> io::Result<()> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs allocates a list freed below.
     cvt(unsafe { libc::getifaddrs(&mut head) } as libc::c_long)?;
-    let mut out = Vec::new();
     let mut p = head;
     while !p.is_null() {
         // SAFETY: a node of the list getifaddrs returned, alive until freed.
@@ -640,21 +641,28 @@ fn ipv4_addrs(name: &str) -> io::Result<Vec<(Ipv4Addr, u8)>> {
         if a.ifa_addr.is_null() || a.ifa_netmask.is_null() || a.ifa_name.is_null() {
             continue;
         }
-        // SAFETY: a NUL-terminated name from getifaddrs.
-        if unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }.to_bytes() != name.as_bytes() {
-            continue;
-        }
         // SAFETY: a sockaddr from getifaddrs; read as sockaddr_in only for AF_INET.
         if i32::from(unsafe { (*a.ifa_addr).sa_family }) != libc::AF_INET {
             continue;
         }
         // SAFETY: both are sockaddr_in (family checked; the netmask matches it).
         let (addr, mask) = unsafe { (*(a.ifa_addr as *const libc::sockaddr_in), *(a.ifa_netmask as *const libc::sockaddr_in)) };
-        let ip = Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr));
-        out.push((ip, u32::from_be(mask.sin_addr.s_addr).count_ones() as u8));
+        // SAFETY: a NUL-terminated name from getifaddrs.
+        let name = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }.to_string_lossy();
+        f(&name, a.ifa_flags, Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr)), u32::from_be(mask.sin_addr.s_addr).count_ones() as u8);
     }
     // SAFETY: frees the list getifaddrs returned, once.
     unsafe { libc::freeifaddrs(head) };
+    Ok(())
+}
+
+fn ipv4_addrs(name: &str) -> io::Result<Vec<(Ipv4Addr, u8)>> {
+    let mut out = Vec::new();
+    each_ipv4_addr(|n, _, ip, prefix| {
+        if n == name {
+            out.push((ip, prefix));
+        }
+    })?;
     Ok(out)
 }
 
@@ -669,28 +677,13 @@ pub fn enter_netns(name: &str) -> io::Result<()> {
 
 /// The one interface that is up, not loopback, and has an IPv4 address.
 pub fn default_interface() -> io::Result<String> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list freed below.
-    cvt(unsafe { libc::getifaddrs(&mut head) } as libc::c_long)?;
     let mut names: Vec<String> = Vec::new();
-    let mut p = head;
-    while !p.is_null() {
-        // SAFETY: a node of the list getifaddrs returned, alive until freed.
-        let a = unsafe { &*p };
-        p = a.ifa_next;
-        let up = a.ifa_flags & libc::IFF_UP as u32 != 0 && a.ifa_flags & libc::IFF_LOOPBACK as u32 == 0;
-        // SAFETY: a sockaddr from getifaddrs, read for its family only.
-        if !up || a.ifa_addr.is_null() || a.ifa_name.is_null() || i32::from(unsafe { (*a.ifa_addr).sa_family }) != libc::AF_INET {
-            continue;
+    each_ipv4_addr(|n, flags, _, _| {
+        let up = flags & libc::IFF_UP as u32 != 0 && flags & libc::IFF_LOOPBACK as u32 == 0;
+        if up && !names.iter().any(|x| x == n) {
+            names.push(n.to_string());
         }
-        // SAFETY: a NUL-terminated name from getifaddrs.
-        let n = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }.to_string_lossy().into_owned();
-        if !names.contains(&n) {
-            names.push(n);
-        }
-    }
-    // SAFETY: frees the list getifaddrs returned, once.
-    unsafe { libc::freeifaddrs(head) };
+    })?;
     match names.len() {
         1 => Ok(names.remove(0)),
         0 => Err(io::Error::new(io::ErrorKind::NotFound, "no interface is up with an IPv4 address (set EUDP_XDP_IFACE)")),
