@@ -10,7 +10,7 @@
 //! must all reach host `b`, in order. Needs root and the `eudp` binary
 //! (`cargo build --release -p eudp-cli`); skipped without them.
 
-use eudp_engine::{Config, Endpoint, Engine};
+use eudp_engine::{Config, Endpoint, Engine, SendFlags};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -188,6 +188,24 @@ fn child() {
         }
     }
     assert!(refused >= 50, "the slow endpoint never filled up ({queued} queued)");
+    // MSG_DONTWAIT on a blocking endpoint is refused too: a send that
+    // waited for the link's room would return Ok. (Room for one datagram
+    // comes every 200 ms: one may be taken, in order.)
+    slow.set_nonblocking(false);
+    let mut dont_wait = None;
+    for _ in 0..20 {
+        let mut d = vec![0u8; SLOW_LEN];
+        d[..4].copy_from_slice(&queued.to_be_bytes());
+        match slow.send_with(&d, Some(dst), SendFlags { dont_wait: true }) {
+            Ok(_) => queued += 1,
+            Err(e) => {
+                dont_wait = Some(e.kind());
+                break;
+            }
+        }
+    }
+    assert_eq!(dont_wait, Some(std::io::ErrorKind::WouldBlock), "MSG_DONTWAIT on a blocking endpoint with a full send buffer");
+    slow.set_nonblocking(true);
     let backlog = slow.stats();
     // Free: the same engine, to a receiver on this host's loopback.
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -20,20 +20,8 @@ const SEMANTICS: &[&str] = &[
 ];
 
 const SURFACE: &[&str] = &[
-    "sockopts", "reuse", "shutdown", "shutdown_wakes", "pselect", "ppoll", "epoll_pwait", "epoll_oneshot",
+    "sockopts", "sndtimeo", "reuse", "shutdown", "shutdown_wakes", "pselect", "ppoll", "epoll_pwait", "epoll_oneshot",
     "epoll_exclusive", "epoll_dup", "sendmmsg_partial", "sizes", "zero", "waitall", "refused", "errqueue", "tos_ttl",
-];
-
-/// Cases of `udp_surface.c` left out under this transport, with the reason
-/// (docs/xdp.md, Limits).
-const SURFACE_KNOWN: &[(&str, &str)] = &[
-    // 20 000 nonblocking 1400 B sends with the smallest SO_SNDBUF over
-    // loopback: the kernel never refuses one. On this transport, beside a
-    // busy second process and two CPU hogs, 1 run in 8 got EAGAIN for 5 %
-    // of them (and 80 % in 1 of 12 with an experimental change, reverted);
-    // the kernel backend got none in 10 runs under the same load. Not
-    // diagnosed yet.
-    ("sndtimeo", "a nonblocking sender with a tiny SO_SNDBUF may get EAGAIN under load"),
 ];
 
 /// A namespace with a veth (its peer in a second namespace), removed on drop.
@@ -126,9 +114,6 @@ fn surface_matches_the_kernel_over_xdp() {
     if !is_root() {
         eprintln!("skipped: network namespaces and AF_XDP need root");
         return;
-    }
-    for (c, _) in SURFACE_KNOWN {
-        assert!(!SURFACE.contains(c));
     }
     let ns = Ns::new("u");
     let failed = run(&ns, "udp_surface", SURFACE);
