@@ -1593,7 +1593,8 @@ impl EpInner {
     }
 
     /// A nonblocking send found L1 full (and [`EpInner::room_from_kernel`]
-    /// made no room). Without a rest refused by the kernel, what is
+    /// made no room), on a backend whose callers may send L1 themselves
+    /// ([`Backend::drain_on_caller`]). Without a rest refused by the kernel, what is
     /// missing is only the engine's turn, which on a busy host may
     /// be milliseconds away, and a kernel socket would have taken the
     /// datagram (20 000 nonblocking sends of 1400 B through a 4.5 KiB
@@ -1613,6 +1614,13 @@ impl EpInner {
         const SPIN: Duration = Duration::from_micros(20);
         const BOUND: Duration = Duration::from_millis(20);
         let start = Instant::now();
+        if !self.coalesces {
+            // The engine drains this backend's queue (`tcp`): a full L1
+            // is its back-pressure (a lane still connecting takes datagrams
+            // into its bounded queue and drops past the bound, so a caller
+            // sending L1 there would turn refusals into drops).
+            return Some(s);
+        }
         loop {
             if s.shutdown {
                 return Some(s);
