@@ -695,7 +695,7 @@ static void t_select_send(void) {
     char b[1000];
     memset(b, 's', sizeof b);
     int sent = 0, pipe_seen_at = -1, calls = 0;
-    enum { N = 3000 };
+    enum { N = 4000 };
     while (sent < N && calls < 4 * N) {
         if (sent == 50 && pipe_seen_at < 0) CHECK(write(pfd[1], "x", 1) == 1);
         fd_set rs, ws; FD_ZERO(&rs); FD_ZERO(&ws); FD_SET(pfd[0], &rs); FD_SET(c, &ws);
@@ -713,7 +713,9 @@ static void t_select_send(void) {
         }
     }
     CHECK(sent == N);
-    CHECK(pipe_seen_at >= 50 && pipe_seen_at <= 150);
+    /* The shim asks the kernel at least every 1024th call or coarse tick;
+     * about one call per send. */
+    CHECK(pipe_seen_at >= 50 && pipe_seen_at <= 50 + 1024 + 100);
     close(s); close(c); close(pfd[0]); close(pfd[1]);
     puts("OK select_send");
 }
