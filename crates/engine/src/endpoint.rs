@@ -1594,9 +1594,9 @@ impl EpInner {
 
     /// A nonblocking send found L1 full (and [`EpInner::room_from_kernel`]
     /// made no room), on a backend whose callers may send L1 themselves
-    /// ([`Backend::drain_on_caller`]). Without a rest refused by the kernel, what is
-    /// missing is only the engine's turn, which on a busy host may
-    /// be milliseconds away, and a kernel socket would have taken the
+    /// ([`Backend::drain_on_caller`]). Without a rest refused by the
+    /// kernel, what is missing is only the engine's turn, which on a busy
+    /// host may be milliseconds away, and a kernel socket would have taken the
     /// datagram (20 000 nonblocking sends of 1400 B through a 4.5 KiB
     /// SO_SNDBUF over loopback: the kernel refuses none; with three busy
     /// loops beside it, 3 runs in 10 lost 20–30% to EAGAIN here). This
@@ -1613,7 +1613,6 @@ impl EpInner {
     fn drain_full_l1<'a>(self: &'a Arc<Self>, mut s: MutexGuard<'a, SendState>, len: usize) -> Option<MutexGuard<'a, SendState>> {
         const SPIN: Duration = Duration::from_micros(20);
         const BOUND: Duration = Duration::from_millis(20);
-        let start = Instant::now();
         if !self.coalesces {
             // The engine drains this backend's queue (`tcp`): a full L1
             // is its back-pressure (a lane still connecting takes datagrams
@@ -1621,6 +1620,7 @@ impl EpInner {
             // sending L1 there would turn refusals into drops).
             return Some(s);
         }
+        let start = Instant::now();
         loop {
             if s.shutdown {
                 return Some(s);

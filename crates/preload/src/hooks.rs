@@ -1891,8 +1891,8 @@ fn ring_events_of(t: &Tls, fd: c_int) -> libc::c_short {
 /// Past about 256 000 calls a second the count binds before the tick.
 /// It was 64: an iperf3 receiver (one `select` per datagram, 2.4 M a
 /// second) then asked the kernel every 27 µs, and lost a median 1.5 % of
-/// an unpaced stream against 0.4 % with 1024 (14 interleaved runs,
-/// stop 30, docs/preload.md).
+/// an unpaced stream against 0.4 % with 1024 (23 and 10 interleaved
+/// runs, stop 30, docs/preload.md).
 const SKIP_LIMIT: u32 = 1024;
 
 fn coarse_ns() -> i64 {

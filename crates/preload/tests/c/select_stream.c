@@ -118,8 +118,8 @@ static void run(const char *name, int with_write) {
      * write; the shim, answering from what it knows, asks the kernel at
      * least every 1024th call (or per tick of the coarse clock). A call
      * that did not start after the write may have been counted after it;
-     * twice the bound leaves room for that (about 10 000 calls follow the
-     * write, so a shim that stopped asking would fail here). */
+     * twice the bound leaves room for that (10 000 calls or more follow
+     * the write, so a shim that stopped asking would fail here). */
     int at = atomic_load(&st.pipe_at);
     CHECK(pipe_seen > 0 && at >= 0 && pipe_seen - at <= 2 * 1024);
     close(s); close(c); close(pfd[0]); close(pfd[1]);
