@@ -596,31 +596,10 @@ pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats:
 #[allow(clippy::too_many_arguments)]
 pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, extra: &[&str]) -> Result<serde_json::Value, String> {
     let reverse = extra.contains(&"-R");
-    let port = "5301";
-    let (srv_rss, cli_rss) = (crate::rss::report_path("iperf3-server"), crate::rss::report_path("iperf3-client"));
-    let mut srv = spawn_bg(measured_app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port], &srv_rss))?;
-    std::thread::sleep(Duration::from_millis(400));
-    let t = secs.to_string();
     let l = len.to_string();
-    let mut argv = vec!["iperf3", "-c", crate::testbed::ADDR_B, "-p", port, "-u", "-b", rate, "-l", &l, "-t", &t, "--json"];
-    argv.extend_from_slice(extra);
-    let out = output(measured_app_command(tb, 'a', stack, lib, stats, &argv, &cli_rss), Duration::from_secs(secs as u64 + 20));
-    if out.is_ok() {
-        srv.wait_exit(Duration::from_secs(5));
-    }
-    drop(srv);
-    let (srv_rss, cli_rss) = (peak_rss(&srv_rss), peak_rss(&cli_rss));
-    let out = out?;
-    let start = out.find('{').ok_or_else(|| format!("iperf3: no JSON: {out}"))?;
-    // iperf3 may print warnings after its JSON: read the first value only.
-    let v: serde_json::Value = serde_json::Deserializer::from_str(&out[start..])
-        .into_iter::<serde_json::Value>()
-        .next()
-        .ok_or_else(|| format!("iperf3: no JSON: {out}"))?
-        .map_err(|e| format!("iperf3 JSON: {e}: {out}"))?;
-    if let Some(e) = v["error"].as_str() {
-        return Err(format!("iperf3: {e}"));
-    }
+    let mut opts = vec!["-u", "-b", rate, "-l", &l];
+    opts.extend_from_slice(extra);
+    let (v, srv_rss, cli_rss) = iperf3_pair(tb, stack, lib, stats, "5301", "iperf3", secs, &opts)?;
     // iperf3 >= 3.9 reports the receiver's view in sum_received.
     let sum = if v["end"]["sum_received"].is_object() { &v["end"]["sum_received"] } else { &v["end"]["sum"] };
     let packets = sum["packets"].as_u64().unwrap_or(0);
@@ -643,6 +622,70 @@ pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, s
         // Peak RSS of each program (the client sends unless -R).
         "sender_peak_rss_kib": if reverse { &srv_rss } else { &cli_rss },
         "receiver_peak_rss_kib": if reverse { &cli_rss } else { &srv_rss },
+    }))
+}
+
+/// One iperf3 run on the testbed: a one-shot server on b, the client on a
+/// with `opts`, both on `stack`. Returns the client's JSON report and the
+/// peak RSS of server and client.
+#[allow(clippy::too_many_arguments)]
+fn iperf3_pair(
+    tb: &crate::testbed::Testbed,
+    stack: Stack,
+    lib: &Path,
+    stats: &Path,
+    port: &str,
+    rss_tag: &str,
+    secs: u32,
+    opts: &[&str],
+) -> Result<(serde_json::Value, serde_json::Value, serde_json::Value), String> {
+    let (srv_rss, cli_rss) = (crate::rss::report_path(&format!("{rss_tag}-server")), crate::rss::report_path(&format!("{rss_tag}-client")));
+    let mut srv = spawn_bg(measured_app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port], &srv_rss))?;
+    std::thread::sleep(Duration::from_millis(400));
+    let t = secs.to_string();
+    let mut argv = vec!["iperf3", "-c", crate::testbed::ADDR_B, "-p", port, "-t", &t, "--json"];
+    argv.extend_from_slice(opts);
+    let out = output(measured_app_command(tb, 'a', stack, lib, stats, &argv, &cli_rss), Duration::from_secs(secs as u64 + 20));
+    if out.is_ok() {
+        srv.wait_exit(Duration::from_secs(5));
+    }
+    drop(srv);
+    let (srv_rss, cli_rss) = (peak_rss(&srv_rss), peak_rss(&cli_rss));
+    let out = out?;
+    let start = out.find('{').ok_or_else(|| format!("iperf3: no JSON: {out}"))?;
+    // iperf3 may print warnings after its JSON: read the first value only.
+    let v: serde_json::Value = serde_json::Deserializer::from_str(&out[start..])
+        .into_iter::<serde_json::Value>()
+        .next()
+        .ok_or_else(|| format!("iperf3: no JSON: {out}"))?
+        .map_err(|e| format!("iperf3 JSON: {e}: {out}"))?;
+    if let Some(e) = v["error"].as_str() {
+        return Err(format!("iperf3: {e}"));
+    }
+    Ok((v, srv_rss, cli_rss))
+}
+
+/// Unmodified iperf3 in TCP mode on plain kernel sockets (its default
+/// 128 KiB writes, `extra` as given): what this host's own TCP carries for
+/// the same program, the ceiling of any UDP-over-TCP transport here.
+/// CPU is per 1472 B of payload, to sit beside the UDP rows.
+pub fn iperf3_kernel_tcp(tb: &crate::testbed::Testbed, lib: &Path, stats: &Path, secs: u32, extra: &[&str]) -> Result<serde_json::Value, String> {
+    let (v, srv_rss, cli_rss) = iperf3_pair(tb, Stack::Kernel, lib, stats, "5302", "iperf3-tcp", secs, extra)?;
+    let sum = &v["end"]["sum_received"];
+    let bytes = sum["bytes"].as_f64().ok_or_else(|| format!("iperf3: no sum_received: {v}"))?;
+    let secs_f = sum["seconds"].as_f64().unwrap_or(secs as f64).max(1e-9);
+    let units = bytes / 1472.0;
+    let cpu = |k: &str| v["end"]["cpu_utilization_percent"][k].as_f64();
+    let per = |pct: Option<f64>| pct.filter(|_| units > 0.0).map(|p| p / 100.0 * secs_f * 1e9 / units);
+    Ok(serde_json::json!({
+        "tool": "iperf3", "mode": "tcp", "stack": "kernel-tcp", "options": extra.join(" "),
+        "received_bytes": bytes,
+        "received_gbps": bytes * 8.0 / secs_f / 1e9,
+        "retransmits": v["end"]["sum_sent"]["retransmits"],
+        "sender_cpu_ns_per_datagram": per(cpu("host_total")),
+        "receiver_cpu_ns_per_datagram": per(cpu("remote_total")),
+        "sender_peak_rss_kib": cli_rss,
+        "receiver_peak_rss_kib": srv_rss,
     }))
 }
 

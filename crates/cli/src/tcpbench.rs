@@ -517,6 +517,11 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
 /// eudp over the UOE (`eudp run --transport tcp`, default profile).
 const APP_STACKS: [(&str, Option<&str>); 3] = [("kernel", None), ("eudp", Some("kernel")), ("tcp", Some("tcp"))];
 
+/// The ceiling row of the iperf3 rounds: the same iperf3 in TCP mode on
+/// kernel sockets, so each round shows how much of the host's own TCP the
+/// transport delivers, and how far above kernel UDP that TCP lies.
+const KERNEL_TCP: &str = "kernel-tcp";
+
 /// Runs `f` with `EUDP_TRANSPORT` set for the programs it starts (they
 /// inherit this process's environment through `ip netns exec`); the
 /// bench's own thread is the only one reading the environment here.
@@ -584,7 +589,7 @@ const WINDOWS: [(&str, &[&str]); 2] = [("default", &[]), ("4M", &["-w", "4M"])];
 /// is attributed (`drop_rx_full`, `drop_queue_full`, ...; ring drops of
 /// the endpoint are in `eudp stat`).
 pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value, String> {
-    use crate::run::{iperf3_udp_with, preload_lib, sockperf, Stack};
+    use crate::run::{iperf3_kernel_tcp, iperf3_udp_with, preload_lib, sockperf, Stack};
     let lib = preload_lib()?;
     let stats = std::env::temp_dir().join(format!("eudp-tcpbench-{}", std::process::id()));
     std::fs::create_dir_all(&stats).map_err(|e| e.to_string())?;
@@ -592,9 +597,13 @@ pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value
     let runs = WINDOWS.iter().map(|&(w, o)| ("iperf3", w, o)).chain([("sockperf", "", &[][..])]);
     for (tool, window, opts) in runs {
         for rep in 0..repeats {
-            for (name, transport) in APP_STACKS {
+            // The ceiling runs with the iperf3 rounds only: ping-pong over
+            // kernel TCP is not a UDP program's latency.
+            let ceiling = (tool == "iperf3").then_some((KERNEL_TCP, None));
+            for (name, transport) in APP_STACKS.into_iter().chain(ceiling) {
                 let stack = if transport.is_some() { Stack::Eudp("default") } else { Stack::Kernel };
                 let r = with_transport(transport, || match tool {
+                    "iperf3" if name == KERNEL_TCP => iperf3_kernel_tcp(tb, &lib, &stats, secs, opts),
                     "iperf3" => iperf3_udp_with(tb, stack, &lib, &stats, secs, 1472, "0", opts),
                     _ => sockperf(tb, stack, stack, &lib, &stats, "ping-pong", secs, 64),
                 });
@@ -615,7 +624,7 @@ pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value
     let m = |tool: &str, w: &str, stack: &str, key: &str| median_key(&rows, tool, w, stack, key);
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
     let mut medians = serde_json::Map::new();
-    for (name, _) in APP_STACKS {
+    for (name, _) in APP_STACKS.into_iter().chain([(KERNEL_TCP, None)]) {
         let mut v = serde_json::json!({ "pingpong_p50_us": m("sockperf", "", name, "p50_us"), "pingpong_p99_us": m("sockperf", "", name, "p99_us") });
         for (w, _) in WINDOWS {
             v[format!("iperf3_{w}")] = serde_json::json!({
@@ -628,6 +637,7 @@ pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value
         medians.insert(name.into(), v);
     }
     let run_kind = |r: &serde_json::Value| match r["tool"].as_str() {
+        Some("iperf3") if r["mode"] == "tcp" => format!("iperf3 (TCP), window {}", r["window"].as_str().unwrap_or("?")),
         Some("iperf3") => format!("iperf3 -u -l 1472 -b 0, window {}", r["window"].as_str().unwrap_or("?")),
         _ => "sockperf ping-pong 64 B".to_string(),
     };
@@ -646,6 +656,10 @@ pub fn apps(tb: &Testbed, secs: u32, repeats: usize) -> Result<serde_json::Value
         res[format!("iperf3_{w}_tcp_over_kernel")] = x.into();
         res[format!("iperf3_{w}_tcp_over_eudp")] = ratio(gbps("tcp"), gbps("eudp")).into();
         res[format!("iperf3_{w}_target_met")] = x.is_some_and(|x| x >= 3.0).into();
+        // What the host allows: the transport's share of its own TCP, and
+        // the TCP/UDP ratio that bounds tcp/kernel on this host.
+        res[format!("iperf3_{w}_tcp_over_kernel_tcp")] = ratio(gbps("tcp"), gbps(KERNEL_TCP)).into();
+        res[format!("iperf3_{w}_kernel_tcp_over_kernel")] = ratio(gbps(KERNEL_TCP), gbps("kernel")).into();
     }
     Ok(res)
 }
@@ -681,11 +695,11 @@ pub fn table(res: &TcpBench) -> String {
         let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
         let r = |k: &str| res.apps[k].as_f64().map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into());
         for (w, _) in WINDOWS {
-            s += &format!("{:<7} {:>9} {:>8} {:>12} {:>12}   (iperf3, window {w})\n", "apps", "rx Gb/s", "loss", "tx ns/dgram", "rx ns/dgram");
+            s += &format!("{:<10} {:>9} {:>8} {:>12} {:>12}   (iperf3, window {w})\n", "apps", "rx Gb/s", "loss", "tx ns/dgram", "rx ns/dgram");
             for (name, v) in m {
                 let v = &v[format!("iperf3_{w}")];
                 s += &format!(
-                    "{:<7} {:>9} {:>7}% {:>12} {:>12}\n",
+                    "{:<10} {:>9} {:>7}% {:>12} {:>12}\n",
                     name,
                     f(&v["received_gbps"]),
                     f(&v["lost_percent"]),
@@ -694,13 +708,15 @@ pub fn table(res: &TcpBench) -> String {
                 );
             }
             s += &format!(
-                "iperf3 ({w}) tcp/kernel {}, tcp/eudp {}; target >= 3x: {}\n",
+                "iperf3 ({w}) tcp/kernel {}, tcp/eudp {}, tcp/kernel-tcp {}, kernel-tcp/kernel {}; target >= 3x: {}\n",
                 r(&format!("iperf3_{w}_tcp_over_kernel")),
                 r(&format!("iperf3_{w}_tcp_over_eudp")),
+                r(&format!("iperf3_{w}_tcp_over_kernel_tcp")),
+                r(&format!("iperf3_{w}_kernel_tcp_over_kernel")),
                 if res.apps[format!("iperf3_{w}_target_met")] == true { "MET" } else { "MISSED" }
             );
         }
-        for (name, v) in m {
+        for (name, v) in m.iter().filter(|(n, _)| *n != KERNEL_TCP) {
             s += &format!("ping-pong 64 B {name:<7} p50 {:>8} us  p99 {:>8} us\n", f(&v["pingpong_p50_us"]), f(&v["pingpong_p99_us"]));
         }
         s += &format!("ping-pong tcp/kernel p50 {}, p99 {}\n", r("pingpong_p50_tcp_over_kernel"), r("pingpong_p99_tcp_over_kernel"));

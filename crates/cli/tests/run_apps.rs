@@ -336,6 +336,29 @@ fn iperf3_both(tr: Tr) {
     }
 }
 
+/// The ceiling row of `eudp bench --tcp`: the same iperf3 in TCP mode on
+/// plain kernel sockets. It must carry real bytes, report them as iperf3's
+/// receiver counted them, and run without the shim (nothing in the stats
+/// directory).
+#[test]
+fn iperf3_kernel_tcp_ceiling_is_measured_without_the_shim() {
+    let Some(tb) = testbed("itc") else { return };
+    let lib = lib();
+    let stats = stat_dir("iperf-tcp");
+    let r = run::iperf3_kernel_tcp(&tb, &lib, &stats, 1, &["-w", "1M"]).expect("iperf3 tcp");
+    eprintln!("{r}");
+    assert_eq!(r["stack"], "kernel-tcp");
+    assert_eq!(r["options"], "-w 1M");
+    let bytes = r["received_bytes"].as_f64().unwrap();
+    assert!(bytes > 1e6, "{r}");
+    let gbps = r["received_gbps"].as_f64().unwrap();
+    assert!(gbps > 0.0 && gbps * 1e9 / 8.0 <= bytes * 1.5, "rate {gbps} Gbit/s from {bytes} B in about 1 s: {r}");
+    assert!(r["sender_cpu_ns_per_datagram"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    let written: Vec<_> = std::fs::read_dir(&stats).unwrap().collect();
+    assert!(written.is_empty(), "the kernel-TCP run went through the shim: {written:?}");
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
 #[test]
 fn iperf3_udp_bidir_and_parallel() {
     iperf3_bidir_parallel(Tr::Kernel);
