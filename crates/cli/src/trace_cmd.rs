@@ -471,8 +471,13 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
         let _ = writeln!(out, "  {}: {}", v.name, v.what);
     }
     let _ = writeln!(out, "switches: times the sender's, the receiver's threads were switched in, per 1000 datagrams");
+    // The unit costs of the points a full trace records, measured before
+    // the transfers and again after them; the lower of each is used, so the
+    // floor stays a lower bound.
+    let uc_before = tracepoint::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
     let _ = writeln!(out, "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>9}  ranges", "stack", "size", "mode", "rate", "on/off", "paired", "cpu", "off/on", "paired", "tx,rx", "switches");
     let mut json_runs = Vec::new();
+    let mut floors: Vec<Floor> = Vec::new();
     for &size in &a.sizes {
         for stack in &a.stacks {
             // Per setting: rates, CPU ns per datagram (total, sender, receiver), datagrams lost.
@@ -480,6 +485,8 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             let (mut rate, mut cpu, mut tx_cpu, mut rx_cpu) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
             let mut lost = vec![0u64; n];
             let (mut tx_sw, mut rx_sw) = (vec![vec![]; n], vec![vec![]; n]);
+            // Kernel TX stamps per datagram sent, in each complete trace.
+            let mut stamps_per_dgram = Vec::new();
             let mut problems = Vec::new();
             for r in 0..a.overhead_reps as usize {
                 for j in 0..n {
@@ -496,6 +503,8 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     json_runs.push(serde_json::json!({"stack": stack, "size": size, "rep": r, "mode": vars[k].name, "gbps": rep.gbps, "received": rep.received,
                         "tx_cpu_ns_per_dgram": t, "rx_cpu_ns_per_dgram": x, "tx_switches": rep.tx_switches, "rx_switches": rep.rx_switches}));
                     if vars[k].complete {
+                        let stamps = tx.events.iter().filter(|e| e.1 == resolve::kind::TX_SCHED || e.1 == resolve::kind::TX_SOFT).count();
+                        stamps_per_dgram.push(stamps as f64 / a.run_packets.max(1) as f64);
                         problems.extend(analyse_lossy(stack, size, &tx, &rx, rep.received).problems);
                     }
                 }
@@ -536,6 +545,9 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     100.0 * lost[k] as f64 / total
                 );
             }
+            if !stamps_per_dgram.is_empty() {
+                floors.push(Floor { stack: stack.clone(), size, stamps: summary(&stamps_per_dgram).0, cpu: c0, tx_cpu: summary(&tx_cpu[0]).0, rx_cpu: summary(&rx_cpu[0]).0 });
+            }
             if vars.iter().any(|v| v.complete) {
                 let complete = if problems.is_empty() { "every full-traced run complete (every layer of every packet that arrived)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
                 let _ = writeln!(out, "        {complete}");
@@ -543,12 +555,113 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             print!("{}", out.lines().rev().take(n + 1).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
         }
     }
+    let uc_after = tracepoint::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
+    let floor_json = floor_report(&mut out, &uc_before, &uc_after, &floors);
+    print!("{}", out.lines().rev().take(floors.len() + 1).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
     let doc = serde_json::json!({"command": std::env::args().collect::<Vec<_>>(), "load_avg_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
-        "run_packets": a.run_packets, "reps": a.overhead_reps, "modes": a.overhead_modes, "table": out, "runs": json_runs});
+        "run_packets": a.run_packets, "reps": a.overhead_reps, "modes": a.overhead_modes, "table": out, "runs": json_runs, "floor": floor_json});
     std::fs::write(a.out.join("overhead.json"), serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n").map_err(|e| e.to_string())?;
     println!("wrote {0}/overhead.txt, {0}/overhead.json", a.out.display());
     Ok(())
+}
+
+/// What `--overhead` keeps of a traced (stack, size) for its floor.
+#[derive(Clone, Debug)]
+struct Floor {
+    stack: String,
+    size: u64,
+    /// Kernel TX stamps per datagram sent in the full traces (median).
+    stamps: f64,
+    /// Untraced CPU ns per datagram: both sides, the sender, the receiver (medians).
+    cpu: f64,
+    tx_cpu: f64,
+    rx_cpu: f64,
+}
+
+/// A [`Floor`] at given unit costs: the least CPU a full trace adds per
+/// datagram on each side, and its share of that side's untraced CPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FloorShares {
+    /// Sender: its application thread's two clock reads and the stamps its
+    /// sends make; receiver: its two clock reads (ns per datagram).
+    tx_floor: f64,
+    rx_floor: f64,
+    /// Shares of the untraced CPU per datagram: sender, receiver, both.
+    tx: f64,
+    rx: f64,
+    total: f64,
+}
+
+impl FloorShares {
+    /// The smallest of the three shares: above 10%, no side can be traced
+    /// in full for 10% more CPU.
+    fn least(&self) -> f64 {
+        self.total.min(self.tx).min(self.rx)
+    }
+}
+
+impl Floor {
+    fn shares(&self, uc: &tracepoint::UnitCosts) -> FloorShares {
+        let total_floor = tracepoint::floor_ns_per_datagram(uc, self.stamps);
+        let rx_floor = 2.0 * uc.clock_read_ns;
+        let tx_floor = total_floor - rx_floor;
+        FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: total_floor / self.cpu }
+    }
+}
+
+/// Appends the overhead floor to `out`: for each traced (stack, size), the
+/// least CPU per datagram a full trace adds on each side at this host's
+/// unit costs (`tracepoint::floor_ns_per_datagram`), as a share of that
+/// side's untraced CPU per datagram. Where CPU bounds a transfer's rate (a
+/// side's, or the CPUs the testbed's two hosts share), the rate falls by at
+/// least about that share. Returns the same as JSON.
+fn floor_report(out: &mut String, before: &tracepoint::UnitCosts, after: &tracepoint::UnitCosts, floors: &[Floor]) -> serde_json::Value {
+    use std::fmt::Write as _;
+    let uc = tracepoint::UnitCosts {
+        clock_read_ns: before.clock_read_ns.min(after.clock_read_ns),
+        stamp_make_ns: before.stamp_make_ns.min(after.stamp_make_ns),
+        stamp_read_ns: before.stamp_read_ns.min(after.stamp_read_ns),
+        stamped_sends: before.stamped_sends + after.stamped_sends,
+        stamps_read: before.stamps_read + after.stamps_read,
+    };
+    let _ = writeln!(
+        out,
+        "floor: unit costs on this host (lower of two measurements): clock read {:.1} ns, making a kernel TX stamp {:.0} ns, reading one back {:.0} ns ({} of {} stamps read)",
+        uc.clock_read_ns,
+        uc.stamp_make_ns,
+        uc.stamp_read_ns,
+        uc.stamps_read,
+        2 * uc.stamped_sends
+    );
+    let mut rows = Vec::new();
+    for f in floors {
+        let b = f.shares(&uc);
+        let _ = writeln!(
+            out,
+            "{:<7} {:>6} floor: sender 2 x {:.1} + {:.4} stamps/dgram x {:.0} = {:.0} ns/dgram ({:.1}% of its untraced {:.0}), receiver 2 x {:.1} = {:.0} ({:.1}% of {:.0}), both {:.1}% of {:.0}{}",
+            f.stack,
+            f.size,
+            uc.clock_read_ns,
+            f.stamps,
+            uc.stamp_make_ns.max(0.0),
+            b.tx_floor,
+            100.0 * b.tx,
+            f.tx_cpu,
+            uc.clock_read_ns,
+            b.rx_floor,
+            100.0 * b.rx,
+            f.rx_cpu,
+            100.0 * b.total,
+            f.cpu,
+            if b.least() > 0.1 { ": over 10% on every side" } else { "" }
+        );
+        rows.push(serde_json::json!({"stack": f.stack, "size": f.size, "stamps_per_datagram": f.stamps, "sender_floor_ns": b.tx_floor, "receiver_floor_ns": b.rx_floor,
+            "untraced_cpu_ns_per_datagram": f.cpu, "untraced_sender_cpu_ns": f.tx_cpu, "untraced_receiver_cpu_ns": f.rx_cpu,
+            "floor_share": {"sender": b.tx, "receiver": b.rx, "both": b.total}}));
+    }
+    serde_json::json!({"clock_read_ns": uc.clock_read_ns, "stamp_make_ns": uc.stamp_make_ns, "stamp_read_ns": uc.stamp_read_ns,
+        "before": format!("{before:?}"), "after": format!("{after:?}"), "rows": rows})
 }
 
 /// Median and range of a sample.
@@ -1040,6 +1153,24 @@ mod tests {
             assert!(v.trace && !v.complete, "{m}");
             assert_eq!(v.env, [(var, val)], "{m}");
         }
+    }
+
+    #[test]
+    fn floor_shares_count_clock_reads_and_stamps_on_the_right_side() {
+        let uc = tracepoint::UnitCosts { clock_read_ns: 10.0, stamp_make_ns: 300.0, stamp_read_ns: 600.0, stamped_sends: 1, stamps_read: 2 };
+        // 2 stamps per 40 datagrams: 15 ns per datagram on the sender.
+        let f = Floor { stack: "eudp".into(), size: 1472, stamps: 0.05, cpu: 700.0, tx_cpu: 500.0, rx_cpu: 200.0 };
+        let s = f.shares(&uc);
+        assert_eq!((s.tx_floor, s.rx_floor), (35.0, 20.0));
+        assert_eq!((s.tx, s.rx), (0.07, 0.1));
+        assert!((s.total - 55.0 / 700.0).abs() < 1e-12);
+        assert_eq!(s.least(), s.tx);
+        // A cheap pipeline: every side's floor is over 10 %.
+        let small = Floor { stack: "eudp".into(), size: 64, stamps: 0.016, cpu: 250.0, tx_cpu: 170.0, rx_cpu: 80.0 };
+        assert!(small.shares(&uc).least() > 0.1);
+        // The stamp cost is never counted negative (a noisy measurement).
+        let neg = tracepoint::UnitCosts { stamp_make_ns: -5.0, ..uc };
+        assert_eq!(f.shares(&neg).tx_floor, 20.0);
     }
 
     #[test]

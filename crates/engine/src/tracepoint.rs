@@ -716,9 +716,20 @@ impl EpTrace {
     /// [`SIDE_RECV`]) the first time it is called for that side: `addrs`
     /// gives (local, the datagram's destination or source), asked only
     /// then (it may make system calls).
+    /// Called on every traced send, so the check that it was done is
+    /// inlined and the recording is not.
+    #[inline(always)]
     pub fn note_addrs(&self, side: u64, addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)) {
+        if on() && self.addrs_noted.load(Relaxed) & side as u8 == 0 {
+            self.note_addrs_once(side, addrs);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_addrs_once(&self, side: u64, addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)) {
         let bit = side as u8;
-        if !on() || self.addrs_noted.load(Relaxed) & bit != 0 || self.addrs_noted.fetch_or(bit, Relaxed) & bit != 0 {
+        if self.addrs_noted.fetch_or(bit, Relaxed) & bit != 0 {
             return;
         }
         let (local, remote) = addrs();
@@ -888,6 +899,114 @@ impl EpTrace {
             push_raw(word1(Kind::RecvCall, self.id, tsc, 0), now, enter, i);
         }
     }
+}
+
+/// What the points a full trace must record cost on this host, one by one:
+/// the inputs of the overhead floor (`eudp trace --overhead`, docs/trace.md
+/// "Cost"). Each is a property of the CPU or the kernel, not of eudp, so no
+/// implementation that records the same points pays less.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UnitCosts {
+    /// One read of the hot-path clock (ns; best round).
+    pub clock_read_ns: f64,
+    /// What asking for one kernel TX stamp adds to the send call that makes
+    /// it (ns of the sender's CPU; `__skb_tstamp_tx`: an skb per stamp,
+    /// queued on the error queue). Reading it back is not included.
+    pub stamp_make_ns: f64,
+    /// Reading one stamp back with `recvmmsg(MSG_ERRQUEUE)` (ns, the way
+    /// the engine reads them).
+    pub stamp_read_ns: f64,
+    /// Stamped sends made, and stamps read back (twice as many when every
+    /// send was stamped: TX_SCHED and TX_SOFTWARE).
+    pub stamped_sends: u64,
+    pub stamps_read: u64,
+}
+
+/// Measures [`UnitCosts`] on loopback in the calling thread's network
+/// namespace: clock reads in a loop (best of 20 rounds), then one-datagram
+/// 64 B sends from a plain and a stamped socket, alternated, the stamped
+/// socket's stamps read back between timed stretches (best of 7 rounds of
+/// 32 × 32 sends each). Times are the thread's CPU time, so a round in which
+/// the thread was preempted does not inflate them.
+pub fn unit_costs() -> std::io::Result<UnitCosts> {
+    use crate::backend::kernel::UdpSocket;
+    choose_clock();
+    let mut x = 0u64;
+    let clock_read_ns = (0..20)
+        .map(|_| {
+            let n = 10_000u64;
+            let t0 = now_ns();
+            for _ in 0..n {
+                x = x.wrapping_add(stamp().0);
+            }
+            (now_ns() - t0) as f64 / n as f64
+        })
+        .fold(f64::MAX, f64::min);
+    std::hint::black_box(x);
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let dst = sink.local_addr()?;
+    let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
+    let socket = |stamped: bool| -> std::io::Result<UdpSocket> {
+        let s = UdpSocket::new(false)?;
+        if stamped {
+            s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, tx)?;
+        }
+        s.connect(&dst)?;
+        Ok(s)
+    };
+    let (plain, stamped) = (socket(false)?, socket(true)?);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stamped);
+    let cpu = || kernel::thread_cpu_time().as_nanos() as u64;
+    // 32 sends (64 stamps) between reads: well within the error queue's
+    // room (SO_RCVBUF), so no stamp is dropped for want of it.
+    const STRETCH: u64 = 32;
+    const STRETCHES: u64 = 32;
+    let mut c = UnitCosts { clock_read_ns, stamp_make_ns: 0.0, stamp_read_ns: f64::MAX, stamped_sends: 0, stamps_read: 0 };
+    let (mut plain_best, mut stamped_best) = (f64::MAX, f64::MAX);
+    for _ in 0..7 {
+        for s in [&plain, &stamped] {
+            let is_stamped = std::ptr::eq(s, &stamped);
+            let (mut send_ns, mut read_ns, mut read) = (0u64, 0u64, 0u64);
+            for _ in 0..STRETCHES {
+                let t0 = cpu();
+                for _ in 0..STRETCH {
+                    s.send_to(&[1u8; 64], None)?;
+                }
+                let t1 = cpu();
+                send_ns += t1 - t0;
+                if is_stamped {
+                    read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64;
+                    read_ns += cpu() - t1;
+                }
+            }
+            let per_send = send_ns as f64 / (STRETCH * STRETCHES) as f64;
+            if is_stamped {
+                c.stamped_sends += STRETCH * STRETCHES;
+                c.stamps_read += read;
+                stamped_best = stamped_best.min(per_send);
+                if read > 0 {
+                    c.stamp_read_ns = c.stamp_read_ns.min(read_ns as f64 / read as f64);
+                }
+            } else {
+                plain_best = plain_best.min(per_send);
+            }
+        }
+    }
+    // Two stamps per stamped send.
+    c.stamp_make_ns = (stamped_best - plain_best) / 2.0;
+    if c.stamp_read_ns == f64::MAX {
+        c.stamp_read_ns = f64::NAN;
+    }
+    Ok(c)
+}
+
+/// The least CPU per datagram that recording a full trace adds, from unit
+/// costs: four clock reads (enter and return of the send call and of the
+/// receive call) and the making of `stamps_per_datagram` kernel TX stamps.
+/// Everything else a trace does (storing events, reading the stamps back,
+/// the RX stamp) comes on top, so this is a lower bound.
+pub fn floor_ns_per_datagram(c: &UnitCosts, stamps_per_datagram: f64) -> f64 {
+    4.0 * c.clock_read_ns + stamps_per_datagram * c.stamp_make_ns.max(0.0)
 }
 
 /// Tests that turn tracing on and off hold this: the switch is global, and
@@ -1075,6 +1194,20 @@ mod cost {
     /// TX_SOFTWARE, two stamps per send, read back 64 at a time as the
     /// engine does), alternated, best of 7 rounds each; printed with
     /// `--release --nocapture`.
+    /// The unit costs behind the overhead floor: every stamped send made
+    /// its two stamps and every one was read back (else the stamp costs
+    /// measured nothing), and the figures are finite.
+    #[test]
+    fn unit_costs_stamp_every_send() {
+        let c = unit_costs().unwrap();
+        assert!(c.stamped_sends > 0);
+        assert_eq!(c.stamps_read, 2 * c.stamped_sends, "{c:?}");
+        assert!(c.clock_read_ns > 0.0 && c.clock_read_ns.is_finite(), "{c:?}");
+        assert!(c.stamp_make_ns.is_finite() && c.stamp_read_ns.is_finite() && c.stamp_read_ns > 0.0, "{c:?}");
+        let f = floor_ns_per_datagram(&c, 0.05);
+        assert_eq!(f, 4.0 * c.clock_read_ns + 0.05 * c.stamp_make_ns.max(0.0));
+    }
+
     #[test]
     fn rx_stamping_is_on_once_held() {
         // The kernel turns RX stamping on asynchronously; once this returns
