@@ -359,7 +359,8 @@ pub struct Variant {
 
 impl Variant {
     /// `off`; `full` (every layer of every packet, the setting);
-    /// `user` (no kernel stamps); `noclock` (every event, no clock read:
+    /// `user` (no kernel stamps); `txstamps`, `rxstamps` (only the kernel's
+    /// TX stamps, only its RX stamps); `noclock` (every event, no clock read:
     /// a measurement of what the clock reads cost, its times are
     /// meaningless); `sampleN` (application calls of one packet in N).
     pub fn named(name: &str) -> Result<Variant, String> {
@@ -368,13 +369,15 @@ impl Variant {
             "off" => v(false, vec![], false, "untraced"),
             "full" => v(true, vec![], true, "every layer of every packet, kernel stamps included"),
             "user" => v(true, vec![("EUDP_TRACE_KERNEL", "0")], false, "user-space points only (no SO_TIMESTAMPING)"),
+            "txstamps" => v(true, vec![("EUDP_TRACE_KERNEL", "tx")], false, "user-space points and kernel TX stamps (no RX_SOFTWARE)"),
+            "rxstamps" => v(true, vec![("EUDP_TRACE_KERNEL", "rx")], false, "user-space points and kernel RX stamps (no TX stamps)"),
             "noclock" => v(true, vec![("EUDP_TRACE_CLOCK", "none")], false, "every event, no clock read (experiment: no timing)"),
             s if s.starts_with("sample") => {
                 let k: u64 = s["sample".len()..].parse().map_err(|_| format!("--overhead-modes: bad mode {s:?}"))?;
                 let k: &'static str = Box::leak(k.to_string().into_boxed_str());
                 v(true, vec![("EUDP_TRACE_SAMPLE", k)], false, "application calls of one packet in N")
             }
-            s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, noclock, sampleN)")),
+            s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, txstamps, rxstamps, noclock, sampleN)")),
         })
     }
 }
@@ -1151,7 +1154,7 @@ mod tests {
         assert!(!off.trace && !off.complete);
         // Only the full setting is held to complete traces; the others
         // leave layers out (user, sampleN) or have no timing (noclock).
-        for (m, var, val) in [("user", "EUDP_TRACE_KERNEL", "0"), ("noclock", "EUDP_TRACE_CLOCK", "none"), ("sample16", "EUDP_TRACE_SAMPLE", "16")] {
+        for (m, var, val) in [("user", "EUDP_TRACE_KERNEL", "0"), ("txstamps", "EUDP_TRACE_KERNEL", "tx"), ("rxstamps", "EUDP_TRACE_KERNEL", "rx"), ("noclock", "EUDP_TRACE_CLOCK", "none"), ("sample16", "EUDP_TRACE_SAMPLE", "16")] {
             let v = Variant::named(m).unwrap();
             assert!(v.trace && !v.complete, "{m}");
             assert_eq!(v.env, [(var, val)], "{m}");
