@@ -6,6 +6,7 @@
 //! All `unsafe` code and raw syscalls of the engine live under this module.
 
 pub mod kernel;
+pub mod stamp_ring;
 
 use std::io;
 use std::net::SocketAddr;
