@@ -715,9 +715,8 @@ impl EpTrace {
     /// Records the endpoint's addresses for `side` ([`SIDE_SEND`] or
     /// [`SIDE_RECV`]) the first time it is called for that side: `addrs`
     /// gives (local, the datagram's destination or source), asked only
-    /// then (it may make system calls).
-    /// Called on every traced send, so the check that it was done is
-    /// inlined and the recording is not.
+    /// then (it may make system calls). Called on every traced send, so
+    /// the check that it was done is inlined and the recording is not.
     #[inline(always)]
     pub fn note_addrs(&self, side: u64, addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)) {
         if on() && self.addrs_noted.load(Relaxed) & side as u8 == 0 {
@@ -903,8 +902,8 @@ impl EpTrace {
 
 /// What the points a full trace must record cost on this host, one by one:
 /// the inputs of the overhead floor (`eudp trace --overhead`, docs/trace.md
-/// "Cost"). Each is a property of the CPU or the kernel, not of eudp, so no
-/// implementation that records the same points pays less.
+/// "Cost"). Each is a cost of the CPU or the kernel, not of eudp: any
+/// implementation that records the same points pays it too.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct UnitCosts {
     /// One read of the hot-path clock (ns; best round of reads back to back).
@@ -1229,11 +1228,6 @@ mod cost {
         kernel::thread_cpu_time().as_nanos() as u64
     }
 
-    /// What one kernel TX timestamp costs the sending thread: one-datagram
-    /// sends on loopback with and without `SO_TIMESTAMPING` (TX_SCHED and
-    /// TX_SOFTWARE, two stamps per send, read back 64 at a time as the
-    /// engine does), alternated, best of 7 rounds each; printed with
-    /// `--release --nocapture`.
     /// The unit costs behind the overhead floor: every stamped send made
     /// its two stamps and every one was read back (else the stamp costs
     /// measured nothing), and the figures are finite.
@@ -1291,6 +1285,11 @@ mod cost {
         assert_eq!(read as u64, 2 * 7 * n * ks.len() as u64);
     }
 
+    /// What one kernel TX timestamp costs the sending thread: one-datagram
+    /// sends on loopback with and without `SO_TIMESTAMPING` (TX_SCHED and
+    /// TX_SOFTWARE, two stamps per send, read back 64 at a time as the
+    /// engine does), alternated, best of 7 rounds each; printed with
+    /// `--release --nocapture`.
     #[test]
     fn kernel_stamp_cost() {
         use crate::backend::kernel::UdpSocket;
