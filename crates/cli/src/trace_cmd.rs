@@ -607,8 +607,7 @@ impl FloorShares {
 impl Floor {
     fn shares(&self, uc: &tracepoint::UnitCosts) -> FloorShares {
         let total_floor = tracepoint::floor_ns_per_datagram(uc, self.stamps);
-        let rx_floor = 2.0 * uc.clock_floor_ns();
-        let tx_floor = total_floor - rx_floor;
+        let (tx_floor, rx_floor) = tracepoint::floor_by_side(uc, self.stamps);
         FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: total_floor / self.cpu }
     }
 }

@@ -565,11 +565,19 @@ pub fn forked_child() {
     DROPPED.store(0, Relaxed);
 }
 
+/// The TX stamps a traced socket asks for: TX_SCHED and TX_SOFTWARE, each
+/// keyed by the socket's OPT_ID counter, without a copy of the payload.
+const TX_STAMPS: i32 = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY) as i32;
+
+/// [`TX_STAMPS`] with software reporting on: a socket that makes TX stamps
+/// and no RX stamps (the cost measurements).
+pub const TX_STAMP_FLAGS: i32 = TX_STAMPS | libc::SOF_TIMESTAMPING_SOFTWARE as i32;
+
 /// Kernel timestamping flags the engine asks for on a traced socket.
 /// `EUDP_TRACE_KERNEL` narrows them: `0` none (user-space points only),
 /// `rx` receive only, `tx` transmit only; anything else (default) both.
 pub fn timestamping_flags() -> i32 {
-    let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY) as i32;
+    let tx = TX_STAMPS;
     let rx = libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32;
     let sw = libc::SOF_TIMESTAMPING_SOFTWARE as i32;
     match std::env::var("EUDP_TRACE_KERNEL").as_deref() {
@@ -948,11 +956,10 @@ pub fn unit_costs() -> std::io::Result<UnitCosts> {
     let clock_in_context_ns = clock_cost_in_context();
     let sink = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let dst = sink.local_addr()?;
-    let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
     let socket = |stamped: bool| -> std::io::Result<UdpSocket> {
         let s = UdpSocket::new(false)?;
         if stamped {
-            s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, tx)?;
+            s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, TX_STAMP_FLAGS)?;
         }
         s.connect(&dst)?;
         Ok(s)
@@ -1046,6 +1053,13 @@ impl UnitCosts {
 /// the RX stamp) comes on top, so this is a lower bound.
 pub fn floor_ns_per_datagram(c: &UnitCosts, stamps_per_datagram: f64) -> f64 {
     4.0 * c.clock_floor_ns() + stamps_per_datagram * c.stamp_make_ns.max(0.0)
+}
+
+/// [`floor_ns_per_datagram`] by side: (sender: its send call's two clock
+/// reads and the stamps, receiver: its receive call's two clock reads).
+pub fn floor_by_side(c: &UnitCosts, stamps_per_datagram: f64) -> (f64, f64) {
+    let rx = 2.0 * c.clock_floor_ns();
+    (floor_ns_per_datagram(c, stamps_per_datagram) - rx, rx)
 }
 
 /// Tests that turn tracing on and off hold this: the switch is global, and
@@ -1261,8 +1275,7 @@ mod cost {
         use crate::backend::kernel::UdpSocket;
         let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let s = UdpSocket::new(false).unwrap();
-        let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
-        s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, tx).unwrap();
+        s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, TX_STAMP_FLAGS).unwrap();
         s.connect(&sink.local_addr().unwrap()).unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
         let n = 4096u64;
@@ -1298,8 +1311,7 @@ mod cost {
         let socket = |stamped: bool| {
             let s = UdpSocket::new(false).unwrap();
             if stamped {
-                let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
-                s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, tx).unwrap();
+                s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, TX_STAMP_FLAGS).unwrap();
             }
             s.connect(&dst).unwrap();
             s

@@ -312,8 +312,7 @@ mod tests {
 
     fn stamped_socket(dst: &std::net::SocketAddr) -> UdpSocket {
         let s = UdpSocket::new(false).unwrap();
-        let tx = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY | libc::SOF_TIMESTAMPING_SOFTWARE) as i32;
-        s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, tx).unwrap();
+        s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, crate::tracepoint::TX_STAMP_FLAGS).unwrap();
         s.connect(dst).unwrap();
         s
     }
