@@ -93,6 +93,7 @@ pub const SETTINGS: &[&str] = &[
     "EUDP_TRACE_KERNEL",
     "EUDP_TRACE_SAMPLE",
     "EUDP_TRACE_STACK",
+    "EUDP_TRACE_STAMP_READER",
     // shim
     "EUDP_EINTR",
     "EUDP_FORK_KEEP",

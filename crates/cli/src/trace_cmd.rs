@@ -362,7 +362,8 @@ impl Variant {
     /// `user` (no kernel stamps); `txstamps`, `rxstamps` (only the kernel's
     /// TX stamps, only its RX stamps); `noclock` (every event, no clock read:
     /// a measurement of what the clock reads cost, its times are
-    /// meaningless); `sampleN` (application calls of one packet in N).
+    /// meaningless); `recvmmsg` (as `full`, the TX stamps read without
+    /// io_uring); `sampleN` (application calls of one packet in N).
     pub fn named(name: &str) -> Result<Variant, String> {
         let v = |trace, env: Vec<(&'static str, &'static str)>, complete, what| Variant { name: name.into(), trace, env, complete, what };
         Ok(match name {
@@ -372,12 +373,13 @@ impl Variant {
             "txstamps" => v(true, vec![("EUDP_TRACE_KERNEL", "tx")], false, "user-space points and kernel TX stamps (no RX_SOFTWARE)"),
             "rxstamps" => v(true, vec![("EUDP_TRACE_KERNEL", "rx")], false, "user-space points and kernel RX stamps (no TX stamps)"),
             "noclock" => v(true, vec![("EUDP_TRACE_CLOCK", "none")], false, "every event, no clock read (experiment: no timing)"),
+            "recvmmsg" => v(true, vec![("EUDP_TRACE_STAMP_READER", "recvmmsg")], true, "as full, TX stamps read with recvmmsg only (no io_uring)"),
             s if s.starts_with("sample") => {
                 let k: u64 = s["sample".len()..].parse().map_err(|_| format!("--overhead-modes: bad mode {s:?}"))?;
                 let k: &'static str = Box::leak(k.to_string().into_boxed_str());
                 v(true, vec![("EUDP_TRACE_SAMPLE", k)], false, "application calls of one packet in N")
             }
-            s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, txstamps, rxstamps, noclock, sampleN)")),
+            s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, txstamps, rxstamps, noclock, recvmmsg, sampleN)")),
         })
     }
 }
@@ -1151,13 +1153,17 @@ mod tests {
         assert!(full.trace && full.complete && full.env.is_empty());
         let off = Variant::named("off").unwrap();
         assert!(!off.trace && !off.complete);
-        // Only the full setting is held to complete traces; the others
-        // leave layers out (user, sampleN) or have no timing (noclock).
+        // These leave layers out (user, sampleN) or have no timing
+        // (noclock): their traces are not held to be complete.
         for (m, var, val) in [("user", "EUDP_TRACE_KERNEL", "0"), ("txstamps", "EUDP_TRACE_KERNEL", "tx"), ("rxstamps", "EUDP_TRACE_KERNEL", "rx"), ("noclock", "EUDP_TRACE_CLOCK", "none"), ("sample16", "EUDP_TRACE_SAMPLE", "16")] {
             let v = Variant::named(m).unwrap();
             assert!(v.trace && !v.complete, "{m}");
             assert_eq!(v.env, [(var, val)], "{m}");
         }
+        // Another stamp reader records the same points: held to complete traces.
+        let r = Variant::named("recvmmsg").unwrap();
+        assert!(r.trace && r.complete);
+        assert_eq!(r.env, [("EUDP_TRACE_STAMP_READER", "recvmmsg")]);
     }
 
     #[test]

@@ -1717,7 +1717,7 @@ impl EpInner {
                     self.trace.sys_return_direct();
                     // Traced: the stamps of direct posts are read by the
                     // sending thread too (the engine's watch may be off).
-                    if crate::tracepoint::on() && self.trace.direct_drain_due() {
+                    if crate::tracepoint::on() && self.trace.drain_due() {
                         self.trace.drain_tx(self.backend.raw_fd());
                     }
                     Stats::add(&self.stats.datagrams_sent, 1);
@@ -1970,7 +1970,9 @@ impl EpInner {
                 Ok(k) => {
                     if crate::tracepoint::on() {
                         self.trace.sys_return_batch(&mut pending[..k].iter().map(|r| (base + r.start, r.count)));
-                        self.trace.drain_tx(self.backend.raw_fd());
+                        if self.trace.drain_due() {
+                            self.trace.drain_tx(self.backend.raw_fd());
+                        }
                     }
                     Stats::add(&self.stats.engine_batches, 1);
                     let mut dg = 0u64;
@@ -2350,7 +2352,7 @@ impl EpInner {
         //   epoll set altogether while its application keeps sending: with
         //   no waiter on the socket the kernel skips the wake-up call of
         //   every stamp queued and dequeued, and the sending thread reads
-        //   the stamps itself (after each batch, every 16th direct post).
+        //   the stamps itself (every 16 kernel messages, STAMP_READ_MESSAGES).
         //   Data arriving meanwhile for an application that does not
         //   receive waits up to DETACHED_CHECK handoff intervals; only
         //   while tracing.

@@ -21,6 +21,7 @@
 //! write their own file instead of overwriting one another's.
 
 use crate::backend::kernel;
+use crate::backend::stamp_ring;
 use crate::backend::Backend;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
@@ -557,12 +558,35 @@ pub fn dump_path(pattern: &str, pid: u32) -> String {
 /// whose parent was registering a thread buffer at the fork keeps the
 /// inherited events rather than risk waiting on a lock nobody will release.
 pub fn forked_child() {
+    stamp_ring::forked_child();
     if let Ok(bufs) = BUFS.try_lock() {
         for b in bufs.iter() {
             b.len.store(0, Release);
         }
     }
     DROPPED.store(0, Relaxed);
+}
+
+/// Kernel messages whose TX stamps a sending thread lets wait before it
+/// reads them (after a send syscall). Reading in batches spreads the cost
+/// of each read's system calls; the wait is short enough that the stamps
+/// (two per message, ~1 KB each charged to the socket's receive buffer)
+/// fit any default receive buffer.
+pub const STAMP_READ_MESSAGES: u64 = 16;
+
+/// Kernel messages' stamps from which [`EpTrace::drain_tx`] reads through
+/// io_uring rather than `recvmmsg` alone (`one_shot_read_cost`: at one
+/// message per read the ring costs more, at eight it saves).
+const RING_READ_MESSAGES: u64 = 4;
+
+/// Whether TX stamps are read through io_uring where it pays: 0 not
+/// decided yet (`EUDP_TRACE_STAMP_READER`), 1 yes, 2 `recvmmsg` only.
+static RING_READS: AtomicU8 = AtomicU8::new(0);
+
+/// Reads TX stamps through io_uring where it pays (the default) or with
+/// `recvmmsg` only (`EUDP_TRACE_STAMP_READER=recvmmsg`), from now on.
+pub fn set_ring_reads(on: bool) {
+    RING_READS.store(if on { 1 } else { 2 }, Relaxed);
 }
 
 /// The TX stamps a traced socket asks for: TX_SCHED and TX_SOFTWARE, each
@@ -666,6 +690,8 @@ pub struct EpTrace {
     q_in: AtomicU64,
     q_out: AtomicU64,
     kmsg: AtomicU64,
+    /// `kmsg` when the stamps were last read ([`EpTrace::drain_due`]).
+    drained_at: AtomicU64,
     rx_in: AtomicU64,
     rx_out: AtomicU64,
 }
@@ -704,6 +730,7 @@ impl EpTrace {
             q_in: AtomicU64::new(0),
             q_out: AtomicU64::new(0),
             kmsg: AtomicU64::new(0),
+            drained_at: AtomicU64::new(0),
             rx_in: AtomicU64::new(0),
             rx_out: AtomicU64::new(0),
         }
@@ -808,10 +835,11 @@ impl EpTrace {
         }
     }
 
-    /// After a direct post: true every 16th kernel message, when the
-    /// sending thread reads the queued stamps itself.
-    pub fn direct_drain_due(&self) -> bool {
-        self.kmsg.load(Relaxed).is_multiple_of(16)
+    /// After a send syscall: true once [`STAMP_READ_MESSAGES`] kernel
+    /// messages were accepted since the stamps were last read, when the
+    /// sending thread reads them itself.
+    pub fn drain_due(&self) -> bool {
+        self.kmsg.load(Relaxed).wrapping_sub(self.drained_at.load(Relaxed)) >= STAMP_READ_MESSAGES
     }
 
     /// A batched send syscall accepted these messages; each is (staging
@@ -836,6 +864,15 @@ impl EpTrace {
 
     /// Reads the kernel's TX timestamps from the socket's error queue;
     /// returns how many error-queue messages it read.
+    ///
+    /// With the stamps of [`RING_READ_MESSAGES`] or more kernel messages
+    /// waiting, they are read through this thread's io_uring one shot at
+    /// a time ([`stamp_ring::read_queued_here`]: about a third of what
+    /// `recvmmsg` costs per stamp, but two or three system calls per read);
+    /// a `recvmmsg` follows to take what the ring leaves (other queued
+    /// errors, stamps queued meanwhile) or reads everything where no ring
+    /// can be used. `EUDP_TRACE_STAMP_READER=recvmmsg` always reads with
+    /// `recvmmsg` (for comparison).
     pub fn drain_tx(&self, fd: std::os::fd::RawFd) -> usize {
         // No TX stamps asked for (`EUDP_TRACE_KERNEL=0` or `rx`): nothing
         // to read, so no syscall after every send.
@@ -843,12 +880,27 @@ impl EpTrace {
         if !on() || !*TX.get_or_init(|| timestamping_flags() & libc::SOF_TIMESTAMPING_TX_SOFTWARE as i32 != 0) {
             return 0;
         }
+        let ring = match RING_READS.load(Relaxed) {
+            0 => {
+                let on = std::env::var("EUDP_TRACE_STAMP_READER").as_deref() != Ok("recvmmsg");
+                set_ring_reads(on);
+                on
+            }
+            r => r == 1,
+        };
+        let k = self.kmsg.load(Relaxed);
+        let waiting = k.wrapping_sub(self.drained_at.swap(k, Relaxed));
         let off = offset_cached();
         let id = self.id;
-        kernel::read_tx_timestamps(fd, &mut |key, sched, real_ns| {
+        let mut record = |key: u32, sched: bool, real_ns: u64| {
             let kind = if sched { Kind::TxSched } else { Kind::TxSoft };
             push_ns(kind, id, (real_ns as i64 + off) as u64, u64::from(key), 0);
-        })
+        };
+        let mut n = 0;
+        if ring && waiting >= RING_READ_MESSAGES {
+            n += stamp_ring::read_queued_here(fd, &mut |st| record(st.key, st.sched, st.realtime_ns)).unwrap_or(0);
+        }
+        n + kernel::read_tx_timestamps(fd, &mut record)
     }
 
     /// A receive syscall is about to be made.
@@ -1102,6 +1154,31 @@ mod tests {
         // The call began before `before` and ended between the two reads.
         assert!(e.a <= before + 20_000 && e.ts_ns + 20_000 >= before + 3_000_000 && e.ts_ns <= after + 20_000, "{e:?} {before} {after}");
         assert_eq!(unpack_send_ref(e.b), (0, 100, true));
+    }
+
+    /// A sending thread reads the stamps once STAMP_READ_MESSAGES kernel
+    /// messages are waiting, and a read (by any thread) starts the count
+    /// again.
+    #[test]
+    fn stamps_are_read_every_sixteen_kernel_messages() {
+        let _switch = test_switch();
+        enable();
+        let t = EpTrace::new();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+        for round in 0..2 {
+            for i in 1..=STAMP_READ_MESSAGES {
+                t.sys_return_direct();
+                assert_eq!(t.drain_due(), i == STAMP_READ_MESSAGES, "round {round}, message {i}");
+            }
+            t.drain_tx(fd);
+            assert!(!t.drain_due());
+        }
+        // A batched send counts each message it accepted.
+        t.take(40);
+        t.sys_return_batch(&mut (0..STAMP_READ_MESSAGES as usize).map(|i| (i * 2, 2)));
+        assert!(t.drain_due());
+        disable();
     }
 
     #[test]

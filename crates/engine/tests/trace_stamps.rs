@@ -1,6 +1,7 @@
 //! Tracing on (this test binary is its own process): a traced sender's
 //! kernel TX timestamps are all read — none lost to a full error queue —
-//! and reading them does not take a wake-up of the engine per send syscall.
+//! by either stamp reader, and reading them does not take a wake-up of
+//! the engine per send syscall.
 
 use eudp_engine::tracepoint::{self as tp, Kind};
 use eudp_engine::{Config, Endpoint, Engine};
@@ -14,6 +15,25 @@ const SINGLES: u64 = 2000;
 
 #[test]
 fn traced_sender_reads_every_stamp_without_waking_the_engine() {
+    // Both stamp readers, one after the other (one process: tracing state
+    // is global): through io_uring where it pays (the default), then with
+    // recvmmsg only.
+    for ring in [true, false] {
+        tp::set_ring_reads(ring);
+        let before = eudp_engine::backend::stamp_ring::stamps_read();
+        check_wakes();
+        let via_ring = eudp_engine::backend::stamp_ring::stamps_read() - before;
+        eprintln!("ring reads {ring}: {via_ring} stamps read through io_uring");
+        if !ring {
+            assert_eq!(via_ring, 0);
+        } else if eudp_engine::backend::stamp_ring::usable() {
+            // The bursts leave 16 messages' stamps waiting at a time.
+            assert!(via_ring > 0, "no stamp was read through the ring");
+        }
+    }
+}
+
+fn check_wakes() {
     // Before, each burst woke the engine with its first stamp (its watch
     // re-armed every handoff interval): ~BURSTS + SINGLES/20 wakes. Now
     // the socket leaves the epoll set after the first such wake and returns
