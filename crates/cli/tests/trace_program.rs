@@ -107,6 +107,51 @@ fn one_process_sending_to_itself() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Reading a traced program's TX stamps through io_uring takes a ring
+/// descriptor of the shim's own: it is kept out of the program's numbers,
+/// so the program's next descriptor is the one it would get untraced, and
+/// every packet is still traced.
+#[test]
+fn the_stamp_reader_keeps_out_of_the_programs_descriptors() {
+    let dir = out_dir("fds");
+    let report = dir.join("fds.txt");
+    let py = format!(
+        "import os, resource, socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('127.0.0.1', 0))\n\
+         before = os.open('/dev/null', os.O_RDONLY)\n\
+         os.close(before)\n\
+         for i in range(200):\n\
+         \x20   s.sendto(bytes([i % 256]) * 100, s.getsockname())\n\
+         \x20   assert len(s.recv(2048)) == 100\n\
+         after = os.open('/dev/null', os.O_RDONLY)\n\
+         def link(f):\n\
+         \x20   try:\n\
+         \x20       return os.readlink('/proc/self/fd/' + f)\n\
+         \x20   except OSError:\n\
+         \x20       return ''\n\
+         rings = [int(f) for f in os.listdir('/proc/self/fd') if link(f) == 'anon_inode:[io_uring]']\n\
+         open({report:?}, 'w').write('%d %d %d %s' % (before, after, resource.getrlimit(resource.RLIMIT_NOFILE)[0], ','.join(map(str, rings))))\n\
+         s.close()\n",
+        report = report.display().to_string()
+    );
+    let json = trace(&dir, 200, &[EUDP, "run", "--", "python3", "-c", &py]);
+    complete(&json, "eudp", 200);
+    let r = std::fs::read_to_string(&report).unwrap();
+    let f: Vec<&str> = r.split(' ').collect();
+    let (before, after, soft): (i64, i64, i64) = (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap());
+    assert_eq!(before, after, "the program's next descriptor moved: {r}");
+    // Where the kernel has the stamp command, the reads went through a ring
+    // (200 direct posts: read every 16 messages), on a private number: above
+    // the soft limit, or in the shim's region at the top of the program's
+    // space (never under FD_SETSIZE when the space reaches beyond it).
+    for ring in f.get(3).unwrap_or(&"").split(',').filter(|x| !x.is_empty()) {
+        let ring: i64 = ring.parse().unwrap();
+        assert!(ring > after && (soft <= 1024 || ring >= 1024), "a ring descriptor among the program's numbers: {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A program that outlasts its trace buffers (`EUDP_TRACE_EVENTS` kept
 /// small): the analysis covers the datagrams whose every layer was kept,
 /// says so in a note, and reports no hole for the later ones. Before, every

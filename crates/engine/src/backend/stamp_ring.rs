@@ -179,7 +179,7 @@ pub struct StampRing {
     sq: Map,
     cq: Option<Map>,
     sqes: Map,
-    fd: OwnedFd,
+    fd: crate::fdspace::Private<OwnedFd>,
     sq_off: SqOffsets,
     cq_off: CqOffsets,
     /// One-shot reads made (their completions' tags).
@@ -198,14 +198,19 @@ impl StampRing {
     /// io_uring or one of the setup flags (older than 6.1).
     pub fn new() -> io::Result<StampRing> {
         let mut p = Params { cq_entries: CQ_ENTRIES, flags: IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CQE32 | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, ..Default::default() };
-        // SAFETY: io_uring_setup reads and writes the params struct, which
-        // has the kernel's layout (120 bytes).
-        let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, SQ_ENTRIES, &mut p as *mut Params) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor the kernel just returned, owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // One of the engine's own descriptors: under the preload shim it is
+        // kept out of the program's numbers (the maps below are made
+        // through the number it ends up on).
+        let fd = crate::fdspace::new_private(|| {
+            // SAFETY: io_uring_setup reads and writes the params struct,
+            // which has the kernel's layout (120 bytes).
+            let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, SQ_ENTRIES, &mut p as *mut Params) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: a new descriptor the kernel just returned, owned here.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+        })?;
         let sq_len = p.sq_off.array as usize + p.sq_entries as usize * 4;
         let cq_len = p.cq_off.cqes as usize + p.cq_entries as usize * 32;
         let single = p.features & IORING_FEAT_SINGLE_MMAP != 0;
