@@ -425,6 +425,9 @@ impl Endpoint {
         let recorder: Option<Recorder> = cfg.record_transitions.then(Default::default);
         crate::tracepoint::setup_socket(&*backend);
         let v6 = backend.is_v6();
+        let rcvbuf = backend.recv_buffer_size();
+        let trace = crate::tracepoint::EpTrace::new();
+        trace.fit_stamps_to(rcvbuf);
         let inner = Arc::new(EpInner {
             id: sh.next_id(),
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
@@ -436,7 +439,7 @@ impl Endpoint {
             coalesces: backend.drain_on_caller(),
             send_cv: Condvar::new(),
             send_waiters: std::sync::atomic::AtomicU32::new(0),
-            recv: Mutex::new(RecvSide { ring: RecvRing::new(backend.recv_buffer_size()), ready: None, ready_set: false, err: None }),
+            recv: Mutex::new(RecvSide { ring: RecvRing::new(rcvbuf), ready: None, ready_set: false, err: None }),
             rx_sock: Mutex::new(()),
             ring_len: Arc::new(RingLen(std::sync::atomic::AtomicUsize::new(0))),
             last_fill: std::sync::atomic::AtomicUsize::new(0),
@@ -471,7 +474,7 @@ impl Endpoint {
             timeouts: Mutex::new((None, None)),
             recorder,
             stats: Stats::default(),
-            trace: crate::tracepoint::EpTrace::new(),
+            trace,
             backend,
             engine: sh,
         });
@@ -556,7 +559,10 @@ impl Endpoint {
     pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<()> {
         let b = &self.inner.backend;
         b.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, bytes.min(i32::MAX as usize) as i32)?;
-        lock(&self.inner.recv).ring.set_capacity(b.recv_buffer_size());
+        let granted = b.recv_buffer_size();
+        lock(&self.inner.recv).ring.set_capacity(granted);
+        // Traced: the TX stamps waiting to be read share this buffer.
+        self.inner.trace.fit_stamps_to(granted);
         Ok(())
     }
 

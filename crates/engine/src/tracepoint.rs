@@ -568,11 +568,16 @@ pub fn forked_child() {
 }
 
 /// Kernel messages whose TX stamps a sending thread lets wait before it
-/// reads them (after a send syscall). Reading in batches spreads the cost
-/// of each read's system calls; the wait is short enough that the stamps
-/// (two per message, ~1 KB each charged to the socket's receive buffer)
-/// fit any default receive buffer.
+/// reads them (after a send syscall), at most. Reading in batches spreads
+/// the cost of each read's system calls.
 pub const STAMP_READ_MESSAGES: u64 = 16;
+
+/// Receive buffer one waiting kernel message may claim: its two stamps are
+/// charged to the socket's receive buffer (832 bytes each here, with
+/// OPT_TSONLY), and a stamp that does not fit is dropped by the kernel, a
+/// hole in the trace. So the waiting stamps are kept to half the buffer
+/// ([`EpTrace::fit_stamps_to`]).
+const STAMP_BUFFER_PER_MESSAGE: usize = 4096;
 
 /// Kernel messages' stamps from which [`EpTrace::drain_tx`] reads through
 /// io_uring rather than `recvmmsg` alone (`one_shot_read_cost`: at one
@@ -692,6 +697,8 @@ pub struct EpTrace {
     kmsg: AtomicU64,
     /// `kmsg` when the stamps were last read ([`EpTrace::drain_due`]).
     drained_at: AtomicU64,
+    /// Kernel messages whose stamps may wait ([`EpTrace::fit_stamps_to`]).
+    read_every: AtomicU64,
     rx_in: AtomicU64,
     rx_out: AtomicU64,
 }
@@ -731,6 +738,7 @@ impl EpTrace {
             q_out: AtomicU64::new(0),
             kmsg: AtomicU64::new(0),
             drained_at: AtomicU64::new(0),
+            read_every: AtomicU64::new(STAMP_READ_MESSAGES),
             rx_in: AtomicU64::new(0),
             rx_out: AtomicU64::new(0),
         }
@@ -836,10 +844,18 @@ impl EpTrace {
     }
 
     /// After a send syscall: true once [`STAMP_READ_MESSAGES`] kernel
-    /// messages were accepted since the stamps were last read, when the
-    /// sending thread reads them itself.
+    /// messages (fewer with a small receive buffer) were accepted since the
+    /// stamps were last read, when the sending thread reads them itself.
     pub fn drain_due(&self) -> bool {
-        self.kmsg.load(Relaxed).wrapping_sub(self.drained_at.load(Relaxed)) >= STAMP_READ_MESSAGES
+        self.kmsg.load(Relaxed).wrapping_sub(self.drained_at.load(Relaxed)) >= self.read_every.load(Relaxed)
+    }
+
+    /// The socket's receive buffer is `rcvbuf` bytes (as the kernel reports
+    /// it): the stamps of as many kernel messages wait as fit in half of it,
+    /// up to [`STAMP_READ_MESSAGES`], at least one.
+    pub fn fit_stamps_to(&self, rcvbuf: usize) {
+        let n = (rcvbuf / STAMP_BUFFER_PER_MESSAGE).clamp(1, STAMP_READ_MESSAGES as usize);
+        self.read_every.store(n as u64, Relaxed);
     }
 
     /// A batched send syscall accepted these messages; each is (staging
@@ -1178,6 +1194,17 @@ mod tests {
         t.take(40);
         t.sys_return_batch(&mut (0..STAMP_READ_MESSAGES as usize).map(|i| (i * 2, 2)));
         assert!(t.drain_due());
+        t.drain_tx(fd);
+        // A small receive buffer holds the stamps of fewer messages: they
+        // are read sooner, down to after every message.
+        for (rcvbuf, every) in [(212_992, STAMP_READ_MESSAGES), (16_384, 4), (4_608, 1), (0, 1)] {
+            t.fit_stamps_to(rcvbuf);
+            for i in 1..=every {
+                t.sys_return_direct();
+                assert_eq!(t.drain_due(), i == every, "rcvbuf {rcvbuf}, message {i}");
+            }
+            t.drain_tx(fd);
+        }
         disable();
     }
 
