@@ -446,6 +446,9 @@ mod tests {
         let keys: Vec<(u32, bool)> = got.iter().map(|t| (t.key, t.sched)).collect();
         let want: Vec<(u32, bool)> = (0..30).flat_map(|k| [(k, false), (k, true)]).collect();
         assert_eq!(keys, want);
+        // Times on CLOCK_REALTIME, of these sends: within seconds of now.
+        let now = kernel::realtime_ns();
+        assert!(got.iter().all(|t| t.realtime_ns <= now && now - t.realtime_ns < 10_000_000_000), "{got:?}");
         let port = s.local_addr().unwrap();
         drop(s);
         std::net::UdpSocket::bind(port).expect("nothing holds the socket after a one-shot read");
