@@ -557,18 +557,26 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 let complete = if problems.is_empty() { "every full-traced run complete (every layer of every packet that arrived)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
                 let _ = writeln!(out, "        {complete}");
             }
-            print!("{}", out.lines().rev().take(n + 1).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
+            print_tail(&out, n + 1);
         }
     }
     let uc_after = tracepoint::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
     let floor_json = floor_report(&mut out, &uc_before, &uc_after, &floors);
-    print!("{}", out.lines().rev().take(floors.len() + 1).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
+    print_tail(&out, floors.len() + 1);
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
     let doc = serde_json::json!({"command": std::env::args().collect::<Vec<_>>(), "load_avg_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
         "run_packets": a.run_packets, "reps": a.overhead_reps, "modes": a.overhead_modes, "table": out, "runs": json_runs, "floor": floor_json});
     std::fs::write(a.out.join("overhead.json"), serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n").map_err(|e| e.to_string())?;
     println!("wrote {0}/overhead.txt, {0}/overhead.json", a.out.display());
     Ok(())
+}
+
+/// Prints the last `n` lines of `out` (the report's part just written).
+fn print_tail(out: &str, n: usize) {
+    let lines: Vec<&str> = out.lines().collect();
+    for l in &lines[lines.len().saturating_sub(n)..] {
+        println!("{l}");
+    }
 }
 
 /// What `--overhead` keeps of a traced (stack, size) for its floor.
@@ -608,9 +616,8 @@ impl FloorShares {
 
 impl Floor {
     fn shares(&self, uc: &tracepoint::UnitCosts) -> FloorShares {
-        let total_floor = tracepoint::floor_ns_per_datagram(uc, self.stamps);
         let (tx_floor, rx_floor) = tracepoint::floor_by_side(uc, self.stamps);
-        FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: total_floor / self.cpu }
+        FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: (tx_floor + rx_floor) / self.cpu }
     }
 }
 

@@ -1126,8 +1126,8 @@ pub fn floor_ns_per_datagram(c: &UnitCosts, stamps_per_datagram: f64) -> f64 {
 /// [`floor_ns_per_datagram`] by side: (sender: its send call's two clock
 /// reads and the stamps, receiver: its receive call's two clock reads).
 pub fn floor_by_side(c: &UnitCosts, stamps_per_datagram: f64) -> (f64, f64) {
-    let rx = 2.0 * c.clock_floor_ns();
-    (floor_ns_per_datagram(c, stamps_per_datagram) - rx, rx)
+    let clocks = 2.0 * c.clock_floor_ns();
+    (clocks + stamps_per_datagram * c.stamp_make_ns.max(0.0), clocks)
 }
 
 /// Tests that turn tracing on and off hold this: the switch is global, and
