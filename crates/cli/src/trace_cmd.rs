@@ -139,10 +139,9 @@ pub fn parse_args(args: &[String]) -> Result<TraceArgs, String> {
             return Err(format!("--compare: unknown stack {s:?} (kernel, eudp)"));
         }
     }
-    if !sizes_given && !a.sizes.contains(&a.size) {
-        a.sizes.push(a.size);
-    }
-    if !a.sizes.contains(&a.size) {
+    // The charted size joins the sweep, except where nothing is charted:
+    // `--overhead` measures the sizes it is given and no others.
+    if !a.sizes.contains(&a.size) && !(sizes_given && a.overhead_reps > 0) {
         a.sizes.push(a.size);
     }
     a.sizes.sort_unstable();
@@ -335,6 +334,13 @@ pub struct RxReport {
     /// Times the sender's and the receiver's threads were switched in.
     pub tx_switches: u64,
     pub rx_switches: u64,
+    /// CPU time (ns) of the sender's and the receiver's application thread
+    /// alone, and the wall time (ns) over which each side's CPU was counted
+    /// (its busy share: CPU / wall).
+    pub tx_app_cpu_ns: u64,
+    pub rx_app_cpu_ns: u64,
+    pub tx_wall_ns: u64,
+    pub rx_wall_ns: u64,
 }
 
 /// One transfer; `trace` turns the tracepoints on, `tag` has the receiver
@@ -424,6 +430,10 @@ pub fn transfer_variant(tb: &Testbed, stack: &str, size: u64, packets: u64, dir:
         rx_cpu_ns: report["cpu_ns"].as_u64().unwrap_or(0),
         tx_switches: tx_report["switches"].as_u64().unwrap_or(0),
         rx_switches: report["switches"].as_u64().unwrap_or(0),
+        tx_app_cpu_ns: tx_report["app_cpu_ns"].as_u64().unwrap_or(0),
+        rx_app_cpu_ns: report["app_cpu_ns"].as_u64().unwrap_or(0),
+        tx_wall_ns: tx_report["wall_ns"].as_u64().unwrap_or(0),
+        rx_wall_ns: report["wall_ns"].as_u64().unwrap_or(0),
     };
     let load = |f: &std::path::Path| -> Result<Dump, String> { resolve::parse_dump(&std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?) };
     if !trace || !v.complete {
@@ -475,12 +485,13 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     for v in &vars[1..] {
         let _ = writeln!(out, "  {}: {}", v.name, v.what);
     }
+    let _ = writeln!(out, "app: ns of CPU per datagram of the sender's, the receiver's application thread alone; busy%: its CPU over the wall time its side's CPU was counted");
     let _ = writeln!(out, "switches: times the sender's, the receiver's threads were switched in, per 1000 datagrams");
     // The unit costs of the points a full trace records, measured before
     // the transfers and again after them; the lower of each is used, so the
     // floor stays a lower bound.
     let uc_before = tracepoint::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
-    let _ = writeln!(out, "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>9}  ranges", "stack", "size", "mode", "rate", "on/off", "paired", "cpu", "off/on", "paired", "tx,rx", "switches");
+    let _ = writeln!(out, "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9}  ranges", "stack", "size", "mode", "rate", "on/off", "paired", "cpu", "off/on", "paired", "tx,rx", "app", "busy%", "switches");
     let mut json_runs = Vec::new();
     let mut floors: Vec<Floor> = Vec::new();
     for &size in &a.sizes {
@@ -490,8 +501,12 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             let (mut rate, mut cpu, mut tx_cpu, mut rx_cpu) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
             let mut lost = vec![0u64; n];
             let (mut tx_sw, mut rx_sw) = (vec![vec![]; n], vec![vec![]; n]);
-            // Kernel TX stamps per datagram sent, in each complete trace.
-            let mut stamps_per_dgram = Vec::new();
+            // Application threads: CPU ns per datagram, busy share, each side.
+            let (mut tx_app, mut rx_app, mut tx_busy, mut rx_busy) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
+            // Kernel TX stamps per datagram sent, and the share of kernel
+            // messages the sender's application thread sent, in each
+            // complete trace.
+            let (mut stamps_per_dgram, mut app_msgs) = (Vec::new(), Vec::new());
             let mut problems = Vec::new();
             for r in 0..a.overhead_reps as usize {
                 for j in 0..n {
@@ -505,11 +520,22 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     cpu[k].push(t + x);
                     tx_sw[k].push(1000.0 * rep.tx_switches as f64 / a.run_packets as f64);
                     rx_sw[k].push(1000.0 * rep.rx_switches as f64 / rep.received.max(1) as f64);
+                    let (ta, xa) = (rep.tx_app_cpu_ns as f64 / a.run_packets as f64, rep.rx_app_cpu_ns as f64 / rep.received.max(1) as f64);
+                    let busy = |cpu: u64, wall: u64| if wall > 0 { cpu as f64 / wall as f64 } else { f64::NAN };
+                    let (tb_, xb) = (busy(rep.tx_app_cpu_ns, rep.tx_wall_ns), busy(rep.rx_app_cpu_ns, rep.rx_wall_ns));
+                    tx_app[k].push(ta);
+                    rx_app[k].push(xa);
+                    tx_busy[k].push(tb_);
+                    rx_busy[k].push(xb);
                     json_runs.push(serde_json::json!({"stack": stack, "size": size, "rep": r, "mode": vars[k].name, "gbps": rep.gbps, "received": rep.received,
-                        "tx_cpu_ns_per_dgram": t, "rx_cpu_ns_per_dgram": x, "tx_switches": rep.tx_switches, "rx_switches": rep.rx_switches}));
+                        "tx_cpu_ns_per_dgram": t, "rx_cpu_ns_per_dgram": x, "tx_switches": rep.tx_switches, "rx_switches": rep.rx_switches,
+                        "tx_app_cpu_ns_per_dgram": ta, "rx_app_cpu_ns_per_dgram": xa, "tx_app_busy": tb_, "rx_app_busy": xb}));
                     if vars[k].complete {
                         let stamps = tx.events.iter().filter(|e| e.1 == resolve::kind::TX_SCHED || e.1 == resolve::kind::TX_SOFT).count();
                         stamps_per_dgram.push(stamps as f64 / a.run_packets.max(1) as f64);
+                        if let Some(share) = app_thread_msg_share(&tx) {
+                            app_msgs.push(share);
+                        }
                         problems.extend(analyse_lossy(stack, size, &tx, &rx, rep.received).problems);
                     }
                 }
@@ -519,7 +545,7 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             let (c0, cr0) = summary(&cpu[0]);
             let _ = writeln!(
                 out,
-                "{stack:<7} {size:>6} {:<9} {r0:>8.3} {:>7} {:>7} {c0:>6.0} {:>7} {:>7} {:>3.0},{:<3.0} {:>4.0},{:<4.0}  rate {rr0}, cpu {cr0}, lost {:.1}%",
+                "{stack:<7} {size:>6} {:<9} {r0:>8.3} {:>7} {:>7} {c0:>6.0} {:>7} {:>7} {:>3.0},{:<3.0} {:>3.0},{:<3.0} {:>3.0},{:<3.0} {:>4.0},{:<4.0}  rate {rr0}, cpu {cr0}, lost {:.1}%",
                 "off",
                 "",
                 "",
@@ -527,6 +553,10 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 "",
                 summary(&tx_cpu[0]).0,
                 summary(&rx_cpu[0]).0,
+                summary(&tx_app[0]).0,
+                summary(&rx_app[0]).0,
+                100.0 * summary(&tx_busy[0]).0,
+                100.0 * summary(&rx_busy[0]).0,
                 summary(&tx_sw[0]).0,
                 summary(&rx_sw[0]).0,
                 100.0 * lost[0] as f64 / total
@@ -537,7 +567,7 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 let paired = |v: &[f64], base: &[f64], inv: bool| summary(&v.iter().zip(base).map(|(x, b)| if inv { b / x } else { x / b }).collect::<Vec<_>>()).0;
                 let _ = writeln!(
                     out,
-                    "{stack:<7} {size:>6} {:<9} {r1:>8.3} {:>7.3} {:>7.3} {c1:>6.0} {:>7.3} {:>7.3} {:>3.0},{:<3.0} {:>4.0},{:<4.0}  rate {rr1}, cpu {cr1}, lost {:.1}%",
+                    "{stack:<7} {size:>6} {:<9} {r1:>8.3} {:>7.3} {:>7.3} {c1:>6.0} {:>7.3} {:>7.3} {:>3.0},{:<3.0} {:>3.0},{:<3.0} {:>3.0},{:<3.0} {:>4.0},{:<4.0}  rate {rr1}, cpu {cr1}, lost {:.1}%",
                     vars[k].name,
                     r1 / r0,
                     paired(&rate[k], &rate[0], false),
@@ -545,13 +575,25 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     paired(&cpu[k], &cpu[0], true),
                     summary(&tx_cpu[k]).0,
                     summary(&rx_cpu[k]).0,
+                    summary(&tx_app[k]).0,
+                    summary(&rx_app[k]).0,
+                    100.0 * summary(&tx_busy[k]).0,
+                    100.0 * summary(&rx_busy[k]).0,
                     summary(&tx_sw[k]).0,
                     summary(&rx_sw[k]).0,
                     100.0 * lost[k] as f64 / total
                 );
             }
             if !stamps_per_dgram.is_empty() {
-                floors.push(Floor { stack: stack.clone(), size, stamps: summary(&stamps_per_dgram).0, cpu: c0, tx_cpu: summary(&tx_cpu[0]).0, rx_cpu: summary(&rx_cpu[0]).0 });
+                floors.push(Floor {
+                    stack: stack.clone(),
+                    size,
+                    stamps: summary(&stamps_per_dgram).0,
+                    cpu: c0,
+                    tx_cpu: summary(&tx_cpu[0]).0,
+                    rx_cpu: summary(&rx_cpu[0]).0,
+                    app: AppThread { cpu: summary(&tx_app[0]).0, busy: summary(&tx_busy[0]).0, msg_share: if app_msgs.is_empty() { 0.0 } else { summary(&app_msgs).0 } },
+                });
             }
             if vars.iter().any(|v| v.complete) {
                 let complete = if problems.is_empty() { "every full-traced run complete (every layer of every packet that arrived)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
@@ -590,6 +632,44 @@ struct Floor {
     cpu: f64,
     tx_cpu: f64,
     rx_cpu: f64,
+    /// The sender's application thread, untraced (medians).
+    app: AppThread,
+}
+
+/// The sender's application thread: it makes the send calls, and with the
+/// default policy (`EUDP_TX_CALLER_DRAIN`) also the send syscalls of a
+/// stream. Busy nearly all the time, it bounds the rate, so what tracing
+/// must add to it bounds the traced rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct AppThread {
+    /// CPU ns per datagram.
+    cpu: f64,
+    /// Its CPU over the wall time of the sending (0-1).
+    busy: f64,
+    /// Share of the kernel messages it sent itself (from the full traces;
+    /// the engine thread sent the rest), hence of the TX stamps it made.
+    msg_share: f64,
+}
+
+/// A thread this busy (CPU over wall time) or more is taken to bound its
+/// side's rate (a streaming sender's application thread runs 88-92% of the
+/// time on the test VM; the rest it waits for room).
+const BOUND_BUSY: f64 = 0.85;
+
+/// The share of a full trace's kernel messages sent by its application
+/// thread (the thread that recorded the send calls); `None` without any.
+fn app_thread_msg_share(tx: &Dump) -> Option<f64> {
+    let mut calls: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for e in tx.events.iter().filter(|e| e.1 == resolve::kind::SEND_CALL) {
+        *calls.entry(e.3).or_default() += 1;
+    }
+    let app = calls.into_iter().max_by_key(|&(_, n)| n)?.0;
+    let (mut total, mut mine) = (0u64, 0u64);
+    for e in tx.events.iter().filter(|e| e.1 == resolve::kind::KMSG) {
+        total += 1;
+        mine += u64::from(e.3 == app);
+    }
+    (total > 0).then(|| mine as f64 / total as f64)
 }
 
 /// A [`Floor`] at given unit costs: the least CPU a full trace adds per
@@ -604,6 +684,11 @@ struct FloorShares {
     tx: f64,
     rx: f64,
     total: f64,
+    /// The sender's application thread: its send call's two clock reads
+    /// and the stamps of the messages it sent (ns per datagram), and their
+    /// share of its untraced CPU.
+    app_floor: f64,
+    app: f64,
 }
 
 impl FloorShares {
@@ -617,7 +702,16 @@ impl FloorShares {
 impl Floor {
     fn shares(&self, uc: &tracepoint::UnitCosts) -> FloorShares {
         let (tx_floor, rx_floor) = tracepoint::floor_by_side(uc, self.stamps);
-        FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: (tx_floor + rx_floor) / self.cpu }
+        let app_floor = 2.0 * uc.clock_floor_ns() + self.stamps * self.app.msg_share * uc.stamp_make_ns.max(0.0);
+        FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: (tx_floor + rx_floor) / self.cpu, app_floor, app: app_floor / self.app.cpu }
+    }
+
+    /// About the highest traced/untraced rate the floor allows when the
+    /// sender's application thread bounds the rate (busy [`BOUND_BUSY`] or
+    /// more): its time per datagram grows by at least the floor (less what
+    /// of it overlaps the time it waits). `None` when it does not bound it.
+    fn rate_bound(&self, s: &FloorShares) -> Option<f64> {
+        (self.app.busy >= BOUND_BUSY).then(|| 1.0 / (1.0 + s.app))
     }
 }
 
@@ -670,12 +764,25 @@ fn floor_report(out: &mut String, before: &tracepoint::UnitCosts, after: &tracep
             f.cpu,
             if b.least() > 0.1 { ": the floor alone is over 10% of each side's CPU" } else { "" }
         );
+        let _ = writeln!(out, "{}", app_floor_line(f, &b, &uc));
         rows.push(serde_json::json!({"stack": f.stack, "size": f.size, "stamps_per_datagram": f.stamps, "sender_floor_ns": b.tx_floor, "receiver_floor_ns": b.rx_floor,
             "untraced_cpu_ns_per_datagram": f.cpu, "untraced_sender_cpu_ns": f.tx_cpu, "untraced_receiver_cpu_ns": f.rx_cpu,
-            "floor_share": {"sender": b.tx, "receiver": b.rx, "both": b.total}}));
+            "floor_share": {"sender": b.tx, "receiver": b.rx, "both": b.total},
+            "app_thread": {"untraced_cpu_ns": f.app.cpu, "untraced_busy": f.app.busy, "kernel_message_share": f.app.msg_share, "floor_ns": b.app_floor, "floor_share": b.app, "rate_on_off_bound": f.rate_bound(&b)}}));
     }
     serde_json::json!({"clock_read_ns": uc.clock_read_ns, "clock_in_context_ns": uc.clock_in_context_ns, "clock_floor_ns": uc.clock_floor_ns(), "stamp_make_ns": uc.stamp_make_ns, "stamp_read_ns": uc.stamp_read_ns,
         "before": format!("{before:?}"), "after": format!("{after:?}"), "rows": rows})
+}
+
+/// The floor report's line for the sender's application thread.
+fn app_floor_line(f: &Floor, b: &FloorShares, uc: &tracepoint::UnitCosts) -> String {
+    let bound = match f.rate_bound(b) {
+        Some(r) => format!(": busy most of the time, it bounds the rate, so the floor alone holds rate on/off to about {r:.3} or less{}", if r < 0.9 { ", under the 10% budget's 0.9" } else { "" }),
+        None => String::new(),
+    };
+    let head = format!("{:<7} {:>6} floor on the sender's application thread ({:.0}% busy untraced, sent {:.0}% of the kernel messages)", f.stack, f.size, 100.0 * f.app.busy, 100.0 * f.app.msg_share);
+    let sum = format!("2 x {:.1} + {:.4} x {:.2} x {:.0} = {:.0} ns/dgram", uc.clock_floor_ns(), f.stamps, f.app.msg_share, uc.stamp_make_ns.max(0.0), b.app_floor);
+    format!("{head}: {sum} ({:.1}% of its untraced {:.0}){bound}", 100.0 * b.app, f.app.cpu)
 }
 
 /// Median and range of a sample.
@@ -926,9 +1033,14 @@ fn worker(args: &[String]) -> Result<(), String> {
                     tr.drain_tx(fd);
                 }
             }
+            let sent = Instant::now();
             std::thread::sleep(Duration::from_millis(20));
             tr.drain_tx(fd);
-            println!("{}", used(cpu0));
+            // CPU includes the last stamp read; the wall time (for the busy
+            // share) ends with the last send, not the wait before that read.
+            let mut u = used(cpu0);
+            u["wall_ns"] = ((sent - cpu0.at).as_nanos() as u64).into();
+            println!("{u}");
         }
         ("recv", stack) => return receive(&w, stack == "eudp"),
         (r, s) => return Err(format!("worker: unknown role/stack {r}/{s}")),
@@ -953,13 +1065,38 @@ fn settle(trace: bool) {
     std::thread::sleep(Duration::from_millis(50));
 }
 
-/// CPU time this process's threads have run, in ns, and how many times
-/// they were switched in (the first and third fields of each thread's
-/// `schedstat`: wakeups and preemptions alike); 0 where the kernel does not
-/// report them.
-fn usage() -> (u64, u64) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return (0, 0) };
-    dir.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()).map(|s| parse_schedstat(&s)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+/// A worker's resource reading: CPU time all of this process's threads
+/// have run (ns) and how many times they were switched in (the first and
+/// third fields of each thread's `schedstat`: wakeups and preemptions
+/// alike; 0 where the kernel does not report them), the calling thread's
+/// own CPU time (the application thread's: the one that bounds a
+/// streaming sender's rate), and when it was taken.
+#[derive(Clone, Copy, Debug)]
+struct Usage {
+    cpu_ns: u64,
+    switches: u64,
+    app_ns: u64,
+    at: Instant,
+}
+
+/// The calling thread's CPU time is its CPU clock's, which is exact: a
+/// running thread's `schedstat` lags by up to a scheduler tick (4 ms at
+/// 250 Hz), a share of a short transfer worth correcting.
+fn usage() -> Usage {
+    let app_ns = eudp_engine::backend::kernel::thread_cpu_time().as_nanos() as u64;
+    // This thread's directory under /proc/self/task ("PID/task/TID").
+    let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
+    let (mut cpu_ns, mut switches) = (0, 0);
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for t in dir.flatten() {
+            if let Ok(st) = std::fs::read_to_string(t.path().join("schedstat")) {
+                let (run, sw) = parse_schedstat(&st);
+                cpu_ns += if Some(t.file_name()) == me { app_ns } else { run };
+                switches += sw;
+            }
+        }
+    }
+    Usage { cpu_ns, switches, app_ns, at: Instant::now() }
 }
 
 /// (run time ns, times switched in) from one `schedstat` line.
@@ -968,10 +1105,12 @@ fn parse_schedstat(s: &str) -> (u64, u64) {
     (f.first().copied().unwrap_or(0), f.get(2).copied().unwrap_or(0))
 }
 
-/// What a worker used between two [`usage`] readings, as its report's fields.
-fn used(u0: (u64, u64)) -> serde_json::Value {
+/// What a worker used between two [`usage`] readings, as its report's
+/// fields: all threads' CPU, switches, the application thread's CPU and
+/// the wall time between the readings (ns).
+fn used(u0: Usage) -> serde_json::Value {
     let u = usage();
-    serde_json::json!({"cpu_ns": u.0 - u0.0, "switches": u.1 - u0.1})
+    serde_json::json!({"cpu_ns": u.cpu_ns - u0.cpu_ns, "switches": u.switches - u0.switches, "app_cpu_ns": u.app_ns - u0.app_ns, "wall_ns": (u.at - u0.at).as_nanos() as u64})
 }
 
 /// The receive loop's clock: read once per [`Arrivals::EVERY`] datagrams,
@@ -1140,7 +1279,10 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         std::fs::write(&w.out, tracepoint::dump_json()).map_err(|x| format!("{}: {x}", w.out))?;
     }
     let (secs, gbps) = t.rate(w.size);
-    println!("{}", serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps, "cpu_ns": cpu["cpu_ns"], "switches": cpu["switches"]}));
+    println!(
+        "{}",
+        serde_json::json!({"received": got, "out_of_order": bad, "secs": secs, "gbps": gbps, "cpu_ns": cpu["cpu_ns"], "switches": cpu["switches"], "app_cpu_ns": cpu["app_cpu_ns"], "wall_ns": cpu["wall_ns"]})
+    );
     Ok(())
 }
 
@@ -1154,6 +1296,11 @@ mod tests {
         assert_eq!(a.overhead_reps, 3);
         assert_eq!(a.overhead_modes, ["full", "user", "noclock", "sample16"]);
         assert_eq!(parse_args(&[]).unwrap().overhead_modes, ["full"]);
+        // `--overhead` runs the sizes it is given, not the charted size too.
+        let args = |v: &[&str]| parse_args(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        assert_eq!(args(&["--overhead", "2", "--sizes", "64"]).sizes, [64]);
+        assert_eq!(args(&["--sizes", "64"]).sizes, [64, 1472]);
+        assert_eq!(args(&["--sizes", "64", "--size", "256"]).sizes, [64, 256]);
         assert!(parse_args(&["--overhead-modes".into(), "fast".into()]).is_err());
         assert!(parse_args(&["--overhead-modes".into(), "samplex".into()]).is_err());
         let full = Variant::named("full").unwrap();
@@ -1177,14 +1324,14 @@ mod tests {
     fn floor_shares_count_clock_reads_and_stamps_on_the_right_side() {
         let uc = tracepoint::UnitCosts { clock_read_ns: 10.0, clock_in_context_ns: 12.0, stamp_make_ns: 300.0, stamp_read_ns: 600.0, stamped_sends: 1, stamps_read: 2 };
         // 2 stamps per 40 datagrams: 15 ns per datagram on the sender.
-        let f = Floor { stack: "eudp".into(), size: 1472, stamps: 0.05, cpu: 700.0, tx_cpu: 500.0, rx_cpu: 200.0 };
+        let f = Floor { stack: "eudp".into(), size: 1472, stamps: 0.05, cpu: 700.0, tx_cpu: 500.0, rx_cpu: 200.0, app: AppThread { cpu: 400.0, busy: 0.5, msg_share: 0.5 } };
         let s = f.shares(&uc);
         assert_eq!((s.tx_floor, s.rx_floor), (35.0, 20.0));
         assert_eq!((s.tx, s.rx), (0.07, 0.1));
         assert!((s.total - 55.0 / 700.0).abs() < 1e-12);
         assert_eq!(s.least(), s.tx);
         // A cheap pipeline: every side's floor is over 10 %.
-        let small = Floor { stack: "eudp".into(), size: 64, stamps: 0.016, cpu: 250.0, tx_cpu: 170.0, rx_cpu: 80.0 };
+        let small = Floor { stack: "eudp".into(), size: 64, stamps: 0.016, cpu: 250.0, tx_cpu: 170.0, rx_cpu: 80.0, app: AppThread::default() };
         assert!(small.shares(&uc).least() > 0.1);
         // The stamp cost is never counted negative (a noisy measurement).
         let neg = tracepoint::UnitCosts { stamp_make_ns: -5.0, ..uc };
@@ -1192,6 +1339,55 @@ mod tests {
         // Reads that cost less among other work count at that cost.
         let hidden = tracepoint::UnitCosts { clock_in_context_ns: 4.0, ..uc };
         assert_eq!((f.shares(&hidden).tx_floor, f.shares(&hidden).rx_floor), (23.0, 8.0));
+    }
+
+    #[test]
+    fn the_application_threads_floor_counts_the_stamps_of_its_own_messages() {
+        let uc = tracepoint::UnitCosts { clock_read_ns: 10.0, clock_in_context_ns: 12.0, stamp_make_ns: 300.0, stamp_read_ns: 600.0, stamped_sends: 1, stamps_read: 2 };
+        // Half the kernel messages sent by the application thread: half of
+        // the 0.05 stamps per datagram made on it.
+        let mut f = Floor { stack: "eudp".into(), size: 1472, stamps: 0.05, cpu: 700.0, tx_cpu: 500.0, rx_cpu: 200.0, app: AppThread { cpu: 400.0, busy: 0.5, msg_share: 0.5 } };
+        let s = f.shares(&uc);
+        assert_eq!(s.app_floor, 27.5);
+        assert_eq!(s.app, 27.5 / 400.0);
+        // Half busy, it does not bound the rate: no bound is claimed.
+        assert_eq!(f.rate_bound(&s), None);
+        f.app.busy = 0.95;
+        assert_eq!(f.rate_bound(&s), Some(400.0 / 427.5));
+        // The engine thread sent every message: only the clock reads.
+        f.app.msg_share = 0.0;
+        assert_eq!(f.shares(&uc).app_floor, 20.0);
+    }
+
+    #[test]
+    fn the_application_thread_is_the_one_that_made_the_send_calls() {
+        use resolve::{kind, RawEvent};
+        let ev = |k: u8, thread: u64| RawEvent(1, k, 0, thread, 0, 0, 0);
+        let mut d = Dump { events: vec![ev(kind::SEND_CALL, 7), ev(kind::SEND_CALL, 7), ev(kind::SEND_CALL, 9), ev(kind::KMSG, 7), ev(kind::KMSG, 7), ev(kind::KMSG, 7), ev(kind::KMSG, 9)], ..Dump::default() };
+        assert_eq!(app_thread_msg_share(&d), Some(0.75));
+        d.events.retain(|e| e.1 != kind::KMSG);
+        assert_eq!(app_thread_msg_share(&d), None);
+        d.events.clear();
+        assert_eq!(app_thread_msg_share(&d), None);
+    }
+
+    #[test]
+    fn a_workers_usage_counts_its_own_thread_and_the_wall_time() {
+        let u0 = usage();
+        let t0 = Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed() < Duration::from_millis(20) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let u = used(u0);
+        let (app, all, wall) = (u["app_cpu_ns"].as_u64().unwrap(), u["cpu_ns"].as_u64().unwrap(), u["wall_ns"].as_u64().unwrap());
+        assert!(wall >= 20_000_000, "{u}");
+        // Busy the whole time (less what the host took away), never more
+        // than the wall time.
+        assert!(app > 5_000_000 && app <= wall + 1_000_000, "{u}");
+        // All threads' CPU (0 where the kernel has no schedstat) counts
+        // this thread's at its CPU clock: never less than it.
+        assert!(all == 0 || all >= app, "{u}");
     }
 
     #[test]
