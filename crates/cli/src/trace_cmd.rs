@@ -706,10 +706,11 @@ impl Floor {
         FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: (tx_floor + rx_floor) / self.cpu, app_floor, app: app_floor / self.app.cpu }
     }
 
-    /// About the highest traced/untraced rate the floor allows when the
+    /// About the traced/untraced rate the floor alone would allow when the
     /// sender's application thread bounds the rate (busy [`BOUND_BUSY`] or
-    /// more): its time per datagram grows by at least the floor (less what
-    /// of it overlaps the time it waits). `None` when it does not bound it.
+    /// more): its time per datagram grows by the floor. An estimate, not a
+    /// bound: the thread may overlap part of a clock read with its other
+    /// work, or with the time it waits. `None` when it does not bound it.
     fn rate_bound(&self, s: &FloorShares) -> Option<f64> {
         (self.app.busy >= BOUND_BUSY).then(|| 1.0 / (1.0 + s.app))
     }
@@ -777,7 +778,7 @@ fn floor_report(out: &mut String, before: &tracepoint::UnitCosts, after: &tracep
 /// The floor report's line for the sender's application thread.
 fn app_floor_line(f: &Floor, b: &FloorShares, uc: &tracepoint::UnitCosts) -> String {
     let bound = match f.rate_bound(b) {
-        Some(r) => format!(": busy most of the time, it bounds the rate, so the floor alone holds rate on/off to about {r:.3} or less{}", if r < 0.9 { ", under the 10% budget's 0.9" } else { "" }),
+        Some(r) => format!(": busy most of the time, it bounds the rate: at these unit costs the floor alone would hold rate on/off to about {r:.3}{}", if r < 0.9 { ", under the 10% budget's 0.9" } else { "" }),
         None => String::new(),
     };
     let head = format!("{:<7} {:>6} floor on the sender's application thread ({:.0}% busy untraced, sent {:.0}% of the kernel messages)", f.stack, f.size, 100.0 * f.app.busy, 100.0 * f.app.msg_share);
