@@ -141,7 +141,8 @@ pub fn parse_args(args: &[String]) -> Result<TraceArgs, String> {
     }
     // The charted size joins the sweep, except where nothing is charted:
     // `--overhead` measures the sizes it is given and no others.
-    if !a.sizes.contains(&a.size) && !(sizes_given && a.overhead_reps > 0) {
+    let charted = !(sizes_given && a.overhead_reps > 0);
+    if charted && !a.sizes.contains(&a.size) {
         a.sizes.push(a.size);
     }
     a.sizes.sort_unstable();
@@ -639,7 +640,7 @@ struct Floor {
 /// The sender's application thread: it makes the send calls, and with the
 /// default policy (`EUDP_TX_CALLER_DRAIN`) also the send syscalls of a
 /// stream. Busy nearly all the time, it bounds the rate, so what tracing
-/// must add to it bounds the traced rate.
+/// adds to it sets the traced rate.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct AppThread {
     /// CPU ns per datagram.
@@ -711,7 +712,7 @@ impl Floor {
     /// more): its time per datagram grows by the floor. An estimate, not a
     /// bound: the thread may overlap part of a clock read with its other
     /// work, or with the time it waits. `None` when it does not bound it.
-    fn rate_bound(&self, s: &FloorShares) -> Option<f64> {
+    fn rate_at_floor(&self, s: &FloorShares) -> Option<f64> {
         (self.app.busy >= BOUND_BUSY).then(|| 1.0 / (1.0 + s.app))
     }
 }
@@ -769,7 +770,7 @@ fn floor_report(out: &mut String, before: &tracepoint::UnitCosts, after: &tracep
         rows.push(serde_json::json!({"stack": f.stack, "size": f.size, "stamps_per_datagram": f.stamps, "sender_floor_ns": b.tx_floor, "receiver_floor_ns": b.rx_floor,
             "untraced_cpu_ns_per_datagram": f.cpu, "untraced_sender_cpu_ns": f.tx_cpu, "untraced_receiver_cpu_ns": f.rx_cpu,
             "floor_share": {"sender": b.tx, "receiver": b.rx, "both": b.total},
-            "app_thread": {"untraced_cpu_ns": f.app.cpu, "untraced_busy": f.app.busy, "kernel_message_share": f.app.msg_share, "floor_ns": b.app_floor, "floor_share": b.app, "rate_on_off_bound": f.rate_bound(&b)}}));
+            "app_thread": {"untraced_cpu_ns": f.app.cpu, "untraced_busy": f.app.busy, "kernel_message_share": f.app.msg_share, "floor_ns": b.app_floor, "floor_share": b.app, "rate_on_off_bound": f.rate_at_floor(&b)}}));
     }
     serde_json::json!({"clock_read_ns": uc.clock_read_ns, "clock_in_context_ns": uc.clock_in_context_ns, "clock_floor_ns": uc.clock_floor_ns(), "stamp_make_ns": uc.stamp_make_ns, "stamp_read_ns": uc.stamp_read_ns,
         "before": format!("{before:?}"), "after": format!("{after:?}"), "rows": rows})
@@ -777,7 +778,7 @@ fn floor_report(out: &mut String, before: &tracepoint::UnitCosts, after: &tracep
 
 /// The floor report's line for the sender's application thread.
 fn app_floor_line(f: &Floor, b: &FloorShares, uc: &tracepoint::UnitCosts) -> String {
-    let bound = match f.rate_bound(b) {
+    let bound = match f.rate_at_floor(b) {
         Some(r) => format!(": busy most of the time, it bounds the rate: at these unit costs the floor alone would hold rate on/off to about {r:.3}{}", if r < 0.9 { ", under the 10% budget's 0.9" } else { "" }),
         None => String::new(),
     };
@@ -1351,10 +1352,10 @@ mod tests {
         let s = f.shares(&uc);
         assert_eq!(s.app_floor, 27.5);
         assert_eq!(s.app, 27.5 / 400.0);
-        // Half busy, it does not bound the rate: no bound is claimed.
-        assert_eq!(f.rate_bound(&s), None);
+        // Half busy, it does not bound the rate: no estimate is made.
+        assert_eq!(f.rate_at_floor(&s), None);
         f.app.busy = 0.95;
-        assert_eq!(f.rate_bound(&s), Some(400.0 / 427.5));
+        assert_eq!(f.rate_at_floor(&s), Some(400.0 / 427.5));
         // The engine thread sent every message: only the clock reads.
         f.app.msg_share = 0.0;
         assert_eq!(f.shares(&uc).app_floor, 20.0);
