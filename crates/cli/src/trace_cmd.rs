@@ -703,7 +703,8 @@ impl FloorShares {
 impl Floor {
     fn shares(&self, uc: &tracepoint::UnitCosts) -> FloorShares {
         let (tx_floor, rx_floor) = tracepoint::floor_by_side(uc, self.stamps);
-        let app_floor = 2.0 * uc.clock_floor_ns() + self.stamps * self.app.msg_share * uc.stamp_make_ns.max(0.0);
+        // The sender's floor, with only the stamps of its own messages.
+        let app_floor = tracepoint::floor_by_side(uc, self.stamps * self.app.msg_share).0;
         FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: (tx_floor + rx_floor) / self.cpu, app_floor, app: app_floor / self.app.cpu }
     }
 
