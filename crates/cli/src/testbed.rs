@@ -141,6 +141,31 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Waits (at most `limit`) until the network namespace of process `pid`
+/// has a UDP socket on local `port` and, with `listener`, a listening TCP
+/// socket (a UOE's, under the `tcp` transport): a server started cold can
+/// take longer than any fixed pause, and a client that starts first sends
+/// into a closed port.
+pub fn wait_udp_server(pid: u32, port: u16, listener: bool, limit: std::time::Duration) -> Result<(), String> {
+    // Columns of /proc/net/{udp,tcp}{,6}: sl, local_address, rem_address, st.
+    let any = |proto: &str, f: &dyn Fn(&[&str]) -> bool| {
+        [proto.to_string(), format!("{proto}6")].iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{p}"))
+                .is_ok_and(|t| t.lines().skip(1).any(|l| f(&l.split_whitespace().take(4).collect::<Vec<_>>())))
+        })
+    };
+    let local = format!(":{port:04X}");
+    let t0 = std::time::Instant::now();
+    // TCP state 0A: listening.
+    while !(any("udp", &|c| c.len() == 4 && c[1].ends_with(&local)) && (!listener || any("tcp", &|c| c.len() == 4 && c[3] == "0A"))) {
+        if t0.elapsed() > limit {
+            return Err(format!("process {pid} did not take UDP port {port}{} in {limit:?}", if listener { " and listen" } else { "" }));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(())
+}
+
 /// A testbed name unique to this process and moment.
 pub fn unique_name(prefix: &str) -> String {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);

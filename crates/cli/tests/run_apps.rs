@@ -25,7 +25,7 @@ use run::{app_command, Stack};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use testbed::{unique_name, Testbed, ADDR_B};
+use testbed::{unique_name, wait_udp_server, Testbed, ADDR_B};
 
 use eudp_cli::testbed::is_root;
 
@@ -248,7 +248,8 @@ fn socat_relay(tr: Tr) {
     }
     relay.stdout(Stdio::null()).stderr(Stdio::piped());
     let mut relay = relay.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_udp_server(sink.id(), 7000, false, Duration::from_secs(10)).unwrap();
+    wait_udp_server(relay.id(), 6000, false, Duration::from_secs(10)).unwrap();
     let st = tb.command('a', "python3").args(["-c", PY_SOURCE, "127.0.0.1", "6000", &n.to_string()]).status().unwrap();
     assert!(st.success());
     let out = sink.wait_with_output().unwrap();
@@ -441,7 +442,7 @@ fn dig_dnsmasq(tr: Tr) {
     }
     dns.stdout(Stdio::null()).stderr(Stdio::null());
     let mut dns = dns.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    wait_udp_server(dns.id(), 5353, tcp, Duration::from_secs(10)).unwrap();
     let dig = |stack: Stack, q: &[&str]| {
         let mut argv = vec!["dig", "@198.18.0.2", "-p", "5353", "+short", "+tries=2", "+time=3"];
         argv.extend_from_slice(q);

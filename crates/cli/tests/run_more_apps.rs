@@ -85,6 +85,30 @@ impl Env {
         self.reports(exe).iter().map(f).sum()
     }
 
+    /// Each process's report in brief, for a failure's message: its
+    /// sockets' counters, fallback reasons and UOE counters.
+    fn diagnosis(&self) -> String {
+        let mut out = String::new();
+        for r in run::read_reports(&self.stats, true, &[]) {
+            out += &format!("report of {} (pid {}): fallback_reasons {}\n", r["exe"], r["pid"], r["fallback_reasons"]);
+            for k in ["sockets", "closed"] {
+                for s in r[k].as_array().into_iter().flatten() {
+                    out += &format!("  {k} {} {} peer {}: {}\n", s["mode"], s["local"], s["peer"], s["stats"]);
+                }
+            }
+            if !r["uoe"].is_null() {
+                out += &format!("  uoe: {}\n", r["uoe"]["tcp"]);
+            }
+        }
+        out
+    }
+
+    /// Waits until server `ch` holds UDP `port` (and, under `tcp`, its
+    /// UOE listens): see [`testbed::wait_udp_server`].
+    fn wait_server(&self, ch: &Child, port: u16) {
+        testbed::wait_udp_server(ch.id(), port, self.tcp, Duration::from_secs(10)).unwrap();
+    }
+
     /// Sum of a UOE (`tcp` transport) counter over all reports.
     fn uoe(&self, counter: &str) -> u64 {
         run::read_reports(&self.stats, true, &[]).iter().map(|r| r["uoe"]["tcp"][counter].as_u64().unwrap_or(0)).sum()
@@ -111,8 +135,14 @@ fn stop(ch: &mut Child, sig: i32) {
 }
 
 /// Output of `c`, killed after `limit` (a hang fails the test, not CI).
-fn output(mut c: Command, limit: Duration) -> (bool, String) {
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+fn output(c: Command, limit: Duration) -> (bool, String) {
+    let (ok, out, _) = output_both(c, limit);
+    (ok, out)
+}
+
+/// Status, standard output and standard error of `c`, killed after `limit`.
+fn output_both(mut c: Command, limit: Duration) -> (bool, String, String) {
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut ch = c.spawn().expect("spawn");
     let t0 = Instant::now();
     while ch.try_wait().unwrap().is_none() {
@@ -123,7 +153,7 @@ fn output(mut c: Command, limit: Duration) -> (bool, String) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let o = ch.wait_with_output().unwrap();
-    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 fn tmp_file(env: &Env, name: &str, text: &str) -> PathBuf {
@@ -170,21 +200,23 @@ fn iperf2(tcp: bool) {
     let srv_out = env.stats.join("iperf-server.txt");
     srv.stdout(std::fs::File::create(&srv_out).unwrap()).stderr(Stdio::null());
     let mut srv = srv.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let (ok, cli) = output(env.cmd('a', &["iperf", "-c", ADDR_B, "-u", "-p", "7100", "-t", "2", "-b", "50M", "-l", "1400"]), Duration::from_secs(20));
+    env.wait_server(&srv, 7100);
+    let (ok, cli, cli_err) = output_both(env.cmd('a', &["iperf", "-c", ADDR_B, "-u", "-p", "7100", "-t", "2", "-b", "50M", "-l", "1400"]), Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(300));
     stop(&mut srv, libc::SIGINT);
     eprintln!("{cli}");
+    let srv_text = std::fs::read_to_string(&srv_out).unwrap();
     assert!(ok, "iperf client failed");
     let sent: u64 = cli.lines().find_map(|l| l.split("Sent ").nth(1)?.split_whitespace().next()?.parse().ok()).expect("datagrams sent");
     assert!(sent > 5000, "{cli}");
     let report = cli.lines().skip_while(|l| !l.contains("Server Report")).find_map(lost_total);
-    let Some((lost, total)) = report else { panic!("no server report (the server did not see the end of the test):\n{cli}") };
+    let Some((lost, total)) = report else {
+        panic!("no server report (the server did not see the end of the test):\n{cli}\nclient stderr:\n{cli_err}\nserver:\n{srv_text}\n{}", env.diagnosis())
+    };
     // The final datagram (negative sequence number) ends the test and is
     // not counted; paced well below capacity, loss only from a busy host.
     assert_eq!(total, sent - 1, "{cli}");
     assert!(lost * 20 < total, "lost {lost} of {total}");
-    let srv_text = std::fs::read_to_string(&srv_out).unwrap();
     assert_eq!(srv_text.lines().filter_map(lost_total).next_back(), Some((lost, total)), "server:\n{srv_text}");
     // The server's socket left the engine for SO_TIMESTAMP, counted with its reason.
     let reasons: Vec<String> = env.reports("iperf").iter().filter_map(|r| r["fallback_reasons"].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>())).flatten().collect();
@@ -237,7 +269,8 @@ fn unbound(tcp: bool) {
     let mut dns = dns.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let mut unb = env.cmd('b', &["/usr/sbin/unbound", "-d", "-c", conf.to_str().unwrap()]);
     let mut unb = unb.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    env.wait_server(&dns, 5301);
+    env.wait_server(&unb, 5300);
     let dig = ["dig", "@198.18.0.2", "-p", "5300", "+short", "+tries=2", "+time=3", "-f", qfile.to_str().unwrap()];
     let (ok, got) = output(env.cmd('a', &dig), Duration::from_secs(30));
     stop(&mut unb, libc::SIGTERM);
@@ -303,7 +336,7 @@ fn memcached(tcp: bool) {
     let Some(env) = Env::new("mcd", tcp) else { return };
     let mut mc = env.cmd('b', &["memcached", "-u", "root", "-l", ADDR_B, "-p", "0", "-U", "11311", "-t", "2"]);
     let mut mc = mc.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    env.wait_server(&mc, 11311);
     let n = 1500;
     let (ok, got) = output(env.cmd('a', &[python(), "-c", MC_CLIENT, ADDR_B, "11311", &n.to_string()]), Duration::from_secs(30));
     stop(&mut mc, libc::SIGTERM);
@@ -342,7 +375,7 @@ fn rsyslog(tcp: bool) {
     let pid = env.stats.join("rsyslog.pid");
     let mut rs = env.cmd('b', &["rsyslogd", "-n", "-f", conf.to_str().unwrap(), "-i", pid.to_str().unwrap()]);
     let mut rs = rs.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    env.wait_server(&rs, 5514);
     // Five runs of 100 messages, apart: rsyslog's reader keeps up (a burst
     // of 1000 overflows its kernel socket buffer here).
     let mut want = String::new();

@@ -1212,3 +1212,44 @@ fn a_peers_end_that_comes_with_its_last_frame_closes_the_connection() {
     assert!(end.is_ok(), "the transport did not close the connection within 2 s of the peer's end: {end:?}");
     wait_for("conns_closed", 2, || b.stats().conns_closed == 1);
 }
+
+/// Waits (at most 2 s) until `fd` reports `events`, without reading it.
+fn poll_until(fd: std::os::fd::RawFd, events: libc::c_short) -> bool {
+    let mut p = libc::pollfd { fd, events, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, 2000) == 1 && p.revents & events != 0 }
+}
+
+#[test]
+fn a_datagram_behind_a_kernel_socket_error_is_received() {
+    // A connected endpoint's kernel socket sends plain UDP under DML (c);
+    // a port unreachable coming back sets that socket's error, which the
+    // kernel reports before any datagram queued behind it.
+    use std::os::fd::AsRawFd;
+    let port = free_port();
+    let a = host("127.0.0.21", port, |_| {});
+    let e = engine();
+    let dead = free_udp_port("127.0.0.22");
+    let client = std::net::UdpSocket::bind("127.0.0.21:0").unwrap();
+    client.connect(("127.0.0.22", dead)).unwrap();
+    let me = client.local_addr().unwrap();
+    let cli = a.endpoint_from_kernel_fd(&e, std::os::fd::OwnedFd::from(client.try_clone().unwrap())).unwrap();
+    cli.set_read_timeout(Some(Duration::from_secs(3)));
+    client.send(b"x").unwrap();
+    assert!(poll_until(client.as_raw_fd(), libc::POLLERR), "no port unreachable came back");
+    let peer = std::net::UdpSocket::bind(("127.0.0.22", dead)).unwrap();
+    peer.send_to(b"reply", me).unwrap();
+    assert!(poll_until(client.as_raw_fd(), libc::POLLIN));
+    let mut buf = [0u8; 16];
+    let t0 = Instant::now();
+    let got = loop {
+        match cli.recv(&mut buf) {
+            Ok(k) => break Some(k),
+            // The error may be reported first, once, as the kernel would.
+            Err(err) if err.raw_os_error() == Some(libc::ECONNREFUSED) && t0.elapsed() < Duration::from_secs(3) => continue,
+            Err(err) => panic!("the datagram behind the error was not received: {err}"),
+        }
+    };
+    assert_eq!(got, Some(5));
+    assert_eq!(&buf[..5], b"reply");
+}

@@ -297,6 +297,11 @@ impl TcpSocket {
     /// message without a source is passed on, as a blocking receive there
     /// returns 0.
     fn recv_kernel(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> usize {
+        self.recv_kernel_once(bufs, meta, true)
+    }
+
+    /// One read of the kernel socket; `retry`: after an error, once more.
+    fn recv_kernel_once(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta], retry: bool) -> usize {
         match self.udp.recv_batch(bufs, meta) {
             Ok(k) => {
                 if let Some(i) = meta[..k].iter().position(|m| m.src.is_none() && m.len == 0) {
@@ -319,9 +324,17 @@ impl TcpSocket {
                 1
             }
             Err(e) => {
-                // The kernel's asynchronous error, taken by this read.
+                // The kernel's asynchronous error (a port unreachable for
+                // plain UDP, DML (c)), taken by this read. The kernel reports
+                // it before any datagram queued behind it, whose arrival
+                // already woke the reader: those are read now, or nobody
+                // would until the next arrival.
                 self.kerr.store(e.raw_os_error().unwrap_or(libc::EIO), SeqCst);
-                0
+                if retry {
+                    self.recv_kernel_once(bufs, meta, false)
+                } else {
+                    0
+                }
             }
         }
     }
