@@ -1205,13 +1205,15 @@ impl EpInner {
     /// with, and it may be waiting for an answer to it. (Another thread's
     /// sleep says nothing about the sender's next datagram, so it leaves
     /// the remainder alone.) Never waits for the send
-    /// lock: a call already in this endpoint's send path leaves the
-    /// remainder to the timer, as before. Returns whether it sent or asked.
-    pub(crate) fn send_remainder_now(self: &Arc<Self>) -> bool {
-        let Some(mut s) = try_lock(&self.send) else { return false };
+    /// lock: when another thread holds it (the engine, or a call in this
+    /// endpoint's send path), `None`, and the caller asks the engine
+    /// ([`crate::engine::Shared::send_coalesced_now`]). Returns whether it
+    /// sent or asked.
+    pub(crate) fn send_remainder_now(self: &Arc<Self>) -> Option<bool> {
+        let mut s = try_lock(&self.send)?;
         let me = crate::queue::thread_token();
         if s.l1_empty() || !(s.scheduled && s.coalescing) || me == 0 || s.queued_by != me {
-            return false;
+            return Some(false);
         }
         Stats::add(&self.stats.sleep_flushes, 1);
         if self.caller_drains {
@@ -1219,7 +1221,21 @@ impl EpInner {
         } else {
             self.kick(&mut s);
         }
-        true
+        Some(true)
+    }
+
+    /// On the engine thread, for an application thread (`token`, or any
+    /// with `u64::MAX`) that went to sleep and could not send its
+    /// remainder itself: whether L1 holds a remainder that thread queued
+    /// and that waits out its interval. Counted as a sleep flush: the
+    /// engine sends it now.
+    pub(crate) fn remainder_of(&self, token: u64) -> bool {
+        let s = lock(&self.send);
+        let mine = !s.l1_empty() && s.scheduled && s.coalescing && (token == u64::MAX || s.queued_by == token);
+        if mine {
+            Stats::add(&self.stats.sleep_flushes, 1);
+        }
+        mine
     }
 
     /// True when L1 holds what the caller's thread should send itself:

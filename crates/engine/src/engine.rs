@@ -124,6 +124,10 @@ pub(crate) struct Shared {
     coalescing_len: AtomicUsize,
     /// Remainders sent early because a program's thread went to sleep.
     pub(crate) sleep_flushes: AtomicU64,
+    /// A thread about to sleep that found a lock held (the list's, or an
+    /// endpoint's send lock) leaves its remainders to the engine: its
+    /// thread token, `u64::MAX` for several threads, 0 for none.
+    flush_for: AtomicU64,
     rx: Mutex<RxLists>,
     /// Fires when the earliest of those is due, or earlier (see
     /// [`Shared::set_timer`]): a streaming sender whose own thread sends
@@ -199,12 +203,62 @@ impl Shared {
         if self.coalescing_len.load(Relaxed) == 0 || CURRENT.try_with(|c| c.borrow().strong_count() > 0).unwrap_or(true) {
             return 0;
         }
-        let Some(c) = crate::endpoint::try_lock(&self.coalescing) else { return 0 };
+        // A lock another thread holds (the engine looking at the list or
+        // sending, a call in a send path; held longer when that thread is
+        // preempted) must not leave the remainder to its interval: the
+        // engine is asked to send it instead.
+        let Some(c) = crate::endpoint::try_lock(&self.coalescing) else {
+            self.ask_engine_flush();
+            return 0;
+        };
         let eps: Vec<Arc<EpInner>> = c.list.iter().map(|(e, _)| e.clone()).collect();
         drop(c);
-        let sent = eps.iter().filter(|ep| ep.send_remainder_now()).count();
+        let mut sent = 0;
+        let mut held = false;
+        for ep in &eps {
+            match ep.send_remainder_now() {
+                Some(true) => sent += 1,
+                Some(false) => {}
+                None => held = true,
+            }
+        }
         self.sleep_flushes.fetch_add(sent as u64, Relaxed);
+        if held {
+            self.ask_engine_flush();
+        }
         sent
+    }
+
+    /// Has the engine send, on its next turn, the remainders this thread
+    /// queued ([`Shared::send_flushes_asked`]).
+    fn ask_engine_flush(&self) {
+        let me = crate::queue::thread_token();
+        if me == 0 {
+            return;
+        }
+        if let Err(other) = self.flush_for.compare_exchange(0, me, SeqCst, SeqCst) {
+            if other != me {
+                self.flush_for.store(u64::MAX, SeqCst);
+            }
+        }
+        self.doorbell.set();
+    }
+
+    /// On the engine thread: sends the remainders of the threads that
+    /// asked ([`Shared::ask_engine_flush`]) before their interval is up.
+    /// (Their listings stay: a listing whose L1 was sent finds nothing.)
+    fn send_flushes_asked(&self, staging: &mut crate::queue::L1Queue) {
+        let token = self.flush_for.swap(0, SeqCst);
+        if token == 0 {
+            return;
+        }
+        let eps: Vec<Arc<EpInner>> = self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).list.iter().map(|(e, _)| e.clone()).collect();
+        for ep in eps {
+            if ep.remainder_of(token) {
+                self.sleep_flushes.fetch_add(1, Relaxed);
+                ep.service_send(staging);
+            }
+        }
     }
 
     /// Sets the timer to the earliest listing's due time when that is
@@ -382,6 +436,7 @@ impl Engine {
             coalescing: Mutex::new(Coalescing::default()),
             coalescing_len: AtomicUsize::new(0),
             sleep_flushes: AtomicU64::new(0),
+            flush_for: AtomicU64::new(0),
             rx: Mutex::new(RxLists::default()),
             timer: TimerFd::new()?,
             sleeping: AtomicBool::new(false),
@@ -565,6 +620,7 @@ fn run(sh: Arc<Shared>) {
         if sh.stop.load(SeqCst) {
             break;
         }
+        sh.send_flushes_asked(&mut staging);
         sh.service_coalesced(&mut staging, std::mem::take(&mut timer_fired));
         // Receive side, and sleep when idle (the coalescing timer is in the
         // epoll set).
@@ -672,4 +728,41 @@ fn run(sh: Arc<Shared>) {
         drop(rx);
     }
     sh.stopped.store(true, SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The thread that queued a remainder goes to sleep while another
+    /// thread holds the coalescing list (as the engine does when it looks
+    /// at it, for longer when it is preempted there): the engine sends the
+    /// remainder at once instead of when its 3 s interval is up.
+    #[test]
+    fn a_sleep_that_finds_the_list_held_has_the_engine_send_the_remainder() {
+        let engine = Engine::start(Config { tx_coalesce: Duration::from_secs(3), ..Config::default() }).unwrap();
+        let ep = crate::Endpoint::with_engine(&engine, false).unwrap();
+        ep.bind_to("127.0.0.1:0".parse().unwrap()).unwrap();
+        ep.set_send_buffer_size(1 << 20).unwrap();
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let to = rx.local_addr().unwrap();
+        for i in 0..100u8 {
+            ep.send_to(&[i; 100], to).unwrap();
+        }
+        assert!(ep.stats().datagrams_sent < 100, "nothing left to coalesce: the case tests nothing");
+        let start = Instant::now();
+        {
+            let _held = engine.shared.coalescing.lock().unwrap();
+            assert_eq!(engine.send_coalesced_now(), 0, "the list is held: nothing sent on this thread");
+        }
+        let mut buf = [0u8; 200];
+        for i in 0..100u8 {
+            let n = rx.recv(&mut buf).unwrap_or_else(|e| panic!("datagram {i}: {e}"));
+            assert_eq!((n, buf[0]), (100, i));
+        }
+        assert!(start.elapsed() < Duration::from_secs(1), "the remainder waited {:?}", start.elapsed());
+        assert_eq!(ep.stats().sleep_flushes, 1);
+        assert_eq!(engine.sleep_flushes(), 1);
+    }
 }
