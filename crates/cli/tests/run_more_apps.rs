@@ -437,7 +437,8 @@ fn logger_exits_before_its_lane_connects_over_tcp() {
     for stack in [Stack::Kernel, Stack::EudpTcp("default")] {
         let mut rx = app_command(&env.tb, 'b', stack, &env.lib, &env.stats, &[python(), "-c", PY_LATE_READER, ADDR_B, "5514"]);
         let rx = rx.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        // Its port is bound (its UOE, which starts at its first receive, is not).
+        testbed::wait_udp_server(rx.id(), 5514, false, Duration::from_secs(10)).unwrap();
         let logger = ["logger", "-d", "-n", ADDR_B, "-P", "5514", "-f", f.to_str().unwrap()];
         let (ok, _) = output(app_command(&env.tb, 'a', stack, &env.lib, &env.stats, &logger), Duration::from_secs(10));
         assert!(ok, "logger failed");
