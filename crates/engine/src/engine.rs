@@ -248,10 +248,12 @@ impl Shared {
     /// asked ([`Shared::ask_engine_flush`]) before their interval is up.
     /// (Their listings stay: a listing whose L1 was sent finds nothing.)
     fn send_flushes_asked(&self, staging: &mut crate::queue::L1Queue) {
-        let token = self.flush_for.swap(0, SeqCst);
-        if token == 0 {
+        // A load first: a swap on every turn would dirty a line the
+        // application threads read.
+        if self.flush_for.load(Relaxed) == 0 {
             return;
         }
+        let token = self.flush_for.swap(0, SeqCst);
         let eps: Vec<Arc<EpInner>> = self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).list.iter().map(|(e, _)| e.clone()).collect();
         for ep in eps {
             if ep.remainder_of(token) {
