@@ -48,6 +48,13 @@ struct Coalescing {
     armed: Option<Instant>,
 }
 
+impl Coalescing {
+    /// The listed endpoints, to visit after the list's lock is let go.
+    fn endpoints(&self) -> Vec<Arc<EpInner>> {
+        self.list.iter().map(|(e, _)| e.clone()).collect()
+    }
+}
+
 /// The engine's receive-side lists of endpoints. Shared, not local to the
 /// engine thread, so that a closing endpoint can take itself off them (see
 /// [`Shared::forget`]).
@@ -211,7 +218,7 @@ impl Shared {
             self.ask_engine_flush();
             return 0;
         };
-        let eps: Vec<Arc<EpInner>> = c.list.iter().map(|(e, _)| e.clone()).collect();
+        let eps = c.endpoints();
         drop(c);
         let mut sent = 0;
         let mut held = false;
@@ -254,7 +261,7 @@ impl Shared {
             return;
         }
         let token = self.flush_for.swap(0, SeqCst);
-        let eps: Vec<Arc<EpInner>> = self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).list.iter().map(|(e, _)| e.clone()).collect();
+        let eps = self.coalescing.lock().unwrap_or_else(|e| e.into_inner()).endpoints();
         for ep in eps {
             if ep.remainder_of(token) {
                 self.sleep_flushes.fetch_add(1, Relaxed);
