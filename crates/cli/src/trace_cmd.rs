@@ -31,7 +31,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: eudp trace [--packets N] [--run-packets M] [--size S] [--sizes A,B,..] [--compare kernel,eudp] [--out DIR] [--testbed NAME] [--overhead REPS [--overhead-modes full,user,noclock,sample16]] [-- burst | PROGRAM ARGS...]";
+const USAGE: &str = "usage: eudp trace [--packets N] [--run-packets M] [--size S] [--sizes A,B,..] [--compare kernel,eudp] [--out DIR] [--testbed NAME] [--overhead REPS [--overhead-modes full,user,noclock,sample16,control]] [-- burst | PROGRAM ARGS...]";
 
 /// Entry point of `eudp trace`.
 pub fn trace_main(args: &[String]) -> i32 {
@@ -370,11 +370,15 @@ impl Variant {
     /// TX stamps, only its RX stamps); `noclock` (every event, no clock read:
     /// a measurement of what the clock reads cost, its times are
     /// meaningless); `recvmmsg` (as `full`, the TX stamps read without
-    /// io_uring); `sampleN` (application calls of one packet in N).
+    /// io_uring); `sampleN` (application calls of one packet in N);
+    /// `control` (untraced again: an A/A control, whose ratio to `off` is
+    /// the harness's own bias and spread, so a traced ratio can be read
+    /// against it).
     pub fn named(name: &str) -> Result<Variant, String> {
         let v = |trace, env: Vec<(&'static str, &'static str)>, complete, what| Variant { name: name.into(), trace, env, complete, what };
         Ok(match name {
             "off" => v(false, vec![], false, "untraced"),
+            "control" => v(false, vec![], false, "untraced again (A/A control: the harness's own bias and spread)"),
             "full" => v(true, vec![], true, "every layer of every packet, kernel stamps included"),
             "user" => v(true, vec![("EUDP_TRACE_KERNEL", "0")], false, "user-space points only (no SO_TIMESTAMPING)"),
             "txstamps" => v(true, vec![("EUDP_TRACE_KERNEL", "tx")], false, "user-space points and kernel TX stamps (no RX_SOFTWARE)"),
@@ -386,7 +390,7 @@ impl Variant {
                 let k: &'static str = Box::leak(k.to_string().into_boxed_str());
                 v(true, vec![("EUDP_TRACE_SAMPLE", k)], false, "application calls of one packet in N")
             }
-            s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, txstamps, rxstamps, noclock, recvmmsg, sampleN)")),
+            s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, txstamps, rxstamps, noclock, recvmmsg, sampleN, control)")),
         })
     }
 }
@@ -1310,6 +1314,9 @@ mod tests {
         assert!(full.trace && full.complete && full.env.is_empty());
         let off = Variant::named("off").unwrap();
         assert!(!off.trace && !off.complete);
+        // The control runs exactly what `off` runs.
+        let control = Variant::named("control").unwrap();
+        assert!(!control.trace && !control.complete && control.env == off.env);
         // These leave layers out (user, sampleN) or have no timing
         // (noclock): their traces are not held to be complete.
         for (m, var, val) in [("user", "EUDP_TRACE_KERNEL", "0"), ("txstamps", "EUDP_TRACE_KERNEL", "tx"), ("rxstamps", "EUDP_TRACE_KERNEL", "rx"), ("noclock", "EUDP_TRACE_CLOCK", "none"), ("sample16", "EUDP_TRACE_SAMPLE", "16")] {
