@@ -86,3 +86,39 @@ fn trace_command_writes_json_svg_and_table() {
     assert!(std::fs::read_to_string(dir.join("table.txt")).unwrap().contains("dominant layer per size"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--overhead` runs untraced, traced and the untraced control once per
+/// repetition, every run delivers its datagrams, the full traces are
+/// complete, and the report carries every setting and the floor.
+#[test]
+fn trace_overhead_runs_each_setting_and_the_control() {
+    let Some((tb, dir)) = setup("tro") else { return };
+    let (reps, packets) = (2u64, 3000u64);
+    let args: Vec<String> = ["--overhead", &reps.to_string(), "--run-packets", &packets.to_string(), "--sizes", "64", "--compare", "eudp", "--overhead-modes", "full,control", "--testbed", &tb.name, "--out", &dir.display().to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(trace_cmd::trace_main(&args), 0);
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("overhead.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    for mode in ["off", "full", "control"] {
+        let of: Vec<_> = runs.iter().filter(|r| r["mode"] == mode).collect();
+        assert_eq!(of.len() as u64, reps, "{mode}: {} runs", of.len());
+        for r in of {
+            assert_eq!(r["size"], 64);
+            assert_eq!(r["received"], packets, "{mode}: lost datagrams");
+            assert!(r["gbps"].as_f64().unwrap() > 0.0 && r["tx_cpu_ns_per_dgram"].as_f64().unwrap() > 0.0, "{mode}: {r}");
+        }
+    }
+    // The order rotates: each setting runs first in one repetition.
+    let first: std::collections::BTreeSet<_> = (0..reps).map(|rep| runs.iter().find(|r| r["rep"] == rep).unwrap()["mode"].as_str().unwrap().to_string()).collect();
+    assert_eq!(first.len() as u64, reps, "first settings {first:?}");
+    let table = json["table"].as_str().unwrap();
+    assert!(table.contains("every full-traced run complete"), "{table}");
+    assert!(table.lines().any(|l| l.split_whitespace().nth(2) == Some("control")), "{table}");
+    // The floor is measured on this host and reported for the traced size.
+    let rows = json["floor"]["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["size"] == 64), "{}", json["floor"]);
+    assert!(json["floor"]["stamp_make_ns"].as_f64().unwrap() > 0.0, "{}", json["floor"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,7 +5,7 @@
 //! kernel moves them into 32-byte completions (key, SCHED or SND, the time)
 //! under one lock, with no message header, control messages or per-stamp
 //! system call. That is the costly part of `recvmmsg(MSG_ERRQUEUE)` on a
-//! traced sender (docs/trace.md, "Cost").
+//! traced sender (docs/trace-cost-log.md).
 //!
 //! A [`StampRing`] belongs to one thread: it is made with `SINGLE_ISSUER`
 //! and `DEFER_TASKRUN`, so the kernel's work for the stamps runs when that
@@ -24,7 +24,7 @@
 //! after every 16 kernel messages. `one_shot_read_cost` measures it:
 //! reading the stamps of 16 one-datagram sends this way saved about
 //! 650 ns per send (~325 ns per stamp) against `recvmmsg` here.
-//! docs/trace.md, "Cost", has the figures.
+//! docs/trace-cost-log.md (stops 32 and 33) has the figures.
 
 #![allow(unsafe_code)] // Raw io_uring syscalls and its shared rings: this module's whole job.
 
