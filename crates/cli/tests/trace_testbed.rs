@@ -110,7 +110,7 @@ fn trace_overhead_runs_each_setting_and_the_control() {
             assert!(r["gbps"].as_f64().unwrap() > 0.0 && r["tx_cpu_ns_per_dgram"].as_f64().unwrap() > 0.0, "{mode}: {r}");
         }
     }
-    // The order rotates: each setting runs first in one repetition.
+    // The order rotates: no two repetitions start with the same setting.
     let first: std::collections::BTreeSet<_> = (0..reps).map(|rep| runs.iter().find(|r| r["rep"] == rep).unwrap()["mode"].as_str().unwrap().to_string()).collect();
     assert_eq!(first.len() as u64, reps, "first settings {first:?}");
     let table = json["table"].as_str().unwrap();

@@ -10,10 +10,11 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// The engine's handoff interval in this test. The default (1 ms) is
-/// shorter than the stalls a busy 2-vCPU VM gives a thread now and then
-/// (CI saw a third engine read in `select`); a stall must outlast the
-/// interval for the engine to take a socket back, which it then should.
+/// The engine's handoff interval in this test (the default is 1 ms). For
+/// the engine to take the server's socket back, the server must be kept
+/// off the CPU for about two intervals between a receive and its next
+/// call (the engine then should); at 3 ms that is rarer on a busy 2-vCPU
+/// VM than at 1.
 const HANDOFF_US: u64 = 3000;
 
 fn run(how: &str) {
@@ -56,7 +57,7 @@ fn run(how: &str) {
     // handoff intervals goes back to the engine (as it should). So when
     // the client is preempted between its send and its call, the engine
     // reads the answer: up to 14 of 40 beside two busy loops, and a third
-    // read failed CI when the bound above covered both sockets. Only the
+    // read failed CI when one bound of 2 covered both sockets. Only the
     // engine taking the client's socket outright fails here.
     assert!(client < n as u64, "{how}: the engine thread read all {client} answers of the client's socket (server's: {server})");
 }
