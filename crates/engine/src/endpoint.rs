@@ -1211,8 +1211,7 @@ impl EpInner {
     /// sent or asked.
     pub(crate) fn send_remainder_now(self: &Arc<Self>) -> Option<bool> {
         let mut s = try_lock(&self.send)?;
-        let me = crate::queue::thread_token();
-        if s.l1_empty() || !(s.scheduled && s.coalescing) || me == 0 || s.queued_by != me {
+        if !s.coalescing_remainder_of(crate::queue::thread_token()) {
             return Some(false);
         }
         Stats::add(&self.stats.sleep_flushes, 1);
@@ -1230,8 +1229,7 @@ impl EpInner {
     /// and that waits out its interval. Counted as a sleep flush: the
     /// engine sends it now.
     pub(crate) fn remainder_of(&self, token: u64) -> bool {
-        let s = lock(&self.send);
-        let mine = !s.l1_empty() && s.scheduled && s.coalescing && (token == u64::MAX || s.queued_by == token);
+        let mine = lock(&self.send).coalescing_remainder_of(token);
         if mine {
             Stats::add(&self.stats.sleep_flushes, 1);
         }

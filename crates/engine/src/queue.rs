@@ -295,6 +295,13 @@ impl SendState {
         self.l1.is_empty() && self.staged == 0
     }
 
+    /// True when L1 holds a remainder waiting out its coalescing interval
+    /// that thread `token` queued last (any thread's for `u64::MAX`; none
+    /// for 0, a thread past its thread-locals' end).
+    pub fn coalescing_remainder_of(&self, token: u64) -> bool {
+        !self.l1_empty() && self.scheduled && self.coalescing && token != 0 && (token == u64::MAX || self.queued_by == token)
+    }
+
     /// Decides a caller's send: direct when nothing is queued and L2 has
     /// room, else queue in L1 (copying `data`), else full.
     pub fn post(&mut self, dst: Option<SocketAddr>, data: &[u8]) -> PostDecision {
