@@ -261,7 +261,13 @@ impl eudp_endpoint {
     ///
     /// # Safety
     /// As [`eudp_sendto`].
-    unsafe fn send_one(&self, buf: *const c_void, len: size_t, addr: *const sockaddr, addrlen: socklen_t) -> Result<usize, c_int> {
+    unsafe fn send_one(
+        &self,
+        buf: *const c_void,
+        len: size_t,
+        addr: *const sockaddr,
+        addrlen: socklen_t,
+    ) -> Result<usize, c_int> {
         let dst = if addr.is_null() {
             None
         } else {
@@ -284,7 +290,11 @@ impl eudp_endpoint {
     }
 
     fn recv_into(&self, buf: &mut [u8], flags: c_int) -> Result<Received, c_int> {
-        let f = RecvFlags { peek: flags & EUDP_MSG_PEEK != 0, dont_wait: flags & EUDP_MSG_DONTWAIT != 0, interruptible: false };
+        let f = RecvFlags {
+            peek: flags & EUDP_MSG_PEEK != 0,
+            dont_wait: flags & EUDP_MSG_DONTWAIT != 0,
+            interruptible: false,
+        };
         self.ep.recv_with(buf, f).map_err(code)
     }
 
@@ -440,7 +450,11 @@ unsafe fn address_out(
 /// `ep` is null or a live handle; `addr` is null or writable for `*addrlen`
 /// bytes; `addrlen` is null or valid.
 #[no_mangle]
-pub unsafe extern "C" fn eudp_local_addr(ep: *mut eudp_endpoint, addr: *mut sockaddr_storage, addrlen: *mut socklen_t) -> c_int {
+pub unsafe extern "C" fn eudp_local_addr(
+    ep: *mut eudp_endpoint,
+    addr: *mut sockaddr_storage,
+    addrlen: *mut socklen_t,
+) -> c_int {
     // SAFETY: forwarded caller guarantees.
     unsafe { address_out(ep, addr, addrlen, Endpoint::local_addr) }
 }
@@ -450,7 +464,11 @@ pub unsafe extern "C" fn eudp_local_addr(ep: *mut eudp_endpoint, addr: *mut sock
 /// # Safety
 /// As [`eudp_local_addr`].
 #[no_mangle]
-pub unsafe extern "C" fn eudp_peer_addr(ep: *mut eudp_endpoint, addr: *mut sockaddr_storage, addrlen: *mut socklen_t) -> c_int {
+pub unsafe extern "C" fn eudp_peer_addr(
+    ep: *mut eudp_endpoint,
+    addr: *mut sockaddr_storage,
+    addrlen: *mut socklen_t,
+) -> c_int {
     // SAFETY: forwarded caller guarantees.
     unsafe { address_out(ep, addr, addrlen, Endpoint::peer_addr) }
 }
@@ -600,7 +618,12 @@ pub unsafe extern "C" fn eudp_recvmsg(ep: *mut eudp_endpoint, msg: *mut eudp_rxm
 /// `ep` is null or a live handle; `msgs` is null or points to `n` valid
 /// entries, each `buf` null or writable for its `cap` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn eudp_recv_batch(ep: *mut eudp_endpoint, msgs: *mut eudp_rxmsg, n: size_t, flags: c_int) -> ssize_t {
+pub unsafe extern "C" fn eudp_recv_batch(
+    ep: *mut eudp_endpoint,
+    msgs: *mut eudp_rxmsg,
+    n: size_t,
+    flags: c_int,
+) -> ssize_t {
     guard(-1, || {
         // SAFETY: caller guarantee.
         let h = unsafe { handle(ep) }?;

@@ -50,7 +50,10 @@ impl Raw {
             AF_INET => {
                 // SAFETY: family says sockaddr_in.
                 let s = unsafe { &*(ss as *const sockaddr_storage).cast::<sockaddr_in>() };
-                SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes()), u16::from_be(s.sin_port)))
+                SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes()),
+                    u16::from_be(s.sin_port),
+                ))
             }
             AF_INET6 => {
                 // SAFETY: family says sockaddr_in6.
@@ -116,7 +119,16 @@ impl Ep {
         let mut ss: sockaddr_storage = unsafe { zeroed() };
         let mut len = size_of::<sockaddr_storage>() as socklen_t;
         // SAFETY: live handle, buffers.
-        let n = unsafe { eudp_recvfrom(self.0, buf.as_mut_ptr().cast(), buf.len(), flags, (&mut ss as *mut sockaddr_storage).cast(), &mut len) };
+        let n = unsafe {
+            eudp_recvfrom(
+                self.0,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                flags,
+                (&mut ss as *mut sockaddr_storage).cast(),
+                &mut len,
+            )
+        };
         assert!(n >= 0, "recvfrom: {}", io::Error::last_os_error());
         (n, Raw::to_std(&ss))
     }
@@ -186,7 +198,8 @@ fn dual_stack_reports_mapped_sender() {
     let mut buf = [0u8; 64];
     let (n, src) = rx.recvfrom(&mut buf, 0);
     assert_eq!(&buf[..n as usize], b"mapped");
-    let want: SocketAddr = SocketAddr::V6(SocketAddrV6::new(Ipv4Addr::LOCALHOST.to_ipv6_mapped(), tx.local().port(), 0, 0));
+    let want: SocketAddr =
+        SocketAddr::V6(SocketAddrV6::new(Ipv4Addr::LOCALHOST.to_ipv6_mapped(), tx.local().port(), 0, 0));
     assert_eq!(src, want);
     // An IPv6 endpoint sending over IPv4 is held to the IPv4 limit.
     let big = vec![0u8; 65_508];
@@ -405,7 +418,14 @@ fn batches_keep_order_and_count() {
         }
         // SAFETY: live handle, entries valid.
         let k = unsafe { eudp_recv_batch(rx.0, ms.as_mut_ptr(), ms.len(), 0) };
-        assert!(k > 0, "recv_batch: {} after {} datagrams; rx {:?}; tx {:?}", io::Error::last_os_error(), got.len(), rx.stats(), tx.stats());
+        assert!(
+            k > 0,
+            "recv_batch: {} after {} datagrams; rx {:?}; tx {:?}",
+            io::Error::last_os_error(),
+            got.len(),
+            rx.stats(),
+            tx.stats()
+        );
         for (m, b) in ms.iter().zip(bufs.iter()).take(k as usize) {
             assert_eq!(m.flags, 0);
             got.push(b[..m.len].to_vec());

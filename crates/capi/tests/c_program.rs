@@ -10,7 +10,12 @@ const CC_ENV: &str = "CC";
 
 fn compiler() -> Option<String> {
     let cc = std::env::var(CC_ENV).unwrap_or_else(|_| "cc".into());
-    let ok = Command::new(&cc).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let ok = Command::new(&cc)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
     ok.then_some(cc)
 }
 
@@ -102,11 +107,8 @@ fn header_declares_every_export() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let header = std::fs::read_to_string(manifest.join("include/eudp.h")).unwrap();
     let src = std::fs::read_to_string(manifest.join("src/lib.rs")).unwrap();
-    let exported: Vec<&str> = src
-        .split("extern \"C\" fn ")
-        .skip(1)
-        .map(|s| s.split('(').next().unwrap().trim())
-        .collect();
+    let exported: Vec<&str> =
+        src.split("extern \"C\" fn ").skip(1).map(|s| s.split('(').next().unwrap().trim()).collect();
     assert!(exported.len() >= 20, "{exported:?}");
     for f in &exported {
         assert!(header.contains(&format!(" {f}(")) || header.contains(&format!("*{f}(")), "{f} missing from eudp.h");

@@ -122,18 +122,36 @@ fn finish(mut child: Child, what: &str, timeout: Duration) -> Result<Report, Str
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut err);
     }
-    let line = out.lines().rev().find(|l| l.starts_with('{')).ok_or_else(|| format!("{what} failed: {}", err.trim()))?;
+    let line =
+        out.lines().rev().find(|l| l.starts_with('{')).ok_or_else(|| format!("{what} failed: {}", err.trim()))?;
     serde_json::from_str(line).map_err(|e| format!("{what}: bad report: {e}"))
 }
 
 /// Runs one transfer of `mode` at `size`; returns (sender, receiver).
-pub fn transfer(tb: &Testbed, mode: Mode, size: usize, secs: f64, count: u64, pace_every: u64, v6: bool) -> Result<(Report, Report), String> {
+pub fn transfer(
+    tb: &Testbed,
+    mode: Mode,
+    size: usize,
+    secs: f64,
+    count: u64,
+    pace_every: u64,
+    v6: bool,
+) -> Result<(Report, Report), String> {
     transfer_at(tb, mode, size, secs, count, pace_every, 0.0, v6)
 }
 
 /// As [`transfer`] with the sender paced to `rate_pps` datagrams/s (0: unpaced).
 #[allow(clippy::too_many_arguments)]
-pub fn transfer_at(tb: &Testbed, mode: Mode, size: usize, secs: f64, count: u64, pace_every: u64, rate_pps: f64, v6: bool) -> Result<(Report, Report), String> {
+pub fn transfer_at(
+    tb: &Testbed,
+    mode: Mode,
+    size: usize,
+    secs: f64,
+    count: u64,
+    pace_every: u64,
+    rate_pps: f64,
+    v6: bool,
+) -> Result<(Report, Report), String> {
     let port = 9000 + (size % 1000) as u16;
     let (bind, dst) = if v6 {
         (format!("[::]:{port}"), format!("[{}]:{port}", crate::testbed::ADDR6_B))
@@ -145,14 +163,42 @@ pub fn transfer_at(tb: &Testbed, mode: Mode, size: usize, secs: f64, count: u64,
     let mut rx = spawn_worker(
         tb,
         'b',
-        &["recv".into(), "--mode".into(), m.clone(), "--bind".into(), bind, "--size".into(), size.to_string(), "--count".into(), count.to_string(), "--max-secs".into(), max.to_string()],
+        &[
+            "recv".into(),
+            "--mode".into(),
+            m.clone(),
+            "--bind".into(),
+            bind,
+            "--size".into(),
+            size.to_string(),
+            "--count".into(),
+            count.to_string(),
+            "--max-secs".into(),
+            max.to_string(),
+        ],
     )?;
     // Wait for the receiver to be bound before sending.
     let mut reader = await_ready(&mut rx, "receiver")?;
     let tx = spawn_worker(
         tb,
         'a',
-        &["send".into(), "--mode".into(), m, "--dst".into(), dst, "--size".into(), size.to_string(), "--secs".into(), secs.to_string(), "--count".into(), count.to_string(), "--pace-every".into(), pace_every.to_string(), "--rate-pps".into(), rate_pps.to_string()],
+        &[
+            "send".into(),
+            "--mode".into(),
+            m,
+            "--dst".into(),
+            dst,
+            "--size".into(),
+            size.to_string(),
+            "--secs".into(),
+            secs.to_string(),
+            "--count".into(),
+            count.to_string(),
+            "--pace-every".into(),
+            pace_every.to_string(),
+            "--rate-pps".into(),
+            rate_pps.to_string(),
+        ],
     )?;
     let s = finish(tx, "sender", Duration::from_secs_f64(secs + 30.0));
     // Reattach the remaining stdout for the final report.
@@ -260,10 +306,20 @@ fn summarize(size: usize, rows: &[Row]) -> Summary {
     let mut targets = Vec::new();
     if size >= 1024 {
         if let Some(v) = over_c {
-            targets.push(Target { name: format!("eudp/ceiling Gbit/s at {size} B"), wanted: ">= 0.80".into(), measured: v, met: v >= 0.8 });
+            targets.push(Target {
+                name: format!("eudp/ceiling Gbit/s at {size} B"),
+                wanted: ">= 0.80".into(),
+                measured: v,
+                met: v >= 0.8,
+            });
         }
     } else if let Some(v) = over_k {
-        targets.push(Target { name: format!("eudp/kernel Mpps at {size} B"), wanted: ">= 10".into(), measured: v, met: v >= 10.0 });
+        targets.push(Target {
+            name: format!("eudp/kernel Mpps at {size} B"),
+            wanted: ">= 10".into(),
+            measured: v,
+            met: v >= 10.0,
+        });
     }
     // The comparison: the unpaced runs' losses.
     if let (Some(e), Some(g)) = (e, g) {
@@ -294,7 +350,11 @@ pub fn print_table(res: &BenchResult) {
         "mode", "size", "Gbit/s", "Mpps", "loss%", "tx cpu-s/M", "rx cpu-s/M", "errors", "tx RSS KiB", "rx RSS KiB"
     );
     for r in &res.rows {
-        let name = if r.offered_pps > 0.0 { format!("{}@{:.1}M", r.mode.name(), r.offered_pps / 1e6) } else { r.mode.name().to_string() };
+        let name = if r.offered_pps > 0.0 {
+            format!("{}@{:.1}M", r.mode.name(), r.offered_pps / 1e6)
+        } else {
+            r.mode.name().to_string()
+        };
         println!(
             "{:<7} {:>6} {:>9.2} {:>8.3} {:>8.2} {:>12.3} {:>12.3} {:>8} {:>11} {:>11}",
             name,
@@ -311,7 +371,13 @@ pub fn print_table(res: &BenchResult) {
     }
     for s in &res.summaries {
         for t in &s.targets {
-            println!("target {:<40} wanted {:>10}  measured {:>8.3}  {}", t.name, t.wanted, t.measured, if t.met { "MET" } else { "MISSED" });
+            println!(
+                "target {:<40} wanted {:>10}  measured {:>8.3}  {}",
+                t.name,
+                t.wanted,
+                t.measured,
+                if t.met { "MET" } else { "MISSED" }
+            );
         }
     }
 }
@@ -319,7 +385,8 @@ pub fn print_table(res: &BenchResult) {
 /// Runs the whole bench on a fresh testbed.
 pub fn run(args: &BenchArgs) -> Result<BenchResult, String> {
     let tb = Testbed::up(&crate::testbed::unique_name("bn"))?;
-    let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let started_unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let mut rows = Vec::new();
     for &size in &args.sizes {
         for &mode in &args.modes {
@@ -349,7 +416,14 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult, String> {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let eudp_env = std::env::vars().filter(|(k, _)| k.starts_with("EUDP_")).collect();
-    let res = BenchResult { schema: "eudp-bench/1", started_unix, host: HostInfo { kernel, cpus, eudp_env }, secs_per_run: args.secs, rows, summaries };
+    let res = BenchResult {
+        schema: "eudp-bench/1",
+        started_unix,
+        host: HostInfo { kernel, cpus, eudp_env },
+        secs_per_run: args.secs,
+        rows,
+        summaries,
+    };
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = dir.join(format!("bench-{started_unix}.json"));

@@ -5,10 +5,10 @@
 //! one home.
 
 use clap::{Parser, Subcommand};
-use std::net::SocketAddr;
-use std::time::Duration;
 use eudp_cli::worker::Mode;
 use eudp_cli::{bench, testbed, worker};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "eudp", version, about = "User-space UDP offload engine, measurement, model and verification")]
@@ -191,7 +191,13 @@ fn main() {
         Cmd::Testbed { op } => match op {
             TestbedOp::Up { name } => match testbed::Testbed::up(&name) {
                 Ok(tb) => {
-                    println!("testbed {name}: host a = {} ({}), host b = {} ({})", tb.netns('a'), testbed::ADDR_A, tb.netns('b'), testbed::ADDR_B);
+                    println!(
+                        "testbed {name}: host a = {} ({}), host b = {} ({})",
+                        tb.netns('a'),
+                        testbed::ADDR_A,
+                        tb.netns('b'),
+                        testbed::ADDR_B
+                    );
                     tb.keep();
                     0
                 }
@@ -218,13 +224,20 @@ fn main() {
         Cmd::Run { args } => eudp_cli::run::run_main(&args),
         Cmd::Stat { args } => eudp_cli::run::stat_main(&args),
         Cmd::WorkerTcp { words } => eudp_cli::tcpbench::worker_main(&words),
-        Cmd::Bench { apps: true, secs, out, repeats, .. } => match eudp_cli::run::bench_apps(secs.ceil().max(1.0) as u32, repeats.clamp(1, 50) as u32, &out) {
-            Ok(_) => 0,
-            Err(e) => fail(e),
-        },
+        Cmd::Bench { apps: true, secs, out, repeats, .. } => {
+            match eudp_cli::run::bench_apps(secs.ceil().max(1.0) as u32, repeats.clamp(1, 50) as u32, &out) {
+                Ok(_) => 0,
+                Err(e) => fail(e),
+            }
+        }
         Cmd::Bench { tcp: true, secs, out, repeats, .. } => bench_tcp(secs, repeats, &out),
         Cmd::Bench { sockets: true, count, nofile, out, no_json, .. } => {
-            match eudp_cli::sockbench::run(&eudp_cli::sockbench::SocketsArgs { count, out_dir: (!no_json).then_some(out), lib: None, nofile }) {
+            match eudp_cli::sockbench::run(&eudp_cli::sockbench::SocketsArgs {
+                count,
+                out_dir: (!no_json).then_some(out),
+                lib: None,
+                nofile,
+            }) {
                 Ok((r, path)) => {
                     print!("{}", eudp_cli::sockbench::table(&r));
                     if let Some(p) = path {
@@ -250,18 +263,22 @@ fn main() {
         }
         Cmd::Worker { role } => match role {
             WorkerRole::Send { mode, dst, size, secs, count, pace_every, rate_pps } => {
-                print_report(check_size(size).and_then(|_| worker::send(worker::SendArgs { mode, dst, size, secs, count, pace_every, rate_pps })))
+                print_report(check_size(size).and_then(|_| {
+                    worker::send(worker::SendArgs { mode, dst, size, secs, count, pace_every, rate_pps })
+                }))
             }
-            WorkerRole::Recv { mode, bind, size, count, idle_ms, max_secs } => print_report(check_size(size).and_then(|_| {
-                worker::recv(worker::RecvArgs {
-                    mode,
-                    bind,
-                    size,
-                    idle: Duration::from_millis(idle_ms),
-                    max: Duration::from_secs_f64(max_secs),
-                    count,
-                })
-            })),
+            WorkerRole::Recv { mode, bind, size, count, idle_ms, max_secs } => {
+                print_report(check_size(size).and_then(|_| {
+                    worker::recv(worker::RecvArgs {
+                        mode,
+                        bind,
+                        size,
+                        idle: Duration::from_millis(idle_ms),
+                        max: Duration::from_secs_f64(max_secs),
+                        count,
+                    })
+                }))
+            }
         },
         Cmd::Model { args } => eudp_model::cli::model_main(&args),
         Cmd::Sim { args } => eudp_model::cli::sim_main(&args),

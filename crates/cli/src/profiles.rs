@@ -34,7 +34,12 @@ pub const PROFILES: &[(&str, &[(&str, &str)])] = &[
     // (2 ms against 200 µs: +11 % received iperf3 rate, docs/preload.md).
     (
         "throughput",
-        &[("EUDP_MAX_MSGS", "64"), ("EUDP_SOCK_RCVBUF", "8388608"), ("EUDP_TX_FLUSH_BATCHES", "2"), ("EUDP_TX_COALESCE_US", "2000")],
+        &[
+            ("EUDP_MAX_MSGS", "64"),
+            ("EUDP_SOCK_RCVBUF", "8388608"),
+            ("EUDP_TX_FLUSH_BATCHES", "2"),
+            ("EUDP_TX_COALESCE_US", "2000"),
+        ],
     ),
     // A blocked receiver spins before it sleeps; a queued send wakes the
     // engine at once instead of waiting to fill a batch.
@@ -136,7 +141,8 @@ impl ProfileFile {
     /// Checks `text`; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<ProfileFile, String> {
         let err = |msg: String| format!("profile file {origin}: {msg}");
-        let doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| err(e.to_string().trim_end().to_string()))?;
+        let doc: toml_edit::DocumentMut =
+            text.parse().map_err(|e: toml_edit::TomlError| err(e.to_string().trim_end().to_string()))?;
         let mut file = ProfileFile { origin: origin.to_string(), defs: BTreeMap::new() };
         for (key, item) in doc.as_table().iter() {
             if key != "profiles" {
@@ -147,14 +153,18 @@ impl ProfileFile {
             };
             for (name, body) in profiles.iter() {
                 if PROFILES.iter().any(|p| p.0 == name) {
-                    return Err(err(format!("profile {name:?} is built in; give yours another name and `inherit = {name:?}`")));
+                    return Err(err(format!(
+                        "profile {name:?} is built in; give yours another name and `inherit = {name:?}`"
+                    )));
                 }
                 let Some(body) = body.as_table_like() else {
                     return Err(err(format!("profile {name:?} must be a table ([profiles.{name}])")));
                 };
                 let mut def = Def::default();
                 for (key, value) in body.iter() {
-                    let value = value.as_value().ok_or_else(|| err(format!("profile {name:?}: {key} must be a plain value, not a table")))?;
+                    let value = value
+                        .as_value()
+                        .ok_or_else(|| err(format!("profile {name:?}: {key} must be a plain value, not a table")))?;
                     if key == "inherit" {
                         let Some(parent) = value.as_str() else {
                             return Err(err(format!("profile {name:?}: inherit must be a profile name in quotes")));
@@ -169,7 +179,11 @@ impl ProfileFile {
                         toml_edit::Value::Integer(i) => i.value().to_string(),
                         toml_edit::Value::String(s) => s.value().clone(),
                         toml_edit::Value::Boolean(b) => if *b.value() { "1" } else { "0" }.to_string(),
-                        _ => return Err(err(format!("profile {name:?}: {key} must be an integer, a string or a boolean"))),
+                        _ => {
+                            return Err(err(format!(
+                                "profile {name:?}: {key} must be an integer, a string or a boolean"
+                            )))
+                        }
                     };
                     def.settings.push((key.to_string(), text));
                 }
@@ -199,7 +213,11 @@ impl ProfileFile {
 fn suggestion(key: &str) -> String {
     let norm = |s: &str| s.to_ascii_uppercase().trim_start_matches("EUDP_").replace(['-', '_'], "");
     let k = norm(key);
-    SETTINGS.iter().find(|s| norm(s) == k).map(|s| format!(" (did you mean {s}?)")).unwrap_or_else(|| " (settings are the EUDP_* variables of docs/preload.md)".to_string())
+    SETTINGS
+        .iter()
+        .find(|s| norm(s) == k)
+        .map(|s| format!(" (did you mean {s}?)"))
+        .unwrap_or_else(|| " (settings are the EUDP_* variables of docs/preload.md)".to_string())
 }
 
 /// The settings of profile `name` — a built-in, or one of `file` on top of

@@ -46,7 +46,12 @@ pub fn compile(name: &str, source: &str) -> Result<PathBuf, String> {
     // Build under a private name and rename: concurrent callers never run a half-written file.
     let tmp = dir.join(format!("{name}-{}.tmp", std::process::id()));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc).args(["-O2", "-Wall", "-o"]).arg(&tmp).arg(&src).output().map_err(|e| format!("{cc}: {e} (a C compiler is needed for {name})"))?;
+    let out = Command::new(&cc)
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("{cc}: {e} (a C compiler is needed for {name})"))?;
     let _ = std::fs::remove_file(&src);
     if !out.status.success() {
         return Err(format!("{cc} {name}: {}", String::from_utf8_lossy(&out.stderr).trim()));
@@ -92,7 +97,11 @@ pub fn wrap_args(cmd: &mut Command, out: &Path, nofile: Option<(u64, u64)>, env:
 /// application bench: each result has `run`, `stack`, `a_kib`, `b_kib`
 /// and `n` (rows with a value), in first-seen order. `a` is the
 /// sender's or client's `*_peak_rss_kib`, `b` the receiver's or server's.
-pub fn medians(rows: &[serde_json::Value], run: &dyn Fn(&serde_json::Value) -> String, stack: &dyn Fn(&serde_json::Value) -> String) -> Vec<serde_json::Value> {
+pub fn medians(
+    rows: &[serde_json::Value],
+    run: &dyn Fn(&serde_json::Value) -> String,
+    stack: &dyn Fn(&serde_json::Value) -> String,
+) -> Vec<serde_json::Value> {
     let pick = |r: &serde_json::Value, keys: [&str; 2]| keys.iter().find_map(|k| r[*k].as_f64());
     let mut keys: Vec<(String, String)> = Vec::new();
     for r in rows {
@@ -113,8 +122,10 @@ pub fn medians(rows: &[serde_json::Value], run: &dyn Fn(&serde_json::Value) -> S
     keys.into_iter()
         .map(|(ru, st)| {
             let sel: Vec<&serde_json::Value> = rows.iter().filter(|r| run(r) == ru && stack(r) == st).collect();
-            let a: Vec<f64> = sel.iter().filter_map(|r| pick(r, ["sender_peak_rss_kib", "client_peak_rss_kib"])).collect();
-            let b: Vec<f64> = sel.iter().filter_map(|r| pick(r, ["receiver_peak_rss_kib", "server_peak_rss_kib"])).collect();
+            let a: Vec<f64> =
+                sel.iter().filter_map(|r| pick(r, ["sender_peak_rss_kib", "client_peak_rss_kib"])).collect();
+            let b: Vec<f64> =
+                sel.iter().filter_map(|r| pick(r, ["receiver_peak_rss_kib", "server_peak_rss_kib"])).collect();
             serde_json::json!({ "run": ru, "stack": st, "a_kib": median(a.clone()), "b_kib": median(b), "n": a.len() })
         })
         .collect()
@@ -123,9 +134,16 @@ pub fn medians(rows: &[serde_json::Value], run: &dyn Fn(&serde_json::Value) -> S
 /// A table of [`medians`].
 pub fn table(meds: &[serde_json::Value]) -> String {
     let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into());
-    let mut s = format!("{:<40} {:<16} {:>16} {:>18}\n", "peak RSS, KiB (median)", "stack", "sender/client", "receiver/server");
+    let mut s =
+        format!("{:<40} {:<16} {:>16} {:>18}\n", "peak RSS, KiB (median)", "stack", "sender/client", "receiver/server");
     for m in meds {
-        s += &format!("{:<40} {:<16} {:>16} {:>18}\n", m["run"].as_str().unwrap_or(""), m["stack"].as_str().unwrap_or(""), f(&m["a_kib"]), f(&m["b_kib"]));
+        s += &format!(
+            "{:<40} {:<16} {:>16} {:>18}\n",
+            m["run"].as_str().unwrap_or(""),
+            m["stack"].as_str().unwrap_or(""),
+            f(&m["a_kib"]),
+            f(&m["b_kib"])
+        );
     }
     s
 }

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use crate::profiles::{profile, PROFILES};
 use crate::profiles::ProfileFile;
+pub use crate::profiles::{profile, PROFILES};
 
 /// Where `libeudp_preload.so` is: `$EUDP_PRELOAD_LIB`, else next to the
 /// running executable (`target/{debug,release}/`), else one directory up
@@ -49,7 +49,8 @@ pub fn preload_lib() -> Result<PathBuf, String> {
 /// Adds the shim and a built-in profile to a command (variables already
 /// set in this environment are left alone).
 pub fn preload(cmd: &mut Command, lib: &Path, profile_name: &str) -> Result<(), String> {
-    let settings: Vec<(String, String)> = profile(profile_name)?.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let settings: Vec<(String, String)> =
+        profile(profile_name)?.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     preload_settings(cmd, lib, &settings);
     Ok(())
 }
@@ -71,7 +72,9 @@ pub fn preload_settings(cmd: &mut Command, lib: &Path, settings: &[(String, Stri
 }
 
 fn usage_run() -> i32 {
-    eprintln!("usage: eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM [ARGS...]");
+    eprintln!(
+        "usage: eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM [ARGS...]"
+    );
     eprintln!("       eudp run --list-profiles [--profile-file FILE]");
     eprintln!("profiles: default, throughput, latency, and those of FILE (or $EUDP_PROFILE_FILE)");
     2
@@ -84,9 +87,16 @@ fn list_profiles(file: Option<&ProfileFile>) -> i32 {
     for name in names {
         match crate::profiles::resolve(&name, file) {
             Ok(settings) => {
-                let from = if PROFILES.iter().any(|p| p.0 == name) { "built in".to_string() } else { file.map_or(String::new(), |f| f.origin().to_string()) };
+                let from = if PROFILES.iter().any(|p| p.0 == name) {
+                    "built in".to_string()
+                } else {
+                    file.map_or(String::new(), |f| f.origin().to_string())
+                };
                 let list: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                println!("{name:<12} {from}: {}", if list.is_empty() { "engine defaults".to_string() } else { list.join(" ") });
+                println!(
+                    "{name:<12} {from}: {}",
+                    if list.is_empty() { "engine defaults".to_string() } else { list.join(" ") }
+                );
             }
             Err(e) => {
                 eprintln!("eudp run: {e}");
@@ -102,7 +112,8 @@ fn list_profiles(file: Option<&ProfileFile>) -> i32 {
 pub fn run_main(args: &[String]) -> i32 {
     let mut prof = "default".to_string();
     let mut transport: Option<String> = None;
-    let mut profile_file: Option<PathBuf> = std::env::var_os("EUDP_PROFILE_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let mut profile_file: Option<PathBuf> =
+        std::env::var_os("EUDP_PROFILE_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
     let mut list = false;
     let mut i = 0;
     while i < args.len() {
@@ -273,7 +284,18 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
         s += "\n";
         s += &format!(
             "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8} {:>8}\n",
-            "fd", "mode", "local", "peer", "sent", "direct", "queued", "batch", "received", "ring_drop", "sock_drop", "gro"
+            "fd",
+            "mode",
+            "local",
+            "peer",
+            "sent",
+            "direct",
+            "queued",
+            "batch",
+            "received",
+            "ring_drop",
+            "sock_drop",
+            "gro"
         );
         for key in ["sockets", "closed"] {
             for x in r[key].as_array().into_iter().flatten() {
@@ -308,7 +330,10 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
 /// transport did not start; empty for other transports.
 fn format_xdp(x: &serde_json::Value) -> String {
     if let Some(why) = x["unavailable"].as_str() {
-        return format!("  xdp: unavailable ({why}); {} socket(s) on the kernel backend\n", x["kernel_backend_sockets"].as_u64().unwrap_or(0));
+        return format!(
+            "  xdp: unavailable ({why}); {} socket(s) on the kernel backend\n",
+            x["kernel_backend_sockets"].as_u64().unwrap_or(0)
+        );
     }
     let Some(t) = x["stats"].as_object() else { return String::new() };
     let c = |k: &str| t.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
@@ -338,14 +363,20 @@ fn format_xdp(x: &serde_json::Value) -> String {
 fn format_uoe(t: &serde_json::Map<String, serde_json::Value>, queued: u64) -> String {
     let c = |k: &str| t.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     let reasons = |keys: &mut dyn Iterator<Item = &str>| {
-        let v: Vec<String> = keys.filter(|k| c(k) > 0).map(|k| format!("{} {}", k.trim_start_matches("drop_"), c(k))).collect();
+        let v: Vec<String> =
+            keys.filter(|k| c(k) > 0).map(|k| format!("{} {}", k.trim_start_matches("drop_"), c(k))).collect();
         if v.is_empty() {
             "none".to_string()
         } else {
             v.join(", ")
         }
     };
-    let drops = reasons(&mut t.keys().map(|k| k.as_str()).filter(|k| k.starts_with("drop_") || *k == "lost_partial" || *k == "plain_lost"));
+    let drops = reasons(
+        &mut t
+            .keys()
+            .map(|k| k.as_str())
+            .filter(|k| k.starts_with("drop_") || *k == "lost_partial" || *k == "plain_lost"),
+    );
     let closed = reasons(&mut ["bad_hello", "malformed", "oversized", "hello_timeouts", "rejected_conns"].into_iter());
     format!(
         "  uoe: connections {} opened, {} accepted, {} closed, {} failed, {} reconnects; frames {} sent ({} writes), {} received ({} in place); {} plain UDP sent; {queued} B queued\n  uoe drops: {drops}\n  uoe refused/closed input: {closed}\n",
@@ -527,7 +558,14 @@ pub fn stack_env(stack: Stack, lib: &Path, stat_dir: &Path) -> Vec<OsString> {
 }
 
 /// A command inside testbed host `host` on `stack`.
-pub fn app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: &Path, stat_dir: &Path, argv: &[&str]) -> Command {
+pub fn app_command(
+    tb: &crate::testbed::Testbed,
+    host: char,
+    stack: Stack,
+    lib: &Path,
+    stat_dir: &Path,
+    argv: &[&str],
+) -> Command {
     let mut c = tb.command(host, "env");
     c.args(stack_env(stack, lib, stat_dir));
     c.args(argv);
@@ -539,7 +577,15 @@ pub fn app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: 
 /// ([`crate::rss`]), which writes the program's peak RSS to `rss_out`.
 /// Without a C compiler it is [`app_command`] (and no RSS is reported).
 #[allow(clippy::too_many_arguments)]
-pub fn measured_app_command(tb: &crate::testbed::Testbed, host: char, stack: Stack, lib: &Path, stat_dir: &Path, argv: &[&str], rss_out: &Path) -> Command {
+pub fn measured_app_command(
+    tb: &crate::testbed::Testbed,
+    host: char,
+    stack: Stack,
+    lib: &Path,
+    stat_dir: &Path,
+    argv: &[&str],
+    rss_out: &Path,
+) -> Command {
     match crate::rss::wrapper() {
         Ok(w) => {
             let mut c = tb.command(host, &w.display().to_string());
@@ -588,13 +634,31 @@ fn output(mut c: Command, limit: Duration) -> Result<String, String> {
 
 /// One iperf3 UDP run (`reverse`: -R) between host a (client) and b.
 #[allow(clippy::too_many_arguments)]
-pub fn iperf3_udp(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, reverse: bool) -> Result<serde_json::Value, String> {
+pub fn iperf3_udp(
+    tb: &crate::testbed::Testbed,
+    stack: Stack,
+    lib: &Path,
+    stats: &Path,
+    secs: u32,
+    len: usize,
+    rate: &str,
+    reverse: bool,
+) -> Result<serde_json::Value, String> {
     iperf3_udp_with(tb, stack, lib, stats, secs, len, rate, if reverse { &["-R"] } else { &[] })
 }
 
 /// As [`iperf3_udp`] with extra client options (`-R`, `--bidir`, `-P 4`).
 #[allow(clippy::too_many_arguments)]
-pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, stats: &Path, secs: u32, len: usize, rate: &str, extra: &[&str]) -> Result<serde_json::Value, String> {
+pub fn iperf3_udp_with(
+    tb: &crate::testbed::Testbed,
+    stack: Stack,
+    lib: &Path,
+    stats: &Path,
+    secs: u32,
+    len: usize,
+    rate: &str,
+    extra: &[&str],
+) -> Result<serde_json::Value, String> {
     let reverse = extra.contains(&"-R");
     let l = len.to_string();
     let mut opts = vec!["-u", "-b", rate, "-l", &l];
@@ -610,7 +674,8 @@ pub fn iperf3_udp_with(tb: &crate::testbed::Testbed, stack: Stack, lib: &Path, s
     // included) per datagram; "host" is the client, the receiver under -R.
     let cpu = |k: &str| v["end"]["cpu_utilization_percent"][k].as_f64();
     let per = |pct: Option<f64>, n: u64| pct.filter(|_| n > 0).map(|p| p / 100.0 * secs_f * 1e9 / n as f64);
-    let (tx_cpu, rx_cpu) = if reverse { (cpu("remote_total"), cpu("host_total")) } else { (cpu("host_total"), cpu("remote_total")) };
+    let (tx_cpu, rx_cpu) =
+        if reverse { (cpu("remote_total"), cpu("host_total")) } else { (cpu("host_total"), cpu("remote_total")) };
     Ok(serde_json::json!({
         "tool": "iperf3", "stack": stack.name(), "reverse": reverse, "options": extra.join(" "), "len": len, "rate": rate,
         "packets_sent": packets, "lost_packets": lost, "lost_percent": sum["lost_percent"],
@@ -639,13 +704,18 @@ fn iperf3_pair(
     secs: u32,
     opts: &[&str],
 ) -> Result<(serde_json::Value, serde_json::Value, serde_json::Value), String> {
-    let (srv_rss, cli_rss) = (crate::rss::report_path(&format!("{rss_tag}-server")), crate::rss::report_path(&format!("{rss_tag}-client")));
-    let mut srv = spawn_bg(measured_app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port], &srv_rss))?;
+    let (srv_rss, cli_rss) =
+        (crate::rss::report_path(&format!("{rss_tag}-server")), crate::rss::report_path(&format!("{rss_tag}-client")));
+    let mut srv =
+        spawn_bg(measured_app_command(tb, 'b', stack, lib, stats, &["iperf3", "-s", "-1", "-p", port], &srv_rss))?;
     std::thread::sleep(Duration::from_millis(400));
     let t = secs.to_string();
     let mut argv = vec!["iperf3", "-c", crate::testbed::ADDR_B, "-p", port, "-t", &t, "--json"];
     argv.extend_from_slice(opts);
-    let out = output(measured_app_command(tb, 'a', stack, lib, stats, &argv, &cli_rss), Duration::from_secs(secs as u64 + 20));
+    let out = output(
+        measured_app_command(tb, 'a', stack, lib, stats, &argv, &cli_rss),
+        Duration::from_secs(secs as u64 + 20),
+    );
     if out.is_ok() {
         srv.wait_exit(Duration::from_secs(5));
     }
@@ -669,7 +739,13 @@ fn iperf3_pair(
 /// 128 KiB writes, `extra` as given): what this host's own TCP carries for
 /// the same program, the ceiling of any UDP-over-TCP transport here.
 /// CPU is per 1472 B of payload, to sit beside the UDP rows.
-pub fn iperf3_kernel_tcp(tb: &crate::testbed::Testbed, lib: &Path, stats: &Path, secs: u32, extra: &[&str]) -> Result<serde_json::Value, String> {
+pub fn iperf3_kernel_tcp(
+    tb: &crate::testbed::Testbed,
+    lib: &Path,
+    stats: &Path,
+    secs: u32,
+    extra: &[&str],
+) -> Result<serde_json::Value, String> {
     let (v, srv_rss, cli_rss) = iperf3_pair(tb, Stack::Kernel, lib, stats, "5302", "iperf3-tcp", secs, extra)?;
     let sum = &v["end"]["sum_received"];
     let bytes = sum["bytes"].as_f64().ok_or_else(|| format!("iperf3: no sum_received: {v}"))?;
@@ -698,20 +774,48 @@ fn parse_after(s: &str, key: &str) -> Option<f64> {
 
 /// sockperf ping-pong, under-load or throughput (`mode`) from a to a server on b.
 #[allow(clippy::too_many_arguments)]
-pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib: &Path, stats: &Path, mode: &str, secs: u32, size: usize) -> Result<serde_json::Value, String> {
+pub fn sockperf(
+    tb: &crate::testbed::Testbed,
+    client: Stack,
+    server: Stack,
+    lib: &Path,
+    stats: &Path,
+    mode: &str,
+    secs: u32,
+    size: usize,
+) -> Result<serde_json::Value, String> {
     // An AF_XDP run's processes report into a directory of their own, so
     // the row can show that the fast path carried the traffic.
-    let xdp_dir = stats.join(format!("xdp-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)));
+    let xdp_dir = stats.join(format!(
+        "xdp-{}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    ));
     let xdp = matches!(client, Stack::EudpXdp(_)) || matches!(server, Stack::EudpXdp(_));
     let stats: &Path = if xdp { &xdp_dir } else { stats };
     let port = "11311";
     let (srv_rss, cli_rss) = (crate::rss::report_path("sockperf-server"), crate::rss::report_path("sockperf-client"));
-    let mut srv = spawn_bg(measured_app_command(tb, 'b', server, lib, stats, &["sockperf", "server", "-i", crate::testbed::ADDR_B, "-p", port], &srv_rss))?;
+    let mut srv = spawn_bg(measured_app_command(
+        tb,
+        'b',
+        server,
+        lib,
+        stats,
+        &["sockperf", "server", "-i", crate::testbed::ADDR_B, "-p", port],
+        &srv_rss,
+    ))?;
     std::thread::sleep(Duration::from_millis(400));
     let t = secs.to_string();
     let m = size.to_string();
     let out = output(
-        measured_app_command(tb, 'a', client, lib, stats, &["sockperf", mode, "-i", crate::testbed::ADDR_B, "-p", port, "-t", &t, "-m", &m], &cli_rss),
+        measured_app_command(
+            tb,
+            'a',
+            client,
+            lib,
+            stats,
+            &["sockperf", mode, "-i", crate::testbed::ADDR_B, "-p", port, "-t", &t, "-m", &m],
+            &cli_rss,
+        ),
         Duration::from_secs(secs as u64 + 20),
     );
     let srv_out = srv.stop();
@@ -742,7 +846,12 @@ pub fn sockperf(tb: &crate::testbed::Testbed, client: Stack, server: Stack, lib:
         let x = xdp_counters(stats);
         let _ = std::fs::remove_dir_all(stats);
         if x.tx_frames == 0 || x.rx_frames == 0 {
-            return Err(format!("sockperf {mode} on the xdp transport: the fast path carried nothing (tx {}, rx {} frames; {})", x.tx_frames, x.rx_frames, x.unavailable.join("; ")));
+            return Err(format!(
+                "sockperf {mode} on the xdp transport: the fast path carried nothing (tx {}, rx {} frames; {})",
+                x.tx_frames,
+                x.rx_frames,
+                x.unavailable.join("; ")
+            ));
         }
         v["xdp_tx_frames"] = x.tx_frames.into();
         v["xdp_rx_frames"] = x.rx_frames.into();
@@ -818,11 +927,15 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
     for reverse in [false, true] {
         for rep in 0..repeats {
             for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
-                let r = iperf3_udp(&tb, stack, &lib, &stats, secs, 1472, "0", reverse).unwrap_or_else(|e| serde_json::json!({"tool": "iperf3", "stack": stack.name(), "reverse": reverse, "error": e}));
+                let r = iperf3_udp(&tb, stack, &lib, &stats, secs, 1472, "0", reverse).unwrap_or_else(
+                    |e| serde_json::json!({"tool": "iperf3", "stack": stack.name(), "reverse": reverse, "error": e}),
+                );
                 push(&mut rows, r, rep);
             }
         }
-        let is = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "iperf3" && r["reverse"] == reverse && r["stack"] == s;
+        let is = |s: &'static str| {
+            move |r: &serde_json::Value| r["tool"] == "iperf3" && r["reverse"] == reverse && r["stack"] == s
+        };
         let k = median_of(&rows, &is("kernel"), "received_pps");
         let e = median_of(&rows, &is("eudp-throughput"), "received_pps");
         let kl = median_of(&rows, &is("kernel"), "lost_percent");
@@ -839,21 +952,38 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
     // sockperf throughput 64 B.
     for rep in 0..repeats {
         for stack in [Stack::Kernel, Stack::Eudp("throughput")] {
-            let r = sockperf(&tb, stack, stack, &lib, &stats, "throughput", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "throughput", "client": stack.name(), "error": e}));
+            let r = sockperf(&tb, stack, stack, &lib, &stats, "throughput", secs, 64).unwrap_or_else(
+                |e| serde_json::json!({"tool": "sockperf", "mode": "throughput", "client": stack.name(), "error": e}),
+            );
             push(&mut rows, r, rep);
         }
     }
-    let tp = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "throughput" && r["client"] == s;
-    let x = ratio(median_of(&rows, &tp("eudp-throughput"), "received_rate"), median_of(&rows, &tp("kernel"), "received_rate"));
+    let tp = |s: &'static str| {
+        move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "throughput" && r["client"] == s
+    };
+    let x = ratio(
+        median_of(&rows, &tp("eudp-throughput"), "received_rate"),
+        median_of(&rows, &tp("kernel"), "received_rate"),
+    );
     targets.push(serde_json::json!({"target": "sockperf throughput 64 B received message rate >= 5x kernel", "ratio": x, "met": x.is_some_and(|x| x >= 5.0)}));
     // sockperf ping-pong 64 B.
     for rep in 0..repeats {
-        for stack in [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency"), Stack::EudpXdp("default"), Stack::EudpXdp("latency")] {
-            let r = sockperf(&tb, stack, stack, &lib, &stats, "ping-pong", secs, 64).unwrap_or_else(|e| serde_json::json!({"tool": "sockperf", "mode": "ping-pong", "client": stack.name(), "error": e}));
+        for stack in [
+            Stack::Kernel,
+            Stack::Eudp("default"),
+            Stack::Eudp("latency"),
+            Stack::EudpXdp("default"),
+            Stack::EudpXdp("latency"),
+        ] {
+            let r = sockperf(&tb, stack, stack, &lib, &stats, "ping-pong", secs, 64).unwrap_or_else(
+                |e| serde_json::json!({"tool": "sockperf", "mode": "ping-pong", "client": stack.name(), "error": e}),
+            );
             push(&mut rows, r, rep);
         }
     }
-    let pp = |s: &'static str| move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "ping-pong" && r["client"] == s;
+    let pp = |s: &'static str| {
+        move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "ping-pong" && r["client"] == s
+    };
     let (k50, k99) = (median_of(&rows, &pp("kernel"), "p50_us"), median_of(&rows, &pp("kernel"), "p99_us"));
     let (e50, e99) = (median_of(&rows, &pp("eudp"), "p50_us"), median_of(&rows, &pp("eudp"), "p99_us"));
     let l50 = median_of(&rows, &pp("eudp-latency"), "p50_us");

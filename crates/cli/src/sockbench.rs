@@ -127,7 +127,15 @@ fn num(v: &serde_json::Value, k: &str) -> Option<f64> {
 }
 
 /// One stack: server under the wrapper with `env`, then the client.
-fn run_stack(stack: &str, env: Result<Vec<std::ffi::OsString>, String>, dnsd: &Path, wrapper: &Path, count: u64, nofile: (u64, u64), window: u64) -> StackRun {
+fn run_stack(
+    stack: &str,
+    env: Result<Vec<std::ffi::OsString>, String>,
+    dnsd: &Path,
+    wrapper: &Path,
+    count: u64,
+    nofile: (u64, u64),
+    window: u64,
+) -> StackRun {
     let mut r = StackRun {
         stack: stack.into(),
         nofile_soft: nofile.0,
@@ -162,7 +170,13 @@ fn run_stack(stack: &str, env: Result<Vec<std::ffi::OsString>, String>, dnsd: &P
     // stack takes seconds), and are only there to end a hung run.
     let secs = 30.0 + count as f64 / 200.0;
     let mut c = Command::new(wrapper);
-    rss::wrap_args(&mut c, &usage, Some(nofile), &env, &[&dnsd.display().to_string(), "serve", &count.to_string(), &ports.display().to_string(), &format!("{secs}")]);
+    rss::wrap_args(
+        &mut c,
+        &usage,
+        Some(nofile),
+        &env,
+        &[&dnsd.display().to_string(), "serve", &count.to_string(), &ports.display().to_string(), &format!("{secs}")],
+    );
     // stderr to a file: a program that writes much there must not block on a pipe nobody reads yet.
     let errf = std::env::temp_dir().join(format!("eudp-sockbench-{}-{stack}.err", std::process::id()));
     let errw = match std::fs::File::create(&errf) {
@@ -191,7 +205,10 @@ fn run_stack(stack: &str, env: Result<Vec<std::ffi::OsString>, String>, dnsd: &P
             .stdin(Stdio::null())
             .output();
         match cl {
-            Ok(o) => r.client = serde_json::from_slice(String::from_utf8_lossy(&o.stdout).trim().as_bytes()).unwrap_or(serde_json::Value::Null),
+            Ok(o) => {
+                r.client = serde_json::from_slice(String::from_utf8_lossy(&o.stdout).trim().as_bytes())
+                    .unwrap_or(serde_json::Value::Null)
+            }
             Err(e) => r.error = Some(format!("cannot start the client: {e}")),
         }
     }
@@ -208,7 +225,8 @@ fn run_stack(stack: &str, env: Result<Vec<std::ffi::OsString>, String>, dnsd: &P
     // The last lines are enough to say why.
     let err: String = err.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
     let _ = std::fs::remove_file(&ports);
-    let line = [first.as_str(), rest.as_str()].iter().flat_map(|s| s.lines()).find(|l| l.starts_with('{')).map(str::to_string);
+    let line =
+        [first.as_str(), rest.as_str()].iter().flat_map(|s| s.lines()).find(|l| l.starts_with('{')).map(str::to_string);
     r.server = line.as_deref().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(serde_json::Value::Null);
     let u = rss::take_usage(&usage);
     r.peak_rss_kib = u.as_ref().map(|u| u.max_rss_kib);
@@ -223,10 +241,24 @@ fn run_stack(stack: &str, env: Result<Vec<std::ffi::OsString>, String>, dnsd: &P
     if r.error.is_none() {
         r.error = s["error"].as_str().map(str::to_string).or_else(|| {
             if s.is_null() {
-                let how = u.as_ref().map(|u| if u.signal != 0 { format!("killed by signal {}", u.signal) } else { format!("exit code {}", u.exit_code) });
-                Some(format!("server gave no result ({}): {}", how.unwrap_or_else(|| "did not finish".into()), err.trim()))
+                let how = u.as_ref().map(|u| {
+                    if u.signal != 0 {
+                        format!("killed by signal {}", u.signal)
+                    } else {
+                        format!("exit code {}", u.exit_code)
+                    }
+                });
+                Some(format!(
+                    "server gave no result ({}): {}",
+                    how.unwrap_or_else(|| "did not finish".into()),
+                    err.trim()
+                ))
             } else if r.answered < count {
-                Some(format!("{} of {count} sockets answered (server counted {})", r.answered, num(s, "answered").unwrap_or(0.0)))
+                Some(format!(
+                    "{} of {count} sockets answered (server counted {})",
+                    r.answered,
+                    num(s, "answered").unwrap_or(0.0)
+                ))
             } else {
                 None
             }
@@ -243,13 +275,15 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
     let wrapper = rss::wrapper()?;
     let nofile = args.nofile.unwrap_or_else(|| nofile_for(count));
     let window = 64;
-    let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let started_unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let lib = match &args.lib {
         Some(l) => Ok(l.clone()),
         None => crate::run::preload_lib(),
     };
     let own_hard = own_hard_nofile();
-    let mut plan: Vec<(&str, bool, (u64, u64))> = vec![("kernel", false, (nofile, nofile)), ("eudp", true, (nofile, nofile))];
+    let mut plan: Vec<(&str, bool, (u64, u64))> =
+        vec![("kernel", false, (nofile, nofile)), ("eudp", true, (nofile, nofile))];
     if own_hard > nofile {
         plan.push(("eudp-room", true, (nofile, own_hard)));
     }
@@ -258,7 +292,11 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
         let stat_dir = std::env::temp_dir().join(format!("eudp-sockbench-stat-{}-{stack}", std::process::id()));
         let _ = std::fs::remove_dir_all(&stat_dir);
         let _ = std::fs::create_dir_all(&stat_dir);
-        let env = if shim { lib.clone().map(|l| crate::run::stack_env(crate::run::Stack::Eudp("default"), &l, &stat_dir)) } else { Ok(Vec::new()) };
+        let env = if shim {
+            lib.clone().map(|l| crate::run::stack_env(crate::run::Stack::Eudp("default"), &l, &stat_dir))
+        } else {
+            Ok(Vec::new())
+        };
         eprint!("bench: {count} sockets on {stack} (RLIMIT_NOFILE {}:{}) ... ", limits.0, limits.1);
         let mut r = run_stack(stack, env, &dnsd, &wrapper, count, limits, window);
         if shim {
@@ -267,14 +305,25 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
         let _ = std::fs::remove_dir_all(&stat_dir);
         let carried = r.accelerated.map(|a| format!(", {a} on the engine")).unwrap_or_default();
         match &r.error {
-            None => eprintln!("{} answered, open {:.3} s, answer {:.3} s, peak RSS {} KiB{carried}", r.answered, r.open_secs.unwrap_or(0.0), r.answer_secs.unwrap_or(0.0), r.peak_rss_kib.unwrap_or(0)),
+            None => eprintln!(
+                "{} answered, open {:.3} s, answer {:.3} s, peak RSS {} KiB{carried}",
+                r.answered,
+                r.open_secs.unwrap_or(0.0),
+                r.answer_secs.unwrap_or(0.0),
+                r.peak_rss_kib.unwrap_or(0)
+            ),
             Some(e) => eprintln!("FAILED: {e}{carried}"),
         }
         runs.push(r);
     }
     let ratios = |stack: &str| {
-        let ratio = |f: &dyn Fn(&StackRun) -> Option<f64>| match (runs.iter().find(|r| r.stack == stack), runs.iter().find(|r| r.stack == "kernel")) {
-            (Some(e), Some(k)) if e.success && k.success => f(e).zip(f(k)).filter(|(_, k)| *k > 0.0).map(|(e, k)| e / k),
+        let ratio = |f: &dyn Fn(&StackRun) -> Option<f64>| match (
+            runs.iter().find(|r| r.stack == stack),
+            runs.iter().find(|r| r.stack == "kernel"),
+        ) {
+            (Some(e), Some(k)) if e.success && k.success => {
+                f(e).zip(f(k)).filter(|(_, k)| *k > 0.0).map(|(e, k)| e / k)
+            }
             _ => None,
         };
         Ratios {
@@ -305,7 +354,8 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let p = dir.join(format!("sockets-{started_unix}.json"));
-        std::fs::write(&p, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?).map_err(|e| format!("{}: {e}", p.display()))?;
+        std::fs::write(&p, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?)
+            .map_err(|e| format!("{}: {e}", p.display()))?;
         path = Some(p);
     }
     Ok((res, path))
@@ -314,7 +364,11 @@ pub fn run(args: &SocketsArgs) -> Result<(SocketsBench, Option<PathBuf>), String
 /// This process's hard RLIMIT_NOFILE (the most a child can be given).
 fn own_hard_nofile() -> u64 {
     let s = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-    s.lines().find(|l| l.starts_with("Max open files")).and_then(|l| l.split_whitespace().nth(4)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    s.lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Reads the shim's final stat report of the server (the only process
@@ -331,7 +385,10 @@ fn shim_report(dir: &Path, r: &mut StackRun) {
 pub fn table(res: &SocketsBench) -> String {
     let f = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into());
     let mut s = format!("{} UDP sockets in one epoll set, RLIMIT_NOFILE soft {}\n", res.count, res.nofile_limit);
-    s += &format!("{:<9} {:>7} {:>7} {:>9} {:>9} {:>10} {:>12} {:>13} {:>9}  {}\n", "stack", "hard", "opened", "answered", "on engine", "open s", "answer s", "peak RSS KiB", "fds", "result");
+    s += &format!(
+        "{:<9} {:>7} {:>7} {:>9} {:>9} {:>10} {:>12} {:>13} {:>9}  {}\n",
+        "stack", "hard", "opened", "answered", "on engine", "open s", "answer s", "peak RSS KiB", "fds", "result"
+    );
     for r in &res.runs {
         s += &format!(
             "{:<9} {:>7} {:>7} {:>9} {:>9} {:>10} {:>12} {:>13} {:>9}  {}\n",
@@ -349,7 +406,13 @@ pub fn table(res: &SocketsBench) -> String {
     }
     for (name, q) in [("eudp", Some(&res.eudp_over_kernel)), ("eudp-room", res.eudp_room_over_kernel.as_ref())] {
         let Some(q) = q else { continue };
-        s += &format!("{name}/kernel: open {}x, answer {}x, peak RSS {}x, fds {}x\n", f(q.open_secs, 2), f(q.answer_secs, 2), f(q.peak_rss_kib, 2), f(q.fds_in_use, 2));
+        s += &format!(
+            "{name}/kernel: open {}x, answer {}x, peak RSS {}x, fds {}x\n",
+            f(q.open_secs, 2),
+            f(q.answer_secs, 2),
+            f(q.peak_rss_kib, 2),
+            f(q.fds_in_use, 2)
+        );
     }
     s
 }

@@ -80,7 +80,15 @@ impl Job {
 
     /// Parses worker arguments.
     pub fn from_args<S: AsRef<str>>(args: &[S]) -> Result<Job, String> {
-        let mut j = Job { role: String::new(), mode: TcpMode::Tcp, addr: "0.0.0.0:0".parse().unwrap(), size: 1472, secs: 3.0, count: 0, pace_every: 0 };
+        let mut j = Job {
+            role: String::new(),
+            mode: TcpMode::Tcp,
+            addr: "0.0.0.0:0".parse().unwrap(),
+            size: 1472,
+            secs: 3.0,
+            count: 0,
+            pace_every: 0,
+        };
         for a in args {
             let (k, v) = a.as_ref().split_once('=').ok_or_else(|| format!("bad worker argument {:?}", a.as_ref()))?;
             let bad = || format!("bad value for {k}: {v}");
@@ -176,7 +184,9 @@ pub fn thread_stats() -> Vec<serde_json::Value> {
         let f: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
         let ticks = |i: usize| f.get(i - 3).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
         let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
-        let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).and_then(|x| x.trim().parse::<u64>().ok()).unwrap_or(0);
+        let field = |k: &str| {
+            status.lines().find_map(|l| l.strip_prefix(k)).and_then(|x| x.trim().parse::<u64>().ok()).unwrap_or(0)
+        };
         v.push(serde_json::json!({
             "name": comm,
             "cpu_secs": (ticks(14) + ticks(15)) / tick,
@@ -223,7 +233,15 @@ fn tcp_send(j: &Job) -> Result<Report, String> {
     let stats = stats_value(&t, &ep);
     // Let the kernel deliver what sits in the socket buffer before exiting.
     std::thread::sleep(Duration::from_millis(300));
-    Ok(Report { datagrams: seq, bytes, secs, cpu_secs: cpu, max_rss_kib: worker::max_rss_kib(), eudp: Some(stats), ..Report::default() })
+    Ok(Report {
+        datagrams: seq,
+        bytes,
+        secs,
+        cpu_secs: cpu,
+        max_rss_kib: worker::max_rss_kib(),
+        eudp: Some(stats),
+        ..Report::default()
+    })
 }
 
 fn tcp_recv(j: &Job) -> Result<Report, String> {
@@ -298,7 +316,8 @@ pub struct WorkerCmd {
 /// Starts a worker; with `rss_out`, under the RSS wrapper ([`crate::rss`]),
 /// which writes the worker's peak RSS there.
 fn spawn(tb: &Testbed, host: char, w: &WorkerCmd, j: &Job, rss_out: Option<&std::path::Path>) -> Result<Child, String> {
-    let wrapper = rss_out.and_then(|o| crate::rss::wrapper().map_err(|e| eprintln!("bench: no peak RSS: {e}")).ok().map(|x| (x, o)));
+    let wrapper = rss_out
+        .and_then(|o| crate::rss::wrapper().map_err(|e| eprintln!("bench: no peak RSS: {e}")).ok().map(|x| (x, o)));
     let mut c: Command = match &wrapper {
         Some((x, o)) => {
             let mut c = tb.command(host, &x.display().to_string());
@@ -340,7 +359,15 @@ fn wait_report(mut child: Child, mut out: impl Read, what: &str, timeout: Durati
 }
 
 /// One transfer from host a to host b; returns (sender, receiver).
-pub fn transfer(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f64, count: u64, pace_every: u64) -> Result<(Report, Report), String> {
+pub fn transfer(
+    tb: &Testbed,
+    w: &WorkerCmd,
+    mode: TcpMode,
+    size: usize,
+    secs: f64,
+    count: u64,
+    pace_every: u64,
+) -> Result<(Report, Report), String> {
     transfer_measured(tb, w, mode, size, secs, count, pace_every).map(|(s, r, ..)| (s, r))
 }
 
@@ -348,7 +375,15 @@ pub fn transfer(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f
 /// the sender's and receiver's peak RSS (KiB) as the wrapper saw it
 /// (`None` without a C compiler or when a worker was killed).
 #[allow(clippy::type_complexity)]
-pub fn transfer_measured(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f64, count: u64, pace_every: u64) -> Result<(Report, Report, Option<u64>, Option<u64>), String> {
+pub fn transfer_measured(
+    tb: &Testbed,
+    w: &WorkerCmd,
+    mode: TcpMode,
+    size: usize,
+    secs: f64,
+    count: u64,
+    pace_every: u64,
+) -> Result<(Report, Report, Option<u64>, Option<u64>), String> {
     let (tx_rss, rx_rss) = (crate::rss::report_path("tcp-sender"), crate::rss::report_path("tcp-receiver"));
     let r = transfer_with(tb, w, mode, size, secs, count, pace_every, &tx_rss, &rx_rss);
     let peak = |p: &std::path::Path| crate::rss::take_usage(p).map(|u| u.max_rss_kib);
@@ -357,9 +392,27 @@ pub fn transfer_measured(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize
 }
 
 #[allow(clippy::too_many_arguments)]
-fn transfer_with(tb: &Testbed, w: &WorkerCmd, mode: TcpMode, size: usize, secs: f64, count: u64, pace_every: u64, tx_rss: &std::path::Path, rx_rss: &std::path::Path) -> Result<(Report, Report), String> {
+fn transfer_with(
+    tb: &Testbed,
+    w: &WorkerCmd,
+    mode: TcpMode,
+    size: usize,
+    secs: f64,
+    count: u64,
+    pace_every: u64,
+    tx_rss: &std::path::Path,
+    rx_rss: &std::path::Path,
+) -> Result<(Report, Report), String> {
     let port = 9400 + (size % 500) as u16;
-    let rj = Job { role: "recv".into(), mode, addr: format!("0.0.0.0:{port}").parse().unwrap(), size, secs, count, pace_every };
+    let rj = Job {
+        role: "recv".into(),
+        mode,
+        addr: format!("0.0.0.0:{port}").parse().unwrap(),
+        size,
+        secs,
+        count,
+        pace_every,
+    };
     let mut rx = spawn(tb, 'b', w, &rj, Some(rx_rss))?;
     let mut reader = BufReader::new(rx.stdout.take().ok_or("receiver has no stdout")?);
     // Skip whatever the worker program prints before `ready` (a test harness banner).
@@ -469,13 +522,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs every mode `repeats` times (interleaved), unpaced, and writes
 /// `tcp-<unix time>.json` under `out_dir`.
-pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize, out_dir: &str) -> Result<(TcpBench, String), String> {
+pub fn bench(
+    tb: &Testbed,
+    w: &WorkerCmd,
+    size: usize,
+    secs: f64,
+    repeats: usize,
+    out_dir: &str,
+) -> Result<(TcpBench, String), String> {
     let loadavg_before = loadavg();
     let mut rows = Vec::new();
     // TCP_BENCH_MODES=tcp (comma list) runs a subset, e.g. under a profiler.
     let only = std::env::var("TCP_BENCH_MODES").unwrap_or_default();
-    let modes: Vec<TcpMode> =
-        [TcpMode::Kernel, TcpMode::Eudp, TcpMode::Tcp].into_iter().filter(|m| only.is_empty() || only.split(',').any(|w| w.trim() == m.name())).collect();
+    let modes: Vec<TcpMode> = [TcpMode::Kernel, TcpMode::Eudp, TcpMode::Tcp]
+        .into_iter()
+        .filter(|m| only.is_empty() || only.split(',').any(|w| w.trim() == m.name()))
+        .collect();
     for _ in 0..repeats.max(1) {
         for &mode in &modes {
             let (s, r, tx_rss, rx_rss) = transfer_measured(tb, w, mode, size, secs, 0, 0)?;
@@ -490,7 +552,8 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
     let med = |m: TcpMode| median(rows.iter().filter(|r| r.mode == m).map(|r| r.rx_gbps).collect());
     let (k, e, t) = (med(TcpMode::Kernel), med(TcpMode::Eudp), med(TcpMode::Tcp));
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let unix_time =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let res = TcpBench {
         kind: "tcp-transport",
         unix_time,
@@ -509,7 +572,8 @@ pub fn bench(tb: &Testbed, w: &WorkerCmd, size: usize, secs: f64, repeats: usize
     };
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{out_dir}: {e}"))?;
     let path = format!("{out_dir}/tcp-{unix_time}.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?).map_err(|e| format!("{path}: {e}"))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?)
+        .map_err(|e| format!("{path}: {e}"))?;
     Ok((res, path))
 }
 
@@ -547,7 +611,8 @@ fn take_tcp_counters(dir: &std::path::Path) -> serde_json::Value {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let p = e.path();
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
-        let v: serde_json::Value = std::fs::read_to_string(&p).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
+        let v: serde_json::Value =
+            std::fs::read_to_string(&p).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
         let mut add = |k: &str, x: u64| {
             let prev = sum.get(k).and_then(|y| y.as_u64()).unwrap_or(0);
             sum.insert(k.to_string(), (prev + x).into());
@@ -571,8 +636,11 @@ fn take_tcp_counters(dir: &std::path::Path) -> serde_json::Value {
 }
 
 fn median_key(rows: &[serde_json::Value], tool: &str, window: &str, stack: &str, key: &str) -> Option<f64> {
-    let v: Vec<f64> =
-        rows.iter().filter(|r| r["tool"] == tool && r["window"] == window && r["bench_stack"] == stack).filter_map(|r| r[key].as_f64()).collect();
+    let v: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["tool"] == tool && r["window"] == window && r["bench_stack"] == stack)
+        .filter_map(|r| r[key].as_f64())
+        .collect();
     (!v.is_empty()).then(|| median(v))
 }
 
@@ -695,7 +763,10 @@ pub fn table(res: &TcpBench) -> String {
         let f = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
         let r = |k: &str| res.apps[k].as_f64().map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into());
         for (w, _) in WINDOWS {
-            s += &format!("{:<10} {:>9} {:>8} {:>12} {:>12}   (iperf3, window {w})\n", "apps", "rx Gb/s", "loss", "tx ns/dgram", "rx ns/dgram");
+            s += &format!(
+                "{:<10} {:>9} {:>8} {:>12} {:>12}   (iperf3, window {w})\n",
+                "apps", "rx Gb/s", "loss", "tx ns/dgram", "rx ns/dgram"
+            );
             for (name, v) in m {
                 let v = &v[format!("iperf3_{w}")];
                 s += &format!(
@@ -717,9 +788,17 @@ pub fn table(res: &TcpBench) -> String {
             );
         }
         for (name, v) in m.iter().filter(|(n, _)| *n != KERNEL_TCP) {
-            s += &format!("ping-pong 64 B {name:<7} p50 {:>8} us  p99 {:>8} us\n", f(&v["pingpong_p50_us"]), f(&v["pingpong_p99_us"]));
+            s += &format!(
+                "ping-pong 64 B {name:<7} p50 {:>8} us  p99 {:>8} us\n",
+                f(&v["pingpong_p50_us"]),
+                f(&v["pingpong_p99_us"])
+            );
         }
-        s += &format!("ping-pong tcp/kernel p50 {}, p99 {}\n", r("pingpong_p50_tcp_over_kernel"), r("pingpong_p99_tcp_over_kernel"));
+        s += &format!(
+            "ping-pong tcp/kernel p50 {}, p99 {}\n",
+            r("pingpong_p50_tcp_over_kernel"),
+            r("pingpong_p99_tcp_over_kernel")
+        );
         s += &crate::rss::table(res.apps["peak_rss"].as_array().map(Vec::as_slice).unwrap_or_default());
     } else if !res.apps.is_null() {
         s += &format!("apps: {}\n", res.apps);

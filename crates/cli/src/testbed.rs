@@ -25,7 +25,8 @@ pub struct Testbed {
 }
 
 fn run(cmd: &[&str]) -> Result<(), String> {
-    let out = Command::new(cmd[0]).args(&cmd[1..]).stdin(Stdio::null()).output().map_err(|e| format!("{}: {e}", cmd[0]))?;
+    let out =
+        Command::new(cmd[0]).args(&cmd[1..]).stdin(Stdio::null()).output().map_err(|e| format!("{}: {e}", cmd[0]))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -89,11 +90,16 @@ impl Testbed {
         // Static neighbour entries: no ARP/ND warm-up, so the first datagrams
         // of a run are not dropped while addresses resolve.
         let mac = |ns: &str, dev: &str| -> Result<String, String> {
-            let out = Command::new("ip").args(["netns", "exec", ns, "cat", &format!("/sys/class/net/{dev}/address")]).output().map_err(|e| e.to_string())?;
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "cat", &format!("/sys/class/net/{dev}/address")])
+                .output()
+                .map_err(|e| e.to_string())?;
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
         };
         let (mac_a, mac_b) = (mac(&na, &va)?, mac(&nb, &vb)?);
-        for (ns, dev, peer4, peer6, peer_mac) in [(&na, &va, ADDR_B, ADDR6_B, &mac_b), (&nb, &vb, ADDR_A, ADDR6_A, &mac_a)] {
+        for (ns, dev, peer4, peer6, peer_mac) in
+            [(&na, &va, ADDR_B, ADDR6_B, &mac_b), (&nb, &vb, ADDR_A, ADDR6_A, &mac_a)]
+        {
             for ip in [peer4, peer6] {
                 run(&["ip", "-n", ns, "neigh", "replace", ip, "lladdr", peer_mac, "dev", dev, "nud", "permanent"])?;
             }
@@ -157,9 +163,14 @@ pub fn wait_udp_server(pid: u32, port: u16, listener: bool, limit: std::time::Du
     let local = format!(":{port:04X}");
     let t0 = std::time::Instant::now();
     // TCP state 0A: listening.
-    while !(any("udp", &|c| c.len() == 4 && c[1].ends_with(&local)) && (!listener || any("tcp", &|c| c.len() == 4 && c[3] == "0A"))) {
+    while !(any("udp", &|c| c.len() == 4 && c[1].ends_with(&local))
+        && (!listener || any("tcp", &|c| c.len() == 4 && c[3] == "0A")))
+    {
         if t0.elapsed() > limit {
-            return Err(format!("process {pid} did not take UDP port {port}{} in {limit:?}", if listener { " and listen" } else { "" }));
+            return Err(format!(
+                "process {pid} did not take UDP port {port}{} in {limit:?}",
+                if listener { " and listen" } else { "" }
+            ));
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

@@ -88,7 +88,10 @@ impl Default for TraceArgs {
 }
 
 fn parse_list<T: std::str::FromStr>(v: &str, what: &str) -> Result<Vec<T>, String> {
-    v.split(',').filter(|s| !s.is_empty()).map(|s| s.trim().parse().map_err(|_| format!("{what}: bad value {s:?}"))).collect()
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim().parse().map_err(|_| format!("{what}: bad value {s:?}")))
+        .collect()
 }
 
 /// Parses the command line (without the `trace` word).
@@ -223,7 +226,10 @@ pub fn analyse_lossy(stack: &str, size: u64, sender: &Dump, receiver: &Dump, rec
     let mut r = analyse_paths(stack, size, resolve::join(sender, receiver), received);
     for (d, who) in [(sender, "sender"), (receiver, "receiver")] {
         if d.dropped > 0 {
-            r.problems.push(format!("{stack} {size} B: {who} dropped {} events (buffer full; raise EUDP_TRACE_EVENTS)", d.dropped));
+            r.problems.push(format!(
+                "{stack} {size} B: {who} dropped {} events (buffer full; raise EUDP_TRACE_EVENTS)",
+                d.dropped
+            ));
         }
     }
     r
@@ -237,11 +243,17 @@ fn analyse_paths(stack: &str, size: u64, paths: Vec<Path>, received: u64) -> Ana
     let mut problems = Vec::new();
     if !missing.is_empty() {
         let (p, l) = missing[0];
-        problems.push(format!("{stack} {size} B: {} (packet, layer) pairs missing, first packet {p} layer {l}", missing.len()));
+        problems.push(format!(
+            "{stack} {size} B: {} (packet, layer) pairs missing, first packet {p} layer {l}",
+            missing.len()
+        ));
     }
     let v = resolve::order_violations(&paths, ORDER_TOLERANCE_NS);
     if let Some((p, x, y, d)) = v.first() {
-        problems.push(format!("{stack} {size} B: {} path-order violations, first packet {p}: {x} is {d} ns after {y}", v.len()));
+        problems.push(format!(
+            "{stack} {size} B: {} path-order violations, first packet {p}: {x} is {d} ns after {y}",
+            v.len()
+        ));
     }
     let row = table::run_row(stack, size, &records, table::measured_gbps(&records));
     Analysed { stack: stack.into(), size, paths, records, row, problems, notes: Vec::new() }
@@ -273,7 +285,8 @@ pub fn document(a: &TraceArgs, runs: Vec<Analysed>) -> TraceDoc {
         }
         doc.runs.push(r.row);
     }
-    let (lo, hi) = (a.sizes.iter().min().copied().unwrap_or(1) as f64, a.sizes.iter().max().copied().unwrap_or(1) as f64);
+    let (lo, hi) =
+        (a.sizes.iter().min().copied().unwrap_or(1) as f64, a.sizes.iter().max().copied().unwrap_or(1) as f64);
     for s in &a.stacks {
         if a.sizes.len() >= 2 {
             let fits = table::fit_layers(s, &doc.runs);
@@ -285,7 +298,10 @@ pub fn document(a: &TraceArgs, runs: Vec<Analysed>) -> TraceDoc {
 }
 
 fn exe() -> String {
-    std::env::var("EUDP_TRACE_EXE").ok().or_else(|| std::env::current_exe().ok().map(|p| p.display().to_string())).unwrap_or_else(|| "eudp".into())
+    std::env::var("EUDP_TRACE_EXE")
+        .ok()
+        .or_else(|| std::env::current_exe().ok().map(|p| p.display().to_string()))
+        .unwrap_or_else(|| "eudp".into())
 }
 
 fn spawn(tb: &Testbed, host: char, args: &[String], env: &[(&str, &str)]) -> Result<Child, String> {
@@ -346,7 +362,15 @@ pub struct RxReport {
 
 /// One transfer; `trace` turns the tracepoints on, `tag` has the receiver
 /// tag each datagram with its payload sequence number.
-pub fn transfer(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::path::Path, trace: bool, tag: bool) -> Result<(Dump, Dump, RxReport), String> {
+pub fn transfer(
+    tb: &Testbed,
+    stack: &str,
+    size: u64,
+    packets: u64,
+    dir: &std::path::Path,
+    trace: bool,
+    tag: bool,
+) -> Result<(Dump, Dump, RxReport), String> {
     let v = if trace { Variant::named("full")? } else { Variant::named("off")? };
     transfer_variant(tb, stack, size, packets, dir, &v, tag)
 }
@@ -375,7 +399,13 @@ impl Variant {
     /// the harness's own bias and spread, so a traced ratio can be read
     /// against it).
     pub fn named(name: &str) -> Result<Variant, String> {
-        let v = |trace, env: Vec<(&'static str, &'static str)>, complete, what| Variant { name: name.into(), trace, env, complete, what };
+        let v = |trace, env: Vec<(&'static str, &'static str)>, complete, what| Variant {
+            name: name.into(),
+            trace,
+            env,
+            complete,
+            what,
+        };
         Ok(match name {
             "off" => v(false, vec![], false, "untraced"),
             "control" => v(false, vec![], false, "untraced again (A/A control: the harness's own bias and spread)"),
@@ -397,13 +427,31 @@ impl Variant {
 
 /// As [`transfer`], in a given setting (the dumps are read only when its
 /// traces are to be checked).
-pub fn transfer_variant(tb: &Testbed, stack: &str, size: u64, packets: u64, dir: &std::path::Path, v: &Variant, tag: bool) -> Result<(Dump, Dump, RxReport), String> {
+pub fn transfer_variant(
+    tb: &Testbed,
+    stack: &str,
+    size: u64,
+    packets: u64,
+    dir: &std::path::Path,
+    v: &Variant,
+    tag: bool,
+) -> Result<(Dump, Dump, RxReport), String> {
     let trace = v.trace;
     let port = 9400 + (size % 500) as u16;
     let rx_file = dir.join(format!("raw-{stack}-{size}-rx.json"));
     let tx_file = dir.join(format!("raw-{stack}-{size}-tx.json"));
     let common = |role: &str, f: &std::path::Path| -> Vec<String> {
-        let mut v = vec![role.into(), "--stack".into(), stack.into(), "--size".into(), size.to_string(), "--count".into(), packets.to_string(), "--out".into(), f.display().to_string()];
+        let mut v = vec![
+            role.into(),
+            "--stack".into(),
+            stack.into(),
+            "--size".into(),
+            size.to_string(),
+            "--count".into(),
+            packets.to_string(),
+            "--out".into(),
+            f.display().to_string(),
+        ];
         if !trace {
             v.push("--off".into());
         }
@@ -425,8 +473,14 @@ pub fn transfer_variant(tb: &Testbed, stack: &str, size: u64, packets: u64, dir:
     let rxout = wait(rx, "trace receiver", limit);
     let _ = reader.read_to_string(&mut rest);
     rxout?;
-    let report: serde_json::Value = rest.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok()).ok_or("trace receiver printed no report")?;
-    let tx_report = txout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).unwrap_or_default();
+    let report: serde_json::Value = rest
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .ok_or("trace receiver printed no report")?;
+    let tx_report =
+        txout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).unwrap_or_default();
     let rep = RxReport {
         received: report["received"].as_u64().unwrap_or(0),
         out_of_order: report["out_of_order"].as_u64().unwrap_or(0),
@@ -440,7 +494,9 @@ pub fn transfer_variant(tb: &Testbed, stack: &str, size: u64, packets: u64, dir:
         tx_wall_ns: tx_report["wall_ns"].as_u64().unwrap_or(0),
         rx_wall_ns: report["wall_ns"].as_u64().unwrap_or(0),
     };
-    let load = |f: &std::path::Path| -> Result<Dump, String> { resolve::parse_dump(&std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?) };
+    let load = |f: &std::path::Path| -> Result<Dump, String> {
+        resolve::parse_dump(&std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?)
+    };
     if !trace || !v.complete {
         return Ok((Dump::default(), Dump::default(), rep));
     }
@@ -454,7 +510,10 @@ fn burst(tb: &Testbed, a: &TraceArgs) -> Result<TraceDoc, String> {
             let (tx, rx, rep) = transfer(tb, stack, size, a.run_packets, &a.out, true, true)?;
             let mut r = analyse(stack, size, &tx, &rx);
             if rep.received != a.run_packets || rep.out_of_order != 0 {
-                r.problems.push(format!("{stack} {size} B: {} of {} datagrams received, {} out of order", rep.received, a.run_packets, rep.out_of_order));
+                r.problems.push(format!(
+                    "{stack} {size} B: {} of {} datagrams received, {} out of order",
+                    rep.received, a.run_packets, rep.out_of_order
+                ));
             }
             runs.push(r);
         }
@@ -496,18 +555,36 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     // the transfers and again after them; the lower of each is used, so the
     // floor stays a lower bound.
     let uc_before = tracepoint::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
-    let _ = writeln!(out, "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9}  ranges", "stack", "size", "mode", "rate", "on/off", "paired", "cpu", "off/on", "paired", "tx,rx", "app", "busy%", "switches");
+    let _ = writeln!(
+        out,
+        "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9}  ranges",
+        "stack",
+        "size",
+        "mode",
+        "rate",
+        "on/off",
+        "paired",
+        "cpu",
+        "off/on",
+        "paired",
+        "tx,rx",
+        "app",
+        "busy%",
+        "switches"
+    );
     let mut json_runs = Vec::new();
     let mut floors: Vec<Floor> = Vec::new();
     for &size in &a.sizes {
         for stack in &a.stacks {
             // Per setting: rates, CPU ns per datagram (total, sender, receiver), datagrams lost.
             let n = vars.len();
-            let (mut rate, mut cpu, mut tx_cpu, mut rx_cpu) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
+            let (mut rate, mut cpu, mut tx_cpu, mut rx_cpu) =
+                (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
             let mut lost = vec![0u64; n];
             let (mut tx_sw, mut rx_sw) = (vec![vec![]; n], vec![vec![]; n]);
             // Application threads: CPU ns per datagram, busy share, each side.
-            let (mut tx_app, mut rx_app, mut tx_busy, mut rx_busy) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
+            let (mut tx_app, mut rx_app, mut tx_busy, mut rx_busy) =
+                (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
             // Kernel TX stamps per datagram sent, and the share of kernel
             // messages the sender's application thread sent, in each
             // complete trace.
@@ -519,13 +596,19 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     let (tx, rx, rep) = transfer_variant(tb, stack, size, a.run_packets, &a.out, &vars[k], false)?;
                     lost[k] += a.run_packets.saturating_sub(rep.received);
                     rate[k].push(rep.gbps);
-                    let (t, x) = (rep.tx_cpu_ns as f64 / a.run_packets as f64, rep.rx_cpu_ns as f64 / rep.received.max(1) as f64);
+                    let (t, x) = (
+                        rep.tx_cpu_ns as f64 / a.run_packets as f64,
+                        rep.rx_cpu_ns as f64 / rep.received.max(1) as f64,
+                    );
                     tx_cpu[k].push(t);
                     rx_cpu[k].push(x);
                     cpu[k].push(t + x);
                     tx_sw[k].push(1000.0 * rep.tx_switches as f64 / a.run_packets as f64);
                     rx_sw[k].push(1000.0 * rep.rx_switches as f64 / rep.received.max(1) as f64);
-                    let (ta, xa) = (rep.tx_app_cpu_ns as f64 / a.run_packets as f64, rep.rx_app_cpu_ns as f64 / rep.received.max(1) as f64);
+                    let (ta, xa) = (
+                        rep.tx_app_cpu_ns as f64 / a.run_packets as f64,
+                        rep.rx_app_cpu_ns as f64 / rep.received.max(1) as f64,
+                    );
                     let busy = |cpu: u64, wall: u64| if wall > 0 { cpu as f64 / wall as f64 } else { f64::NAN };
                     let (tb_, xb) = (busy(rep.tx_app_cpu_ns, rep.tx_wall_ns), busy(rep.rx_app_cpu_ns, rep.rx_wall_ns));
                     tx_app[k].push(ta);
@@ -536,7 +619,11 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                         "tx_cpu_ns_per_dgram": t, "rx_cpu_ns_per_dgram": x, "tx_switches": rep.tx_switches, "rx_switches": rep.rx_switches,
                         "tx_app_cpu_ns_per_dgram": ta, "rx_app_cpu_ns_per_dgram": xa, "tx_app_busy": tb_, "rx_app_busy": xb}));
                     if vars[k].complete {
-                        let stamps = tx.events.iter().filter(|e| e.1 == resolve::kind::TX_SCHED || e.1 == resolve::kind::TX_SOFT).count();
+                        let stamps = tx
+                            .events
+                            .iter()
+                            .filter(|e| e.1 == resolve::kind::TX_SCHED || e.1 == resolve::kind::TX_SOFT)
+                            .count();
                         stamps_per_dgram.push(stamps as f64 / a.run_packets.max(1) as f64);
                         if let Some(share) = app_thread_msg_share(&tx) {
                             app_msgs.push(share);
@@ -569,7 +656,9 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             for k in 1..n {
                 let (r1, rr1) = summary(&rate[k]);
                 let (c1, cr1) = summary(&cpu[k]);
-                let paired = |v: &[f64], base: &[f64], inv: bool| summary(&v.iter().zip(base).map(|(x, b)| if inv { b / x } else { x / b }).collect::<Vec<_>>()).0;
+                let paired = |v: &[f64], base: &[f64], inv: bool| {
+                    summary(&v.iter().zip(base).map(|(x, b)| if inv { b / x } else { x / b }).collect::<Vec<_>>()).0
+                };
                 let _ = writeln!(
                     out,
                     "{stack:<7} {size:>6} {:<9} {r1:>8.3} {:>7.3} {:>7.3} {c1:>6.0} {:>7.3} {:>7.3} {:>3.0},{:<3.0} {:>3.0},{:<3.0} {:>3.0},{:<3.0} {:>4.0},{:<4.0}  rate {rr1}, cpu {cr1}, lost {:.1}%",
@@ -597,11 +686,19 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     cpu: c0,
                     tx_cpu: summary(&tx_cpu[0]).0,
                     rx_cpu: summary(&rx_cpu[0]).0,
-                    app: AppThread { cpu: summary(&tx_app[0]).0, busy: summary(&tx_busy[0]).0, msg_share: if app_msgs.is_empty() { 0.0 } else { summary(&app_msgs).0 } },
+                    app: AppThread {
+                        cpu: summary(&tx_app[0]).0,
+                        busy: summary(&tx_busy[0]).0,
+                        msg_share: if app_msgs.is_empty() { 0.0 } else { summary(&app_msgs).0 },
+                    },
                 });
             }
             if vars.iter().any(|v| v.complete) {
-                let complete = if problems.is_empty() { "every full-traced run complete (every layer of every packet that arrived)".to_string() } else { format!("INCOMPLETE traces: {}", problems.join("; ")) };
+                let complete = if problems.is_empty() {
+                    "every full-traced run complete (every layer of every packet that arrived)".to_string()
+                } else {
+                    format!("INCOMPLETE traces: {}", problems.join("; "))
+                };
                 let _ = writeln!(out, "        {complete}");
             }
             print_tail(&out, n + 1);
@@ -613,7 +710,8 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
     let doc = serde_json::json!({"command": std::env::args().collect::<Vec<_>>(), "load_avg_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
         "run_packets": a.run_packets, "reps": a.overhead_reps, "modes": a.overhead_modes, "table": out, "runs": json_runs, "floor": floor_json});
-    std::fs::write(a.out.join("overhead.json"), serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n").map_err(|e| e.to_string())?;
+    std::fs::write(a.out.join("overhead.json"), serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n")
+        .map_err(|e| e.to_string())?;
     println!("wrote {0}/overhead.txt, {0}/overhead.json", a.out.display());
     Ok(())
 }
@@ -709,7 +807,15 @@ impl Floor {
         let (tx_floor, rx_floor) = tracepoint::floor_by_side(uc, self.stamps);
         // The sender's floor, with only the stamps of its own messages.
         let app_floor = tracepoint::floor_by_side(uc, self.stamps * self.app.msg_share).0;
-        FloorShares { tx_floor, rx_floor, tx: tx_floor / self.tx_cpu, rx: rx_floor / self.rx_cpu, total: (tx_floor + rx_floor) / self.cpu, app_floor, app: app_floor / self.app.cpu }
+        FloorShares {
+            tx_floor,
+            rx_floor,
+            tx: tx_floor / self.tx_cpu,
+            rx: rx_floor / self.rx_cpu,
+            total: (tx_floor + rx_floor) / self.cpu,
+            app_floor,
+            app: app_floor / self.app.cpu,
+        }
     }
 
     /// About the traced/untraced rate the floor alone would allow when the
@@ -728,7 +834,12 @@ impl Floor {
 /// side's untraced CPU per datagram. Where CPU bounds a transfer's rate (a
 /// side's, or the CPUs the testbed's two hosts share), the rate falls by at
 /// least about that share. Returns the same as JSON.
-fn floor_report(out: &mut String, before: &tracepoint::UnitCosts, after: &tracepoint::UnitCosts, floors: &[Floor]) -> serde_json::Value {
+fn floor_report(
+    out: &mut String,
+    before: &tracepoint::UnitCosts,
+    after: &tracepoint::UnitCosts,
+    floors: &[Floor],
+) -> serde_json::Value {
     use std::fmt::Write as _;
     let uc = tracepoint::UnitCosts {
         clock_read_ns: before.clock_read_ns.min(after.clock_read_ns),
@@ -788,7 +899,14 @@ fn app_floor_line(f: &Floor, b: &FloorShares, uc: &tracepoint::UnitCosts) -> Str
         None => String::new(),
     };
     let head = format!("{:<7} {:>6} floor on the sender's application thread ({:.0}% busy untraced, sent {:.0}% of the kernel messages)", f.stack, f.size, 100.0 * f.app.busy, 100.0 * f.app.msg_share);
-    let sum = format!("2 x {:.1} + {:.4} x {:.2} x {:.0} = {:.0} ns/dgram", uc.clock_floor_ns(), f.stamps, f.app.msg_share, uc.stamp_make_ns.max(0.0), b.app_floor);
+    let sum = format!(
+        "2 x {:.1} + {:.4} x {:.2} x {:.0} = {:.0} ns/dgram",
+        uc.clock_floor_ns(),
+        f.stamps,
+        f.app.msg_share,
+        uc.stamp_make_ns.max(0.0),
+        b.app_floor
+    );
     format!("{head}: {sum} ({:.1}% of its untraced {:.0}){bound}", 100.0 * b.app, f.app.cpu)
 }
 
@@ -824,7 +942,10 @@ fn program(a: &TraceArgs) -> Result<TraceDoc, String> {
     let packets = runs.iter().map(|r| r.paths.len() as u64).min().unwrap_or(0);
     let args = TraceArgs { size, sizes: vec![size], stacks, packets: a.packets.min(packets), ..a.clone() };
     if let Some(r) = runs.iter().find(|r| r.size != size) {
-        return Err(format!("the {} run's datagrams were {} B, the others' {size} B: runs of different sizes are not charted together", r.stack, r.size));
+        return Err(format!(
+            "the {} run's datagrams were {} B, the others' {size} B: runs of different sizes are not charted together",
+            r.stack, r.size
+        ));
     }
     Ok(document(&args, runs))
 }
@@ -850,10 +971,20 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
         dumps.push(resolve::parse_dump(&text).map_err(|e| format!("{}: {e}", f.display()))?);
     }
     if dumps.is_empty() {
-        return Err(format!("no trace written to {} ({stack} run); the program's sockets must go through eudp: run it under `eudp run`", pattern.display()));
+        return Err(format!(
+            "no trace written to {} ({stack} run); the program's sockets must go through eudp: run it under `eudp run`",
+            pattern.display()
+        ));
     }
     dumps.sort_by_key(|d| d.pid);
-    let calls = |d: &Dump| format!("pid {}: {} sends, {} receives", d.pid, resolve::main_ep_calls(d, resolve::kind::SEND_CALL), resolve::main_ep_calls(d, resolve::kind::RECV_CALL));
+    let calls = |d: &Dump| {
+        format!(
+            "pid {}: {} sends, {} receives",
+            d.pid,
+            resolve::main_ep_calls(d, resolve::kind::SEND_CALL),
+            resolve::main_ep_calls(d, resolve::kind::RECV_CALL)
+        )
+    };
     let Some(flow) = resolve::pick_flow(&dumps) else {
         let all: Vec<String> = dumps.iter().map(calls).collect();
         return Err(format!(
@@ -863,9 +994,19 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     };
     let (tx, rx) = (&dumps[flow.tx], &dumps[flow.rx]);
     if dumps.len() > 1 {
-        eprintln!("eudp trace: {stack} run: {} process dumps; charting the flow from {} to {}", dumps.len(), calls(tx), calls(rx));
+        eprintln!(
+            "eudp trace: {stack} run: {} process dumps; charting the flow from {} to {}",
+            dumps.len(),
+            calls(tx),
+            calls(rx)
+        );
     }
-    let size = tx.events.iter().find(|e| e.1 == resolve::kind::SEND_CALL && e.2 == flow.tx_ep).map(|e| (e.5 >> 40) & 0x7f_ffff).unwrap_or(a.size);
+    let size = tx
+        .events
+        .iter()
+        .find(|e| e.1 == resolve::kind::SEND_CALL && e.2 == flow.tx_ep)
+        .map(|e| (e.5 >> 40) & 0x7f_ffff)
+        .unwrap_or(a.size);
     let paths = resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep));
     let (paths, note) = cut_at_full_buffer(stack, size, paths, tx, rx);
     if note.is_some() && paths.is_empty() {
@@ -884,7 +1025,13 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
 /// dropped events, the paths are cut before the first packet with a
 /// missing point, and the note says how many datagrams that leaves.
 /// Without drops nothing is cut, so a real hole stays a problem.
-fn cut_at_full_buffer(stack: &str, size: u64, mut paths: Vec<Path>, tx: &Dump, rx: &Dump) -> (Vec<Path>, Option<String>) {
+fn cut_at_full_buffer(
+    stack: &str,
+    size: u64,
+    mut paths: Vec<Path>,
+    tx: &Dump,
+    rx: &Dump,
+) -> (Vec<Path>, Option<String>) {
     let dropped = tx.dropped + if std::ptr::eq(tx, rx) { 0 } else { rx.dropped };
     if dropped == 0 {
         return (paths, None);
@@ -906,7 +1053,9 @@ fn program_dumps(dir: &std::path::Path, prefix: &str) -> Vec<std::path::PathBuf>
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
     let prefix = if prefix.is_empty() { "raw-program" } else { prefix };
     rd.filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(".json")))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && n.ends_with(".json"))
+        })
         .collect()
 }
 
@@ -937,7 +1086,16 @@ struct WorkerArgs {
 }
 
 fn worker_args(args: &[String]) -> Result<WorkerArgs, String> {
-    let mut w = WorkerArgs { role: args.first().cloned().unwrap_or_default(), stack: "eudp".into(), size: 64, count: 1, addr: "0.0.0.0:9400".parse().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 9400))), out: String::new(), trace: true, tag: true };
+    let mut w = WorkerArgs {
+        role: args.first().cloned().unwrap_or_default(),
+        stack: "eudp".into(),
+        size: 64,
+        count: 1,
+        addr: "0.0.0.0:9400".parse().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 9400))),
+        out: String::new(),
+        trace: true,
+        tag: true,
+    };
     let mut i = 1;
     while i < args.len() {
         let v = args.get(i + 1).cloned().unwrap_or_default();
@@ -1005,7 +1163,12 @@ fn worker(args: &[String]) -> Result<(), String> {
         ("send", "kernel") => {
             let s = UdpSocket::new(w.addr.is_ipv6()).map_err(e)?;
             if w.trace {
-                s.set_option(libc::SOL_SOCKET, eudp_engine::backend::kernel::SO_TIMESTAMPING, tracepoint::timestamping_flags()).map_err(e)?;
+                s.set_option(
+                    libc::SOL_SOCKET,
+                    eudp_engine::backend::kernel::SO_TIMESTAMPING,
+                    tracepoint::timestamping_flags(),
+                )
+                .map_err(e)?;
             }
             let _ = s.set_option(libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
             let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
@@ -1170,7 +1333,8 @@ impl Arrivals {
     /// last timed one.
     fn rate(&self, size: usize) -> (f64, f64) {
         let secs = self.first.map(|f| (self.last.0 - f).as_secs_f64()).unwrap_or(0.0);
-        let gbps = if secs > 0.0 { (self.last.1.saturating_sub(1) * size as u64) as f64 * 8.0 / secs / 1e9 } else { 0.0 };
+        let gbps =
+            if secs > 0.0 { (self.last.1.saturating_sub(1) * size as u64) as f64 * 8.0 / secs / 1e9 } else { 0.0 };
         (secs, gbps)
     }
 }
@@ -1235,7 +1399,12 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
     } else {
         let s = UdpSocket::new(w.addr.is_ipv6()).map_err(e)?;
         if w.trace {
-            s.set_option(libc::SOL_SOCKET, eudp_engine::backend::kernel::SO_TIMESTAMPING, tracepoint::timestamping_flags()).map_err(e)?;
+            s.set_option(
+                libc::SOL_SOCKET,
+                eudp_engine::backend::kernel::SO_TIMESTAMPING,
+                tracepoint::timestamping_flags(),
+            )
+            .map_err(e)?;
             tracepoint::rx_stamps_ready(tracepoint::timestamping_flags());
         }
         let _ = s.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
@@ -1299,7 +1468,13 @@ mod tests {
 
     #[test]
     fn overhead_modes_parse() {
-        let a = parse_args(&["--overhead".into(), "3".into(), "--overhead-modes".into(), "full,user,noclock,sample16".into()]).unwrap();
+        let a = parse_args(&[
+            "--overhead".into(),
+            "3".into(),
+            "--overhead-modes".into(),
+            "full,user,noclock,sample16".into(),
+        ])
+        .unwrap();
         assert_eq!(a.overhead_reps, 3);
         assert_eq!(a.overhead_modes, ["full", "user", "noclock", "sample16"]);
         assert_eq!(parse_args(&[]).unwrap().overhead_modes, ["full"]);
@@ -1319,7 +1494,13 @@ mod tests {
         assert!(!control.trace && !control.complete && control.env == off.env);
         // These leave layers out (user, sampleN) or have no timing
         // (noclock): their traces are not held to be complete.
-        for (m, var, val) in [("user", "EUDP_TRACE_KERNEL", "0"), ("txstamps", "EUDP_TRACE_KERNEL", "tx"), ("rxstamps", "EUDP_TRACE_KERNEL", "rx"), ("noclock", "EUDP_TRACE_CLOCK", "none"), ("sample16", "EUDP_TRACE_SAMPLE", "16")] {
+        for (m, var, val) in [
+            ("user", "EUDP_TRACE_KERNEL", "0"),
+            ("txstamps", "EUDP_TRACE_KERNEL", "tx"),
+            ("rxstamps", "EUDP_TRACE_KERNEL", "rx"),
+            ("noclock", "EUDP_TRACE_CLOCK", "none"),
+            ("sample16", "EUDP_TRACE_SAMPLE", "16"),
+        ] {
             let v = Variant::named(m).unwrap();
             assert!(v.trace && !v.complete, "{m}");
             assert_eq!(v.env, [(var, val)], "{m}");
@@ -1332,16 +1513,39 @@ mod tests {
 
     #[test]
     fn floor_shares_count_clock_reads_and_stamps_on_the_right_side() {
-        let uc = tracepoint::UnitCosts { clock_read_ns: 10.0, clock_in_context_ns: 12.0, stamp_make_ns: 300.0, stamp_read_ns: 600.0, stamped_sends: 1, stamps_read: 2 };
+        let uc = tracepoint::UnitCosts {
+            clock_read_ns: 10.0,
+            clock_in_context_ns: 12.0,
+            stamp_make_ns: 300.0,
+            stamp_read_ns: 600.0,
+            stamped_sends: 1,
+            stamps_read: 2,
+        };
         // 2 stamps per 40 datagrams: 15 ns per datagram on the sender.
-        let f = Floor { stack: "eudp".into(), size: 1472, stamps: 0.05, cpu: 700.0, tx_cpu: 500.0, rx_cpu: 200.0, app: AppThread { cpu: 400.0, busy: 0.5, msg_share: 0.5 } };
+        let f = Floor {
+            stack: "eudp".into(),
+            size: 1472,
+            stamps: 0.05,
+            cpu: 700.0,
+            tx_cpu: 500.0,
+            rx_cpu: 200.0,
+            app: AppThread { cpu: 400.0, busy: 0.5, msg_share: 0.5 },
+        };
         let s = f.shares(&uc);
         assert_eq!((s.tx_floor, s.rx_floor), (35.0, 20.0));
         assert_eq!((s.tx, s.rx), (0.07, 0.1));
         assert!((s.total - 55.0 / 700.0).abs() < 1e-12);
         assert_eq!(s.least(), s.tx);
         // A cheap pipeline: every side's floor is over 10 %.
-        let small = Floor { stack: "eudp".into(), size: 64, stamps: 0.016, cpu: 250.0, tx_cpu: 170.0, rx_cpu: 80.0, app: AppThread::default() };
+        let small = Floor {
+            stack: "eudp".into(),
+            size: 64,
+            stamps: 0.016,
+            cpu: 250.0,
+            tx_cpu: 170.0,
+            rx_cpu: 80.0,
+            app: AppThread::default(),
+        };
         assert!(small.shares(&uc).least() > 0.1);
         // The stamp cost is never counted negative (a noisy measurement).
         let neg = tracepoint::UnitCosts { stamp_make_ns: -5.0, ..uc };
@@ -1353,10 +1557,25 @@ mod tests {
 
     #[test]
     fn the_application_threads_floor_counts_the_stamps_of_its_own_messages() {
-        let uc = tracepoint::UnitCosts { clock_read_ns: 10.0, clock_in_context_ns: 12.0, stamp_make_ns: 300.0, stamp_read_ns: 600.0, stamped_sends: 1, stamps_read: 2 };
+        let uc = tracepoint::UnitCosts {
+            clock_read_ns: 10.0,
+            clock_in_context_ns: 12.0,
+            stamp_make_ns: 300.0,
+            stamp_read_ns: 600.0,
+            stamped_sends: 1,
+            stamps_read: 2,
+        };
         // Half the kernel messages sent by the application thread: half of
         // the 0.05 stamps per datagram made on it.
-        let mut f = Floor { stack: "eudp".into(), size: 1472, stamps: 0.05, cpu: 700.0, tx_cpu: 500.0, rx_cpu: 200.0, app: AppThread { cpu: 400.0, busy: 0.5, msg_share: 0.5 } };
+        let mut f = Floor {
+            stack: "eudp".into(),
+            size: 1472,
+            stamps: 0.05,
+            cpu: 700.0,
+            tx_cpu: 500.0,
+            rx_cpu: 200.0,
+            app: AppThread { cpu: 400.0, busy: 0.5, msg_share: 0.5 },
+        };
         let s = f.shares(&uc);
         assert_eq!(s.app_floor, 27.5);
         assert_eq!(s.app, 27.5 / 400.0);
@@ -1373,7 +1592,18 @@ mod tests {
     fn the_application_thread_is_the_one_that_made_the_send_calls() {
         use resolve::{kind, RawEvent};
         let ev = |k: u8, thread: u64| RawEvent(1, k, 0, thread, 0, 0, 0);
-        let mut d = Dump { events: vec![ev(kind::SEND_CALL, 7), ev(kind::SEND_CALL, 7), ev(kind::SEND_CALL, 9), ev(kind::KMSG, 7), ev(kind::KMSG, 7), ev(kind::KMSG, 7), ev(kind::KMSG, 9)], ..Dump::default() };
+        let mut d = Dump {
+            events: vec![
+                ev(kind::SEND_CALL, 7),
+                ev(kind::SEND_CALL, 7),
+                ev(kind::SEND_CALL, 9),
+                ev(kind::KMSG, 7),
+                ev(kind::KMSG, 7),
+                ev(kind::KMSG, 7),
+                ev(kind::KMSG, 9),
+            ],
+            ..Dump::default()
+        };
         assert_eq!(app_thread_msg_share(&d), Some(0.75));
         d.events.retain(|e| e.1 != kind::KMSG);
         assert_eq!(app_thread_msg_share(&d), None);
@@ -1390,7 +1620,8 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let u = used(u0);
-        let (app, all, wall) = (u["app_cpu_ns"].as_u64().unwrap(), u["cpu_ns"].as_u64().unwrap(), u["wall_ns"].as_u64().unwrap());
+        let (app, all, wall) =
+            (u["app_cpu_ns"].as_u64().unwrap(), u["cpu_ns"].as_u64().unwrap(), u["wall_ns"].as_u64().unwrap());
         assert!(wall >= 20_000_000, "{u}");
         // Busy the whole time (less what the host took away), never more
         // than the wall time.

@@ -169,7 +169,8 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
                     let msg = [OutMsg { dst: None, iov: &iov, segment: (n > 1).then_some(a.size as u16) }];
                     s.send_batch(&msg).map(|k| k * n)
                 } else {
-                    let msgs: Vec<OutMsg<'_>> = (0..n).map(|i| OutMsg { dst: None, iov: &iov[i..i + 1], segment: None }).collect();
+                    let msgs: Vec<OutMsg<'_>> =
+                        (0..n).map(|i| OutMsg { dst: None, iov: &iov[i..i + 1], segment: None }).collect();
                     s.send_batch(&msgs)
                 };
                 match sent {
@@ -178,7 +179,10 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
                         bytes += (k * a.size) as u64;
                     }
                     Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {
-                        let _ = eudp_engine::backend::kernel::poll_writable(std::os::fd::AsRawFd::as_raw_fd(&s), Some(Duration::from_millis(10)));
+                        let _ = eudp_engine::backend::kernel::poll_writable(
+                            std::os::fd::AsRawFd::as_raw_fd(&s),
+                            Some(Duration::from_millis(10)),
+                        );
                     }
                     Err(x) if x.raw_os_error() == Some(libc::ENOBUFS) => {}
                     Err(x) => return Err(e(x)),
@@ -293,7 +297,9 @@ pub fn recv(a: RecvArgs) -> Result<Report, String> {
                 i = i.wrapping_add(1);
                 match s.recv(&mut buf) {
                     Ok(n) => t.datagram(&buf[..n]),
-                    Err(x) if matches!(x.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => i = 0,
+                    Err(x) if matches!(x.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        i = 0
+                    }
                     Err(x) => return Err(e(x)),
                 }
                 // Time checks every 32 datagrams, and on every idle timeout.
@@ -381,5 +387,10 @@ fn set_sndbuf_std(s: &std::net::UdpSocket) -> std::io::Result<()> {
 /// Every receiver asks for the same 4 MiB receive buffer (the testbed raises
 /// rmem_max), so no stack is favoured by buffering.
 fn set_rcvbuf_std(s: &std::net::UdpSocket) -> std::io::Result<()> {
-    eudp_engine::backend::kernel::set_int_option(std::os::fd::AsFd::as_fd(s), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20)
+    eudp_engine::backend::kernel::set_int_option(
+        std::os::fd::AsFd::as_fd(s),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUF,
+        4 << 20,
+    )
 }

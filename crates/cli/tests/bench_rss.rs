@@ -33,8 +33,10 @@ fn wrapper_measures_the_program_not_its_starter() {
     assert!(py.max_rss_kib >= 64 << 10 && py.max_rss_kib < 160 << 10, "{py:?}");
     // GNU time reads the same kernel figure for the same program.
     if Path::new("/usr/bin/time").exists() {
-        let o = Command::new("/usr/bin/time").args(["-f", "%M", "/usr/bin/python3", "-c", PY_64M]).output().expect("time");
-        let t: u64 = String::from_utf8_lossy(&o.stderr).trim().lines().last().unwrap_or("").parse().expect("time -f %M");
+        let o =
+            Command::new("/usr/bin/time").args(["-f", "%M", "/usr/bin/python3", "-c", PY_64M]).output().expect("time");
+        let t: u64 =
+            String::from_utf8_lossy(&o.stderr).trim().lines().last().unwrap_or("").parse().expect("time -f %M");
         let (a, b) = (py.max_rss_kib as f64, t as f64);
         assert!((a - b).abs() / b < 0.1, "rsswrap {a} KiB, /usr/bin/time {b} KiB");
     }
@@ -82,7 +84,8 @@ fn app_rows_carry_peak_rss() {
         rows.push(r);
     }
     if Command::new("sockperf").arg("--version").output().is_ok() {
-        let r = run::sockperf(&tb, run::Stack::Kernel, run::Stack::Kernel, lib, &stats, "ping-pong", 1, 64).expect("sockperf");
+        let r = run::sockperf(&tb, run::Stack::Kernel, run::Stack::Kernel, lib, &stats, "ping-pong", 1, 64)
+            .expect("sockperf");
         for k in ["client_peak_rss_kib", "server_peak_rss_kib"] {
             let v = r[k].as_u64().unwrap_or(0);
             assert!(v > 500 && v < 1 << 20, "{k} = {v}: {r}");
@@ -101,7 +104,8 @@ fn sockets(count: u64, nofile: Option<u64>) -> serde_json::Value {
     let args = sockbench::SocketsArgs { count, out_dir: Some(dir.clone()), lib: run::preload_lib().ok(), nofile };
     let (res, path) = sockbench::run(&args).expect("sockets bench");
     println!("{}", sockbench::table(&res));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path.expect("JSON written")).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path.expect("JSON written")).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     v
 }

@@ -40,7 +40,13 @@ fn env_under(args: &[&str], extra: &[(&str, &str)]) -> Vec<String> {
     }
     let out = c.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("EUDP_") && !l.starts_with("EUDP_PRELOAD_LIB=") && !l.starts_with("EUDP_PROFILE_FILE=")).map(String::from).collect();
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.starts_with("EUDP_") && !l.starts_with("EUDP_PRELOAD_LIB=") && !l.starts_with("EUDP_PROFILE_FILE=")
+        })
+        .map(String::from)
+        .collect();
     v.sort();
     v
 }
@@ -58,7 +64,10 @@ fn a_file_profile_reaches_the_program() {
     let got = env_under(&["--profile-file", fs, "--profile", "dns"], &[("EUDP_SPIN_US", "7")]);
     assert!(got.contains(&"EUDP_SPIN_US=7".to_string()), "{got:?}");
     // Built-ins still work with a file given.
-    assert_eq!(env_under(&["--profile-file", fs, "--profile", "latency"], &[]), ["EUDP_SPIN_US=50", "EUDP_TX_COALESCE_US=0"]);
+    assert_eq!(
+        env_under(&["--profile-file", fs, "--profile", "latency"], &[]),
+        ["EUDP_SPIN_US=50", "EUDP_TX_COALESCE_US=0"]
+    );
     // And the list shows both kinds.
     let out = eudp().args(["run", "--list-profiles", "--profile-file", fs]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -81,18 +90,34 @@ fn a_bad_profile_file_stops_the_run_before_the_program() {
     ];
     for (name, text, want) in cases {
         let f = write(&d, name, text);
-        let out = eudp().args(["run", "--profile-file", f.to_str().unwrap(), "--profile", "a", "--", "touch", marker.to_str().unwrap()]).output().unwrap();
+        let out = eudp()
+            .args([
+                "run",
+                "--profile-file",
+                f.to_str().unwrap(),
+                "--profile",
+                "a",
+                "--",
+                "touch",
+                marker.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
         assert!(err.contains(want) && err.contains(name), "{name}: {err:?} lacks {want:?} or the file's name");
         assert!(!marker.exists(), "{name}: the program ran");
     }
-    let out = eudp().args(["run", "--profile-file", d.join("missing.toml").to_str().unwrap(), "--", "true"]).output().unwrap();
+    let out = eudp()
+        .args(["run", "--profile-file", d.join("missing.toml").to_str().unwrap(), "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
     let out = eudp().args(["run", "--profile", "nope", "--", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown profile \"nope\" (profiles: default, throughput, latency)"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("unknown profile \"nope\" (profiles: default, throughput, latency)"));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -109,7 +134,10 @@ fn variables_read() -> Vec<String> {
             } else if p.extension().is_some_and(|x| x == "rs") {
                 let text = std::fs::read_to_string(&p).unwrap();
                 for (i, _) in text.match_indices("\"EUDP_") {
-                    let name: String = text[i + 1..].chars().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_').collect();
+                    let name: String = text[i + 1..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
                     if text[i + 1 + name.len()..].starts_with('"') && !found.contains(&name) {
                         found.push(name);
                     }
@@ -127,7 +155,10 @@ fn every_variable_the_engine_and_shim_read_is_a_known_setting() {
     let not_settings = ["EUDP_TEST_RACE_PAUSE_US"];
     let read = variables_read();
     assert!(read.len() >= 30, "the scan found too little: {read:?}");
-    let missing: Vec<&String> = read.iter().filter(|v| !eudp_cli::profiles::SETTINGS.contains(&v.as_str()) && !not_settings.contains(&v.as_str())).collect();
+    let missing: Vec<&String> = read
+        .iter()
+        .filter(|v| !eudp_cli::profiles::SETTINGS.contains(&v.as_str()) && !not_settings.contains(&v.as_str()))
+        .collect();
     assert!(missing.is_empty(), "read by the engine or the shim but not in profiles::SETTINGS: {missing:?}");
     let stale: Vec<&&str> = eudp_cli::profiles::SETTINGS.iter().filter(|s| !read.iter().any(|r| r == *s)).collect();
     assert!(stale.is_empty(), "in profiles::SETTINGS but read nowhere: {stale:?}");

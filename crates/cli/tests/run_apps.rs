@@ -240,7 +240,21 @@ fn socat_relay(tr: Tr) {
     let mut sink = tb.command('b', "python3");
     sink.args(["-c", PY_SINK, ADDR_B, "7000", &n.to_string()]).stdout(Stdio::piped());
     let sink = sink.spawn().unwrap();
-    let mut relay = app_command(&tb, 'a', eudp(tr, "default"), &lib, &stats, &["socat", "-u", "-b", "65536", "UDP4-RECV:6000,bind=127.0.0.1,rcvbuf=8388608", &format!("UDP4-SENDTO:{ADDR_B}:7000")]);
+    let mut relay = app_command(
+        &tb,
+        'a',
+        eudp(tr, "default"),
+        &lib,
+        &stats,
+        &[
+            "socat",
+            "-u",
+            "-b",
+            "65536",
+            "UDP4-RECV:6000,bind=127.0.0.1,rcvbuf=8388608",
+            &format!("UDP4-SENDTO:{ADDR_B}:7000"),
+        ],
+    );
     if tcp {
         // Its sink is a plain UDP program (no UOE listens there): DML (c)
         // reaches it with plain UDP; the default (a) would queue and drop.
@@ -273,7 +287,10 @@ fn socat_relay(tr: Tr) {
     if tr == Tr::Xdp {
         // All but the few sent while the neighbour was unresolved.
         let frames = xdp_total(&stats, "tx_xdp");
-        assert!(frames + xdp_total(&stats, "tx_kernel_no_neigh") == n as u64 && frames >= n as u64 - 20, "AF_XDP frames sent: {frames}");
+        assert!(
+            frames + xdp_total(&stats, "tx_kernel_no_neigh") == n as u64 && frames >= n as u64 - 20,
+            "AF_XDP frames sent: {frames}"
+        );
     }
     let _ = std::fs::remove_dir_all(&stats);
 }
@@ -334,7 +351,10 @@ fn iperf3_both(tr: Tr) {
             // The test data left and arrived as AF_XDP frames (iperf3's
             // control connection is TCP, on the kernel).
             let (tx, rx) = (xdp_total(&stats, "tx_xdp"), xdp_total(&stats, "rx_xdp"));
-            assert!(tx >= sent - 20 && rx >= sent - r["lost_packets"].as_u64().unwrap() - 20, "AF_XDP frames sent {tx}, received {rx} (reverse={reverse})");
+            assert!(
+                tx >= sent - 20 && rx >= sent - r["lost_packets"].as_u64().unwrap() - 20,
+                "AF_XDP frames sent {tx}, received {rx} (reverse={reverse})"
+            );
         }
         let _ = std::fs::remove_dir_all(&stats);
     }
@@ -394,15 +414,22 @@ fn iperf3_bidir_parallel(tr: Tr) {
         eprintln!("{r}");
         assert!(r["packets_sent"].as_u64().unwrap() > 5_000, "{r}");
         assert!(r["lost_percent"].as_f64().unwrap() < 5.0, "paced run lost too much: {r}");
-        let sockets = run::read_reports(&stats, true, &[]).iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum::<u64>();
+        let sockets =
+            run::read_reports(&stats, true, &[]).iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum::<u64>();
         assert!(sockets >= if extra[0] == "-P" { 8 } else { 2 }, "{extra:?}: {sockets} sockets on the engine");
         if tcp {
             let frames = uoe_total(&stats, "frames_received");
-            assert!(frames >= r["packets_sent"].as_u64().unwrap() - r["lost_packets"].as_u64().unwrap(), "{extra:?}: UOE frames {frames}");
+            assert!(
+                frames >= r["packets_sent"].as_u64().unwrap() - r["lost_packets"].as_u64().unwrap(),
+                "{extra:?}: UOE frames {frames}"
+            );
         }
         if tr == Tr::Xdp {
             let rx = xdp_total(&stats, "rx_xdp");
-            assert!(rx + 40 >= r["packets_sent"].as_u64().unwrap() - r["lost_packets"].as_u64().unwrap(), "{extra:?}: AF_XDP frames received {rx}");
+            assert!(
+                rx + 40 >= r["packets_sent"].as_u64().unwrap() - r["lost_packets"].as_u64().unwrap(),
+                "{extra:?}: AF_XDP frames received {rx}"
+            );
         }
         let _ = std::fs::remove_dir_all(&stats);
     }
@@ -435,10 +462,29 @@ fn dig_dnsmasq(tr: Tr) {
     let Some(tb) = testbed("dns") else { return };
     let lib = lib();
     let stats = stat_dir(&format!("dns{}", tr.tag()));
-    let mut dns = app_command(&tb, 'b', eudp(tr, "default"), &lib, &stats, &[
-        "dnsmasq", "-k", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address", ADDR_B,
-        "-p", "5353", "--user=root", "--pid-file=", "--address=/eudp.test/198.18.0.99", "--txt-record=t.eudp.test,byte-exact",
-    ]);
+    let mut dns = app_command(
+        &tb,
+        'b',
+        eudp(tr, "default"),
+        &lib,
+        &stats,
+        &[
+            "dnsmasq",
+            "-k",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            "--listen-address",
+            ADDR_B,
+            "-p",
+            "5353",
+            "--user=root",
+            "--pid-file=",
+            "--address=/eudp.test/198.18.0.99",
+            "--txt-record=t.eudp.test,byte-exact",
+        ],
+    );
     if tcp {
         // It answers plain-UDP clients too (the kernel dig): DML (c).
         dns.env("EUDP_TCP_DML", "udp");
@@ -524,7 +570,8 @@ fn sockperf_ping_pong_and_throughput_over_xdp() {
     sockperf_runs(Tr::Xdp);
     let Some(tb) = testbed("spx") else { return };
     let stats = stat_dir("sockperf-xdp-latency");
-    let r = run::sockperf(&tb, eudp(Tr::Xdp, "latency"), eudp(Tr::Xdp, "latency"), &lib(), &stats, "ping-pong", 2, 64).expect("ping-pong");
+    let r = run::sockperf(&tb, eudp(Tr::Xdp, "latency"), eudp(Tr::Xdp, "latency"), &lib(), &stats, "ping-pong", 2, 64)
+        .expect("ping-pong");
     eprintln!("{r}");
     assert_eq!(r["dropped"].as_f64(), Some(0.0), "{r}");
     let _ = std::fs::remove_dir_all(&stats);
@@ -535,20 +582,27 @@ fn sockperf_runs(tr: Tr) {
     let Some(tb) = testbed("spf") else { return };
     let lib = lib();
     let stats = stat_dir(&format!("sockperf{}", tr.tag()));
-    let r = run::sockperf(&tb, eudp(tr, "default"), eudp(tr, "default"), &lib, &stats, "ping-pong", 2, 64).expect("ping-pong");
+    let r = run::sockperf(&tb, eudp(tr, "default"), eudp(tr, "default"), &lib, &stats, "ping-pong", 2, 64)
+        .expect("ping-pong");
     eprintln!("{r}");
     assert_eq!(r["dropped"].as_f64(), Some(0.0), "{r}");
     assert!(r["p50_us"].as_f64().unwrap() > 0.0);
-    let r = run::sockperf(&tb, eudp(tr, "default"), eudp(tr, "default"), &lib, &stats, "under-load", 2, 64).expect("under-load");
+    let r = run::sockperf(&tb, eudp(tr, "default"), eudp(tr, "default"), &lib, &stats, "under-load", 2, 64)
+        .expect("under-load");
     eprintln!("{r}");
     assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
-    let r = run::sockperf(&tb, eudp(tr, "throughput"), eudp(tr, "throughput"), &lib, &stats, "throughput", 2, 64).expect("throughput");
+    let r = run::sockperf(&tb, eudp(tr, "throughput"), eudp(tr, "throughput"), &lib, &stats, "throughput", 2, 64)
+        .expect("throughput");
     eprintln!("{r}");
     let sent = r["sent_msgs"].as_f64().unwrap();
     let got = r["server_received_msgs"].as_f64().unwrap_or(0.0);
     assert!(sent > 0.0 && got > 0.0 && got <= sent + 1000.0, "{r}");
     if tcp {
-        assert!(uoe_total(&stats, "frames_received") as f64 >= got, "UOE frames: {}", uoe_total(&stats, "frames_received"));
+        assert!(
+            uoe_total(&stats, "frames_received") as f64 >= got,
+            "UOE frames: {}",
+            uoe_total(&stats, "frames_received")
+        );
     }
     let _ = std::fs::remove_dir_all(&stats);
 }

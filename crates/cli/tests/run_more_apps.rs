@@ -78,7 +78,10 @@ impl Env {
     }
 
     fn reports(&self, exe: &str) -> Vec<serde_json::Value> {
-        run::read_reports(&self.stats, true, &[]).into_iter().filter(|r| r["exe"].as_str().is_some_and(|e| e.rsplit('/').next().is_some_and(|b| b.starts_with(exe)))).collect()
+        run::read_reports(&self.stats, true, &[])
+            .into_iter()
+            .filter(|r| r["exe"].as_str().is_some_and(|e| e.rsplit('/').next().is_some_and(|b| b.starts_with(exe))))
+            .collect()
     }
 
     fn sum(&self, exe: &str, f: impl Fn(&serde_json::Value) -> u64) -> u64 {
@@ -153,7 +156,11 @@ fn output_both(mut c: Command, limit: Duration) -> (bool, String, String) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let o = ch.wait_with_output().unwrap();
-    (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 fn tmp_file(env: &Env, name: &str, text: &str) -> PathBuf {
@@ -201,13 +208,19 @@ fn iperf2(tcp: bool) {
     srv.stdout(std::fs::File::create(&srv_out).unwrap()).stderr(Stdio::null());
     let mut srv = srv.spawn().unwrap();
     env.wait_server(&srv, 7100);
-    let (ok, cli, cli_err) = output_both(env.cmd('a', &["iperf", "-c", ADDR_B, "-u", "-p", "7100", "-t", "2", "-b", "50M", "-l", "1400"]), Duration::from_secs(20));
+    let (ok, cli, cli_err) = output_both(
+        env.cmd('a', &["iperf", "-c", ADDR_B, "-u", "-p", "7100", "-t", "2", "-b", "50M", "-l", "1400"]),
+        Duration::from_secs(20),
+    );
     std::thread::sleep(Duration::from_millis(300));
     stop(&mut srv, libc::SIGINT);
     eprintln!("{cli}");
     let srv_text = std::fs::read_to_string(&srv_out).unwrap();
     assert!(ok, "iperf client failed");
-    let sent: u64 = cli.lines().find_map(|l| l.split("Sent ").nth(1)?.split_whitespace().next()?.parse().ok()).expect("datagrams sent");
+    let sent: u64 = cli
+        .lines()
+        .find_map(|l| l.split("Sent ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .expect("datagrams sent");
     assert!(sent > 5000, "{cli}");
     let report = cli.lines().skip_while(|l| !l.contains("Server Report")).find_map(lost_total);
     let Some((lost, total)) = report else {
@@ -219,7 +232,12 @@ fn iperf2(tcp: bool) {
     assert!(lost * 20 < total, "lost {lost} of {total}");
     assert_eq!(srv_text.lines().filter_map(lost_total).next_back(), Some((lost, total)), "server:\n{srv_text}");
     // The server's socket left the engine for SO_TIMESTAMP, counted with its reason.
-    let reasons: Vec<String> = env.reports("iperf").iter().filter_map(|r| r["fallback_reasons"].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>())).flatten().collect();
+    let reasons: Vec<String> = env
+        .reports("iperf")
+        .iter()
+        .filter_map(|r| r["fallback_reasons"].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()))
+        .flatten()
+        .collect();
     assert!(reasons.iter().any(|r| r.contains("SOL_SOCKET/29")), "{reasons:?}");
     // iperf's "Sent N" is one more than the datagrams it writes (N - 1 on
     // the kernel, counted with strace); a lost end-of-test ack adds resends.
@@ -262,10 +280,25 @@ fn unbound(tcp: bool) {
         }
     }
     let qfile = tmp_file(&env, "queries.txt", &queries);
-    let mut dns = env.cmd('a', &[
-        "dnsmasq", "-k", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address", ADDR_A, "-p", "5301",
-        "--user=root", "--pid-file=", "--address=/eudp.test/198.18.0.99", "--txt-record=t.eudp.test,byte-exact",
-    ]);
+    let mut dns = env.cmd(
+        'a',
+        &[
+            "dnsmasq",
+            "-k",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            "--listen-address",
+            ADDR_A,
+            "-p",
+            "5301",
+            "--user=root",
+            "--pid-file=",
+            "--address=/eudp.test/198.18.0.99",
+            "--txt-record=t.eudp.test,byte-exact",
+        ],
+    );
     let mut dns = dns.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let mut unb = env.cmd('b', &["/usr/sbin/unbound", "-d", "-c", conf.to_str().unwrap()]);
     let mut unb = unb.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
@@ -338,7 +371,8 @@ fn memcached(tcp: bool) {
     let mut mc = mc.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     env.wait_server(&mc, 11311);
     let n = 1500;
-    let (ok, got) = output(env.cmd('a', &[python(), "-c", MC_CLIENT, ADDR_B, "11311", &n.to_string()]), Duration::from_secs(30));
+    let (ok, got) =
+        output(env.cmd('a', &[python(), "-c", MC_CLIENT, ADDR_B, "11311", &n.to_string()]), Duration::from_secs(30));
     stop(&mut mc, libc::SIGTERM);
     assert!(ok && got == format!("ok {n}\n"), "client: {got:?}");
     // Two requests per round; the server's answers to gets span datagrams.
@@ -383,19 +417,36 @@ fn rsyslog(tcp: bool) {
         let lines: String = (0..100).map(|i| format!("run {k} message {i} of eudp\n")).collect();
         want += &lines;
         let f = tmp_file(&env, &format!("chunk{k}.txt"), &lines);
-        let (ok, _) = output(env.cmd('a', &["logger", "-d", "-n", ADDR_B, "-P", "5514", "-f", f.to_str().unwrap()]), Duration::from_secs(10));
+        let (ok, _) = output(
+            env.cmd('a', &["logger", "-d", "-n", ADDR_B, "-P", "5514", "-f", f.to_str().unwrap()]),
+            Duration::from_secs(10),
+        );
         assert!(ok, "logger failed");
         std::thread::sleep(Duration::from_millis(100));
     }
     let t0 = Instant::now();
-    let read = || std::fs::read_to_string(&out).unwrap_or_default().lines().map(|l| format!("{}\n", l.trim_start())).collect::<String>();
+    let read = || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| format!("{}\n", l.trim_start()))
+            .collect::<String>()
+    };
     while read().len() < want.len() && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(50));
     }
     stop(&mut rs, libc::SIGTERM);
     let got = read();
-    let runs: Vec<usize> = (0..5).map(|k| got.lines().filter(|l| l.starts_with(&format!("run {k} "))).count()).collect();
-    assert!(got == want, "rsyslog wrote {} of {} lines, per run {runs:?}; UOE frames {}, kernel {}", got.lines().count(), want.lines().count(), env.uoe("frames_received"), env.uoe("kernel_received"));
+    let runs: Vec<usize> =
+        (0..5).map(|k| got.lines().filter(|l| l.starts_with(&format!("run {k} "))).count()).collect();
+    assert!(
+        got == want,
+        "rsyslog wrote {} of {} lines, per run {runs:?}; UOE frames {}, kernel {}",
+        got.lines().count(),
+        want.lines().count(),
+        env.uoe("frames_received"),
+        env.uoe("kernel_received")
+    );
     assert_eq!(env.total("rsyslogd", "datagrams_received"), 500);
     assert_eq!(env.total("logger", "datagrams_sent"), 500);
     if tcp {
@@ -435,7 +486,8 @@ fn logger_exits_before_its_lane_connects_over_tcp() {
     let lines: String = (0..100).map(|i| format!("early message {i}\n")).collect();
     let f = tmp_file(&env, "lines.txt", &lines);
     for stack in [Stack::Kernel, Stack::EudpTcp("default")] {
-        let mut rx = app_command(&env.tb, 'b', stack, &env.lib, &env.stats, &[python(), "-c", PY_LATE_READER, ADDR_B, "5514"]);
+        let mut rx =
+            app_command(&env.tb, 'b', stack, &env.lib, &env.stats, &[python(), "-c", PY_LATE_READER, ADDR_B, "5514"]);
         let rx = rx.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
         // Its port is bound (its UOE, which starts at its first receive, is not).
         testbed::wait_udp_server(rx.id(), 5514, false, Duration::from_secs(10)).unwrap();

@@ -71,7 +71,15 @@ fn tcp_sender_before_receiver_over_veth() {
     let Some(tb) = testbed("tcl") else { return };
     let w = me(&[]);
     let count = 2000;
-    let send = Job { role: "send".into(), mode: TcpMode::Tcp, addr: "198.18.0.2:9555".parse().unwrap(), size: 1472, secs: 30.0, count, pace_every: 16 };
+    let send = Job {
+        role: "send".into(),
+        mode: TcpMode::Tcp,
+        addr: "198.18.0.2:9555".parse().unwrap(),
+        size: 1472,
+        secs: 30.0,
+        count,
+        pace_every: 16,
+    };
     let mut tx = tb.command('a', &w.program);
     tx.args(&w.args).args(send.to_args()).envs(w.env.iter().map(|(k, v)| (k, v))).stdout(std::process::Stdio::piped());
     let tx = tx.spawn().unwrap();
@@ -83,7 +91,12 @@ fn tcp_sender_before_receiver_over_veth() {
     let report = |c: std::process::Child| -> serde_json::Value {
         let out = c.wait_with_output().unwrap();
         let s = String::from_utf8_lossy(&out.stdout).to_string();
-        let line = BufReader::new(s.as_bytes()).lines().map_while(Result::ok).filter(|l| l.starts_with('{')).last().expect("report");
+        let line = BufReader::new(s.as_bytes())
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| l.starts_with('{'))
+            .last()
+            .expect("report");
         serde_json::from_str(&line).unwrap()
     };
     let s = report(tx);
@@ -158,27 +171,40 @@ fn stat_shows_uoe_counters() {
     assert!(text.contains("uoe refused/closed input: none"), "{text}");
     // Next to a shim report of the same process, the counters join it.
     let pid = reps[0]["pid"].as_u64().unwrap();
-    std::fs::write(dir.join(format!("{pid}.json")), format!("{{\"pid\": {pid}, \"exe\": \"x\", \"sockets\": []}}")).unwrap();
+    std::fs::write(dir.join(format!("{pid}.json")), format!("{{\"pid\": {pid}, \"exe\": \"x\", \"sockets\": []}}"))
+        .unwrap();
     let reps = eudp_cli::run::read_reports(&dir, true, &[]);
-    assert_eq!((reps.len(), reps[0]["exe"].as_str(), reps[0]["uoe"]["tcp"]["drop_deadline"].as_u64()), (1, Some("x"), Some(1)));
+    assert_eq!(
+        (reps.len(), reps[0]["exe"].as_str(), reps[0]["uoe"]["tcp"]["drop_deadline"].as_u64()),
+        (1, Some("x"), Some(1))
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 // ---- loopback (no root): what unmodified programs need of the transport ----
 
 /// Two `tcp` hosts on their own 127.0.0.x addresses, on a port free on both.
-fn uoe_hosts(a: &str, b: &str) -> (eudp_engine::backend::tcp::TcpTransport, eudp_engine::backend::tcp::TcpTransport, u16) {
+fn uoe_hosts(
+    a: &str,
+    b: &str,
+) -> (eudp_engine::backend::tcp::TcpTransport, eudp_engine::backend::tcp::TcpTransport, u16) {
     use eudp_engine::backend::tcp::{Dml, TcpConfig, TcpTransport};
     loop {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let cfg = |ip: &str| TcpConfig { port, bind_ip: Some(ip.parse().unwrap()), dml: Dml::Udp, ..TcpConfig::default() };
+        let cfg =
+            |ip: &str| TcpConfig { port, bind_ip: Some(ip.parse().unwrap()), dml: Dml::Udp, ..TcpConfig::default() };
         if let (Ok(x), Ok(y)) = (TcpTransport::start(cfg(a)), TcpTransport::start(cfg(b))) {
             return (x, y, port);
         }
     }
 }
 
-fn uoe_ep(t: &eudp_engine::backend::tcp::TcpTransport, e: &eudp_engine::Engine, addr: &str, reuse: bool) -> eudp_engine::Endpoint {
+fn uoe_ep(
+    t: &eudp_engine::backend::tcp::TcpTransport,
+    e: &eudp_engine::Engine,
+    addr: &str,
+    reuse: bool,
+) -> eudp_engine::Endpoint {
     let ep = t.endpoint(e, false).unwrap();
     if reuse {
         ep.backend().set_option(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).unwrap();

@@ -98,7 +98,11 @@ fn gso_rejected_by_a_small_mtu_falls_back_without_loss() {
     // the GSO send (EINVAL); eudp must turn GSO off for the socket and resend
     // the same datagrams as plain (fragmented) ones.
     for h in ['a', 'b'] {
-        let ok = Command::new("ip").args(["-n", &tb.netns(h), "link", "set", &tb.veth(h), "mtu", "1280"]).status().unwrap().success();
+        let ok = Command::new("ip")
+            .args(["-n", &tb.netns(h), "link", "set", &tb.veth(h), "mtu", "1280"])
+            .status()
+            .unwrap()
+            .success();
         assert!(ok);
     }
     let (s, r) = transfer(&tb, Mode::Eudp, 1472, 30.0, 2000, 64, false).expect("transfer");

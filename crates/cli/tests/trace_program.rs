@@ -29,7 +29,9 @@ fn trace_stacks(dir: &Path, packets: u64, stacks: &str, program: &[&str]) -> ser
 
 fn trace_with(dir: &Path, packets: u64, opts: &[&str], program: &[&str]) -> serde_json::Value {
     let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
-    args.extend(["--packets", &packets.to_string(), "--out", &dir.display().to_string(), "--"].iter().map(|s| s.to_string()));
+    args.extend(
+        ["--packets", &packets.to_string(), "--out", &dir.display().to_string(), "--"].iter().map(|s| s.to_string()),
+    );
     args.extend(program.iter().map(|s| s.to_string()));
     assert_eq!(trace_cmd::trace_main(&args), 0, "eudp trace {args:?} failed");
     serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap()
@@ -62,7 +64,8 @@ fn count(d: &resolve::Dump, k: u8) -> usize {
 fn complete(json: &serde_json::Value, stack: &str, packets: u64) {
     assert_eq!(json["problems"].as_array().unwrap().len(), 0, "{}", json["problems"]);
     assert_eq!(json["notes"].as_array().unwrap().len(), 0, "{}", json["notes"]);
-    let recs: Vec<&serde_json::Value> = json["records"].as_array().unwrap().iter().filter(|r| r["stack"] == stack).collect();
+    let recs: Vec<&serde_json::Value> =
+        json["records"].as_array().unwrap().iter().filter(|r| r["stack"] == stack).collect();
     for l in resolve::layers_of(stack) {
         let n = recs.iter().filter(|r| r["layer"] == l.name).count() as u64;
         assert_eq!(n, packets, "{stack}: layer {} has {n} of {packets} packets", l.name);
@@ -73,9 +76,20 @@ fn complete(json: &serde_json::Value, stack: &str, packets: u64) {
     // The points this stack has (the kernel's path has no L1 or engine).
     let want: &[usize] = if stack == "kernel" { &[0, 4, 5, 6, 7, 8, 10] } else { &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10] };
     for p in paths {
-        let pts: Vec<u64> = want.iter().map(|&i| p["points"][i].as_u64().unwrap_or_else(|| panic!("{stack}: packet {} lacks {}", p["packet"], resolve::POINTS[i]))).collect();
+        let pts: Vec<u64> = want
+            .iter()
+            .map(|&i| {
+                p["points"][i]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{stack}: packet {} lacks {}", p["packet"], resolve::POINTS[i]))
+            })
+            .collect();
         for w in pts.windows(2) {
-            assert!(w[1] + trace_cmd::ORDER_TOLERANCE_NS >= w[0], "{stack}: packet {} out of path order: {pts:?}", p["packet"]);
+            assert!(
+                w[1] + trace_cmd::ORDER_TOLERANCE_NS >= w[0],
+                "{stack}: packet {} out of path order: {pts:?}",
+                p["packet"]
+            );
         }
     }
 }
@@ -166,7 +180,12 @@ fn a_full_buffer_cuts_the_analysis_with_a_note_not_holes() {
     assert!(d[0].dropped > 0, "the buffers were meant to fill");
     let notes: Vec<&str> = json["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
-    let kept: u64 = notes[0].split("covers the first ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{}", notes[0]));
+    let kept: u64 = notes[0]
+        .split("covers the first ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", notes[0]));
     assert!((10..400).contains(&kept), "{kept} datagrams kept: {}", notes[0]);
     assert_eq!(json["runs"][0]["packets"].as_u64(), Some(kept), "the table covers exactly the kept datagrams");
     assert_eq!(json["problems"].as_array().unwrap().len(), 0, "{}", json["problems"]);
@@ -210,7 +229,10 @@ fn a_client_and_its_server_are_one_flow() {
         p = port.display()
     );
     // Run once per stack: each run starts without the last run's port.
-    let sh = format!("rm -f {p}; {EUDP} run -- python3 -c \"$SERVER\" & {EUDP} run -- python3 -c \"$CLIENT\"; wait $!", p = port.display());
+    let sh = format!(
+        "rm -f {p}; {EUDP} run -- python3 -c \"$SERVER\" & {EUDP} run -- python3 -c \"$CLIENT\"; wait $!",
+        p = port.display()
+    );
     std::env::set_var("SERVER", &server);
     std::env::set_var("CLIENT", &client);
     // Both stacks: the kernel run keeps the sockets on the kernel, traced.
@@ -230,7 +252,12 @@ fn a_client_and_its_server_are_one_flow() {
     for sp in json["paths"].as_array().unwrap() {
         for p in sp["paths"].as_array().unwrap() {
             let pt = |i: usize| p["points"][i].as_u64().unwrap();
-            assert!(pt(7) + trace_cmd::ORDER_TOLERANCE_NS >= pt(6), "{}: packet {} received before it was sent", sp["stack"], p["packet"]);
+            assert!(
+                pt(7) + trace_cmd::ORDER_TOLERANCE_NS >= pt(6),
+                "{}: packet {} received before it was sent",
+                sp["stack"],
+                p["packet"]
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

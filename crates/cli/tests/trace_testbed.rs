@@ -34,7 +34,8 @@ fn check_stack(tb: &Testbed, dir: &std::path::Path, stack: &str, size: u64, pack
     }
     for p in &a.paths {
         // Every point the stack has is present.
-        let want: &[usize] = if stack == "kernel" { &[0, 4, 5, 6, 7, 8, 10] } else { &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10] };
+        let want: &[usize] =
+            if stack == "kernel" { &[0, 4, 5, 6, 7, 8, 10] } else { &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10] };
         for &i in want {
             assert!(p.points[i].is_some(), "{stack}: packet {} lacks {}", p.packet, resolve::POINTS[i]);
         }
@@ -65,12 +66,28 @@ fn trace_testbed_every_layer_every_packet_ordered() {
 #[test]
 fn trace_command_writes_json_svg_and_table() {
     let Some((tb, dir)) = setup("trc") else { return };
-    let args: Vec<String> = ["--packets", "8", "--run-packets", "64", "--sizes", "64,1472", "--size", "1472", "--testbed", &tb.name, "--out", &dir.display().to_string(), "--", "burst"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> = [
+        "--packets",
+        "8",
+        "--run-packets",
+        "64",
+        "--sizes",
+        "64,1472",
+        "--size",
+        "1472",
+        "--testbed",
+        &tb.name,
+        "--out",
+        &dir.display().to_string(),
+        "--",
+        "burst",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     assert_eq!(trace_cmd::trace_main(&args), 0);
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap();
     assert_eq!(json["schema"], "eudp-trace/1");
     assert_eq!(json["problems"].as_array().unwrap().len(), 0, "{}", json["problems"]);
     // Both stacks charted, 8 packets each, every layer.
@@ -82,7 +99,10 @@ fn trace_command_writes_json_svg_and_table() {
     let svg = std::fs::read_to_string(dir.join("trace.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.matches("<rect x=").count() == recs.len());
     // The model's renderer reads the same file.
-    assert_eq!(eudp_model::timeline::parse(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap().len(), recs.len());
+    assert_eq!(
+        eudp_model::timeline::parse(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap().len(),
+        recs.len()
+    );
     assert!(std::fs::read_to_string(dir.join("table.txt")).unwrap().contains("dominant layer per size"));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -94,12 +114,28 @@ fn trace_command_writes_json_svg_and_table() {
 fn trace_overhead_runs_each_setting_and_the_control() {
     let Some((tb, dir)) = setup("tro") else { return };
     let (reps, packets) = (2u64, 3000u64);
-    let args: Vec<String> = ["--overhead", &reps.to_string(), "--run-packets", &packets.to_string(), "--sizes", "64", "--compare", "eudp", "--overhead-modes", "full,control", "--testbed", &tb.name, "--out", &dir.display().to_string()]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> = [
+        "--overhead",
+        &reps.to_string(),
+        "--run-packets",
+        &packets.to_string(),
+        "--sizes",
+        "64",
+        "--compare",
+        "eudp",
+        "--overhead-modes",
+        "full,control",
+        "--testbed",
+        &tb.name,
+        "--out",
+        &dir.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     assert_eq!(trace_cmd::trace_main(&args), 0);
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("overhead.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("overhead.json")).unwrap()).unwrap();
     let runs = json["runs"].as_array().unwrap();
     for mode in ["off", "full", "control"] {
         let of: Vec<_> = runs.iter().filter(|r| r["mode"] == mode).collect();
@@ -107,11 +143,16 @@ fn trace_overhead_runs_each_setting_and_the_control() {
         for r in of {
             assert_eq!(r["size"], 64);
             assert_eq!(r["received"], packets, "{mode}: lost datagrams");
-            assert!(r["gbps"].as_f64().unwrap() > 0.0 && r["tx_cpu_ns_per_dgram"].as_f64().unwrap() > 0.0, "{mode}: {r}");
+            assert!(
+                r["gbps"].as_f64().unwrap() > 0.0 && r["tx_cpu_ns_per_dgram"].as_f64().unwrap() > 0.0,
+                "{mode}: {r}"
+            );
         }
     }
     // The order rotates: no two repetitions start with the same setting.
-    let first: std::collections::BTreeSet<_> = (0..reps).map(|rep| runs.iter().find(|r| r["rep"] == rep).unwrap()["mode"].as_str().unwrap().to_string()).collect();
+    let first: std::collections::BTreeSet<_> = (0..reps)
+        .map(|rep| runs.iter().find(|r| r["rep"] == rep).unwrap()["mode"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(first.len() as u64, reps, "first settings {first:?}");
     let table = json["table"].as_str().unwrap();
     assert!(table.contains("every full-traced run complete"), "{table}");

@@ -136,7 +136,13 @@ mod tests {
     }
 
     fn lim() -> GsoLimits {
-        GsoLimits { max_segments: 64, max_bytes: 65_507, max_segment_size: 1472, max_segment_size_v4: 1472, enabled: true }
+        GsoLimits {
+            max_segments: 64,
+            max_bytes: 65_507,
+            max_segment_size: 1472,
+            max_segment_size_v4: 1472,
+            enabled: true,
+        }
     }
 
     #[test]

@@ -11,14 +11,16 @@ use crate::backend::kernel::{self, ErrorFlag, EventFd, InMeta, OutMsg};
 use crate::backend::{Backend, PktInfo};
 use crate::batch::{group_calls, gso_batch, GsoLimits};
 use crate::engine::{Engine, Shared};
+use crate::machine::{QueueEvent, QueueState};
 use crate::queue::{L1Queue, PostDecision, Recorder, SendState};
 use crate::ring::RecvRing;
 use crate::stats::{Stats, StatsSnapshot};
-use crate::machine::{QueueEvent, QueueState};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, Ordering::SeqCst,
+};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -82,10 +84,7 @@ pub(crate) struct RecvScratch {
 impl RecvScratch {
     pub(crate) fn new(n: usize) -> Self {
         let n = n.clamp(1, 64);
-        RecvScratch {
-            bufs: (0..n).map(|_| vec![0u8; RX_BUF]).collect(),
-            meta: vec![InMeta::default(); n],
-        }
+        RecvScratch { bufs: (0..n).map(|_| vec![0u8; RX_BUF]).collect(), meta: vec![InMeta::default(); n] }
     }
 }
 
@@ -835,7 +834,12 @@ impl Endpoint {
     /// it; `None` when the socket did not ask) to `info`. Kept apart from
     /// [`Received`] so receives that do not want it do not copy it.
     #[inline]
-    pub fn recv_with_info(&self, buf: &mut [u8], flags: RecvFlags, info: &mut Option<crate::backend::PktInfo>) -> io::Result<Received> {
+    pub fn recv_with_info(
+        &self,
+        buf: &mut [u8],
+        flags: RecvFlags,
+        info: &mut Option<crate::backend::PktInfo>,
+    ) -> io::Result<Received> {
         *info = None;
         self.inner.traced_recv(buf, flags, Some(info))
     }
@@ -988,7 +992,13 @@ impl Endpoint {
     /// reaches the ring, see [`Endpoint::reader_asleep`]). Otherwise the
     /// read is waited for, at most `wait`; after that only the ring is
     /// taken and the socket is reported as not found empty.
-    pub fn take_received(&self, max_bytes: usize, wait: Duration, leave_asleep: bool, out: &mut std::collections::VecDeque<KeptDatagram>) -> Taken {
+    pub fn take_received(
+        &self,
+        max_bytes: usize,
+        wait: Duration,
+        leave_asleep: bool,
+        out: &mut std::collections::VecDeque<KeptDatagram>,
+    ) -> Taken {
         let i = &self.inner;
         let deadline = Instant::now() + wait;
         let mut asleep = false;
@@ -997,11 +1007,15 @@ impl Endpoint {
                 Ok(g) => break Some(g),
                 Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
                 // Asleep with nothing to read: it may sleep for good.
-                Err(std::sync::TryLockError::WouldBlock) if leave_asleep && i.rx_blocked.load(SeqCst) && !kernel::has_data(i.backend.raw_fd()) => {
+                Err(std::sync::TryLockError::WouldBlock)
+                    if leave_asleep && i.rx_blocked.load(SeqCst) && !kernel::has_data(i.backend.raw_fd()) =>
+                {
                     asleep = true;
                     break None;
                 }
-                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(100))
+                }
                 Err(std::sync::TryLockError::WouldBlock) => break None,
             }
         };
@@ -1320,7 +1334,11 @@ impl EpInner {
                 // datagram, or the next send would flush the short run alone.
                 let charge = |d: &crate::queue::Slot| d.len as usize + crate::queue::DATAGRAM_OVERHEAD;
                 let kept: usize = s.l1.slots()[n - tail..].iter().map(charge).sum();
-                if 2 * (kept + charge(&s.l1.slots()[n - 1])) < s.capacity { tail } else { 0 }
+                if 2 * (kept + charge(&s.l1.slots()[n - 1])) < s.capacity {
+                    tail
+                } else {
+                    0
+                }
             }
             _ => 0,
         };
@@ -1373,14 +1391,21 @@ impl EpInner {
         let r = self.send(data, dst, flags);
         self.trace.send_return(seq);
         if r.is_ok() {
-            self.trace.note_addrs(crate::tracepoint::SIDE_SEND, || (self.backend.local_addr().ok(), dst.or_else(|| self.backend.peer_addr().ok())));
+            self.trace.note_addrs(crate::tracepoint::SIDE_SEND, || {
+                (self.backend.local_addr().ok(), dst.or_else(|| self.backend.peer_addr().ok()))
+            });
         }
         r
     }
 
     /// [`EpInner::recv`] between the application-call tracepoints.
     #[inline]
-    fn traced_recv(&self, buf: &mut [u8], flags: RecvFlags, info: Option<&mut Option<PktInfo>>) -> io::Result<Received> {
+    fn traced_recv(
+        &self,
+        buf: &mut [u8],
+        flags: RecvFlags,
+        info: Option<&mut Option<PktInfo>>,
+    ) -> io::Result<Received> {
         if !crate::tracepoint::on() {
             return self.recv(buf, flags, info);
         }
@@ -1561,7 +1586,11 @@ impl EpInner {
     /// Returns the send lock back when the kernel has no room or took
     /// nothing; else (`None`) the caller posts again (a datagram of `len`
     /// bytes fits, or may soon).
-    fn room_from_kernel<'a>(self: &'a Arc<Self>, s: MutexGuard<'a, SendState>, len: usize) -> Option<MutexGuard<'a, SendState>> {
+    fn room_from_kernel<'a>(
+        self: &'a Arc<Self>,
+        s: MutexGuard<'a, SendState>,
+        len: usize,
+    ) -> Option<MutexGuard<'a, SendState>> {
         let Some(fd) = self.room_fd else { return Some(s) };
         if s.shutdown || s.rest == 0 {
             return Some(s);
@@ -1630,7 +1659,11 @@ impl EpInner {
     /// all) is posted into: with three busy loops, 1–2 sends in 20 000 were
     /// refused in 3 runs of 15 before that check. Returns the send lock
     /// when nothing was sent; `None` when the caller posts again.
-    fn drain_full_l1<'a>(self: &'a Arc<Self>, mut s: MutexGuard<'a, SendState>, len: usize) -> Option<MutexGuard<'a, SendState>> {
+    fn drain_full_l1<'a>(
+        self: &'a Arc<Self>,
+        mut s: MutexGuard<'a, SendState>,
+        len: usize,
+    ) -> Option<MutexGuard<'a, SendState>> {
         const SPIN: Duration = Duration::from_micros(20);
         const BOUND: Duration = Duration::from_millis(20);
         if !self.coalesces {
@@ -1824,7 +1857,14 @@ impl EpInner {
                 let batch = engine_streams
                     && s.staged == 0
                     && s.l1.slots().last().is_some_and(|d| self.l1_holds_a_batch(&s, d.len as usize));
-                if engine_streams && !first && !batch && !s.l1.is_empty() && s.staged == 0 && s.flushers == 0 && !s.shutdown {
+                if engine_streams
+                    && !first
+                    && !batch
+                    && !s.l1.is_empty()
+                    && s.staged == 0
+                    && s.flushers == 0
+                    && !s.shutdown
+                {
                     s.scheduled = true;
                     s.coalescing = true;
                     let since = s.l1_since.unwrap_or_else(Instant::now);
@@ -1914,8 +1954,10 @@ impl EpInner {
             let runs = gso_batch(&items[base..], &lim);
             let fallbacks = self.stats.gso_fallbacks.load(Relaxed);
             for (first, n) in group_calls(&runs, self.engine.config.max_msgs, 1024) {
-                let call_runs: Vec<crate::batch::Run> =
-                    runs[first..first + n].iter().map(|r| crate::batch::Run { start: r.start + base - done, ..*r }).collect();
+                let call_runs: Vec<crate::batch::Run> = runs[first..first + n]
+                    .iter()
+                    .map(|r| crate::batch::Run { start: r.start + base - done, ..*r })
+                    .collect();
                 let datagrams: usize = call_runs.iter().map(|r| r.count).sum();
                 self.trace.batch(done, datagrams);
                 self.wait_l2_room_and_begin(datagrams as u32);
@@ -2020,7 +2062,11 @@ impl EpInner {
                         Stats::add(&self.stats.bytes_sent, bytes as u64);
                         Stats::add(&self.stats.datagrams_sent, k as u64);
                         let rest = r.count - k;
-                        runs[m] = crate::batch::Run { start: r.start + k, count: rest, segment: r.segment.filter(|_| rest > 1) };
+                        runs[m] = crate::batch::Run {
+                            start: r.start + k,
+                            count: rest,
+                            segment: r.segment.filter(|_| rest > 1),
+                        };
                         done += k;
                     }
                     if !wait {
@@ -2047,7 +2093,13 @@ impl EpInner {
                         Stats::add(&self.stats.gso_fallbacks, 1);
                         let rest: Vec<_> = runs[m..]
                             .iter()
-                            .flat_map(|x| (x.start..x.start + x.count).map(|i| crate::batch::Run { start: i, count: 1, segment: None }))
+                            .flat_map(|x| {
+                                (x.start..x.start + x.count).map(|i| crate::batch::Run {
+                                    start: i,
+                                    count: 1,
+                                    segment: None,
+                                })
+                            })
                             .collect();
                         runs.truncate(m);
                         runs.extend(rest);
@@ -2481,7 +2533,13 @@ impl EpInner {
     }
 
     #[inline]
-    fn pop(&self, rs: &mut RecvSide, buf: &mut [u8], peek: bool, info: Option<&mut Option<PktInfo>>) -> Option<Received> {
+    fn pop(
+        &self,
+        rs: &mut RecvSide,
+        buf: &mut [u8],
+        peek: bool,
+        info: Option<&mut Option<PktInfo>>,
+    ) -> Option<Received> {
         let d = rs.ring.pop_into(buf, peek, info)?;
         self.ring_len.0.store(rs.ring.datagrams(), Release);
         if !peek {
@@ -2514,7 +2572,12 @@ impl EpInner {
 
     /// [`EpInner::recv`] once the ring was found empty.
     #[inline(never)]
-    fn recv_wait(&self, buf: &mut [u8], flags: RecvFlags, mut info: Option<&mut Option<PktInfo>>) -> io::Result<Received> {
+    fn recv_wait(
+        &self,
+        buf: &mut [u8],
+        flags: RecvFlags,
+        mut info: Option<&mut Option<PktInfo>>,
+    ) -> io::Result<Received> {
         let nonblocking = flags.dont_wait || self.nonblocking.load(Relaxed);
         let mut deadline: Option<Option<Instant>> = None;
         let mut spin_until: Option<Instant> = None;
@@ -2556,14 +2619,15 @@ impl EpInner {
                 signals = Some(kernel::AsyncSignalsBlocked::new());
             }
             let timed = dl.is_some();
-            let blocked = if nonblocking || spinning || signals.is_some() || (timed && !std::mem::take(&mut timed_read_left)) {
-                None
-            } else {
-                // About to sleep in the read: what waits to be coalesced
-                // goes first (an answer to it may be what this waits for).
-                self.engine.send_coalesced_now();
-                self.block_in_read(flags.interruptible, timed)
-            };
+            let blocked =
+                if nonblocking || spinning || signals.is_some() || (timed && !std::mem::take(&mut timed_read_left)) {
+                    None
+                } else {
+                    // About to sleep in the read: what waits to be coalesced
+                    // goes first (an answer to it may be what this waits for).
+                    self.engine.send_coalesced_now();
+                    self.block_in_read(flags.interruptible, timed)
+                };
             match blocked {
                 Some(Err(e)) => return Err(e),
                 Some(Ok(())) => {}
@@ -2677,7 +2741,6 @@ impl EpInner {
         }
     }
 }
-
 
 /// What [`Endpoint::take_received`] moved out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

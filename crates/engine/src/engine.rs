@@ -7,12 +7,15 @@
 //! `epoll_wait` when idle (or spins in busy-poll mode); application threads
 //! ring a doorbell only when it sleeps.
 
-use crate::backend::kernel::{pin_current_thread, EventFd, Epoll, TimerFd, UdpSocket};
+use crate::backend::kernel::{pin_current_thread, Epoll, EventFd, TimerFd, UdpSocket};
 use crate::config::Config;
 use crate::endpoint::{EpInner, RxOutcome};
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::{Relaxed, SeqCst}};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -207,7 +210,8 @@ impl Shared {
     pub(crate) fn send_coalesced_now(&self) -> usize {
         // (`try_with`: a thread past its thread-locals' end — a program's
         // destructor that polls — counts as an engine thread and skips.)
-        if self.coalescing_len.load(Relaxed) == 0 || CURRENT.try_with(|c| c.borrow().strong_count() > 0).unwrap_or(true) {
+        if self.coalescing_len.load(Relaxed) == 0 || CURRENT.try_with(|c| c.borrow().strong_count() > 0).unwrap_or(true)
+        {
             return 0;
         }
         // A lock another thread holds (the engine looking at the list or
@@ -337,7 +341,9 @@ impl Shared {
     pub(crate) fn await_room(&self, ep: &EpInner, fd: std::os::fd::RawFd) -> io::Result<()> {
         let rearm = ep.room_watched.swap(true, SeqCst);
         match self.room.watch_writable_once(fd, ep.id, rearm) {
-            Err(e) if !rearm && e.raw_os_error() == Some(libc::EEXIST) => self.room.watch_writable_once(fd, ep.id, true),
+            Err(e) if !rearm && e.raw_os_error() == Some(libc::EEXIST) => {
+                self.room.watch_writable_once(fd, ep.id, true)
+            }
             r => r,
         }
     }
@@ -347,7 +353,11 @@ impl Shared {
     /// with `poll`, so a one-shot watch is not used up).
     fn others_waiting(&self) -> bool {
         !self.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
-            || crate::backend::kernel::poll_readable(&[std::os::fd::AsRawFd::as_raw_fd(&self.epoll)], Some(Duration::ZERO)).unwrap_or(true)
+            || crate::backend::kernel::poll_readable(
+                &[std::os::fd::AsRawFd::as_raw_fd(&self.epoll)],
+                Some(Duration::ZERO),
+            )
+            .unwrap_or(true)
     }
 
     pub(crate) fn deregister(&self, ep: &EpInner) {
@@ -517,7 +527,8 @@ impl Engine {
     /// Returns how many were open.
     pub fn release_gro_holds() -> usize {
         GRO_HOLD_OFF.store(true, SeqCst);
-        let all: Vec<Arc<Shared>> = GRO_HOLDERS.lock().unwrap_or_else(|e| e.into_inner()).drain(..).filter_map(|w| w.upgrade()).collect();
+        let all: Vec<Arc<Shared>> =
+            GRO_HOLDERS.lock().unwrap_or_else(|e| e.into_inner()).drain(..).filter_map(|w| w.upgrade()).collect();
         all.iter().filter(|sh| sh.gro_hold.lock().unwrap_or_else(|e| e.into_inner()).take().is_some()).count()
     }
 
@@ -571,7 +582,8 @@ impl Engine {
             let m = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
             m.values().filter_map(Weak::upgrade).collect()
         };
-        let deadline = Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 30));
+        let deadline =
+            Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 30));
         for ep in &eps {
             ep.flush(deadline);
         }
@@ -684,7 +696,8 @@ fn run(sh: Arc<Shared>) {
                 // on the socket would be woken.
                 if sh.room.wait(&mut room_ready, Some(Duration::ZERO)).is_ok() {
                     for &id in &room_ready {
-                        let ep = sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&id).and_then(Weak::upgrade);
+                        let ep =
+                            sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&id).and_then(Weak::upgrade);
                         if let Some(ep) = ep {
                             ep.resume_send(&mut staging);
                         }

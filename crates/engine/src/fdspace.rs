@@ -82,7 +82,9 @@ impl Drop for Tell {
 
 /// A new descriptor of the engine's own: `make` creates it, through the
 /// placement if there is one.
-pub fn new_private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(make: impl FnOnce() -> io::Result<T>) -> io::Result<Private<T>> {
+pub fn new_private<T: AsRawFd + From<OwnedFd> + Into<OwnedFd>>(
+    make: impl FnOnce() -> io::Result<T>,
+) -> io::Result<Private<T>> {
     let fd = match PLACEMENT.get() {
         Some(p) => {
             let mut make = Some(make);

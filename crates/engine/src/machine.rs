@@ -321,7 +321,8 @@ pub fn table() -> Table {
     // leave before datagrams queued ahead of it (one backend call at a time
     // keeps each flow's order; L2 still counts posts not yet reaped).
     let no_batch = cmp(v(BatchInflight), Op::Eq, c(0));
-    let l1_empty_l2_room = Cond::All(vec![cmp(v(L1), Op::Eq, c(0)), cmp(v(L2), Op::Lt, Term::L2Bound), no_batch.clone()]);
+    let l1_empty_l2_room =
+        Cond::All(vec![cmp(v(L1), Op::Eq, c(0)), cmp(v(L2), Op::Lt, Term::L2Bound), no_batch.clone()]);
     // An empty L1 always accepts one datagram, so "full" implies l1 >= 1.
     let l1_full = Cond::All(vec![cmp(v(L1), Op::Ge, c(1)), cmp(v(L1), Op::Ge, Term::L1Cap)]);
     let rules = vec![
@@ -427,11 +428,7 @@ pub fn table() -> Table {
     ];
     Table {
         rules,
-        flush_done: Cond::All(vec![
-            cmp(v(Shutdown), Op::Eq, c(1)),
-            cmp(v(L1), Op::Eq, c(0)),
-            cmp(v(L2), Op::Eq, c(0)),
-        ]),
+        flush_done: Cond::All(vec![cmp(v(Shutdown), Op::Eq, c(1)), cmp(v(L1), Op::Eq, c(0)), cmp(v(L2), Op::Eq, c(0))]),
         invariants: vec![
             ("l2_bound", cmp(v(L2), Op::Le, Term::L2Bound)),
             ("l1_cap", cmp(v(L1), Op::Le, Term::L1Cap)),
@@ -709,7 +706,14 @@ fn emit_step(table: &Table, cfg: &PromelaConfig, kind: EventKind, param: Option<
 }
 
 /// [`emit_step`] taken by `by` (the rule's actor or its `also`).
-fn emit_step_by(table: &Table, cfg: &PromelaConfig, kind: EventKind, param: Option<u32>, extra: &str, by: Actor) -> String {
+fn emit_step_by(
+    table: &Table,
+    cfg: &PromelaConfig,
+    kind: EventKind,
+    param: Option<u32>,
+    extra: &str,
+    by: Actor,
+) -> String {
     let rule = table.rule(kind);
     debug_assert!(by == rule.actor || Some(by) == rule.also);
     let (who, who_args) = match by {
@@ -786,7 +790,8 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
         let _ = writeln!(o, " *   {:<11} {:<10} {}", format!("{:?}", r.kind), who, r.doc);
     }
     if !cfg.unlocked.is_empty() {
-        let _ = writeln!(o, " *\n * BROKEN: the counter updates of {:?} are not atomic with their guard.", cfg.unlocked);
+        let _ =
+            writeln!(o, " *\n * BROKEN: the counter updates of {:?} are not atomic with their guard.", cfg.unlocked);
     }
     o.push_str(" */\n");
     let _ = writeln!(
@@ -814,12 +819,8 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
         "#define flushed (engine_done && l1 == 0 && l2 == 0 && handed == accepted)\n\
          #define conserved (!dup && accepted + refused <= NDG && accepted == len(l1q) + in_desc + handed && l1 == len(l1q))\n",
     );
-    let invs: Vec<String> = table
-        .invariants
-        .iter()
-        .filter(|(n, _)| *n != "l2_bound")
-        .map(|(_, g)| render_cond(g, None))
-        .collect();
+    let invs: Vec<String> =
+        table.invariants.iter().filter(|(n, _)| *n != "l2_bound").map(|(_, g)| render_cond(g, None)).collect();
     let invs = if invs.is_empty() { "true".to_string() } else { invs.join(" && ") };
     let _ = writeln!(o, "#define table_invariants ({invs})\n");
     o.push_str(
@@ -838,8 +839,13 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
     }
     drain.push_str("        :: skip\n        fi;\n        if\n");
     for d in param_values(table.rule(EventKind::TakeBatch), cfg) {
-        let extra = format!(" nb = {d}; in_desc = in_desc + {d}; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0");
-        let _ = writeln!(drain, "        :: {}", emit_step_by(table, cfg, EventKind::TakeBatch, Some(d), &extra, Actor::App));
+        let extra =
+            format!(" nb = {d}; in_desc = in_desc + {d}; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0");
+        let _ = writeln!(
+            drain,
+            "        :: {}",
+            emit_step_by(table, cfg, EventKind::TakeBatch, Some(d), &extra, Actor::App)
+        );
     }
     let _ = write!(
         drain,
@@ -864,7 +870,8 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
         let _ = writeln!(o, "  :: {}", emit_step(table, cfg, EventKind::Reap, Some(n), ""));
     }
     for d in param_values(table.rule(EventKind::TakeBatch), cfg) {
-        let extra = format!(" nb = {d}; in_desc = in_desc + {d}; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0");
+        let extra =
+            format!(" nb = {d}; in_desc = in_desc + {d}; do :: i < nb -> l1q?b[i]; i++ :: else -> break od; i = 0");
         let _ = writeln!(o, "  :: {};\n     goto batch", emit_step(table, cfg, EventKind::TakeBatch, Some(d), &extra));
     }
     if cfg.busy_poll {
@@ -879,7 +886,11 @@ pub fn emit_promela(table: &Table, cfg: &PromelaConfig) -> String {
         emit_step(table, cfg, EventKind::BatchDone, None, "")
     );
 
-    let _ = write!(o, "proctype closer() {{\n  byte tmp0;\n  {}\n}}\n\n", emit_step(table, cfg, EventKind::Shutdown, None, ""));
+    let _ = write!(
+        o,
+        "proctype closer() {{\n  byte tmp0;\n  {}\n}}\n\n",
+        emit_step(table, cfg, EventKind::Shutdown, None, "")
+    );
 
     o.push_str("init {\n  atomic {\n    select(watch : 0 .. NDG - 1);\n    run engine();\n    run closer();\n");
     for a in 0..cfg.apps {
@@ -938,7 +949,12 @@ mod tests {
         let t = good_trace();
         check_trace(&t, 2).unwrap();
         let last = t.last().unwrap().1;
-        let m = Machine { queue: last, direct_inflight: Some(0), batch_inflight: Some(0), limits: Limits { l2_bound: 2, l1_cap: None } };
+        let m = Machine {
+            queue: last,
+            direct_inflight: Some(0),
+            batch_inflight: Some(0),
+            limits: Limits { l2_bound: 2, l1_cap: None },
+        };
         assert_eq!(m.cond(&table().flush_done, None), Some(true));
     }
 
@@ -965,7 +981,8 @@ mod tests {
         assert!(check_trace(&t, 1).unwrap_err().contains("event #4"));
 
         // A caller retiring its slot while L1 holds datagrams.
-        let t = vec![(DirectPost, st(0, 1, 0, false)), (Enqueue, st(1, 1, 0, false)), (DirectRetire, st(1, 0, 0, false))];
+        let t =
+            vec![(DirectPost, st(0, 1, 0, false)), (Enqueue, st(1, 1, 0, false)), (DirectRetire, st(1, 0, 0, false))];
         assert!(check_trace(&t, 1).unwrap_err().contains("event #2"));
 
         // A batch completion with no batch in flight (ghost counter).
@@ -1009,7 +1026,12 @@ mod tests {
     fn promela_is_generated_from_the_table() {
         let mut t = table();
         let p = emit_promela(&t, &PromelaConfig::default());
-        assert!(p.contains("atomic { ((shutdown == 0) && ((l1 == 0) && (l2 < L2_BOUND) && (batch_inflight == 0))) -> l2 = l2 + 1;"), "{p}");
+        assert!(
+            p.contains(
+                "atomic { ((shutdown == 0) && ((l1 == 0) && (l2 < L2_BOUND) && (batch_inflight == 0))) -> l2 = l2 + 1;"
+            ),
+            "{p}"
+        );
         assert!(p.contains("ltl l2_bound"));
         assert_eq!(p.matches("goto batch").count(), 2);
         t.rule_mut(EventKind::DirectPost).guard = Cond::All(vec![]);

@@ -299,7 +299,11 @@ impl SendState {
     /// that thread `token` queued last (any thread's for `u64::MAX`; none
     /// for 0, a thread past its thread-locals' end).
     pub fn coalescing_remainder_of(&self, token: u64) -> bool {
-        !self.l1_empty() && self.scheduled && self.coalescing && token != 0 && (token == u64::MAX || self.queued_by == token)
+        !self.l1_empty()
+            && self.scheduled
+            && self.coalescing
+            && token != 0
+            && (token == u64::MAX || self.queued_by == token)
     }
 
     /// Decides a caller's send: direct when nothing is queued and L2 has

@@ -102,13 +102,26 @@ impl RecvRing {
     }
 
     /// As [`RecvRing::push`] for a message held in `buf[..len]`.
-    pub fn push_prefix(&mut self, buf: Vec<u8>, len: usize, segment: Option<usize>, src: Option<SocketAddr>) -> Result<usize, usize> {
+    pub fn push_prefix(
+        &mut self,
+        buf: Vec<u8>,
+        len: usize,
+        segment: Option<usize>,
+        src: Option<SocketAddr>,
+    ) -> Result<usize, usize> {
         self.push_message(buf, len, segment, src, None)
     }
 
     /// As [`RecvRing::push_prefix`], keeping the message's destination
     /// information for every datagram cut from it.
-    pub fn push_message(&mut self, buf: Vec<u8>, len: usize, segment: Option<usize>, src: Option<SocketAddr>, pktinfo: Option<PktInfo>) -> Result<usize, usize> {
+    pub fn push_message(
+        &mut self,
+        buf: Vec<u8>,
+        len: usize,
+        segment: Option<usize>,
+        src: Option<SocketAddr>,
+        pktinfo: Option<PktInfo>,
+    ) -> Result<usize, usize> {
         debug_assert!(len <= buf.len());
         let segment = match segment {
             Some(s) if s > 0 && s < len => s,

@@ -24,7 +24,9 @@ use crate::backend::kernel;
 use crate::backend::stamp_ring;
 use crate::backend::Backend;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Mutex, Once};
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -47,7 +49,11 @@ static CAP: AtomicUsize = AtomicUsize::new(0);
 fn capacity() -> usize {
     match CAP.load(Relaxed) {
         0 => {
-            let n = std::env::var("EUDP_TRACE_EVENTS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(THREAD_CAPACITY);
+            let n = std::env::var("EUDP_TRACE_EVENTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(THREAD_CAPACITY);
             CAP.store(n, Relaxed);
             n
         }
@@ -341,7 +347,8 @@ fn new_buf() -> &'static ThreadBuf {
     for w in words.iter().step_by(512) {
         w.store(0, Relaxed);
     }
-    let b: &'static ThreadBuf = Box::leak(Box::new(ThreadBuf { thread: NEXT_THREAD.fetch_add(1, Relaxed), words, len: AtomicUsize::new(0) }));
+    let b: &'static ThreadBuf =
+        Box::leak(Box::new(ThreadBuf { thread: NEXT_THREAD.fetch_add(1, Relaxed), words, len: AtomicUsize::new(0) }));
     BUFS.lock().unwrap_or_else(|e| e.into_inner()).push(b);
     BUF.with(|c| c.set(Some(b)));
     b
@@ -501,7 +508,15 @@ pub fn events() -> Vec<Event> {
                     a = conv(a);
                 }
             }
-            out.push(Event { ts_ns: ts, kind, ep: (w1 >> 9) & 0x7fff, thread: b.thread, extra: w1 >> 24, a, b: w[3].load(Relaxed) });
+            out.push(Event {
+                ts_ns: ts,
+                kind,
+                ep: (w1 >> 9) & 0x7fff,
+                thread: b.thread,
+                extra: w1 >> 24,
+                a,
+                b: w[3].load(Relaxed),
+            });
         }
     }
     out
@@ -525,7 +540,12 @@ pub fn dump_json() -> String {
     use std::fmt::Write;
     let ev = events();
     let mut s = String::with_capacity(ev.len() * 48 + 128);
-    let _ = write!(s, "{{\"clock\":\"CLOCK_MONOTONIC_RAW\",\"pid\":{},\"dropped\":{},\"events\":[", std::process::id(), dropped());
+    let _ = write!(
+        s,
+        "{{\"clock\":\"CLOCK_MONOTONIC_RAW\",\"pid\":{},\"dropped\":{},\"events\":[",
+        std::process::id(),
+        dropped()
+    );
     for (i, e) in ev.iter().enumerate() {
         if i > 0 {
             s.push(',');
@@ -596,7 +616,10 @@ pub fn set_ring_reads(on: bool) {
 
 /// The TX stamps a traced socket asks for: TX_SCHED and TX_SOFTWARE, each
 /// keyed by the socket's OPT_ID counter, without a copy of the payload.
-const TX_STAMPS: i32 = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_ID | libc::SOF_TIMESTAMPING_OPT_TSONLY) as i32;
+const TX_STAMPS: i32 = (libc::SOF_TIMESTAMPING_TX_SCHED
+    | libc::SOF_TIMESTAMPING_TX_SOFTWARE
+    | libc::SOF_TIMESTAMPING_OPT_ID
+    | libc::SOF_TIMESTAMPING_OPT_TSONLY) as i32;
 
 /// [`TX_STAMPS`] with software reporting on: a socket that makes TX stamps
 /// and no RX stamps (the cost measurements).
@@ -761,7 +784,11 @@ impl EpTrace {
     /// then (it may make system calls). Called on every traced send, so
     /// the check that it was done is inlined and the recording is not.
     #[inline(always)]
-    pub fn note_addrs(&self, side: u64, addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)) {
+    pub fn note_addrs(
+        &self,
+        side: u64,
+        addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+    ) {
         if on() && self.addrs_noted.load(Relaxed) & side as u8 == 0 {
             self.note_addrs_once(side, addrs);
         }
@@ -769,7 +796,11 @@ impl EpTrace {
 
     #[cold]
     #[inline(never)]
-    fn note_addrs_once(&self, side: u64, addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)) {
+    fn note_addrs_once(
+        &self,
+        side: u64,
+        addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+    ) {
         let bit = side as u8;
         if self.addrs_noted.fetch_or(bit, Relaxed) & bit != 0 {
             return;
@@ -870,7 +901,12 @@ impl EpTrace {
             let (t, tsc) = stamp();
             let mut n = 0;
             for (first, count) in msgs {
-                push_raw(word1(Kind::KMsg, self.id, tsc, 0), t, k0 + n, msg_ref(base + first as u64, count as u64, false));
+                push_raw(
+                    word1(Kind::KMsg, self.id, tsc, 0),
+                    t,
+                    k0 + n,
+                    msg_ref(base + first as u64, count as u64, false),
+                );
                 n += 1;
             }
             self.kmsg.store(k0 + n, Relaxed);
@@ -1039,7 +1075,14 @@ pub fn unit_costs() -> std::io::Result<UnitCosts> {
     // room (SO_RCVBUF), so no stamp is dropped for want of it.
     const STRETCH: u64 = 32;
     const STRETCHES: u64 = 32;
-    let mut c = UnitCosts { clock_read_ns, clock_in_context_ns, stamp_make_ns: 0.0, stamp_read_ns: f64::MAX, stamped_sends: 0, stamps_read: 0 };
+    let mut c = UnitCosts {
+        clock_read_ns,
+        clock_in_context_ns,
+        stamp_make_ns: 0.0,
+        stamp_read_ns: f64::MAX,
+        stamped_sends: 0,
+        stamps_read: 0,
+    };
     let (mut plain_best, mut stamped_best) = (f64::MAX, f64::MAX);
     for _ in 0..7 {
         for s in [&plain, &stamped] {
@@ -1168,7 +1211,10 @@ mod tests {
         assert_eq!(ev.len(), 1);
         let e = ev[0];
         // The call began before `before` and ended between the two reads.
-        assert!(e.a <= before + 20_000 && e.ts_ns + 20_000 >= before + 3_000_000 && e.ts_ns <= after + 20_000, "{e:?} {before} {after}");
+        assert!(
+            e.a <= before + 20_000 && e.ts_ns + 20_000 >= before + 3_000_000 && e.ts_ns <= after + 20_000,
+            "{e:?} {before} {after}"
+        );
         assert_eq!(unpack_send_ref(e.b), (0, 100, true));
     }
 
@@ -1221,7 +1267,10 @@ mod tests {
         let ret: Vec<&Event> = ev.iter().filter(|e| e.kind == Kind::SysReturn as u8).collect();
         let msgs: Vec<&Event> = ev.iter().filter(|e| e.kind == Kind::KMsg as u8).collect();
         assert_eq!((ret.len(), ret[0].a, ret[0].b), (1, 0, 3));
-        assert_eq!(msgs.iter().map(|e| (e.a, unpack_msg_ref(e.b))).collect::<Vec<_>>(), [(0, (0, 4, false)), (1, (4, 4, false)), (2, (8, 2, false))]);
+        assert_eq!(
+            msgs.iter().map(|e| (e.a, unpack_msg_ref(e.b))).collect::<Vec<_>>(),
+            [(0, (0, 4, false)), (1, (4, 4, false)), (2, (8, 2, false))]
+        );
         // One clock read serves the return and its messages.
         assert!(msgs.iter().all(|e| e.ts_ns == ret[0].ts_ns), "{ev:?}");
         let enter = ev.iter().find(|e| e.kind == Kind::SysEnter as u8).unwrap();
@@ -1233,7 +1282,8 @@ mod tests {
         // Smaller than the prefetch distance: no prefetch may reach past
         // the end, and the events written must be intact.
         let cap = PREFETCH_AHEAD / 2 + 1;
-        let buf = ThreadBuf { thread: 0, words: (0..cap * 4).map(|_| AtomicU64::new(0)).collect(), len: AtomicUsize::new(0) };
+        let buf =
+            ThreadBuf { thread: 0, words: (0..cap * 4).map(|_| AtomicU64::new(0)).collect(), len: AtomicUsize::new(0) };
         let d0 = dropped();
         for i in 0..cap as u64 + 3 {
             push_into(&buf, word1(Kind::Take, 7, false, 0), 100 + i, i, 2 * i);
@@ -1295,7 +1345,9 @@ mod cost {
         });
         let mut x = 0u64;
         let per_clock = best(&mut || x = x.wrapping_add(stamp().0));
-        eprintln!("traced send call {per:.1} ns, traced recv call {per_rx:.1} ns, one clock read {per_clock:.1} ns ({x:x})");
+        eprintln!(
+            "traced send call {per:.1} ns, traced recv call {per_rx:.1} ns, one clock read {per_clock:.1} ns ({x:x})"
+        );
         assert!(per < 10_000.0);
     }
 
@@ -1309,7 +1361,10 @@ mod cost {
     fn event_prefetch_cost() {
         let cap = 1 << 20;
         let words = || -> Box<[AtomicU64]> { (0..cap * 4).map(|_| AtomicU64::new(0)).collect() };
-        let bufs = [ThreadBuf { thread: 0, words: words(), len: AtomicUsize::new(0) }, ThreadBuf { thread: 0, words: words(), len: AtomicUsize::new(0) }];
+        let bufs = [
+            ThreadBuf { thread: 0, words: words(), len: AtomicUsize::new(0) },
+            ThreadBuf { thread: 0, words: words(), len: AtomicUsize::new(0) },
+        ];
         let slots = Mutex::new(vec![[0u8; 1472]; 64]);
         let data = [7u8; 1472];
         let n = cap / 8;
@@ -1398,7 +1453,10 @@ mod cost {
                 best[j] = best[j].min((thread_cpu_ns() - c0) as f64 / n as f64);
             }
         }
-        eprintln!("stamped one-datagram send + reads after every k sends: {:?} ns for k = {ks:?}", best.map(|x| x.round()));
+        eprintln!(
+            "stamped one-datagram send + reads after every k sends: {:?} ns for k = {ks:?}",
+            best.map(|x| x.round())
+        );
         assert_eq!(read as u64, 2 * 7 * n * ks.len() as u64);
     }
 
@@ -1443,7 +1501,10 @@ mod cost {
             a = a.min(round(&plain, false, &mut read));
             b = b.min(round(&stamped, true, &mut read));
         }
-        eprintln!("one-datagram send: {a:.0} ns plain, {b:.0} ns with TX stamps read back: {:.0} ns per stamp", (b - a) / 2.0);
+        eprintln!(
+            "one-datagram send: {a:.0} ns plain, {b:.0} ns with TX stamps read back: {:.0} ns per stamp",
+            (b - a) / 2.0
+        );
         // Every send went out and was stamped twice (else this measured nothing).
         assert_eq!(sent, 2 * 7 * n);
         assert_eq!(read as u64, 2 * 7 * n);

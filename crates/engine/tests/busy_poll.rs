@@ -74,5 +74,8 @@ fn busy_polling_engines_leave_the_cpu_to_woken_receivers() {
     // (a loaded machine slows both).
     let asleep = pingpong(false);
     let busy = pingpong(true);
-    assert!(busy < asleep * 10 + Duration::from_millis(20), "{ROUNDS} rounds: {busy:?} busy polling, {asleep:?} asleep");
+    assert!(
+        busy < asleep * 10 + Duration::from_millis(20),
+        "{ROUNDS} rounds: {busy:?} busy polling, {asleep:?} asleep"
+    );
 }

@@ -13,7 +13,12 @@ fn batch() -> usize {
     eudp_engine::backend::kernel::gso_max_segments()
 }
 
-fn run(l2_depth: u32, threads: usize, per_thread: usize, sndbuf: Option<usize>) -> Vec<(QueueEvent, eudp_engine::machine::QueueState)> {
+fn run(
+    l2_depth: u32,
+    threads: usize,
+    per_thread: usize,
+    sndbuf: Option<usize>,
+) -> Vec<(QueueEvent, eudp_engine::machine::QueueState)> {
     let engine = Engine::start(Config { l2_depth, record_transitions: true, ..Config::default() }).unwrap();
     let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let dst = rx.local_addr().unwrap();
@@ -183,7 +188,11 @@ fn a_streaming_sender_drains_full_batches_itself() {
     // Loopback may drop under load (the kernel receiver's buffer), never
     // reorder; the short burst after the pause must arrive whole.
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "order");
-    assert!(seen.ends_with(&[20_000, 20_001, 20_002, 20_003, 20_004]), "tail: {:?}", &seen[seen.len().saturating_sub(8)..]);
+    assert!(
+        seen.ends_with(&[20_000, 20_001, 20_002, 20_003, 20_004]),
+        "tail: {:?}",
+        &seen[seen.len().saturating_sub(8)..]
+    );
     // The engine counts a send after its syscall returns, which may be
     // after the reader saw the datagrams: settle first.
     assert!(ep.flush(Duration::from_secs(5)));

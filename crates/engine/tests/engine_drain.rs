@@ -14,7 +14,13 @@ const COALESCE: Duration = Duration::from_millis(200);
 /// Streams `TOTAL` datagrams (an odd count: the last batch is short) and
 /// receives them all without flushing; returns the sender's stats.
 fn stream(caller_drain: bool) -> StatsSnapshot {
-    let cfg = Config { tx_caller_drain: caller_drain, tx_flush_batches: 2, max_msgs: 64, tx_coalesce: COALESCE, ..Config::default() };
+    let cfg = Config {
+        tx_caller_drain: caller_drain,
+        tx_flush_batches: 2,
+        max_msgs: 64,
+        tx_coalesce: COALESCE,
+        ..Config::default()
+    };
     let engine = Engine::start(cfg).unwrap();
     let rx_engine = Engine::start(Config::default()).unwrap();
     let rx = Endpoint::with_engine(&rx_engine, false).unwrap();

@@ -115,7 +115,11 @@ fn releasing_every_holder_is_for_good() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("1 passed"), "child failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "child failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -65,11 +65,8 @@ fn stream(n: u64, size: usize) -> Vec<u64> {
     }
     assert!(a.flush(Duration::from_secs(5)));
     rx.join().expect("receiver");
-    let counts: Vec<u64> = tp::events()
-        .iter()
-        .filter(|x| x.kind == Kind::KMsg as u8)
-        .map(|x| tp::unpack_msg_ref(x.b).1)
-        .collect();
+    let counts: Vec<u64> =
+        tp::events().iter().filter(|x| x.kind == Kind::KMsg as u8).map(|x| tp::unpack_msg_ref(x.b).1).collect();
     tp::disable();
     assert_eq!(counts.iter().sum::<u64>(), n, "every datagram in one traced kernel message");
     counts

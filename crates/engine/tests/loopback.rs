@@ -32,7 +32,11 @@ fn payload(i: u64, len: usize) -> Vec<u8> {
 fn check(got: &[u8], i: u64, len: usize, rx: &Endpoint) {
     if got != &payload(i, len)[..] {
         let seq = if got.len() >= 8 { u64::from_be_bytes(got[..8].try_into().unwrap()) } else { u64::MAX };
-        panic!("datagram {i}: got {} bytes with sequence {seq}, want {len} bytes; receiver {:?}", got.len(), rx.stats());
+        panic!(
+            "datagram {i}: got {} bytes with sequence {seq}, want {len} bytes; receiver {:?}",
+            got.len(),
+            rx.stats()
+        );
     }
 }
 
@@ -251,7 +255,12 @@ fn many_threads_share_an_endpoint() {
         for (t, v) in got.iter().enumerate() {
             let mut sorted = v.clone();
             sorted.sort_unstable();
-            assert_eq!(sorted, (0..per).collect::<Vec<_>>(), "thread {t}: lost or duplicated; receiver {:?}", b.stats());
+            assert_eq!(
+                sorted,
+                (0..per).collect::<Vec<_>>(),
+                "thread {t}: lost or duplicated; receiver {:?}",
+                b.stats()
+            );
             inversions += v.windows(2).filter(|w| w[1] < w[0]).count();
         }
         assert!(inversions <= 3, "{inversions} order inversions: {got:?}");
@@ -556,7 +565,10 @@ fn a_timed_receive_sleeps_inside_the_read_when_the_socket_holds_the_timeout() {
         } else {
             // The comparison that shows the test can fail: the endpoint's
             // own timeout waits on readiness after a failed read.
-            assert!(reads.iter().filter(|&&r| r >= 2).count() >= 10, "reads per receive on the readiness path: {reads:?}");
+            assert!(
+                reads.iter().filter(|&&r| r >= 2).count() >= 10,
+                "reads per receive on the readiness path: {reads:?}"
+            );
         }
         // An empty wait ends with EAGAIN once the timeout has passed, on
         // both paths (the kernel counts its timeout in ticks and may end
@@ -566,7 +578,10 @@ fn a_timed_receive_sleeps_inside_the_read_when_the_socket_holds_the_timeout() {
         let err = b.recv(&mut buf).unwrap_err();
         let waited = t0.elapsed();
         assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
-        assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(1), "in_socket={in_socket}: waited {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(150) && waited < Duration::from_secs(1),
+            "in_socket={in_socket}: waited {waited:?}"
+        );
     }
 }
 

@@ -60,7 +60,9 @@ impl Testbed {
         let dev = format!("eu{}a", self.name);
         let verb = if replace { "change" } else { "add" };
         if !replace {
-            let _ = Command::new("ip").args(["netns", "exec", &self.ns('a'), "tc", "qdisc", "del", "dev", &dev, "root"]).output();
+            let _ = Command::new("ip")
+                .args(["netns", "exec", &self.ns('a'), "tc", "qdisc", "del", "dev", &dev, "root"])
+                .output();
         }
         let o = Command::new("ip")
             .args(["netns", "exec", &self.ns('a'), "tc", "qdisc", verb, "dev", &dev, "root", "tbf", "rate", rate])
@@ -204,7 +206,11 @@ fn child() {
             }
         }
     }
-    assert_eq!(dont_wait, Some(std::io::ErrorKind::WouldBlock), "MSG_DONTWAIT on a blocking endpoint with a full send buffer");
+    assert_eq!(
+        dont_wait,
+        Some(std::io::ErrorKind::WouldBlock),
+        "MSG_DONTWAIT on a blocking endpoint with a full send buffer"
+    );
     slow.set_nonblocking(true);
     let backlog = slow.stats();
     // Free: the same engine, to a receiver on this host's loopback.

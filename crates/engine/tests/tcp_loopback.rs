@@ -98,7 +98,12 @@ fn several_sockets_share_one_connection() {
         for _ in 0..200 * senders.len() {
             let (k, src) = r.recv_from(&mut buf).unwrap();
             let si = senders.iter().position(|s| s.local_addr().unwrap() == src).expect("known sender");
-            assert!(buf[..k] == payload(next[si], 1472)[..], "per-flow order and content: {:?} {:?}", b.stats(), r.stats());
+            assert!(
+                buf[..k] == payload(next[si], 1472)[..],
+                "per-flow order and content: {:?} {:?}",
+                b.stats(),
+                r.stats()
+            );
             next[si] += 1;
         }
     }
@@ -329,7 +334,15 @@ fn malformed_input_closes_only_that_connection() {
         good.write_all(piece).unwrap();
         good.flush().unwrap();
     }
-    recv_n(&rx, 3, 300, "127.0.0.1:12345".parse::<SocketAddr>().map(|a| SocketAddr::new(good.local_addr().unwrap().ip(), a.port())).unwrap());
+    recv_n(
+        &rx,
+        3,
+        300,
+        "127.0.0.1:12345"
+            .parse::<SocketAddr>()
+            .map(|a| SocketAddr::new(good.local_addr().unwrap().ip(), a.port()))
+            .unwrap(),
+    );
     // The per-peer cap: `good` plus two more, the fourth is refused.
     let _k1 = TcpStream::connect(addr).unwrap();
     let _k2 = TcpStream::connect(addr).unwrap();
@@ -399,7 +412,12 @@ fn n_connections_per_peer_hash_flows_and_set_congestion_control() {
     for _ in 0..300 * senders.len() {
         let (k, src) = rx.recv_from(&mut buf).unwrap();
         let si = senders.iter().position(|s| s.local_addr().unwrap() == src).unwrap();
-        assert!(buf[..k] == payload(next[si], 1000)[..], "per-flow order over several connections: {:?} {:?}", b.stats(), rx.stats());
+        assert!(
+            buf[..k] == payload(next[si], 1000)[..],
+            "per-flow order over several connections: {:?} {:?}",
+            b.stats(),
+            rx.stats()
+        );
         next[si] += 1;
     }
     let conns = a.connections();
@@ -514,7 +532,7 @@ fn coalesced_receive_keeps_every_boundary() {
         s.send_to(&payload(i as u64, len), to).unwrap();
     }
     std::thread::sleep(Duration::from_millis(200)); // let it all queue up
-    // Order holds per source (two sockets are not ordered with each other).
+                                                    // Order holds per source (two sockets are not ordered with each other).
     let mut want: Vec<std::collections::VecDeque<(usize, usize)>> = vec![Default::default(), Default::default()];
     for (i, &(len, other)) in plan.iter().enumerate() {
         want[other as usize].push_back((i, len));
@@ -846,10 +864,21 @@ fn a_full_lane_refuses_whole_runs_at_once_and_delivers_what_it_took() {
     for _ in 0..2000 {
         batches += 1;
         let datagrams: Vec<Vec<Vec<u8>>> = (0..4u64)
-            .map(|r| (0..PER_RUN as u64).map(|k| payload(seq + r * PER_RUN as u64 + k, if r == 3 && k + 1 == PER_RUN as u64 { SEG / 2 } else { SEG })).collect())
+            .map(|r| {
+                (0..PER_RUN as u64)
+                    .map(|k| {
+                        payload(
+                            seq + r * PER_RUN as u64 + k,
+                            if r == 3 && k + 1 == PER_RUN as u64 { SEG / 2 } else { SEG },
+                        )
+                    })
+                    .collect()
+            })
             .collect();
-        let iovs: Vec<Vec<IoSlice<'_>>> = datagrams.iter().map(|run| run.iter().map(|d| IoSlice::new(d)).collect()).collect();
-        let msgs: Vec<OutMsg<'_>> = iovs.iter().map(|iov| OutMsg { dst: Some(to), iov, segment: Some(SEG as u16) }).collect();
+        let iovs: Vec<Vec<IoSlice<'_>>> =
+            datagrams.iter().map(|run| run.iter().map(|d| IoSlice::new(d)).collect()).collect();
+        let msgs: Vec<OutMsg<'_>> =
+            iovs.iter().map(|iov| OutMsg { dst: Some(to), iov, segment: Some(SEG as u16) }).collect();
         match tx.send_batch(&msgs) {
             Ok(k) => {
                 assert!((1..=4).contains(&k));
@@ -1141,8 +1170,11 @@ fn an_endpoint_that_stops_reading_does_not_stall_its_lane() {
         ty.set_write_timeout(Some(Duration::from_secs(3)));
         let mut buf = vec![0u8; 65_536];
         for i in 0..50u64 {
-            ty.send_to(&payload(i, 100), to_y).unwrap_or_else(|e| panic!("Y's datagram {i} not sent: {e}; {:?}", b.stats()));
-            let (k, src) = y.recv_from(&mut buf).unwrap_or_else(|e| panic!("Y's datagram {i}: {e}; lane stalled behind X: {:?}", b.stats()));
+            ty.send_to(&payload(i, 100), to_y)
+                .unwrap_or_else(|e| panic!("Y's datagram {i} not sent: {e}; {:?}", b.stats()));
+            let (k, src) = y
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("Y's datagram {i}: {e}; lane stalled behind X: {:?}", b.stats()));
             assert_eq!((src, &buf[..k]), (y_from, &payload(i, 100)[..]), "Y's datagram {i}");
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -1198,7 +1230,15 @@ fn a_peers_end_that_comes_with_its_last_frame_closes_the_connection() {
     s.read_exact(&mut hello).unwrap();
     let one: libc::c_int = 1;
     // SAFETY: test-only setsockopt with the pointer and length of a live c_int.
-    let r = unsafe { libc::setsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, &one as *const libc::c_int as *const libc::c_void, 4) };
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            &one as *const libc::c_int as *const libc::c_void,
+            4,
+        )
+    };
     assert_eq!(r, 0);
     s.write_all(&frame(1)).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
@@ -1246,7 +1286,9 @@ fn a_datagram_behind_a_kernel_socket_error_is_received() {
         match cli.recv(&mut buf) {
             Ok(k) => break k,
             // The error may be reported first, once, as the kernel would.
-            Err(err) if err.raw_os_error() == Some(libc::ECONNREFUSED) && t0.elapsed() < Duration::from_secs(3) => continue,
+            Err(err) if err.raw_os_error() == Some(libc::ECONNREFUSED) && t0.elapsed() < Duration::from_secs(3) => {
+                continue
+            }
             Err(err) => panic!("the datagram behind the error was not received: {err}"),
         }
     };

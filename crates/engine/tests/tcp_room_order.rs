@@ -168,7 +168,10 @@ fn a_full_lane_resumes_in_order_and_room_means_a_send_is_taken() {
         // The moment room is reported, a send must be taken.
         let t0 = Instant::now();
         while !ep.writable() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "round {round}: no room within 10 s of the peer reading again");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "round {round}: no room within 10 s of the peer reading again"
+            );
             std::hint::spin_loop();
         }
         room_waits.push(t0.elapsed());
@@ -202,8 +205,14 @@ fn a_full_lane_resumes_in_order_and_room_means_a_send_is_taken() {
     drop(peer);
     // The test reached the engine's resume (a refusal it stopped waiting
     // for on the lane, then the room descriptor).
-    assert!(st.engine_wait_timeouts + st.engine_wait_yields > 0, "the engine never left a refused rest for the room descriptor: {st:?}");
-    assert!(refused_after_room.is_empty(), "a send right after the endpoint reported room was refused: {refused_after_room:?}");
+    assert!(
+        st.engine_wait_timeouts + st.engine_wait_yields > 0,
+        "the engine never left a refused rest for the room descriptor: {st:?}"
+    );
+    assert!(
+        refused_after_room.is_empty(),
+        "a send right after the endpoint reported room was refused: {refused_after_room:?}"
+    );
     let want = format!("RESULT end next {seq} got {seq} bad [] ring_drops 0");
     assert_eq!(result, want, "the peer did not get every datagram once, in order");
 }

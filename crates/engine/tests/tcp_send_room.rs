@@ -173,8 +173,12 @@ fn a_stopped_peer_does_not_hold_up_the_engine_for_other_peers() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let Setup { peer, _fh, _fe, rx, a, e, slow, free, slow_dst, free_dst } =
-        setup("a_stopped_peer_does_not_hold_up_the_engine_for_other_peers", STOPPED, [SENDER, STOPPED, FREE_HOST], |c| c.sndbuf = 4608);
+    let Setup { peer, _fh, _fe, rx, a, e, slow, free, slow_dst, free_dst } = setup(
+        "a_stopped_peer_does_not_hold_up_the_engine_for_other_peers",
+        STOPPED,
+        [SENDER, STOPPED, FREE_HOST],
+        |c| c.sndbuf = 4608,
+    );
     signal(peer.0.id(), "-STOP");
     // Fill the lane to the stopped peer: nonblocking sends until refused,
     // again and again (the engine then holds a batch the lane refused).
@@ -276,8 +280,12 @@ fn a_slow_reader_does_not_hold_up_the_engine_for_other_peers() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let Setup { peer, _fh, _fe, rx, a, e: _e, slow, free, slow_dst, free_dst } =
-        setup("a_slow_reader_does_not_hold_up_the_engine_for_other_peers", &format!("{SR_SLOW} 2"), [SR_SENDER, SR_SLOW, SR_FREE_HOST], |c| c.sndbuf = 4608);
+    let Setup { peer, _fh, _fe, rx, a, e: _e, slow, free, slow_dst, free_dst } = setup(
+        "a_slow_reader_does_not_hold_up_the_engine_for_other_peers",
+        &format!("{SR_SLOW} 2"),
+        [SR_SENDER, SR_SLOW, SR_FREE_HOST],
+        |c| c.sndbuf = 4608,
+    );
 
     // The slow lane's program sends all along (blocking sends), so its
     // lane stays full and the engine always has more of it to send.
@@ -341,12 +349,16 @@ fn a_full_process_queue_refuses_a_full_connection_instead_of_spinning() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let Setup { peer, _fh, _fe, rx, a, e: _e, slow, free, slow_dst, free_dst } =
-        setup("a_full_process_queue_refuses_a_full_connection_instead_of_spinning", TB_STOPPED, [TB_SENDER, TB_STOPPED, TB_FREE_HOST], |c| {
+    let Setup { peer, _fh, _fe, rx, a, e: _e, slow, free, slow_dst, free_dst } = setup(
+        "a_full_process_queue_refuses_a_full_connection_instead_of_spinning",
+        TB_STOPPED,
+        [TB_SENDER, TB_STOPPED, TB_FREE_HOST],
+        |c| {
             c.sndbuf = 4608;
             c.queue_bytes = TOTAL;
             c.total_queue_bytes = TOTAL;
-        });
+        },
+    );
     let mut buf = vec![0u8; 2048];
     signal(peer.0.id(), "-STOP");
 
@@ -372,7 +384,8 @@ fn a_full_process_queue_refuses_a_full_connection_instead_of_spinning() {
         }
         let _ = done.send((ok, refused));
     });
-    let (ok, refused) = finished.recv_timeout(Duration::from_secs(10)).expect("sends to a full connection never returned");
+    let (ok, refused) =
+        finished.recv_timeout(Duration::from_secs(10)).expect("sends to a full connection never returned");
     println!("to the stopped peer: {ok} accepted, {refused} refused; {:?}", a.stats());
     assert!(refused > 0, "nothing was refused: the connection never filled");
 

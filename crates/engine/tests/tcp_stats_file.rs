@@ -35,7 +35,10 @@ fn the_global_transport_writes_its_counters_for_eudp_stat() {
     loop {
         let s = std::fs::read_to_string(&path).unwrap_or_default();
         // Sent and received by this process (a connection to itself).
-        if s.contains("\"frames_received\": 5,") && s.contains("\"frames_sent\": 5,") && s.contains("\"drop_rx_full\": 0,") {
+        if s.contains("\"frames_received\": 5,")
+            && s.contains("\"frames_sent\": 5,")
+            && s.contains("\"drop_rx_full\": 0,")
+        {
             assert!(s.contains(&format!("\"pid\": {},", std::process::id())), "{s}");
             break;
         }

@@ -128,8 +128,20 @@ fn run_once(rcvbuf: Option<usize>) -> u64 {
     assert!(kmsgs.len() as u64 > BURSTS, "kernel messages traced: {}", kmsgs.len());
     // Both kernel stamps of every kernel message: the error queue never
     // overflowed and nothing was left unread.
-    assert_eq!(sched.symmetric_difference(&kmsgs).count(), 0, "TX_SCHED of {} of {} messages", sched.len(), kmsgs.len());
-    assert_eq!(soft.symmetric_difference(&kmsgs).count(), 0, "TX_SOFTWARE of {} of {} messages", soft.len(), kmsgs.len());
+    assert_eq!(
+        sched.symmetric_difference(&kmsgs).count(),
+        0,
+        "TX_SCHED of {} of {} messages",
+        sched.len(),
+        kmsgs.len()
+    );
+    assert_eq!(
+        soft.symmetric_difference(&kmsgs).count(),
+        0,
+        "TX_SOFTWARE of {} of {} messages",
+        soft.len(),
+        kmsgs.len()
+    );
     eprintln!("{got} of {total} received, {sends} send syscalls, {} kernel messages, {stamp_wakes} engine wakes for stamps only", kmsgs.len());
     e.shutdown(Duration::from_secs(1));
     stamp_wakes

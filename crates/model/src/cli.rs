@@ -65,7 +65,11 @@ impl Args {
             Some(v) => v
                 .split(',')
                 .filter(|s| !s.is_empty())
-                .map(|s| parse_size(s).and_then(|x| x.to_string().parse::<T>().map_err(|_| ())).map_err(|_| format!("--{k}: bad list item {s:?}")))
+                .map(|s| {
+                    parse_size(s)
+                        .and_then(|x| x.to_string().parse::<T>().map_err(|_| ()))
+                        .map_err(|_| format!("--{k}: bad list item {s:?}"))
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
         }
@@ -135,7 +139,13 @@ pub fn model_main(args: &[String]) -> i32 {
 fn load_preset(a: &Args) -> Result<Preset, String> {
     let name = a.get("preset").ok_or("--preset is required")?;
     let mut p = preset::load(&preset::resolve(name)?)?;
-    apply_overrides(&mut p, a.get("bus"), a.get("link-mbps").map(|s| s.parse::<f64>().map_err(|_| format!("--link-mbps: bad number {s:?}"))).transpose()?)?;
+    apply_overrides(
+        &mut p,
+        a.get("bus"),
+        a.get("link-mbps")
+            .map(|s| s.parse::<f64>().map_err(|_| format!("--link-mbps: bad number {s:?}")))
+            .transpose()?,
+    )?;
     Ok(p)
 }
 
@@ -147,7 +157,12 @@ pub fn apply_overrides(p: &mut Preset, bus: Option<&str>, link_mbps: Option<f64>
         }
         for r in p.resources.values_mut() {
             if let ResourceSpec::Bus { .. } = r {
-                *r = ResourceSpec::Bus { bus: Some(b.to_string()), width_bits: None, clock_mhz: None, cite: Some("override".into()) };
+                *r = ResourceSpec::Bus {
+                    bus: Some(b.to_string()),
+                    width_bits: None,
+                    clock_mhz: None,
+                    cite: Some("override".into()),
+                };
             }
         }
     }
@@ -168,7 +183,20 @@ pub fn apply_overrides(p: &mut Preset, bus: Option<&str>, link_mbps: Option<f64>
 fn model(args: &[String]) -> Result<(), String> {
     let a = parse_args(
         args,
-        &["preset", "stack", "layers", "trace", "sizes", "threshold", "packets", "csv", "svg", "ratemax", "bus", "link-mbps"],
+        &[
+            "preset",
+            "stack",
+            "layers",
+            "trace",
+            "sizes",
+            "threshold",
+            "packets",
+            "csv",
+            "svg",
+            "ratemax",
+            "bus",
+            "link-mbps",
+        ],
         &["dominant", "help"],
     )?;
     if a.flag("help") || args.is_empty() {
@@ -179,12 +207,23 @@ fn model(args: &[String]) -> Result<(), String> {
         return Err(format!("unexpected argument {:?}\n{MODEL_HELP}", a.positional[0]));
     }
     if let Some(r) = a.get("ratemax") {
-        let v: Vec<f64> = r.split(',').map(|s| s.trim().parse::<f64>()).collect::<Result<_, _>>().map_err(|_| "--ratemax wants N,L2,T_US")?;
+        let v: Vec<f64> = r
+            .split(',')
+            .map(|s| s.trim().parse::<f64>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| "--ratemax wants N,L2,T_US")?;
         if v.len() != 3 || v[2] <= 0.0 {
             return Err("--ratemax wants N,L2,T_US with T_US > 0".into());
         }
         let rate = analytic::ratemax(v[0], v[1], v[2] * 1000.0);
-        println!("Ratemax = (n + sizeof(L2)) / t = ({} + {}) / {} us = {:.4} posts/us = {:.0} posts/s", v[0], v[1], v[2], rate * 1000.0, rate * 1e9);
+        println!(
+            "Ratemax = (n + sizeof(L2)) / t = ({} + {}) / {} us = {:.4} posts/us = {:.0} posts/s",
+            v[0],
+            v[1],
+            v[2],
+            rate * 1000.0,
+            rate * 1e9
+        );
         if a.get("preset").is_none() && a.get("layers").is_none() && a.get("trace").is_none() {
             return Ok(());
         }
@@ -196,7 +235,13 @@ fn model(args: &[String]) -> Result<(), String> {
     let source: Box<dyn Fn(f64) -> Result<Vec<Layer>, String>> = if a.get("preset").is_some() {
         let p = load_preset(&a)?;
         let stack = a.get("stack").ok_or("--stack is required with --preset")?.to_string();
-        let st = p.stacks.get(&stack).ok_or_else(|| format!("preset {} has no stack {stack:?} (stacks: {})", p.name, p.stacks.keys().cloned().collect::<Vec<_>>().join(", ")))?;
+        let st = p.stacks.get(&stack).ok_or_else(|| {
+            format!(
+                "preset {} has no stack {stack:?} (stacks: {})",
+                p.name,
+                p.stacks.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })?;
         mbit = p.mbit_bits.v;
         mtu = st.segment_bytes.as_ref().map(|c| c.v).unwrap_or(st.mtu_bytes.v).min(st.mtu_bytes.v);
         thr = analytic::stack_threshold(&p, &stack).unwrap_or(thr);
@@ -215,7 +260,15 @@ fn model(args: &[String]) -> Result<(), String> {
         println!("fitted layers (least squares, duration = g + bytes*G):");
         println!("{:<28} {:>8} {:>12} {:>14} {:>10}", "layer", "samples", "g (us)", "G (ns/byte)", "rms (us)");
         for f in &fitted {
-            println!("{:<28} {:>8} {:>12.3} {:>14.4} {:>10.3}{}", f.layer.name, f.samples, f.layer.g_ns / 1000.0, f.layer.big_g_ns, f.rms_ns / 1000.0, f.note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default());
+            println!(
+                "{:<28} {:>8} {:>12.3} {:>14.4} {:>10.3}{}",
+                f.layer.name,
+                f.samples,
+                f.layer.g_ns / 1000.0,
+                f.layer.big_g_ns,
+                f.rms_ns / 1000.0,
+                f.note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default()
+            );
         }
         mtu = recs.iter().map(|r| r.bytes as f64).fold(1.0, f64::max);
         let layers: Vec<Layer> = fitted.into_iter().map(|f| f.layer).collect();
@@ -264,9 +317,17 @@ fn model(args: &[String]) -> Result<(), String> {
             bw_c.push((b, mb));
         }
     } else {
-        println!("{:>8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>4}", "bytes", "lat_coarse", "lat_fine", "bw_coarse_m", "bw_fine_m", "bw_limit", "bottleneck", "u");
-        println!("{:>8} {:>12} {:>12} {:>12} {:>12} {:>12}", "", "(us) eq1", "(us) eq3", "(Mbit/s) eq2", "(Mbit/s) eq4", "(Mbit/s)");
-        csv.push_str("bytes,latency_coarse_us,latency_fine_us,bw_coarse_m_mbit,bw_fine_m_mbit,bw_limit_mbit,bottleneck,u\n");
+        println!(
+            "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>4}",
+            "bytes", "lat_coarse", "lat_fine", "bw_coarse_m", "bw_fine_m", "bw_limit", "bottleneck", "u"
+        );
+        println!(
+            "{:>8} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "", "(us) eq1", "(us) eq3", "(Mbit/s) eq2", "(Mbit/s) eq4", "(Mbit/s)"
+        );
+        csv.push_str(
+            "bytes,latency_coarse_us,latency_fine_us,bw_coarse_m_mbit,bw_fine_m_mbit,bw_limit_mbit,bottleneck,u\n",
+        );
         for &b in &sizes {
             let layers = source(b)?;
             let lc = analytic::latency_coarse(&layers, b) / 1000.0;
@@ -277,7 +338,11 @@ fn model(args: &[String]) -> Result<(), String> {
             let bl = analytic::bandwidth_limit(&layers, b) * k;
             let sch = analytic::fine_schedule(&layers, b, thr, m.min(50));
             let bn = &layers[sch.bottleneck].name;
-            println!("{b:>8} {lc:>12.2} {lf:>12.2} {bc:>12.1} {bf:>12.1} {bl:>12.1} {:>12} {:>4}", trunc(bn, 12), sch.u);
+            println!(
+                "{b:>8} {lc:>12.2} {lf:>12.2} {bc:>12.1} {bf:>12.1} {bl:>12.1} {:>12} {:>4}",
+                trunc(bn, 12),
+                sch.u
+            );
             let _ = writeln!(csv, "{b},{lc:.4},{lf:.4},{bc:.3},{bf:.3},{bl:.3},{bn},{}", sch.u);
             lat_c.push((b, lc));
             lat_f.push((b, lf));
@@ -291,11 +356,20 @@ fn model(args: &[String]) -> Result<(), String> {
     }
     if let Some(f) = a.get("svg") {
         let (ls, bs) = if a.flag("dominant") {
-            (vec![svg::Series { name: "dominant latency".into(), points: lat_c }], vec![svg::Series { name: "size / dominant".into(), points: bw_c }])
+            (
+                vec![svg::Series { name: "dominant latency".into(), points: lat_c }],
+                vec![svg::Series { name: "size / dominant".into(), points: bw_c }],
+            )
         } else {
             (
-                vec![svg::Series { name: "coarse (eq 1)".into(), points: lat_c }, svg::Series { name: "fine (eq 3)".into(), points: lat_f }],
-                vec![svg::Series { name: "coarse (eq 2)".into(), points: bw_c }, svg::Series { name: "fine (eq 4)".into(), points: bw_f }],
+                vec![
+                    svg::Series { name: "coarse (eq 1)".into(), points: lat_c },
+                    svg::Series { name: "fine (eq 3)".into(), points: lat_f },
+                ],
+                vec![
+                    svg::Series { name: "coarse (eq 2)".into(), points: bw_c },
+                    svg::Series { name: "fine (eq 4)".into(), points: bw_f },
+                ],
             )
         };
         write_file(f, &svg::line_plot("latency", "packet size (bytes)", "latency (µs)", &ls, true))?;
@@ -348,7 +422,25 @@ fn sim_cmd(args: &[String]) -> Result<(), String> {
     let rest = &args[1..];
     let a = parse_args(
         rest,
-        &["preset", "stack", "stacks", "sizes", "size", "messages", "layers", "trace", "bus", "buses", "link-mbps", "links", "csv", "svg", "json", "jobs", "packets"],
+        &[
+            "preset",
+            "stack",
+            "stacks",
+            "sizes",
+            "size",
+            "messages",
+            "layers",
+            "trace",
+            "bus",
+            "buses",
+            "link-mbps",
+            "links",
+            "csv",
+            "svg",
+            "json",
+            "jobs",
+            "packets",
+        ],
         &["bidir", "pingpong", "markdown", "assumptions", "help"],
     )?;
     if let Some(p) = a.positional.first() {
@@ -388,7 +480,11 @@ fn sim_run(a: &Args) -> Result<(), String> {
     let pp = a.flag("pingpong");
     let unit = p.mbit_bits.v;
     let how = if pp { "ping-pong latency (half round trip)" } else { "one-way latency (1 message)" };
-    println!("preset {} stack {stack}: {how} and bandwidth ({n} messages{})", p.name, if bidir { ", both directions" } else { "" });
+    println!(
+        "preset {} stack {stack}: {how} and bandwidth ({n} messages{})",
+        p.name,
+        if bidir { ", both directions" } else { "" }
+    );
     println!("{:>8} {:>14} {:>16}", "bytes", "latency (us)", "bandwidth (Mbit/s)");
     let mut csv = String::from("bytes,latency_us,bandwidth_mbit\n");
     let mut lat = Vec::new();
@@ -398,9 +494,12 @@ fn sim_run(a: &Args) -> Result<(), String> {
         let l_us = if pp {
             report::pingpong_us(&p, stack, b)?
         } else {
-            sim::run(&p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: false })?.latency_ns() / 1000.0
+            sim::run(&p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: false })?
+                .latency_ns()
+                / 1000.0
         };
-        let s = sim::run(&p, stack, &Workload { msg_bytes: b, messages: n.max(1), bidirectional: bidir, timeline: false })?;
+        let s =
+            sim::run(&p, stack, &Workload { msg_bytes: b, messages: n.max(1), bidirectional: bidir, timeline: false })?;
         let mb = s.total_bits_per_ns(b) * 1e9 / unit;
         println!("{b:>8} {l_us:>14.2} {mb:>16.1}");
         let _ = writeln!(csv, "{b},{l_us:.4},{mb:.3}");
@@ -411,8 +510,26 @@ fn sim_run(a: &Args) -> Result<(), String> {
         write_file(f, &csv)?;
     }
     if let Some(f) = a.get("svg") {
-        write_file(f, &svg::line_plot(&format!("{} {stack}: latency", p.name), "message size (bytes)", "one-way latency (µs)", &[svg::Series { name: stack.into(), points: lat }], true))?;
-        write_file(&bw_path(f), &svg::line_plot(&format!("{} {stack}: bandwidth", p.name), "message size (bytes)", "bandwidth (Mbit/s)", &[svg::Series { name: stack.into(), points: bw }], true))?;
+        write_file(
+            f,
+            &svg::line_plot(
+                &format!("{} {stack}: latency", p.name),
+                "message size (bytes)",
+                "one-way latency (µs)",
+                &[svg::Series { name: stack.into(), points: lat }],
+                true,
+            ),
+        )?;
+        write_file(
+            &bw_path(f),
+            &svg::line_plot(
+                &format!("{} {stack}: bandwidth", p.name),
+                "message size (bytes)",
+                "bandwidth (Mbit/s)",
+                &[svg::Series { name: stack.into(), points: bw }],
+                true,
+            ),
+        )?;
     }
     Ok(())
 }
@@ -420,19 +537,38 @@ fn sim_run(a: &Args) -> Result<(), String> {
 fn sim_timeline(a: &Args) -> Result<(), String> {
     let p = load_preset(a)?;
     let stack = a.get("stack").ok_or("--stack is required")?;
-    let size = a.get("size").map(|s| parse_size(s).map_err(|_| format!("--size: bad size {s:?}"))).transpose()?.unwrap_or(32768.0) as u64;
+    let size = a
+        .get("size")
+        .map(|s| parse_size(s).map_err(|_| format!("--size: bad size {s:?}")))
+        .transpose()?
+        .unwrap_or(32768.0) as u64;
     let n: usize = a.num("messages", 10usize)?;
-    let r = sim::run(&p, stack, &Workload { msg_bytes: size, messages: n.max(1), bidirectional: false, timeline: true })?;
+    let r =
+        sim::run(&p, stack, &Workload { msg_bytes: size, messages: n.max(1), bidirectional: false, timeline: true })?;
     let mut recs = timeline::from_sim(&r.records);
     filter_layers(&mut recs, a.get("layers"));
     let idle = report::link_idle(&r, "tx.link");
-    println!("preset {} stack {stack}: {n} x {size} B burst, done at {:.1} us, {} events", p.name, r.end_ns / 1000.0, r.events);
+    println!(
+        "preset {} stack {stack}: {n} x {size} B burst, done at {:.1} us, {} events",
+        p.name,
+        r.end_ns / 1000.0,
+        r.events
+    );
     if let Some((from0, active)) = idle {
-        println!("sender link idle: {:.1}% of [0, last byte], {:.1}% of [first byte, last byte]", from0 * 100.0, active * 100.0);
+        println!(
+            "sender link idle: {:.1}% of [0, last byte], {:.1}% of [first byte, last byte]",
+            from0 * 100.0,
+            active * 100.0
+        );
     }
     for ru in &r.resources {
         if ru.busy_ns > 0.0 {
-            println!("  {:<12} busy {:>10.1} us ({:>5.1}% of run)", ru.name, ru.busy_ns / 1000.0, ru.busy_ns / r.end_ns * 100.0);
+            println!(
+                "  {:<12} busy {:>10.1} us ({:>5.1}% of run)",
+                ru.name,
+                ru.busy_ns / 1000.0,
+                ru.busy_ns / r.end_ns * 100.0
+            );
         }
     }
     if let Some(f) = a.get("json") {
@@ -450,7 +586,13 @@ fn sim_timeline(a: &Args) -> Result<(), String> {
 fn filter_layers(recs: &mut Vec<timeline::TraceRecord>, keep: Option<&str>) {
     if let Some(keep) = keep {
         let keep: Vec<&str> = keep.split(',').collect();
-        recs.retain(|x| keep.iter().any(|k| *k == x.layer || Some(*k) == x.host.as_deref() || format!("{}:{}", x.host.as_deref().unwrap_or(""), x.layer) == *k));
+        recs.retain(|x| {
+            keep.iter().any(|k| {
+                *k == x.layer
+                    || Some(*k) == x.host.as_deref()
+                    || format!("{}:{}", x.host.as_deref().unwrap_or(""), x.layer) == *k
+            })
+        });
     }
 }
 
@@ -473,7 +615,8 @@ fn sim_sweep(a: &Args) -> Result<(), String> {
         let name = a.get("preset").ok_or("--preset is required")?;
         preset::load(&preset::resolve(name)?)?
     };
-    let stacks: Vec<String> = a.get("stacks").or(a.get("stack")).ok_or("--stacks is required")?.split(',').map(String::from).collect();
+    let stacks: Vec<String> =
+        a.get("stacks").or(a.get("stack")).ok_or("--stacks is required")?.split(',').map(String::from).collect();
     for s in &stacks {
         if !base.stacks.contains_key(s) {
             return Err(format!("preset {} has no stack {s:?}", base.name));
@@ -530,7 +673,10 @@ fn sim_sweep(a: &Args) -> Result<(), String> {
             }
         }
         write_file(f, &svg::line_plot("sweep: latency", "message size (bytes)", "latency (µs)", &lat, true))?;
-        write_file(&bw_path(f), &svg::line_plot("sweep: bandwidth", "message size (bytes)", "bandwidth (Mbit/s)", &bw, true))?;
+        write_file(
+            &bw_path(f),
+            &svg::line_plot("sweep: bandwidth", "message size (bytes)", "bandwidth (Mbit/s)", &bw, true),
+        )?;
         eprintln!("wrote {f} and {}", bw_path(f));
     }
     Ok(())
@@ -538,7 +684,12 @@ fn sim_sweep(a: &Args) -> Result<(), String> {
 
 fn sim_presets(a: &Args) -> Result<(), String> {
     let dir = preset::presets_dir();
-    let mut files: Vec<_> = std::fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+        .collect();
     files.sort();
     for f in files {
         let p = preset::load(&f.to_string_lossy())?;

@@ -65,7 +65,14 @@ mod tests {
         let recs: Vec<TraceRecord> = [1000u64, 2000, 4000, 8000]
             .iter()
             .enumerate()
-            .map(|(i, &b)| TraceRecord { layer: "dma".into(), packet: i, bytes: b, t_start_ns: 100.0, t_end_ns: 100.0 + 500.0 + 7.5 * b as f64, host: None })
+            .map(|(i, &b)| TraceRecord {
+                layer: "dma".into(),
+                packet: i,
+                bytes: b,
+                t_start_ns: 100.0,
+                t_end_ns: 100.0 + 500.0 + 7.5 * b as f64,
+                host: None,
+            })
             .collect();
         let f = fit(&recs).unwrap();
         assert_eq!(f.len(), 1);

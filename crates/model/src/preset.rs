@@ -89,8 +89,19 @@ pub fn bus_rate(name: &str) -> Option<(f64, &'static str)> {
 
 /// Names accepted by [`bus_rate`].
 pub const BUS_NAMES: &[&str] = &[
-    "pci32/33", "pci64/33", "pci64/66", "pci64/133", "pcix133", "pcix266", "pcix533", "pcie1x8", "pcie2x8",
-    "pcie3x8", "pcie3x16", "pcie4x16", "pcie5x16",
+    "pci32/33",
+    "pci64/33",
+    "pci64/66",
+    "pci64/133",
+    "pcix133",
+    "pcix266",
+    "pcix533",
+    "pcie1x8",
+    "pcie2x8",
+    "pcie3x8",
+    "pcie3x16",
+    "pcie4x16",
+    "pcie5x16",
 ];
 
 impl ResourceSpec {
@@ -318,7 +329,9 @@ impl StageSpec {
         match &self.per_byte {
             None => 0.0,
             Some(PerByte::Ns(c)) => c.v,
-            Some(PerByte::RateOf { rate_of }) => p.resources.get(rate_of).and_then(|r| r.rate()).map(|r| 1.0 / r).unwrap_or(0.0),
+            Some(PerByte::RateOf { rate_of }) => {
+                p.resources.get(rate_of).and_then(|r| r.rate()).map(|r| 1.0 / r).unwrap_or(0.0)
+            }
             Some(PerByte::Table { table_us, .. }) => {
                 if b <= 0.0 {
                     0.0
@@ -380,7 +393,9 @@ pub fn cited_values(p: &Preset) -> Vec<(String, Cited)> {
     let mut out = vec![("mbit_bits".to_string(), p.mbit_bits.clone())];
     for (n, r) in &p.resources {
         match r {
-            ResourceSpec::Cpu { capacity } | ResourceSpec::Memory { capacity } => out.push((format!("resources.{n}.capacity"), capacity.clone())),
+            ResourceSpec::Cpu { capacity } | ResourceSpec::Memory { capacity } => {
+                out.push((format!("resources.{n}.capacity"), capacity.clone()))
+            }
             ResourceSpec::Bus { width_bits, clock_mhz, bus, cite } => {
                 if let Some(w) = width_bits {
                     out.push((format!("resources.{n}.width_bits"), w.clone()));
@@ -390,7 +405,10 @@ pub fn cited_values(p: &Preset) -> Vec<(String, Cited)> {
                 }
                 if let Some(b) = bus {
                     let rate = bus_rate(b).map(|x| x.0).unwrap_or(f64::NAN);
-                    out.push((format!("resources.{n}.bus({b}) bytes/ns"), Cited::new(rate, cite.as_deref().unwrap_or(""))));
+                    out.push((
+                        format!("resources.{n}.bus({b}) bytes/ns"),
+                        Cited::new(rate, cite.as_deref().unwrap_or("")),
+                    ));
                 }
             }
             ResourceSpec::Link { mbps } => out.push((format!("resources.{n}.mbps"), mbps.clone())),
@@ -424,9 +442,8 @@ pub fn cited_values(p: &Preset) -> Vec<(String, Cited)> {
             }
             match &st.per_byte {
                 Some(PerByte::Ns(c)) => out.push((format!("{base}.per_byte_ns"), c.clone())),
-                Some(PerByte::Table { cite, table_us }) => {
-                    out.push((format!("{base}.per_byte.table_us[{} points]", table_us.len()), Cited::new(f64::NAN, cite)))
-                }
+                Some(PerByte::Table { cite, table_us }) => out
+                    .push((format!("{base}.per_byte.table_us[{} points]", table_us.len()), Cited::new(f64::NAN, cite))),
                 _ => {}
             }
         }
@@ -478,13 +495,21 @@ fn validate(p: &Preset) -> Result<(), String> {
             }
             if let Some(a) = &st.after {
                 if i == 0 || !s.stages[..i].iter().any(|x| x.name == a.stage) {
-                    return Err(format!("stack {sn} stage {}: after must name an earlier stage, not {:?}", st.name, a.stage));
+                    return Err(format!(
+                        "stack {sn} stage {}: after must name an earlier stage, not {:?}",
+                        st.name, a.stage
+                    ));
                 }
                 if a.cite.trim().is_empty() {
                     return Err(format!("stack {sn} stage {}: after needs a citation", st.name));
                 }
             }
-            let all = st.on.iter().map(|u| u.res().to_string()).chain(st.uses.iter().map(|u| u.res().to_string())).chain(st.hold.iter().cloned());
+            let all = st
+                .on
+                .iter()
+                .map(|u| u.res().to_string())
+                .chain(st.uses.iter().map(|u| u.res().to_string()))
+                .chain(st.hold.iter().cloned());
             for r in all {
                 if !p.resources.contains_key(&r) {
                     return Err(format!("stack {sn} stage {}: unknown resource {r}", st.name));
@@ -500,7 +525,9 @@ fn validate(p: &Preset) -> Result<(), String> {
             if let Some(PerByte::RateOf { rate_of }) = &st.per_byte {
                 match p.resources.get(rate_of).and_then(|r| r.rate()) {
                     Some(_) => {}
-                    None => return Err(format!("stack {sn} stage {}: rate_of {rate_of} is not a bus or link", st.name)),
+                    None => {
+                        return Err(format!("stack {sn} stage {}: rate_of {rate_of} is not a bus or link", st.name))
+                    }
                 }
             }
             if let Some(PerByte::Table { table_us, .. }) = &st.per_byte {
@@ -551,7 +578,9 @@ pub fn resolve(name: &str) -> Result<String, String> {
         files.sort();
         for f in files {
             let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            if f.extension().and_then(|e| e.to_str()) == Some("json") && (stem == name || stem.starts_with(&format!("{name}-"))) {
+            if f.extension().and_then(|e| e.to_str()) == Some("json")
+                && (stem == name || stem.starts_with(&format!("{name}-")))
+            {
                 return Ok(f.to_string_lossy().into_owned());
             }
         }

@@ -51,7 +51,8 @@ pub fn shipped(id: &str) -> Result<Preset, String> {
 
 /// One-way latency of one message (µs).
 pub fn latency_us(p: &Preset, stack: &str, b: u64) -> Result<f64, String> {
-    Ok(sim::run(p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: false })?.latency_ns() / 1000.0)
+    Ok(sim::run(p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: false })?.latency_ns()
+        / 1000.0)
 }
 
 /// Round trips a ping-pong latency averages over.
@@ -79,7 +80,14 @@ pub fn link_idle(r: &SimResult, link: &str) -> Option<(f64, f64)> {
 }
 
 /// A row judged within ±10 %.
-pub fn row(id: &'static str, source: &'static str, what: &str, published: f64, simulated: f64, unit: &'static str) -> Row {
+pub fn row(
+    id: &'static str,
+    source: &'static str,
+    what: &str,
+    published: f64,
+    simulated: f64,
+    unit: &'static str,
+) -> Row {
     Row { id, source, what: what.to_string(), published, simulated, unit, check: Check::Within10 }
 }
 
@@ -100,31 +108,82 @@ pub fn rows_000() -> Result<Vec<Row>, String> {
     out.push(row("000-eudp-pci-frac", "000 §5.2, abstract", "E-UDP peak / PCI limit", 94.0, bw_e / pci * 100.0, "%"));
     let r = sim::run(&p, "udp", &Workload { msg_bytes: big, messages: 10, bidirectional: false, timeline: false })?;
     let (idle0, _) = link_idle(&r, "tx.link").ok_or("udp run did not use tx.link")?;
-    out.push(row("000-udp-link-idle", "000 §3.2.4, Fig. 4", "traditional UDP: link idle in 10 x 32 kB burst", 50.0, idle0 * 100.0, "%"));
+    out.push(row(
+        "000-udp-link-idle",
+        "000 §3.2.4, Fig. 4",
+        "traditional UDP: link idle in 10 x 32 kB burst",
+        50.0,
+        idle0 * 100.0,
+        "%",
+    ));
     let le = latency_us(&p, "eudp", big)?;
     let theo = big as f64 / p.resources["tx.bus"].rate().unwrap_or(f64::NAN) / 1000.0;
-    out.push(row("000-eudp-lat-min", "000 §5.2, Fig. 10a", "E-UDP 32 kB latency / theoretical minimum (32 kB at the PCI rate, the bottleneck named in §5.2)", 1.0, le / theo, "ratio"));
+    out.push(row(
+        "000-eudp-lat-min",
+        "000 §5.2, Fig. 10a",
+        "E-UDP 32 kB latency / theoretical minimum (32 kB at the PCI rate, the bottleneck named in §5.2)",
+        1.0,
+        le / theo,
+        "ratio",
+    ));
     let lg = latency_us(&p, "gm", big)?;
-    out.push(holds("000-eudp-below-gm", "000 §5.2, Fig. 10a", format!("E-UDP 32 kB latency below GM ({le:.1} vs {lg:.1} us)"), le < lg));
-    let small: Vec<(String, f64)> = ["udp", "coarse", "eudp", "gm", "bvia"].iter().map(|s| latency_us(&p, s, 1).map(|l| (s.to_string(), l))).collect::<Result<_, _>>()?;
+    out.push(holds(
+        "000-eudp-below-gm",
+        "000 §5.2, Fig. 10a",
+        format!("E-UDP 32 kB latency below GM ({le:.1} vs {lg:.1} us)"),
+        le < lg,
+    ));
+    let small: Vec<(String, f64)> = ["udp", "coarse", "eudp", "gm", "bvia"]
+        .iter()
+        .map(|s| latency_us(&p, s, 1).map(|l| (s.to_string(), l)))
+        .collect::<Result<_, _>>()?;
     let best = small.iter().cloned().fold(("".to_string(), f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
-    out.push(holds("000-gm-small-best", "000 §5.2, Fig. 10b", format!("GM lowest 1 B latency (best: {} {:.1} us)", best.0, best.1), best.0 == "gm"));
+    out.push(holds(
+        "000-gm-small-best",
+        "000 §5.2, Fig. 10b",
+        format!("GM lowest 1 B latency (best: {} {:.1} us)", best.0, best.1),
+        best.0 == "gm",
+    ));
     let bw_g = bandwidth(&p, "gm", big, n, false)?;
     let bw_v = bandwidth(&p, "bvia", big, n, false)?;
     let bw_u = bandwidth(&p, "udp", big, n, false)?;
-    out.push(holds("000-gm-below-eudp", "000 §5.2, Fig. 11", format!("GM bandwidth below E-UDP ({bw_g:.0} vs {bw_e:.0})"), bw_g < bw_e));
-    out.push(holds("000-bvia-lowest", "000 §5.2, Fig. 11", format!("Berkeley-VIA-like lowest 32 kB bandwidth ({bw_v:.0}; UDP {bw_u:.0}, GM {bw_g:.0})"), bw_v < bw_g && bw_v < bw_e && bw_v < bw_u));
+    out.push(holds(
+        "000-gm-below-eudp",
+        "000 §5.2, Fig. 11",
+        format!("GM bandwidth below E-UDP ({bw_g:.0} vs {bw_e:.0})"),
+        bw_g < bw_e,
+    ));
+    out.push(holds(
+        "000-bvia-lowest",
+        "000 §5.2, Fig. 11",
+        format!("Berkeley-VIA-like lowest 32 kB bandwidth ({bw_v:.0}; UDP {bw_u:.0}, GM {bw_g:.0})"),
+        bw_v < bw_g && bw_v < bw_e && bw_v < bw_u,
+    ));
     // projections (000 §5.3, Figs. 13-14)
     let mut p2 = p.clone();
     apply_overrides(&mut p2, Some("pci64/66"), Some(2000.0))?;
     let link2 = 2000e6 / p2.mbit_bits.v;
     let bw2 = bandwidth(&p2, "eudp", big, n, false)?;
-    out.push(row("000-2g-bw", "000 §5.3, Fig. 13b", "2 Gbps + PCI 64/66: E-UDP bandwidth / link (near physical)", 100.0, bw2 / link2 * 100.0, "%"));
+    out.push(row(
+        "000-2g-bw",
+        "000 §5.3, Fig. 13b",
+        "2 Gbps + PCI 64/66: E-UDP bandwidth / link (near physical)",
+        100.0,
+        bw2 / link2 * 100.0,
+        "%",
+    ));
     let l16 = latency_us(&p2, "eudp", 16384)?;
     let l32 = latency_us(&p2, "eudp", 32768)?;
     let slope = (l32 - l16) * 1000.0 / 16384.0;
     let link_ns = 8.0 / 2.0; // ns per byte at 2 Gbit/s
-    out.push(row("000-2g-slope", "000 §5.3, Fig. 13a", "2 Gbps + PCI 64/66: E-UDP latency slope / link per-byte time", 1.0, slope / link_ns, "ratio"));
+    out.push(row(
+        "000-2g-slope",
+        "000 §5.3, Fig. 13a",
+        "2 Gbps + PCI 64/66: E-UDP latency slope / link per-byte time",
+        1.0,
+        slope / link_ns,
+        "ratio",
+    ));
     let c16 = latency_us(&p2, "coarse", 16384)?;
     let c32 = latency_us(&p2, "coarse", 32768)?;
     out.push(holds("000-2g-fine-hides", "000 §5.3, Fig. 13a", format!("2 Gbps: fine-grained 32 kB latency well below coarse ({l32:.1} vs {c32:.1} us, 16 kB {l16:.1} vs {c16:.1})"), l32 < 0.8 * c32));
@@ -135,14 +194,23 @@ pub fn rows_000() -> Result<Vec<Row>, String> {
     out.push(holds(
         "000-sf-switch",
         "000 §6",
-        format!("store-and-forward switch shrinks the fine-grained gain at 32 kB ({:.0} us with, {:.0} us without)", lc_sf - le_sf, lc - le),
+        format!(
+            "store-and-forward switch shrinks the fine-grained gain at 32 kB ({:.0} us with, {:.0} us without)",
+            lc_sf - le_sf,
+            lc - le
+        ),
         lc_sf - le_sf < lc - le,
     ));
     let mut p10 = p.clone();
     apply_overrides(&mut p10, Some("pci64/133"), Some(10000.0))?;
     let bw10 = bandwidth(&p10, "eudp", big, n, false)?;
     let link10 = 10000e6 / p10.mbit_bits.v;
-    out.push(holds("000-10g-short", "000 §5.3, Fig. 14b", format!("10 Gbps + PCI 64/133: E-UDP cannot fill the link ({:.0}% of link)", bw10 / link10 * 100.0), bw10 < 0.9 * link10));
+    out.push(holds(
+        "000-10g-short",
+        "000 §5.3, Fig. 14b",
+        format!("10 Gbps + PCI 64/133: E-UDP cannot fill the link ({:.0}% of link)", bw10 / link10 * 100.0),
+        bw10 < 0.9 * link10,
+    ));
     Ok(out)
 }
 
@@ -155,10 +223,23 @@ pub fn validate() -> Result<Vec<Row>, String> {
 
 /// Plain-text table.
 pub fn text(rows: &[Row]) -> String {
-    let mut s = format!("{:<20} {:<22} {:>10} {:>10} {:>8} {:<5} {}\n", "id", "source", "published", "simulated", "error", "ok", "what");
+    let mut s = format!(
+        "{:<20} {:<22} {:>10} {:>10} {:>8} {:<5} {}\n",
+        "id", "source", "published", "simulated", "error", "ok", "what"
+    );
     for r in rows {
         let (p, m, e) = fmt_row(r);
-        s.push_str(&format!("{:<20} {:<22} {:>10} {:>10} {:>8} {:<5} {} [{}]\n", r.id, r.source, p, m, e, if r.pass() { "PASS" } else { "MISS" }, r.what, r.unit));
+        s.push_str(&format!(
+            "{:<20} {:<22} {:>10} {:>10} {:>8} {:<5} {} [{}]\n",
+            r.id,
+            r.source,
+            p,
+            m,
+            e,
+            if r.pass() { "PASS" } else { "MISS" },
+            r.what,
+            r.unit
+        ));
     }
     let pass = rows.iter().filter(|r| r.pass()).count();
     s.push_str(&format!("{pass}/{} within tolerance\n", rows.len()));
@@ -167,18 +248,34 @@ pub fn text(rows: &[Row]) -> String {
 
 fn fmt_row(r: &Row) -> (String, String, String) {
     match r.check {
-        Check::Within10 => (format!("{:.3}", r.published).trim_end_matches('0').trim_end_matches('.').to_string(), format!("{:.2}", r.simulated), format!("{:+.1}%", r.error() * 100.0)),
+        Check::Within10 => (
+            format!("{:.3}", r.published).trim_end_matches('0').trim_end_matches('.').to_string(),
+            format!("{:.2}", r.simulated),
+            format!("{:+.1}%", r.error() * 100.0),
+        ),
         Check::Holds => ("holds".into(), if r.pass() { "holds".into() } else { "fails".into() }, "".into()),
     }
 }
 
 /// Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
-    let mut s = String::from("| id | source | figure | published | simulated | error | ±10% |\n|---|---|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "| id | source | figure | published | simulated | error | ±10% |\n|---|---|---|---|---|---|---|\n",
+    );
     for r in rows {
         let (p, m, e) = fmt_row(r);
         let unit = if r.unit.is_empty() { String::new() } else { format!(" ({})", r.unit) };
-        s.push_str(&format!("| {} | {} | {}{} | {} | {} | {} | {} |\n", r.id, r.source, r.what, unit, p, m, e, if r.pass() { "pass" } else { "**miss**" }));
+        s.push_str(&format!(
+            "| {} | {} | {}{} | {} | {} | {} | {} |\n",
+            r.id,
+            r.source,
+            r.what,
+            unit,
+            p,
+            m,
+            e,
+            if r.pass() { "pass" } else { "**miss**" }
+        ));
     }
     s
 }
@@ -187,7 +284,11 @@ pub fn markdown(rows: &[Row]) -> String {
 pub fn bench(packets: usize) -> Result<(u64, f64), String> {
     let p = shipped("000")?;
     let t = std::time::Instant::now();
-    let r = sim::run(&p, "eudp", &Workload { msg_bytes: 4096, messages: packets.max(1), bidirectional: false, timeline: false })?;
+    let r = sim::run(
+        &p,
+        "eudp",
+        &Workload { msg_bytes: 4096, messages: packets.max(1), bidirectional: false, timeline: false },
+    )?;
     Ok((r.events, t.elapsed().as_secs_f64().max(1e-9)))
 }
 
@@ -203,7 +304,12 @@ pub struct SweepRow {
 }
 
 /// Runs the grid on `jobs` threads, drawing a progress bar on stderr.
-pub fn sweep(base: &Preset, grid: &[(String, Option<String>, Option<f64>, u64)], n: usize, jobs: usize) -> Result<Vec<SweepRow>, String> {
+pub fn sweep(
+    base: &Preset,
+    grid: &[(String, Option<String>, Option<f64>, u64)],
+    n: usize,
+    jobs: usize,
+) -> Result<Vec<SweepRow>, String> {
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let out: Mutex<Vec<Option<Result<SweepRow, String>>>> = Mutex::new(vec![None; grid.len()]);

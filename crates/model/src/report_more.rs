@@ -1,6 +1,6 @@
 //! Headline rows of presets 001-004.
-use crate::report::{bandwidth, holds, latency_us, pingpong_us, row, shipped, Row};
 use crate::preset::Preset;
+use crate::report::{bandwidth, holds, latency_us, pingpong_us, row, shipped, Row};
 use crate::sim::{self, Workload};
 
 /// Sizes of 001's Tables 1-2.
@@ -9,7 +9,9 @@ pub const SIZES_001: [u64; 9] = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
 /// Per-layer time (µs) of one packet in the simulator: (host, hostTx).
 pub fn sides_001(p: &Preset, stack: &str, b: u64) -> Result<(f64, f64), String> {
     let r = sim::run(p, stack, &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: true })?;
-    let dur = |layer: &str| r.records.iter().filter(|x| x.layer == layer).map(|x| x.t_end_ns - x.t_start_ns).sum::<f64>() / 1000.0;
+    let dur = |layer: &str| {
+        r.records.iter().filter(|x| x.layer == layer).map(|x| x.t_end_ns - x.t_start_ns).sum::<f64>() / 1000.0
+    };
     Ok((dur("host"), dur("hostTx")))
 }
 
@@ -59,13 +61,43 @@ pub fn host_crossing_001(p: &Preset, stack: &str) -> Result<f64, String> {
 /// Paper 001 headline rows.
 pub fn rows_001() -> Result<Vec<Row>, String> {
     let p = shipped("001")?;
-    let mut out = vec![row("001-udp-host-dom", "001 §4.1, Fig. 6, Table 3", "UDP: host/hostTx crossing, host side dominant below", 5120.0, host_crossing_001(&p, "udp")?, "bytes")];
-    out.push(row("001-audp-host-dom", "001 §4.2, Fig. 7, Table 3", "Async UDP: host/hostTx crossing, host side dominant below", 3072.0, host_crossing_001(&p, "audp")?, "bytes"));
-    out.push(row("001-bpi-nic-dom", "001 Table 3", "BPI: largest size with NIC side dominant", 128.0, nic_dominant_001(&p, "bpi")?, "bytes"));
-    out.push(row("001-ebpi-nic-dom", "001 Table 3", "enhanced BPI: largest size with NIC side dominant", 64.0, nic_dominant_001(&p, "ebpi")?, "bytes"));
+    let mut out = vec![row(
+        "001-udp-host-dom",
+        "001 §4.1, Fig. 6, Table 3",
+        "UDP: host/hostTx crossing, host side dominant below",
+        5120.0,
+        host_crossing_001(&p, "udp")?,
+        "bytes",
+    )];
+    out.push(row(
+        "001-audp-host-dom",
+        "001 §4.2, Fig. 7, Table 3",
+        "Async UDP: host/hostTx crossing, host side dominant below",
+        3072.0,
+        host_crossing_001(&p, "audp")?,
+        "bytes",
+    ));
+    out.push(row(
+        "001-bpi-nic-dom",
+        "001 Table 3",
+        "BPI: largest size with NIC side dominant",
+        128.0,
+        nic_dominant_001(&p, "bpi")?,
+        "bytes",
+    ));
+    out.push(row(
+        "001-ebpi-nic-dom",
+        "001 Table 3",
+        "enhanced BPI: largest size with NIC side dominant",
+        64.0,
+        nic_dominant_001(&p, "ebpi")?,
+        "bytes",
+    ));
     let b = 8192;
-    let bw: Vec<f64> = ["udp", "audp", "bpi", "ebpi"].iter().map(|s| bandwidth(&p, s, b, 40, false)).collect::<Result<_, _>>()?;
-    let small: Vec<f64> = ["udp", "audp", "ebpi"].iter().map(|s| bandwidth(&p, s, SIZES_001[0], 40, false)).collect::<Result<_, _>>()?;
+    let bw: Vec<f64> =
+        ["udp", "audp", "bpi", "ebpi"].iter().map(|s| bandwidth(&p, s, b, 40, false)).collect::<Result<_, _>>()?;
+    let small: Vec<f64> =
+        ["udp", "audp", "ebpi"].iter().map(|s| bandwidth(&p, s, SIZES_001[0], 40, false)).collect::<Result<_, _>>()?;
     let conv = [bw[0], bw[1], bw[3]];
     let (lo, hi) = (min_of(&conv), max_of(&conv));
     // "Converge" is read as the table's ±10 % rule around the three
@@ -87,7 +119,14 @@ pub fn rows_001() -> Result<Vec<Row>, String> {
     ));
     let lb = latency_us(&p, "bpi", b)?;
     let le = latency_us(&p, "ebpi", b)?;
-    out.push(row("001-ebpi-faster", "001 §5.3, Fig. 15", "enhanced BPI overall latency lower than BPI, 8 kB", 40.0, (1.0 - le / lb) * 100.0, "%"));
+    out.push(row(
+        "001-ebpi-faster",
+        "001 §5.3, Fig. 15",
+        "enhanced BPI overall latency lower than BPI, 8 kB",
+        40.0,
+        (1.0 - le / lb) * 100.0,
+        "%",
+    ));
     Ok(out)
 }
 
@@ -109,18 +148,58 @@ pub fn rows_003() -> Result<Vec<Row>, String> {
     let base = bandwidth(&p, "base", big, n, false)?;
     let so = bandwidth(&p, "so", big, n, false)?;
     out.push(row("003-ro-bw", "003 §1, §6.2", "RO unidirectional bandwidth, 16 kB messages", 964.0, ro, "Mbit/s"));
-    out.push(row("003-base-bw", "003 §1, §6.2", "base unidirectional bandwidth, 16 kB messages", 840.0, base, "Mbit/s"));
-    out.push(row("003-so-uni", "003 §6.2", "SO unidirectional bandwidth / base (same as base)", 1.0, so / base, "ratio"));
+    out.push(row(
+        "003-base-bw",
+        "003 §1, §6.2",
+        "base unidirectional bandwidth, 16 kB messages",
+        840.0,
+        base,
+        "Mbit/s",
+    ));
+    out.push(row(
+        "003-so-uni",
+        "003 §6.2",
+        "SO unidirectional bandwidth / base (same as base)",
+        1.0,
+        so / base,
+        "ratio",
+    ));
     let l10b = pingpong_us(&p, "base", 10)?;
     let l10r = pingpong_us(&p, "ro", 10)?;
     out.push(row("003-base-lat", "003 §1", "base latency, 10 B", 24.0, l10b, "us"));
     out.push(row("003-ro-lat", "003 §1", "RO latency, 10 B", 22.0, l10r, "us"));
-    out.push(holds("003-ro-lat-gain", "003 §1, §6.2", format!("RO 10 B latency below base ({l10r:.2} vs {l10b:.2} us)"), l10r < l10b));
+    out.push(holds(
+        "003-ro-lat-gain",
+        "003 §1, §6.2",
+        format!("RO 10 B latency below base ({l10r:.2} vs {l10b:.2} us)"),
+        l10r < l10b,
+    ));
     let l14b = pingpong_us(&p, "base", 14336)?;
     let l14r = pingpong_us(&p, "ro", 14336)?;
-    out.push(row("003-ro-lat14k", "003 §6.2", "RO latency improvement over base, 14 kB", 8.3, (1.0 - l14r / l14b) * 100.0, "%"));
-    out.push(row("003-so-bidir", "003 §1, §6.3", "SO bidirectional bandwidth (total), 16 kB", 1100.0, bandwidth(&p, "so", big, n, true)?, "Mbit/s"));
-    out.push(row("003-base-bidir", "003 §1, §6.3", "base bidirectional bandwidth (total), 16 kB", 940.0, bandwidth(&p, "base", big, n, true)?, "Mbit/s"));
+    out.push(row(
+        "003-ro-lat14k",
+        "003 §6.2",
+        "RO latency improvement over base, 14 kB",
+        8.3,
+        (1.0 - l14r / l14b) * 100.0,
+        "%",
+    ));
+    out.push(row(
+        "003-so-bidir",
+        "003 §1, §6.3",
+        "SO bidirectional bandwidth (total), 16 kB",
+        1100.0,
+        bandwidth(&p, "so", big, n, true)?,
+        "Mbit/s",
+    ));
+    out.push(row(
+        "003-base-bidir",
+        "003 §1, §6.3",
+        "base bidirectional bandwidth (total), 16 kB",
+        940.0,
+        bandwidth(&p, "base", big, n, true)?,
+        "Mbit/s",
+    ));
     Ok(out)
 }
 
@@ -137,7 +216,12 @@ pub fn rows_002() -> Result<Vec<Row>, String> {
         row("002-uoe-bw", "002 §4, Fig. 3b", "UOE peak throughput, 64 kB", 7400.0, bu, "Mbit/s"),
         row("002-udp-bw", "002 §4, Fig. 3b", "host UDP peak throughput, 64 kB", 5500.0, bd, "Mbit/s"),
         holds("002-uoe-faster", "002 §4", format!("UOE lower 1 B latency than UDP ({lu:.1} vs {ld:.1} us)"), lu < ld),
-        holds("002-uoe-more-bw", "002 §4", format!("UOE higher peak throughput than UDP ({bu:.0} vs {bd:.0} Mbit/s)"), bu > bd),
+        holds(
+            "002-uoe-more-bw",
+            "002 §4",
+            format!("UOE higher peak throughput than UDP ({bu:.0} vs {bd:.0} Mbit/s)"),
+            bu > bd,
+        ),
     ])
 }
 
@@ -152,7 +236,14 @@ pub fn rows_004() -> Result<Vec<Row>, String> {
     }
     let (lo, hi) = (min_of(&red), max_of(&red));
     Ok(vec![
-        row("004-edt-min", "004 abstract", "EDT reduction of user-to-user time, smallest over 64 B-4 kB", 17.0, lo, "%"),
+        row(
+            "004-edt-min",
+            "004 abstract",
+            "EDT reduction of user-to-user time, smallest over 64 B-4 kB",
+            17.0,
+            lo,
+            "%",
+        ),
         row("004-edt-max", "004 abstract", "EDT reduction of user-to-user time, largest over 64 B-4 kB", 38.0, hi, "%"),
     ])
 }

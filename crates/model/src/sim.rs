@@ -290,7 +290,11 @@ pub fn pingpong(preset: &Preset, stack: &str, msg_bytes: u64, rounds: usize) -> 
 
 fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Result<SimResult, String> {
     let st = preset.stacks.get(stack).ok_or_else(|| {
-        format!("preset {} has no stack {stack:?} (stacks: {})", preset.name, preset.stacks.keys().cloned().collect::<Vec<_>>().join(", "))
+        format!(
+            "preset {} has no stack {stack:?} (stacks: {})",
+            preset.name,
+            preset.stacks.keys().cloned().collect::<Vec<_>>().join(", ")
+        )
     })?;
     if w.messages == 0 {
         return Err("need at least one message".into());
@@ -308,7 +312,14 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
     let mut rid: HashMap<String, usize> = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
     let mut res: Vec<Res> = names
         .iter()
-        .map(|n| Res { name: n.clone(), cap: preset.resources[n].capacity(), used: 0, busy_unit_ps: 0, first: None, last: 0 })
+        .map(|n| Res {
+            name: n.clone(),
+            cap: preset.resources[n].capacity(),
+            used: 0,
+            busy_unit_ps: 0,
+            first: None,
+            last: 0,
+        })
         .collect();
     let mtu = st.mtu_bytes.v as u64;
     let seg = st.segment_bytes.as_ref().map(|c| c.v as u64);
@@ -322,7 +333,17 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
             res.push(Res { name: d, cap: 1, used: 0, busy_unit_ps: 0, first: None, last: 0 });
         }
     }
-    let mut sim = Sim { q: Queue::new(), res, pending: Vec::new(), seq: 0, flows: Vec::new(), threads: Vec::new(), records: Vec::new(), keep_records: w.timeline, pingpong };
+    let mut sim = Sim {
+        q: Queue::new(),
+        res,
+        pending: Vec::new(),
+        seq: 0,
+        flows: Vec::new(),
+        threads: Vec::new(),
+        records: Vec::new(),
+        keep_records: w.timeline,
+        pingpong,
+    };
     for f in 0..nflows {
         let map = |n: &str| -> usize {
             let n = if f == 1 { swap_side(n) } else { n.to_string() };
@@ -397,7 +418,10 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
             let a = st.stages.iter().position(|s| s.name == c.acquire_at).unwrap_or(0);
             let r = st.stages.iter().position(|s| s.name == c.release_at).unwrap_or(0);
             if r < a {
-                return Err(format!("credit {} is released (at {}) before it is taken (at {})", c.name, c.release_at, c.acquire_at));
+                return Err(format!(
+                    "credit {} is released (at {}) before it is taken (at {})",
+                    c.name, c.release_at, c.acquire_at
+                ));
             }
         }
         let mut pkts = Vec::new();
@@ -413,7 +437,18 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
         let mut threads = Vec::new();
         for s in 0..ns_ {
             threads.push(sim.threads.len());
-            sim.threads.push(Thread { flow: fi, stage: s, pkt: 0, phase: Phase::Idle, started: 0, frag_left: 0, chunk_now: 0, held: Vec::new(), header_due: false, spin_since: 0 });
+            sim.threads.push(Thread {
+                flow: fi,
+                stage: s,
+                pkt: 0,
+                phase: Phase::Idle,
+                started: 0,
+                frag_left: 0,
+                chunk_now: 0,
+                held: Vec::new(),
+                header_due: false,
+                spin_since: 0,
+            });
         }
         sim.flows.push(FlowC {
             stages,
@@ -470,7 +505,11 @@ fn run_mode(preset: &Preset, stack: &str, w: &Workload, pingpong: bool) -> Resul
     }
     let end = sim.q.now();
     Ok(SimResult {
-        messages: sim.flows.iter().map(|f| f.msg_start.iter().zip(&f.msg_end).map(|(&s, &e)| (ns(s), ns(e))).collect()).collect(),
+        messages: sim
+            .flows
+            .iter()
+            .map(|f| f.msg_start.iter().zip(&f.msg_end).map(|(&s, &e)| (ns(s), ns(e))).collect())
+            .collect(),
         records: sim.records,
         resources: sim
             .res
@@ -514,7 +553,15 @@ impl Sim {
             return (if fin { b } else { 0 }, fin);
         }
         let fin = fl.finished[s][th.pkt];
-        let del = if fin || !fl.stages[s].data { if fin { b } else { 0 } } else { fl.delivered[s][th.pkt] };
+        let del = if fin || !fl.stages[s].data {
+            if fin {
+                b
+            } else {
+                0
+            }
+        } else {
+            fl.delivered[s][th.pkt]
+        };
         (del, fin)
     }
 
@@ -860,7 +907,8 @@ impl Sim {
                 self.q.after(d, Ev::Timer(t));
             }
             Phase::WaitOverhead | Phase::WaitOverheadAfter => {
-                self.threads[t].phase = if self.threads[t].phase == Phase::WaitOverhead { Phase::Overhead } else { Phase::OverheadAfter };
+                self.threads[t].phase =
+                    if self.threads[t].phase == Phase::WaitOverhead { Phase::Overhead } else { Phase::OverheadAfter };
                 let d = self.overhead_ps(t);
                 let units = self.step_units(t);
                 self.account(&units, d);

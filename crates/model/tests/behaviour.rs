@@ -30,7 +30,9 @@ fn every_shipped_preset_loads_and_cites_every_input() {
             assert!(!c.cite.trim().is_empty(), "{}: {field} has no citation", p.display());
         }
         for stack in pr.stacks.keys() {
-            let r = sim::run(&pr, stack, &Workload { msg_bytes: 4096, messages: 3, bidirectional: false, timeline: false }).unwrap();
+            let r =
+                sim::run(&pr, stack, &Workload { msg_bytes: 4096, messages: 3, bidirectional: false, timeline: false })
+                    .unwrap();
             assert!(r.latency_ns() > 0.0, "{stack}");
         }
         n += 1;
@@ -75,7 +77,8 @@ fn bottom_half_priority_delays_the_copy() {
     // Fig. 2b: the copy to the application (process context) waits while
     // bottom halves of later packets hold the CPU.
     let p = preset::load(&preset::resolve("000").unwrap()).unwrap();
-    let r = sim::run(&p, "udp", &Workload { msg_bytes: 32768, messages: 10, bidirectional: false, timeline: true }).unwrap();
+    let r = sim::run(&p, "udp", &Workload { msg_bytes: 32768, messages: 10, bidirectional: false, timeline: true })
+        .unwrap();
     // The host sees whole IP packets; GM's firmware moves them as 4 kB
     // segments (preset 000), so each packet has 8 records per stage.
     let span = |stage: &str, m: usize| {
@@ -95,7 +98,8 @@ fn timeline_roundtrip_and_fit_recovers_pci_rate() {
     let p = preset::load(&preset::resolve("000").unwrap()).unwrap();
     let mut recs = Vec::new();
     for b in [4096u64, 8192, 16384, 32768] {
-        let r = sim::run(&p, "coarse", &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: true }).unwrap();
+        let r = sim::run(&p, "coarse", &Workload { msg_bytes: b, messages: 1, bidirectional: false, timeline: true })
+            .unwrap();
         recs.extend(timeline::from_sim(&r.records));
     }
     let text = timeline::to_json(&recs);
@@ -120,7 +124,10 @@ fn cli_model_and_sim_write_outputs() {
     assert_eq!(model_main(&args("--ratemax 4,8,100")), 0);
     let js = tmp("t.json");
     let tsvg = tmp("t.svg");
-    assert_eq!(sim_main(&args(&format!("timeline --preset 000 --stack eudp --messages 3 --json {js} --svg {tsvg}"))), 0);
+    assert_eq!(
+        sim_main(&args(&format!("timeline --preset 000 --stack eudp --messages 3 --json {js} --svg {tsvg}"))),
+        0
+    );
     let recs = timeline::parse(&std::fs::read_to_string(&js).unwrap()).unwrap();
     assert!(recs.iter().any(|r| r.host.as_deref() == Some("receiver")));
     assert_eq!(model_main(&args(&format!("--trace {js}"))), 0);
@@ -142,14 +149,19 @@ fn cli_errors_are_reported_not_panics() {
     std::fs::write(&bad, "{\"name\": 1}").unwrap();
     assert_eq!(sim_main(&args(&format!("run --preset {bad} --stack x"))), 2);
     let trace = tmp("bad-trace.json");
-    std::fs::write(&trace, "{\"records\": [{\"layer\":\"a\",\"packet\":0,\"bytes\":1,\"t_start_ns\":5,\"t_end_ns\":1}]}").unwrap();
+    std::fs::write(
+        &trace,
+        "{\"records\": [{\"layer\":\"a\",\"packet\":0,\"bytes\":1,\"t_start_ns\":5,\"t_end_ns\":1}]}",
+    )
+    .unwrap();
     assert_eq!(model_main(&args(&format!("--trace {trace}"))), 2);
 }
 
 #[test]
 fn chart_renders_a_trace_and_deadlocks_are_errors() {
     let js = tmp("c.json");
-    std::fs::write(&js, "[{\"layer\":\"app\",\"packet\":0,\"size\":10,\"t_start_ns\":0,\"t_end_ns\":900,\"extra\":1}]").unwrap();
+    std::fs::write(&js, "[{\"layer\":\"app\",\"packet\":0,\"size\":10,\"t_start_ns\":0,\"t_end_ns\":900,\"extra\":1}]")
+        .unwrap();
     let out = tmp("c.svg");
     assert_eq!(sim_main(&args(&format!("chart --trace {js} --svg {out}"))), 0);
     assert!(std::fs::read_to_string(&out).unwrap().contains("app"));
@@ -160,7 +172,8 @@ fn chart_renders_a_trace_and_deadlocks_are_errors() {
     v["stacks"]["udp"]["stages"][0]["hold"] = serde_json::json!(["tx.cpu"]);
     v["stacks"]["udp"]["stages"][0]["per_packet_us"] = serde_json::json!({"v": 1.0, "cite": "test"});
     let p = preset::parse(&v.to_string()).unwrap();
-    let e = sim::run(&p, "udp", &Workload { msg_bytes: 100, messages: 1, bidirectional: false, timeline: false }).unwrap_err();
+    let e = sim::run(&p, "udp", &Workload { msg_bytes: 100, messages: 1, bidirectional: false, timeline: false })
+        .unwrap_err();
     assert!(e.contains("deadlock"), "{e}");
 }
 
@@ -196,7 +209,9 @@ fn simulator_agrees_with_the_closed_form_model() {
         for b in [4096u64, 32768] {
             let layers = analytic::layers_from_stack(&p, stack, b as f64).unwrap();
             let model_bw = analytic::bandwidth_limit(&layers, b as f64) * 8.0;
-            let r = sim::run(&p, stack, &Workload { msg_bytes: b, messages: 40, bidirectional: false, timeline: false }).unwrap();
+            let r =
+                sim::run(&p, stack, &Workload { msg_bytes: b, messages: 40, bidirectional: false, timeline: false })
+                    .unwrap();
             let sim_bw = r.flow_bits_per_ns(0, b);
             assert!((sim_bw - model_bw).abs() / model_bw < 0.05, "{stack} {b}: sim {sim_bw} model {model_bw}");
         }
@@ -204,12 +219,17 @@ fn simulator_agrees_with_the_closed_form_model() {
     let b = 32768.0;
     let layers = analytic::layers_from_stack(&p, "coarse", b).unwrap();
     let eq1 = analytic::latency_coarse(&layers, b);
-    let sim1 = sim::run(&p, "coarse", &Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false }).unwrap().latency_ns();
+    let sim1 =
+        sim::run(&p, "coarse", &Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false })
+            .unwrap()
+            .latency_ns();
     assert!((sim1 - eq1).abs() / eq1 < 0.05, "coarse latency: sim {sim1} eq1 {eq1}");
     let t = analytic::stack_threshold(&p, "eudp").unwrap();
     let layers = analytic::layers_from_stack(&p, "eudp", b).unwrap();
     let eq3 = analytic::latency_fine(&layers, b, t);
-    let simf = sim::run(&p, "eudp", &Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false }).unwrap().latency_ns();
+    let simf = sim::run(&p, "eudp", &Workload { msg_bytes: 32768, messages: 1, bidirectional: false, timeline: false })
+        .unwrap()
+        .latency_ns();
     eprintln!("eudp 32 kB latency: sim {:.1} us, eq. (3) {:.1} us", simf / 1000.0, eq3 / 1000.0);
     assert!((simf - eq3).abs() / eq3 < 0.05, "fine latency: sim {simf} eq3 {eq3}");
 }
@@ -220,9 +240,11 @@ fn pci_express_directions_do_not_contend() {
     // host. In a bidirectional run each host's bus carries both directions.
     let mk = |bus: serde_json::Value| {
         let c = |v: f64| serde_json::json!({"v": v, "cite": "test"});
-        let dma = |name: &str, side: &str, res: &str, dir: &str| serde_json::json!({
+        let dma = |name: &str, side: &str, res: &str, dir: &str| {
+            serde_json::json!({
             "name": name, "layer": "DMA", "side": side, "per_byte": {"rate_of": res},
-            "use": [{"res": res, "dir": dir}], "chunk_bytes": c(4096.0)});
+            "use": [{"res": res, "dir": dir}], "chunk_bytes": c(4096.0)})
+        };
         let v = serde_json::json!({
             "name": "t", "title": "t", "mbit_bits": c(1e6),
             "resources": {"tx.bus": bus.clone(), "rx.bus": bus,
@@ -262,7 +284,8 @@ fn coalesced_interrupts_fire_every_third_segment_and_on_the_last() {
     // interrupt as well, so a lone datagram pays a whole one.
     let p = preset::load(&preset::resolve("002").unwrap()).unwrap();
     let paid = |bytes: u64| {
-        let r = sim::run(&p, "udp", &Workload { msg_bytes: bytes, messages: 1, bidirectional: false, timeline: true }).unwrap();
+        let r = sim::run(&p, "udp", &Workload { msg_bytes: bytes, messages: 1, bidirectional: false, timeline: true })
+            .unwrap();
         r.records.iter().filter(|x| x.layer == "interrupt" && x.t_end_ns - x.t_start_ns > 1000.0).count()
     };
     assert_eq!(paid(1), 1);
@@ -277,7 +300,11 @@ fn pingpong_latency_counts_work_left_behind_on_the_path() {
     // the reply is posted, so half a round trip exceeds the one-way time;
     // with RO's ack beside the receive path (003 §5) the two agree.
     let p = shipped("003").unwrap();
-    let one = |s: &str| sim::run(&p, s, &Workload { msg_bytes: 10, messages: 1, bidirectional: false, timeline: false }).unwrap().latency_ns();
+    let one = |s: &str| {
+        sim::run(&p, s, &Workload { msg_bytes: 10, messages: 1, bidirectional: false, timeline: false })
+            .unwrap()
+            .latency_ns()
+    };
     let pp = |s: &str| sim::pingpong(&p, s, 10, 4).unwrap().1;
     assert!(pp("base") > one("base") + 1000.0, "base ping-pong {} vs one-way {}", pp("base"), one("base"));
     assert!((pp("ro") - one("ro")).abs() < 1.0, "ro ping-pong {} vs one-way {}", pp("ro"), one("ro"));
@@ -311,7 +338,8 @@ fn after_gates_a_stage_on_an_earlier_one() {
     let (ack, _, rcv) = start(&p);
     assert!(ack.0 >= rcv.1, "without it the ack waits for receiving");
     let mut bad = shipped("003").unwrap();
-    bad.stacks.get_mut("ro").unwrap().stages[0].after = Some(eudp_model::preset::After { stage: "wire".into(), cite: "x".into() });
+    bad.stacks.get_mut("ro").unwrap().stages[0].after =
+        Some(eudp_model::preset::After { stage: "wire".into(), cite: "x".into() });
     let text = serde_json::to_string(&bad).unwrap();
     assert!(eudp_model::preset::parse(&text).is_err(), "after must name an earlier stage");
 }
@@ -341,7 +369,9 @@ fn a_cpu_waiting_for_a_spin_lock_does_no_other_work() {
     // base runs on one CPU and never takes the semaphore: unchanged
     assert_eq!(go(&spin, "base").0, go(&free, "base").0);
     // the spin is cited like every other input
-    assert!(eudp_model::preset::cited_values(&spin).iter().any(|(f, c)| f.ends_with(".spin") && c.cite.contains("003 §2")));
+    assert!(eudp_model::preset::cited_values(&spin)
+        .iter()
+        .any(|(f, c)| f.ends_with(".spin") && c.cite.contains("003 §2")));
 }
 
 #[test]
@@ -354,7 +384,11 @@ fn host_crossing_resolves_sizes_between_table_points() {
     // Table 1 (host 14.6 + 50 vs DMA 52.5 at 2 kB, 27.8 + 50 vs 100.4 at
     // 4 kB) places it at about 2762 B.
     let mut p = preset::load(&preset::resolve("001").unwrap()).unwrap();
-    assert_eq!(eudp_model::report_more::host_crossing_001(&p, "udp").unwrap(), 0.0, "shipped preset: host never dominates");
+    assert_eq!(
+        eudp_model::report_more::host_crossing_001(&p, "udp").unwrap(),
+        0.0,
+        "shipped preset: host never dominates"
+    );
     let host = p.stacks.get_mut("udp").unwrap().stages.iter_mut().find(|s| s.name == "host").unwrap();
     host.per_packet_us.as_mut().unwrap().v = 50.0;
     let x = eudp_model::report_more::host_crossing_001(&p, "udp").unwrap();
@@ -368,15 +402,21 @@ fn message_start_waits_for_every_segment() {
     // packet's first segment before the host has posted all of it, and the
     // receiving bottom half not before the last segment is in host memory.
     let p = preset::load(&preset::resolve("000").unwrap()).unwrap();
-    let r = sim::run(&p, "udp", &Workload { msg_bytes: 32768, messages: 2, bidirectional: false, timeline: true }).unwrap();
-    let recs = |stage: &str, m: usize| r.records.iter().filter(|x| x.stage == stage && x.message == m).cloned().collect::<Vec<_>>();
+    let r =
+        sim::run(&p, "udp", &Workload { msg_bytes: 32768, messages: 2, bidirectional: false, timeline: true }).unwrap();
+    let recs = |stage: &str, m: usize| {
+        r.records.iter().filter(|x| x.stage == stage && x.message == m).cloned().collect::<Vec<_>>()
+    };
     for m in 0..2 {
         let post_end = recs("post", m).iter().map(|x| x.t_end_ns).fold(0.0, f64::max);
         let sdma = recs("sdma", m);
         assert_eq!(sdma.len(), 8);
         assert!(sdma.iter().all(|x| x.t_start_ns >= post_end - 1e-6), "NIC starts message {m} before its post ends");
         let rdma_end = recs("rdma", m).iter().map(|x| x.t_end_ns).fold(0.0, f64::max);
-        assert!(recs("bottom_half", m).iter().all(|x| x.t_start_ns >= rdma_end - 1e-6), "bottom half of {m} before its last segment");
+        assert!(
+            recs("bottom_half", m).iter().all(|x| x.t_start_ns >= rdma_end - 1e-6),
+            "bottom half of {m} before its last segment"
+        );
         // and the pipelining across segments remains: the link sends segment
         // 0 while the host DMA moves segment 1
         let send0 = recs("send", m)[0].clone();

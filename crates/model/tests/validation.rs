@@ -16,7 +16,14 @@ fn rows() -> &'static Vec<Row> {
 fn check(id: &str) {
     let r = rows().iter().find(|r| r.id == id).unwrap_or_else(|| panic!("no row {id}"));
     eprintln!("{}: published {} simulated {:.3} {} ({})", r.id, r.published, r.simulated, r.unit, r.what);
-    assert!(r.pass(), "{id}: simulated {:.3} vs published {} {} — outside ±10% / statement fails: {}", r.simulated, r.published, r.unit, r.what);
+    assert!(
+        r.pass(),
+        "{id}: simulated {:.3} vs published {} {} — outside ±10% / statement fails: {}",
+        r.simulated,
+        r.published,
+        r.unit,
+        r.what
+    );
 }
 
 macro_rules! figure {
@@ -53,8 +60,16 @@ figure!(p000_store_and_forward_shrinks_gain, "000-sf-switch");
 // ---- paper 001 (firmware latency analysis, LANai4.3 / PPro 180) ----
 figure!(p001_udp_crossover, "001-udp-host-dom", ignore = "no crossing (0 B vs ~5120 B): the host never dominates; 001 Tables 1-2 give the copy and DMA only, and the host per-packet cost (system call, UDP/IP, driver) that makes the host side larger up to ~5 kB is only plotted (Figs. 6-10), not stated");
 figure!(p001_audp_crossover, "001-audp-host-dom", ignore = "no crossing (0 B vs ~3072 B): Asynchronous UDP has no per-byte host work and 001 gives no host per-packet cost");
-figure!(p001_bpi_crossover, "001-bpi-nic-dom", ignore = "measured 256 B vs published 128 B: Table 2 copy alone crosses the DMA between 256 and 512 B");
-figure!(p001_ebpi_crossover, "001-ebpi-nic-dom", ignore = "NIC dominates at every size from Table 2 (as 001 §5.1's text says), Table 3 says host above 64 B");
+figure!(
+    p001_bpi_crossover,
+    "001-bpi-nic-dom",
+    ignore = "measured 256 B vs published 128 B: Table 2 copy alone crosses the DMA between 256 and 512 B"
+);
+figure!(
+    p001_ebpi_crossover,
+    "001-ebpi-nic-dom",
+    ignore = "NIC dominates at every size from Table 2 (as 001 §5.1's text says), Table 3 says host above 64 B"
+);
 figure!(p001_throughputs_converge, "001-converge");
 figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.2% lower latency vs published ~40%: no host per-packet cost dilutes the copy difference (only the 4 us detection interval of 001 §5.1 is common to both)");
 
@@ -62,7 +77,11 @@ figure!(p001_ebpi_faster_than_bpi, "001-ebpi-faster", ignore = "measured 48.2% l
 // 002 gives no per-operation costs; its preset borrows 000's host costs scaled
 // by clock (flagged ASSUMPTION), so absolute figures are not expected to hold.
 figure!(p002_uoe_latency, "002-uoe-lat", ignore = "measured 9.4 us vs 26: no per-operation costs in 002 (system call, select() of the CML, wake-up of the blocked ping-pong receiver, interrupt, TOE firmware); host costs borrowed from 000 scaled by clock (unscaled they give 21.7 us and halve the UDP bandwidth)");
-figure!(p002_udp_latency, "002-udp-lat", ignore = "measured 9.4 us vs 32: as above (one full receive interrupt per lone datagram)");
+figure!(
+    p002_udp_latency,
+    "002-udp-lat",
+    ignore = "measured 9.4 us vs 32: as above (one full receive interrupt per lone datagram)"
+);
 figure!(p002_uoe_bandwidth, "002-uoe-bw");
 figure!(p002_udp_bandwidth, "002-udp-bw", ignore = "measured 4699 vs 5500 Mbit/s (-14.6%): the sender is bound by the per-segment half of the borrowed host tx cost (IP + driver, 000 §2.1, even split assumed); it would pass with a per-segment share of at most ~47% (all per message: 6087), a split neither 000 nor 002 states, so the even split stays");
 figure!(p002_uoe_lower_latency, "002-uoe-faster", ignore = "UOE 9.39 us vs UDP 9.37 us: with the same borrowed host costs, one interrupt each and TOE costs unknown (0), a 1 B message costs the same on both paths; 002 credits the gap to TOE packet processing whose cost it does not give");
@@ -100,6 +119,9 @@ fn documented_tables_are_current() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     for doc in ["README.md", "docs/model.md"] {
         let text = std::fs::read_to_string(root.join(doc)).unwrap();
-        assert!(text.contains(&table), "{doc}: the published-vs-simulated table is stale; paste `eudp sim validate --markdown`");
+        assert!(
+            text.contains(&table),
+            "{doc}: the published-vs-simulated table is stale; paste `eudp sim validate --markdown`"
+        );
     }
 }

@@ -267,7 +267,8 @@ fn all_private(a: u64, b: u64) -> bool {
     (a..b).all(|n| {
         let Some((w, bit)) = slot(n as c_int) else { return false };
         // SAFETY: F_GETFD only asks whether the number is open.
-        (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0 || unsafe { real::fcntl(n as c_int, libc::F_GETFD, 0) } < 0
+        (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0
+            || unsafe { real::fcntl(n as c_int, libc::F_GETFD, 0) } < 0
     })
 }
 
@@ -402,7 +403,6 @@ pub fn with_room<R>(f: impl FnOnce() -> R) -> R {
     window(|_| f())
 }
 
-
 /// The engine's `dup3` onto one of its own numbers (the hooked `dup3`
 /// refuses private numbers).
 fn dup3(from: RawFd, onto: RawFd, flags: i32) -> i32 {
@@ -410,7 +410,8 @@ fn dup3(from: RawFd, onto: RawFd, flags: i32) -> i32 {
     unsafe { real::dup3(from, onto, flags) }
 }
 
-static PLACEMENT: eudp_engine::fdspace::Placement = eudp_engine::fdspace::Placement { make, release, closed, dup3, kept: is_private };
+static PLACEMENT: eudp_engine::fdspace::Placement =
+    eudp_engine::fdspace::Placement { make, release, closed, dup3, kept: is_private };
 
 extern "C" fn install() {
     eudp_engine::fdspace::set_placement(&PLACEMENT);
@@ -467,7 +468,11 @@ static LOWEST: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// from the shim's own calls (inside a window, or inside the shim).
 pub fn reclaim() -> bool {
     // SAFETY: getpid has no preconditions.
-    if HOLDER.load(SeqCst) == unsafe { libc::getpid() } || crate::shim::inside() || COUNT.load(SeqCst) == 0 || engine_thread() {
+    if HOLDER.load(SeqCst) == unsafe { libc::getpid() }
+        || crate::shim::inside()
+        || COUNT.load(SeqCst) == 0
+        || engine_thread()
+    {
         return false;
     }
     let soft = {
@@ -505,7 +510,8 @@ pub fn reclaim() -> bool {
 fn engine_thread() -> bool {
     let mut name = [0u8; 16];
     // SAFETY: the calling thread's handle and a live buffer of its length.
-    let r = unsafe { libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr() as *mut libc::c_char, name.len()) };
+    let r =
+        unsafe { libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr() as *mut libc::c_char, name.len()) };
     r == 0 && name.starts_with(b"eudp-")
 }
 
@@ -533,8 +539,17 @@ pub fn program_fds(mut call: impl FnMut() -> c_int) -> c_int {
 /// stretches between them go to `f` (the kernel's close_range); returns
 /// the first failure, else 0. CLOSE_RANGE_CLOEXEC ranges go through whole
 /// (private descriptors are close-on-exec already).
-pub fn close_range_sparing(first: c_uint, last: c_uint, flags: c_int, mut f: impl FnMut(c_uint, c_uint, c_int) -> c_int) -> c_int {
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || COUNT.load(SeqCst) == 0 || first > last || first as usize >= TRACKED {
+pub fn close_range_sparing(
+    first: c_uint,
+    last: c_uint,
+    flags: c_int,
+    mut f: impl FnMut(c_uint, c_uint, c_int) -> c_int,
+) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0
+        || COUNT.load(SeqCst) == 0
+        || first > last
+        || first as usize >= TRACKED
+    {
         return f(first, last, flags);
     }
     let end = (last as usize).min(TRACKED - 1);
@@ -629,7 +644,12 @@ pub unsafe extern "C" fn setrlimit64(res: c_int, rl: *const libc::rlimit64) -> c
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn prlimit64(pid: libc::pid_t, res: c_int, new: *const libc::rlimit64, old: *mut libc::rlimit64) -> c_int {
+pub unsafe extern "C" fn prlimit64(
+    pid: libc::pid_t,
+    res: c_int,
+    new: *const libc::rlimit64,
+    old: *mut libc::rlimit64,
+) -> c_int {
     let ours = res == libc::RLIMIT_NOFILE as c_int && is_self(pid);
     let _l = (ours && !new.is_null()).then(lock_limits);
     let before = WINDOW.load(SeqCst);
@@ -643,7 +663,12 @@ pub unsafe extern "C" fn prlimit64(pid: libc::pid_t, res: c_int, new: *const lib
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn prlimit(pid: libc::pid_t, res: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int {
+pub unsafe extern "C" fn prlimit(
+    pid: libc::pid_t,
+    res: c_int,
+    new: *const libc::rlimit,
+    old: *mut libc::rlimit,
+) -> c_int {
     // SAFETY: rlimit and rlimit64 are one layout on 64-bit Linux.
     unsafe { prlimit64(pid, res, new as *const libc::rlimit64, old as *mut libc::rlimit64) }
 }
@@ -666,7 +691,11 @@ pub unsafe extern "C" fn sysconf(name: c_int) -> libc::c_long {
         let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: a live rlimit out.
         if unsafe { getrlimit(libc::RLIMIT_NOFILE as c_int, &mut r) } == 0 {
-            return if r.rlim_cur == libc::RLIM_INFINITY { -1 } else { r.rlim_cur.min(libc::c_long::MAX as u64) as libc::c_long };
+            return if r.rlim_cur == libc::RLIM_INFINITY {
+                -1
+            } else {
+                r.rlim_cur.min(libc::c_long::MAX as u64) as libc::c_long
+            };
         }
     }
     // SAFETY: sysconf takes any name.

@@ -17,9 +17,9 @@ use crate::real;
 use crate::shim::{self, dlog, ep_recv, ep_send, lookup, with_sock_in, with_tls, Sock, Tls, ACTIVE};
 use eudp_engine::{Endpoint, Received, RecvFlags};
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,8 +69,9 @@ pub(crate) fn grow_kernel_rcvbuf(fd: c_int, bytes: c_int) {
         return;
     }
     let v = bytes / 2; // the kernel doubles the value it is given
-    // SAFETY: pointer to a live c_int and its size.
-    let r = unsafe { real::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v as *const c_int as *const c_void, 4) };
+                       // SAFETY: pointer to a live c_int and its size.
+    let r =
+        unsafe { real::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v as *const c_int as *const c_void, 4) };
     if r != 0 {
         sockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v);
     }
@@ -178,7 +179,10 @@ fn poll_some(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<c_in
 
 /// Sleeps until the socket or the ring is readable (or the timeout).
 pub(crate) fn wait_readable(sock: c_int, ring: Option<c_int>, timeout: Option<Duration>) -> Result<(), c_int> {
-    let mut p = [libc::pollfd { fd: sock, events: libc::POLLIN, revents: 0 }, libc::pollfd { fd: ring.unwrap_or(-1), events: libc::POLLIN, revents: 0 }];
+    let mut p = [
+        libc::pollfd { fd: sock, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: ring.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+    ];
     poll_some(&mut p, timeout).map(drop)
 }
 
@@ -189,11 +193,19 @@ unsafe fn read_addr(p: *const sockaddr, len: socklen_t) -> Result<SocketAddr, c_
     match (*p).sa_family as c_int {
         libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
             let s = std::ptr::read_unaligned(p as *const libc::sockaddr_in);
-            Ok(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes()), u16::from_be(s.sin_port))))
+            Ok(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes()),
+                u16::from_be(s.sin_port),
+            )))
         }
         libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
             let s = std::ptr::read_unaligned(p as *const libc::sockaddr_in6);
-            Ok(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(s.sin6_addr.s6_addr), u16::from_be(s.sin6_port), s.sin6_flowinfo, s.sin6_scope_id)))
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(s.sin6_addr.s6_addr),
+                u16::from_be(s.sin6_port),
+                s.sin6_flowinfo,
+                s.sin6_scope_id,
+            )))
         }
         libc::AF_INET | libc::AF_INET6 => Err(libc::EINVAL),
         _ => Err(libc::EAFNOSUPPORT),
@@ -326,7 +338,15 @@ fn with_sock_t<R>(fd: c_int, f: impl FnOnce(&Tls, &Arc<Sock>) -> R) -> Option<R>
 /// returned record was copied on its way out, and the first copy of a
 /// just-written record stalls on store forwarding.
 #[inline]
-fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mut info: shim::Info, out: &mut Option<Result<Received, c_int>>) {
+fn shim_recv(
+    t: &Tls,
+    s: &Sock,
+    fd: c_int,
+    buf: &mut [u8],
+    flags: c_int,
+    mut info: shim::Info,
+    out: &mut Option<Result<Received, c_int>>,
+) {
     shim_recv_once(t, s, fd, buf, flags, info.as_deref_mut(), out);
     if matches!(out, Some(Err(shim::RETRY))) {
         *out = shim_recv_again(t, s, fd, buf, flags, info);
@@ -337,7 +357,14 @@ fn shim_recv(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mut inf
 /// attempt's result is written in place (see `shim_recv_once`).
 #[inline(never)]
 #[cold]
-fn shim_recv_again(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, info: shim::Info) -> Option<Result<Received, c_int>> {
+fn shim_recv_again(
+    t: &Tls,
+    s: &Sock,
+    fd: c_int,
+    buf: &mut [u8],
+    flags: c_int,
+    info: shim::Info,
+) -> Option<Result<Received, c_int>> {
     let mut out = None;
     shim_recv_once(t, s, fd, buf, flags, info, &mut out);
     match out {
@@ -349,7 +376,15 @@ fn shim_recv_again(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, i
 
 /// [`shim_recv`]'s single attempt, writing to `out`.
 #[inline(always)]
-fn shim_recv_once(t: &Tls, s: &Sock, fd: c_int, buf: &mut [u8], flags: c_int, mut info: shim::Info, out: &mut Option<Result<Received, c_int>>) {
+fn shim_recv_once(
+    t: &Tls,
+    s: &Sock,
+    fd: c_int,
+    buf: &mut [u8],
+    flags: c_int,
+    mut info: shim::Info,
+    out: &mut Option<Result<Received, c_int>>,
+) {
     *out = None;
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
         return;
@@ -458,7 +493,14 @@ fn send_flags_ok(flags: c_int) -> Result<(), &'static str> {
 }
 
 /// Send on the engine path. `None`: kernel path.
-fn shim_send(t: &Tls, s: &Arc<Sock>, fd: c_int, data: &[u8], flags: c_int, dst: Option<SocketAddr>) -> Option<Result<usize, c_int>> {
+fn shim_send(
+    t: &Tls,
+    s: &Arc<Sock>,
+    fd: c_int,
+    data: &[u8],
+    flags: c_int,
+    dst: Option<SocketAddr>,
+) -> Option<Result<usize, c_int>> {
     if flags & libc::MSG_OOB != 0 {
         return Some(Err(libc::EOPNOTSUPP));
     }
@@ -491,8 +533,18 @@ fn ret_isize(r: Result<usize, c_int>) -> ssize_t {
 }
 
 #[allow(clippy::too_many_arguments)] // the C call's arguments, and the thread's state
-unsafe fn recv_common(t: &Tls, fd: c_int, s: &Sock, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> Option<ssize_t> {
-    let b: &mut [u8] = if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
+unsafe fn recv_common(
+    t: &Tls,
+    fd: c_int,
+    s: &Sock,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> Option<ssize_t> {
+    let b: &mut [u8] =
+        if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
     let mut out = None;
     shim_recv(t, s, fd, b, flags, None, &mut out);
     match &out {
@@ -506,7 +558,14 @@ unsafe fn recv_common(t: &Tls, fd: c_int, s: &Sock, buf: *mut c_void, len: size_
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
     if let Some(k) = ktrace::traced(fd) {
         return ktrace::recv(&k, fd, buf, len, flags, addr, alen);
     }
@@ -520,7 +579,15 @@ pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flag
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
     if len > buflen {
         return real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
     }
@@ -705,7 +772,13 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int {
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
     if ktrace::traced(fd).is_some() {
         ktrace::forget(fd);
     }
@@ -716,7 +789,10 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
         if s.mode() == shim::KERNEL {
             s.await_hand_over();
         }
-        if (s.mode() != shim::KERNEL || s.has_leftover() || s.reader_in_flight()) && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0 && !msgs.is_null() {
+        if (s.mode() != shim::KERNEL || s.has_leftover() || s.reader_in_flight())
+            && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0
+            && !msgs.is_null()
+        {
             let base = flags & !libc::MSG_WAITFORONE;
             // As in the kernel: the timeout is looked at after each datagram
             // (the time left is written back); the receives themselves wait as
@@ -767,9 +843,18 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_u
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> ssize_t {
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
     if let Some(k) = ktrace::traced(fd) {
-        return ktrace::send(&k, fd, len, ktrace::addr_of(addr, alen), || real::sendto(fd, buf, len, flags, addr, alen));
+        return ktrace::send(&k, fd, len, ktrace::addr_of(addr, alen), || {
+            real::sendto(fd, buf, len, flags, addr, alen)
+        });
     }
     with_sock_t(fd, |t, s| {
         let dst = if addr.is_null() {
@@ -780,7 +865,8 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
                 Err(_) => return real::sendto(fd, buf, len, flags, addr, alen),
             }
         };
-        let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+        let data: &[u8] =
+            if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(t, s, fd, data, flags, dst) {
             Some(r) => ret_isize(r),
             None => real::sendto(fd, buf, len, flags, addr, alen),
@@ -795,7 +881,8 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags:
         return ktrace::send(&k, fd, len, None, || real::send(fd, buf, len, flags));
     }
     with_sock_t(fd, |t, s| {
-        let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+        let data: &[u8] =
+            if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(t, s, fd, data, flags, None) {
             Some(r) => ret_isize(r),
             None => real::send(fd, buf, len, flags),
@@ -810,7 +897,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
         return ktrace::send(&k, fd, len, None, || real::write(fd, buf, len));
     }
     with_sock_t(fd, |t, s| {
-        let data: &[u8] = if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
+        let data: &[u8] =
+            if len == 0 || buf.is_null() { &[] } else { std::slice::from_raw_parts(buf as *const u8, len) };
         match shim_send(t, s, fd, data, 0, None) {
             Some(r) => ret_isize(r),
             None => real::write(fd, buf, len),
@@ -852,7 +940,14 @@ unsafe fn sendmsg_shim(t: &Tls, fd: c_int, s: &Arc<Sock>, msg: *const libc::msgh
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
     if let Some(k) = ktrace::traced(fd) {
-        let (len, dst) = if msg.is_null() { (0, None) } else { (iov_total((*msg).msg_iov, (*msg).msg_iovlen as c_int).unwrap_or(0), ktrace::addr_of((*msg).msg_name as *const sockaddr, (*msg).msg_namelen)) };
+        let (len, dst) = if msg.is_null() {
+            (0, None)
+        } else {
+            (
+                iov_total((*msg).msg_iov, (*msg).msg_iovlen as c_int).unwrap_or(0),
+                ktrace::addr_of((*msg).msg_name as *const sockaddr, (*msg).msg_namelen),
+            )
+        };
         return ktrace::send(&k, fd, len, dst, || real::sendmsg(fd, msg, flags));
     }
     with_sock_t(fd, |t, s| {
@@ -982,13 +1077,23 @@ const SYS_DUP2: libc::c_long = -1;
 /// argument registers are taken as plain arguments (how the x86-64 and
 /// AArch64 ABIs pass variadic integers) and handed on unchanged.
 #[no_mangle]
-pub unsafe extern "C" fn syscall(n: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long {
+pub unsafe extern "C" fn syscall(
+    n: libc::c_long,
+    a: libc::c_long,
+    b: libc::c_long,
+    c: libc::c_long,
+    d: libc::c_long,
+    e: libc::c_long,
+    f: libc::c_long,
+) -> libc::c_long {
     match n {
         libc::SYS_close if is_private(a as c_int) => return fail(libc::EBADF),
         libc::SYS_close => shim::remove(a as c_int),
         libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as libc::c_long == 0 => {
             forget_range(a as u32, b as u32);
-            let close = |x: c_uint, y: c_uint, fl: c_int| real::syscall(n, x as libc::c_long, y as libc::c_long, fl as libc::c_long, 0, 0, 0) as c_int;
+            let close = |x: c_uint, y: c_uint, fl: c_int| {
+                real::syscall(n, x as libc::c_long, y as libc::c_long, fl as libc::c_long, 0, 0, 0) as c_int
+            };
             return crate::fdspace::close_range_sparing(a as c_uint, b as c_uint, c as c_int, close) as libc::c_long;
         }
         SYS_DUP2 | libc::SYS_dup3 if is_private(b as c_int) => return fail(libc::EBADF),
@@ -997,15 +1102,30 @@ pub unsafe extern "C" fn syscall(n: libc::c_long, a: libc::c_long, b: libc::c_lo
     }
     // Socket calls made through syscall() (libuv's uv__sendmmsg and
     // uv__recvmmsg, for one) on an application UDP socket.
-    if matches!(n, libc::SYS_sendmmsg | libc::SYS_recvmmsg | libc::SYS_sendto | libc::SYS_recvfrom | libc::SYS_sendmsg | libc::SYS_recvmsg)
-        && lookup(a as c_int).is_some()
+    if matches!(
+        n,
+        libc::SYS_sendmmsg
+            | libc::SYS_recvmmsg
+            | libc::SYS_sendto
+            | libc::SYS_recvfrom
+            | libc::SYS_sendmsg
+            | libc::SYS_recvmsg
+    ) && lookup(a as c_int).is_some()
     {
         let fd = a as c_int;
         return match n {
             libc::SYS_sendmmsg => sendmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int) as libc::c_long,
-            libc::SYS_recvmmsg => recvmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int, e as *mut libc::timespec) as libc::c_long,
-            libc::SYS_sendto => sendto(fd, b as *const c_void, c as size_t, d as c_int, e as *const sockaddr, f as socklen_t) as libc::c_long,
-            libc::SYS_recvfrom => recvfrom(fd, b as *mut c_void, c as size_t, d as c_int, e as *mut sockaddr, f as *mut socklen_t) as libc::c_long,
+            libc::SYS_recvmmsg => {
+                recvmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int, e as *mut libc::timespec) as libc::c_long
+            }
+            libc::SYS_sendto => {
+                sendto(fd, b as *const c_void, c as size_t, d as c_int, e as *const sockaddr, f as socklen_t)
+                    as libc::c_long
+            }
+            libc::SYS_recvfrom => {
+                recvfrom(fd, b as *mut c_void, c as size_t, d as c_int, e as *mut sockaddr, f as *mut socklen_t)
+                    as libc::c_long
+            }
             libc::SYS_sendmsg => sendmsg(fd, b as *const libc::msghdr, c as c_int) as libc::c_long,
             _ => recvmsg(fd, b as *mut libc::msghdr, c as c_int) as libc::c_long,
         };
@@ -1199,7 +1319,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
             }
             match s.existing() {
                 Some(ep) => {
-                    let n = match ep.recv_with(&mut [], eudp_engine::RecvFlags { peek: true, dont_wait: true, interruptible: false }) {
+                    let n = match ep.recv_with(
+                        &mut [],
+                        eudp_engine::RecvFlags { peek: true, dont_wait: true, interruptible: false },
+                    ) {
                         Ok(r) => r.len,
                         Err(_) => 0,
                     };
@@ -1245,11 +1368,29 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
             _ => unsupported(&format!("SOL_SOCKET/{name}")),
         },
         IPPROTO_IP => match name {
-            IP_TOS | IP_TTL | IP_MTU_DISCOVER | IP_FREEBIND | IP_TRANSPARENT | IP_BIND_ADDRESS_NO_PORT | IP_MULTICAST_IF
-            | IP_MULTICAST_TTL | IP_MULTICAST_LOOP | IP_MULTICAST_ALL | IP_OPTIONS => Opt::Pass,
-            IP_ADD_MEMBERSHIP | IP_DROP_MEMBERSHIP | IP_ADD_SOURCE_MEMBERSHIP | IP_DROP_SOURCE_MEMBERSHIP | MCAST_JOIN_GROUP
-            | MCAST_LEAVE_GROUP | MCAST_JOIN_SOURCE_GROUP | MCAST_LEAVE_SOURCE_GROUP | MCAST_BLOCK_SOURCE
-            | MCAST_UNBLOCK_SOURCE | IP_BLOCK_SOURCE | IP_UNBLOCK_SOURCE => unsupported("multicast membership (not accelerated yet)"),
+            IP_TOS
+            | IP_TTL
+            | IP_MTU_DISCOVER
+            | IP_FREEBIND
+            | IP_TRANSPARENT
+            | IP_BIND_ADDRESS_NO_PORT
+            | IP_MULTICAST_IF
+            | IP_MULTICAST_TTL
+            | IP_MULTICAST_LOOP
+            | IP_MULTICAST_ALL
+            | IP_OPTIONS => Opt::Pass,
+            IP_ADD_MEMBERSHIP
+            | IP_DROP_MEMBERSHIP
+            | IP_ADD_SOURCE_MEMBERSHIP
+            | IP_DROP_SOURCE_MEMBERSHIP
+            | MCAST_JOIN_GROUP
+            | MCAST_LEAVE_GROUP
+            | MCAST_JOIN_SOURCE_GROUP
+            | MCAST_LEAVE_SOURCE_GROUP
+            | MCAST_BLOCK_SOURCE
+            | MCAST_UNBLOCK_SOURCE
+            | IP_BLOCK_SOURCE
+            | IP_UNBLOCK_SOURCE => unsupported("multicast membership (not accelerated yet)"),
             // The engine keeps the kernel's IP_PKTINFO of every datagram and
             // the shim hands it back in recvmsg.
             IP_PKTINFO => Opt::Pass,
@@ -1262,9 +1403,13 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
             }
         },
         IPPROTO_IPV6 => match name {
-            IPV6_V6ONLY | IPV6_UNICAST_HOPS | IPV6_TCLASS | IPV6_MTU_DISCOVER | IPV6_MULTICAST_IF | IPV6_MULTICAST_HOPS
-            | IPV6_MULTICAST_LOOP | IPV6_FREEBIND | IPV6_TRANSPARENT => Opt::Pass,
-            IPV6_ADD_MEMBERSHIP | IPV6_DROP_MEMBERSHIP | MCAST_JOIN_GROUP | MCAST_LEAVE_GROUP | MCAST_JOIN_SOURCE_GROUP
+            IPV6_V6ONLY | IPV6_UNICAST_HOPS | IPV6_TCLASS | IPV6_MTU_DISCOVER | IPV6_MULTICAST_IF
+            | IPV6_MULTICAST_HOPS | IPV6_MULTICAST_LOOP | IPV6_FREEBIND | IPV6_TRANSPARENT => Opt::Pass,
+            IPV6_ADD_MEMBERSHIP
+            | IPV6_DROP_MEMBERSHIP
+            | MCAST_JOIN_GROUP
+            | MCAST_LEAVE_GROUP
+            | MCAST_JOIN_SOURCE_GROUP
             | MCAST_LEAVE_SOURCE_GROUP => unsupported("multicast membership (not accelerated yet)"),
             IPV6_RECVPKTINFO => Opt::Pass,
             _ => {
@@ -1291,8 +1436,13 @@ fn tcp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<Stri
         return None;
     }
     match (level, name) {
-        (libc::IPPROTO_IP, libc::IP_PKTINFO) | (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO) => Some(format!("setsockopt {} under the tcp transport (frames carry no destination address)", if level == libc::IPPROTO_IP { "IP_PKTINFO" } else { "IPV6_RECVPKTINFO" })),
-        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => Some("setsockopt SO_REUSEPORT under the tcp transport (the kernel spreads the group's datagrams)".into()),
+        (libc::IPPROTO_IP, libc::IP_PKTINFO) | (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO) => Some(format!(
+            "setsockopt {} under the tcp transport (frames carry no destination address)",
+            if level == libc::IPPROTO_IP { "IP_PKTINFO" } else { "IPV6_RECVPKTINFO" }
+        )),
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => {
+            Some("setsockopt SO_REUSEPORT under the tcp transport (the kernel spreads the group's datagrams)".into())
+        }
         _ => None,
     }
 }
@@ -1306,9 +1456,15 @@ fn xdp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<Stri
         return None;
     }
     match (level, name) {
-        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => Some("setsockopt SO_REUSEPORT under the xdp transport (the kernel spreads the group's datagrams)".into()),
-        (libc::SOL_SOCKET, libc::SO_BINDTODEVICE | 62) => Some("setsockopt SO_BINDTODEVICE under the xdp transport (frames come from the transport's interface)".into()),
-        (libc::IPPROTO_IP, libc::IP_OPTIONS) => Some("setsockopt IP_OPTIONS under the xdp transport (its frames carry none)".into()),
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => {
+            Some("setsockopt SO_REUSEPORT under the xdp transport (the kernel spreads the group's datagrams)".into())
+        }
+        (libc::SOL_SOCKET, libc::SO_BINDTODEVICE | 62) => Some(
+            "setsockopt SO_BINDTODEVICE under the xdp transport (frames come from the transport's interface)".into(),
+        ),
+        (libc::IPPROTO_IP, libc::IP_OPTIONS) => {
+            Some("setsockopt IP_OPTIONS under the xdp transport (its frames carry none)".into())
+        }
         _ => None,
     }
 }
@@ -1339,7 +1495,13 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
             _ => {}
         }
     }
-    let iv = if !val.is_null() && len as usize >= 4 { Some(std::ptr::read_unaligned(val as *const c_int)) } else if !val.is_null() && len == 1 { Some(*(val as *const u8) as c_int) } else { None };
+    let iv = if !val.is_null() && len as usize >= 4 {
+        Some(std::ptr::read_unaligned(val as *const c_int))
+    } else if !val.is_null() && len == 1 {
+        Some(*(val as *const u8) as c_int)
+    } else {
+        None
+    };
     let mut kind = classify(level, name, iv);
     if shim::tcp_transport() {
         if let Some(why) = tcp_unsupported(level, name, iv) {
@@ -1356,7 +1518,11 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         }
     }
     let r = real::setsockopt(fd, level, name, val, len);
-    if r == 0 && matches!(kind, Opt::Pass) && (level == libc::IPPROTO_IP || level == libc::IPPROTO_IPV6) && shim::xdp_transport() {
+    if r == 0
+        && matches!(kind, Opt::Pass)
+        && (level == libc::IPPROTO_IP || level == libc::IPPROTO_IPV6)
+        && shim::xdp_transport()
+    {
         // The AF_XDP backend builds and reads headers itself: it keeps its
         // own copy of the socket's IP options.
         if let Some(ep) = s.existing() {
@@ -1372,7 +1538,13 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int {
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
     let r = real::getsockopt(fd, level, name, val, len);
     let rx_opt = |v6| shim::rx_opt_is_tos(v6, level, name);
     if r == 0 && (rx_opt(false).is_some() || rx_opt(true).is_some()) && !val.is_null() && !len.is_null() && *len > 0 {
@@ -1387,7 +1559,13 @@ pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *
         }
         return r;
     }
-    if r != 0 || level != libc::SOL_SOCKET || name != libc::SO_ERROR || val.is_null() || len.is_null() || (*len as usize) < 4 {
+    if r != 0
+        || level != libc::SOL_SOCKET
+        || name != libc::SO_ERROR
+        || val.is_null()
+        || len.is_null()
+        || (*len as usize) < 4
+    {
         return r;
     }
     // The engine reads the kernel socket, so an asynchronous error (ICMP
@@ -1428,7 +1606,13 @@ fn sync_option(ep: &Endpoint, fd: c_int, name: c_int, iv: Option<c_int>) {
 /// accelerated socket is readable when its kernel socket is (the receive
 /// then reads it directly) or its ring holds a datagram (an extra pollfd
 /// on the ring's eventfd).
-unsafe fn poll_impl(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+unsafe fn poll_impl(
+    t: &Tls,
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
     if !shim::any() || fds.is_null() || n == 0 {
         return real::ppoll(fds, n, ts, mask);
     }
@@ -1502,7 +1686,6 @@ fn full_queue(t: &Tls, fd: c_int) -> Option<Arc<Endpoint>> {
     with_sock_in(t, fd, |s| s.existing()).flatten().filter(|ep| !ep.writable())
 }
 
-
 /// poll for input readiness, spinning first when the settings ask for it
 /// (`EUDP_SPIN_US`) and an accelerated socket is polled for input: the
 /// call looks at everything without sleeping, yielding the CPU between
@@ -1513,7 +1696,14 @@ fn full_queue(t: &Tls, fd: c_int) -> Option<Arc<Endpoint>> {
 /// receiver spinning 50 µs used twice the CPU per datagram and lost more.
 /// `room`: every accelerated socket asked for output was just found to
 /// have room in L1.
-unsafe fn poll_input(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, room: bool) -> c_int {
+unsafe fn poll_input(
+    t: &Tls,
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+    room: bool,
+) -> c_int {
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     let limit = (!ts.is_null()).then(|| duration_of(&*ts));
     let spin = match shim::running_engine() {
@@ -1553,7 +1743,12 @@ unsafe fn poll_input(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *cons
 /// not after each: a yield with nobody else to run still goes through the
 /// scheduler, as the engine's spinning receive does (`SPIN_YIELD_EVERY`).
 /// The thread's mask and the call's errno are as they should be after.
-unsafe fn spin_then_wait(spin: Duration, mask: *const libc::sigset_t, mut look: impl FnMut(*const libc::sigset_t) -> c_int, wait: impl FnOnce(*const libc::sigset_t, Duration) -> c_int) -> c_int {
+unsafe fn spin_then_wait(
+    spin: Duration,
+    mask: *const libc::sigset_t,
+    mut look: impl FnMut(*const libc::sigset_t) -> c_int,
+    wait: impl FnOnce(*const libc::sigset_t, Duration) -> c_int,
+) -> c_int {
     let held = eudp_engine::backend::kernel::AsyncSignalsBlocked::new();
     let during: *const libc::sigset_t = if mask.is_null() { held.mask_before() } else { mask };
     let start = Instant::now();
@@ -1591,7 +1786,14 @@ unsafe fn spin_then_wait(spin: Duration, mask: *const libc::sigset_t, mut look: 
 /// answered from what the shim knows alone (see
 /// `may_skip_kernel`); otherwise the kernel is asked about everything, the
 /// rings' eventfds included, and sleeps if nothing is ready.
-unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, room: bool) -> c_int {
+unsafe fn poll_input_once(
+    t: &Tls,
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+    room: bool,
+) -> c_int {
     let app = std::slice::from_raw_parts_mut(fds, n as usize);
     // Left uninitialised: a call names one or two accelerated sockets, and
     // filling the whole array cost more than the rest of the scan.
@@ -1611,7 +1813,8 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
         }
     });
     // SAFETY: the first k entries were written above.
-    let extra: &[Extra] = if many.is_empty() { std::slice::from_raw_parts(fixed.as_ptr() as *const Extra, k) } else { &many };
+    let extra: &[Extra] =
+        if many.is_empty() { std::slice::from_raw_parts(fixed.as_ptr() as *const Extra, k) } else { &many };
     if extra.is_empty() {
         if !no_wait(ts) {
             before_sleep();
@@ -1641,7 +1844,11 @@ unsafe fn poll_input_once(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: 
     if !ready_now {
         mark_sleep(t, ts);
     }
-    let _polling = if ready_now || (!ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0) { Polling::default() } else { polling(t, app) };
+    let _polling = if ready_now || (!ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0) {
+        Polling::default()
+    } else {
+        polling(t, app)
+    };
     let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
     let mut left;
     loop {
@@ -1740,7 +1947,15 @@ const NO_RING: c_int = -2;
 /// poll is made again.
 #[cold]
 #[inline(never)]
-unsafe fn poll_without_rings(t: &Tls, fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, room: bool, extra: &[Extra]) -> c_int {
+unsafe fn poll_without_rings(
+    t: &Tls,
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+    room: bool,
+    extra: &[Extra],
+) -> c_int {
     let app = std::slice::from_raw_parts(fds, n as usize);
     for e in extra.iter().filter(|e| e.fd == NO_RING) {
         let fd = app[e.at].fd;
@@ -1823,7 +2038,11 @@ fn scan_ready(t: &Tls, app: &[libc::pollfd], room: bool, mut add: impl FnMut(Ext
             };
             // Under the TCP transport a socket waited on for input is adopted
             // now; one already on the engine is borrowed without its mutex.
-            let found = if bypass && input && s.mode() != ACTIVE { s.endpoint(p.fd).map(|ep| seen(&ep)) } else { s.with_existing_in(t, seen) };
+            let found = if bypass && input && s.mode() != ACTIVE {
+                s.endpoint(p.fd).map(|ep| seen(&ep))
+            } else {
+                s.with_existing_in(t, seen)
+            };
             if found.is_none() && input && s.has_leftover() {
                 add(Extra { at, fd: -1, ready: libc::POLLIN, ask: true });
             }
@@ -1861,7 +2080,9 @@ fn claim_error(t: &Tls, fd: c_int) -> bool {
     let mut v: c_int = 0;
     let mut len = 4 as socklen_t;
     // SAFETY: pointer/length of a live c_int.
-    if unsafe { real::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut v as *mut c_int as *mut c_void, &mut len) } == 0 {
+    if unsafe { real::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut v as *mut c_int as *mut c_void, &mut len) }
+        == 0
+    {
         ep.note_error(v);
     }
     if v == 0 && eudp_engine::tracepoint::on() {
@@ -1878,9 +2099,15 @@ fn claim_error(t: &Tls, fd: c_int) -> bool {
 /// promise a datagram, and "readable" must mean the next nonblocking
 /// receive returns one.
 fn ring_events_of(t: &Tls, fd: c_int) -> libc::c_short {
-    with_sock_in(t, fd, |s| if s.ring_has_data() { None } else { s.existing().map(|ep| if ep.ready_after_read() { input_events(s, &ep) } else { 0 }) })
-        .flatten()
-        .unwrap_or(libc::POLLIN)
+    with_sock_in(t, fd, |s| {
+        if s.ring_has_data() {
+            None
+        } else {
+            s.existing().map(|ep| if ep.ready_after_read() { input_events(s, &ep) } else { 0 })
+        }
+    })
+    .flatten()
+    .unwrap_or(libc::POLLIN)
 }
 
 /// A poll/select whose accelerated sockets already have datagrams in their
@@ -1958,7 +2185,8 @@ fn timespec_of(d: Duration) -> libc::timespec {
 }
 
 fn ms_to_ts(ms: c_int) -> Option<libc::timespec> {
-    (ms >= 0).then(|| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) as i64 * 1_000_000) as _ })
+    (ms >= 0)
+        .then(|| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) as i64 * 1_000_000) as _ })
 }
 
 #[no_mangle]
@@ -1976,7 +2204,12 @@ pub unsafe extern "C" fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, tim
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
     if !shim::any() {
         return real::ppoll(fds, n, ts, mask);
     }
@@ -1984,7 +2217,13 @@ pub unsafe extern "C" fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *con
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t, _l: size_t) -> c_int {
+pub unsafe extern "C" fn __ppoll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+    _l: size_t,
+) -> c_int {
     ppoll(fds, n, ts, mask)
 }
 
@@ -2001,7 +2240,13 @@ pub unsafe extern "C" fn __ppoll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, ts
 /// data (or a fill that brought some) is readable whatever the backend's
 /// descriptor says; only an empty ring needs that descriptor polled, which
 /// the general path does when the kernel is asked.
-unsafe fn select_from_rings(t: &Tls, n: usize, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set) -> Option<c_int> {
+unsafe fn select_from_rings(
+    t: &Tls,
+    n: usize,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+) -> Option<c_int> {
     let word = |set: *mut libc::fd_set, i: usize| if set.is_null() { 0 } else { fd_word(set, i) };
     let mut rd = [0u64; libc::FD_SETSIZE / 64];
     let mut wr = [0u64; libc::FD_SETSIZE / 64];
@@ -2077,7 +2322,15 @@ unsafe fn fd_word(set: *const libc::fd_set, i: usize) -> u64 {
 
 /// select/pselect through `poll_impl` when an accelerated socket is named:
 /// `None` when none is (the kernel's select then serves the call as is).
-unsafe fn select_impl(t: &Tls, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> Option<c_int> {
+unsafe fn select_impl(
+    t: &Tls,
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> Option<c_int> {
     let n = n.clamp(0, libc::FD_SETSIZE as c_int);
     if let Some(k) = select_from_rings(t, n as usize, r, w, e) {
         return Some(k);
@@ -2114,7 +2367,10 @@ unsafe fn select_impl(t: &Tls, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_
                 }
                 let fd = (i * 64) as c_int + b as c_int;
                 if !named && shim::maybe(fd) {
-                    named = with_sock_in(t, fd, |s| s.mode() == ACTIVE || s.has_leftover() || (shim::bypass_transport() && s.endpoint(fd).is_some())).unwrap_or(false);
+                    named = with_sock_in(t, fd, |s| {
+                        s.mode() == ACTIVE || s.has_leftover() || (shim::bypass_transport() && s.endpoint(fd).is_some())
+                    })
+                    .unwrap_or(false);
                 }
                 p.push(libc::pollfd { fd, events: ev, revents: 0 });
             }
@@ -2158,7 +2414,13 @@ unsafe fn select_impl(t: &Tls, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int {
+pub unsafe extern "C" fn select(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    t: *mut libc::timeval,
+) -> c_int {
     if !shim::any() {
         return real::select(n, r, w, e, t);
     }
@@ -2186,7 +2448,14 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn pselect(
+    n: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
     if !shim::any() {
         return real::pselect(n, r, w, e, ts, mask);
     }
@@ -2225,7 +2494,14 @@ fn mark_spin_epoll(epfd: c_int) {
 /// caller's mask, so a signal ends the call with `EINTR` as it would the
 /// kernel's wait. `None`: no spin here (not spinning, a zero timeout, or a
 /// set without an accelerated socket).
-unsafe fn epoll_spin(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: Option<Duration>, mask: *const libc::sigset_t, pwait2: bool) -> Option<c_int> {
+unsafe fn epoll_spin(
+    epfd: c_int,
+    evs: *mut libc::epoll_event,
+    max: c_int,
+    timeout: Option<Duration>,
+    mask: *const libc::sigset_t,
+    pwait2: bool,
+) -> Option<c_int> {
     let spin = match shim::running_engine() {
         Some(e) => e.config().recv_spin.min(timeout.unwrap_or(Duration::MAX)),
         None => Duration::ZERO,
@@ -2280,7 +2556,13 @@ pub unsafe extern "C" fn epoll_wait(epfd: c_int, evs: *mut libc::epoll_event, ma
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_pwait(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    evs: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
     if timeout != 0 && shim::any() {
         if let Some(r) = epoll_spin(epfd, evs, max, ms_duration(timeout), mask, false) {
             return r;
@@ -2291,7 +2573,13 @@ pub unsafe extern "C" fn epoll_pwait(epfd: c_int, evs: *mut libc::epoll_event, m
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_pwait2(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    evs: *mut libc::epoll_event,
+    max: c_int,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
     if !no_wait(ts) && shim::any() {
         if let Some(r) = epoll_spin(epfd, evs, max, (!ts.is_null()).then(|| duration_of(&*ts)), mask, true) {
             return r;
@@ -2419,7 +2707,14 @@ pub(crate) fn forget_ring_dups(addr: usize) {
 /// MOD or DEL of the ring registration made through `fd`'s own duplicate
 /// of the ring's eventfd, if it has one in this epoll. `false`: it has
 /// none there; the eventfd itself is the key.
-unsafe fn ring_ctl_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, epfd: c_int, op: c_int, ev: &mut libc::epoll_event) -> bool {
+unsafe fn ring_ctl_dup(
+    s: &Arc<Sock>,
+    fd: c_int,
+    rfd: c_int,
+    epfd: c_int,
+    op: c_int,
+    ev: &mut libc::epoll_event,
+) -> bool {
     match ring_dup(s, fd, rfd, false) {
         Some(d) => real::epoll_ctl(epfd, op, d, ev) == 0,
         None => false,
@@ -2434,7 +2729,12 @@ unsafe fn ring_ctl_dup(s: &Arc<Sock>, fd: c_int, rfd: c_int, epfd: c_int, op: c_
 #[no_mangle]
 pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int {
     let Some(s) = lookup(fd) else { return real::epoll_ctl(epfd, op, fd, ev) };
-    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLONESHOT as u32 != 0 && (*ev).events & libc::EPOLLEXCLUSIVE as u32 == 0 && s.mode() != shim::KERNEL {
+    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD)
+        && !ev.is_null()
+        && (*ev).events & libc::EPOLLONESHOT as u32 != 0
+        && (*ev).events & libc::EPOLLEXCLUSIVE as u32 == 0
+        && s.mode() != shim::KERNEL
+    {
         // One report per arming cannot span two registrations (the kernel
         // socket and the ring's eventfd each report once): kernel path.
         // (With EPOLLEXCLUSIVE the kernel refuses the registration.)
@@ -2490,8 +2790,11 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
             for rfd in extra(s.existing(), need) {
                 match ring_events((*ev).events) {
                     Some(events) => {
-                        let mut e2 = libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
-                        if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_MOD, &mut e2) && real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0 {
+                        let mut e2 =
+                            libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
+                        if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_MOD, &mut e2)
+                            && real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0
+                        {
                             real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
                         }
                     }
@@ -2518,7 +2821,12 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut l
     // watches the kernel socket: its threads read arrivals themselves, and
     // the engine stops watching the socket (`Endpoint::app_waits_on_socket`;
     // not under the TCP transport, whose socket never becomes readable).
-    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD) && !ev.is_null() && (*ev).events & libc::EPOLLIN as u32 != 0 && s.mode() == ACTIVE && !shim::bypass_transport() {
+    if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD)
+        && !ev.is_null()
+        && (*ev).events & libc::EPOLLIN as u32 != 0
+        && s.mode() == ACTIVE
+        && !shim::bypass_transport()
+    {
         s.with_existing(|ep| ep.app_waits_on_socket());
     }
     set_errno(saved);
@@ -2618,24 +2926,135 @@ mod exec_list {
     }
 
     #[no_mangle]
-    pub unsafe extern "C" fn execl(path: *const c_char, a0: *const c_char, a1: *const c_char, a2: *const c_char, a3: *const c_char, a4: *const c_char, a5: *const c_char, a6: *const c_char, a7: *const c_char, a8: *const c_char, a9: *const c_char, a10: *const c_char, a11: *const c_char, a12: *const c_char, a13: *const c_char, a14: *const c_char, a15: *const c_char, a16: *const c_char, a17: *const c_char, a18: *const c_char, a19: *const c_char, a20: *const c_char, a21: *const c_char, a22: *const c_char, a23: *const c_char, a24: *const c_char, a25: *const c_char, a26: *const c_char, a27: *const c_char, a28: *const c_char, a29: *const c_char, a30: *const c_char, a31: *const c_char) -> c_int {
-        match argv(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31]) {
+    pub unsafe extern "C" fn execl(
+        path: *const c_char,
+        a0: *const c_char,
+        a1: *const c_char,
+        a2: *const c_char,
+        a3: *const c_char,
+        a4: *const c_char,
+        a5: *const c_char,
+        a6: *const c_char,
+        a7: *const c_char,
+        a8: *const c_char,
+        a9: *const c_char,
+        a10: *const c_char,
+        a11: *const c_char,
+        a12: *const c_char,
+        a13: *const c_char,
+        a14: *const c_char,
+        a15: *const c_char,
+        a16: *const c_char,
+        a17: *const c_char,
+        a18: *const c_char,
+        a19: *const c_char,
+        a20: *const c_char,
+        a21: *const c_char,
+        a22: *const c_char,
+        a23: *const c_char,
+        a24: *const c_char,
+        a25: *const c_char,
+        a26: *const c_char,
+        a27: *const c_char,
+        a28: *const c_char,
+        a29: *const c_char,
+        a30: *const c_char,
+        a31: *const c_char,
+    ) -> c_int {
+        match argv(&[
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22,
+            a23, a24, a25, a26, a27, a28, a29, a30, a31,
+        ]) {
             Some((v, _)) => execv(path, v.as_ptr()),
             None => fail::<c_int>(libc::E2BIG),
         }
     }
 
     #[no_mangle]
-    pub unsafe extern "C" fn execlp(file: *const c_char, a0: *const c_char, a1: *const c_char, a2: *const c_char, a3: *const c_char, a4: *const c_char, a5: *const c_char, a6: *const c_char, a7: *const c_char, a8: *const c_char, a9: *const c_char, a10: *const c_char, a11: *const c_char, a12: *const c_char, a13: *const c_char, a14: *const c_char, a15: *const c_char, a16: *const c_char, a17: *const c_char, a18: *const c_char, a19: *const c_char, a20: *const c_char, a21: *const c_char, a22: *const c_char, a23: *const c_char, a24: *const c_char, a25: *const c_char, a26: *const c_char, a27: *const c_char, a28: *const c_char, a29: *const c_char, a30: *const c_char, a31: *const c_char) -> c_int {
-        match argv(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31]) {
+    pub unsafe extern "C" fn execlp(
+        file: *const c_char,
+        a0: *const c_char,
+        a1: *const c_char,
+        a2: *const c_char,
+        a3: *const c_char,
+        a4: *const c_char,
+        a5: *const c_char,
+        a6: *const c_char,
+        a7: *const c_char,
+        a8: *const c_char,
+        a9: *const c_char,
+        a10: *const c_char,
+        a11: *const c_char,
+        a12: *const c_char,
+        a13: *const c_char,
+        a14: *const c_char,
+        a15: *const c_char,
+        a16: *const c_char,
+        a17: *const c_char,
+        a18: *const c_char,
+        a19: *const c_char,
+        a20: *const c_char,
+        a21: *const c_char,
+        a22: *const c_char,
+        a23: *const c_char,
+        a24: *const c_char,
+        a25: *const c_char,
+        a26: *const c_char,
+        a27: *const c_char,
+        a28: *const c_char,
+        a29: *const c_char,
+        a30: *const c_char,
+        a31: *const c_char,
+    ) -> c_int {
+        match argv(&[
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22,
+            a23, a24, a25, a26, a27, a28, a29, a30, a31,
+        ]) {
             Some((v, _)) => execvp(file, v.as_ptr()),
             None => fail::<c_int>(libc::E2BIG),
         }
     }
 
     #[no_mangle]
-    pub unsafe extern "C" fn execle(path: *const c_char, a0: *const c_char, a1: *const c_char, a2: *const c_char, a3: *const c_char, a4: *const c_char, a5: *const c_char, a6: *const c_char, a7: *const c_char, a8: *const c_char, a9: *const c_char, a10: *const c_char, a11: *const c_char, a12: *const c_char, a13: *const c_char, a14: *const c_char, a15: *const c_char, a16: *const c_char, a17: *const c_char, a18: *const c_char, a19: *const c_char, a20: *const c_char, a21: *const c_char, a22: *const c_char, a23: *const c_char, a24: *const c_char, a25: *const c_char, a26: *const c_char, a27: *const c_char, a28: *const c_char, a29: *const c_char, a30: *const c_char, a31: *const c_char) -> c_int {
-        match argv(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31]) {
+    pub unsafe extern "C" fn execle(
+        path: *const c_char,
+        a0: *const c_char,
+        a1: *const c_char,
+        a2: *const c_char,
+        a3: *const c_char,
+        a4: *const c_char,
+        a5: *const c_char,
+        a6: *const c_char,
+        a7: *const c_char,
+        a8: *const c_char,
+        a9: *const c_char,
+        a10: *const c_char,
+        a11: *const c_char,
+        a12: *const c_char,
+        a13: *const c_char,
+        a14: *const c_char,
+        a15: *const c_char,
+        a16: *const c_char,
+        a17: *const c_char,
+        a18: *const c_char,
+        a19: *const c_char,
+        a20: *const c_char,
+        a21: *const c_char,
+        a22: *const c_char,
+        a23: *const c_char,
+        a24: *const c_char,
+        a25: *const c_char,
+        a26: *const c_char,
+        a27: *const c_char,
+        a28: *const c_char,
+        a29: *const c_char,
+        a30: *const c_char,
+        a31: *const c_char,
+    ) -> c_int {
+        match argv(&[
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22,
+            a23, a24, a25, a26, a27, a28, a29, a30, a31,
+        ]) {
             Some((v, envp)) if v.len() < 32 => execve(path, v.as_ptr(), envp as *const *const c_char),
             _ => fail::<c_int>(libc::E2BIG),
         }

@@ -55,7 +55,8 @@ static ACTIVE: AtomicU8 = AtomicU8::new(255);
 pub fn active() -> bool {
     match ACTIVE.load(Relaxed) {
         255 => {
-            let on = std::env::var("EUDP_TRACE_STACK").is_ok_and(|v| v == "kernel") && std::env::var("EUDP_TRACE").is_ok_and(|v| !v.is_empty());
+            let on = std::env::var("EUDP_TRACE_STACK").is_ok_and(|v| v == "kernel")
+                && std::env::var("EUDP_TRACE").is_ok_and(|v| !v.is_empty());
             ACTIVE.store(on as u8, Relaxed);
             on
         }
@@ -109,7 +110,9 @@ fn register_now(fd: c_int) {
     tracepoint::init_from_env();
     let flags = tracepoint::timestamping_flags();
     // SAFETY: an int option on the program's own new socket.
-    let ok = unsafe { crate::real::setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, &flags as *const c_int as *const c_void, 4) } == 0;
+    let ok = unsafe {
+        crate::real::setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, &flags as *const c_int as *const c_void, 4)
+    } == 0;
     if !ok {
         return;
     }
@@ -143,7 +146,12 @@ pub fn forked_child() {
 /// A `setsockopt` the tracing conflicts with (the program's own
 /// timestamps, or its own error queue).
 pub fn conflicts(level: c_int, name: c_int) -> bool {
-    matches!((level, name), (libc::SOL_SOCKET, libc::SO_TIMESTAMP | libc::SO_TIMESTAMPNS | SO_TIMESTAMPING) | (libc::IPPROTO_IP, libc::IP_RECVERR) | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR))
+    matches!(
+        (level, name),
+        (libc::SOL_SOCKET, libc::SO_TIMESTAMP | libc::SO_TIMESTAMPNS | SO_TIMESTAMPING)
+            | (libc::IPPROTO_IP, libc::IP_RECVERR)
+            | (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
+    )
 }
 
 fn local_addr(fd: c_int) -> Option<SocketAddr> {
@@ -155,7 +163,10 @@ fn peer_addr(fd: c_int) -> Option<SocketAddr> {
 }
 
 /// `getsockname` or `getpeername` of `fd`.
-fn sock_name(fd: c_int, call: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int) -> Option<SocketAddr> {
+fn sock_name(
+    fd: c_int,
+    call: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int,
+) -> Option<SocketAddr> {
     // SAFETY: plain data.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of_val(&ss) as socklen_t;
@@ -234,7 +245,15 @@ const STAMP_ROOM: usize = 128;
 ///
 /// # Safety
 /// As `recvfrom(2)`'s arguments.
-pub unsafe fn recv(k: &KSock, fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t {
+pub unsafe fn recv(
+    k: &KSock,
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
     let mut iov = libc::iovec { iov_base: buf, iov_len: len };
     // SAFETY: plain data.
     let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -283,7 +302,13 @@ pub unsafe fn recvmsg(k: &KSock, fd: c_int, msg: *mut libc::msghdr, flags: c_int
 ///
 /// # Safety
 /// `m` refers to valid buffers; `app_ctrl` to a writable buffer of its length.
-unsafe fn recvmsg_stamped(k: &KSock, fd: c_int, m: &mut libc::msghdr, flags: c_int, app_ctrl: Option<(*mut u8, usize)>) -> ssize_t {
+unsafe fn recvmsg_stamped(
+    k: &KSock,
+    fd: c_int,
+    m: &mut libc::msghdr,
+    flags: c_int,
+    app_ctrl: Option<(*mut u8, usize)>,
+) -> ssize_t {
     if flags & (libc::MSG_ERRQUEUE) != 0 {
         // SAFETY: the program's own call.
         return unsafe { crate::real::recvmsg(fd, m, flags) };

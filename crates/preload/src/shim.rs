@@ -9,13 +9,13 @@
 
 use eudp_engine::backend::kernel::EventFd;
 use eudp_engine::{Config, Endpoint, Engine, KeptDatagram, Received, RecvFlags, RingLen};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
-use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 /// File descriptors at or above this are never accelerated.
@@ -292,7 +292,9 @@ pub fn give_back_below(limit: i32) {
         }
         // (A duplicate of its ring's eventfd made for epoll may be there
         // too.)
-        if ![&s.dup_fd, &s.poll_fd, &s.err_fd].iter().map(|f| f.load(SeqCst)).any(|f| f >= 0 && f < limit) && !crate::hooks::has_ring_dups(Arc::as_ptr(&s) as usize) {
+        if ![&s.dup_fd, &s.poll_fd, &s.err_fd].iter().map(|f| f.load(SeqCst)).any(|f| f >= 0 && f < limit)
+            && !crate::hooks::has_ring_dups(Arc::as_ptr(&s) as usize)
+        {
             continue;
         }
         s.fallback(fd, "descriptor budget: the program needs the numbers below its limit");
@@ -575,7 +577,8 @@ pub fn bypass_transport() -> bool {
 /// Fallback reasons of a socket shared with a fork child: `fallback`
 /// recognises them (GRO must go off at once, the child may read).
 const FORK_REASON: &str = "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
-const VFORK_REASON: &str = "vfork(): socket inherited by the program the child executes (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
+const VFORK_REASON: &str =
+    "vfork(): socket inherited by the program the child executes (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
 
 fn fork_keep() -> bool {
     std::env::var("EUDP_FORK_KEEP").map(|v| v == "1").unwrap_or(false)
@@ -591,7 +594,6 @@ impl Sock {
     pub fn nonblock(&self) -> bool {
         self.nonblock.load(Relaxed)
     }
-
 
     pub fn has_leftover(&self) -> bool {
         self.has_leftover.load(Acquire)
@@ -822,7 +824,11 @@ impl Sock {
             }
             Err(e) => {
                 drop(g);
-                let reason = if e.raw_os_error() == Some(libc::EMFILE) { budget_reason("attaching to the engine") } else { format!("cannot attach to the engine: {e}") };
+                let reason = if e.raw_os_error() == Some(libc::EMFILE) {
+                    budget_reason("attaching to the engine")
+                } else {
+                    format!("cannot attach to the engine: {e}")
+                };
                 self.fallback(fd, &reason);
                 None
             }
@@ -929,7 +935,11 @@ impl Sock {
             if !keep.is_empty() || asleep {
                 *lock(&self.leftover_ready) = ready;
             }
-            dlog!("fd {fd}: {} datagrams kept for the kernel path{}", keep.len(), if asleep { "; a read asleep in the socket takes the next message" } else { "" });
+            dlog!(
+                "fd {fd}: {} datagrams kept for the kernel path{}",
+                keep.len(),
+                if asleep { "; a read asleep in the socket takes the next message" } else { "" }
+            );
             // What was queued goes out now, ahead of the program's sends on
             // the kernel path, and before the final counters are taken so
             // they count it (the endpoint's drop would send it only after:
@@ -1058,7 +1068,14 @@ impl Sock {
     /// from the kernel socket.
     #[cold]
     #[inline(never)]
-    pub fn await_reader(&self, fd: i32, buf: &mut [u8], peek: bool, blocking: bool, mut want: Info) -> Option<Result<Received, i32>> {
+    pub fn await_reader(
+        &self,
+        fd: i32,
+        buf: &mut [u8],
+        peek: bool,
+        blocking: bool,
+        mut want: Info,
+    ) -> Option<Result<Received, i32>> {
         // A read that does not take a queued datagram in this long is not
         // coming back (its thread stopped, or cancelled in the read).
         const TAKING: Duration = Duration::from_millis(50);
@@ -1103,7 +1120,9 @@ impl Sock {
                 },
                 None => None,
             };
-            if crate::hooks::wait_readable(fd, self.leftover_ready_fd(), left) == Err(libc::EINTR) && crate::signals::eintr_wanted() {
+            if crate::hooks::wait_readable(fd, self.leftover_ready_fd(), left) == Err(libc::EINTR)
+                && crate::signals::eintr_wanted()
+            {
                 return Some(Err(libc::EINTR));
             }
         }
@@ -1301,7 +1320,14 @@ pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool, mut
 /// snapshots, which made each `EAGAIN` of a read-until-empty event loop
 /// cost about 9 times the kernel's.)
 #[inline(never)]
-fn nonblocking_recv_empty(s: &Sock, ep: &Endpoint, buf: &mut [u8], f: RecvFlags, mut info: Info, before: u64) -> Result<Received, i32> {
+fn nonblocking_recv_empty(
+    s: &Sock,
+    ep: &Endpoint,
+    buf: &mut [u8],
+    f: RecvFlags,
+    mut info: Info,
+    before: u64,
+) -> Result<Received, i32> {
     if ep.socket_reads() != before {
         return Err(libc::EAGAIN); // the socket was read: really empty
     }

@@ -57,7 +57,12 @@ pub struct SockReport {
     stats: Option<eudp_engine::StatsSnapshot>,
 }
 
-fn sock_report(fd: i32, s: &Sock, stats: Option<(eudp_engine::StatsSnapshot, Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)>, open: bool) -> SockReport {
+fn sock_report(
+    fd: i32,
+    s: &Sock,
+    stats: Option<(eudp_engine::StatsSnapshot, Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)>,
+    open: bool,
+) -> SockReport {
     let mode = match s.mode() {
         ACTIVE => "eudp",
         KERNEL => "kernel",
@@ -149,7 +154,8 @@ fn xdp_report() -> Option<XdpReport> {
 fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
     let socks = OpenSockets(shim::all());
     let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let reasons = lock(&REASONS).clone();
     let closed = lock(&CLOSED).clone();
     let r = Report {
@@ -193,7 +199,8 @@ pub fn write_now(exited: bool) {
     // would invert the order `lock_all` takes them in at fork.
     static SEQ: AtomicU32 = AtomicU32::new(0);
     let tmp = d.join(format!(".{pid}.{}.json.tmp", SEQ.fetch_add(1, Relaxed)));
-    let wrote = crate::fdspace::with_room(|| std::fs::File::create(&tmp)).and_then(|f| write_report(&mut std::io::BufWriter::with_capacity(16 << 10, f), exited));
+    let wrote = crate::fdspace::with_room(|| std::fs::File::create(&tmp))
+        .and_then(|f| write_report(&mut std::io::BufWriter::with_capacity(16 << 10, f), exited));
     let mut final_written = lock(&FILE);
     if wrote.is_err() || (*final_written && !exited) {
         let _ = std::fs::remove_file(&tmp);
@@ -232,7 +239,11 @@ pub fn ensure_writer() {
 
 /// The stats locks, held across fork (see `shim::fork_prepare`). The file
 /// lock comes last: its holder takes no other lock.
-pub type Guards = (std::sync::MutexGuard<'static, Vec<SockReport>>, std::sync::MutexGuard<'static, BTreeMap<String, u64>>, std::sync::MutexGuard<'static, bool>);
+pub type Guards = (
+    std::sync::MutexGuard<'static, Vec<SockReport>>,
+    std::sync::MutexGuard<'static, BTreeMap<String, u64>>,
+    std::sync::MutexGuard<'static, bool>,
+);
 
 pub fn lock_all() -> Guards {
     (lock(&CLOSED), lock(&REASONS), lock(&FILE))

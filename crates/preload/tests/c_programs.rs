@@ -7,8 +7,30 @@ use common::*;
 use std::process::Command;
 
 const CASES: &[&str] = &[
-    "sendto_recvfrom", "connected", "flags", "timeout", "iov_mmsg", "readiness", "blocking_wakeup", "fork", "dup", "pktinfo",
-    "v6", "signals", "poll_signal", "threads_nb_burst", "threads", "pollout", "select_busy", "select_send", "select_high", "close_busy", "exec", "execl", "execlp", "execle",
+    "sendto_recvfrom",
+    "connected",
+    "flags",
+    "timeout",
+    "iov_mmsg",
+    "readiness",
+    "blocking_wakeup",
+    "fork",
+    "dup",
+    "pktinfo",
+    "v6",
+    "signals",
+    "poll_signal",
+    "threads_nb_burst",
+    "threads",
+    "pollout",
+    "select_busy",
+    "select_send",
+    "select_high",
+    "close_busy",
+    "exec",
+    "execl",
+    "execlp",
+    "execle",
 ];
 
 fn run_case(exe: &std::path::Path, case: &str) {
@@ -18,8 +40,17 @@ fn run_case(exe: &std::path::Path, case: &str) {
     let mut cmd = Command::new(exe);
     cmd.arg(case);
     let shim = preloaded(cmd, &stats);
-    assert!(shim.status.success(), "{case} under the shim: {}{}", String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&shim.stderr));
-    assert_eq!(String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&kernel.stdout), "{case}: output differs");
+    assert!(
+        shim.status.success(),
+        "{case} under the shim: {}{}",
+        String::from_utf8_lossy(&shim.stdout),
+        String::from_utf8_lossy(&shim.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&shim.stdout),
+        String::from_utf8_lossy(&kernel.stdout),
+        "{case}: output differs"
+    );
     let r = reports(&stats);
     let acc: u64 = r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();
     // After exec the same pid's report is the new image's (plain kernel sockets).
@@ -70,7 +101,13 @@ fn a_spinning_receive_still_ends_on_signals() {
     let mut cmd = Command::new("timeout");
     cmd.arg("20").arg(&exe).arg("signals").env("EUDP_SPIN_US", "2000000");
     let out = preloaded(cmd, &stats);
-    assert!(out.status.success(), "{:?}: {}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{:?}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "OK signals\nALL OK\n");
     let _ = std::fs::remove_dir_all(&stats);
 }
@@ -97,13 +134,20 @@ fn an_epoll_wait_spins_under_a_spinning_profile() {
         let _ = std::fs::remove_dir_all(&stats);
         let field = |k: &str| {
             let w: Vec<&str> = text.split_whitespace().collect();
-            w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1)).and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("no {k} in {text:?}"))
+            w.iter()
+                .position(|x| *x == k)
+                .and_then(|i| w.get(i + 1))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {k} in {text:?}"))
         };
         (field("cpu_ms"), field("ivcsw"), text)
     };
     let (spun, spun_yields, spun_text) = run(Some("100000"));
     let (slept, slept_yields, slept_text) = run(None);
-    assert!(spun >= 20.0 || spun_yields >= 5.0, "a spinning epoll_wait neither used CPU nor stayed runnable: {spun_text}");
+    assert!(
+        spun >= 20.0 || spun_yields >= 5.0,
+        "a spinning epoll_wait neither used CPU nor stayed runnable: {spun_text}"
+    );
     assert!(slept < 10.0 && slept_yields < 5.0, "a sleeping epoll_wait used CPU or stayed runnable: {slept_text}");
 }
 
@@ -113,7 +157,12 @@ fn whole_program_twice() {
     for _ in 0..2 {
         let stats = stat_dir("whole");
         let out = preloaded(Command::new(&exe), &stats);
-        assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(String::from_utf8_lossy(&out.stdout).ends_with("ALL OK\n"));
         let _ = std::fs::remove_dir_all(&stats);
     }

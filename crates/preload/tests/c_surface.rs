@@ -10,20 +10,46 @@ use common::*;
 use std::process::Command;
 
 const CASES: &[&str] = &[
-    "sockopts", "sndtimeo", "reuse", "shutdown", "shutdown_wakes", "pselect", "ppoll", "epoll_pwait", "epoll_oneshot",
-    "epoll_exclusive", "epoll_dup", "sendmmsg_partial", "sizes", "zero", "waitall", "refused", "errqueue", "tos_ttl",
+    "sockopts",
+    "sndtimeo",
+    "reuse",
+    "shutdown",
+    "shutdown_wakes",
+    "pselect",
+    "ppoll",
+    "epoll_pwait",
+    "epoll_oneshot",
+    "epoll_exclusive",
+    "epoll_dup",
+    "sendmmsg_partial",
+    "sizes",
+    "zero",
+    "waitall",
+    "refused",
+    "errqueue",
+    "tos_ttl",
 ];
 
 /// Runs one case on the kernel and under the shim; the two outputs, and
 /// the shim's reports.
 fn both(exe: &std::path::Path, case: &str) -> (String, String, Vec<serde_json::Value>) {
     let kernel = Command::new(exe).arg(case).output().unwrap();
-    assert!(kernel.status.success(), "{case} on the kernel: {}{}", String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&kernel.stderr));
+    assert!(
+        kernel.status.success(),
+        "{case} on the kernel: {}{}",
+        String::from_utf8_lossy(&kernel.stdout),
+        String::from_utf8_lossy(&kernel.stderr)
+    );
     let stats = stat_dir(&format!("surface-{case}"));
     let mut cmd = Command::new(exe);
     cmd.arg(case);
     let shim = preloaded(cmd, &stats);
-    assert!(shim.status.success(), "{case} under the shim: {}{}", String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&shim.stderr));
+    assert!(
+        shim.status.success(),
+        "{case} under the shim: {}{}",
+        String::from_utf8_lossy(&shim.stdout),
+        String::from_utf8_lossy(&shim.stderr)
+    );
     let r = reports(&stats);
     let _ = std::fs::remove_dir_all(&stats);
     (String::from_utf8_lossy(&kernel.stdout).into_owned(), String::from_utf8_lossy(&shim.stdout).into_owned(), r)

@@ -12,13 +12,45 @@ use common::*;
 use std::process::Command;
 
 const SEMANTICS: &[&str] = &[
-    "sendto_recvfrom", "connected", "flags", "timeout", "iov_mmsg", "readiness", "blocking_wakeup", "fork", "dup", "pktinfo",
-    "v6", "signals", "poll_signal", "threads_nb_burst", "threads", "pollout", "select_busy", "select_send", "select_high", "exec", "execl", "execlp", "execle",
+    "sendto_recvfrom",
+    "connected",
+    "flags",
+    "timeout",
+    "iov_mmsg",
+    "readiness",
+    "blocking_wakeup",
+    "fork",
+    "dup",
+    "pktinfo",
+    "v6",
+    "signals",
+    "poll_signal",
+    "threads_nb_burst",
+    "threads",
+    "pollout",
+    "select_busy",
+    "select_send",
+    "select_high",
+    "exec",
+    "execl",
+    "execlp",
+    "execle",
 ];
 
 const SURFACE: &[&str] = &[
-    "sockopts", "reuse", "shutdown", "shutdown_wakes", "pselect", "ppoll", "epoll_pwait", "epoll_oneshot", "epoll_exclusive", "epoll_dup",
-    "sendmmsg_partial", "zero", "waitall",
+    "sockopts",
+    "reuse",
+    "shutdown",
+    "shutdown_wakes",
+    "pselect",
+    "ppoll",
+    "epoll_pwait",
+    "epoll_oneshot",
+    "epoll_exclusive",
+    "epoll_dup",
+    "sendmmsg_partial",
+    "zero",
+    "waitall",
 ];
 
 /// Cases of `udp_surface.c` left out, inherent to carrying UDP over TCP
@@ -50,7 +82,9 @@ fn counter(stats: &std::path::Path, name: &str) -> u64 {
     let mut t = 0;
     for e in std::fs::read_dir(stats).unwrap().flatten() {
         if e.file_name().to_string_lossy().ends_with(".tcp.json") {
-            if let Ok(j) = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(e.path()).unwrap_or_default()) {
+            if let Ok(j) =
+                serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(e.path()).unwrap_or_default())
+            {
                 t += j["tcp"][name].as_u64().unwrap_or(0);
             }
         }
@@ -74,7 +108,11 @@ fn run(prog: &str, cases: &[&str]) -> Vec<String> {
         let r = reports(&stats);
         let acc: u64 = r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();
         if !shim.status.success() || s != k {
-            failed.push(format!("{case}: {}\n--- kernel\n{k}--- tcp\n{s}{}", shim.status, String::from_utf8_lossy(&shim.stderr)));
+            failed.push(format!(
+                "{case}: {}\n--- kernel\n{k}--- tcp\n{s}{}",
+                shim.status,
+                String::from_utf8_lossy(&shim.stderr)
+            ));
         } else if acc == 0 && !case.starts_with("exec") {
             failed.push(format!("{case}: no socket ran on the engine: {r:?}"));
         } else if ["fork", "shutdown"].contains(case) && counter(&stats, "forwarded_kernel") == 0 {

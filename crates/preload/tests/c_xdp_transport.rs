@@ -15,13 +15,51 @@ use common::*;
 use std::process::Command;
 
 const SEMANTICS: &[&str] = &[
-    "sendto_recvfrom", "connected", "flags", "timeout", "iov_mmsg", "readiness", "blocking_wakeup", "fork", "dup", "pktinfo",
-    "v6", "signals", "poll_signal", "threads_nb_burst", "threads", "pollout", "select_busy", "select_send", "select_high", "close_busy", "exec", "execl", "execlp", "execle",
+    "sendto_recvfrom",
+    "connected",
+    "flags",
+    "timeout",
+    "iov_mmsg",
+    "readiness",
+    "blocking_wakeup",
+    "fork",
+    "dup",
+    "pktinfo",
+    "v6",
+    "signals",
+    "poll_signal",
+    "threads_nb_burst",
+    "threads",
+    "pollout",
+    "select_busy",
+    "select_send",
+    "select_high",
+    "close_busy",
+    "exec",
+    "execl",
+    "execlp",
+    "execle",
 ];
 
 const SURFACE: &[&str] = &[
-    "sockopts", "sndtimeo", "reuse", "shutdown", "shutdown_wakes", "pselect", "ppoll", "epoll_pwait", "epoll_oneshot",
-    "epoll_exclusive", "epoll_dup", "sendmmsg_partial", "sizes", "zero", "waitall", "refused", "errqueue", "tos_ttl",
+    "sockopts",
+    "sndtimeo",
+    "reuse",
+    "shutdown",
+    "shutdown_wakes",
+    "pselect",
+    "ppoll",
+    "epoll_pwait",
+    "epoll_oneshot",
+    "epoll_exclusive",
+    "epoll_dup",
+    "sendmmsg_partial",
+    "sizes",
+    "zero",
+    "waitall",
+    "refused",
+    "errqueue",
+    "tos_ttl",
 ];
 
 /// A namespace with a veth (its peer in a second namespace), removed on drop.
@@ -44,7 +82,20 @@ impl Ns {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
             ip(&["netns", "add", ns]);
         }
-        ip(&["link", "add", &n.dev, "netns", &n.name, "type", "veth", "peer", "name", &format!("vy{id}"), "netns", &n.peer]);
+        ip(&[
+            "link",
+            "add",
+            &n.dev,
+            "netns",
+            &n.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("vy{id}"),
+            "netns",
+            &n.peer,
+        ]);
         ip(&["-n", &n.name, "addr", "add", "198.18.0.1/24", "dev", &n.dev]);
         ip(&["-n", &n.name, "link", "set", &n.dev, "up"]);
         ip(&["-n", &n.peer, "link", "set", &format!("vy{id}"), "up"]);
@@ -75,7 +126,11 @@ fn run(ns: &Ns, prog: &str, cases: &[&str]) -> Vec<String> {
         assert!(kernel.status.success(), "{case} on the kernel: {}", String::from_utf8_lossy(&kernel.stderr));
         let stats = stat_dir(&format!("xdp-{prog}-{case}"));
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &ns.name, "timeout", "30"]).arg(&exe).arg(case).env("EUDP_TRANSPORT", "xdp").env("EUDP_XDP_IFACE", &ns.dev);
+        cmd.args(["netns", "exec", &ns.name, "timeout", "30"])
+            .arg(&exe)
+            .arg(case)
+            .env("EUDP_TRANSPORT", "xdp")
+            .env("EUDP_XDP_IFACE", &ns.dev);
         let shim = preloaded(cmd, &stats);
         let (k, s) = (String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout));
         let r = reports(&stats);
@@ -83,7 +138,11 @@ fn run(ns: &Ns, prog: &str, cases: &[&str]) -> Vec<String> {
         let unavailable: Vec<&str> = r.iter().filter_map(|x| x["xdp"]["unavailable"].as_str()).collect();
         let started = r.iter().any(|x| x["xdp"]["stats"].is_object());
         if !shim.status.success() || s != k {
-            failed.push(format!("{case}: {}\n--- kernel\n{k}--- xdp\n{s}{}", shim.status, String::from_utf8_lossy(&shim.stderr)));
+            failed.push(format!(
+                "{case}: {}\n--- kernel\n{k}--- xdp\n{s}{}",
+                shim.status,
+                String::from_utf8_lossy(&shim.stderr)
+            ));
         } else if acc == 0 && !case.starts_with("exec") {
             failed.push(format!("{case}: no socket ran on the engine: {r:?}"));
         } else if !unavailable.is_empty() && !["fork", "signals", "poll_signal"].contains(case) {
@@ -166,13 +225,23 @@ fn run_second(ns: &Ns, prog: &str, case: &str) -> Vec<String> {
     let kernel = Command::new("ip").args(["netns", "exec", &ns.name]).arg(&exe).arg(case).output().unwrap();
     let stats = stat_dir(&format!("xdp-second-{case}"));
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &ns.name, "timeout", "30"]).arg(&exe).arg(case).env("EUDP_TRANSPORT", "xdp").env("EUDP_XDP_IFACE", &ns.dev);
+    cmd.args(["netns", "exec", &ns.name, "timeout", "30"])
+        .arg(&exe)
+        .arg(case)
+        .env("EUDP_TRANSPORT", "xdp")
+        .env("EUDP_XDP_IFACE", &ns.dev);
     let shim = preloaded(cmd, &stats);
     let r = reports(&stats);
     let _ = std::fs::remove_dir_all(&stats);
     let mut failed = Vec::new();
     if !shim.status.success() || shim.stdout != kernel.stdout {
-        failed.push(format!("second process, {case}: {}\n--- kernel\n{}--- shim\n{}{}", shim.status, String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout), String::from_utf8_lossy(&shim.stderr)));
+        failed.push(format!(
+            "second process, {case}: {}\n--- kernel\n{}--- shim\n{}{}",
+            shim.status,
+            String::from_utf8_lossy(&kernel.stdout),
+            String::from_utf8_lossy(&shim.stdout),
+            String::from_utf8_lossy(&shim.stderr)
+        ));
     }
     let why: Vec<&str> = r.iter().filter_map(|x| x["xdp"]["unavailable"].as_str()).collect();
     let on_kernel: u64 = r.iter().map(|x| x["xdp"]["kernel_backend_sockets"].as_u64().unwrap_or(0)).sum();

@@ -19,7 +19,11 @@ fn run_with(case: &str, env: &[(&str, &str)]) -> (String, Vec<serde_json::Value>
     let exe = cc("fallback_race", &[]);
     let kernel = Command::new(&exe).arg(case).output().unwrap();
     let k = String::from_utf8_lossy(&kernel.stdout).into_owned();
-    assert!(kernel.status.success() && k.ends_with("ALL OK\n"), "{case} on the kernel: {k}{}", String::from_utf8_lossy(&kernel.stderr));
+    assert!(
+        kernel.status.success() && k.ends_with("ALL OK\n"),
+        "{case} on the kernel: {k}{}",
+        String::from_utf8_lossy(&kernel.stderr)
+    );
     let stats = stat_dir(&format!("fallback-race-{case}"));
     let mut cmd = Command::new(&exe);
     cmd.arg(case).envs(env.iter().copied());

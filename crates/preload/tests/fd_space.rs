@@ -21,7 +21,12 @@ fn same_as_kernel(case: &str, env: &[(&str, &str)]) -> (String, u64) {
     cmd.arg(case).envs(env.iter().copied());
     let shim = preloaded(cmd, &stats);
     let sout = String::from_utf8_lossy(&shim.stdout).into_owned();
-    assert!(shim.status.success(), "{case} under the shim ({:?}): {sout}{}", shim.status, String::from_utf8_lossy(&shim.stderr));
+    assert!(
+        shim.status.success(),
+        "{case} under the shim ({:?}): {sout}{}",
+        shim.status,
+        String::from_utf8_lossy(&shim.stderr)
+    );
     assert_eq!(sout, kout, "{case} {env:?}: output differs from the kernel's");
     let acc = reports(&stats).iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();
     let _ = std::fs::remove_dir_all(&stats);

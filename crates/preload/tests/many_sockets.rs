@@ -27,7 +27,12 @@ fn both(tag: &str, args: &[&str]) -> Option<(String, serde_json::Value)> {
     let shim = preloaded(cmd, &stats);
     let sout = String::from_utf8_lossy(&shim.stdout).into_owned();
     eprintln!("{args:?}\n  kernel: {kout}  shim:   {sout}");
-    assert!(shim.status.success(), "{args:?} under the shim ({:?}): {sout}{}", shim.status, String::from_utf8_lossy(&shim.stderr));
+    assert!(
+        shim.status.success(),
+        "{args:?} under the shim ({:?}): {sout}{}",
+        shim.status,
+        String::from_utf8_lossy(&shim.stderr)
+    );
     let n = args[0];
     assert!(sout.contains(&format!("opened {n} received {n} ")), "{sout}");
     let rep = reports(&stats).into_iter().next().expect("a stats report");
@@ -105,7 +110,12 @@ fn sockets_closed_while_others_are_adopted_stay_on_the_engine() {
     let exe = cc("close_churn", &[]);
     let kernel = Command::new(&exe).args(["2", "2000"]).output().unwrap();
     let kout = String::from_utf8_lossy(&kernel.stdout).into_owned();
-    assert_eq!(kout.trim(), "lifecycles 4000 received 4000", "on the kernel: {}", String::from_utf8_lossy(&kernel.stderr));
+    assert_eq!(
+        kout.trim(),
+        "lifecycles 4000 received 4000",
+        "on the kernel: {}",
+        String::from_utf8_lossy(&kernel.stderr)
+    );
     let stats = stat_dir("churn");
     let mut cmd = Command::new(&exe);
     cmd.args(["2", "2000"]);

@@ -31,17 +31,28 @@ fn run(how: &str) {
     cmd.arg("60").arg(&exe).args(&args).env("EUDP_RX_HANDOFF_US", HANDOFF_US.to_string());
     let shim = preloaded(cmd, &stats);
     let (k, s) = (String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout));
-    assert!(shim.status.success() && s == k, "{how}: {}\n--- kernel\n{k}--- shim\n{s}{}", shim.status, String::from_utf8_lossy(&shim.stderr));
+    assert!(
+        shim.status.success() && s == k,
+        "{how}: {}\n--- kernel\n{k}--- shim\n{s}{}",
+        shim.status,
+        String::from_utf8_lossy(&shim.stderr)
+    );
     let r = reports(&stats);
     let _ = std::fs::remove_dir_all(&stats);
     assert!(total(&r, "datagrams_received") > 2 * n as u64, "{how}: requests and answers went through the engine");
     // The engine's reads of each socket: the server's (no peer) and the
     // client's (connected to it).
     let mut engine_reads = (None, None);
-    for s in r.iter().flat_map(|p| ["sockets", "closed"].map(|k| p[k].as_array().cloned().unwrap_or_default())).flatten() {
+    for s in
+        r.iter().flat_map(|p| ["sockets", "closed"].map(|k| p[k].as_array().cloned().unwrap_or_default())).flatten()
+    {
         let st = &s["stats"];
         let reads = st["recv_calls"].as_u64().unwrap() - st["direct_recv_calls"].as_u64().unwrap();
-        if s["peer"].is_null() { engine_reads.0 = Some(reads) } else { engine_reads.1 = Some(reads) }
+        if s["peer"].is_null() {
+            engine_reads.0 = Some(reads)
+        } else {
+            engine_reads.1 = Some(reads)
+        }
     }
     let (Some(server), Some(client)) = engine_reads else { panic!("{how}: both sockets must be reported: {r:?}") };
     // The server waits in its call whenever a request can arrive, so the
@@ -59,7 +70,10 @@ fn run(how: &str) {
     // reads the answer: up to 14 of 40 beside two busy loops, and a third
     // read failed CI when one bound of 2 covered both sockets. Only the
     // engine taking the client's socket outright fails here.
-    assert!(client < n as u64, "{how}: the engine thread read all {client} answers of the client's socket (server's: {server})");
+    assert!(
+        client < n as u64,
+        "{how}: the engine thread read all {client} answers of the client's socket (server's: {server})"
+    );
 }
 
 /// The four calls one after another: run side by side, their eight

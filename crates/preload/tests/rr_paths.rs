@@ -26,7 +26,12 @@ fn run(case: &str, n: u32, env: &[(&str, &str)]) -> Vec<serde_json::Value> {
     }
     let shim = preloaded(cmd, &stats);
     let (k, s) = (String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout));
-    assert!(shim.status.success() && s == k, "{case}: {}\n--- kernel\n{k}--- shim\n{s}{}", shim.status, String::from_utf8_lossy(&shim.stderr));
+    assert!(
+        shim.status.success() && s == k,
+        "{case}: {}\n--- kernel\n{k}--- shim\n{s}{}",
+        shim.status,
+        String::from_utf8_lossy(&shim.stderr)
+    );
     let r = reports(&stats);
     let _ = std::fs::remove_dir_all(&stats);
     let acc: u64 = r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();

@@ -19,7 +19,12 @@ fn check(transport: &str) {
         cmd.arg("60").arg(&exe).arg(case).env("EUDP_TRANSPORT", transport).env("EUDP_TCP_PORT", uoe_port().to_string());
         let shim = preloaded(cmd, &stats);
         let (k, s) = (String::from_utf8_lossy(&kernel.stdout), String::from_utf8_lossy(&shim.stdout));
-        assert!(shim.status.success() && s == k, "{case} over {transport}: {}\n--- kernel\n{k}--- shim\n{s}{}", shim.status, String::from_utf8_lossy(&shim.stderr));
+        assert!(
+            shim.status.success() && s == k,
+            "{case} over {transport}: {}\n--- kernel\n{k}--- shim\n{s}{}",
+            shim.status,
+            String::from_utf8_lossy(&shim.stderr)
+        );
         let acc: u64 = reports(&stats).iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum();
         assert!(acc >= 1, "{case} over {transport}: no socket ran on the engine");
         let _ = std::fs::remove_dir_all(&stats);

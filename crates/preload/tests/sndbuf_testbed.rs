@@ -42,7 +42,9 @@ impl Testbed {
     /// earlier run holds the next one's sends.
     fn slow_link(&self) {
         let dev = format!("eu{}a", self.name);
-        let tc = |args: &[&str]| Command::new("ip").args(["netns", "exec", &self.ns(), "tc", "qdisc"]).args(args).output().unwrap();
+        let tc = |args: &[&str]| {
+            Command::new("ip").args(["netns", "exec", &self.ns(), "tc", "qdisc"]).args(args).output().unwrap()
+        };
         let _ = tc(&["del", "dev", &dev, "root"]);
         let o = tc(&["add", "dev", &dev, "root", "tbf", "rate", "40kbit", "burst", "1600", "limit", "1000000"]);
         assert!(o.status.success(), "tc: {}", String::from_utf8_lossy(&o.stderr));

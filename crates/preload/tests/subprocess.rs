@@ -37,8 +37,12 @@ a.sendto(b"two", b.getsockname()); print(b.recv(10))
 /// The report of the process that wrote `pid N` on stderr.
 fn own_report(out: &Output, stats: &std::path::Path) -> serde_json::Value {
     let err = String::from_utf8_lossy(&out.stderr);
-    let pid: u64 = err.lines().find_map(|l| l.strip_prefix("pid ")).and_then(|p| p.trim().parse().ok()).expect("pid line");
-    reports(stats).into_iter().find(|r| r["pid"].as_u64() == Some(pid)).unwrap_or_else(|| panic!("no report of pid {pid}"))
+    let pid: u64 =
+        err.lines().find_map(|l| l.strip_prefix("pid ")).and_then(|p| p.trim().parse().ok()).expect("pid line");
+    reports(stats)
+        .into_iter()
+        .find(|r| r["pid"].as_u64() == Some(pid))
+        .unwrap_or_else(|| panic!("no report of pid {pid}"))
 }
 
 /// `handoff_us`: the engine's receive handoff (`EUDP_RX_HANDOFF_US`); a
@@ -55,8 +59,17 @@ fn python(how: &str, burst: usize, handoff_us: Option<&str>) {
         c.env("EUDP_RX_HANDOFF_US", us);
     }
     let out = preloaded(c, &stats);
-    assert!(out.status.success(), "{how} {burst}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&kernel.stdout), "{how} {burst}: output differs");
+    assert!(
+        out.status.success(),
+        "{how} {burst}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&kernel.stdout),
+        "{how} {burst}: output differs"
+    );
     let r = own_report(&out, &stats);
     assert!(r["accelerated"].as_u64().unwrap_or(0) >= 2, "{how}: {r}");
     if how == "vfork" {
@@ -89,7 +102,12 @@ fn c_case(exe: &std::path::Path, case: &str, env: &[(&str, &str)], fallbacks: st
     let mut c = Command::new(exe);
     c.arg(case).envs(env.iter().copied());
     let out = preloaded(c, &stats);
-    assert!(out.status.success(), "{case} under the shim: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{case} under the shim: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("OK {case}\n"));
     let r = own_report(&out, &stats);
     assert!(r["accelerated"].as_u64().unwrap_or(0) >= 2, "{case}: {r}");

@@ -47,12 +47,7 @@ fn uoe(exe: &Path, port: u16) -> Command {
 /// Starts the program under the shim with the TCP transport on `port`;
 /// returns the parent process and the child's pid (its first line).
 fn start(exe: &Path, port: u16, args: &[String]) -> (Child, u32) {
-    let mut parent = uoe(exe, port)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut parent = uoe(exe, port).args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(parent.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let pid = line.trim().parse().unwrap_or_else(|_| panic!("no child pid: {line:?}"));
@@ -124,7 +119,8 @@ fn a_fork_child_lets_the_parents_connection_end() {
     let port = uoe_port();
     let uoe = TcpListener::bind(("127.0.0.1", port)).unwrap();
     let res = result_path("lane");
-    let (mut parent, child) = start(&exe, port, &["lane".into(), "5555".into(), CHILD_WAIT_MS.to_string(), res.display().to_string()]);
+    let (mut parent, child) =
+        start(&exe, port, &["lane".into(), "5555".into(), CHILD_WAIT_MS.to_string(), res.display().to_string()]);
     let mut conn = accept(&uoe);
     assert!(read_until(&mut conn, b"parent"), "the parent's datagram did not arrive");
     assert!(parent.wait().unwrap().success());
@@ -144,7 +140,10 @@ fn a_fork_child_lets_the_parents_connection_end() {
     if eof.is_err() {
         kill(child);
     }
-    assert!(eof.is_ok(), "no end (EOF/RST) of the parent's connection within 1 s of its exit while its child lives: {eof:?}");
+    assert!(
+        eof.is_ok(),
+        "no end (EOF/RST) of the parent's connection within 1 s of its exit while its child lives: {eof:?}"
+    );
     assert!(child_alive, "the child ended before the check (it waits {CHILD_WAIT_MS} ms)");
     // The child's own datagram: a new connection from its own transport.
     let mut conn2 = accept(&uoe);
@@ -158,7 +157,8 @@ fn a_fork_child_lets_the_listening_port_go() {
     let exe = cc("tcp_fork", &[]);
     let port = uoe_port();
     let res = result_path("listen");
-    let (mut parent, child) = start(&exe, port, &["listen".into(), CHILD_WAIT_MS.to_string(), res.display().to_string()]);
+    let (mut parent, child) =
+        start(&exe, port, &["listen".into(), CHILD_WAIT_MS.to_string(), res.display().to_string()]);
     assert!(parent.wait().unwrap().success());
     // Another process may listen on the port now (as the transport binds it).
     let end = Instant::now() + Duration::from_millis(1000);
@@ -236,7 +236,11 @@ fn a_fork_during_the_transports_start_leaves_both_processes_a_working_one() {
                 Some(5) => "the child failed and the parent's thread lost a datagram",
                 _ => "failed",
             };
-            failed.push(format!("run {i}, delay {delay} µs: {who} ({}) {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+            failed.push(format!(
+                "run {i}, delay {delay} µs: {who} ({}) {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
         }
     }
     assert!(runs >= 20, "only {runs} runs in the time bound");
@@ -257,7 +261,8 @@ fn runs_of(mode: &str, args: &[&str], times: usize) -> Vec<String> {
                 .env("EUDP_TCP_PORT", uoe_port().to_string())
                 .output()
                 .unwrap();
-            (!out.status.success()).then(|| format!("run {i}: {} {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+            (!out.status.success())
+                .then(|| format!("run {i}: {} {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
         })
         .collect()
 }
@@ -401,7 +406,10 @@ fn a_process_without_a_listener_takes_the_port_when_its_holder_ends() {
     let (a, _arx) = receiver(&exe, port, ua, &stats);
     let mut procs = Procs(vec![a]);
     let pa = procs.0[0].id();
-    assert!(within(Duration::from_secs(3), || listener_owner(port, &[pa]) == Some(pa)).is_some(), "A does not listen on {port}");
+    assert!(
+        within(Duration::from_secs(3), || listener_owner(port, &[pa]) == Some(pa)).is_some(),
+        "A does not listen on {port}"
+    );
     let (b, brx) = receiver(&exe, port, ub, &stats);
     procs.0.push(b);
     let pb = procs.0[1].id();
@@ -427,11 +435,17 @@ fn a_process_without_a_listener_takes_the_port_when_its_holder_ends() {
     writeln!(to_peer, "before").unwrap();
     assert!(got("before", Duration::from_secs(5)), "B did not get the peer's datagram through A's hand-over");
     assert_eq!(listener_owner(port, &[pa, pb]), Some(pa));
-    assert!(within(Duration::from_secs(3), || uoe_counter(&stats, pa, "forwarded_kernel") >= 1).is_some(), "A's forwarded_kernel stayed 0");
+    assert!(
+        within(Duration::from_secs(3), || uoe_counter(&stats, pa, "forwarded_kernel") >= 1).is_some(),
+        "A's forwarded_kernel stayed 0"
+    );
     procs.0[0].kill().unwrap();
     procs.0[0].wait().unwrap();
     let took = within(Duration::from_secs(3), || listener_owner(port, &[pb]) == Some(pb));
-    assert!(took.is_some_and(|t| t <= Duration::from_millis(1500)), "B did not listen on {port} within 1.5 s of A's end: {took:?}");
+    assert!(
+        took.is_some_and(|t| t <= Duration::from_millis(1500)),
+        "B did not listen on {port} within 1.5 s of A's end: {took:?}"
+    );
     eprintln!("B listens {:?} after A's end", took.unwrap());
     // The peer's connection to A is gone; its next datagrams go to B's listener.
     let mut delivered = false;
@@ -446,9 +460,17 @@ fn a_process_without_a_listener_takes_the_port_when_its_holder_ends() {
     writeln!(to_peer, "last").unwrap();
     assert!(got("last", Duration::from_secs(3)), "the peer's last datagram to B was not delivered");
     let counted = within(Duration::from_secs(3), || {
-        uoe_counter(&stats, pb, "conns_accepted") >= 1 && uoe_counter(&stats, pb, "frames_received") >= 1 && uoe_counter(&stats, pb, "listen_takeovers") == 1
+        uoe_counter(&stats, pb, "conns_accepted") >= 1
+            && uoe_counter(&stats, pb, "frames_received") >= 1
+            && uoe_counter(&stats, pb, "listen_takeovers") == 1
     });
-    assert!(counted.is_some(), "B's counters: conns_accepted {}, frames_received {}, listen_takeovers {}", uoe_counter(&stats, pb, "conns_accepted"), uoe_counter(&stats, pb, "frames_received"), uoe_counter(&stats, pb, "listen_takeovers"));
+    assert!(
+        counted.is_some(),
+        "B's counters: conns_accepted {}, frames_received {}, listen_takeovers {}",
+        uoe_counter(&stats, pb, "conns_accepted"),
+        uoe_counter(&stats, pb, "frames_received"),
+        uoe_counter(&stats, pb, "listen_takeovers")
+    );
     drop(to_peer);
     drop(procs);
     let _ = std::fs::remove_dir_all(&stats);
@@ -485,7 +507,10 @@ fn a_parent_slower_than_its_childs_wait_gets_the_port_back() {
         kill(child);
     }
     let st = parent.wait().unwrap();
-    assert!(back.is_some(), "the parent did not get its port back within 2 s (listener: {owner:?}, parent {pp}, child {child})");
+    assert!(
+        back.is_some(),
+        "the parent did not get its port back within 2 s (listener: {owner:?}, parent {pp}, child {child})"
+    );
     assert!(child_alive, "the child ended before the check");
     assert!(st.success(), "parent: {st} (bit 1: the child failed, bit 4: a datagram to itself was lost)");
 }

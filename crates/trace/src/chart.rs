@@ -39,14 +39,27 @@ pub fn side_by_side(title: &str, stacks: &[&str], recs: &[Record]) -> String {
     let w = stacks.len().max(1) as f64 * (label_w + panel_w + gap) + 10.0;
     let h = mt + nrows * rowh + 70.0;
     let mut s = String::new();
-    let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#);
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/><text x="{}" y="20" font-size="14" text-anchor="middle">{}</text>"#, w / 2.0, esc(title));
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<rect width="100%" height="100%" fill="white"/><text x="{}" y="20" font-size="14" text-anchor="middle">{}</text>"#,
+        w / 2.0,
+        esc(title)
+    );
     let step = tick_step(tmax);
     for (pi, stack) in stacks.iter().enumerate() {
         let x0 = pi as f64 * (label_w + panel_w + gap) + label_w;
         let px = |t_ns: f64| x0 + t_ns / 1000.0 / tmax * panel_w;
         let layers = layers_of(stack);
-        let _ = writeln!(s, r#"<text x="{}" y="42" font-size="13" font-weight="bold" text-anchor="middle">{}</text>"#, x0 + panel_w / 2.0, esc(stack));
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="42" font-size="13" font-weight="bold" text-anchor="middle">{}</text>"#,
+            x0 + panel_w / 2.0,
+            esc(stack)
+        );
         for (i, l) in layers.iter().enumerate() {
             let y = mt + i as f64 * rowh;
             let _ = writeln!(
@@ -65,10 +78,20 @@ pub fn side_by_side(title: &str, stacks: &[&str], recs: &[Record]) -> String {
         let mut t = 0.0;
         while t <= tmax + step * 1e-9 {
             let x = x0 + t / tmax * panel_w;
-            let _ = writeln!(s, r##"<line x1="{x:.1}" x2="{x:.1}" y1="{mt}" y2="{yb}" stroke="#ccc" stroke-dasharray="2,3"/><text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"##, yb + 14.0, fmt(t));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{mt}" y2="{yb}" stroke="#ccc" stroke-dasharray="2,3"/><text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"##,
+                yb + 14.0,
+                fmt(t)
+            );
             t += step;
         }
-        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">time (µs, CLOCK_MONOTONIC_RAW, from the first send)</text>"#, x0 + panel_w / 2.0, yb + 32.0);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">time (µs, CLOCK_MONOTONIC_RAW, from the first send)</text>"#,
+            x0 + panel_w / 2.0,
+            yb + 32.0
+        );
         for r in recs.iter().filter(|r| r.stack == *stack) {
             let Some(i) = layers.iter().position(|l| l.name == r.layer) else { continue };
             let y = mt + i as f64 * rowh + 3.0;
@@ -88,7 +111,11 @@ pub fn side_by_side(title: &str, stacks: &[&str], recs: &[Record]) -> String {
             );
         }
     }
-    let _ = writeln!(s, r##"<text x="10" y="{}" fill="#555">one rectangle per packet per layer; shades alternate by packet; blue: sender, grey: wire, green: receiver</text></svg>"##, h - 8.0);
+    let _ = writeln!(
+        s,
+        r##"<text x="10" y="{}" fill="#555">one rectangle per packet per layer; shades alternate by packet; blue: sender, grey: wire, green: receiver</text></svg>"##,
+        h - 8.0
+    );
     s
 }
 

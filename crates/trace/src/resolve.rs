@@ -149,7 +149,11 @@ pub struct Flow {
 /// endpoint -> (local, remote), packed as the engine packs them (IPv4
 /// `ip << 16 | port`, other IPv6 `1 << 48 | port`).
 fn ep_addrs(d: &Dump, side: u64) -> HashMap<u64, (u64, u64)> {
-    d.events.iter().filter(|e| e.kind() == kind::EP_ADDR && e.extra() == side).map(|e| (e.ep(), (e.a(), e.b()))).collect()
+    d.events
+        .iter()
+        .filter(|e| e.kind() == kind::EP_ADDR && e.extra() == side)
+        .map(|e| (e.ep(), (e.a(), e.b())))
+        .collect()
 }
 
 /// Two packed addresses name the same socket: equal ports, and equal IPv4
@@ -178,7 +182,9 @@ pub fn pick_flow(dumps: &[Dump]) -> Option<Flow> {
         .enumerate()
         .filter_map(|(i, d)| main_ep_count(d, kind::SEND_CALL).map(|(ep, n)| (i, ep, n)))
         .max_by_key(|x| (x.2, std::cmp::Reverse(x.0)))?;
-    let pushes = |d: &Dump, ep: u64| d.events.iter().filter(|e| e.kind() == kind::RX_PUSH && e.ep() == ep).map(|e| e.b()).sum::<u64>();
+    let pushes = |d: &Dump, ep: u64| {
+        d.events.iter().filter(|e| e.kind() == kind::RX_PUSH && e.ep() == ep).map(|e| e.b()).sum::<u64>()
+    };
     if let Some(&(local, dst)) = ep_addrs(&dumps[tx], 1).get(&tx_ep) {
         let mut best: Option<(u64, usize, u64)> = None;
         for (i, d) in dumps.iter().enumerate() {
@@ -289,7 +295,11 @@ pub fn join_eps(sender: &Dump, tx_ep: Option<u64>, receiver: &Dump, rx_ep: Optio
             }
         }
         for (k, first, count, direct, enter, ret) in kmsg_refs {
-            let seqs: Vec<u64> = if direct { vec![first] } else { (first..first + count).filter_map(|q| q2seq.get(&q).copied()).collect() };
+            let seqs: Vec<u64> = if direct {
+                vec![first]
+            } else {
+                (first..first + count).filter_map(|q| q2seq.get(&q).copied()).collect()
+            };
             for &s in &seqs {
                 let i = idx(&mut paths, s);
                 paths[i].points[4] = enter;
@@ -308,7 +318,8 @@ pub fn join_eps(sender: &Dump, tx_ep: Option<u64>, receiver: &Dump, rx_ep: Optio
         }
     }
     // Arrival index -> application seq, where the application tagged them.
-    let tags: HashMap<u64, u64> = receiver.events.iter().filter(|e| e.kind() == kind::APP_SEQ).map(|e| (e.a(), e.b())).collect();
+    let tags: HashMap<u64, u64> =
+        receiver.events.iter().filter(|e| e.kind() == kind::APP_SEQ).map(|e| (e.a(), e.b())).collect();
     let seq_of = |arrival: u64| tags.get(&arrival).copied().unwrap_or(arrival);
     if let Some(ep) = rx_ep {
         for t in by_thread(receiver, |e| e.ep() == ep) {
@@ -367,13 +378,43 @@ pub const LAYERS: [LayerDef; 10] = [
     LayerDef { name: "app.send", host: "sender", service: true, what: "application send call, enter to return" },
     LayerDef { name: "l1", host: "sender", service: false, what: "waiting in L1: enqueue to engine take" },
     LayerDef { name: "engine", host: "sender", service: true, what: "engine: take, batch formed, to syscall enter" },
-    LayerDef { name: "kernel.tx", host: "sender", service: true, what: "send syscall enter to TX_SCHED (UDP/IP output)" },
+    LayerDef {
+        name: "kernel.tx",
+        host: "sender",
+        service: true,
+        what: "send syscall enter to TX_SCHED (UDP/IP output)",
+    },
     LayerDef { name: "qdisc", host: "sender", service: true, what: "TX_SCHED to TX_SOFTWARE (qdisc and driver)" },
-    LayerDef { name: "veth", host: "wire", service: true, what: "TX_SOFTWARE to RX_SOFTWARE (veth hop, receive softirq)" },
-    LayerDef { name: "socket", host: "receiver", service: false, what: "RX_SOFTWARE to receive syscall enter (socket queue)" },
-    LayerDef { name: "kernel.rx", host: "receiver", service: true, what: "receive syscall enter (or RX_SOFTWARE) to read return" },
-    LayerDef { name: "ring", host: "receiver", service: false, what: "in the eudp ring: push to delivery (the receive call's return)" },
-    LayerDef { name: "app.recv", host: "receiver", service: true, what: "application receive call, from enter (or the ring push, if later) to return" },
+    LayerDef {
+        name: "veth",
+        host: "wire",
+        service: true,
+        what: "TX_SOFTWARE to RX_SOFTWARE (veth hop, receive softirq)",
+    },
+    LayerDef {
+        name: "socket",
+        host: "receiver",
+        service: false,
+        what: "RX_SOFTWARE to receive syscall enter (socket queue)",
+    },
+    LayerDef {
+        name: "kernel.rx",
+        host: "receiver",
+        service: true,
+        what: "receive syscall enter (or RX_SOFTWARE) to read return",
+    },
+    LayerDef {
+        name: "ring",
+        host: "receiver",
+        service: false,
+        what: "in the eudp ring: push to delivery (the receive call's return)",
+    },
+    LayerDef {
+        name: "app.recv",
+        host: "receiver",
+        service: true,
+        what: "application receive call, from enter (or the ring push, if later) to return",
+    },
 ];
 
 /// The layers a stack has: the plain-kernel path has no L1, engine or ring.

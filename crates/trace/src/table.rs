@@ -159,13 +159,23 @@ pub fn run_row(stack: &str, size: u64, recs: &[Record], measured_gbps: f64) -> R
     let layers = layer_stats(stack, recs);
     let (dname, dns) = dominant(&layers).map(|d| (d.layer.clone(), d.per_packet_ns)).unwrap_or_default();
     let packets = layers.iter().map(|l| l.packets).max().unwrap_or(0);
-    RunRow { stack: stack.into(), size, packets, dominant: dname, dominant_ns: dns, predicted_gbps: gbps(size as f64, dns), measured_gbps, layers }
+    RunRow {
+        stack: stack.into(),
+        size,
+        packets,
+        dominant: dname,
+        dominant_ns: dns,
+        predicted_gbps: gbps(size as f64, dns),
+        measured_gbps,
+        layers,
+    }
 }
 
 /// Measured throughput of a burst from its records: bytes after the first
 /// delivered over the span of application receive returns.
 pub fn measured_gbps(recs: &[Record]) -> f64 {
-    let mut ends: Vec<(f64, u64)> = recs.iter().filter(|r| r.layer == "app.recv").map(|r| (r.t_end_ns, r.bytes)).collect();
+    let mut ends: Vec<(f64, u64)> =
+        recs.iter().filter(|r| r.layer == "app.recv").map(|r| (r.t_end_ns, r.bytes)).collect();
     if ends.len() < 2 {
         return 0.0;
     }
@@ -192,7 +202,14 @@ pub fn fit_layers(stack: &str, runs: &[RunRow]) -> Vec<LayerFit> {
     let mut pts: Vec<TraceRecord> = Vec::new();
     for r in runs.iter().filter(|r| r.stack == stack) {
         for (i, l) in r.layers.iter().enumerate() {
-            pts.push(TraceRecord { layer: l.layer.clone(), packet: i, bytes: r.size, t_start_ns: 0.0, t_end_ns: l.per_packet_ns, host: None });
+            pts.push(TraceRecord {
+                layer: l.layer.clone(),
+                packet: i,
+                bytes: r.size,
+                t_start_ns: 0.0,
+                t_end_ns: l.per_packet_ns,
+                host: None,
+            });
         }
     }
     let service = |name: &str| layers_of(stack).iter().find(|l| l.name == name).map(|l| l.service).unwrap_or(false);
@@ -225,7 +242,9 @@ pub struct Crossover {
 
 /// The dominant fitted service layer at `b` bytes.
 pub fn fitted_dominant(fits: &[LayerFit], b: f64) -> Option<&LayerFit> {
-    fits.iter().filter(|f| f.service).max_by(|x, y| (x.g_ns + b * x.big_g_ns_per_byte).total_cmp(&(y.g_ns + b * y.big_g_ns_per_byte)))
+    fits.iter()
+        .filter(|f| f.service)
+        .max_by(|x, y| (x.g_ns + b * x.big_g_ns_per_byte).total_cmp(&(y.g_ns + b * y.big_g_ns_per_byte)))
 }
 
 /// Crossovers of the fitted lines between `lo` and `hi` bytes: where the
@@ -265,22 +284,54 @@ pub fn render(runs: &[RunRow], fits: &[LayerFit], cross: &[Crossover]) -> String
     let _ = writeln!(s, "per layer (busy ns/pkt = median share of the layer's busy time, overlapping intervals shared; latency = time in layer)");
     for r in runs {
         let _ = writeln!(s, "\n{} {} B, {} packets", r.stack, r.size, r.packets);
-        let _ = writeln!(s, "  {:<10} {:<8} {:>12} {:>14} {:>12}", "layer", "host", "busy ns/pkt", "mean lat. ns", "p50 lat. ns");
+        let _ = writeln!(
+            s,
+            "  {:<10} {:<8} {:>12} {:>14} {:>12}",
+            "layer", "host", "busy ns/pkt", "mean lat. ns", "p50 lat. ns"
+        );
         for l in &r.layers {
-            let mark = if l.layer == r.dominant { " <- dominant" } else if !l.service { " (queue)" } else { "" };
-            let _ = writeln!(s, "  {:<10} {:<8} {:>12.0} {:>14.0} {:>12.0}{mark}", l.layer, l.host, l.per_packet_ns, l.mean_ns, l.p50_ns);
+            let mark = if l.layer == r.dominant {
+                " <- dominant"
+            } else if !l.service {
+                " (queue)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<8} {:>12.0} {:>14.0} {:>12.0}{mark}",
+                l.layer, l.host, l.per_packet_ns, l.mean_ns, l.p50_ns
+            );
         }
     }
-    let _ = writeln!(s, "\ndominant layer per size: predicted = size / dominant busy time, measured = burst receive rate");
-    let _ = writeln!(s, "  {:<7} {:>6} {:<10} {:>12} {:>14} {:>14}", "stack", "size", "dominant", "ns/pkt", "predicted Gb/s", "measured Gb/s");
+    let _ =
+        writeln!(s, "\ndominant layer per size: predicted = size / dominant busy time, measured = burst receive rate");
+    let _ = writeln!(
+        s,
+        "  {:<7} {:>6} {:<10} {:>12} {:>14} {:>14}",
+        "stack", "size", "dominant", "ns/pkt", "predicted Gb/s", "measured Gb/s"
+    );
     for r in runs {
-        let _ = writeln!(s, "  {:<7} {:>6} {:<10} {:>12.0} {:>14.3} {:>14.3}", r.stack, r.size, r.dominant, r.dominant_ns, r.predicted_gbps, r.measured_gbps);
+        let _ = writeln!(
+            s,
+            "  {:<7} {:>6} {:<10} {:>12.0} {:>14.3} {:>14.3}",
+            r.stack, r.size, r.dominant, r.dominant_ns, r.predicted_gbps, r.measured_gbps
+        );
     }
     if !fits.is_empty() {
         let _ = writeln!(s, "\nfits over the sizes: busy time per packet = g + B·G");
         let _ = writeln!(s, "  {:<7} {:<10} {:>10} {:>12} {:>10}", "stack", "layer", "g ns", "G ns/B", "rms ns");
         for f in fits {
-            let _ = writeln!(s, "  {:<7} {:<10} {:>10.0} {:>12.4} {:>10.0}{}", f.stack, f.layer, f.g_ns, f.big_g_ns_per_byte, f.rms_ns, if f.service { "" } else { " (queue)" });
+            let _ = writeln!(
+                s,
+                "  {:<7} {:<10} {:>10.0} {:>12.4} {:>10.0}{}",
+                f.stack,
+                f.layer,
+                f.g_ns,
+                f.big_g_ns_per_byte,
+                f.rms_ns,
+                if f.service { "" } else { " (queue)" }
+            );
         }
     }
     let _ = writeln!(s, "\ncrossovers (fitted dominant layer changes)");

@@ -8,7 +8,10 @@ use eudp_trace::resolve::{self, Dump, RawEvent};
 use std::time::Duration;
 
 fn dump() -> Dump {
-    let events = tracepoint::events().into_iter().map(|e| RawEvent(e.ts_ns, e.kind, e.ep, e.thread, e.a, e.b, e.extra)).collect();
+    let events = tracepoint::events()
+        .into_iter()
+        .map(|e| RawEvent(e.ts_ns, e.kind, e.ep, e.thread, e.a, e.b, e.extra))
+        .collect();
     Dump { clock: "CLOCK_MONOTONIC_RAW".into(), dropped: tracepoint::dropped(), pid: std::process::id(), events }
 }
 

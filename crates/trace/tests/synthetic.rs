@@ -189,16 +189,48 @@ fn join_builds_complete_ordered_paths() {
     let paths = resolve::join(&tx, &rx);
     assert_eq!(paths.len(), 3);
     let p0 = &paths[0];
-    assert_eq!(p0.points, [Some(100), Some(100), Some(100), Some(100), Some(120), Some(150), Some(160), Some(170), Some(390), Some(410), Some(410)]);
+    assert_eq!(
+        p0.points,
+        [
+            Some(100),
+            Some(100),
+            Some(100),
+            Some(100),
+            Some(120),
+            Some(150),
+            Some(160),
+            Some(170),
+            Some(390),
+            Some(410),
+            Some(410)
+        ]
+    );
     let p2 = &paths[2];
-    assert_eq!(p2.points, [Some(250), Some(270), Some(300), Some(310), Some(320), Some(350), Some(360), Some(370), Some(520), Some(570), Some(570)]);
+    assert_eq!(
+        p2.points,
+        [
+            Some(250),
+            Some(270),
+            Some(300),
+            Some(310),
+            Some(320),
+            Some(350),
+            Some(360),
+            Some(370),
+            Some(520),
+            Some(570),
+            Some(570)
+        ]
+    );
     assert_eq!(p2.msg_datagrams, 2);
     assert!(resolve::order_violations(&paths, 0).is_empty());
     let (recs, missing) = resolve::records("eudp", &paths);
     assert!(missing.is_empty(), "{missing:?}");
     assert_eq!(recs.len(), 3 * resolve::LAYERS.len());
     // Times are relative to the first send; spot-check intervals.
-    let find = |l: &str, p: u64| recs.iter().find(|r| r.layer == l && r.packet == p).map(|r| (r.t_start_ns, r.t_end_ns)).unwrap();
+    let find = |l: &str, p: u64| {
+        recs.iter().find(|r| r.layer == l && r.packet == p).map(|r| (r.t_start_ns, r.t_end_ns)).unwrap()
+    };
     assert_eq!(find("l1", 2), (170.0, 200.0));
     assert_eq!(find("engine", 2), (200.0, 220.0));
     assert_eq!(find("socket", 2), (270.0, 400.0));

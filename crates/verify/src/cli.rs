@@ -107,7 +107,14 @@ pub fn verify_main(args: &[String]) -> i32 {
         models: a.models,
         only: a.only,
         broken: a.broken,
-        engine: PromelaConfig { apps: a.apps, per_app: a.per_app, l2_bound: a.l2, l1_cap: a.l1, unlocked: vec![], busy_poll: a.busy_poll },
+        engine: PromelaConfig {
+            apps: a.apps,
+            per_app: a.per_app,
+            l2_bound: a.l2,
+            l1_cap: a.l1,
+            unlocked: vec![],
+            busy_poll: a.busy_poll,
+        },
         keep: a.keep,
         depth: a.depth,
         no_fairness: a.no_fairness,
@@ -133,7 +140,16 @@ pub fn verify_main(args: &[String]) -> i32 {
     let mut header = false;
     let report = spin::run(&opts, &mut |o| {
         if !header {
-            out!("{:<9} {:<22} {:<11} {:>4} {:>10} {:>6} {:>8}", "model", "property", "verdict", "", "states", "depth", "time");
+            out!(
+                "{:<9} {:<22} {:<11} {:>4} {:>10} {:>6} {:>8}",
+                "model",
+                "property",
+                "verdict",
+                "",
+                "states",
+                "depth",
+                "time"
+            );
             header = true;
         }
         out!(

@@ -60,14 +60,14 @@ const fn prop(name: &'static str, mode: Mode, expect: Expect, meaning: &'static 
 
 /// Properties of the firmware model.
 pub const FIRMWARE_PROPERTIES: [Property; 9] = [
+    prop("f1_sdma_send", Mode::Safety, Expect::Reachable, "Table 1 (1): SEND transmits while SDMA performs a host DMA"),
+    prop("f2_rdma_recv", Mode::Safety, Expect::Reachable, "Table 1 (2): RDMA performs a host DMA while RECV receives"),
     prop(
-        "f1_sdma_send",
+        "f3_send_recv",
         Mode::Safety,
         Expect::Reachable,
-        "Table 1 (1): SEND transmits while SDMA performs a host DMA",
+        "Table 1 (3): SEND and RECV use the link at once (full duplex)",
     ),
-    prop("f2_rdma_recv", Mode::Safety, Expect::Reachable, "Table 1 (2): RDMA performs a host DMA while RECV receives"),
-    prop("f3_send_recv", Mode::Safety, Expect::Reachable, "Table 1 (3): SEND and RECV use the link at once (full duplex)"),
     prop(
         "f4_host_dma_exclusive",
         Mode::Safety,
@@ -105,7 +105,12 @@ pub const ENGINE_PROPERTIES: [Property; 5] = [
         Expect::Holds,
         "no datagram lost or duplicated between application, L1, L2 and backend; counters match",
     ),
-    prop("no_invalid_end_state", Mode::EndState, Expect::Holds, "every run ends with all threads finished (no deadlock)"),
+    prop(
+        "no_invalid_end_state",
+        Mode::EndState,
+        Expect::Holds,
+        "every run ends with all threads finished (no deadlock)",
+    ),
     prop(
         "eventually_handed",
         Mode::Liveness,
@@ -224,10 +229,9 @@ pub fn engine_table(broken: Option<&Broken>, cfg: &mut PromelaConfig) -> machine
             }
         }),
         Some("missing-lock") => cfg.unlocked.push(EventKind::Enqueue),
-        Some("lost-completion") => t
-            .rule_mut(EventKind::DirectDone)
-            .effects
-            .retain(|e| !matches!(e, Effect::Add(Var::DoneUnreaped, _))),
+        Some("lost-completion") => {
+            t.rule_mut(EventKind::DirectDone).effects.retain(|e| !matches!(e, Effect::Add(Var::DoneUnreaped, _)))
+        }
         Some("batch-needs-two") => each_cmp(&mut t.rule_mut(EventKind::TakeBatch).guard, &mut |a, op, b| {
             if *a == Term::Param && *op == Op::Ge && *b == Term::Const(1) {
                 *b = Term::Const(2);
@@ -263,7 +267,8 @@ mod tests {
                 "firmware" => (firmware(None), firmware(Some(b))),
                 _ => (engine(None, &cfg), engine(Some(b), &cfg)),
             };
-            let strip = |m: &Model| m.text.lines().filter(|l| !l.starts_with("/* deliberately")).collect::<Vec<_>>().join("\n");
+            let strip =
+                |m: &Model| m.text.lines().filter(|l| !l.starts_with("/* deliberately")).collect::<Vec<_>>().join("\n");
             assert_ne!(strip(&good), strip(&bad), "{}", b.name);
             for p in b.breaks {
                 assert!(good.properties.iter().any(|q| q.name == *p), "{} names unknown property {p}", b.name);

@@ -147,9 +147,9 @@ pub fn spin_available() -> bool {
 /// The models `opts` asks for.
 pub fn selected_models(opts: &Options) -> Result<Vec<Model>, Error> {
     let broken = match &opts.broken {
-        Some(n) => Some(
-            models::broken(n).ok_or_else(|| Error::Usage(format!("unknown broken variant `{n}` (see --list)")))?,
-        ),
+        Some(n) => {
+            Some(models::broken(n).ok_or_else(|| Error::Usage(format!("unknown broken variant `{n}` (see --list)")))?)
+        }
         None => None,
     };
     let want = |m: &str| {
@@ -441,10 +441,8 @@ fn run_in(root: &Path, opts: &Options, models: &[Model], progress: &mut dyn FnMu
             } else {
                 Verdict::NoError
             };
-            let ok = matches!(
-                (p.expect, verdict),
-                (Expect::Holds, Verdict::NoError) | (Expect::Reachable, Verdict::Error)
-            );
+            let ok =
+                matches!((p.expect, verdict), (Expect::Holds, Verdict::NoError) | (Expect::Reachable, Verdict::Error));
             let trail = if trail_file.exists() {
                 let replay = tool(&dir, "spin", &["-t", "-p", &file])?;
                 std::fs::rename(&trail_file, dir.join(format!("{}.trail", p.name))).ok();
@@ -505,9 +503,6 @@ mod tests {
         );
         let printed = "  1:\tproc  0 (p:1) t.pml:3 (state 1)\t[w = 0]\n      @@ app0 DirectPost #0\n\
                        <<<<<START OF CYCLE>>>>>\n      @@ engine stops\n";
-        assert_eq!(
-            condense_trail(printed, 1),
-            "    ... 2 earlier steps ...\n    engine stops\n"
-        );
+        assert_eq!(condense_trail(printed, 1), "    ... 2 earlier steps ...\n    engine stops\n");
     }
 }

@@ -95,7 +95,8 @@ fn liveness_of_a_polling_engine_needs_weak_fairness() {
     if !have_spin() {
         return;
     }
-    let mut opts = Options { models: vec!["engine".into()], only: vec!["eventually_handed".into()], ..Options::default() };
+    let mut opts =
+        Options { models: vec!["engine".into()], only: vec!["eventually_handed".into()], ..Options::default() };
     opts.engine.busy_poll = true;
     let fair = spin::run(&opts, &mut |_| {}).unwrap();
     assert!(fair.all_ok(), "{}", fair.table());

@@ -82,10 +82,7 @@ impl FromStr for MacAddr {
         let mut octets = [0u8; 6];
         let mut groups = s.split(':');
         for (i, octet) in octets.iter_mut().enumerate() {
-            let g = groups
-                .next()
-                .ok_or(MacAddrParseError::GroupCount)?
-                .as_bytes();
+            let g = groups.next().ok_or(MacAddrParseError::GroupCount)?.as_bytes();
             *octet = match g {
                 [hi, lo] => match (hex_digit(*hi), hex_digit(*lo)) {
                     (Some(hi), Some(lo)) => hi << 4 | lo,
@@ -149,11 +146,7 @@ impl EthernetHeader {
             m.copy_from_slice(&buf[at..at + 6]);
             MacAddr(m)
         };
-        Ok(EthernetHeader {
-            dst: mac(0),
-            src: mac(6),
-            ethertype: u16::from_be_bytes([buf[12], buf[13]]),
-        })
+        Ok(EthernetHeader { dst: mac(0), src: mac(6), ethertype: u16::from_be_bytes([buf[12], buf[13]]) })
     }
 
     /// Writes the header into `buf[..14]`.
@@ -211,17 +204,11 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_truncation() {
-        let h = EthernetHeader {
-            dst: MacAddr::BROADCAST,
-            src: MacAddr([0x02, 0, 0, 0, 0, 1]),
-            ethertype: ETHERTYPE_ARP,
-        };
+        let h =
+            EthernetHeader { dst: MacAddr::BROADCAST, src: MacAddr([0x02, 0, 0, 0, 0, 1]), ethertype: ETHERTYPE_ARP };
         let mut b = [0u8; HEADER_LEN];
         h.emit(&mut b);
-        assert_eq!(
-            b,
-            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x08, 0x06]
-        );
+        assert_eq!(b, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x08, 0x06]);
         assert_eq!(EthernetHeader::parse(&b), Ok(h));
         for n in 0..HEADER_LEN {
             assert_eq!(EthernetHeader::parse(&b[..n]), Err(EtherError::Truncated));

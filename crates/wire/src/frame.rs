@@ -140,10 +140,7 @@ impl fmt::Display for FrameError {
             FrameError::Fragment => write!(f, "IPv4 fragment"),
             FrameError::NotUdp(p) => write!(f, "IPv4 protocol {p} is not UDP"),
             FrameError::BadUdpLength => {
-                write!(
-                    f,
-                    "UDP length field inconsistent with the IPv4 payload length"
-                )
+                write!(f, "UDP length field inconsistent with the IPv4 payload length")
             }
             FrameError::BadChecksum => write!(f, "UDP checksum does not verify"),
         }
@@ -182,25 +179,15 @@ impl From<EtherError> for FrameError {
 pub fn build_udp4(out: &mut [u8], p: &Udp4Params, payload: &[u8]) -> Result<usize, FrameError> {
     let ip_len = ipv4::MIN_HEADER_LEN + udp::HEADER_LEN + payload.len();
     if ip_len > usize::from(u16::MAX) {
-        return Err(FrameError::TooLarge {
-            payload: payload.len(),
-        });
+        return Err(FrameError::TooLarge { payload: payload.len() });
     }
     let need = ether::HEADER_LEN + ip_len;
     if out.len() < need {
-        return Err(FrameError::BufferTooSmall {
-            need,
-            have: out.len(),
-        });
+        return Err(FrameError::BufferTooSmall { need, have: out.len() });
     }
     let (eth, rest) = out.split_at_mut(ether::HEADER_LEN);
     let (ip, udp_out) = rest.split_at_mut(ipv4::MIN_HEADER_LEN);
-    EthernetHeader {
-        dst: p.dst_mac,
-        src: p.src_mac,
-        ethertype: ETHERTYPE_IPV4,
-    }
-    .emit(eth);
+    EthernetHeader { dst: p.dst_mac, src: p.src_mac, ethertype: ETHERTYPE_IPV4 }.emit(eth);
     Ipv4Header {
         header_len: ipv4::MIN_HEADER_LEN,
         tos: p.tos,
@@ -215,12 +202,7 @@ pub fn build_udp4(out: &mut [u8], p: &Udp4Params, payload: &[u8]) -> Result<usiz
         dst: *p.dst.ip(),
     }
     .emit(ip);
-    udp::build(
-        udp_out,
-        (IpAddr::V4(*p.src.ip()), p.src.port()),
-        (IpAddr::V4(*p.dst.ip()), p.dst.port()),
-        payload,
-    );
+    udp::build(udp_out, (IpAddr::V4(*p.src.ip()), p.src.port()), (IpAddr::V4(*p.dst.ip()), p.dst.port()), payload);
     Ok(need)
 }
 
@@ -276,12 +258,7 @@ pub fn parse_udp4_unchecked(frame: &[u8]) -> Result<(Udp4Frame<'_>, Option<Pendi
     let datagram = &datagram[..usize::from(h.length)];
     let pending = (h.checksum != 0).then(|| {
         let mut pseudo = Checksum::new();
-        udp::add_pseudo_header(
-            &mut pseudo,
-            IpAddr::V4(ip.src),
-            IpAddr::V4(ip.dst),
-            u32::from(h.length),
-        );
+        udp::add_pseudo_header(&mut pseudo, IpAddr::V4(ip.src), IpAddr::V4(ip.dst), u32::from(h.length));
         let mut acc = pseudo;
         acc.add(&datagram[..udp::HEADER_LEN]);
         PendingChecksum { acc, field: h.checksum, pseudo: pseudo.fold() }
@@ -433,10 +410,7 @@ mod tests {
 
     #[test]
     fn round_trip_sizes() {
-        for (i, n) in [0, 1, 7, 1472, 8972, MAX_UDP_PAYLOAD_V4]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, n) in [0, 1, 7, 1472, 8972, MAX_UDP_PAYLOAD_V4].into_iter().enumerate() {
             check_round_trip(&params(), &filler(n, i as u32 + 7)).unwrap();
         }
         assert_eq!(MAX_UDP_PAYLOAD_V4, 65535 - 28);
@@ -447,19 +421,11 @@ mod tests {
         let p = params();
         let big = vec![0u8; MAX_UDP_PAYLOAD_V4 + 1];
         let mut out = vec![0u8; UDP4_OVERHEAD + big.len()];
-        assert_eq!(
-            build_udp4(&mut out, &p, &big),
-            Err(FrameError::TooLarge {
-                payload: MAX_UDP_PAYLOAD_V4 + 1
-            })
-        );
+        assert_eq!(build_udp4(&mut out, &p, &big), Err(FrameError::TooLarge { payload: MAX_UDP_PAYLOAD_V4 + 1 }));
         let mut short = [0u8; UDP4_OVERHEAD + 4];
         assert_eq!(
             build_udp4(&mut short, &p, b"hello"),
-            Err(FrameError::BufferTooSmall {
-                need: UDP4_OVERHEAD + 5,
-                have: UDP4_OVERHEAD + 4
-            })
+            Err(FrameError::BufferTooSmall { need: UDP4_OVERHEAD + 5, have: UDP4_OVERHEAD + 4 })
         );
         // A larger buffer is fine; the frame length is returned.
         let mut roomy = [0xaau8; 100];
@@ -529,38 +495,23 @@ mod tests {
         let good = build(&params(), b"hello");
         let mut v6 = good.clone();
         v6[ETH] = 0x65;
-        assert_eq!(
-            parse_udp4(&v6),
-            Err(FrameError::Ipv4(Ipv4Error::NotVersion4))
-        );
+        assert_eq!(parse_udp4(&v6), Err(FrameError::Ipv4(Ipv4Error::NotVersion4)));
         assert_eq!(udp4_port(&v6), None);
         let mut short_ihl = good.clone();
         short_ihl[ETH] = 0x44;
         fix_ip_checksum(&mut short_ihl);
-        assert_eq!(
-            parse_udp4(&short_ihl),
-            Err(FrameError::Ipv4(Ipv4Error::BadHeaderLen))
-        );
+        assert_eq!(parse_udp4(&short_ihl), Err(FrameError::Ipv4(Ipv4Error::BadHeaderLen)));
         assert_eq!(udp4_port(&short_ihl), None);
         let mut long_ihl = good.clone();
         long_ihl[ETH] = 0x4f; // 60 bytes; the packet has 33
-        assert_eq!(
-            parse_udp4(&long_ihl),
-            Err(FrameError::Ipv4(Ipv4Error::BadHeaderLen))
-        );
+        assert_eq!(parse_udp4(&long_ihl), Err(FrameError::Ipv4(Ipv4Error::BadHeaderLen)));
         let mut total = good.clone();
         total[ETH + 3] = 19;
         fix_ip_checksum(&mut total);
-        assert_eq!(
-            parse_udp4(&total),
-            Err(FrameError::Ipv4(Ipv4Error::BadTotalLen))
-        );
+        assert_eq!(parse_udp4(&total), Err(FrameError::Ipv4(Ipv4Error::BadTotalLen)));
         let mut sum = good.clone();
         sum[ETH + 8] -= 1; // TTL changed, checksum not updated
-        assert_eq!(
-            parse_udp4(&sum),
-            Err(FrameError::Ipv4(Ipv4Error::BadChecksum))
-        );
+        assert_eq!(parse_udp4(&sum), Err(FrameError::Ipv4(Ipv4Error::BadChecksum)));
     }
 
     #[test]
@@ -660,11 +611,7 @@ mod tests {
         for v in [!0x8c46u16, 0x8c47, 0x8c45] {
             let mut f = good.clone();
             f[IP + 6..IP + 8].copy_from_slice(&v.to_be_bytes());
-            assert_eq!(
-                parse_udp4(&f),
-                Err(FrameError::BadChecksum),
-                "field {v:#06x}"
-            );
+            assert_eq!(parse_udp4(&f), Err(FrameError::BadChecksum), "field {v:#06x}");
         }
     }
 
@@ -676,11 +623,7 @@ mod tests {
             let mut f = build(&p, &filler(n, 99 + i as u32));
             let v = rfc1071_fold(&pseudo_header(&f));
             f[IP + 6..IP + 8].copy_from_slice(&v.to_be_bytes());
-            assert_eq!(
-                parse_udp4(&f).unwrap().checksum,
-                UdpChecksum::Partial,
-                "payload {n}"
-            );
+            assert_eq!(parse_udp4(&f).unwrap().checksum, UdpChecksum::Partial, "payload {n}");
         }
     }
 
@@ -701,23 +644,14 @@ mod tests {
         let e = FrameError::Ipv4(Ipv4Error::BadChecksum);
         assert!(e.to_string().contains("IPv4"));
         assert!(std::error::Error::source(&e).is_some());
-        assert_eq!(
-            FrameError::NotIpv4(0x86dd).to_string(),
-            "ethertype 0x86dd is not IPv4"
-        );
+        assert_eq!(FrameError::NotIpv4(0x86dd).to_string(), "ethertype 0x86dd is not IPv4");
         let small = FrameError::BufferTooSmall { need: 47, have: 46 };
         assert_eq!(small.to_string(), "frame needs 47 bytes, buffer has 46");
     }
 
     fn arb_params() -> impl Strategy<Value = Udp4Params> {
-        (
-            any::<[u8; 6]>(),
-            any::<[u8; 6]>(),
-            any::<(u32, u16)>(),
-            any::<(u32, u16)>(),
-            any::<(u8, u8, u16)>(),
-        )
-            .prop_map(|(sm, dm, s, d, (tos, ttl, ident))| Udp4Params {
+        (any::<[u8; 6]>(), any::<[u8; 6]>(), any::<(u32, u16)>(), any::<(u32, u16)>(), any::<(u8, u8, u16)>()).prop_map(
+            |(sm, dm, s, d, (tos, ttl, ident))| Udp4Params {
                 src_mac: MacAddr(sm),
                 dst_mac: MacAddr(dm),
                 src: SocketAddrV4::new(Ipv4Addr::from(s.0), s.1),
@@ -725,7 +659,8 @@ mod tests {
                 tos,
                 ttl,
                 ident,
-            })
+            },
+        )
     }
 
     proptest! {

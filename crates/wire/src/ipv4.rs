@@ -67,10 +67,7 @@ impl fmt::Display for Ipv4Error {
                 write!(f, "IPv4 header length below 20 or beyond the buffer")
             }
             Ipv4Error::BadTotalLen => {
-                write!(
-                    f,
-                    "IPv4 total length below the header length or beyond the buffer"
-                )
+                write!(f, "IPv4 total length below the header length or beyond the buffer")
             }
             Ipv4Error::BadChecksum => write!(f, "IPv4 header checksum does not verify"),
         }
@@ -126,14 +123,8 @@ impl Ipv4Header {
     /// If `header_len` is not 20 (options are not emitted), `frag_offset` does
     /// not fit 13 bits, or `buf` is shorter than 20 bytes.
     pub fn emit(&self, buf: &mut [u8]) {
-        assert_eq!(
-            self.header_len, MIN_HEADER_LEN,
-            "Ipv4Header::emit: options not supported"
-        );
-        assert!(
-            self.frag_offset <= FRAG_OFFSET_MASK,
-            "Ipv4Header::emit: fragment offset too large"
-        );
+        assert_eq!(self.header_len, MIN_HEADER_LEN, "Ipv4Header::emit: options not supported");
+        assert!(self.frag_offset <= FRAG_OFFSET_MASK, "Ipv4Header::emit: fragment offset too large");
         let h = &mut buf[..MIN_HEADER_LEN];
         let mut flags_frag = self.frag_offset;
         if self.dont_fragment {
@@ -197,10 +188,7 @@ mod tests {
         let h = sample();
         let mut b = [0u8; 28];
         h.emit(&mut b);
-        assert_eq!(
-            &b[..12],
-            &[0x45, 0xb8, 0, 28, 0xbe, 0xef, 0x40, 0, 64, 17, b[10], b[11]]
-        );
+        assert_eq!(&b[..12], &[0x45, 0xb8, 0, 28, 0xbe, 0xef, 0x40, 0, 64, 17, b[10], b[11]]);
         assert_eq!(Ipv4Header::parse(&b), Ok(h));
         assert!(!h.is_fragment());
     }

@@ -73,8 +73,14 @@ pub fn add_pseudo_header(acc: &mut Checksum, src: IpAddr, dst: IpAddr, udp_len: 
             acc.add_u16(udp_len as u16);
         }
         (s, d) => {
-            let s6 = match s { IpAddr::V4(a) => a.to_ipv6_mapped(), IpAddr::V6(a) => a };
-            let d6 = match d { IpAddr::V4(a) => a.to_ipv6_mapped(), IpAddr::V6(a) => a };
+            let s6 = match s {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            let d6 = match d {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
             acc.add(&s6.octets());
             acc.add(&d6.octets());
             acc.add_u16((udp_len >> 16) as u16);

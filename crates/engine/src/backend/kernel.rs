@@ -15,12 +15,15 @@
 
 #![allow(unsafe_code)] // This module is the documented home of the engine's unsafe code.
 
+use crate::fdspace::{new_private, private, Private};
 use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use crate::fdspace::{new_private, private, Private};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::{Acquire, Relaxed, Release}};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, OnceLock};
 
 use eudp_wire::limits::{GSO_MAX_SEGMENTS, GSO_MAX_SEGMENTS_RAISED};
@@ -253,7 +256,8 @@ pub fn lower_gso_segment_cap(n: usize) {
 /// ([`gso_segment_cap`]).
 pub fn gso_max_segments() -> usize {
     let n = *GSO_SEGMENTS_PROBED.get_or_init(|| {
-        let forced = std::env::var("EUDP_GSO_SEGMENTS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0);
+        let forced =
+            std::env::var("EUDP_GSO_SEGMENTS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0);
         match forced {
             Some(n) if n <= GSO_MAX_SEGMENTS => n,
             f => f.unwrap_or(usize::MAX).min(probe_gso_segments()),
@@ -311,7 +315,12 @@ pub struct PktInfo {
 
 impl PktInfo {
     fn is_empty(&self) -> bool {
-        self.v4.is_none() && self.v6.is_none() && self.tos.is_none() && self.ttl.is_none() && self.tclass.is_none() && self.hoplimit.is_none()
+        self.v4.is_none()
+            && self.v6.is_none()
+            && self.tos.is_none()
+            && self.ttl.is_none()
+            && self.tclass.is_none()
+            && self.hoplimit.is_none()
     }
 }
 
@@ -373,7 +382,8 @@ impl UdpSocket {
         let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
         let fd = new_private(|| {
             // SAFETY: plain syscall; the returned fd is owned by OwnedFd below.
-            let fd = cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+            let fd =
+                cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
             // SAFETY: fd was just returned by socket() and is owned by nobody else.
             Ok(unsafe { OwnedFd::from_raw_fd(fd) })
         })?;
@@ -392,14 +402,18 @@ impl UdpSocket {
         let mut ty: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: pointer to a live c_int and its length.
-        cvt(unsafe { libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_TYPE, &mut ty as *mut _ as *mut libc::c_void, &mut len) })?;
+        cvt(unsafe {
+            libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_TYPE, &mut ty as *mut _ as *mut libc::c_void, &mut len)
+        })?;
         if ty != libc::SOCK_DGRAM {
             return Err(io::Error::from_raw_os_error(libc::ENOTSOCK));
         }
         let mut dom: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: as above.
-        cvt(unsafe { libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_DOMAIN, &mut dom as *mut _ as *mut libc::c_void, &mut len) })?;
+        cvt(unsafe {
+            libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_DOMAIN, &mut dom as *mut _ as *mut libc::c_void, &mut len)
+        })?;
         if dom != libc::AF_INET && dom != libc::AF_INET6 {
             return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
         }
@@ -424,7 +438,13 @@ impl UdpSocket {
     fn setsockopt_int(&self, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
         // SAFETY: passes a pointer to a live c_int and its size.
         cvt(unsafe {
-            libc::setsockopt(self.fd.as_raw_fd(), level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32)
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                &val as *const _ as *const libc::c_void,
+                size_of::<libc::c_int>() as u32,
+            )
         })
         .map(drop)
     }
@@ -433,7 +453,9 @@ impl UdpSocket {
         let mut val: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: pointer to a live c_int and its length.
-        cvt(unsafe { libc::getsockopt(self.fd.as_raw_fd(), level, name, &mut val as *mut _ as *mut libc::c_void, &mut len) })?;
+        cvt(unsafe {
+            libc::getsockopt(self.fd.as_raw_fd(), level, name, &mut val as *mut _ as *mut libc::c_void, &mut len)
+        })?;
         Ok(val)
     }
 
@@ -465,7 +487,15 @@ impl UdpSocket {
         let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
         // SAFETY: pointer and length of a live u32 array; the kernel writes
         // at most `len` bytes and reports how many.
-        cvt(unsafe { libc::getsockopt(self.fd.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, info.as_mut_ptr() as *mut libc::c_void, &mut len) })?;
+        cvt(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_MEMINFO,
+                info.as_mut_ptr() as *mut libc::c_void,
+                &mut len,
+            )
+        })?;
         let at = libc::SK_MEMINFO_DROPS as usize;
         if (len as usize) < (at + 1) * 4 {
             return Err(io::Error::from(io::ErrorKind::Unsupported));
@@ -548,7 +578,9 @@ impl UdpSocket {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         let mut raw = RawAddr::empty();
         // SAFETY: pointer/length into a live RawAddr that the kernel fills.
-        cvt(unsafe { libc::getsockname(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len) })?;
+        cvt(unsafe {
+            libc::getsockname(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len)
+        })?;
         raw.to_std().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
     }
 
@@ -556,7 +588,9 @@ impl UdpSocket {
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         let mut raw = RawAddr::empty();
         // SAFETY: as in local_addr.
-        cvt(unsafe { libc::getpeername(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len) })?;
+        cvt(unsafe {
+            libc::getpeername(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len)
+        })?;
         raw.to_std().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
     }
 
@@ -569,7 +603,14 @@ impl UdpSocket {
         };
         // SAFETY: buffer and address pointers come from live borrows.
         cvt_isize(unsafe {
-            libc::sendto(self.fd.as_raw_fd(), buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT, p, l)
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                buf.as_ptr() as *const libc::c_void,
+                buf.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                p,
+                l,
+            )
         })
     }
 
@@ -643,7 +684,14 @@ impl UdpSocket {
 
     /// The rest of a split message, one plain datagram per segment (`sent`
     /// of its datagrams went out before).
-    fn send_plain_rest(&self, dst: Option<SocketAddr>, pieces: &[Vec<io::IoSlice<'_>>], seg: usize, mut sent: usize, wait: bool) -> io::Result<()> {
+    fn send_plain_rest(
+        &self,
+        dst: Option<SocketAddr>,
+        pieces: &[Vec<io::IoSlice<'_>>],
+        seg: usize,
+        mut sent: usize,
+        wait: bool,
+    ) -> io::Result<()> {
         for piece in pieces {
             for iov in split_iov(piece, seg) {
                 self.send_retrying(OutMsg { dst, iov: &iov, segment: None }, wait).map_err(|e| partly(sent, e))?;
@@ -711,7 +759,9 @@ impl UdpSocket {
         }
         // SAFETY: every pointer in hdrs refers to addrs, cmsgs or the caller's
         // iov slices, all alive across this call.
-        let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        let r = unsafe {
+            libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+        };
         cvt(r).map(|v| v as usize)
     }
 
@@ -735,7 +785,9 @@ impl UdpSocket {
         if n == 0 {
             return Ok(0);
         }
-        let r = RX_ARRAYS.try_with(|cell| cell.try_borrow_mut().ok().map(|mut a| self.recv_batch_into(&mut a, bufs, meta, n, flags)));
+        let r = RX_ARRAYS.try_with(|cell| {
+            cell.try_borrow_mut().ok().map(|mut a| self.recv_batch_into(&mut a, bufs, meta, n, flags))
+        });
         match r {
             Ok(Some(r)) => r,
             // Not expected (nothing here receives re-entrantly; a thread
@@ -747,7 +799,14 @@ impl UdpSocket {
     /// [`UdpSocket::recv_batch_flags`] with the header arrays `a`, grown to
     /// `n` as needed and reused: a read used to allocate and zero four
     /// arrays per call, a good part of a request/response server's receive.
-    fn recv_batch_into(&self, a: &mut RxArrays, bufs: &mut [Vec<u8>], meta: &mut [InMeta], n: usize, flags: libc::c_int) -> io::Result<usize> {
+    fn recv_batch_into(
+        &self,
+        a: &mut RxArrays,
+        bufs: &mut [Vec<u8>],
+        meta: &mut [InMeta],
+        n: usize,
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
         if a.addrs.len() < n {
             a.addrs.resize(n, RawAddr::empty());
             a.cmsgs.resize(n, [0; RX_CMSG_SPACE / 8]);
@@ -822,7 +881,9 @@ impl UdpSocket {
                         let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
                         info.v6 = Some((std::net::Ipv6Addr::from(p.ipi6_addr.s6_addr), p.ipi6_ifindex));
                     }
-                    if (*c).cmsg_level == libc::IPPROTO_IPV6 && matches!((*c).cmsg_type, libc::IPV6_TCLASS | libc::IPV6_HOPLIMIT) {
+                    if (*c).cmsg_level == libc::IPPROTO_IPV6
+                        && matches!((*c).cmsg_type, libc::IPV6_TCLASS | libc::IPV6_HOPLIMIT)
+                    {
                         let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int).clamp(0, 255) as u8;
                         if (*c).cmsg_type == libc::IPV6_TCLASS {
                             info.tclass = Some(v);
@@ -830,7 +891,10 @@ impl UdpSocket {
                             info.hoplimit = Some(v);
                         }
                     }
-                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPING && crate::tracepoint::on() {
+                    if (*c).cmsg_level == libc::SOL_SOCKET
+                        && (*c).cmsg_type == SO_TIMESTAMPING
+                        && crate::tracepoint::on()
+                    {
                         let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
                         crate::tracepoint::note_rx_stamp(i, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
                     }
@@ -877,7 +941,9 @@ impl UdpSocket {
             while !c.is_null() {
                 let lvl = (*c).cmsg_level;
                 let ty = (*c).cmsg_type;
-                if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR) || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR) {
+                if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
+                    || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
+                {
                     let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
                     errno = Some(ee.ee_errno as i32);
                 }
@@ -995,7 +1061,9 @@ impl AsRawFd for ErrorFlag {
 fn unix_dgram() -> io::Result<Private<OwnedFd>> {
     new_private(|| {
         // SAFETY: plain syscall; the fd is owned below.
-        let fd = cvt(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+        let fd = cvt(unsafe {
+            libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+        })?;
         // SAFETY: fresh fd owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     })
@@ -1009,7 +1077,11 @@ fn autobind(fd: RawFd) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: an address of just the family asks for an autobound
     // (abstract) name; getsockname writes within `addr`'s size.
     let len = unsafe {
-        cvt(libc::bind(fd, &addr as *const _ as *const libc::sockaddr, size_of::<libc::sa_family_t>() as libc::socklen_t))?;
+        cvt(libc::bind(
+            fd,
+            &addr as *const _ as *const libc::sockaddr,
+            size_of::<libc::sa_family_t>() as libc::socklen_t,
+        ))?;
         let mut len = size_of::<libc::sockaddr_un>() as libc::socklen_t;
         cvt(libc::getsockname(fd, &mut addr as *mut _ as *mut libc::sockaddr, &mut len))?;
         len
@@ -1088,7 +1160,12 @@ impl ErrorFlag {
         // buffer. A failure leaves the flag down (as before the call).
         unsafe {
             libc::connect(b, &a_addr as *const _ as *const libc::sockaddr, a_len);
-            libc::send(self.a.as_raw_fd(), b"!".as_ptr() as *const libc::c_void, 1, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+            libc::send(
+                self.a.as_raw_fd(),
+                b"!".as_ptr() as *const libc::c_void,
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            );
             libc::connect(b, &unspec, size_of::<libc::sockaddr>() as libc::socklen_t);
         }
     }
@@ -1098,7 +1175,15 @@ impl ErrorFlag {
         let mut v: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: pointer/length of a live c_int.
-        unsafe { libc::getsockopt(self.a.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR, &mut v as *mut _ as *mut libc::c_void, &mut len) };
+        unsafe {
+            libc::getsockopt(
+                self.a.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                &mut v as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        };
     }
 }
 
@@ -1128,7 +1213,8 @@ impl TimerFd {
     pub fn new() -> io::Result<Self> {
         let fd = new_private(|| {
             // SAFETY: plain syscall; the fd is owned below.
-            let fd = cvt(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
+            let fd =
+                cvt(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
             // SAFETY: fresh fd owned by nobody else.
             Ok(unsafe { OwnedFd::from_raw_fd(fd) })
         })?;
@@ -1141,7 +1227,10 @@ impl TimerFd {
         let value = match after {
             Some(d) => {
                 let d = d.max(Duration::from_nanos(1));
-                libc::timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as _ }
+                libc::timespec {
+                    tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+                    tv_nsec: d.subsec_nanos() as _,
+                }
             }
             None => libc::timespec { tv_sec: 0, tv_nsec: 0 },
         };
@@ -1251,10 +1340,17 @@ impl Epoll {
 /// (0 on `EINTR`). `None` waits forever. The timeout is honoured to the
 /// nanosecond (a sub-millisecond wait must not round to a busy poll);
 /// before Linux 5.11 `epoll_wait` waits whole milliseconds, rounded up.
-pub(crate) fn epoll_wait_for(epfd: RawFd, evs: &mut [MaybeUninit<libc::epoll_event>], timeout: Option<Duration>) -> io::Result<usize> {
+pub(crate) fn epoll_wait_for(
+    epfd: RawFd,
+    evs: &mut [MaybeUninit<libc::epoll_event>],
+    timeout: Option<Duration>,
+) -> io::Result<usize> {
     let cap = evs.len().min(i32::MAX as usize) as i32;
     let ptr = evs.as_mut_ptr() as *mut libc::epoll_event;
-    let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long });
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
     let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     let mut r = -1;
     if !NO_PWAIT2.load(Relaxed) {
@@ -1327,8 +1423,13 @@ pub fn poll_readable_or_shut(fds: &[RawFd], timeout: Option<Duration>, interrupt
 /// place for the wait only (`ppoll`), as a thread that holds its signals
 /// blocked ([`AsyncSignalsBlocked`]) must: a signal pending or arriving is
 /// taken inside the wait, which then fails with `EINTR`.
-pub fn poll_readable_or_shut_masked(fds: &[RawFd], timeout: Option<Duration>, mask: &libc::sigset_t) -> io::Result<bool> {
-    poll_events_first(fds, libc::POLLIN | libc::POLLRDHUP, timeout, Some(mask)).map(|(_, first)| first & libc::POLLRDHUP != 0)
+pub fn poll_readable_or_shut_masked(
+    fds: &[RawFd],
+    timeout: Option<Duration>,
+    mask: &libc::sigset_t,
+) -> io::Result<bool> {
+    poll_events_first(fds, libc::POLLIN | libc::POLLRDHUP, timeout, Some(mask))
+        .map(|(_, first)| first & libc::POLLRDHUP != 0)
 }
 
 /// The asynchronous signals ([`async_signals`]) blocked in this thread
@@ -1377,7 +1478,12 @@ fn poll_events(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>) 
 
 /// One poll: whether anything was ready, and the first descriptor's revents.
 /// With `mask`, a `ppoll` that waits with that signal mask.
-fn poll_events_first(fds: &[RawFd], events: libc::c_short, timeout: Option<Duration>, mask: Option<&libc::sigset_t>) -> io::Result<(bool, libc::c_short)> {
+fn poll_events_first(
+    fds: &[RawFd],
+    events: libc::c_short,
+    timeout: Option<Duration>,
+    mask: Option<&libc::sigset_t>,
+) -> io::Result<(bool, libc::c_short)> {
     // At most two descriptors are ever polled: no allocation on the wait path.
     let mut p = [libc::pollfd { fd: -1, events, revents: 0 }; 4];
     debug_assert!(fds.len() <= p.len());
@@ -1386,14 +1492,28 @@ fn poll_events_first(fds: &[RawFd], events: libc::c_short, timeout: Option<Durat
         slot.fd = fd;
     }
     let r = if let Some(mask) = mask {
-        let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as _ });
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: d.subsec_nanos() as _,
+        });
         // The system call itself, not libc's `ppoll` (which the preload
         // shim interposes); the kernel's sigset is 8 bytes.
         // SAFETY: live pollfd array and length; `ts` null or a live
         // timespec; a live sigset.
-        unsafe { libc::syscall(libc::SYS_ppoll, p.as_mut_ptr(), n as libc::nfds_t, ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec), mask as *const libc::sigset_t, 8usize) as libc::c_int }
+        unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                p.as_mut_ptr(),
+                n as libc::nfds_t,
+                ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec),
+                mask as *const libc::sigset_t,
+                8usize,
+            ) as libc::c_int
+        }
     } else {
-        let ms = timeout.map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32).unwrap_or(-1);
+        let ms = timeout
+            .map(|d| d.as_millis().min(i32::MAX as u128).max(if d.is_zero() { 0 } else { 1 }) as i32)
+            .unwrap_or(-1);
         // SAFETY: pointer to a live pollfd array and a length within it.
         unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, ms) }
     };
@@ -1407,8 +1527,16 @@ fn poll_events_first(fds: &[RawFd], events: libc::c_short, timeout: Option<Durat
 /// the engine does not own).
 pub fn set_int_option(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32, val: i32) -> io::Result<()> {
     // SAFETY: pointer to a live c_int and its size; fd is borrowed for the call.
-    cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32) })
-        .map(drop)
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            &val as *const _ as *const libc::c_void,
+            size_of::<libc::c_int>() as u32,
+        )
+    })
+    .map(drop)
 }
 
 /// Raises the soft limit on open files towards `want` (bounded by the hard
@@ -1432,7 +1560,8 @@ pub fn async_signals() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut set);
-        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS, libc::SIGABRT] {
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS, libc::SIGABRT]
+        {
             libc::sigdelset(&mut set, sig);
         }
         set
@@ -1533,7 +1662,15 @@ pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize
             h.msg_hdr.msg_controllen = size_of::<[u64; 16]>();
         }
         // SAFETY: every pointer refers to the live arrays above.
-        let r = unsafe { libc::recvmmsg(fd, hdrs.as_mut_ptr(), BATCH as u32, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        let r = unsafe {
+            libc::recvmmsg(
+                fd,
+                hdrs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
         if r <= 0 {
             return n;
         }
@@ -1550,7 +1687,9 @@ pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize
                     if lvl == libc::SOL_SOCKET && ty == SO_TIMESTAMPING {
                         let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
                         stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                    } else if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR) || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR) {
+                    } else if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
+                        || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
+                    {
                         let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
                         if ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
                             key = Some((ee.ee_data, ee.ee_info == SCM_TSTAMP_SCHED));
@@ -1586,7 +1725,9 @@ pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize
 pub fn hold_rx_timestamps(wait: Duration) -> bool {
     let Ok(sock) = new_private(|| {
         // SAFETY: plain syscall; the fd is owned below.
-        let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) })?;
+        let fd = cvt(unsafe {
+            libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)
+        })?;
         // SAFETY: fresh fd owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }) else {
@@ -1595,16 +1736,32 @@ pub fn hold_rx_timestamps(wait: Duration) -> bool {
     let fd = sock.as_raw_fd();
     let flags = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
     // SAFETY: pointer to a live c_int of the given size.
-    if unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, &flags as *const _ as *const libc::c_void, size_of::<libc::c_int>() as libc::socklen_t) } != 0 {
+    if unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPING,
+            &flags as *const _ as *const libc::c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    } != 0
+    {
         return false;
     }
     // From here on the kernel's count is held: keep the socket for good.
     std::mem::forget(sock);
-    let mut a = libc::sockaddr_in { sin_family: libc::AF_INET as libc::sa_family_t, sin_port: 0, sin_addr: libc::in_addr { s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be() }, sin_zero: [0; 8] };
+    let mut a = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr { s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be() },
+        sin_zero: [0; 8],
+    };
     let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
     let ap = &mut a as *mut libc::sockaddr_in as *mut libc::sockaddr;
     // SAFETY: pointers to the live sockaddr_in and its length.
-    if unsafe { libc::bind(fd, ap, len) != 0 || libc::getsockname(fd, ap, &mut len) != 0 || libc::connect(fd, ap, len) != 0 } {
+    if unsafe {
+        libc::bind(fd, ap, len) != 0 || libc::getsockname(fd, ap, &mut len) != 0 || libc::connect(fd, ap, len) != 0
+    } {
         return false;
     }
     let t0 = std::time::Instant::now();

@@ -197,5 +197,7 @@ impl Backend for kernel::UdpSocket {
         self
     }
 }
-#[path = "tcp/mod.rs"] pub mod tcp;
-#[path = "xdp/mod.rs"] pub mod xdp;
+#[path = "tcp/mod.rs"]
+pub mod tcp;
+#[path = "xdp/mod.rs"]
+pub mod xdp;

@@ -132,7 +132,16 @@ impl Map {
     fn new(fd: RawFd, len: usize, off: i64) -> io::Result<Map> {
         // SAFETY: a shared mapping of the ring fd at an offset the kernel
         // defines; the result is checked before use.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_POPULATE, fd, off) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                off,
+            )
+        };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -197,7 +206,16 @@ impl StampRing {
     /// A ring owned by the calling thread; an error where the kernel lacks
     /// io_uring or one of the setup flags (older than 6.1).
     pub fn new() -> io::Result<StampRing> {
-        let mut p = Params { cq_entries: CQ_ENTRIES, flags: IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CQE32 | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, ..Default::default() };
+        let mut p = Params {
+            cq_entries: CQ_ENTRIES,
+            flags: IORING_SETUP_CQSIZE
+                | IORING_SETUP_SUBMIT_ALL
+                | IORING_SETUP_COOP_TASKRUN
+                | IORING_SETUP_CQE32
+                | IORING_SETUP_SINGLE_ISSUER
+                | IORING_SETUP_DEFER_TASKRUN,
+            ..Default::default()
+        };
         // One of the engine's own descriptors: under the preload shim it is
         // kept out of the program's numbers (the maps below are made
         // through the number it ends up on).
@@ -243,7 +261,17 @@ impl StampRing {
     fn enter(&self, n: u32) -> io::Result<()> {
         loop {
             // SAFETY: no signal mask is passed (null, size 0).
-            let r = unsafe { libc::syscall(libc::SYS_io_uring_enter, self.fd.as_raw_fd(), n, 0u32, IORING_ENTER_GETEVENTS, std::ptr::null::<libc::c_void>(), 0usize) };
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_io_uring_enter,
+                    self.fd.as_raw_fd(),
+                    n,
+                    0u32,
+                    IORING_ENTER_GETEVENTS,
+                    std::ptr::null::<libc::c_void>(),
+                    0usize,
+                )
+            };
             if r >= 0 {
                 return Ok(());
             }
@@ -283,13 +311,27 @@ impl StampRing {
             Reaped::Ended(t, _) if t == cancel => cancelled.set(true),
             _ => {}
         };
-        let refused = |res: Option<i32>| res.filter(|&r| r != 0 && r != -libc::ECANCELED).map(|r| io::Error::from_raw_os_error(-r));
-        self.submit(Sqe { opcode: IORING_OP_URING_CMD, fd, off: u64::from(SOCKET_URING_OP_TX_TIMESTAMP), user_data: tag, ..Default::default() })?;
+        let refused = |res: Option<i32>| {
+            res.filter(|&r| r != 0 && r != -libc::ECANCELED).map(|r| io::Error::from_raw_os_error(-r))
+        };
+        self.submit(Sqe {
+            opcode: IORING_OP_URING_CMD,
+            fd,
+            off: u64::from(SOCKET_URING_OP_TX_TIMESTAMP),
+            user_data: tag,
+            ..Default::default()
+        })?;
         self.reap_into(&mut on);
         if let Some(e) = refused(ended.get()) {
             return Err(e); // not armed: nothing to cancel
         }
-        self.submit(Sqe { opcode: IORING_OP_ASYNC_CANCEL, fd: -1, addr: tag, user_data: cancel, ..Default::default() })?;
+        self.submit(Sqe {
+            opcode: IORING_OP_ASYNC_CANCEL,
+            fd: -1,
+            addr: tag,
+            user_data: cancel,
+            ..Default::default()
+        })?;
         // Both end within the cancelling call or the next run of deferred
         // work; the bound only guards against a kernel that never ends it.
         for _ in 0..1000 {
@@ -322,7 +364,14 @@ impl StampRing {
             if flags & IORING_CQE_F_MORE != 0 {
                 // A stamp: res is the OPT_ID key, the second half the time.
                 let sched = (flags >> IORING_TIMESTAMP_TYPE_SHIFT) == SCM_TSTAMP_SCHED;
-                f(Reaped::Stamp(tag, TxStamp { key: res as u32, sched, realtime_ns: w[2].wrapping_mul(1_000_000_000).wrapping_add(w[3]) }));
+                f(Reaped::Stamp(
+                    tag,
+                    TxStamp {
+                        key: res as u32,
+                        sched,
+                        realtime_ns: w[2].wrapping_mul(1_000_000_000).wrapping_add(w[3]),
+                    },
+                ));
             } else {
                 f(Reaped::Ended(tag, res));
             }
@@ -488,8 +537,10 @@ mod tests {
             let mut best = [f64::MAX; 3];
             let mut read = 0u64;
             for _ in 0..7 {
-                best[0] = best[0].min(per_send(&s, n, k, &mut || read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64));
-                best[1] = best[1].min(per_send(&s, n, k, &mut || read += ring.read_queued(fd, &mut |_| {}).unwrap() as u64));
+                best[0] = best[0]
+                    .min(per_send(&s, n, k, &mut || read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64));
+                best[1] =
+                    best[1].min(per_send(&s, n, k, &mut || read += ring.read_queued(fd, &mut |_| {}).unwrap() as u64));
                 best[2] = best[2].min(per_send(&s, n, k, &mut || {
                     read += ring.read_queued(fd, &mut |_| {}).unwrap() as u64;
                     read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64;

@@ -29,7 +29,13 @@ pub fn cc(name: &str, extra: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("eudp-preload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("{name}-{n}"));
-    let st = Command::new("cc").args(["-O2", "-Wall", "-pthread", "-o"]).arg(&out).arg(&src).args(extra).status().expect("cc");
+    let st = Command::new("cc")
+        .args(["-O2", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .expect("cc");
     assert!(st.success(), "cc {name}");
     out
 }
@@ -90,12 +96,15 @@ pub fn uoe_port() -> u16 {
         .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
         .unwrap_or(32768)
         .clamp(12_000, 65_535);
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() ^ (std::process::id() << 16);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+        ^ (std::process::id() << 16);
     let mut x = seed | 1;
     for _ in 0..2000 {
         x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
         let port = (10_000 + (x >> 8) % (low - 10_000)) as u16;
-        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() && std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok() {
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
+            && std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok()
+        {
             return port;
         }
     }

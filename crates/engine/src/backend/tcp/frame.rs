@@ -59,7 +59,8 @@ pub fn header(src: u16, dst: u16, len: usize) -> [u8; HEADER_LEN] {
 /// A run header: `count` datagrams of `seg` bytes follow.
 pub fn run_header(src: u16, dst: u16, count: u16, seg: usize) -> [u8; RUN_HEADER_LEN] {
     debug_assert!(count > 0 && seg > 0 && seg <= MAX_PAYLOAD);
-    let (s, d, m, c, g) = (src.to_be_bytes(), dst.to_be_bytes(), RUN_MARK.to_be_bytes(), count.to_be_bytes(), (seg as u16).to_be_bytes());
+    let (s, d, m, c, g) =
+        (src.to_be_bytes(), dst.to_be_bytes(), RUN_MARK.to_be_bytes(), count.to_be_bytes(), (seg as u16).to_be_bytes());
     [s[0], s[1], d[0], d[1], m[0], m[1], c[0], c[1], g[0], g[1]]
 }
 
@@ -396,7 +397,8 @@ mod tests {
         b.extend_from_slice(b"hi");
         let mut got = Vec::new();
         assert_eq!(each_queued(&b, |s, d, p| got.push((s, d, p.to_vec()))), whole);
-        let want: Vec<(u16, u16, Vec<u8>)> = vec![(1, 2, b"abc".to_vec()), (4, 5, b"dE".to_vec()), (4, 5, b"fG".to_vec()), (6, 7, vec![])];
+        let want: Vec<(u16, u16, Vec<u8>)> =
+            vec![(1, 2, b"abc".to_vec()), (4, 5, b"dE".to_vec()), (4, 5, b"fG".to_vec()), (6, 7, vec![])];
         assert_eq!(got, want);
     }
 
@@ -491,7 +493,7 @@ mod tests {
         assert_eq!(bad([0, 1, 0, 2, m[0], m[1], 0, 5, 0, 0]), Err(FrameError::Malformed)); // empty ones
         assert_eq!(bad([0, 1, 0, 0, m[0], m[1], 0, 5, 0, 5]), Err(FrameError::Malformed)); // port 0
         assert_eq!(bad([0, 1, 0, 2, m[0], m[1], 0, 5, 0xff, 0xe4]), Err(FrameError::Oversized)); // 65 508
-        // A version 1 stream has no runs: the marker is an oversized frame.
+                                                                                                 // A version 1 stream has no runs: the marker is an oversized frame.
         let mut w = v(1);
         w.extend_from_slice(&run_header(1, 2, 3, 4));
         assert_eq!(decode(&mut Decoder::new(), &w, 100), Err(FrameError::Oversized));
@@ -522,4 +524,3 @@ mod tests {
         assert_eq!((d.pending(), d.last_run()), (0, None));
     }
 }
-

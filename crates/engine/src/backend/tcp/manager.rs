@@ -17,17 +17,17 @@
 //! → `RxQueue::inner`; and `Mgr::listener` → `Mgr::listen_st`. `rbuf`
 //! and `pool` are the manager thread's own.
 
-use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
 use super::fork::{self, Tracked};
-use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
+use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
 use super::socket::Room;
+use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
 use super::{Dml, TcpConfig, CORK_BYTES};
 use crate::backend::kernel::{to_family, unmap, EventFd};
+use crate::fdspace::{private, Private};
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
-use crate::fdspace::{private, Private};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -213,7 +213,12 @@ impl RxItem {
 
     /// Whether a `len`-byte datagram from `src` continues this block.
     fn extends(&self, src: SocketAddr, len: usize) -> bool {
-        self.big && self.src == src && len > 0 && len <= self.seg && self.len == self.n * self.seg && self.len + len <= self.buf.len()
+        self.big
+            && self.src == src
+            && len > 0
+            && len <= self.seg
+            && self.len == self.n * self.seg
+            && self.len + len <= self.buf.len()
     }
 }
 
@@ -309,11 +314,32 @@ impl Pools {
 
 impl RxQueue {
     pub(super) fn new(v6: bool, cap: usize) -> io::Result<Self> {
-        let inner = RxInner { items: VecDeque::new(), dgrams: 0, bytes: 0, cap, peer: None, free: Vec::new(), free_big: Vec::new(), signalled: false, left: false };
+        let inner = RxInner {
+            items: VecDeque::new(),
+            dgrams: 0,
+            bytes: 0,
+            cap,
+            peer: None,
+            free: Vec::new(),
+            free_big: Vec::new(),
+            signalled: false,
+            left: false,
+        };
         let ready = EventFd::new()?;
         let poll = Poller::new()?;
         poll.add_level(ready.as_raw_fd(), 0)?;
-        Ok(RxQueue { inner: Mutex::new(inner), ready, v6, gro: AtomicBool::new(false), poll, owned: Mutex::new(None), rd: Mutex::new(RdCtx::default()), kernel_pending: AtomicBool::new(true), stalled: AtomicBool::new(false), plain: OnceLock::new() })
+        Ok(RxQueue {
+            inner: Mutex::new(inner),
+            ready,
+            v6,
+            gro: AtomicBool::new(false),
+            poll,
+            owned: Mutex::new(None),
+            rd: Mutex::new(RdCtx::default()),
+            kernel_pending: AtomicBool::new(true),
+            stalled: AtomicBool::new(false),
+            plain: OnceLock::new(),
+        })
     }
 
     /// Input arrived on the endpoint's kernel socket: its reader is woken
@@ -806,7 +832,11 @@ fn stats_path() -> Option<std::path::PathBuf> {
 fn write_stats(stats: &TcpStats, queued: usize) {
     let Some(path) = stats_path() else { return };
     let fields: Vec<String> = stats.fields().iter().map(|(k, v)| format!("    \"{k}\": {v}")).collect();
-    let body = format!("{{\n  \"pid\": {},\n  \"queued_bytes\": {queued},\n  \"tcp\": {{\n{}\n  }}\n}}\n", std::process::id(), fields.join(",\n"));
+    let body = format!(
+        "{{\n  \"pid\": {},\n  \"queued_bytes\": {queued},\n  \"tcp\": {{\n{}\n  }}\n}}\n",
+        std::process::id(),
+        fields.join(",\n")
+    );
     let tmp = path.with_extension("json.tmp");
     if let Some(d) = path.parent() {
         let _ = std::fs::create_dir_all(d);
@@ -959,9 +989,13 @@ impl TcpTransport {
             Ok(t) => Ok(t),
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
                 if first {
-                    eprintln!("eudp: tcp port {} is in use; this process will accept UOE connections once it is free", cfg.port);
+                    eprintln!(
+                        "eudp: tcp port {} is in use; this process will accept UOE connections once it is free",
+                        cfg.port
+                    );
                 }
-                TcpTransport::start_with(TcpConfig { listen: false, ..cfg }, true).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+                TcpTransport::start_with(TcpConfig { listen: false, ..cfg }, true)
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
             }
             Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
         };
@@ -1029,7 +1063,11 @@ impl TcpTransport {
 
     /// As [`crate::Endpoint::from_kernel_fd`], over this transport: the
     /// preload shim's way to put an application's UDP socket on the UOE.
-    pub fn endpoint_from_kernel_fd(&self, engine: &crate::Engine, fd: std::os::fd::OwnedFd) -> io::Result<crate::Endpoint> {
+    pub fn endpoint_from_kernel_fd(
+        &self,
+        engine: &crate::Engine,
+        fd: std::os::fd::OwnedFd,
+    ) -> io::Result<crate::Endpoint> {
         let sock = self.socket_from_kernel_fd(fd)?;
         let peer = crate::backend::Backend::peer_addr(&sock).ok();
         let ep = crate::Endpoint::with_backend(engine, Box::new(sock))?;
@@ -1470,12 +1508,23 @@ impl Mgr {
     /// to another peer, and an exact local address before the wildcard.
     /// Second: when none matches, an endpoint connected to another peer
     /// (which filters the datagram and counts it).
-    fn lookup(ports: &Ports, port: u16, local: IpAddr, src: SocketAddr) -> (Option<Arc<RxQueue>>, Option<Arc<RxQueue>>) {
+    fn lookup(
+        ports: &Ports,
+        port: u16,
+        local: IpAddr,
+        src: SocketAddr,
+    ) -> (Option<Arc<RxQueue>>, Option<Arc<RxQueue>>) {
         let Some(v) = ports.get(&port) else { return (None, None) };
         let mut best: Option<(u8, Arc<RxQueue>)> = None;
         let mut other = None;
         for (ip, w) in v {
-            let at = if *ip == local { 2 } else if ip.is_unspecified() { 1 } else { continue };
+            let at = if *ip == local {
+                2
+            } else if ip.is_unspecified() {
+                1
+            } else {
+                continue;
+            };
             let Some(q) = w.upgrade() else { continue };
             let peer = lock(&q.inner).peer;
             let score = match peer {
@@ -1536,9 +1585,17 @@ impl Mgr {
     /// as the kernel path would: a full send buffer is waited on briefly,
     /// then the rest is dropped and counted. Returns the items taken (all,
     /// unless the first found the buffer full: `EAGAIN`).
-    pub(super) fn send_plain(&self, udp: &crate::backend::kernel::UdpSocket, ip: IpAddr, items: &[(u16, u16, &[IoSlice<'_>], usize)]) -> io::Result<usize> {
+    pub(super) fn send_plain(
+        &self,
+        udp: &crate::backend::kernel::UdpSocket,
+        ip: IpAddr,
+        items: &[(u16, u16, &[IoSlice<'_>], usize)],
+    ) -> io::Result<usize> {
         use crate::backend::kernel::{poll_writable, OutMsg};
-        let msgs: Vec<OutMsg<'_>> = items.iter().map(|it| OutMsg { dst: Some(to_family(SocketAddr::new(ip, it.1), udp.is_v6())), iov: it.2, segment: None }).collect();
+        let msgs: Vec<OutMsg<'_>> = items
+            .iter()
+            .map(|it| OutMsg { dst: Some(to_family(SocketAddr::new(ip, it.1), udp.is_v6())), iov: it.2, segment: None })
+            .collect();
         let mut i = 0;
         let mut waited = false;
         while i < msgs.len() {
@@ -1639,7 +1696,10 @@ impl Mgr {
         }
         let now = Instant::now();
         let key = (norm_ip(local), dst);
-        let cached = lock(&self.bound).get(&key).copied().filter(|&(b, at)| now.duration_since(at) < if b { BOUND_FOR } else { FREE_FOR });
+        let cached = lock(&self.bound)
+            .get(&key)
+            .copied()
+            .filter(|&(b, at)| now.duration_since(at) < if b { BOUND_FOR } else { FREE_FOR });
         let bound = match cached {
             Some((b, _)) => b,
             None => {
@@ -1724,7 +1784,15 @@ impl Mgr {
     /// engine) whose items are taken completely or not at all, as
     /// `sendmmsg` takes messages; the count returned then ends on a
     /// message boundary.
-    pub(super) fn submit(&self, lane: &Arc<Lane>, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>, udp: &crate::backend::kernel::UdpSocket, room: &Arc<Room>) -> io::Result<usize> {
+    pub(super) fn submit(
+        &self,
+        lane: &Arc<Lane>,
+        items: &[(u16, u16, &[IoSlice<'_>], usize)],
+        caller: Caller,
+        whole: Option<&[usize]>,
+        udp: &crate::backend::kernel::UdpSocket,
+        room: &Arc<Room>,
+    ) -> io::Result<usize> {
         let now = Instant::now();
         let mut st = lock(&lane.st);
         if st.closed || self.stopped() {
@@ -1755,7 +1823,8 @@ impl Mgr {
         }
         // The end of the message that item `i` starts (a datagram alone
         // unless `whole` groups it).
-        let group_end = |i: usize| whole.and_then(|e| e.iter().copied().find(|&e| e > i)).unwrap_or(i + 1).min(items.len());
+        let group_end =
+            |i: usize| whole.and_then(|e| e.iter().copied().find(|&e| e > i)).unwrap_or(i + 1).min(items.len());
         // Items before this index belong to a message already admitted.
         let mut admitted = 0;
         // A streaming sender's datagrams are gathered in the queue instead
@@ -1790,7 +1859,8 @@ impl Mgr {
                 // buffer is the queue: a sender that finds it full gets
                 // `WouldBlock` rather than copying megabytes into user space
                 // for the manager to write later.
-                let bound = if st.phase == Phase::Up { self.cfg.queue_bytes.min(UP_QUEUE_BYTES) } else { self.cfg.queue_bytes };
+                let bound =
+                    if st.phase == Phase::Up { self.cfg.queue_bytes.min(UP_QUEUE_BYTES) } else { self.cfg.queue_bytes };
                 // So does the process-wide bound: a lane with nothing queued
                 // may always queue one, or the other lanes' queues (a peer
                 // that does not listen) would stop it for good.
@@ -1848,7 +1918,12 @@ impl Mgr {
             Phase::Idle => self.start_connect(lane, &mut st),
             Phase::Connecting | Phase::Backoff => {}
         }
-        if matches!(caller, Caller::App | Caller::Stream) && self.cfg.dml == Dml::Block && st.phase != Phase::Up && !st.fallback && st.out.queued() > 0 {
+        if matches!(caller, Caller::App | Caller::Stream)
+            && self.cfg.dml == Dml::Block
+            && st.phase != Phase::Up
+            && !st.fallback
+            && st.out.queued() > 0
+        {
             // DML (b): block while the transport retries, then fall back to (a).
             Counters::inc(&self.c.block_waits);
             let dl = Instant::now() + self.cfg.block_timeout;
@@ -1949,7 +2024,8 @@ impl Mgr {
     /// lane that drains to empty always has room, so a wait on it ends even
     /// while other lanes hold the process-wide queue.
     fn up_room(&self, q: usize, need: usize) -> bool {
-        q + need <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES) && self.queued_total.load(Relaxed) + need <= self.cfg.total_queue_bytes
+        q + need <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES)
+            && self.queued_total.load(Relaxed) + need <= self.cfg.total_queue_bytes
     }
 
     /// Waits at most `timeout` until a send on `lane` would not find it
@@ -1986,7 +2062,14 @@ impl Mgr {
     /// datagrams of one size between the same ports (an engine run) go as
     /// one run (`frame::run_header`): one header, and payloads that a
     /// receiver reads contiguously.
-    fn write_direct(&self, lane: &Arc<Lane>, st: &mut LaneSt, items: &[(u16, u16, &[IoSlice<'_>], usize)], now: Instant, added: &mut usize) -> usize {
+    fn write_direct(
+        &self,
+        lane: &Arc<Lane>,
+        st: &mut LaneSt,
+        items: &[(u16, u16, &[IoSlice<'_>], usize)],
+        now: Instant,
+        added: &mut usize,
+    ) -> usize {
         let Some(conn) = st.conn.clone() else { return 0 };
         // Units: (first item, end, header, header bytes); at most 1024
         // iovecs (IOV_MAX) per call.
@@ -2001,7 +2084,11 @@ impl Mgr {
             n_iov += 1 + parts.len();
             let mut j = i + 1;
             if len > 0 {
-                while j < items.len() && j - i < u16::MAX as usize && (items[j].0, items[j].1, items[j].3) == (src, dst, len) && n_iov + items[j].2.len() <= 1024 {
+                while j < items.len()
+                    && j - i < u16::MAX as usize
+                    && (items[j].0, items[j].1, items[j].3) == (src, dst, len)
+                    && n_iov + items[j].2.len() <= 1024
+                {
                     n_iov += items[j].2.len();
                     j += 1;
                 }
@@ -2048,7 +2135,8 @@ impl Mgr {
                         let len = items[*a].3.max(1);
                         let full = if b - a > 1 { left.saturating_sub(*hl) / len } else { 0 };
                         Counters::add(&self.c.frames_sent, full as u64);
-                        let pieces = std::iter::once(&h[..*hl]).chain(items[*a..*b].iter().flat_map(|it| it.2.iter().map(|p| &p[..])));
+                        let pieces = std::iter::once(&h[..*hl])
+                            .chain(items[*a..*b].iter().flat_map(|it| it.2.iter().map(|p| &p[..])));
                         st.out.push_rest(pieces, left, (b - a - full) as u32, now);
                         *added += size - left;
                         break;
@@ -2354,7 +2442,9 @@ impl Mgr {
                 if failed {
                     self.close_socket(conn);
                     *lock(&conn.lane) = None;
-                    if self.cfg.dml == Dml::Udp && matches!(&error, Ok(Some(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED)) {
+                    if self.cfg.dml == Dml::Udp
+                        && matches!(&error, Ok(Some(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED))
+                    {
                         self.go_plain(lane, &mut st);
                     }
                     self.connect_failed(&mut st);
@@ -2412,7 +2502,12 @@ impl Mgr {
                 // Reads to one and the same endpoint: a stalled endpoint's
                 // reads must not count for another's first one.
                 let id = Arc::as_ptr(&q) as usize;
-                let run = if conn.bulk_q.swap(id, Relaxed) == id { conn.bulk.fetch_add(1, Relaxed) + 1 } else { conn.bulk.store(1, Relaxed); 1 };
+                let run = if conn.bulk_q.swap(id, Relaxed) == id {
+                    conn.bulk.fetch_add(1, Relaxed) + 1
+                } else {
+                    conn.bulk.store(1, Relaxed);
+                    1
+                };
                 if run >= DELEGATE_AFTER && self.delegate(conn, &q) {
                     return false;
                 }
@@ -2433,8 +2528,28 @@ impl Mgr {
     /// One read of `conn`, delivered (`quiet`: the queue whose reader reads,
     /// not signalled). Also returns the queue every frame went to in place,
     /// if there was one (a bulk flow to one endpoint).
-    fn read_step(&self, conn: &Arc<Conn>, dec: &mut Decoder, rbuf: &mut [u8], pools: &mut Pools, quiet: Option<&RxQueue>, blocks: usize) -> (Step, Option<Arc<RxQueue>>) {
-        let mut out = Deliver { mgr: self, conn, pools, cache: None, batch: Vec::new(), frames: 0, bytes: 0, frames_seen: 0, quiet, first: None, mixed: false };
+    fn read_step(
+        &self,
+        conn: &Arc<Conn>,
+        dec: &mut Decoder,
+        rbuf: &mut [u8],
+        pools: &mut Pools,
+        quiet: Option<&RxQueue>,
+        blocks: usize,
+    ) -> (Step, Option<Arc<RxQueue>>) {
+        let mut out = Deliver {
+            mgr: self,
+            conn,
+            pools,
+            cache: None,
+            batch: Vec::new(),
+            frames: 0,
+            bytes: 0,
+            frames_seen: 0,
+            quiet,
+            first: None,
+            mixed: false,
+        };
         let r = match self.scatter_plan(dec, conn) {
             Some(plan) => self.read_in_place(conn, dec, rbuf, plan, &mut out, blocks),
             None => {
@@ -2505,7 +2620,12 @@ impl Mgr {
             return false;
         }
         *owned = Some(conn.clone());
-        *owner = Owner { q: Some(Arc::downgrade(q)), reads: conn.direct_reads.load(SeqCst), since: Instant::now(), armed: false };
+        *owner = Owner {
+            q: Some(Arc::downgrade(q)),
+            reads: conn.direct_reads.load(SeqCst),
+            since: Instant::now(),
+            armed: false,
+        };
         conn.delegated.store(true, SeqCst);
         Counters::inc(&self.c.rx_delegations);
         // The next tick comes soon and starts the watch.
@@ -2634,7 +2754,9 @@ impl Mgr {
             Step::Closed => self.close_conn(&conn),
             // Frames for another endpoint (or a break in the pattern): the
             // manager reads this connection again.
-            Step::Drained(n) | Step::Full(n) if n > 0 && !only.as_ref().is_some_and(|o| Arc::ptr_eq(o, q)) => self.revoke(&conn),
+            Step::Drained(n) | Step::Full(n) if n > 0 && !only.as_ref().is_some_and(|o| Arc::ptr_eq(o, q)) => {
+                self.revoke(&conn)
+            }
             _ => {}
         }
     }
@@ -2670,7 +2792,15 @@ impl Mgr {
     /// unexpected header on, a datagram cut by the end of the read) goes
     /// through the decoder as usual. Returns (bytes read, bytes the read
     /// could take).
-    fn read_in_place(&self, conn: &Conn, dec: &mut Decoder, rbuf: &mut [u8], plan: Plan, out: &mut Deliver<'_>, blocks: usize) -> Result<(usize, usize), ReadErr> {
+    fn read_in_place(
+        &self,
+        conn: &Conn,
+        dec: &mut Decoder,
+        rbuf: &mut [u8],
+        plan: Plan,
+        out: &mut Deliver<'_>,
+        blocks: usize,
+    ) -> Result<(usize, usize), ReadErr> {
         let len = plan.len;
         let per_block = BIG_BUF / len;
         let nblocks = blocks_for(len, blocks, plan.room);
@@ -2707,11 +2837,13 @@ impl Mgr {
                 }
             }
         }
-        let mut hdrs: Vec<[u8; RUN_HEADER_LEN]> = vec![[0u8; RUN_HEADER_LEN]; ents.iter().filter(|e| matches!(e, Ent::Hdr(..))).count()];
+        let mut hdrs: Vec<[u8; RUN_HEADER_LEN]> =
+            vec![[0u8; RUN_HEADER_LEN]; ents.iter().filter(|e| matches!(e, Ent::Hdr(..))).count()];
         // No spare room after the slots: a fuller socket is read again in
         // place rather than into `rbuf` (which would cost a copy).
         let head = &mut rbuf[..plan.need];
-        let room = plan.need + slots * len + ents.iter().map(|e| if let Ent::Hdr(_, l) = e { *l } else { 0 }).sum::<usize>();
+        let room =
+            plan.need + slots * len + ents.iter().map(|e| if let Ent::Hdr(_, l) = e { *l } else { 0 }).sum::<usize>();
         let n = {
             let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(1 + ents.len());
             iov.push(IoSliceMut::new(head));
@@ -2830,7 +2962,8 @@ impl Mgr {
                 break;
             }
             rd.copy_to(&hdrs, &blocks, p, &mut h[..HEADER_LEN]);
-            let (s, d, l) = (u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]), u16::from_be_bytes([h[4], h[5]]));
+            let (s, d, l) =
+                (u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]), u16::from_be_bytes([h[4], h[5]]));
             if (s, d) != (plan.src, plan.dst) {
                 break;
             }
@@ -2844,7 +2977,11 @@ impl Mgr {
                 }
                 RUN_HEADER_LEN
             } else {
-                if usize::from(l) != len || avail < HEADER_LEN + len || slot >= slots || rd.direction(p + HEADER_LEN, len, slot, per_block).is_none() {
+                if usize::from(l) != len
+                    || avail < HEADER_LEN + len
+                    || slot >= slots
+                    || rd.direction(p + HEADER_LEN, len, slot, per_block).is_none()
+                {
                     break;
                 }
                 HEADER_LEN
@@ -2944,7 +3081,10 @@ impl Mgr {
                 let c = lock(&self.conns);
                 (c.len(), c.values().filter(|x| x.peer.ip() == peer_ip).count())
             };
-            if total >= self.cfg.max_conns || per_peer >= self.cfg.max_conns_per_peer || stream.set_nonblocking(true).is_err() {
+            if total >= self.cfg.max_conns
+                || per_peer >= self.cfg.max_conns_per_peer
+                || stream.set_nonblocking(true).is_err()
+            {
                 Counters::inc(&self.c.rejected_conns);
                 continue; // dropping the stream closes it
             }
@@ -3018,8 +3158,11 @@ impl Mgr {
                 }
             }
             if st.out.queued() > 0 {
-                let (bound, ctr) =
-                    if st.phase == Phase::Up { (self.cfg.max_wait, &self.c.drop_max_wait) } else { (self.cfg.queue_deadline, &self.c.drop_deadline) };
+                let (bound, ctr) = if st.phase == Phase::Up {
+                    (self.cfg.max_wait, &self.c.drop_max_wait)
+                } else {
+                    (self.cfg.queue_deadline, &self.c.drop_deadline)
+                };
                 if let Some(cutoff) = now.checked_sub(bound) {
                     let b = st.out.queued();
                     let n = st.out.drop_older(cutoff);
@@ -3035,7 +3178,11 @@ impl Mgr {
                 st.out.buf = Vec::new();
                 st.out.head = 0;
             }
-            if st.phase == Phase::Idle && st.conn.is_none() && st.out.queued() == 0 && now.duration_since(st.last_used) > LANE_IDLE {
+            if st.phase == Phase::Idle
+                && st.conn.is_none()
+                && st.out.queued() == 0
+                && now.duration_since(st.last_used) > LANE_IDLE
+            {
                 st.retired = true;
                 idle.push(lane.key);
             }
@@ -3052,7 +3199,8 @@ impl Mgr {
                 next = next.min(self.cfg.rx_stall / 2);
             }
         }
-        let conns: Vec<Arc<Conn>> = lock(&self.conns).values().filter(|c| !c.hello_seen.load(SeqCst)).cloned().collect();
+        let conns: Vec<Arc<Conn>> =
+            lock(&self.conns).values().filter(|c| !c.hello_seen.load(SeqCst)).cloned().collect();
         for c in conns {
             let age = now.saturating_duration_since(c.created);
             if age >= self.cfg.hello_timeout {
@@ -3206,7 +3354,14 @@ impl<'a> Scattered<'a> {
     /// move never covers bytes still to move after it, and a forward one
     /// never those before it: backward runs go in stream order, forward
     /// runs in reverse (the pieces of one datagram likewise).
-    fn move_all(&self, hdrs: &[[u8; RUN_HEADER_LEN]], blocks: &mut [Vec<u8>], moves: &[(usize, usize, bool)], len: usize, per_block: usize) {
+    fn move_all(
+        &self,
+        hdrs: &[[u8; RUN_HEADER_LEN]],
+        blocks: &mut [Vec<u8>],
+        moves: &[(usize, usize, bool)],
+        len: usize,
+        per_block: usize,
+    ) {
         let mut ps = Vec::new();
         let mut exec = |m: &(usize, usize, bool), blocks: &mut [Vec<u8>]| {
             let (p, slot, fwd) = *m;
@@ -3349,7 +3504,9 @@ fn left_connected_holds(port: u16, src: SocketAddr) -> bool {
         }
     }
     // The kernel prints each 32-bit word of an address as a host-order hex number.
-    let words = |o: &[u8]| o.chunks(4).map(|c| format!("{:08X}", u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))).collect::<String>();
+    let words = |o: &[u8]| {
+        o.chunks(4).map(|c| format!("{:08X}", u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))).collect::<String>()
+    };
     let (v4, v6) = match src.ip() {
         IpAddr::V4(ip) => (Some(words(&ip.octets())), words(&ip.to_ipv6_mapped().octets())),
         IpAddr::V6(ip) => (None, words(&ip.octets())),
@@ -3433,11 +3590,21 @@ impl Deliver<'_> {
                 self.to(SocketAddr::new(self.conn.peer.ip(), src), dst);
                 match self.cache.as_ref().and_then(|c| c.1.as_ref()) {
                     None => {
-                        if !self.mgr.forward(SocketAddr::new(self.conn.peer.ip(), src), self.conn.local_ip, dst, payload) {
+                        if !self.mgr.forward(
+                            SocketAddr::new(self.conn.peer.ip(), src),
+                            self.conn.local_ip,
+                            dst,
+                            payload,
+                        ) {
                             Counters::inc(&self.mgr.c.drop_no_port);
                         }
                     }
-                    Some(q) => self.pools.add(&mut self.batch, q.gro.load(Relaxed), SocketAddr::new(self.conn.peer.ip(), src), payload),
+                    Some(q) => self.pools.add(
+                        &mut self.batch,
+                        q.gro.load(Relaxed),
+                        SocketAddr::new(self.conn.peer.ip(), src),
+                        payload,
+                    ),
                 }
             }
         })
@@ -3493,7 +3660,14 @@ mod tests {
     /// in-place read guessing runs of `guess` would, then moves every
     /// datagram the reader may move (as `read_in_place` does) and checks
     /// each slot. Returns (moved forward, moved back, stopped early).
-    fn scatter_case(len: usize, per_block: usize, nblocks: usize, counts: &[usize], guess: usize, hl: usize) -> (usize, usize, bool) {
+    fn scatter_case(
+        len: usize,
+        per_block: usize,
+        nblocks: usize,
+        counts: &[usize],
+        guess: usize,
+        hl: usize,
+    ) -> (usize, usize, bool) {
         let slots = per_block * nblocks;
         // The guessed layout: a header array, then `guess` slots, and so on.
         let mut segs: Vec<(At, usize, usize)> = Vec::new();

@@ -8,8 +8,10 @@
 //! eventfd readable while datagrams for this socket are queued.
 
 use super::frame::MAX_PAYLOAD;
+use super::manager::{
+    lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP,
+};
 use super::sys;
-use super::manager::{lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP};
 use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
 use crate::backend::Backend;
 use std::io::{self, IoSlice};
@@ -255,7 +257,14 @@ impl TcpSocket {
     /// Hands items to their lane ([`Mgr::submit`]); `whole`: ends of
     /// messages taken whole. A full lane's `WouldBlock` records the room the
     /// send wanted, for `wait_writable`, and shuts [`Room`] until it is there.
-    fn submit(&self, ip: IpAddr, idx: u8, items: &[(u16, u16, &[IoSlice<'_>], usize)], caller: Caller, whole: Option<&[usize]>) -> io::Result<usize> {
+    fn submit(
+        &self,
+        ip: IpAddr,
+        idx: u8,
+        items: &[(u16, u16, &[IoSlice<'_>], usize)],
+        caller: Caller,
+        whole: Option<&[usize]>,
+    ) -> io::Result<usize> {
         let mut fresh = false;
         // Refusals the engine thread waited out in this call: at most 4, as
         // another sender on the lane may take the room first each time.
@@ -310,14 +319,18 @@ impl TcpSocket {
                 if k == bufs.len() {
                     self.rxq.kernel_pending.store(true, SeqCst);
                 }
-                let dgrams: usize = meta[..k].iter().map(|m| m.segment.map_or(1, |s| m.len.div_ceil(s.max(1)).max(1))).sum();
+                let dgrams: usize =
+                    meta[..k].iter().map(|m| m.segment.map_or(1, |s| m.len.div_ceil(s.max(1)).max(1))).sum();
                 Counters::add(&self.mgr.c.kernel_received, dgrams as u64);
                 k
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 // A nonblocking read of a socket shut for reading finds
                 // nothing; the kernel's blocking receive would return 0.
-                if bufs.is_empty() || !kernel::poll_readable_or_shut(&[self.udp.as_raw_fd()], Some(Duration::ZERO), false).unwrap_or(false) {
+                if bufs.is_empty()
+                    || !kernel::poll_readable_or_shut(&[self.udp.as_raw_fd()], Some(Duration::ZERO), false)
+                        .unwrap_or(false)
+                {
                     return 0;
                 }
                 meta[0] = InMeta { len: 0, src: None, segment: None, truncated: false, pktinfo: None };
@@ -466,7 +479,13 @@ impl Backend for TcpSocket {
                 };
                 let idx = self.mgr.lane_index(src, dport);
                 let n = m.iov.len();
-                let one_per_iov = m.iov.iter().enumerate().all(|(k, v)| if k + 1 < n { v.len() == seg } else { v.len() <= seg && !v.is_empty() });
+                let one_per_iov = m.iov.iter().enumerate().all(|(k, v)| {
+                    if k + 1 < n {
+                        v.len() == seg
+                    } else {
+                        v.len() <= seg && !v.is_empty()
+                    }
+                });
                 let whole: Vec<u8>;
                 let pieces: Vec<[IoSlice<'_>; 1]> = if one_per_iov {
                     m.iov.iter().map(|v| [IoSlice::new(v)]).collect()
@@ -474,7 +493,8 @@ impl Backend for TcpSocket {
                     whole = m.iov.iter().flat_map(|v| v.iter().copied()).collect();
                     whole.chunks(seg).map(|c| [IoSlice::new(c)]).collect()
                 };
-                let items: Vec<(u16, u16, &[IoSlice<'_>], usize)> = pieces.iter().map(|p| (src, dport, &p[..], p[0].len())).collect();
+                let items: Vec<(u16, u16, &[IoSlice<'_>], usize)> =
+                    pieces.iter().map(|p| (src, dport, &p[..], p[0].len())).collect();
                 match self.submit(ip, idx, &items, Caller::Engine, Some(&[items.len()])) {
                     Ok(_) => done += 1,
                     Err(e) if done == 0 => return Err(e),
@@ -579,7 +599,13 @@ impl Backend for TcpSocket {
                     }
                 }
             }
-            meta[n] = InMeta { len: end, src: Some(src), segment: (end > seg).then_some(seg), truncated: false, pktinfo: None };
+            meta[n] = InMeta {
+                len: end,
+                src: Some(src),
+                segment: (end > seg).then_some(seg),
+                truncated: false,
+                pktinfo: None,
+            };
             n += 1;
         }
         if n < want && self.rxq.kernel_pending.swap(false, SeqCst) {

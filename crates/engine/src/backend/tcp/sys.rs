@@ -10,10 +10,10 @@
 
 #![allow(unsafe_code)] // The documented home of the tcp backend's unsafe code.
 
+use crate::fdspace::{new_private, Private};
 use std::io;
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use crate::fdspace::{new_private, Private};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -39,7 +39,10 @@ pub struct SockOpts {
 
 fn set_int(fd: RawFd, level: i32, name: i32, val: i32) -> io::Result<()> {
     // SAFETY: pointer to a live c_int and its size, for the duration of the call.
-    cvt(unsafe { libc::setsockopt(fd, level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32) }).map(drop)
+    cvt(unsafe {
+        libc::setsockopt(fd, level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32)
+    })
+    .map(drop)
 }
 
 /// Whether a read of `fd` would not wait now: input, end of stream or an
@@ -125,8 +128,16 @@ pub fn start_listening(l: &TcpListener, backlog: i32) -> io::Result<()> {
 pub fn set_congestion(fd: RawFd, name: &str) -> io::Result<()> {
     let b = name.as_bytes();
     // SAFETY: pointer/length of a live byte slice for the duration of the call.
-    cvt(unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, b.as_ptr() as *const libc::c_void, b.len() as libc::socklen_t) })
-        .map(drop)
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            b.as_ptr() as *const libc::c_void,
+            b.len() as libc::socklen_t,
+        )
+    })
+    .map(drop)
 }
 
 /// Reads TCP_CONGESTION.
@@ -134,7 +145,9 @@ pub fn congestion(fd: RawFd) -> io::Result<String> {
     let mut buf = [0u8; 32];
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: pointer/length of a live buffer; the kernel writes at most `len` bytes.
-    cvt(unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr() as *mut libc::c_void, &mut len) })?;
+    cvt(unsafe {
+        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr() as *mut libc::c_void, &mut len)
+    })?;
     let s = &buf[..(len as usize).min(buf.len())];
     let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
     Ok(String::from_utf8_lossy(&s[..end]).into_owned())
@@ -233,7 +246,9 @@ impl<T: Sync + 'static> Leaked<T> {
 /// (the preload shim runs inside C programs that keep SIGPIPE's default).
 pub fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: pointer/length of a live byte slice.
-    let r = unsafe { libc::send(fd, buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    let r = unsafe {
+        libc::send(fd, buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -309,7 +324,12 @@ impl Poller {
 
     /// Edge-triggered in/out/hang-up (connections).
     pub fn add_conn(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, token, (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32)
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            token,
+            (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+        )
     }
 
     /// A connection read by an endpoint (see `Mgr::delegate`): the manager
@@ -321,7 +341,12 @@ impl Poller {
     /// Back to [`Poller::add_conn`]'s events; input already waiting is
     /// reported at once.
     pub fn conn_all(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd, token, (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32)
+        self.ctl(
+            libc::EPOLL_CTL_MOD,
+            fd,
+            token,
+            (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+        )
     }
 
     pub fn remove(&self, fd: RawFd) {
@@ -371,7 +396,9 @@ impl std::fmt::Debug for RawUdp {
 fn raw_socket(family: libc::c_int) -> Option<Private<OwnedFd>> {
     new_private(|| {
         // SAFETY: plain syscall; the descriptor is adopted below.
-        let fd = cvt(unsafe { libc::socket(family, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) })?;
+        let fd = cvt(unsafe {
+            libc::socket(family, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW)
+        })?;
         // SAFETY: fd was just returned by socket() and is owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     })
@@ -541,7 +568,8 @@ fn diag_holds(diag: &mut Diag, ip: IpAddr, port: u16) -> io::Result<bool> {
             *FILTER_WORKS.get_or_init(|| w)
         }
     };
-    let families: &[u8] = if v4.is_some() { &[libc::AF_INET as u8, libc::AF_INET6 as u8] } else { &[libc::AF_INET6 as u8] };
+    let families: &[u8] =
+        if v4.is_some() { &[libc::AF_INET as u8, libc::AF_INET6 as u8] } else { &[libc::AF_INET6 as u8] };
     for &family in families {
         let held = diag.dump(family, if filter_works { port } else { 0 })?.iter().any(|s| {
             s.port == port
@@ -579,13 +607,23 @@ struct Diag {
 impl Diag {
     fn open() -> io::Result<Diag> {
         // SAFETY: plain socket(2); the descriptor is adopted at once.
-        let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) })?;
+        let fd = cvt(unsafe {
+            libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG)
+        })?;
         // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // A dump is answered at once; the bound only guards a wedged kernel.
         let tv = libc::timeval { tv_sec: 1, tv_usec: 0 };
         // SAFETY: `tv` is live for the call; the kernel copies it.
-        cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of::<libc::timeval>() as libc::socklen_t) })?;
+        cvt(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
         Ok(Diag { fd, seq: 0, buf: vec![0u8; 32 * 1024] })
     }
 
@@ -612,7 +650,16 @@ impl Diag {
         let mut to: libc::sockaddr_nl = unsafe { zeroed() };
         to.nl_family = libc::AF_NETLINK as u16;
         // SAFETY: `req` and `to` are live for the call; the kernel reads them.
-        let r = unsafe { libc::sendto(self.fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0, (&to as *const libc::sockaddr_nl).cast(), size_of::<libc::sockaddr_nl>() as libc::socklen_t) };
+        let r = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                req.as_ptr().cast(),
+                req.len(),
+                0,
+                (&to as *const libc::sockaddr_nl).cast(),
+                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -640,7 +687,8 @@ impl Diag {
                 match kind {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
-                        let errno = body.get(0..4).map(|b| i32::from_ne_bytes(b.try_into().unwrap())).unwrap_or(-libc::EIO);
+                        let errno =
+                            body.get(0..4).map(|b| i32::from_ne_bytes(b.try_into().unwrap())).unwrap_or(-libc::EIO);
                         return Err(io::Error::from_raw_os_error(-errno));
                     }
                     // inet_diag_msg: family, state, timer, retrans, then the
@@ -714,7 +762,8 @@ mod tests {
     fn the_socket_tables_show_which_udp_ports_are_held() {
         // Through netlink (and the function's second looks), then the /proc
         // fallback, given the same second looks.
-        diag_holds(&mut Diag::open().expect("sock_diag netlink opens"), IpAddr::V4(Ipv4Addr::LOCALHOST), 9).expect("sock_diag netlink answers");
+        diag_holds(&mut Diag::open().expect("sock_diag netlink opens"), IpAddr::V4(Ipv4Addr::LOCALHOST), 9)
+            .expect("sock_diag netlink answers");
         check_tables(udp_port_bound);
         check_tables(|ip, port| (0..3).any(|_| proc_holds(ip, port)));
     }

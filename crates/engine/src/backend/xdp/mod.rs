@@ -73,7 +73,14 @@ pub struct XdpConfig {
 
 impl XdpConfig {
     pub fn new(ifname: &str) -> XdpConfig {
-        XdpConfig { ifname: ifname.to_string(), queue: 0, frames: 4096, ring: 2048, attach: AttachMode::Auto, neigh_ttl: Duration::from_secs(1) }
+        XdpConfig {
+            ifname: ifname.to_string(),
+            queue: 0,
+            frames: 4096,
+            ring: 2048,
+            attach: AttachMode::Auto,
+            neigh_ttl: Duration::from_secs(1),
+        }
     }
 }
 
@@ -389,7 +396,14 @@ impl XdpTransport {
     pub fn stats(&self) -> XdpStats {
         let c = &self.shared.c;
         let g = |a: &AtomicU64| a.load(Relaxed);
-        let k = self.shared.xsk.statistics().unwrap_or(libc::xdp_statistics { rx_dropped: 0, rx_invalid_descs: 0, tx_invalid_descs: 0, rx_ring_full: 0, rx_fill_ring_empty_descs: 0, tx_ring_empty_descs: 0 });
+        let k = self.shared.xsk.statistics().unwrap_or(libc::xdp_statistics {
+            rx_dropped: 0,
+            rx_invalid_descs: 0,
+            tx_invalid_descs: 0,
+            rx_ring_full: 0,
+            rx_fill_ring_empty_descs: 0,
+            tx_ring_empty_descs: 0,
+        });
         XdpStats {
             tx_xdp: g(&c.tx_xdp),
             tx_kernel: g(&c.tx_kernel),
@@ -535,7 +549,12 @@ impl XdpSocket {
         // the wildcard unless it is IPV6_V6ONLY.
         let local = match self.kernel.local_addr()? {
             SocketAddr::V4(l) => l,
-            SocketAddr::V6(l) if l.ip().is_unspecified() && self.kernel.option(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(1) == 0 => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, l.port()),
+            SocketAddr::V6(l)
+                if l.ip().is_unspecified()
+                    && self.kernel.option(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(1) == 0 =>
+            {
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, l.port())
+            }
             SocketAddr::V6(l) => match l.ip().to_ipv4_mapped() {
                 Some(ip) => SocketAddrV4::new(ip, l.port()),
                 None => return Ok(()),
@@ -576,7 +595,11 @@ impl XdpSocket {
         }
         let l = self.kernel.local_addr()?;
         if l.port() == 0 {
-            let any = if self.v6 { SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), 0) } else { SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0) };
+            let any = if self.v6 {
+                SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), 0)
+            } else {
+                SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0)
+            };
             self.kernel.bind(&any)?;
         }
         self.register(&mut st)?;
@@ -595,7 +618,12 @@ impl XdpSocket {
             return Ok(Route::Kernel);
         };
         let d = *dst.ip();
-        if d.is_broadcast() || d.is_multicast() || d == broadcast_of(ifaddr, prefix) || d.is_loopback() || self.t.iface.v4.iter().any(|(a, _)| *a == d) {
+        if d.is_broadcast()
+            || d.is_multicast()
+            || d == broadcast_of(ifaddr, prefix)
+            || d.is_loopback()
+            || self.t.iface.v4.iter().any(|(a, _)| *a == d)
+        {
             c.tx_kernel_off_link.fetch_add(1, Relaxed);
             return Ok(Route::Kernel);
         }
@@ -632,7 +660,13 @@ impl XdpSocket {
     /// cannot take them. Returns how many were accepted. Frames wait on the
     /// ring until the caller flushes `tx` (one kick for a whole batch); a
     /// datagram taking the kernel path flushes first, to keep the order.
-    fn send_datagrams(&self, tx: &mut TxBatch<'_>, payloads: &mut dyn Iterator<Item = &[u8]>, dst: Option<&SocketAddr>, kernel_dst: Option<&SocketAddr>) -> io::Result<usize> {
+    fn send_datagrams(
+        &self,
+        tx: &mut TxBatch<'_>,
+        payloads: &mut dyn Iterator<Item = &[u8]>,
+        dst: Option<&SocketAddr>,
+        kernel_dst: Option<&SocketAddr>,
+    ) -> io::Result<usize> {
         let Some(d) = self.dst_of(dst)? else {
             // An IPv6 destination on an IPv4 socket: the kernel's answer.
             let mut n = 0;
@@ -676,7 +710,15 @@ impl XdpSocket {
             }
             let addr = tx.side.free.pop().expect("a free frame");
             let buf = self.umem().frame_mut(addr);
-            let params = Udp4Params { src_mac: MacAddr(self.t.iface.mac), dst_mac: MacAddr(mac), src, dst, tos, ttl, ident: self.ident.fetch_add(1, Relaxed) };
+            let params = Udp4Params {
+                src_mac: MacAddr(self.t.iface.mac),
+                dst_mac: MacAddr(mac),
+                src,
+                dst,
+                tos,
+                ttl,
+                ident: self.ident.fetch_add(1, Relaxed),
+            };
             let len = match frame::build_udp4(buf, &params, p) {
                 Ok(n) => n,
                 Err(e) => {
@@ -707,7 +749,8 @@ impl XdpSocket {
                 &joined
             };
             let seg = m.segment.map_or(whole.len().max(1), |s| usize::from(s).max(1));
-            let mut parts: Box<dyn Iterator<Item = &[u8]>> = if whole.is_empty() { Box::new(std::iter::once(whole)) } else { Box::new(whole.chunks(seg)) };
+            let mut parts: Box<dyn Iterator<Item = &[u8]>> =
+                if whole.is_empty() { Box::new(std::iter::once(whole)) } else { Box::new(whole.chunks(seg)) };
             let want = if whole.is_empty() { 1 } else { whole.len().div_ceil(seg) };
             match self.send_datagrams(tx, &mut parts, m.dst.as_ref(), m.dst.as_ref()) {
                 Ok(n) if n == want => done += 1,
@@ -727,7 +770,11 @@ impl XdpSocket {
     fn meta_for(&self, m: &mut InMeta, len: usize, src: SocketAddrV4, dst: Ipv4Addr, tos: u8, ttl: u8) {
         let opts = self.rx_opts.load(Relaxed);
         m.len = len;
-        m.src = Some(if self.v6 { SocketAddr::new(src.ip().to_ipv6_mapped().into(), src.port()) } else { SocketAddr::V4(src) });
+        m.src = Some(if self.v6 {
+            SocketAddr::new(src.ip().to_ipv6_mapped().into(), src.port())
+        } else {
+            SocketAddr::V4(src)
+        });
         m.segment = None;
         m.truncated = false;
         m.pktinfo = (opts != 0).then(|| PktInfo {
@@ -799,7 +846,10 @@ impl XdpSocket {
                         let mut copy = vec![0u8; f.payload.len()];
                         if copy_checked(&mut copy, f.payload, pending) {
                             self.t.c.rx_xdp.fetch_add(1, Relaxed);
-                            inbox.push(&self.t.c, Queued { data: copy, src: f.src, dst: *f.dst.ip(), tos: f.tos, ttl: f.ttl });
+                            inbox.push(
+                                &self.t.c,
+                                Queued { data: copy, src: f.src, dst: *f.dst.ip(), tos: f.tos, ttl: f.ttl },
+                            );
                         } else {
                             self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
                         }
@@ -1188,7 +1238,13 @@ mod tests {
                     198.18.0.4       0x1         0x2         02:aa:bb:cc:dd:02     *        eth9\n\
                     198.18.0.5       0x1         0x6         02:aa:bb:cc:dd:03     *        veth0\n";
         let got = parse_arp_table(text, "veth0");
-        assert_eq!(got, vec![("198.18.0.2".parse().unwrap(), [2, 0xaa, 0xbb, 0xcc, 0xdd, 1]), ("198.18.0.5".parse().unwrap(), [2, 0xaa, 0xbb, 0xcc, 0xdd, 3])]);
+        assert_eq!(
+            got,
+            vec![
+                ("198.18.0.2".parse().unwrap(), [2, 0xaa, 0xbb, 0xcc, 0xdd, 1]),
+                ("198.18.0.5".parse().unwrap(), [2, 0xaa, 0xbb, 0xcc, 0xdd, 3])
+            ]
+        );
     }
 
     #[test]

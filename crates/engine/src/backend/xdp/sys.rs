@@ -266,7 +266,8 @@ fn load_xdp(prog: &[Insn], name: &str) -> io::Result<Private<OwnedFd>> {
             let _ = own(|| bpf(BPF_PROG_LOAD, &mut a));
             let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
-            let tail: String = text.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+            let tail: String =
+                text.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
             Err(io::Error::new(e.kind(), format!("loading the XDP program: {e}; verifier: {tail}")))
         }
     }
@@ -314,7 +315,16 @@ impl<T: Copy> Ring<T> {
         let map_len = off.desc as usize + size as usize * std::mem::size_of::<T>();
         // SAFETY: maps the ring the kernel created for this socket at the
         // documented page offset; checked for failure below.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_POPULATE, fd, pgoff as libc::off_t) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                pgoff as libc::off_t,
+            )
+        };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -423,7 +433,16 @@ impl Umem {
     fn new(frames: usize, frame_size: usize) -> io::Result<Umem> {
         let len = frames * frame_size;
         // SAFETY: a fresh private anonymous mapping, checked below.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -480,7 +499,15 @@ pub struct XskRings {
 
 fn setsockopt<T>(fd: RawFd, name: i32, v: &T) -> io::Result<()> {
     // SAFETY: passes a live `T` of its own size.
-    let r = unsafe { libc::setsockopt(fd, libc::SOL_XDP, name, v as *const T as *const libc::c_void, std::mem::size_of::<T>() as libc::socklen_t) };
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_XDP,
+            name,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
     cvt(r as libc::c_long).map(drop)
 }
 
@@ -491,10 +518,18 @@ impl Xsk {
     pub fn open(ifindex: u32, queue: u32, frames: usize, frame_size: usize, ring: u32) -> io::Result<(Xsk, XskRings)> {
         assert!(ring.is_power_of_two(), "xsk: ring size must be a power of two");
         // SAFETY: plain syscall; the descriptor is owned at once.
-        let fd = own(|| cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) } as libc::c_long))?;
+        let fd =
+            own(|| cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) } as libc::c_long))?;
         let raw = fd.as_raw_fd();
         let umem = Umem::new(frames, frame_size)?;
-        let reg = libc::xdp_umem_reg { addr: umem.base.as_ptr() as u64, len: umem.len as u64, chunk_size: frame_size as u32, headroom: 0, flags: 0, tx_metadata_len: 0 };
+        let reg = libc::xdp_umem_reg {
+            addr: umem.base.as_ptr() as u64,
+            len: umem.len as u64,
+            chunk_size: frame_size as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
         setsockopt(raw, libc::XDP_UMEM_REG, &reg)?;
         for name in [libc::XDP_UMEM_FILL_RING, libc::XDP_UMEM_COMPLETION_RING, libc::XDP_RX_RING, libc::XDP_TX_RING] {
             setsockopt(raw, name, &(ring as i32))?;
@@ -503,7 +538,15 @@ impl Xsk {
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
         // SAFETY: the kernel writes at most `len` bytes into `off`.
-        let r = unsafe { libc::getsockopt(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off as *mut _ as *mut libc::c_void, &mut len) };
+        let r = unsafe {
+            libc::getsockopt(
+                raw,
+                libc::SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                &mut off as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        };
         cvt(r as libc::c_long)?;
         if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
             return Err(io::Error::new(io::ErrorKind::Unsupported, "AF_XDP: kernel too old (no ring flags)"));
@@ -512,13 +555,25 @@ impl Xsk {
         let completion = Ring::map(raw, &off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING, ring, false)?;
         let rx = Ring::map(raw, &off.rx, libc::XDP_PGOFF_RX_RING as u64, ring, false)?;
         let tx = Ring::map(raw, &off.tx, libc::XDP_PGOFF_TX_RING as u64, ring, true)?;
-        let addr = libc::sockaddr_xdp { sxdp_family: libc::AF_XDP as u16, sxdp_flags: libc::XDP_COPY, sxdp_ifindex: ifindex, sxdp_queue_id: queue, sxdp_shared_umem_fd: 0 };
+        let addr = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: libc::XDP_COPY,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
         // A socket that just closed on this queue is released asynchronously:
         // retry EBUSY briefly.
         let mut tries = 0;
         loop {
             // SAFETY: binds to a live sockaddr_xdp of its own size.
-            let r = unsafe { libc::bind(raw, &addr as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t) };
+            let r = unsafe {
+                libc::bind(
+                    raw,
+                    &addr as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            };
             match cvt(r as libc::c_long) {
                 Ok(_) => break,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 20 => {
@@ -544,7 +599,8 @@ impl Xsk {
     /// early (`EAGAIN`/`EBUSY`/`ENOBUFS`) and more may be left.
     pub fn kick_tx(&self) -> io::Result<bool> {
         // SAFETY: a zero-length send with no buffer or address.
-        let r = unsafe { libc::sendto(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        let r =
+            unsafe { libc::sendto(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
         if r >= 0 {
             return Ok(true);
         }
@@ -562,7 +618,15 @@ impl Xsk {
         let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
         // SAFETY: the kernel writes at most `len` bytes into `st`.
-        let r = unsafe { libc::getsockopt(self.fd.as_raw_fd(), libc::SOL_XDP, libc::XDP_STATISTICS, &mut st as *mut _ as *mut libc::c_void, &mut len) };
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                &mut st as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        };
         cvt(r as libc::c_long).map(|_| st)
     }
 }
@@ -600,11 +664,15 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
 /// Index, MAC, MTU and IPv4 addresses of interface `name` in this thread's
 /// network namespace.
 pub fn iface_info(name: &str) -> io::Result<IfaceInfo> {
-    let cname = std::ffi::CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name with NUL"))?;
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name with NUL"))?;
     // SAFETY: a NUL-terminated name.
     let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
     if index == 0 {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name:?}: {}", io::Error::last_os_error())));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface {name:?}: {}", io::Error::last_os_error()),
+        ));
     }
     // SAFETY: plain syscall; closed by OwnedFd.
     let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) } as libc::c_long)?;
@@ -646,10 +714,16 @@ fn each_ipv4_addr(mut f: impl FnMut(&str, u32, Ipv4Addr, u8)) -> io::Result<()> 
             continue;
         }
         // SAFETY: both are sockaddr_in (family checked; the netmask matches it).
-        let (addr, mask) = unsafe { (*(a.ifa_addr as *const libc::sockaddr_in), *(a.ifa_netmask as *const libc::sockaddr_in)) };
+        let (addr, mask) =
+            unsafe { (*(a.ifa_addr as *const libc::sockaddr_in), *(a.ifa_netmask as *const libc::sockaddr_in)) };
         // SAFETY: a NUL-terminated name from getifaddrs.
         let name = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) }.to_string_lossy();
-        f(&name, a.ifa_flags, Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr)), u32::from_be(mask.sin_addr.s_addr).count_ones() as u8);
+        f(
+            &name,
+            a.ifa_flags,
+            Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr)),
+            u32::from_be(mask.sin_addr.s_addr).count_ones() as u8,
+        );
     }
     // SAFETY: frees the list getifaddrs returned, once.
     unsafe { libc::freeifaddrs(head) };
@@ -686,8 +760,13 @@ pub fn default_interface() -> io::Result<String> {
     })?;
     match names.len() {
         1 => Ok(names.remove(0)),
-        0 => Err(io::Error::new(io::ErrorKind::NotFound, "no interface is up with an IPv4 address (set EUDP_XDP_IFACE)")),
-        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("several interfaces ({}): set EUDP_XDP_IFACE", names.join(", ")))),
+        0 => {
+            Err(io::Error::new(io::ErrorKind::NotFound, "no interface is up with an IPv4 address (set EUDP_XDP_IFACE)"))
+        }
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("several interfaces ({}): set EUDP_XDP_IFACE", names.join(", ")),
+        )),
     }
 }
 
