@@ -136,19 +136,18 @@ fn expand_use(tree: &str) -> Vec<String> {
 }
 
 /// A path as written in `module`, made absolute (`crate::…`), or None when it leaves the crate.
-fn absolute(module: &str, is_mod_rs: bool, path: &str) -> Option<Vec<String>> {
+/// Inside `a/b.rs` and `a/b/mod.rs` alike, `self` is `a::b` and `super` is `a`.
+fn absolute(module: &str, path: &str) -> Option<Vec<String>> {
     let segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
     let mut here: Vec<String> = module.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
-    // Inside `a/b.rs`, `self` is a::b and `super` is a; inside `a/b/mod.rs` too.
-    let _ = is_mod_rs;
     let mut i = 0;
-    match segs.first()? {
-        &"crate" => {
+    match *segs.first()? {
+        "crate" => {
             here.clear();
             i = 1;
         }
-        &"self" => i = 1,
-        &"super" => {
+        "self" => i = 1,
+        "super" => {
             while segs.get(i) == Some(&"super") {
                 here.pop()?;
                 i += 1;
@@ -179,7 +178,6 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         let text = fs::read_to_string(f).unwrap();
         // A `mod tests` inside the file has its own `super`: leave it out.
         let code = code_only(text.split("\n#[cfg(test)]\nmod ").next().unwrap_or(&text));
-        let is_mod_rs = f.file_name().is_some_and(|n| n == "mod.rs");
         let mut paths = Vec::new();
         // `use` items (not `pub use`: a re-export is a facade).
         for stmt in code.split(';') {
@@ -207,7 +205,7 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         }
         let deps = g.entry(m.clone()).or_default();
         for p in paths {
-            if let Some(abs) = absolute(&m, is_mod_rs, &p) {
+            if let Some(abs) = absolute(&m, &p) {
                 if let Some(t) = resolve(&modules, &abs) {
                     // A module may always name its own descendants: that is declaration, not a loop.
                     if t != m && !t.starts_with(&format!("{m}::")) {
