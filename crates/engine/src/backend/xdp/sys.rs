@@ -273,6 +273,25 @@ fn load_xdp(prog: &[Insn], name: &str) -> io::Result<Private<OwnedFd>> {
     }
 }
 
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+/// Runs `prog` once in the kernel over `frame` (`BPF_PROG_TEST_RUN`, as if it
+/// arrived on queue 0 of this namespace's loopback device) and returns its
+/// verdict (`XDP_PASS` = 2, `XDP_REDIRECT` = 4, ...). Nothing is sent: a
+/// redirect is only decided. `frame` must hold at least an Ethernet header.
+pub fn test_run_xdp(prog: &Private<OwnedFd>, frame: &[u8]) -> io::Result<u32> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut a = BpfAttr::new();
+    a.u32(0, prog.as_raw_fd() as u32)
+        .u32(8, frame.len() as u32)
+        .u32(12, out.len() as u32)
+        .u64(16, frame.as_ptr() as u64)
+        .u64(24, out.as_mut_ptr() as u64)
+        .u32(32, 1);
+    bpf(BPF_PROG_TEST_RUN, &mut a)?;
+    Ok(u32::from_ne_bytes(a.0[4..8].try_into().expect("four bytes")))
+}
+
 /// Attaches `prog` to interface `ifindex` with a bpf_link (`flags`:
 /// [`XDP_FLAGS_DRV_MODE`] or [`XDP_FLAGS_SKB_MODE`]). The program stays
 /// attached while the returned descriptor is open, and no longer: a
