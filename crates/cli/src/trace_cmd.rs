@@ -21,7 +21,8 @@
 //! Hidden: `eudp trace worker send|recv ...` is one side of a transfer.
 
 use crate::testbed::{unique_name, Testbed, ADDR_B};
-use eudp_engine::backend::kernel::{poll_readable, poll_writable, InMeta, UdpSocket};
+use eudp_engine::backend::kernel::{InMeta, UdpSocket};
+use eudp_engine::sys::poll::{poll_readable, poll_writable};
 use eudp_engine::tracepoint::{self, EpTrace};
 use eudp_engine::{Config, Endpoint, Engine};
 use eudp_trace::resolve::{self, Dump, Path};
@@ -1165,7 +1166,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             if w.trace {
                 s.set_option(
                     libc::SOL_SOCKET,
-                    eudp_engine::backend::kernel::SO_TIMESTAMPING,
+                    eudp_engine::sys::timestamp::SO_TIMESTAMPING,
                     tracepoint::timestamping_flags(),
                 )
                 .map_err(e)?;
@@ -1253,7 +1254,7 @@ struct Usage {
 /// running thread's `schedstat` lags by up to a scheduler tick (4 ms at
 /// 250 Hz), a share of a short transfer worth correcting.
 fn usage() -> Usage {
-    let app_ns = eudp_engine::backend::kernel::thread_cpu_time().as_nanos() as u64;
+    let app_ns = eudp_engine::sys::clock::thread_cpu_time().as_nanos() as u64;
     // This thread's directory under /proc/self/task ("PID/task/TID").
     let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
     let (mut cpu_ns, mut switches) = (0, 0);
@@ -1401,7 +1402,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         if w.trace {
             s.set_option(
                 libc::SOL_SOCKET,
-                eudp_engine::backend::kernel::SO_TIMESTAMPING,
+                eudp_engine::sys::timestamp::SO_TIMESTAMPING,
                 tracepoint::timestamping_flags(),
             )
             .map_err(e)?;

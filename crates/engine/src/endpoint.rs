@@ -7,7 +7,7 @@
 //! receive served from the ring costs no syscall, and when the ring is empty
 //! the caller reads the socket itself before sleeping.
 
-use crate::backend::kernel::{self, ErrorFlag, EventFd, InMeta, OutMsg};
+use crate::backend::kernel::{self, InMeta, OutMsg};
 use crate::backend::{Backend, PktInfo};
 use crate::batch::{group_calls, gso_batch, GsoLimits};
 use crate::engine::{Engine, Shared};
@@ -15,6 +15,9 @@ use crate::machine::{QueueEvent, QueueState};
 use crate::queue::{L1Queue, PostDecision, Recorder, SendState};
 use crate::ring::RecvRing;
 use crate::stats::{Stats, StatsSnapshot};
+use crate::sys::error_flag::ErrorFlag;
+use crate::sys::fdevents::EventFd;
+use crate::sys::sync::lock;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -54,10 +57,6 @@ fn deadline_after(d: Duration) -> Option<Instant> {
 /// A deadline that never comes in practice (about 30 years away).
 fn far_future() -> Instant {
     deadline_after(Duration::from_secs(1 << 30)).unwrap_or_else(Instant::now)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The lock if nobody holds it (a poisoned one too, as [`lock`] takes it);
@@ -422,7 +421,7 @@ impl Endpoint {
             backend.enable_gro();
         }
         let recorder: Option<Recorder> = cfg.record_transitions.then(Default::default);
-        crate::tracepoint::setup_socket(&*backend);
+        crate::tracepoint::setup_socket(|level, name, val| backend.set_option(level, name, val));
         let v6 = backend.is_v6();
         let rcvbuf = backend.recv_buffer_size();
         let trace = crate::tracepoint::EpTrace::new();
@@ -760,7 +759,7 @@ impl Endpoint {
         if addr.is_ipv6() && !v6 {
             return Err(err(libc::EAFNOSUPPORT));
         }
-        Ok(kernel::to_family(addr, v6))
+        Ok(crate::sys::addr::to_family(addr, v6))
     }
 
     /// Sends on a connected endpoint.
@@ -1008,7 +1007,7 @@ impl Endpoint {
                 Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
                 // Asleep with nothing to read: it may sleep for good.
                 Err(std::sync::TryLockError::WouldBlock)
-                    if leave_asleep && i.rx_blocked.load(SeqCst) && !kernel::has_data(i.backend.raw_fd()) =>
+                    if leave_asleep && i.rx_blocked.load(SeqCst) && !crate::sys::poll::has_data(i.backend.raw_fd()) =>
                 {
                     asleep = true;
                     break None;
@@ -1605,7 +1604,7 @@ impl EpInner {
         if s.fits(len) {
             return None;
         }
-        if !crate::backend::kernel::poll_writable(fd, Some(Duration::ZERO)).unwrap_or(false) {
+        if !crate::sys::poll::poll_writable(fd, Some(Duration::ZERO)).unwrap_or(false) {
             drop(st);
             return Some(s);
         }
@@ -2052,7 +2051,7 @@ impl EpInner {
                     m += k;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if let Some(k) = crate::backend::kernel::partly_sent(&e).filter(|&k| k > 0 && k < runs[m].count) {
+                    if let Some(k) = crate::backend::partly_sent(&e).filter(|&k| k > 0 && k < runs[m].count) {
                         // The first k datagrams of runs[m] went out.
                         let r = runs[m];
                         if crate::tracepoint::on() {
@@ -2455,7 +2454,7 @@ impl EpInner {
             self.trace.drain_tx(self.backend.raw_fd());
             let sent = self.stats.send_calls.load(Relaxed);
             let sending = sent != self.tx_seen.swap(sent, Relaxed);
-            if sending && !crate::backend::kernel::has_data(self.backend.raw_fd()) {
+            if sending && !crate::sys::poll::has_data(self.backend.raw_fd()) {
                 return false;
             }
         }
@@ -2588,7 +2587,7 @@ impl EpInner {
         // would otherwise leave nothing for that wait to fail for, and the
         // receive would wait past the signal. Not sleeping inside the read
         // then (it would sleep through a pending signal).
-        let mut signals: Option<kernel::AsyncSignalsBlocked> = None;
+        let mut signals: Option<crate::sys::process::AsyncSignalsBlocked> = None;
         // A timed receive sleeps inside the read at most once: that read
         // waits the socket's whole timeout, which is only right while
         // (almost) none of it has passed. Later waits take the remaining
@@ -2616,7 +2615,7 @@ impl EpInner {
                 !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now())
             };
             if spinning && flags.interruptible && signals.is_none() {
-                signals = Some(kernel::AsyncSignalsBlocked::new());
+                signals = Some(crate::sys::process::AsyncSignalsBlocked::new());
             }
             let timed = dl.is_some();
             let blocked =
@@ -2718,8 +2717,8 @@ impl EpInner {
             self.rx_waiters.fetch_add(1, SeqCst);
             let fds = [self.backend.raw_fd(), ready.as_raw_fd(), errs.as_ref().map_or(-1, |f| f.as_raw_fd())];
             let r = match &signals {
-                Some(b) => kernel::poll_readable_or_shut_masked(&fds, remaining, b.mask_before()),
-                None => kernel::poll_readable_or_shut(&fds, remaining, flags.interruptible),
+                Some(b) => crate::sys::poll::poll_readable_or_shut_masked(&fds, remaining, b.mask_before()),
+                None => crate::sys::poll::poll_readable_or_shut(&fds, remaining, flags.interruptible),
             };
             self.rx_waiters.fetch_sub(1, SeqCst);
             if r? {

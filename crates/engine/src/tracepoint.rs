@@ -20,9 +20,8 @@
 //! processes of one program (a client and its server, fork children) each
 //! write their own file instead of overwriting one another's.
 
-use crate::backend::kernel;
-use crate::backend::stamp_ring;
-use crate::backend::Backend;
+use crate::sys::io_uring as stamp_ring;
+use crate::sys::{clock, timestamp};
 use std::cell::Cell;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
@@ -217,7 +216,7 @@ const TSC_FLAG: u64 = 1 << 8;
 /// `CLOCK_MONOTONIC_RAW` now, in nanoseconds.
 #[inline]
 pub fn now_ns() -> u64 {
-    kernel::monotonic_raw_ns()
+    clock::monotonic_raw_ns()
 }
 
 /// The hot-path clock, chosen when tracing is enabled: [`CLOCK_TSC`],
@@ -240,7 +239,7 @@ fn choose_clock() {
     }
     let c = if std::env::var("EUDP_TRACE_CLOCK").as_deref() == Ok("none") {
         CLOCK_NONE
-    } else if kernel::tsc().is_some() {
+    } else if clock::tsc().is_some() {
         CLOCK_TSC
     } else {
         CLOCK_RAW
@@ -252,8 +251,8 @@ fn choose_clock() {
 #[inline]
 fn stamp() -> (u64, bool) {
     match CLOCK.load(Relaxed) {
-        // Only chosen where kernel::tsc found an invariant TSC.
-        CLOCK_TSC => (kernel::tsc_unchecked(), true),
+        // Only chosen where clock::tsc found an invariant TSC.
+        CLOCK_TSC => (clock::tsc_unchecked(), true),
         CLOCK_NONE => (1, false),
         _ => (now_ns(), false),
     }
@@ -263,9 +262,9 @@ fn stamp() -> (u64, bool) {
 fn tsc_pair() -> Option<(u64, u64)> {
     let mut best: Option<(u64, u64, u64)> = None;
     for _ in 0..5 {
-        let a = kernel::tsc()?;
+        let a = clock::tsc()?;
         let n = now_ns();
-        let b = kernel::tsc()?;
+        let b = clock::tsc()?;
         if !matches!(best, Some(x) if x.0 <= b - a) {
             best = Some((b - a, a / 2 + b / 2, n));
         }
@@ -293,9 +292,9 @@ fn tsc_map() -> Option<(u64, u64, f64)> {
 pub fn realtime_to_raw_offset() -> i64 {
     let mut best = (u64::MAX, 0i64);
     for _ in 0..3 {
-        let a = kernel::monotonic_raw_ns();
-        let r = kernel::realtime_ns();
-        let b = kernel::monotonic_raw_ns();
+        let a = clock::monotonic_raw_ns();
+        let r = clock::realtime_ns();
+        let b = clock::monotonic_raw_ns();
         let width = b.saturating_sub(a);
         if width < best.0 {
             best = (width, (a / 2 + b / 2) as i64 - r as i64);
@@ -364,22 +363,10 @@ const PREFETCH_AHEAD: usize = 32;
 /// The event buffers stream through memory (tens of MB per thread per
 /// run), so without it each new line is a store miss; the store then waits
 /// in the store buffer and the next locked instruction of the hot path (the
-/// endpoint's send lock) waits for it: in the profile of a traced 1472 B
-/// sender, the send lock's `cmpxchg`/`xchg` took 34 ns per datagram more
-/// than untraced.
+/// endpoint's send lock) waits for it.
 #[inline(always)]
-#[allow(unsafe_code)] // the one unsafe block of this module: a cache hint
 fn prefetch_for_write(w: &AtomicU64) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHW (or PREFETCHT0 where the target lacks it) only
-    // hints the cache; it reads nothing architecturally and never faults.
-    // SSE, which `_mm_prefetch` needs, is part of every x86-64 CPU.
-    unsafe {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-        _mm_prefetch::<_MM_HINT_ET0>(w as *const AtomicU64 as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = w;
+    crate::sys::cache::prefetch_for_write(w);
 }
 
 #[inline]
@@ -640,12 +627,13 @@ pub fn timestamping_flags() -> i32 {
     }
 }
 
-/// Turns kernel timestamping on for a new socket when tracing is on.
-pub fn setup_socket(b: &dyn Backend) {
+/// Turns kernel timestamping on for a new socket when tracing is on;
+/// `set_option` sets an integer option on the socket.
+pub fn setup_socket(set_option: impl FnOnce(i32, i32, i32) -> std::io::Result<()>) {
     init_from_env();
     let flags = timestamping_flags();
     if on() && flags != 0 {
-        if let Err(e) = b.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, flags) {
+        if let Err(e) = set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, flags) {
             eprintln!("eudp trace: SO_TIMESTAMPING: {e}");
         }
         rx_stamps_ready(flags);
@@ -654,13 +642,13 @@ pub fn setup_socket(b: &dyn Backend) {
 
 /// After a socket asked for `flags`: when they include RX_SOFTWARE, makes
 /// sure the kernel stamps arriving packets before any can arrive (once per
-/// process, up to 200 ms; see [`kernel::hold_rx_timestamps`]: without it
+/// process, up to 200 ms; see [`timestamp::hold_rx_timestamps`]: without it
 /// the first packets of a run may lack their RX_SOFTWARE point).
 pub fn rx_stamps_ready(flags: i32) {
     static HOLD: Once = Once::new();
     if flags & libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32 != 0 {
         HOLD.call_once(|| {
-            if !kernel::hold_rx_timestamps(std::time::Duration::from_millis(200)) {
+            if !timestamp::hold_rx_timestamps(std::time::Duration::from_millis(200)) {
                 eprintln!("eudp trace: kernel RX stamping not confirmed (no loopback?); the first packets may lack RX_SOFTWARE");
             }
         });
@@ -952,7 +940,7 @@ impl EpTrace {
         if ring && waiting >= RING_READ_MESSAGES {
             n += stamp_ring::read_queued_here(fd, &mut |st| record(st.key, st.sched, st.realtime_ns)).unwrap_or(0);
         }
-        n + kernel::read_tx_timestamps(fd, &mut record)
+        n + timestamp::read_tx_timestamps(fd, &mut record)
     }
 
     /// A receive syscall is about to be made.
@@ -1063,14 +1051,14 @@ pub fn unit_costs() -> std::io::Result<UnitCosts> {
     let socket = |stamped: bool| -> std::io::Result<UdpSocket> {
         let s = UdpSocket::new(false)?;
         if stamped {
-            s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, TX_STAMP_FLAGS)?;
+            s.set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, TX_STAMP_FLAGS)?;
         }
         s.connect(&dst)?;
         Ok(s)
     };
     let (plain, stamped) = (socket(false)?, socket(true)?);
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stamped);
-    let cpu = || kernel::thread_cpu_time().as_nanos() as u64;
+    let cpu = || clock::thread_cpu_time().as_nanos() as u64;
     // 32 sends (64 stamps) between reads: well within the error queue's
     // room (SO_RCVBUF), so no stamp is dropped for want of it.
     const STRETCH: u64 = 32;
@@ -1096,7 +1084,7 @@ pub fn unit_costs() -> std::io::Result<UnitCosts> {
                 let t1 = cpu();
                 send_ns += t1 - t0;
                 if is_stamped {
-                    read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64;
+                    read += timestamp::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64;
                     read_ns += cpu() - t1;
                 }
             }
@@ -1300,7 +1288,7 @@ mod tests {
     fn clocks_agree() {
         let off = realtime_to_raw_offset();
         let raw = now_ns() as i64;
-        let real = kernel::realtime_ns() as i64;
+        let real = clock::realtime_ns() as i64;
         assert!((real + off - raw).abs() < 1_000_000, "offset {off}");
     }
 }
@@ -1398,7 +1386,7 @@ mod cost {
     }
 
     fn thread_cpu_ns() -> u64 {
-        kernel::thread_cpu_time().as_nanos() as u64
+        clock::thread_cpu_time().as_nanos() as u64
     }
 
     /// The unit costs behind the overhead floor: every stamped send made
@@ -1421,8 +1409,8 @@ mod cost {
     fn rx_stamping_is_on_once_held() {
         // The kernel turns RX stamping on asynchronously; once this returns
         // true, a fresh stamped socket gets a stamp on its first datagram.
-        assert!(kernel::hold_rx_timestamps(std::time::Duration::from_secs(5)));
-        assert!(kernel::hold_rx_timestamps(std::time::Duration::ZERO));
+        assert!(timestamp::hold_rx_timestamps(std::time::Duration::from_secs(5)));
+        assert!(timestamp::hold_rx_timestamps(std::time::Duration::ZERO));
     }
 
     /// What reading the error queue less often saves the sending thread:
@@ -1434,7 +1422,7 @@ mod cost {
         use crate::backend::kernel::UdpSocket;
         let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let s = UdpSocket::new(false).unwrap();
-        s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, TX_STAMP_FLAGS).unwrap();
+        s.set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, TX_STAMP_FLAGS).unwrap();
         s.connect(&sink.local_addr().unwrap()).unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
         let n = 4096u64;
@@ -1447,7 +1435,7 @@ mod cost {
                 for i in 0..n {
                     s.send_to(&[1u8; 64], None).unwrap();
                     if i % k == k - 1 {
-                        read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {});
+                        read += timestamp::read_tx_timestamps(fd, &mut |_, _, _| {});
                     }
                 }
                 best[j] = best[j].min((thread_cpu_ns() - c0) as f64 / n as f64);
@@ -1473,7 +1461,7 @@ mod cost {
         let socket = |stamped: bool| {
             let s = UdpSocket::new(false).unwrap();
             if stamped {
-                s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, TX_STAMP_FLAGS).unwrap();
+                s.set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, TX_STAMP_FLAGS).unwrap();
             }
             s.connect(&dst).unwrap();
             s
@@ -1488,11 +1476,11 @@ mod cost {
             for i in 0..n {
                 sent += u64::from(s.send_to(&[1u8; 64], None).is_ok());
                 if drain && i % 64 == 63 {
-                    *read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {});
+                    *read += timestamp::read_tx_timestamps(fd, &mut |_, _, _| {});
                 }
             }
             if drain {
-                *read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {});
+                *read += timestamp::read_tx_timestamps(fd, &mut |_, _, _| {});
             }
             (thread_cpu_ns() - c0) as f64 / n as f64
         };

@@ -3,10 +3,10 @@
 //! A backend provides one datagram socket per endpoint behind the small
 //! [`Backend`] trait. Today there is [`kernel`] (kernel UDP with GSO/GRO);
 //! the trait is the seam where `tcp` (UDP over TCP) and `xdp` plug in.
-//! All `unsafe` code and raw syscalls of the engine live under this module.
+//! The system calls they share are in [`crate::sys`].
 
 pub mod kernel;
-pub mod stamp_ring;
+pub mod partly;
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,6 +14,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 pub use kernel::{InMeta, OutMsg, PktInfo};
+pub use partly::{partly_sent, partly_sent_error, PartlySent};
 
 /// The operations the engine performs on an endpoint's transport.
 pub trait Backend: Send + Sync + std::fmt::Debug {
@@ -67,7 +68,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// `raw_fd` is not its send path (the `tcp` backend's is an eventfd,
     /// always writable) overrides it.
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
-        kernel::poll_writable(self.raw_fd(), Some(timeout))
+        crate::sys::poll::poll_writable(self.raw_fd(), Some(timeout))
     }
     /// A descriptor that polls writable (`EPOLLOUT`) exactly when a send
     /// refused with `EAGAIN` may make progress, and whose `send_batch`

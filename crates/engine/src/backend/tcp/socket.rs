@@ -12,8 +12,11 @@ use super::manager::{
     lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP,
 };
 use super::sys;
-use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
+use crate::backend::kernel::{self, InMeta, OutMsg};
 use crate::backend::Backend;
+use crate::sys::addr::unmap;
+use crate::sys::fdevents::EventFd;
+use crate::sys::poll::{poll_readable_or_shut, poll_writable};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
@@ -48,7 +51,7 @@ struct SockSt {
 /// waited on drained): the next send is then refused and shuts it again.
 #[derive(Debug)]
 pub(super) struct Room {
-    fd: kernel::EventFd,
+    fd: EventFd,
     /// Bytes of room the last send refused by a full lane wanted
     /// (`wait_writable` waits for that much).
     pub(super) need: AtomicUsize,
@@ -56,7 +59,7 @@ pub(super) struct Room {
 
 impl Room {
     fn new() -> io::Result<Room> {
-        Ok(Room { fd: kernel::EventFd::new()?, need: AtomicUsize::new(0) })
+        Ok(Room { fd: EventFd::new()?, need: AtomicUsize::new(0) })
     }
 
     /// Stops polling writable: the counter at its largest value. Already
@@ -282,7 +285,7 @@ impl TcpSocket {
                     // leaves `room` open: wait for that socket here,
                     // bounded, as the engine did before it watched `room`,
                     // rather than have it retry at once.
-                    let _ = kernel::poll_writable(self.udp.as_raw_fd(), Some(Duration::from_millis(10)));
+                    let _ = poll_writable(self.udp.as_raw_fd(), Some(Duration::from_millis(10)));
                     return Err(e);
                 }
                 // While it has nothing else to do, the engine waits for
@@ -328,8 +331,7 @@ impl TcpSocket {
                 // A nonblocking read of a socket shut for reading finds
                 // nothing; the kernel's blocking receive would return 0.
                 if bufs.is_empty()
-                    || !kernel::poll_readable_or_shut(&[self.udp.as_raw_fd()], Some(Duration::ZERO), false)
-                        .unwrap_or(false)
+                    || !poll_readable_or_shut(&[self.udp.as_raw_fd()], Some(Duration::ZERO), false).unwrap_or(false)
                 {
                     return 0;
                 }
@@ -681,7 +683,7 @@ impl Backend for TcpSocket {
         let lane = lock(&self.lane_cache).as_ref().map(|(_, l)| l.clone());
         match lane {
             // DML (c): plain UDP is sent from the kernel socket.
-            Some(l) if l.is_plain() => kernel::poll_writable(self.udp.as_raw_fd(), Some(timeout)),
+            Some(l) if l.is_plain() => poll_writable(self.udp.as_raw_fd(), Some(timeout)),
             Some(l) => Ok(self.mgr.wait_room(&l, timeout, self.room.need.load(Relaxed))),
             None => Ok(true),
         }

@@ -30,8 +30,12 @@
 
 pub mod sys;
 
-use super::kernel::{self, Epoll, EventFd, InMeta, OutMsg, PktInfo, UdpSocket};
+use super::kernel::{InMeta, OutMsg, PktInfo, UdpSocket};
+use super::partly::partly_sent_error;
 use super::Backend;
+use crate::sys::epoll::Epoll;
+use crate::sys::fdevents::EventFd;
+use crate::sys::sync::lock;
 use eudp_wire::ether::MacAddr;
 use eudp_wire::frame::{self, Udp4Params};
 use std::collections::{HashMap, VecDeque};
@@ -172,10 +176,6 @@ impl Inbox {
         lock(&self.q).push_back(m);
         self.ready.set();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The receive side: RX ring in, frames back to the fill ring.
@@ -754,7 +754,7 @@ impl XdpSocket {
             let want = if whole.is_empty() { 1 } else { whole.len().div_ceil(seg) };
             match self.send_datagrams(tx, &mut parts, m.dst.as_ref(), m.dst.as_ref()) {
                 Ok(n) if n == want => done += 1,
-                Ok(n) if done == 0 && m.segment.is_some() => return Err(kernel::partly_sent_error(n)),
+                Ok(n) if done == 0 && m.segment.is_some() => return Err(partly_sent_error(n)),
                 Ok(_) => return Ok(done),
                 Err(e) if done > 0 && e.kind() == io::ErrorKind::WouldBlock => return Ok(done),
                 Err(e) => return Err(e),
