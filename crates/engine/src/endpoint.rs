@@ -158,17 +158,17 @@ pub(crate) struct EpInner {
     /// an application thread never waits for the kernel's room unless its
     /// own send blocks.
     caller_left: std::sync::atomic::AtomicUsize,
-    /// The backend's [`Backend::writable_fd`]: where there is one, the
+    /// The backend's [`crate::backend::Capabilities::writable_fd`]: where there is one, the
     /// engine leaves a batch the kernel's send buffer refused in
     /// `caller_staging` too and watches this descriptor for room rather
     /// than waiting (see [`EpInner::await_room`]).
     room_fd: Option<RawFd>,
     /// `room_fd` is in the engine's room set (written by the engine).
     pub(crate) room_watched: AtomicBool,
-    /// The backend's [`Backend::drain_on_caller`], read once, and not
+    /// The backend's [`crate::backend::Capabilities::drain_on_caller`], read once, and not
     /// turned off by `Config::tx_caller_drain`.
     caller_drains: bool,
-    /// The backend's [`Backend::drain_on_caller`]: queued sends may wait to
+    /// The backend's [`crate::backend::Capabilities::drain_on_caller`]: queued sends may wait to
     /// coalesce into whole batches. Without `caller_drains` the engine
     /// thread sends them, woken once L1 holds a batch (see
     /// [`EpInner::service_send`]).
@@ -396,10 +396,10 @@ impl Endpoint {
     }
 
     /// The descriptor that stands for input the endpoint's kernel socket
-    /// does not show ([`Backend::bypass_fd`]); `None` on a backend whose
+    /// does not show ([`crate::backend::Capabilities::bypass_fd`]); `None` on a backend whose
     /// input all reaches the kernel socket.
     pub fn bypass_fd(&self) -> Option<RawFd> {
-        self.inner.backend.bypass_fd()
+        self.inner.backend.capabilities().bypass_fd
     }
 
     /// True when the endpoint has a default destination (connected).
@@ -431,10 +431,10 @@ impl Endpoint {
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             caller_staging: Mutex::new(L1Queue::default()),
             caller_left: std::sync::atomic::AtomicUsize::new(0),
-            room_fd: backend.writable_fd(),
+            room_fd: backend.capabilities().writable_fd,
             room_watched: AtomicBool::new(false),
-            caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
-            coalesces: backend.drain_on_caller(),
+            caller_drains: cfg.tx_caller_drain && backend.capabilities().drain_on_caller,
+            coalesces: backend.capabilities().drain_on_caller,
             send_cv: Condvar::new(),
             send_waiters: std::sync::atomic::AtomicU32::new(0),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(rcvbuf), ready: None, ready_set: false, err: None }),
@@ -899,7 +899,7 @@ impl Endpoint {
             i.rx_armed.store(false, SeqCst);
             let _ = i.engine.epoll.remove(i.backend.raw_fd());
         }
-        if !i.backend.input_reaches_raw_fd() {
+        if !i.backend.capabilities().input_reaches_raw_fd {
             // A receive asleep in `recv_wait` polls the backend and the
             // ring, which input no longer reaches: woken, it finds
             // `rx_stopped` and is made again on the owner's path. (Under
@@ -1642,7 +1642,7 @@ impl EpInner {
 
     /// A nonblocking send found L1 full (and [`EpInner::room_from_kernel`]
     /// made no room), on a backend whose callers may send L1 themselves
-    /// ([`Backend::drain_on_caller`]). Without a rest refused by the
+    /// ([`crate::backend::Capabilities::drain_on_caller`]). Without a rest refused by the
     /// kernel, what is missing is only the engine's turn, which on a busy
     /// host may be milliseconds away, and a kernel socket would have taken the
     /// datagram (20 000 nonblocking sends of 1400 B through a 4.5 KiB

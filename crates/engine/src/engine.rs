@@ -339,7 +339,7 @@ impl Shared {
     }
 
     /// Has the engine service `ep`'s send side again once `fd` (its
-    /// [`crate::backend::Backend::writable_fd`]) has room: the engine
+    /// [`crate::backend::Capabilities::writable_fd`]) has room: the engine
     /// thread never waits for one socket while others have work.
     pub(crate) fn await_room(&self, ep: &EpInner, fd: std::os::fd::RawFd) -> io::Result<()> {
         let rearm = ep.room_watched.swap(true, SeqCst);
@@ -362,7 +362,7 @@ impl Shared {
 
     pub(crate) fn deregister(&self, ep: &EpInner) {
         let _ = self.epoll.remove(ep.backend.raw_fd());
-        if let Some(fd) = ep.backend.writable_fd().filter(|_| ep.room_watched.load(SeqCst)) {
+        if let Some(fd) = ep.backend.capabilities().writable_fd.filter(|_| ep.room_watched.load(SeqCst)) {
             let _ = self.room.remove(fd);
         }
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).remove(&ep.id);

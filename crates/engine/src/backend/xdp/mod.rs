@@ -32,7 +32,7 @@ pub mod sys;
 
 use super::kernel::{InMeta, OutMsg, PktInfo, UdpSocket};
 use super::partly::partly_sent_error;
-use super::Backend;
+use super::{Backend, Capabilities};
 use crate::sys::epoll::Epoll;
 use crate::sys::fdevents::EventFd;
 use crate::sys::sync::lock;
@@ -515,7 +515,7 @@ pub struct XdpSocket {
     /// Readable when the kernel socket or `fast` is.
     epoll: Epoll,
     /// Readable when the shared RX ring or the inbox is: the input the
-    /// kernel socket does not show ([`Backend::bypass_fd`]).
+    /// kernel socket does not show ([`Capabilities::bypass_fd`]).
     fast: Epoll,
     state: Mutex<SockState>,
     /// `IP_TOS << 8 | IP_TTL` as the socket has them set.
@@ -1076,8 +1076,8 @@ impl Backend for XdpSocket {
     fn raw_fd(&self) -> RawFd {
         self.epoll.as_raw_fd()
     }
-    fn bypass_fd(&self) -> Option<RawFd> {
-        Some(self.fast.as_raw_fd())
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { bypass_fd: Some(self.fast.as_raw_fd()), ..Capabilities::default() }
     }
     fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
         self.kernel.bind(addr)?;
@@ -1216,9 +1216,6 @@ impl Backend for XdpSocket {
         self.rx_opts.store(opts, Relaxed);
         let (tos, ttl) = (get(libc::IP_TOS, 0) as u32 & 0xff, get(libc::IP_TTL, 64) as u32 & 0xff);
         self.tos_ttl.store(tos << 8 | ttl, Relaxed);
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
     fn release_socket(&self) {
         self.unregister();
