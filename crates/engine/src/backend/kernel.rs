@@ -382,9 +382,9 @@ impl UdpSocket {
     /// UDP encapsulation static keys on. `UDP_GRO` on a socket raises them
     /// (`udp_tunnel_encap_enable`: `udp_encap_needed_key`, and for an IPv6
     /// socket `udpv6_encap_needed_key` too) and its close lowers them
-    /// again; a change between 0 and 1 patches kernel text (~85 µs each
-    /// way for IPv4, ~155 for IPv6 measured on the test VM), so a program
-    /// whose only GRO socket comes and goes would pay both per socket. IPv6
+    /// again; a change between 0 and 1 patches kernel text (tens of µs or
+    /// more each way), so a program whose only GRO socket comes and goes
+    /// would pay both per socket. IPv6
     /// first, as it holds both keys; IPv4 where the kernel has no IPv6.
     /// Unbound, it is in no lookup table and receives nothing.
     pub fn gro_key_holder() -> io::Result<UdpSocket> {
@@ -661,8 +661,8 @@ impl UdpSocket {
     }
 
     /// [`UdpSocket::recv_batch_flags`] with the header arrays `a`, grown to
-    /// `n` as needed and reused: a read used to allocate and zero four
-    /// arrays per call, a good part of a request/response server's receive.
+    /// `n` as needed and reused: allocating and zeroing four arrays per call
+    /// would be a good part of a request/response server's receive.
     fn recv_batch_into(
         &self,
         a: &mut RxArrays,
