@@ -4,11 +4,8 @@ use super::clock::*;
 use super::ep::*;
 use super::record::*;
 use crate::sys::{clock, timestamp};
-use std::cell::Cell;
-use std::sync::atomic::{
-    AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
-};
-use std::sync::{Mutex, Once};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::Mutex;
 
 /// Tests that turn tracing on and off hold this: the switch is global, and
 /// a test turning it off would cut another's recording short.
@@ -18,7 +15,7 @@ fn test_switch() -> std::sync::MutexGuard<'static, ()> {
     TEST_SWITCH.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-mod tests {
+mod recording {
     use super::*;
 
     #[test]
