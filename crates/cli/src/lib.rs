@@ -9,4 +9,5 @@ pub mod sockbench;
 pub mod tcpbench;
 pub mod testbed;
 pub mod trace_cmd;
+pub mod trace_costs;
 pub mod worker;

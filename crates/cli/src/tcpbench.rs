@@ -11,8 +11,8 @@
 
 use crate::testbed::{Testbed, ADDR_B};
 use crate::worker::{self, pattern, Mode, Report};
-use eudp_engine::backend::kernel::process_cpu_time;
 use eudp_engine::backend::tcp::{TcpConfig, TcpTransport};
+use eudp_engine::sys::clock::process_cpu_time;
 use eudp_engine::{Config, Engine};
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -21,7 +21,9 @@
 //! Hidden: `eudp trace worker send|recv ...` is one side of a transfer.
 
 use crate::testbed::{unique_name, Testbed, ADDR_B};
-use eudp_engine::backend::kernel::{poll_readable, poll_writable, InMeta, UdpSocket};
+use crate::trace_costs;
+use eudp_engine::backend::kernel::{InMeta, UdpSocket};
+use eudp_engine::sys::poll::{poll_readable, poll_writable};
 use eudp_engine::tracepoint::{self, EpTrace};
 use eudp_engine::{Config, Endpoint, Engine};
 use eudp_trace::resolve::{self, Dump, Path};
@@ -554,7 +556,7 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
     // The unit costs of the points a full trace records, measured before
     // the transfers and again after them; the lower of each is used, so the
     // floor stays a lower bound.
-    let uc_before = tracepoint::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
+    let uc_before = trace_costs::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
     let _ = writeln!(
         out,
         "{:<7} {:>6} {:<9} {:>8} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9}  ranges",
@@ -704,7 +706,7 @@ fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             print_tail(&out, n + 1);
         }
     }
-    let uc_after = tracepoint::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
+    let uc_after = trace_costs::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
     let floor_json = floor_report(&mut out, &uc_before, &uc_after, &floors);
     print_tail(&out, floors.len() + 1);
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
@@ -803,10 +805,10 @@ impl FloorShares {
 }
 
 impl Floor {
-    fn shares(&self, uc: &tracepoint::UnitCosts) -> FloorShares {
-        let (tx_floor, rx_floor) = tracepoint::floor_by_side(uc, self.stamps);
+    fn shares(&self, uc: &trace_costs::UnitCosts) -> FloorShares {
+        let (tx_floor, rx_floor) = trace_costs::floor_by_side(uc, self.stamps);
         // The sender's floor, with only the stamps of its own messages.
-        let app_floor = tracepoint::floor_by_side(uc, self.stamps * self.app.msg_share).0;
+        let app_floor = trace_costs::floor_by_side(uc, self.stamps * self.app.msg_share).0;
         FloorShares {
             tx_floor,
             rx_floor,
@@ -830,18 +832,18 @@ impl Floor {
 
 /// Appends the overhead floor to `out`: for each traced (stack, size), the
 /// least CPU per datagram a full trace adds on each side at this host's
-/// unit costs (`tracepoint::floor_ns_per_datagram`), as a share of that
+/// unit costs (`trace_costs::floor_ns_per_datagram`), as a share of that
 /// side's untraced CPU per datagram. Where CPU bounds a transfer's rate (a
 /// side's, or the CPUs the testbed's two hosts share), the rate falls by at
 /// least about that share. Returns the same as JSON.
 fn floor_report(
     out: &mut String,
-    before: &tracepoint::UnitCosts,
-    after: &tracepoint::UnitCosts,
+    before: &trace_costs::UnitCosts,
+    after: &trace_costs::UnitCosts,
     floors: &[Floor],
 ) -> serde_json::Value {
     use std::fmt::Write as _;
-    let uc = tracepoint::UnitCosts {
+    let uc = trace_costs::UnitCosts {
         clock_read_ns: before.clock_read_ns.min(after.clock_read_ns),
         clock_in_context_ns: before.clock_in_context_ns.min(after.clock_in_context_ns),
         stamp_make_ns: before.stamp_make_ns.min(after.stamp_make_ns),
@@ -893,7 +895,7 @@ fn floor_report(
 }
 
 /// The floor report's line for the sender's application thread.
-fn app_floor_line(f: &Floor, b: &FloorShares, uc: &tracepoint::UnitCosts) -> String {
+fn app_floor_line(f: &Floor, b: &FloorShares, uc: &trace_costs::UnitCosts) -> String {
     let bound = match f.rate_at_floor(b) {
         Some(r) => format!(": busy most of the time, it bounds the rate: at these unit costs the floor alone would hold rate on/off to about {r:.3}{}", if r < 0.9 { ", under the 10% budget's 0.9" } else { "" }),
         None => String::new(),
@@ -1165,7 +1167,7 @@ fn worker(args: &[String]) -> Result<(), String> {
             if w.trace {
                 s.set_option(
                     libc::SOL_SOCKET,
-                    eudp_engine::backend::kernel::SO_TIMESTAMPING,
+                    eudp_engine::sys::timestamp::SO_TIMESTAMPING,
                     tracepoint::timestamping_flags(),
                 )
                 .map_err(e)?;
@@ -1253,7 +1255,7 @@ struct Usage {
 /// running thread's `schedstat` lags by up to a scheduler tick (4 ms at
 /// 250 Hz), a share of a short transfer worth correcting.
 fn usage() -> Usage {
-    let app_ns = eudp_engine::backend::kernel::thread_cpu_time().as_nanos() as u64;
+    let app_ns = eudp_engine::sys::clock::thread_cpu_time().as_nanos() as u64;
     // This thread's directory under /proc/self/task ("PID/task/TID").
     let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
     let (mut cpu_ns, mut switches) = (0, 0);
@@ -1401,7 +1403,7 @@ fn receive(w: &WorkerArgs, eudp: bool) -> Result<(), String> {
         if w.trace {
             s.set_option(
                 libc::SOL_SOCKET,
-                eudp_engine::backend::kernel::SO_TIMESTAMPING,
+                eudp_engine::sys::timestamp::SO_TIMESTAMPING,
                 tracepoint::timestamping_flags(),
             )
             .map_err(e)?;
@@ -1513,7 +1515,7 @@ mod tests {
 
     #[test]
     fn floor_shares_count_clock_reads_and_stamps_on_the_right_side() {
-        let uc = tracepoint::UnitCosts {
+        let uc = trace_costs::UnitCosts {
             clock_read_ns: 10.0,
             clock_in_context_ns: 12.0,
             stamp_make_ns: 300.0,
@@ -1548,16 +1550,16 @@ mod tests {
         };
         assert!(small.shares(&uc).least() > 0.1);
         // The stamp cost is never counted negative (a noisy measurement).
-        let neg = tracepoint::UnitCosts { stamp_make_ns: -5.0, ..uc };
+        let neg = trace_costs::UnitCosts { stamp_make_ns: -5.0, ..uc };
         assert_eq!(f.shares(&neg).tx_floor, 20.0);
         // Reads that cost less among other work count at that cost.
-        let hidden = tracepoint::UnitCosts { clock_in_context_ns: 4.0, ..uc };
+        let hidden = trace_costs::UnitCosts { clock_in_context_ns: 4.0, ..uc };
         assert_eq!((f.shares(&hidden).tx_floor, f.shares(&hidden).rx_floor), (23.0, 8.0));
     }
 
     #[test]
     fn the_application_threads_floor_counts_the_stamps_of_its_own_messages() {
-        let uc = tracepoint::UnitCosts {
+        let uc = trace_costs::UnitCosts {
             clock_read_ns: 10.0,
             clock_in_context_ns: 12.0,
             stamp_make_ns: 300.0,

@@ -6,7 +6,9 @@
 //! one JSON object ([`Report`]) on stdout; the receiver first prints
 //! `ready` once bound.
 
-use eudp_engine::backend::kernel::{poll_readable, process_cpu_time, InMeta, OutMsg, UdpSocket};
+use eudp_engine::backend::kernel::{InMeta, OutMsg, UdpSocket};
+use eudp_engine::sys::clock::process_cpu_time;
+use eudp_engine::sys::poll::poll_readable;
 use eudp_engine::{Config, Endpoint, Engine, StatsSnapshot};
 use serde::Serialize;
 use std::io::{IoSlice, Write};
@@ -179,7 +181,7 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
                         bytes += (k * a.size) as u64;
                     }
                     Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {
-                        let _ = eudp_engine::backend::kernel::poll_writable(
+                        let _ = eudp_engine::sys::poll::poll_writable(
                             std::os::fd::AsRawFd::as_raw_fd(&s),
                             Some(Duration::from_millis(10)),
                         );
@@ -381,16 +383,11 @@ pub fn recv(a: RecvArgs) -> Result<Report, String> {
 const SNDBUF: i32 = 4 << 20;
 
 fn set_sndbuf_std(s: &std::net::UdpSocket) -> std::io::Result<()> {
-    eudp_engine::backend::kernel::set_int_option(std::os::fd::AsFd::as_fd(s), libc::SOL_SOCKET, libc::SO_SNDBUF, SNDBUF)
+    eudp_engine::sys::sockopt::set_int_option(std::os::fd::AsFd::as_fd(s), libc::SOL_SOCKET, libc::SO_SNDBUF, SNDBUF)
 }
 
 /// Every receiver asks for the same 4 MiB receive buffer (the testbed raises
 /// rmem_max), so no stack is favoured by buffering.
 fn set_rcvbuf_std(s: &std::net::UdpSocket) -> std::io::Result<()> {
-    eudp_engine::backend::kernel::set_int_option(
-        std::os::fd::AsFd::as_fd(s),
-        libc::SOL_SOCKET,
-        libc::SO_RCVBUF,
-        4 << 20,
-    )
+    eudp_engine::sys::sockopt::set_int_option(std::os::fd::AsFd::as_fd(s), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20)
 }

@@ -55,7 +55,7 @@ pub struct Config {
     pub tx_flush_batches: usize,
     /// A streaming sender's own thread may send L1 when it holds
     /// `tx_flush_batches` batches (where the backend allows it, see
-    /// `Backend::drain_on_caller`). False: the engine thread sends every
+    /// `Capabilities::drain_on_caller`). False: the engine thread sends every
     /// batch, woken by the send that completes one; a remainder still waits
     /// up to `tx_coalesce`.
     pub tx_caller_drain: bool,

@@ -7,7 +7,7 @@
 //! receive served from the ring costs no syscall, and when the ring is empty
 //! the caller reads the socket itself before sleeping.
 
-use crate::backend::kernel::{self, ErrorFlag, EventFd, InMeta, OutMsg};
+use crate::backend::kernel::{self, InMeta, OutMsg};
 use crate::backend::{Backend, PktInfo};
 use crate::batch::{group_calls, gso_batch, GsoLimits};
 use crate::engine::{Engine, Shared};
@@ -15,6 +15,9 @@ use crate::machine::{QueueEvent, QueueState};
 use crate::queue::{L1Queue, PostDecision, Recorder, SendState};
 use crate::ring::RecvRing;
 use crate::stats::{Stats, StatsSnapshot};
+use crate::sys::error_flag::ErrorFlag;
+use crate::sys::fdevents::EventFd;
+use crate::sys::sync::lock;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -54,10 +57,6 @@ fn deadline_after(d: Duration) -> Option<Instant> {
 /// A deadline that never comes in practice (about 30 years away).
 fn far_future() -> Instant {
     deadline_after(Duration::from_secs(1 << 30)).unwrap_or_else(Instant::now)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The lock if nobody holds it (a poisoned one too, as [`lock`] takes it);
@@ -159,17 +158,17 @@ pub(crate) struct EpInner {
     /// an application thread never waits for the kernel's room unless its
     /// own send blocks.
     caller_left: std::sync::atomic::AtomicUsize,
-    /// The backend's [`Backend::writable_fd`]: where there is one, the
+    /// The backend's [`crate::backend::Capabilities::writable_fd`]: where there is one, the
     /// engine leaves a batch the kernel's send buffer refused in
     /// `caller_staging` too and watches this descriptor for room rather
     /// than waiting (see [`EpInner::await_room`]).
     room_fd: Option<RawFd>,
     /// `room_fd` is in the engine's room set (written by the engine).
     pub(crate) room_watched: AtomicBool,
-    /// The backend's [`Backend::drain_on_caller`], read once, and not
+    /// The backend's [`crate::backend::Capabilities::drain_on_caller`], read once, and not
     /// turned off by `Config::tx_caller_drain`.
     caller_drains: bool,
-    /// The backend's [`Backend::drain_on_caller`]: queued sends may wait to
+    /// The backend's [`crate::backend::Capabilities::drain_on_caller`]: queued sends may wait to
     /// coalesce into whole batches. Without `caller_drains` the engine
     /// thread sends them, woken once L1 holds a batch (see
     /// [`EpInner::service_send`]).
@@ -397,10 +396,10 @@ impl Endpoint {
     }
 
     /// The descriptor that stands for input the endpoint's kernel socket
-    /// does not show ([`Backend::bypass_fd`]); `None` on a backend whose
+    /// does not show ([`crate::backend::Capabilities::bypass_fd`]); `None` on a backend whose
     /// input all reaches the kernel socket.
     pub fn bypass_fd(&self) -> Option<RawFd> {
-        self.inner.backend.bypass_fd()
+        self.inner.backend.capabilities().bypass_fd
     }
 
     /// True when the endpoint has a default destination (connected).
@@ -422,7 +421,7 @@ impl Endpoint {
             backend.enable_gro();
         }
         let recorder: Option<Recorder> = cfg.record_transitions.then(Default::default);
-        crate::tracepoint::setup_socket(&*backend);
+        crate::tracepoint::setup_socket(|level, name, val| backend.set_option(level, name, val));
         let v6 = backend.is_v6();
         let rcvbuf = backend.recv_buffer_size();
         let trace = crate::tracepoint::EpTrace::new();
@@ -432,10 +431,10 @@ impl Endpoint {
             send: Mutex::new(SendState::new(cfg.l2_depth, backend.send_buffer_size(), recorder.clone())),
             caller_staging: Mutex::new(L1Queue::default()),
             caller_left: std::sync::atomic::AtomicUsize::new(0),
-            room_fd: backend.writable_fd(),
+            room_fd: backend.capabilities().writable_fd,
             room_watched: AtomicBool::new(false),
-            caller_drains: cfg.tx_caller_drain && backend.drain_on_caller(),
-            coalesces: backend.drain_on_caller(),
+            caller_drains: cfg.tx_caller_drain && backend.capabilities().drain_on_caller,
+            coalesces: backend.capabilities().drain_on_caller,
             send_cv: Condvar::new(),
             send_waiters: std::sync::atomic::AtomicU32::new(0),
             recv: Mutex::new(RecvSide { ring: RecvRing::new(rcvbuf), ready: None, ready_set: false, err: None }),
@@ -760,7 +759,7 @@ impl Endpoint {
         if addr.is_ipv6() && !v6 {
             return Err(err(libc::EAFNOSUPPORT));
         }
-        Ok(kernel::to_family(addr, v6))
+        Ok(crate::sys::addr::to_family(addr, v6))
     }
 
     /// Sends on a connected endpoint.
@@ -900,7 +899,7 @@ impl Endpoint {
             i.rx_armed.store(false, SeqCst);
             let _ = i.engine.epoll.remove(i.backend.raw_fd());
         }
-        if !i.backend.input_reaches_raw_fd() {
+        if !i.backend.capabilities().input_reaches_raw_fd {
             // A receive asleep in `recv_wait` polls the backend and the
             // ring, which input no longer reaches: woken, it finds
             // `rx_stopped` and is made again on the owner's path. (Under
@@ -1008,7 +1007,7 @@ impl Endpoint {
                 Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
                 // Asleep with nothing to read: it may sleep for good.
                 Err(std::sync::TryLockError::WouldBlock)
-                    if leave_asleep && i.rx_blocked.load(SeqCst) && !kernel::has_data(i.backend.raw_fd()) =>
+                    if leave_asleep && i.rx_blocked.load(SeqCst) && !crate::sys::poll::has_data(i.backend.raw_fd()) =>
                 {
                     asleep = true;
                     break None;
@@ -1605,7 +1604,7 @@ impl EpInner {
         if s.fits(len) {
             return None;
         }
-        if !crate::backend::kernel::poll_writable(fd, Some(Duration::ZERO)).unwrap_or(false) {
+        if !crate::sys::poll::poll_writable(fd, Some(Duration::ZERO)).unwrap_or(false) {
             drop(st);
             return Some(s);
         }
@@ -1643,7 +1642,7 @@ impl EpInner {
 
     /// A nonblocking send found L1 full (and [`EpInner::room_from_kernel`]
     /// made no room), on a backend whose callers may send L1 themselves
-    /// ([`Backend::drain_on_caller`]). Without a rest refused by the
+    /// ([`crate::backend::Capabilities::drain_on_caller`]). Without a rest refused by the
     /// kernel, what is missing is only the engine's turn, which on a busy
     /// host may be milliseconds away, and a kernel socket would have taken the
     /// datagram (20 000 nonblocking sends of 1400 B through a 4.5 KiB
@@ -2052,7 +2051,7 @@ impl EpInner {
                     m += k;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if let Some(k) = crate::backend::kernel::partly_sent(&e).filter(|&k| k > 0 && k < runs[m].count) {
+                    if let Some(k) = crate::backend::partly_sent(&e).filter(|&k| k > 0 && k < runs[m].count) {
                         // The first k datagrams of runs[m] went out.
                         let r = runs[m];
                         if crate::tracepoint::on() {
@@ -2455,7 +2454,7 @@ impl EpInner {
             self.trace.drain_tx(self.backend.raw_fd());
             let sent = self.stats.send_calls.load(Relaxed);
             let sending = sent != self.tx_seen.swap(sent, Relaxed);
-            if sending && !crate::backend::kernel::has_data(self.backend.raw_fd()) {
+            if sending && !crate::sys::poll::has_data(self.backend.raw_fd()) {
                 return false;
             }
         }
@@ -2588,7 +2587,7 @@ impl EpInner {
         // would otherwise leave nothing for that wait to fail for, and the
         // receive would wait past the signal. Not sleeping inside the read
         // then (it would sleep through a pending signal).
-        let mut signals: Option<kernel::AsyncSignalsBlocked> = None;
+        let mut signals: Option<crate::sys::process::AsyncSignalsBlocked> = None;
         // A timed receive sleeps inside the read at most once: that read
         // waits the socket's whole timeout, which is only right while
         // (almost) none of it has passed. Later waits take the remaining
@@ -2616,7 +2615,7 @@ impl EpInner {
                 !spin.is_zero() && spin_until.is_none_or(|t| t > Instant::now())
             };
             if spinning && flags.interruptible && signals.is_none() {
-                signals = Some(kernel::AsyncSignalsBlocked::new());
+                signals = Some(crate::sys::process::AsyncSignalsBlocked::new());
             }
             let timed = dl.is_some();
             let blocked =
@@ -2718,8 +2717,8 @@ impl EpInner {
             self.rx_waiters.fetch_add(1, SeqCst);
             let fds = [self.backend.raw_fd(), ready.as_raw_fd(), errs.as_ref().map_or(-1, |f| f.as_raw_fd())];
             let r = match &signals {
-                Some(b) => kernel::poll_readable_or_shut_masked(&fds, remaining, b.mask_before()),
-                None => kernel::poll_readable_or_shut(&fds, remaining, flags.interruptible),
+                Some(b) => crate::sys::poll::poll_readable_or_shut_masked(&fds, remaining, b.mask_before()),
+                None => crate::sys::poll::poll_readable_or_shut(&fds, remaining, flags.interruptible),
             };
             self.rx_waiters.fetch_sub(1, SeqCst);
             if r? {

@@ -7,9 +7,12 @@
 //! `epoll_wait` when idle (or spins in busy-poll mode); application threads
 //! ring a doorbell only when it sleeps.
 
-use crate::backend::kernel::{pin_current_thread, Epoll, EventFd, TimerFd, UdpSocket};
+use crate::backend::kernel::UdpSocket;
 use crate::config::Config;
 use crate::endpoint::{EpInner, RxOutcome};
+use crate::sys::epoll::Epoll;
+use crate::sys::fdevents::{EventFd, TimerFd};
+use crate::sys::process::pin_current_thread;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{
@@ -336,7 +339,7 @@ impl Shared {
     }
 
     /// Has the engine service `ep`'s send side again once `fd` (its
-    /// [`crate::backend::Backend::writable_fd`]) has room: the engine
+    /// [`crate::backend::Capabilities::writable_fd`]) has room: the engine
     /// thread never waits for one socket while others have work.
     pub(crate) fn await_room(&self, ep: &EpInner, fd: std::os::fd::RawFd) -> io::Result<()> {
         let rearm = ep.room_watched.swap(true, SeqCst);
@@ -353,16 +356,13 @@ impl Shared {
     /// with `poll`, so a one-shot watch is not used up).
     fn others_waiting(&self) -> bool {
         !self.work.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
-            || crate::backend::kernel::poll_readable(
-                &[std::os::fd::AsRawFd::as_raw_fd(&self.epoll)],
-                Some(Duration::ZERO),
-            )
-            .unwrap_or(true)
+            || crate::sys::poll::poll_readable(&[std::os::fd::AsRawFd::as_raw_fd(&self.epoll)], Some(Duration::ZERO))
+                .unwrap_or(true)
     }
 
     pub(crate) fn deregister(&self, ep: &EpInner) {
         let _ = self.epoll.remove(ep.backend.raw_fd());
-        if let Some(fd) = ep.backend.writable_fd().filter(|_| ep.room_watched.load(SeqCst)) {
+        if let Some(fd) = ep.backend.capabilities().writable_fd.filter(|_| ep.room_watched.load(SeqCst)) {
             let _ = self.room.remove(fd);
         }
         self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).remove(&ep.id);
@@ -478,7 +478,7 @@ impl Engine {
         shared.epoll.add_readable(std::os::fd::AsRawFd::as_raw_fd(&shared.room), ROOM)?;
         let s2 = shared.clone();
         let thread = std::thread::Builder::new().name("eudp-engine".into()).spawn(move || {
-            crate::backend::kernel::block_async_signals();
+            crate::sys::process::block_async_signals();
             run(s2)
         })?;
         Ok(Engine { shared, thread: Mutex::new(Some(thread)) })

@@ -11,7 +11,9 @@
 //! * [`batch`] — `gso_batch`: forming GSO super-packets and `sendmmsg` calls.
 //! * [`ring`] — the byte-bounded receive ring with zero-copy GRO split.
 //! * [`engine`] — the engine thread and its scheduling.
-//! * [`backend`] — the transports; all `unsafe` code lives there.
+//! * [`backend`] — the transports.
+//! * [`sys`] — the engine's system calls; with the transports' own raw
+//!   layers, the only `unsafe` code of the crate.
 //! * [`fdspace`] — where the engine's own descriptors go (a hook the
 //!   preload shim sets).
 #![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
@@ -26,6 +28,7 @@ pub mod machine;
 pub mod queue;
 pub mod ring;
 pub mod stats;
+pub mod sys;
 pub mod tracepoint;
 
 pub use config::Config;

@@ -2,7 +2,7 @@
 //! bounded, predictable memory (queues are allocated on use, sized from
 //! SO_SNDBUF/SO_RCVBUF, not preallocated), and all of them must work.
 
-use eudp_engine::backend::kernel::raise_fd_limit;
+use eudp_engine::sys::process::raise_fd_limit;
 use eudp_engine::{Config, Endpoint, Engine};
 use std::time::Duration;
 

@@ -290,7 +290,7 @@ fn send_after_room_is_accepted() {
 
 /// The sending half of [`send_after_room_is_accepted`], on host `a`.
 fn child_room() {
-    use eudp_engine::backend::kernel::poll_writable;
+    use eudp_engine::sys::poll::poll_writable;
     let engine = Engine::start(Config::default()).unwrap();
     let ep = Endpoint::with_engine(&engine, false).unwrap();
     ep.set_send_buffer_size(4096).unwrap();

@@ -797,7 +797,7 @@ fn a_full_lane_can_be_waited_on_and_the_socket_reached_through_the_endpoint() {
     let e = engine();
     // The socket behind an endpoint is reachable for its own API.
     let mine = ep(&a, &e, "127.0.0.26", 0);
-    let sock = mine.backend().as_any().downcast_ref::<TcpSocket>().expect("a TcpSocket");
+    let sock = (mine.backend() as &dyn std::any::Any).downcast_ref::<TcpSocket>().expect("a TcpSocket");
     assert_eq!(sock.queued(), 0);
     // The peer host accepts but does not read (yet).
     let peer = std::net::TcpListener::bind(("127.0.0.27", port)).unwrap();

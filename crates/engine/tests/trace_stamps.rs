@@ -24,13 +24,13 @@ fn traced_sender_reads_every_stamp_without_waking_the_engine() {
     // recvmmsg only.
     for ring in [true, false] {
         tp::set_ring_reads(ring);
-        let before = eudp_engine::backend::stamp_ring::stamps_read();
+        let before = eudp_engine::sys::io_uring::stamps_read();
         check_wakes(None);
-        let via_ring = eudp_engine::backend::stamp_ring::stamps_read() - before;
+        let via_ring = eudp_engine::sys::io_uring::stamps_read() - before;
         eprintln!("ring reads {ring}: {via_ring} stamps read through io_uring");
         if !ring {
             assert_eq!(via_ring, 0);
-        } else if eudp_engine::backend::stamp_ring::usable() {
+        } else if eudp_engine::sys::io_uring::usable() {
             // The bursts leave 16 messages' stamps waiting at a time.
             assert!(via_ring > 0, "no stamp was read through the ring");
         }

@@ -1749,7 +1749,7 @@ unsafe fn spin_then_wait(
     mut look: impl FnMut(*const libc::sigset_t) -> c_int,
     wait: impl FnOnce(*const libc::sigset_t, Duration) -> c_int,
 ) -> c_int {
-    let held = eudp_engine::backend::kernel::AsyncSignalsBlocked::new();
+    let held = eudp_engine::sys::process::AsyncSignalsBlocked::new();
     let during: *const libc::sigset_t = if mask.is_null() { held.mask_before() } else { mask };
     let start = Instant::now();
     let mut looks: u32 = 0;

@@ -27,7 +27,7 @@
 //! `recvmmsg`, `readv`, `writev`): their datagrams would shift the
 //! kernel's `OPT_ID` keys and the arrival indices against the traced ones.
 
-use eudp_engine::backend::kernel::SO_TIMESTAMPING;
+use eudp_engine::sys::timestamp::SO_TIMESTAMPING;
 use eudp_engine::tracepoint::{self, EpTrace, SIDE_RECV, SIDE_SEND};
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use std::collections::HashMap;

@@ -7,7 +7,7 @@
 //! [`ForkGuard`]); raw pointers stay in `hooks`, libc's own functions in
 //! `real`.
 
-use eudp_engine::backend::kernel::EventFd;
+use eudp_engine::sys::fdevents::EventFd;
 use eudp_engine::{Config, Endpoint, Engine, KeptDatagram, Received, RecvFlags, RingLen};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -1422,7 +1422,7 @@ pub fn fork_prepare() {
     // otherwise make every forking shell count as a UDP program.
     if UDP_SEEN.load(SeqCst) {
         let _ = eudp_engine::backend::kernel::gso_max_segments();
-        let _ = eudp_engine::backend::kernel::tsc();
+        let _ = eudp_engine::sys::clock::tsc();
         let _ = tcp_transport();
     }
     // Every lock the child may need, in one order (engine, table, stats).

@@ -223,7 +223,7 @@ pub fn ensure_writer() {
     }
     let Some(every) = interval() else { return };
     let r = std::thread::Builder::new().name("eudp-stat".into()).spawn(move || {
-        eudp_engine::backend::kernel::block_async_signals();
+        eudp_engine::sys::process::block_async_signals();
         loop {
             std::thread::sleep(every);
             if shim::generation() != g {

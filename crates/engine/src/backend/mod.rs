@@ -3,10 +3,10 @@
 //! A backend provides one datagram socket per endpoint behind the small
 //! [`Backend`] trait. Today there is [`kernel`] (kernel UDP with GSO/GRO);
 //! the trait is the seam where `tcp` (UDP over TCP) and `xdp` plug in.
-//! All `unsafe` code and raw syscalls of the engine live under this module.
+//! The system calls they share are in [`crate::sys`].
 
 pub mod kernel;
-pub mod stamp_ring;
+pub mod partly;
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,9 +14,56 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 pub use kernel::{InMeta, OutMsg, PktInfo};
+pub use partly::{partly_sent, partly_sent_error, PartlySent};
+
+/// What a backend is, as facts the engine and the preload shim plan by
+/// (in the manner of a device's capabilities): fixed for the backend's
+/// life, read where a decision needs them. The defaults describe a kernel
+/// UDP socket, apart from `writable_fd`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Whether a streaming sender's own thread should drain a full L1 and
+    /// queued sends wait to coalesce. True where a batch costs one cheap
+    /// syscall (UDP GSO); a backend whose send path does more per call (the
+    /// `tcp` backend's framing and its manager) keeps draining on the
+    /// engine, woken at once.
+    pub drain_on_caller: bool,
+    /// Whether [`Backend::raw_fd`] is the kernel socket that input reaches
+    /// after a hand-over (a receiver asleep on it then wakes by itself).
+    /// False for the `tcp` backend: its frames go to the kernel socket
+    /// after a hand-over, not to what a receiver on the endpoint polls.
+    pub input_reaches_raw_fd: bool,
+    /// A descriptor readable when input waits that the kernel socket does
+    /// not show (the preload shim adds it to a program's poll and epoll
+    /// sets beside the program's own socket). `None`: all input reaches the
+    /// kernel socket (the `kernel` backend). The `tcp` backend's is its
+    /// `raw_fd`; the `xdp` backend's covers the AF_XDP ring and its inbox,
+    /// not the kernel socket, which the program's set holds already.
+    pub bypass_fd: Option<RawFd>,
+    /// A descriptor that polls writable (`EPOLLOUT`) exactly when a send
+    /// refused with `EAGAIN` may make progress, and whose `send_batch`
+    /// never waits for room. The engine thread then leaves a blocked
+    /// endpoint's batch in place and watches this descriptor instead of
+    /// waiting on one socket while others have work. `None`: the engine
+    /// waits with [`Backend::wait_writable`] in bounded slices.
+    pub writable_fd: Option<RawFd>,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities { drain_on_caller: true, input_reaches_raw_fd: true, bypass_fd: None, writable_fd: None }
+    }
+}
 
 /// The operations the engine performs on an endpoint's transport.
-pub trait Backend: Send + Sync + std::fmt::Debug {
+///
+/// A `dyn Backend` upcasts to `dyn Any`, so a caller that knows the
+/// concrete backend reaches its own API with `downcast_ref`.
+pub trait Backend: std::any::Any + Send + Sync + std::fmt::Debug {
+    /// The backend's fixed facts ([`Capabilities`]).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
     /// True for an IPv6 (dual-stack) transport.
     fn is_v6(&self) -> bool;
     /// File descriptor whose readability means "receive may make progress".
@@ -67,37 +114,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// `raw_fd` is not its send path (the `tcp` backend's is an eventfd,
     /// always writable) overrides it.
     fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
-        kernel::poll_writable(self.raw_fd(), Some(timeout))
-    }
-    /// A descriptor that polls writable (`EPOLLOUT`) exactly when a send
-    /// refused with `EAGAIN` may make progress, and whose `send_batch`
-    /// never waits for room. The engine thread then leaves a blocked
-    /// endpoint's batch in place and watches this descriptor instead of
-    /// waiting on one socket while others have work. `None` (the default):
-    /// the engine waits with [`Backend::wait_writable`] in bounded slices.
-    fn writable_fd(&self) -> Option<RawFd> {
-        None
-    }
-    /// The backend itself, to reach its own API through a `dyn Backend`
-    /// (`downcast_ref::<tcp::TcpSocket>()`). The default is `()`, which
-    /// downcasts to nothing.
-    fn as_any(&self) -> &dyn std::any::Any {
-        &()
-    }
-    /// Whether a streaming sender's own thread should drain a full L1 and
-    /// queued sends wait to coalesce. True where a batch costs one cheap
-    /// syscall (UDP GSO); a backend whose send path does more per call (the
-    /// `tcp` backend's framing and its manager) keeps draining on the
-    /// engine, woken at once.
-    fn drain_on_caller(&self) -> bool {
-        true
-    }
-    /// Whether [`Backend::raw_fd`] is the kernel socket that input reaches
-    /// after a hand-over (a receiver asleep on it then wakes by itself).
-    /// False for the `tcp` backend: its frames go to the kernel socket
-    /// after a hand-over, not to what a receiver on the endpoint polls.
-    fn input_reaches_raw_fd(&self) -> bool {
-        true
+        crate::sys::poll::poll_writable(self.raw_fd(), Some(timeout))
     }
     /// Lets go of the kernel socket now, while something else may still
     /// hold this backend for a moment (the engine thread, a call in
@@ -105,15 +122,6 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// free when the drop returns, as after close(2). Later calls on the
     /// backend fail. The default keeps the socket until the backend drops.
     fn release_socket(&self) {}
-    /// A descriptor readable when input waits that the kernel socket does
-    /// not show (the preload shim adds it to a program's poll and epoll
-    /// sets beside the program's own socket). `None`: all input reaches the
-    /// kernel socket (the `kernel` backend). The `tcp` backend's is its
-    /// `raw_fd`; the `xdp` backend's covers the AF_XDP ring and its inbox,
-    /// not the kernel socket, which the program's set holds already.
-    fn bypass_fd(&self) -> Option<RawFd> {
-        None
-    }
     /// The socket's options were changed directly on its descriptor (the
     /// preload shim passes a program's `setsockopt` to the kernel socket):
     /// a backend that keeps its own copy of some (the `xdp` backend builds
@@ -122,6 +130,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 }
 
 impl Backend for kernel::UdpSocket {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { writable_fd: Some(std::os::fd::AsRawFd::as_raw_fd(self)), ..Capabilities::default() }
+    }
     fn is_v6(&self) -> bool {
         kernel::UdpSocket::is_v6(self)
     }
@@ -151,9 +162,6 @@ impl Backend for kernel::UdpSocket {
     }
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
         kernel::UdpSocket::send_batch_nowait(self, msgs)
-    }
-    fn writable_fd(&self) -> Option<RawFd> {
-        Some(std::os::fd::AsRawFd::as_raw_fd(self))
     }
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         kernel::UdpSocket::recv_batch(self, bufs, meta)
@@ -192,9 +200,6 @@ impl Backend for kernel::UdpSocket {
     }
     fn option(&self, level: i32, name: i32) -> io::Result<i32> {
         kernel::UdpSocket::option(self, level, name)
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
 #[path = "tcp/mod.rs"]

@@ -22,8 +22,9 @@ use super::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RU
 use super::socket::Room;
 use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
 use super::{Dml, TcpConfig, CORK_BYTES};
-use crate::backend::kernel::{to_family, unmap, EventFd};
 use crate::fdspace::{private, Private};
+use crate::sys::addr::{to_family, unmap};
+use crate::sys::fdevents::EventFd;
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -31,7 +32,7 @@ use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -71,9 +72,7 @@ const YIELD_CHECK: Duration = Duration::from_millis(250);
 /// connections it half-closed (see [`Mgr::leave`]).
 const EXIT_DRAIN: Duration = Duration::from_millis(250);
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(super) use crate::sys::sync::lock;
 
 fn err(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
@@ -912,7 +911,7 @@ impl TcpTransport {
         });
         let m2 = mgr.clone();
         let thread = std::thread::Builder::new().name(fork::THREAD_NAME.into()).spawn(move || {
-            crate::backend::kernel::block_async_signals();
+            crate::sys::process::block_async_signals();
             m2.run()
         })?;
         Ok(TcpTransport { mgr, thread: Mutex::new(Some(thread)) })
@@ -1591,7 +1590,8 @@ impl Mgr {
         ip: IpAddr,
         items: &[(u16, u16, &[IoSlice<'_>], usize)],
     ) -> io::Result<usize> {
-        use crate::backend::kernel::{poll_writable, OutMsg};
+        use crate::backend::kernel::OutMsg;
+        use crate::sys::poll::poll_writable;
         let msgs: Vec<OutMsg<'_>> = items
             .iter()
             .map(|it| OutMsg { dst: Some(to_family(SocketAddr::new(ip, it.1), udp.is_v6())), iov: it.2, segment: None })
@@ -1639,7 +1639,7 @@ impl Mgr {
             let sent = self.sender_of(src).is_some_and(|u| {
                 let r = self.send_plain(&u, lane.key.0, &item);
                 if r.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock) {
-                    let _ = crate::backend::kernel::poll_writable(u.as_raw_fd(), Some(Duration::from_millis(20)));
+                    let _ = crate::sys::poll::poll_writable(u.as_raw_fd(), Some(Duration::from_millis(20)));
                     return self.send_plain(&u, lane.key.0, &item).is_ok();
                 }
                 r.is_ok()

@@ -12,8 +12,11 @@ use super::manager::{
     lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP,
 };
 use super::sys;
-use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
-use crate::backend::Backend;
+use crate::backend::kernel::{self, InMeta, OutMsg};
+use crate::backend::{Backend, Capabilities};
+use crate::sys::addr::unmap;
+use crate::sys::fdevents::EventFd;
+use crate::sys::poll::{poll_readable_or_shut, poll_writable};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
@@ -37,7 +40,7 @@ struct SockSt {
     sndbuf: usize,
 }
 
-/// A socket's [`Backend::writable_fd`]: an eventfd that polls writable
+/// A socket's [`Capabilities::writable_fd`]: an eventfd that polls writable
 /// except while a send of this socket was refused by a full connected lane
 /// that has not drained since to the room the send wanted. A refusal
 /// shuts it and enrolls it with the lane under the lane's lock; every
@@ -48,7 +51,7 @@ struct SockSt {
 /// waited on drained): the next send is then refused and shuts it again.
 #[derive(Debug)]
 pub(super) struct Room {
-    fd: kernel::EventFd,
+    fd: EventFd,
     /// Bytes of room the last send refused by a full lane wanted
     /// (`wait_writable` waits for that much).
     pub(super) need: AtomicUsize,
@@ -56,7 +59,7 @@ pub(super) struct Room {
 
 impl Room {
     fn new() -> io::Result<Room> {
-        Ok(Room { fd: kernel::EventFd::new()?, need: AtomicUsize::new(0) })
+        Ok(Room { fd: EventFd::new()?, need: AtomicUsize::new(0) })
     }
 
     /// Stops polling writable: the counter at its largest value. Already
@@ -282,7 +285,7 @@ impl TcpSocket {
                     // leaves `room` open: wait for that socket here,
                     // bounded, as the engine did before it watched `room`,
                     // rather than have it retry at once.
-                    let _ = kernel::poll_writable(self.udp.as_raw_fd(), Some(Duration::from_millis(10)));
+                    let _ = poll_writable(self.udp.as_raw_fd(), Some(Duration::from_millis(10)));
                     return Err(e);
                 }
                 // While it has nothing else to do, the engine waits for
@@ -328,8 +331,7 @@ impl TcpSocket {
                 // A nonblocking read of a socket shut for reading finds
                 // nothing; the kernel's blocking receive would return 0.
                 if bufs.is_empty()
-                    || !kernel::poll_readable_or_shut(&[self.udp.as_raw_fd()], Some(Duration::ZERO), false)
-                        .unwrap_or(false)
+                    || !poll_readable_or_shut(&[self.udp.as_raw_fd()], Some(Duration::ZERO), false).unwrap_or(false)
                 {
                     return 0;
                 }
@@ -386,14 +388,21 @@ impl Backend for TcpSocket {
     fn release_socket(&self) {
         self.let_go(true)
     }
-    /// Measured in round four (docs/tcp.md): an application thread writing
-    /// the connection itself made smaller writes and cost the sender
-    /// 0.3–0.4 µs per datagram more than an engine woken at once.
-    fn drain_on_caller(&self) -> bool {
-        false
-    }
-    fn input_reaches_raw_fd(&self) -> bool {
-        false
+    /// The engine drains: an application thread writing the connection
+    /// itself makes smaller writes and costs the sender more per datagram
+    /// than an engine woken at once. `bypass_fd` is `raw_fd`; `writable_fd`
+    /// is the [`Room`] eventfd: the engine thread leaves a batch a full
+    /// lane refused in place and serves other endpoints until it polls
+    /// writable, unless it waited the refusal out (`Mgr::engine_wait`).
+    /// (Only a plain-UDP lane's full kernel socket does not shut it:
+    /// `submit` then waits for that socket, bounded.)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            drain_on_caller: false,
+            input_reaches_raw_fd: false,
+            bypass_fd: Some(crate::backend::Backend::raw_fd(self)),
+            writable_fd: Some(self.room.fd.as_raw_fd()),
+        }
     }
 
     fn is_v6(&self) -> bool {
@@ -405,10 +414,6 @@ impl Backend for TcpSocket {
     fn raw_fd(&self) -> RawFd {
         self.rxq.poll.as_raw_fd()
     }
-    fn bypass_fd(&self) -> Option<RawFd> {
-        Some(crate::backend::Backend::raw_fd(self))
-    }
-
     fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
         let mut st = lock(&self.st);
         if st.local.is_some() {
@@ -681,23 +686,10 @@ impl Backend for TcpSocket {
         let lane = lock(&self.lane_cache).as_ref().map(|(_, l)| l.clone());
         match lane {
             // DML (c): plain UDP is sent from the kernel socket.
-            Some(l) if l.is_plain() => kernel::poll_writable(self.udp.as_raw_fd(), Some(timeout)),
+            Some(l) if l.is_plain() => poll_writable(self.udp.as_raw_fd(), Some(timeout)),
             Some(l) => Ok(self.mgr.wait_room(&l, timeout, self.room.need.load(Relaxed))),
             None => Ok(true),
         }
-    }
-
-    /// The [`Room`] eventfd: the engine thread leaves a batch a full lane
-    /// refused in place and serves other endpoints until it polls
-    /// writable, unless it waited the refusal out (`Mgr::engine_wait`).
-    /// (Only a plain-UDP lane's full kernel socket, DML (c), does not shut
-    /// it: `submit` then waits for that socket, bounded.)
-    fn writable_fd(&self) -> Option<RawFd> {
-        Some(self.room.fd.as_raw_fd())
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 
     fn option(&self, level: i32, name: i32) -> io::Result<i32> {

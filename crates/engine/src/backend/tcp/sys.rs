@@ -1,7 +1,7 @@
 //! The raw syscalls of the `tcp` backend: every `unsafe` block of the
 //! transport is in this file.
 //!
-//! Safety policy (as in `backend/kernel.rs`): each `unsafe` block calls one
+//! Safety policy (as in [`crate::sys`]): each `unsafe` block calls one
 //! libc function with pointers derived from live Rust borrows for the
 //! duration of the call, or adopts a descriptor the kernel just returned
 //! into an `OwnedFd` that nobody else owns. No pointer outlives its call.
@@ -11,23 +11,18 @@
 #![allow(unsafe_code)] // The documented home of the tcp backend's unsafe code.
 
 use crate::fdspace::{new_private, Private};
+use crate::sys::cvt;
+use crate::sys::epoll::{Epoll, EDGE};
+pub use crate::sys::epoll::{EV_ERR, EV_IN, EV_OUT, EV_RDHUP};
 use std::io;
-use std::mem::{size_of, zeroed, MaybeUninit};
+use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// `sockaddr_storage` + length for `addr` (the kernel backend's conversion).
+/// `sockaddr_storage` + length for `addr`.
 fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    crate::backend::kernel::RawAddr::from_std(addr).into_parts()
+    crate::sys::addr::RawAddr::from_std(addr).into_parts()
 }
 
 /// Options applied to every UOE connection before it connects or listens.
@@ -281,96 +276,64 @@ pub fn eventfd_add(fd: RawFd, v: u64) {
     unsafe { libc::write(fd, &v as *const u64 as *const libc::c_void, 8) };
 }
 
-/// Readiness flags reported by [`Poller::wait`].
-pub const EV_IN: u32 = libc::EPOLLIN as u32;
-pub const EV_OUT: u32 = libc::EPOLLOUT as u32;
-pub const EV_ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP | libc::EPOLLRDHUP) as u32;
-/// The peer shut its sending side (FIN).
-pub const EV_RDHUP: u32 = libc::EPOLLRDHUP as u32;
-
-/// An epoll set that reports event flags with each token.
+/// The manager's epoll set ([`Epoll`]) in its own terms: the interest
+/// sets of its sockets, and event flags with each token.
 #[derive(Debug)]
 pub struct Poller {
-    fd: Private<OwnedFd>,
+    ep: Epoll,
 }
 
 impl AsRawFd for Poller {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.ep.as_raw_fd()
     }
 }
 
+/// A connection's events: input, room to write and the peer's FIN.
+const CONN: u32 = EV_IN | EV_OUT | EV_RDHUP | EDGE;
+
 impl Poller {
     pub fn new() -> io::Result<Self> {
-        let fd = new_private(|| {
-            // SAFETY: plain syscall; adopted below.
-            let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-            // SAFETY: fresh descriptor owned by nobody else.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-        })?;
-        Ok(Poller { fd })
+        Ok(Poller { ep: Epoll::new()? })
     }
 
     /// Edge-triggered readability (a kernel UDP socket under a `TcpSocket`:
     /// one report per arrival, no report while it stays readable).
     pub fn add_edge(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, token, (libc::EPOLLIN | libc::EPOLLET) as u32)
+        self.ep.add(fd, token, EV_IN | EDGE)
     }
 
     /// Level-triggered readability (listener, doorbell).
     pub fn add_level(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, token, libc::EPOLLIN as u32)
+        self.ep.add(fd, token, EV_IN)
     }
 
     /// Edge-triggered in/out/hang-up (connections).
     pub fn add_conn(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(
-            libc::EPOLL_CTL_ADD,
-            fd,
-            token,
-            (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-        )
+        self.ep.add(fd, token, CONN)
     }
 
     /// A connection read by an endpoint (see `Mgr::delegate`): the manager
     /// keeps only its write readiness (edge-triggered EPOLLOUT).
     pub fn conn_out_only(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd, token, (libc::EPOLLOUT | libc::EPOLLET) as u32)
+        self.ep.modify(fd, token, EV_OUT | EDGE)
     }
 
     /// Back to [`Poller::add_conn`]'s events; input already waiting is
     /// reported at once.
     pub fn conn_all(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(
-            libc::EPOLL_CTL_MOD,
-            fd,
-            token,
-            (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-        )
+        self.ep.modify(fd, token, CONN)
     }
 
     pub fn remove(&self, fd: RawFd) {
-        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
+        let _ = self.ep.remove(fd);
     }
 
-    fn ctl(&self, op: i32, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events, u64: token };
-        // SAFETY: pointer to a live epoll_event.
-        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
-    }
-
-    /// Waits; fills `out` with (token, flags). `None` waits forever.
+    /// Waits; fills `out` with (token, flags). `None` waits forever, and a
+    /// timeout keeps its nanoseconds (the send-coalescing timer is
+    /// sub-millisecond).
     pub fn wait(&self, out: &mut Vec<(u64, u32)>, timeout: Option<Duration>) -> io::Result<()> {
-        let mut evs: [MaybeUninit<libc::epoll_event>; 128] = [MaybeUninit::uninit(); 128];
-        out.clear();
-        // Nanosecond timeouts: the send-coalescing timer is sub-millisecond.
-        let n = crate::backend::kernel::epoll_wait_for(self.fd.as_raw_fd(), &mut evs, timeout)?;
-        for ev in &evs[..n] {
-            // SAFETY: the first n entries were initialised by the kernel.
-            let ev = unsafe { ev.assume_init() };
-            out.push((ev.u64, ev.events));
-        }
-        Ok(())
+        self.ep.wait_events(out, timeout)
     }
 }
 
@@ -435,7 +398,7 @@ impl RawUdp {
     /// Sends `payload` as a UDP datagram from `src` to `dst` (both of one
     /// family once IPv4-mapped addresses are unmapped).
     pub fn send(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
-        let (src, dst) = (crate::backend::kernel::unmap(src), crate::backend::kernel::unmap(dst));
+        let (src, dst) = (crate::sys::addr::unmap(src), crate::sys::addr::unmap(dst));
         let ulen = 8 + payload.len();
         let mut hdr = [0u8; 48];
         let (fd, h, to) = match (src.ip(), dst.ip()) {

@@ -30,8 +30,12 @@
 
 pub mod sys;
 
-use super::kernel::{self, Epoll, EventFd, InMeta, OutMsg, PktInfo, UdpSocket};
-use super::Backend;
+use super::kernel::{InMeta, OutMsg, PktInfo, UdpSocket};
+use super::partly::partly_sent_error;
+use super::{Backend, Capabilities};
+use crate::sys::epoll::Epoll;
+use crate::sys::fdevents::EventFd;
+use crate::sys::sync::lock;
 use eudp_wire::ether::MacAddr;
 use eudp_wire::frame::{self, Udp4Params};
 use std::collections::{HashMap, VecDeque};
@@ -172,10 +176,6 @@ impl Inbox {
         lock(&self.q).push_back(m);
         self.ready.set();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The receive side: RX ring in, frames back to the fill ring.
@@ -515,7 +515,7 @@ pub struct XdpSocket {
     /// Readable when the kernel socket or `fast` is.
     epoll: Epoll,
     /// Readable when the shared RX ring or the inbox is: the input the
-    /// kernel socket does not show ([`Backend::bypass_fd`]).
+    /// kernel socket does not show ([`Capabilities::bypass_fd`]).
     fast: Epoll,
     state: Mutex<SockState>,
     /// `IP_TOS << 8 | IP_TTL` as the socket has them set.
@@ -754,7 +754,7 @@ impl XdpSocket {
             let want = if whole.is_empty() { 1 } else { whole.len().div_ceil(seg) };
             match self.send_datagrams(tx, &mut parts, m.dst.as_ref(), m.dst.as_ref()) {
                 Ok(n) if n == want => done += 1,
-                Ok(n) if done == 0 && m.segment.is_some() => return Err(kernel::partly_sent_error(n)),
+                Ok(n) if done == 0 && m.segment.is_some() => return Err(partly_sent_error(n)),
                 Ok(_) => return Ok(done),
                 Err(e) if done > 0 && e.kind() == io::ErrorKind::WouldBlock => return Ok(done),
                 Err(e) => return Err(e),
@@ -1076,8 +1076,8 @@ impl Backend for XdpSocket {
     fn raw_fd(&self) -> RawFd {
         self.epoll.as_raw_fd()
     }
-    fn bypass_fd(&self) -> Option<RawFd> {
-        Some(self.fast.as_raw_fd())
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { bypass_fd: Some(self.fast.as_raw_fd()), ..Capabilities::default() }
     }
     fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
         self.kernel.bind(addr)?;
@@ -1216,9 +1216,6 @@ impl Backend for XdpSocket {
         self.rx_opts.store(opts, Relaxed);
         let (tos, ttl) = (get(libc::IP_TOS, 0) as u32 & 0xff, get(libc::IP_TTL, 64) as u32 & 0xff);
         self.tos_ttl.store(tos << 8 | ttl, Relaxed);
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
     fn release_socket(&self) {
         self.unregister();

@@ -9,19 +9,12 @@
 //! time and no BPF toolchain is needed on the host.
 
 use crate::fdspace::{new_private, Private};
+use crate::sys::cvt;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
 
 /// Takes a fresh descriptor returned by a system call into the engine's
 /// descriptor space.

@@ -5,7 +5,7 @@
 //! kernel moves them into 32-byte completions (key, SCHED or SND, the time)
 //! under one lock, with no message header, control messages or per-stamp
 //! system call. That is the costly part of `recvmmsg(MSG_ERRQUEUE)` on a
-//! traced sender (docs/trace-cost-log.md).
+//! traced sender.
 //!
 //! A [`StampRing`] belongs to one thread: it is made with `SINGLE_ISSUER`
 //! and `DEFER_TASKRUN`, so the kernel's work for the stamps runs when that
@@ -21,12 +21,8 @@
 //!
 //! One shot costs two or three `io_uring_enter` calls, more than one
 //! `recvmmsg`, so it pays only when many stamps wait: the tracer reads
-//! after every 16 kernel messages. `one_shot_read_cost` measures it:
-//! reading the stamps of 16 one-datagram sends this way saved about
-//! 650 ns per send (~325 ns per stamp) against `recvmmsg` here.
-//! docs/trace-cost-log.md (stops 32 and 33) has the figures.
-
-#![allow(unsafe_code)] // Raw io_uring syscalls and its shared rings: this module's whole job.
+//! after every 16 kernel messages. `one_shot_read_cost` measures the
+//! difference against `recvmmsg`.
 
 use std::cell::RefCell;
 use std::io;
@@ -457,11 +453,12 @@ pub fn forked_child() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::kernel::{self, UdpSocket};
+    use crate::backend::kernel::UdpSocket;
+    use crate::sys::{clock, timestamp};
 
     fn stamped_socket(dst: &std::net::SocketAddr) -> UdpSocket {
         let s = UdpSocket::new(false).unwrap();
-        s.set_option(libc::SOL_SOCKET, kernel::SO_TIMESTAMPING, crate::tracepoint::TX_STAMP_FLAGS).unwrap();
+        s.set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, crate::tracepoint::TX_STAMP_FLAGS).unwrap();
         s.connect(dst).unwrap();
         s
     }
@@ -487,7 +484,7 @@ mod tests {
                     return eprintln!("SOCKET_URING_OP_TX_TIMESTAMP unsupported here");
                 }
             }
-            assert_eq!(kernel::read_tx_timestamps(fd, &mut |_, _, _| {}), 0);
+            assert_eq!(timestamp::read_tx_timestamps(fd, &mut |_, _, _| {}), 0);
         }
         // Nothing queued: a read finds nothing and still ends.
         assert_eq!(ring.read_queued(fd, &mut |st| got.push(st)).unwrap(), 0);
@@ -496,7 +493,7 @@ mod tests {
         let want: Vec<(u32, bool)> = (0..30).flat_map(|k| [(k, false), (k, true)]).collect();
         assert_eq!(keys, want);
         // Times on CLOCK_REALTIME, of these sends: within seconds of now.
-        let now = kernel::realtime_ns();
+        let now = clock::realtime_ns();
         assert!(got.iter().all(|t| t.realtime_ns <= now && now - t.realtime_ns < 10_000_000_000), "{got:?}");
         let port = s.local_addr().unwrap();
         drop(s);
@@ -507,7 +504,7 @@ mod tests {
     /// The sending thread's CPU per send of `n` stamped one-datagram
     /// sends on `s`, calling `read` after every `k`th.
     fn per_send(s: &UdpSocket, n: u64, k: u64, read: &mut dyn FnMut()) -> f64 {
-        let cpu = || kernel::thread_cpu_time().as_nanos() as u64;
+        let cpu = || clock::thread_cpu_time().as_nanos() as u64;
         let c0 = cpu();
         for i in 0..n {
             s.send_to(&[1u8; 64], None).unwrap();
@@ -537,13 +534,14 @@ mod tests {
             let mut best = [f64::MAX; 3];
             let mut read = 0u64;
             for _ in 0..7 {
-                best[0] = best[0]
-                    .min(per_send(&s, n, k, &mut || read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64));
+                best[0] = best[0].min(per_send(&s, n, k, &mut || {
+                    read += timestamp::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64
+                }));
                 best[1] =
                     best[1].min(per_send(&s, n, k, &mut || read += ring.read_queued(fd, &mut |_| {}).unwrap() as u64));
                 best[2] = best[2].min(per_send(&s, n, k, &mut || {
                     read += ring.read_queued(fd, &mut |_| {}).unwrap() as u64;
-                    read += kernel::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64;
+                    read += timestamp::read_tx_timestamps(fd, &mut |_, _, _| {}) as u64;
                 }));
             }
             let [recv, ring_only, both] = best;

@@ -1,0 +1,22 @@
+//! Integer socket options on descriptors of any owner.
+
+use super::cvt;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::AsRawFd;
+
+/// Sets an integer socket option on any socket (used by tools for sockets
+/// the engine does not own).
+pub fn set_int_option(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32, val: i32) -> io::Result<()> {
+    // SAFETY: pointer to a live c_int and its size; fd is borrowed for the call.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            &val as *const _ as *const libc::c_void,
+            size_of::<libc::c_int>() as u32,
+        )
+    })
+    .map(drop)
+}

@@ -1,0 +1,457 @@
+//! An endpoint's trace (its counters and the events of its calls) and the
+//! kernel's timestamps (TX stamps read off the error queue, RX stamps
+//! noted by the receive path).
+
+use super::clock::{now_ns, offset_cached, offset_cached_at, stamp};
+use super::record::*;
+use crate::sys::io_uring as stamp_ring;
+use crate::sys::timestamp;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Once;
+
+pub(super) const DIRECT: u64 = u64::MAX;
+/// Messages of one batched receive whose RX stamps a thread keeps (the
+/// engine reads at most 64 per call).
+pub(super) const RX_STAMP_SLOTS: usize = 128;
+#[allow(clippy::declare_interior_mutable_const)] // only an array initialiser
+pub(super) const ZERO: Cell<u64> = Cell::new(0);
+
+thread_local! {
+    /// Send seq of the call in progress on this thread (u64::MAX: none
+    /// yet) and its L1 index, or DIRECT.
+    static CUR: Cell<(u64, u64)> = const { Cell::new((u64::MAX, DIRECT)) };
+    /// First L1 index of what the engine took last on this thread.
+    static TAKE_BASE: Cell<u64> = const { Cell::new(0) };
+    /// Arrival index of the datagram this thread popped last.
+    static LAST_POP: Cell<u64> = const { Cell::new(u64::MAX) };
+    /// RX_SOFTWARE stamps (`CLOCK_REALTIME`) of the last batched receive on
+    /// this thread, by message (0: none).
+    static RX_STAMPS: [Cell<u64>; RX_STAMP_SLOTS] = const { [ZERO; RX_STAMP_SLOTS] };
+}
+
+/// Kernel messages whose TX stamps a sending thread lets wait before it
+/// reads them (after a send syscall), at most. Reading in batches spreads
+/// the cost of each read's system calls.
+pub const STAMP_READ_MESSAGES: u64 = 16;
+
+/// Receive buffer one waiting kernel message may claim: its two stamps are
+/// charged to the socket's receive buffer (832 bytes each here, with
+/// OPT_TSONLY), and a stamp that does not fit is dropped by the kernel, a
+/// hole in the trace. So the waiting stamps are kept to half the buffer
+/// ([`EpTrace::fit_stamps_to`]).
+pub(super) const STAMP_BUFFER_PER_MESSAGE: usize = 4096;
+
+/// Kernel messages' stamps from which [`EpTrace::drain_tx`] reads through
+/// io_uring rather than `recvmmsg` alone (`one_shot_read_cost`: at one
+/// message per read the ring costs more, at eight it saves).
+pub(super) const RING_READ_MESSAGES: u64 = 4;
+
+/// Whether TX stamps are read through io_uring where it pays: 0 not
+/// decided yet (`EUDP_TRACE_STAMP_READER`), 1 yes, 2 `recvmmsg` only.
+pub(super) static RING_READS: AtomicU8 = AtomicU8::new(0);
+
+/// Reads TX stamps through io_uring where it pays (the default) or with
+/// `recvmmsg` only (`EUDP_TRACE_STAMP_READER=recvmmsg`), from now on.
+pub fn set_ring_reads(on: bool) {
+    RING_READS.store(if on { 1 } else { 2 }, Relaxed);
+}
+
+/// The TX stamps a traced socket asks for: TX_SCHED and TX_SOFTWARE, each
+/// keyed by the socket's OPT_ID counter, without a copy of the payload.
+pub(super) const TX_STAMPS: i32 = (libc::SOF_TIMESTAMPING_TX_SCHED
+    | libc::SOF_TIMESTAMPING_TX_SOFTWARE
+    | libc::SOF_TIMESTAMPING_OPT_ID
+    | libc::SOF_TIMESTAMPING_OPT_TSONLY) as i32;
+
+/// [`TX_STAMPS`] with software reporting on: a socket that makes TX stamps
+/// and no RX stamps (the cost measurements).
+pub const TX_STAMP_FLAGS: i32 = TX_STAMPS | libc::SOF_TIMESTAMPING_SOFTWARE as i32;
+
+/// Kernel timestamping flags the engine asks for on a traced socket.
+/// `EUDP_TRACE_KERNEL` narrows them: `0` none (user-space points only),
+/// `rx` receive only, `tx` transmit only; anything else (default) both.
+pub fn timestamping_flags() -> i32 {
+    let tx = TX_STAMPS;
+    let rx = libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32;
+    let sw = libc::SOF_TIMESTAMPING_SOFTWARE as i32;
+    match std::env::var("EUDP_TRACE_KERNEL").as_deref() {
+        Ok("0") => 0,
+        Ok("rx") => rx | sw,
+        Ok("tx") => tx | sw,
+        _ => tx | rx | sw,
+    }
+}
+
+/// Turns kernel timestamping on for a new socket when tracing is on;
+/// `set_option` sets an integer option on the socket.
+pub fn setup_socket(set_option: impl FnOnce(i32, i32, i32) -> std::io::Result<()>) {
+    init_from_env();
+    let flags = timestamping_flags();
+    if on() && flags != 0 {
+        if let Err(e) = set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, flags) {
+            eprintln!("eudp trace: SO_TIMESTAMPING: {e}");
+        }
+        rx_stamps_ready(flags);
+    }
+}
+
+/// After a socket asked for `flags`: when they include RX_SOFTWARE, makes
+/// sure the kernel stamps arriving packets before any can arrive (once per
+/// process, up to 200 ms; see [`timestamp::hold_rx_timestamps`]: without it
+/// the first packets of a run may lack their RX_SOFTWARE point).
+pub fn rx_stamps_ready(flags: i32) {
+    static HOLD: Once = Once::new();
+    if flags & libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32 != 0 {
+        HOLD.call_once(|| {
+            if !timestamp::hold_rx_timestamps(std::time::Duration::from_millis(200)) {
+                eprintln!("eudp trace: kernel RX stamping not confirmed (no loopback?); the first packets may lack RX_SOFTWARE");
+            }
+        });
+    }
+}
+
+/// Called by the backend's batched receive for message `i` carrying a
+/// `CLOCK_REALTIME` RX_SOFTWARE stamp.
+/// It only keeps the stamp: mapping it onto the trace clock waits until
+/// the message is pushed (messages that are not pushed cost nothing more).
+#[inline]
+pub fn note_rx_stamp(i: usize, realtime_ns: u64) {
+    RX_STAMPS.with(|v| {
+        if let Some(c) = v.get(i) {
+            c.set(realtime_ns);
+        }
+    });
+}
+
+/// The RX_SOFTWARE stamp of message `i` of this thread's last batched
+/// receive on `CLOCK_MONOTONIC_RAW` (taken: 0 afterwards), 0 when none was
+/// reported.
+pub fn take_rx_stamp(i: usize) -> u64 {
+    take_rx_stamp_at(i, stamp().0)
+}
+
+/// [`take_rx_stamp`] with the hot-path clock already read (`now`, for the
+/// offset's age).
+pub(super) fn take_rx_stamp_at(i: usize, now: u64) -> u64 {
+    match RX_STAMPS.with(|v| v.get(i).map(|c| c.replace(0)).unwrap_or(0)) {
+        0 => 0,
+        real => (real as i64 + offset_cached_at(now)) as u64,
+    }
+}
+
+/// Tags the datagram this thread received last with the application's own
+/// sequence number (lets `eudp trace` match packets across lost datagrams).
+pub fn tag_received(app_seq: u64) {
+    if on() {
+        let i = LAST_POP.with(Cell::get);
+        if i != u64::MAX {
+            push(Kind::AppSeq, 0, i, app_seq);
+        }
+    }
+}
+
+/// Per-endpoint trace counters. Each is written by one thread at a time
+/// (under a lock the engine already holds, or by the only sender).
+#[derive(Debug)]
+pub struct EpTrace {
+    pub id: u64,
+    /// Sides whose [`Kind::EpAddr`] is recorded ([`SIDE_SEND`] | [`SIDE_RECV`] bits).
+    addrs_noted: AtomicU8,
+    tx_seq: AtomicU64,
+    q_in: AtomicU64,
+    q_out: AtomicU64,
+    kmsg: AtomicU64,
+    /// `kmsg` when the stamps were last read ([`EpTrace::drain_due`]).
+    drained_at: AtomicU64,
+    /// Kernel messages whose stamps may wait ([`EpTrace::fit_stamps_to`]).
+    read_every: AtomicU64,
+    rx_in: AtomicU64,
+    rx_out: AtomicU64,
+}
+
+impl Default for EpTrace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub(super) fn bump(c: &AtomicU64, n: u64) -> u64 {
+    c.fetch_add(n, Relaxed)
+}
+
+/// As [`bump`] for a counter only ever written under a lock the caller
+/// holds (no locked instruction).
+pub(super) fn bump_locked(c: &AtomicU64, n: u64) -> u64 {
+    let v = c.load(Relaxed);
+    c.store(v + n, Relaxed);
+    v
+}
+
+/// What an application send call carries from enter to return.
+#[derive(Clone, Copy, Debug)]
+pub struct SendToken {
+    enter: u64,
+    bytes: u64,
+}
+
+impl EpTrace {
+    pub fn new() -> Self {
+        EpTrace {
+            id: NEXT_EP.fetch_add(1, Relaxed) & 0x7fff,
+            addrs_noted: AtomicU8::new(0),
+            tx_seq: AtomicU64::new(0),
+            q_in: AtomicU64::new(0),
+            q_out: AtomicU64::new(0),
+            kmsg: AtomicU64::new(0),
+            drained_at: AtomicU64::new(0),
+            read_every: AtomicU64::new(STAMP_READ_MESSAGES),
+            rx_in: AtomicU64::new(0),
+            rx_out: AtomicU64::new(0),
+        }
+    }
+
+    /// Application send entered (call only while tracing is on). The send
+    /// gets its sequence number when it is posted or queued.
+    #[inline]
+    pub fn send_enter(&self, bytes: usize) -> SendToken {
+        CUR.with(|c| c.set((u64::MAX, DIRECT)));
+        // The seq this call will most likely get (exact with one sending
+        // thread); unsampled calls read no clock at all.
+        let enter = if sampled(self.tx_seq.load(Relaxed)) { stamp().0.max(1) } else { 0 };
+        SendToken { enter, bytes: bytes as u64 }
+    }
+
+    /// Records the endpoint's addresses for `side` ([`SIDE_SEND`] or
+    /// [`SIDE_RECV`]) the first time it is called for that side: `addrs`
+    /// gives (local, the datagram's destination or source), asked only
+    /// then (it may make system calls). Called on every traced send, so
+    /// the check that it was done is inlined and the recording is not.
+    #[inline(always)]
+    pub fn note_addrs(
+        &self,
+        side: u64,
+        addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+    ) {
+        if on() && self.addrs_noted.load(Relaxed) & side as u8 == 0 {
+            self.note_addrs_once(side, addrs);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_addrs_once(
+        &self,
+        side: u64,
+        addrs: impl FnOnce() -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+    ) {
+        let bit = side as u8;
+        if self.addrs_noted.fetch_or(bit, Relaxed) & bit != 0 {
+            return;
+        }
+        let (local, remote) = addrs();
+        push_raw(word1(Kind::EpAddr, self.id, false, side), now_ns(), pack_addr(local), pack_addr(remote));
+    }
+
+    /// Application send returns: one event for the whole call (unless the
+    /// call was not sampled or never posted).
+    #[inline]
+    pub fn send_return(&self, t: SendToken) {
+        let (seq, q) = CUR.with(Cell::get);
+        if t.enter == 0 || seq == u64::MAX || !sampled(seq) {
+            return;
+        }
+        let (now, tsc) = stamp();
+        let r = if q == DIRECT { send_ref(0, t.bytes, true) } else { send_ref(q, t.bytes, false) };
+        push_raw(word1(Kind::SendCall, self.id, tsc, seq), now, t.enter, r);
+    }
+
+    /// The send in progress on this thread posts directly (called under the
+    /// endpoint's send lock, or by an only sender).
+    pub fn direct(&self) {
+        if on() {
+            CUR.with(|c| c.set((bump_locked(&self.tx_seq, 1), DIRECT)));
+        }
+    }
+
+    /// The send in progress on this thread was copied into L1 (under the
+    /// send lock).
+    #[inline]
+    pub fn enqueue(&self) {
+        if on() {
+            CUR.with(|c| c.set((bump_locked(&self.tx_seq, 1), bump_locked(&self.q_in, 1))));
+        }
+    }
+
+    /// The engine took `n` datagrams from L1 (under the send lock).
+    pub fn take(&self, n: usize) {
+        if on() {
+            let q0 = bump_locked(&self.q_out, n as u64);
+            TAKE_BASE.with(|c| c.set(q0));
+            push(Kind::Take, self.id, q0, n as u64);
+        }
+    }
+
+    /// The engine formed a call of `datagrams` starting at staging index `at`.
+    pub fn batch(&self, at: usize, datagrams: usize) {
+        if on() {
+            push(Kind::Batch, self.id, TAKE_BASE.with(Cell::get) + at as u64, datagrams as u64);
+        }
+    }
+
+    /// A send syscall is about to be made.
+    pub fn sys_enter(&self) {
+        if on() {
+            push(Kind::SysEnter, self.id, self.kmsg.load(Relaxed), 0);
+        }
+    }
+
+    /// A direct send syscall (one datagram) was accepted.
+    pub fn sys_return_direct(&self) {
+        if on() {
+            let k = bump(&self.kmsg, 1);
+            push(Kind::SysReturn, self.id, k, 1);
+            let seq = CUR.with(Cell::get).0;
+            if seq != u64::MAX {
+                push(Kind::KMsg, self.id, k, msg_ref(seq, 1, true));
+            }
+        }
+    }
+
+    /// After a send syscall: true once [`STAMP_READ_MESSAGES`] kernel
+    /// messages (fewer with a small receive buffer) were accepted since the
+    /// stamps were last read, when the sending thread reads them itself.
+    pub fn drain_due(&self) -> bool {
+        self.kmsg.load(Relaxed).wrapping_sub(self.drained_at.load(Relaxed)) >= self.read_every.load(Relaxed)
+    }
+
+    /// The socket's receive buffer is `rcvbuf` bytes (as the kernel reports
+    /// it): the stamps of as many kernel messages wait as fit in half of it,
+    /// up to [`STAMP_READ_MESSAGES`], at least one.
+    pub fn fit_stamps_to(&self, rcvbuf: usize) {
+        let n = (rcvbuf / STAMP_BUFFER_PER_MESSAGE).clamp(1, STAMP_READ_MESSAGES as usize);
+        self.read_every.store(n as u64, Relaxed);
+    }
+
+    /// A batched send syscall accepted these messages; each is (staging
+    /// index of its first datagram, datagrams).
+    pub fn sys_return_batch(&self, msgs: &mut dyn Iterator<Item = (usize, usize)>) {
+        if on() {
+            let base = TAKE_BASE.with(Cell::get);
+            let k0 = self.kmsg.load(Relaxed);
+            // One clock read for the return and the messages it accepted:
+            // a KMsg only maps a kernel message to its datagrams, and
+            // nothing happens between the return and these records.
+            let (t, tsc) = stamp();
+            let mut n = 0;
+            for (first, count) in msgs {
+                push_raw(
+                    word1(Kind::KMsg, self.id, tsc, 0),
+                    t,
+                    k0 + n,
+                    msg_ref(base + first as u64, count as u64, false),
+                );
+                n += 1;
+            }
+            self.kmsg.store(k0 + n, Relaxed);
+            push_raw(word1(Kind::SysReturn, self.id, tsc, 0), t, k0, n);
+        }
+    }
+
+    /// Reads the kernel's TX timestamps from the socket's error queue;
+    /// returns how many error-queue messages it read.
+    ///
+    /// With the stamps of [`RING_READ_MESSAGES`] or more kernel messages
+    /// waiting, they are read through this thread's io_uring one shot at
+    /// a time ([`stamp_ring::read_queued_here`]: about a third of what
+    /// `recvmmsg` costs per stamp, but two or three system calls per read);
+    /// a `recvmmsg` follows to take what the ring leaves (other queued
+    /// errors, stamps queued meanwhile) or reads everything where no ring
+    /// can be used. `EUDP_TRACE_STAMP_READER=recvmmsg` always reads with
+    /// `recvmmsg` (for comparison).
+    pub fn drain_tx(&self, fd: std::os::fd::RawFd) -> usize {
+        // No TX stamps asked for (`EUDP_TRACE_KERNEL=0` or `rx`): nothing
+        // to read, so no syscall after every send.
+        static TX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !on() || !*TX.get_or_init(|| timestamping_flags() & libc::SOF_TIMESTAMPING_TX_SOFTWARE as i32 != 0) {
+            return 0;
+        }
+        let ring = match RING_READS.load(Relaxed) {
+            0 => {
+                let on = std::env::var("EUDP_TRACE_STAMP_READER").as_deref() != Ok("recvmmsg");
+                set_ring_reads(on);
+                on
+            }
+            r => r == 1,
+        };
+        let k = self.kmsg.load(Relaxed);
+        let waiting = k.wrapping_sub(self.drained_at.swap(k, Relaxed));
+        let off = offset_cached();
+        let id = self.id;
+        let mut record = |key: u32, sched: bool, real_ns: u64| {
+            let kind = if sched { Kind::TxSched } else { Kind::TxSoft };
+            push_ns(kind, id, (real_ns as i64 + off) as u64, u64::from(key), 0);
+        };
+        let mut n = 0;
+        if ring && waiting >= RING_READ_MESSAGES {
+            n += stamp_ring::read_queued_here(fd, &mut |st| record(st.key, st.sched, st.realtime_ns)).unwrap_or(0);
+        }
+        n + timestamp::read_tx_timestamps(fd, &mut record)
+    }
+
+    /// A receive syscall is about to be made.
+    pub fn rx_enter(&self) {
+        if on() {
+            push(Kind::RxEnter, self.id, self.rx_in.load(Relaxed), 0);
+        }
+    }
+
+    /// Message `i` of the last batched receive, `datagrams` long, entered
+    /// the ring (or was handed to the application).
+    pub fn rx_push(&self, i: usize, datagrams: usize) {
+        if on() {
+            // Pushes are serialised by the endpoint's socket-read lock.
+            let first = bump_locked(&self.rx_in, datagrams as u64);
+            // One clock read: the push's time, also the age check of the
+            // realtime offset that maps the message's RX stamp.
+            let (now, tsc) = stamp();
+            let rx = take_rx_stamp_at(i, now);
+            if rx != 0 {
+                push_ns(Kind::RxSoft, self.id, rx, first, datagrams as u64);
+            }
+            push_raw(word1(Kind::RxPush, self.id, tsc, 0), now, first, datagrams as u64);
+        }
+    }
+
+    /// A datagram left the ring, under the ring's lock (no event: the
+    /// receive call's return marks it).
+    #[inline]
+    pub fn pop(&self) {
+        if on() {
+            let i = bump_locked(&self.rx_out, 1);
+            LAST_POP.with(|c| c.set(i));
+        }
+    }
+
+    /// Application receive entered (call only while tracing is on); returns
+    /// the enter time for [`EpTrace::recv_return`].
+    #[inline]
+    pub fn recv_enter(&self) -> u64 {
+        LAST_POP.with(|c| c.set(u64::MAX));
+        if sampled(self.rx_out.load(Relaxed)) {
+            stamp().0.max(1)
+        } else {
+            0
+        }
+    }
+
+    /// The receive call returns the datagram this thread popped last.
+    #[inline]
+    pub fn recv_return(&self, enter: u64) {
+        let i = LAST_POP.with(Cell::get);
+        if i != u64::MAX && enter != 0 && sampled(i) {
+            let (now, tsc) = stamp();
+            push_raw(word1(Kind::RecvCall, self.id, tsc, 0), now, enter, i);
+        }
+    }
+}
