@@ -110,14 +110,14 @@ fn every_row_has_a_test() {
     }
 }
 
-/// The published-vs-simulated tables in the README and in docs/model.md
-/// are what the presets give now (regenerate with `eudp sim validate
+/// The published-vs-simulated table in docs/model.md is what the presets
+/// give now (regenerate with `eudp sim validate
 /// --markdown`).
 #[test]
 fn documented_tables_are_current() {
     let table = report::markdown(rows());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for doc in ["README.md", "docs/model.md"] {
+    for doc in ["docs/model.md"] {
         let text = std::fs::read_to_string(root.join(doc)).unwrap();
         assert!(
             text.contains(&table),
