@@ -100,14 +100,12 @@ impl EpInner {
     /// worth without GSO. A batch of the datagram just queued holds what
     /// [`gso_batch`] packs — the segment limit or as many as fit the byte
     /// limit — so a uniform stream flushes exactly k whole batches (a byte
-    /// total against k × `max_bytes` let 1472 B flush at 89: 44 + 44 + 1).
-    /// With more than one batch, L1 half full also counts, so a small
-    /// SO_SNDBUF never makes the sender wait for the engine (nor a sender
-    /// polling for POLLOUT). That flush sends all of L1: with the default
-    /// 208 KiB it comes at 70 × 1472 B, as 44 + 26; flushing the 44 alone
-    /// (keeping the 26, or flushing at 44) cut iperf3 on the testbed from
-    /// 14–16 to 10–12 Gbit/s, fewer datagrams per call costing more than a
-    /// short message.
+    /// total against k × `max_bytes` would flush a batch's worth plus one
+    /// short straggler). With more than one batch, L1 half full also
+    /// counts, so a small SO_SNDBUF never makes the sender wait for the
+    /// engine (nor a sender polling for POLLOUT). That flush sends all of
+    /// L1, a short last batch included: fewer datagrams per call cost more
+    /// throughput than one short message does.
     pub(super) fn l1_holds_a_batch(&self, s: &SendState, last_len: usize) -> bool {
         let n = s.l1.len();
         let k = self.engine.config.tx_flush_batches;
@@ -141,7 +139,7 @@ impl EpInner {
     /// Planned as `send_staged` plans, except that a connected IPv6 socket
     /// with an IPv4-mapped peer keeps IPv6's smaller segment cap (no peer
     /// lookup under the lock): that can only make a run look closed, so at
-    /// worst it is sent short, as before.
+    /// worst it is sent short.
     fn open_tail(&self, l1: &L1Queue) -> usize {
         let mut items: Vec<(Option<SocketAddr>, usize)> = l1.slots().iter().map(|s| (s.dst, s.len as usize)).collect();
         let Some(&last) = items.last() else { return 0 };

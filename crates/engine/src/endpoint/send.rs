@@ -167,8 +167,8 @@ impl EpInner {
                             // Nothing was sent before it to batch with:
                             // the slot is left for whoever comes next
                             // rather than the engine, scheduled through
-                            // its coalescing timer (arming it cost a send
-                            // 11–16 µs on the test VM). A socket used for
+                            // its coalescing timer (arming it is costly on
+                            // the send's latency path). A socket used for
                             // one query (a resolver's upstream socket)
                             // then never involves the engine thread: its
                             // close reaps the post (`EpInner::flush`).
@@ -238,9 +238,9 @@ impl EpInner {
     /// The socket's first direct post was left unreaped (see
     /// [`EpInner::send`]). A send within the coalescing interval after it
     /// leaves it so (the send queues and schedules the engine, which reaps
-    /// it then, as it would have); a later one reaps it — when the engine
-    /// would have — and posts directly. So a stream batches exactly as
-    /// before, without the engine being woken for the lone post.
+    /// it then); a later one reaps it — when the engine's timer would — and
+    /// posts directly. So a stream batches as it would with the engine
+    /// scheduled for the post, without the engine being woken for it.
     fn reap_lone_post(&self, s: &mut SendState) {
         let mut lp = lock(&self.lone_post);
         if matches!(*lp, Some(t) if t.elapsed() < self.engine.config.tx_coalesce) {
@@ -323,9 +323,8 @@ impl EpInner {
     /// ([`crate::backend::Backend::drain_on_caller`]). Without a rest refused by the
     /// kernel, what is missing is only the engine's turn, which on a busy
     /// host may be milliseconds away, and a kernel socket would have taken the
-    /// datagram (20 000 nonblocking sends of 1400 B through a 4.5 KiB
-    /// SO_SNDBUF over loopback: the kernel refuses none; with three busy
-    /// loops beside it, 3 runs in 10 lost 20–30% to EAGAIN here). This
+    /// datagram (with a small SO_SNDBUF over loopback the kernel refuses
+    /// no send, so none should fail here for want of the engine's turn). This
     /// thread then sends L1 itself, as a streaming caller's flush does
     /// ([`EpInner::caller_flush`]), so that such a send fails only where the
     /// kernel's send buffer is full too (the flush leaves a rest, and
@@ -333,8 +332,8 @@ impl EpInner {
     /// call already in flight (the engine's, or another thread's post) ends
     /// within one syscall: it is waited for, within a bound. Room that came
     /// meanwhile (the engine sent L1 behind a rest the kernel took after
-    /// all) is posted into: with three busy loops, 1–2 sends in 20 000 were
-    /// refused in 3 runs of 15 before that check. Returns the send lock
+    /// all) is posted into, so that room is not refused for want of a
+    /// look. Returns the send lock
     /// when nothing was sent; `None` when the caller posts again.
     fn drain_full_l1<'a>(
         self: &'a Arc<Self>,
@@ -409,7 +408,7 @@ impl EpInner {
     /// for a while, then sleep on the send condition (the holder's completion
     /// notifies it). A completed post left for the engine to reap is reaped
     /// here (an application thread may take Reap). Bounded: past it, the
-    /// caller queues as before.
+    /// caller queues.
     fn await_slot<'a>(&'a self, mut s: MutexGuard<'a, SendState>) -> MutexGuard<'a, SendState> {
         const SPIN: Duration = Duration::from_micros(20);
         const BOUND: Duration = Duration::from_millis(2);

@@ -148,8 +148,7 @@ impl EpInner {
                 // threads the peer this receive waits for may need this
                 // CPU, so it is given up regularly — but not after every
                 // look, since a yield with nobody else to run still costs
-                // a trip through the scheduler (about half a microsecond
-                // on a VM), which used to double each look's cost.
+                // a trip through the scheduler, as much as a look costs.
                 spins += 1;
                 #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
                 if spins % SPIN_YIELD_EVERY == 0 {
