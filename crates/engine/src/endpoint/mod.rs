@@ -6,6 +6,26 @@
 //! byte-bounded ring ([`crate::ring`]) filled by the engine with GRO; a
 //! receive served from the ring costs no syscall, and when the ring is empty
 //! the caller reads the socket itself before sleeping.
+//!
+//! This module holds the [`Endpoint`] type, its construction, addressing
+//! and counters, and the state the engine and the application share
+//! (`EpInner`); the rest is by concern:
+//!
+//! * `send` — the send calls on the caller's thread: direct post or L1, a
+//!   full L1;
+//! * `coalesce` — when queued sends go: the engine's timer, or a batch's
+//!   worth sent by the caller's thread;
+//! * `drain` — handing staged datagrams to the kernel in GSO batches, a full
+//!   send buffer, flush;
+//! * `fill` — reading the socket into the ring;
+//! * `recv` — the receive calls and the ring's fast path;
+//! * `wait` — a receive that finds the ring empty: spinning, sleeping,
+//!   timeouts;
+//! * `watch` — the engine's watch on a socket's input, and its hand-off to
+//!   application threads;
+//! * `readiness` — what poll, select and epoll see;
+//! * `options` — socket options;
+//! * `handover` — giving the socket's receive side back to its owner.
 
 mod coalesce;
 mod drain;
