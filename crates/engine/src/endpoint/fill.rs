@@ -10,11 +10,11 @@ use std::sync::atomic::{Ordering::Relaxed, Ordering::Release};
 /// The most datagrams one received message carries: the kernel coalesces
 /// up to 64 (`UDP_GRO_CNT_MAX`), and a local sender's GSO message, handed
 /// over whole, up to 128 (`UDP_MAX_SEGMENTS`).
-pub(super) const GRO_MAX_SEGMENTS: usize = 128;
+const GRO_MAX_SEGMENTS: usize = 128;
 
 /// Messages received into a buffer smaller than this are copied into a
 /// right-sized buffer so a small datagram does not pin 64 KiB.
-pub(super) const COPY_BELOW: usize = 8 << 10;
+const COPY_BELOW: usize = 8 << 10;
 
 /// Buffers for one batched receive, owned by the receiving thread.
 #[derive(Debug)]

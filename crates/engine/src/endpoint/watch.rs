@@ -13,7 +13,7 @@ const RX_ROUNDS: usize = 4;
 /// counts as sparse for [`Endpoint::app_poll_begin`]: a server reading a
 /// request, then `EAGAIN`, with room for a second request. A stream's
 /// receiver drains a run of datagrams between polls.
-pub(super) const SPARSE_RECEIVES: u64 = 4;
+const SPARSE_RECEIVES: u64 = 4;
 
 /// What the engine did with a socket that had an arrival.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
