@@ -4,8 +4,8 @@
 //! caps hold, memory stays bounded, a peer that was already talking goes on
 //! receiving every datagram, and the counters say what happened.
 
-use eudp_engine::sys::process::raise_fd_limit;
 use eudp_engine::backend::tcp::{TcpConfig, TcpTransport};
+use eudp_engine::sys::process::raise_fd_limit;
 use eudp_engine::{Config, Endpoint, Engine};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
