@@ -37,6 +37,7 @@
 
 mod fork;
 mod manager;
+mod room;
 mod socket;
 mod sys;
 

@@ -1,0 +1,351 @@
+//! The state the manager's parts share, and the locks in it:
+//!
+//! * [`Conn`]: one TCP connection. `Conn::rx` (its decoder) is held by
+//!   whoever reads it, outermost of all; `Conn::owner` (the endpoint whose
+//!   readers read it, see `rx.rs`) nests inside `Conn::rx`; `Conn::lane`
+//!   is taken alone.
+//! * [`Lane`]: the datagrams to one peer host that hash to one connection;
+//!   `Lane::st` is held while queueing, writing and connecting.
+//! * [`RxQueue`]: an endpoint's receive queue. `RxQueue::inner` is the
+//!   innermost lock; `RxQueue::owned` nests inside `Conn::owner`;
+//!   `RxQueue::rd` is its readers' own.
+//!
+//! They refer to each other (a lane to its connection, a connection to its
+//! lane and to the queue that reads it), so they live together, below the
+//! parts that act on them.
+
+use super::counters::{Counters, TcpStats};
+use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP, PACK_MIN, RX_OVERHEAD};
+use super::outbuf::{OutBuf};
+use super::transport::{TcpTransport, current, stats_path, write_stats, EXIT_DRAIN};
+use super::listener::{ListenSt, Leave, bind_port, LISTEN_RETRY_MIN, LISTEN_RETRY_MAX, PARENT_GRACE, YIELD_CHECK};
+use super::demux::{Ports, Deliver, Route, left_connected_insert, left_connected_holds};
+use super::lanes::{Caller, UP_QUEUE_BYTES, ENGINE_WAIT, ENGINE_WAIT_SLICE, LANE_IDLE};
+use super::rx::{ReadErr, Step, READ_CHUNK, READ_BUDGET, PLAIN_MIN, DELEGATE_AFTER};
+use super::in_place::{Plan, At, Scattered, blocks_for, SCATTER_BLOCKS, RX_MAX_RATIO};
+use super::{lock, err, norm_ip, Mgr, DOORBELL, LISTENER};
+use crate::backend::kernel::{to_family, unmap, EventFd};
+use crate::backend::tcp::fork::{self, Tracked};
+use crate::backend::tcp::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
+use crate::backend::tcp::room::Room;
+use crate::backend::tcp::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
+use crate::backend::tcp::{Dml, TcpConfig, CORK_BYTES};
+use crate::fdspace::{private, Private};
+use serde::Serialize;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What an endpoint's receive queue holds; filled by the manager thread,
+/// drained by [`super::TcpSocket::recv_batch`].
+#[derive(Debug)]
+pub(in crate::backend::tcp) struct RxQueue {
+    pub(in crate::backend::tcp) inner: Mutex<RxInner>,
+    /// Readable exactly while `inner.items` is non-empty.
+    pub(in crate::backend::tcp) ready: EventFd,
+    pub(in crate::backend::tcp) v6: bool,
+    /// Runs of equal-size datagrams are packed into blocks (`enable_gro`).
+    pub(in crate::backend::tcp) gro: AtomicBool,
+    /// The socket's `raw_fd`: an epoll set holding `ready` and, while this
+    /// queue's readers read a connection themselves, that connection.
+    pub(in crate::backend::tcp) poll: Poller,
+    /// The connection this queue's readers read (see [`Mgr::delegate`]).
+    pub(super) owned: Mutex<Option<Arc<Conn>>>,
+    /// Buffers for those reads.
+    pub(super) rd: Mutex<RdCtx>,
+    /// The endpoint's kernel UDP socket may hold input (see
+    /// [`Mgr::watch_kernel`]); its reader reads it next.
+    pub(in crate::backend::tcp) kernel_pending: AtomicBool,
+    /// The manager took this queue's connection back because its readers
+    /// had stopped reading ([`Mgr::watch_owned`]); it is not handed to them
+    /// again until they receive again (`recv_batch` clears this).
+    pub(in crate::backend::tcp) stalled: AtomicBool,
+    /// The endpoint's kernel UDP socket, to send plain UDP from its port
+    /// (DML (c), [`Mgr::go_plain`]).
+    pub(in crate::backend::tcp) plain: OnceLock<Weak<crate::backend::kernel::UdpSocket>>,
+}
+
+/// A reader's buffers: the read buffer and receive blocks.
+#[derive(Debug, Default)]
+pub(super) struct RdCtx {
+    pub(super) rbuf: Vec<u8>,
+    pub(super) pools: Pools,
+}
+
+/// One received datagram, or a run of `n` equal-size datagrams from one
+/// source packed back to back, the last possibly shorter, as UDP GRO packs
+
+#[derive(Debug)]
+pub(in crate::backend::tcp) struct RxInner {
+    pub(in crate::backend::tcp) items: VecDeque<RxItem>,
+    /// Datagrams in `items`.
+    pub(in crate::backend::tcp) dgrams: usize,
+    pub(in crate::backend::tcp) bytes: usize,
+    pub(in crate::backend::tcp) cap: usize,
+    /// Connected endpoint: only datagrams from this peer are accepted.
+    pub(in crate::backend::tcp) peer: Option<SocketAddr>,
+    /// Buffers the reader is done with, for the manager to reuse (no
+    /// malloc/free per datagram across threads). Bounded by [`FREE_MAX`].
+    pub(in crate::backend::tcp) free: Vec<Vec<u8>>,
+    /// Blocks the reader got in exchange, for the manager (≤ [`BIG_FREE_MAX`]).
+    pub(in crate::backend::tcp) free_big: Vec<Vec<u8>>,
+    /// Whether `ready` is set: the eventfd is written and read only on a
+    /// change (a syscall saved per hand-over and per emptying read).
+    pub(in crate::backend::tcp) signalled: bool,
+    /// The endpoint let go of its port ([`Mgr::unregister_port`]): what a
+    /// reader still delivers here goes to the kernel socket instead.
+    pub(in crate::backend::tcp) left: bool,
+}
+
+impl RxQueue {
+    pub(in crate::backend::tcp) fn new(v6: bool, cap: usize) -> io::Result<Self> {
+        let inner = RxInner {
+            items: VecDeque::new(),
+            dgrams: 0,
+            bytes: 0,
+            cap,
+            peer: None,
+            free: Vec::new(),
+            free_big: Vec::new(),
+            signalled: false,
+            left: false,
+        };
+        let ready = EventFd::new()?;
+        let poll = Poller::new()?;
+        poll.add_level(ready.as_raw_fd(), 0)?;
+        Ok(RxQueue {
+            inner: Mutex::new(inner),
+            ready,
+            v6,
+            gro: AtomicBool::new(false),
+            poll,
+            owned: Mutex::new(None),
+            rd: Mutex::new(RdCtx::default()),
+            kernel_pending: AtomicBool::new(true),
+            stalled: AtomicBool::new(false),
+            plain: OnceLock::new(),
+        })
+    }
+
+    /// Input arrived on the endpoint's kernel socket: its reader is woken
+    /// (the flag first, so a reader clearing readiness sees it).
+    pub(super) fn kernel_ready(&self) {
+        self.kernel_pending.store(true, SeqCst);
+        let mut q = lock(&self.inner);
+        if !q.signalled {
+            q.signalled = true;
+            self.ready.set();
+        }
+    }
+
+    /// Bytes this queue can still take before its bound.
+    pub(super) fn room(&self) -> usize {
+        let q = lock(&self.inner);
+        q.cap.saturating_sub(q.bytes)
+    }
+
+    /// Whether a connection is read by this queue's readers.
+    pub(in crate::backend::tcp) fn owns(&self) -> bool {
+        lock(&self.owned).is_some()
+    }
+
+    /// Queues a batch under one lock and one readiness signal (none when
+    /// `!signal`: the reader that pushes pops next); counts what was dropped
+    /// into `c`. False, with the batch untouched, when the endpoint has let
+    /// go of its port since the reader looked it up: the caller hands the
+    /// batch to the kernel socket.
+    pub(super) fn push_many(&self, batch: &mut Vec<RxItem>, c: &Counters, pools: &mut Pools, signal: bool) -> bool {
+        if batch.is_empty() {
+            return true;
+        }
+        let mut q = lock(&self.inner);
+        if q.left {
+            return false;
+        }
+        // Take back what the reader has finished with.
+        if pools.small.len() < 2 * FREE_MAX {
+            pools.small.append(&mut q.free);
+        }
+        if pools.big.len() < 2 * BIG_FREE_MAX {
+            pools.big.append(&mut q.free_big);
+        }
+        let (mut full, mut filtered) = (0u64, 0u64);
+        for mut it in batch.drain(..) {
+            if it.big && (it.n == 1 || it.len < BIG_BUF / 2) {
+                // A run of one, or a block less than half full (the end of a
+                // read): into an exact-size buffer, so memory stays near what
+                // is charged and a short burst is not charged whole blocks.
+                let b = pools.small_copy(&it.buf[..it.len]);
+                pools.big.push(std::mem::replace(&mut it.buf, b));
+                it.big = false;
+            }
+            if (!self.v6 && it.src.is_ipv6()) || q.peer.is_some_and(|p| unmap(p) != it.src) {
+                filtered += it.n as u64;
+                pools.give(it.buf, it.big);
+                continue;
+            }
+            let cost = it.cost();
+            // A block larger than a tiny bound is still admitted into an empty queue.
+            if q.bytes + cost > q.cap && !(it.big && q.items.is_empty()) {
+                full += it.n as u64;
+                pools.give(it.buf, it.big);
+                continue;
+            }
+            it.src = to_family(it.src, self.v6);
+            q.bytes += cost;
+            q.dgrams += it.n;
+            q.items.push_back(it);
+        }
+        // Counters before the wake-up, so a reader woken by it sees them.
+        Counters::add(&c.drop_rx_full, full);
+        Counters::add(&c.drop_filtered, filtered);
+        if signal && !q.items.is_empty() && !q.signalled {
+            q.signalled = true;
+            self.ready.set();
+        }
+        true
+    }
+}
+
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    Idle,
+    Connecting,
+    Up,
+    Backoff,
+}
+
+/// One lane: the datagrams to one peer host that hash to one connection.
+#[derive(Debug)]
+pub(in crate::backend::tcp) struct Lane {
+    pub(super) key: (IpAddr, u8),
+    pub(super) st: Mutex<LaneSt>,
+    pub(super) cv: Condvar,
+}
+
+#[derive(Debug)]
+pub(super) struct LaneSt {
+    pub(super) phase: Phase,
+    pub(super) conn: Option<Arc<Conn>>,
+    pub(super) out: OutBuf,
+    pub(super) attempts: u32,
+    pub(super) retry_at: Option<Instant>,
+    /// DML (b) timed out: queue without blocking until the lane is up.
+    pub(super) fallback: bool,
+    pub(super) was_up: bool,
+    pub(super) waiters: u32,
+    pub(super) last_used: Instant,
+    /// Removed from the lane map (idle) or the transport shut down.
+    pub(super) retired: bool,
+    pub(super) closed: bool,
+    /// Coalesced datagrams wait unwritten since then (the manager writes
+    /// them when `cfg.cork` has passed).
+    pub(super) corked_at: Option<Instant>,
+    /// DML (c): the peer refused the UOE port; datagrams go as plain UDP
+    /// until a probe connects (`Mgr::go_plain`).
+    pub(super) plain: bool,
+    /// Sockets whose send this lane refused, with the bytes of room that
+    /// send wanted: their [`Room`] is shut until then ([`Mgr::open_rooms`]).
+    pub(super) rooms: Vec<(Weak<Room>, usize)>,
+}
+
+impl Lane {
+    /// DML (c): the peer refused the UOE port, sends go as plain UDP.
+    pub(in crate::backend::tcp) fn is_plain(&self) -> bool {
+        lock(&self.st).plain
+    }
+}
+
+/// One TCP connection, outgoing or accepted.
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) token: u64,
+    pub(super) stream: Private<TcpStream>,
+    pub(super) peer: SocketAddr,
+    pub(super) local_ip: IpAddr,
+    pub(super) inbound: bool,
+    pub(super) created: Instant,
+    pub(super) dead: AtomicBool,
+    pub(super) hello_seen: AtomicBool,
+    pub(super) rx: Mutex<Decoder>,
+    /// The lane this connection transmits for, if any.
+    pub(super) lane: Mutex<Option<Weak<Lane>>>,
+    /// Read by an endpoint's readers, not the manager (see [`Mgr::delegate`]).
+    pub(super) delegated: AtomicBool,
+    /// That endpoint, and the manager's watch on it. Delegation, its end
+    /// and the manager's epoll events for the connection change under this
+    /// lock only, so they cannot cross.
+    pub(super) owner: Mutex<Owner>,
+    /// Reads by that endpoint's readers (the manager's watch compares).
+    pub(super) direct_reads: AtomicU64,
+    /// Consecutive manager reads that went in place to one queue, and
+    /// that queue's address (an identity only, never dereferenced).
+    pub(super) bulk: AtomicU32,
+    pub(super) bulk_q: AtomicUsize,
+}
+
+/// Who reads a delegated connection, and whether it still does
+/// ([`Mgr::watch_owned`]).
+#[derive(Debug)]
+pub(super) struct Owner {
+    pub(super) q: Option<Weak<RxQueue>>,
+    /// `Conn::direct_reads` when last looked at, and since when it is so.
+    pub(super) reads: u64,
+    pub(super) since: Instant,
+    /// The connection was idle: the manager's epoll set reports its next
+    /// input (edge-triggered) instead of the manager looking every tick.
+    pub(super) armed: bool,
+}
+
+impl Conn {
+    pub(super) fn new(token: u64, stream: Private<TcpStream>, peer: SocketAddr, inbound: bool) -> Arc<Conn> {
+        let local_ip = stream.local_addr().map(|a| norm_ip(a.ip())).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        fork::record(stream.as_raw_fd());
+        Arc::new(Conn {
+            token,
+            stream,
+            peer: unmap(peer),
+            local_ip,
+            inbound,
+            created: Instant::now(),
+            dead: AtomicBool::new(false),
+            hello_seen: AtomicBool::new(false),
+            rx: Mutex::new(Decoder::new()),
+            lane: Mutex::new(None),
+            delegated: AtomicBool::new(false),
+            owner: Mutex::new(Owner { q: None, reads: 0, since: Instant::now(), armed: false }),
+            direct_reads: AtomicU64::new(0),
+            bulk: AtomicU32::new(0),
+            bulk_q: AtomicUsize::new(0),
+        })
+    }
+
+    pub(super) fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
+impl Drop for Conn {
+    /// Before `stream` closes: a fork child no longer gives it up.
+    fn drop(&mut self) {
+        fork::forget(self.stream.as_raw_fd());
+    }
+}
+
+/// Information about one live connection (diagnostics and tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub inbound: bool,
+    pub lane: Option<u8>,
+    pub congestion: String,
+    pub nodelay: bool,
+}
+
