@@ -8,18 +8,17 @@
 //! eventfd readable while datagrams for this socket are queued.
 
 use super::frame::MAX_PAYLOAD;
-use super::room::Room;
-use super::TcpTransport;
 use super::manager::{
     lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP,
 };
-use super::sys;
+use super::room::Room;
+use super::TcpTransport;
 use crate::backend::kernel::{self, unmap, InMeta, OutMsg};
 use crate::backend::Backend;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -7,36 +7,19 @@
 //! Owns `Mgr::ports` (inside `Lane::st`, outside `RxQueue::inner`), and
 //! `Mgr::kernel_socks` and `Mgr::bound` (taken alone).
 
-use super::counters::{Counters, TcpStats};
-use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP, PACK_MIN, RX_OVERHEAD};
-use super::outbuf::{OutBuf};
-use super::state::{Conn, ConnInfo, Lane, LaneSt, Owner, Phase, RdCtx, RxInner, RxQueue};
-use super::transport::{TcpTransport, current, stats_path, write_stats, EXIT_DRAIN};
-use super::listener::{ListenSt, Leave, bind_port, LISTEN_RETRY_MIN, LISTEN_RETRY_MAX, PARENT_GRACE, YIELD_CHECK};
-use super::lanes::{Caller, UP_QUEUE_BYTES, ENGINE_WAIT, ENGINE_WAIT_SLICE, LANE_IDLE};
-use super::rx::{ReadErr, Step, READ_CHUNK, READ_BUDGET, PLAIN_MIN, DELEGATE_AFTER};
-use super::in_place::{Plan, At, Scattered, blocks_for, SCATTER_BLOCKS, RX_MAX_RATIO};
-use super::{lock, err, norm_ip, Mgr, DOORBELL, LISTENER};
-use crate::backend::kernel::{to_family, unmap, EventFd};
-use crate::backend::tcp::fork::{self, Tracked};
-use crate::backend::tcp::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
-use crate::backend::tcp::room::Room;
-use crate::backend::tcp::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use crate::backend::tcp::{Dml, TcpConfig, CORK_BYTES};
-use crate::fdspace::{private, Private};
-use serde::Serialize;
-use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
-use std::thread::JoinHandle;
+use super::counters::Counters;
+use super::pools::{Pools, RxItem};
+use super::state::{lock, norm_ip, Mgr};
+use super::state::{Conn, Ports, RxQueue};
+use crate::backend::kernel::unmap;
+use crate::backend::tcp::frame::{Decoder, Event, FrameError};
+use crate::backend::tcp::sys;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
+use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Bound UDP ports: port → (bound address, receive queue).
-pub(super) type Ports = HashMap<u16, Vec<(IpAddr, Weak<RxQueue>)>>;
 
 impl Mgr {
     pub(in crate::backend::tcp) fn register_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) -> io::Result<()> {

@@ -3,33 +3,24 @@
 //! to a side array, and what a header the guess missed shifted is moved
 //! into its slot ([`Scattered`]). Runs under `Conn::rx`, like every read.
 
-use super::counters::{Counters, TcpStats};
-use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP, PACK_MIN, RX_OVERHEAD};
-use super::outbuf::{OutBuf};
-use super::state::{Conn, ConnInfo, Lane, LaneSt, Owner, Phase, RdCtx, RxInner, RxQueue};
-use super::transport::{TcpTransport, current, stats_path, write_stats, EXIT_DRAIN};
-use super::listener::{ListenSt, Leave, bind_port, LISTEN_RETRY_MIN, LISTEN_RETRY_MAX, PARENT_GRACE, YIELD_CHECK};
-use super::demux::{Ports, Deliver, Route, left_connected_insert, left_connected_holds};
-use super::lanes::{Caller, UP_QUEUE_BYTES, ENGINE_WAIT, ENGINE_WAIT_SLICE, LANE_IDLE};
-use super::rx::{ReadErr, Step, READ_CHUNK, READ_BUDGET, PLAIN_MIN, DELEGATE_AFTER};
-use super::{lock, err, norm_ip, Mgr, DOORBELL, LISTENER};
-use crate::backend::kernel::{to_family, unmap, EventFd};
-use crate::backend::tcp::fork::{self, Tracked};
-use crate::backend::tcp::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
-use crate::backend::tcp::room::Room;
-use crate::backend::tcp::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use crate::backend::tcp::{Dml, TcpConfig, CORK_BYTES};
-use crate::fdspace::{private, Private};
-use serde::Serialize;
+use super::counters::Counters;
+use super::demux::Deliver;
+use super::pools::{RxItem, BIG_BUF, PACK_MIN, RX_OVERHEAD};
+use super::state::Conn;
+use super::state::{lock, Mgr};
+use crate::backend::tcp::frame::FrameError;
+use crate::backend::tcp::frame::{self, Decoder, HEADER_LEN, RUN_HEADER_LEN};
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::io;
+use std::io::{IoSliceMut, Read};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Why a read ended the connection's turn.
+pub(super) enum ReadErr {
+    Frame(FrameError),
+    Io(io::Error),
+}
 
 pub(super) struct Plan {
     pub(super) src: u16,
@@ -622,5 +613,4 @@ mod tests {
         assert!(fwd > 1000 && back > 1000, "forward {fwd}, back {back}");
         assert!(stops * 5 < cases, "{stops} of {cases} stopped");
     }
-
 }

@@ -6,32 +6,19 @@
 //! Owns `Mgr::listener` → `Mgr::listen_st` (in that order) and
 //! `Mgr::accept_paused` (alone).
 
-use super::counters::{Counters, TcpStats};
-use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP, PACK_MIN, RX_OVERHEAD};
-use super::outbuf::{OutBuf};
-use super::state::{Conn, ConnInfo, Lane, LaneSt, Owner, Phase, RdCtx, RxInner, RxQueue};
-use super::transport::{TcpTransport, current, stats_path, write_stats, EXIT_DRAIN};
-use super::demux::{Ports, Deliver, Route, left_connected_insert, left_connected_holds};
-use super::lanes::{Caller, UP_QUEUE_BYTES, ENGINE_WAIT, ENGINE_WAIT_SLICE, LANE_IDLE};
-use super::rx::{ReadErr, Step, READ_CHUNK, READ_BUDGET, PLAIN_MIN, DELEGATE_AFTER};
-use super::in_place::{Plan, At, Scattered, blocks_for, SCATTER_BLOCKS, RX_MAX_RATIO};
-use super::{lock, err, norm_ip, Mgr, DOORBELL, LISTENER};
-use crate::backend::kernel::{to_family, unmap, EventFd};
+use super::counters::Counters;
+use super::state::{lock, norm_ip, Mgr, LISTENER};
+use super::state::{Conn, Lane, Leave, Phase};
 use crate::backend::tcp::fork::{self, Tracked};
-use crate::backend::tcp::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
-use crate::backend::tcp::room::Room;
-use crate::backend::tcp::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use crate::backend::tcp::{Dml, TcpConfig, CORK_BYTES};
+use crate::backend::tcp::frame;
+use crate::backend::tcp::sys::{self, SockOpts};
+use crate::backend::tcp::TcpConfig;
 use crate::fdspace::{private, Private};
-use serde::Serialize;
-use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
-use std::thread::JoinHandle;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A transport that wants the pre-decided port but runs without a
@@ -47,30 +34,6 @@ pub(super) const PARENT_GRACE: Duration = Duration::from_millis(50);
 /// How often a fork child listening under [`PARENT_GRACE`]'s rule checks
 /// whether its parent now wants the port.
 pub(super) const YIELD_CHECK: Duration = Duration::from_millis(250);
-
-/// Retry and give-back state of a transport's listener (see
-/// [`Mgr::listen_tick`]).
-#[derive(Debug, Default)]
-pub(super) struct ListenSt {
-    /// No listener, and the port is wanted: the next attempt to take it,
-    /// and the wait after that one.
-    pub(super) retry: Option<(Instant, Duration)>,
-    /// Listening as a fork child whose parent runs and had no claim on
-    /// the port: when to check next whether the parent wants it back.
-    pub(super) provisional: Option<Instant>,
-    /// The manager thread is named [`fork::WAIT_NAME`].
-    pub(super) named_wait: bool,
-    /// The process ends ([`Mgr::leave`]): asked, then done by the manager.
-    pub(super) leave: Leave,
-}
-
-#[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
-pub(super) enum Leave {
-    #[default]
-    No,
-    Asked,
-    Done,
-}
 
 /// Binds a listening socket on the pre-decided port (`cfg.bind_ip`, else
 /// the IPv6 wildcard, else the IPv4 one); not listening yet.
@@ -161,12 +124,6 @@ impl Mgr {
             drop(st);
             self.ring();
         }
-    }
-
-    /// This transport is the process-wide one (whose claim on the port
-    /// fork children inherit, see `fork.rs`).
-    pub(super) fn is_global(&self) -> bool {
-        current().is_some_and(|r| r.as_ref().is_ok_and(|t| std::ptr::eq(&*t.mgr, self)))
     }
 
     /// Listener upkeep on the manager's timer; returns when it is due next.
@@ -456,4 +413,3 @@ impl Mgr {
         }
     }
 }
-

@@ -45,96 +45,25 @@ mod rx;
 mod state;
 mod transport;
 
-pub use counters::TcpStats;
 pub(super) use counters::Counters;
+pub use counters::TcpStats;
 pub(super) use lanes::Caller;
 pub(super) use pools::{BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP};
-pub(super) use state::{Lane, RxQueue};
+pub(super) use state::{lock, norm_ip, Lane, Mgr, RxQueue};
+use state::{DOORBELL, LISTENER};
 pub use transport::TcpTransport;
 
-use demux::Ports;
 use lanes::LANE_IDLE;
-use listener::{ListenSt, LISTEN_RETRY_MIN};
-use pools::Pools;
 use state::{Conn, Phase};
 use transport::{current, stats_path, write_stats};
 
-use super::fork::{self, Tracked};
-use super::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use super::{Dml, TcpConfig};
-use crate::fdspace::Private;
-use crate::backend::kernel::{unmap, EventFd};
-use std::collections::HashMap;
-use std::io;
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use super::fork;
+use super::sys::{self, EV_ERR, EV_IN, EV_OUT};
+use super::Dml;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-
-const DOORBELL: u64 = 0;
-const LISTENER: u64 = 1;
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn err(code: i32) -> io::Error {
-    io::Error::from_raw_os_error(code)
-}
-
-/// Normalises IPv4-mapped IPv6 addresses to IPv4.
-pub(super) fn norm_ip(ip: IpAddr) -> IpAddr {
-    unmap(SocketAddr::new(ip, 0)).ip()
-}
-
-/// Everything one transport shares between its threads.
-#[derive(Debug)]
-pub(super) struct Mgr {
-    pub(super) cfg: TcpConfig,
-    opts: SockOpts,
-    poller: Tracked<Poller>,
-    doorbell: Tracked<EventFd>,
-    stop: AtomicBool,
-    /// The fork generation the transport was started in (see `fork.rs`):
-    /// in a later one (a fork child) it is abandoned, as if stopped.
-    gen: u32,
-    listener: Mutex<Option<Tracked<Private<TcpListener>>>>,
-    listening: AtomicBool,
-    /// The transport wants the pre-decided port: without a listener it
-    /// keeps trying to take it (`listen_st`).
-    wants_port: bool,
-    /// Retry and give-back state of the listener (nests inside `listener`).
-    listen_st: Mutex<ListenSt>,
-    /// An endpoint was bound: from then on the transport listens (or
-    /// tries to), as from its first endpoint on, whether or not
-    /// endpoints are bound later.
-    bound_once: AtomicBool,
-    /// Accepting is paused until then (out of descriptors).
-    accept_paused: Mutex<Option<Instant>>,
-    conns: Mutex<HashMap<u64, Arc<Conn>>>,
-    lanes: Mutex<HashMap<(IpAddr, u8), Arc<Lane>>>,
-    ports: Mutex<Ports>,
-    queued_total: AtomicUsize,
-    /// Receive buffers for reuse (manager thread only).
-    pool: Mutex<Pools>,
-    /// The read buffer (manager thread only).
-    rbuf: Mutex<Vec<u8>>,
-    next_token: AtomicU64,
-    cc_warned: AtomicBool,
-    /// Some lane may hold coalesced datagrams: the manager runs its timer.
-    cork_armed: AtomicBool,
-    /// When the process-wide transport last wrote its counters file.
-    stats_written: Mutex<Option<Instant>>,
-    /// Endpoints' kernel UDP sockets in `poller`, by token.
-    kernel_socks: Mutex<HashMap<u64, Weak<RxQueue>>>,
-    /// Raw sockets for [`Mgr::forward`], opened on first use.
-    raw: OnceLock<sys::RawUdp>,
-    /// Recent answers of [`sys::udp_port_bound`]: (bound, when asked).
-    bound: Mutex<HashMap<(IpAddr, u16), (bool, Instant)>>,
-    pub(super) c: Counters,
-}
-
 
 impl Mgr {
     pub(super) fn stopped(&self) -> bool {
@@ -380,4 +309,3 @@ impl Mgr {
         next.max(Duration::from_millis(1))
     }
 }
-

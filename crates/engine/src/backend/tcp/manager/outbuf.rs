@@ -2,33 +2,10 @@
 //! the enqueue time of every frame for the deadlines. No locks of its own:
 //! it lives under `Lane::st`.
 
-use super::counters::{Counters, TcpStats};
-use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP, PACK_MIN, RX_OVERHEAD};
-use super::state::{Conn, ConnInfo, Lane, LaneSt, Owner, Phase, RdCtx, RxInner, RxQueue};
-use super::transport::{TcpTransport, current, stats_path, write_stats, EXIT_DRAIN};
-use super::listener::{ListenSt, Leave, bind_port, LISTEN_RETRY_MIN, LISTEN_RETRY_MAX, PARENT_GRACE, YIELD_CHECK};
-use super::demux::{Ports, Deliver, Route, left_connected_insert, left_connected_holds};
-use super::lanes::{Caller, UP_QUEUE_BYTES, ENGINE_WAIT, ENGINE_WAIT_SLICE, LANE_IDLE};
-use super::rx::{ReadErr, Step, READ_CHUNK, READ_BUDGET, PLAIN_MIN, DELEGATE_AFTER};
-use super::in_place::{Plan, At, Scattered, blocks_for, SCATTER_BLOCKS, RX_MAX_RATIO};
-use super::{lock, err, norm_ip, Mgr, DOORBELL, LISTENER};
-use crate::backend::kernel::{to_family, unmap, EventFd};
-use crate::backend::tcp::fork::{self, Tracked};
-use crate::backend::tcp::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
-use crate::backend::tcp::room::Room;
-use crate::backend::tcp::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use crate::backend::tcp::{Dml, TcpConfig, CORK_BYTES};
-use crate::fdspace::{private, Private};
-use serde::Serialize;
-use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use crate::backend::tcp::frame::{self, HEADER_LEN};
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::time::Instant;
 
 /// Datagrams queued for one lane, as the bytes that go on the wire, with
 /// the enqueue time of every frame (for the deadlines).
@@ -67,7 +44,13 @@ impl OutBuf {
     /// Queues the rest of a frame or run (`pieces`, `datagrams` of them
     /// not completely written) whose first `written` bytes went to the
     /// socket directly (just before, with the queue empty).
-    pub(super) fn push_rest<'a>(&mut self, pieces: impl Iterator<Item = &'a [u8]>, written: usize, datagrams: u32, now: Instant) {
+    pub(super) fn push_rest<'a>(
+        &mut self,
+        pieces: impl Iterator<Item = &'a [u8]>,
+        written: usize,
+        datagrams: u32,
+        now: Instant,
+    ) {
         debug_assert_eq!(self.queued(), 0);
         let start = self.pos - written as u64;
         let mut skip = written;
@@ -147,6 +130,8 @@ impl OutBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::tcp::frame::RUN_HEADER_LEN;
+    use std::time::Duration;
 
     #[test]
     fn outbuf_partial_frames_and_deadlines() {

@@ -14,33 +14,118 @@
 //! lane and to the queue that reads it), so they live together, below the
 //! parts that act on them.
 
-use super::counters::{Counters, TcpStats};
-use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP, PACK_MIN, RX_OVERHEAD};
-use super::outbuf::{OutBuf};
-use super::transport::{TcpTransport, current, stats_path, write_stats, EXIT_DRAIN};
-use super::listener::{ListenSt, Leave, bind_port, LISTEN_RETRY_MIN, LISTEN_RETRY_MAX, PARENT_GRACE, YIELD_CHECK};
-use super::demux::{Ports, Deliver, Route, left_connected_insert, left_connected_holds};
-use super::lanes::{Caller, UP_QUEUE_BYTES, ENGINE_WAIT, ENGINE_WAIT_SLICE, LANE_IDLE};
-use super::rx::{ReadErr, Step, READ_CHUNK, READ_BUDGET, PLAIN_MIN, DELEGATE_AFTER};
-use super::in_place::{Plan, At, Scattered, blocks_for, SCATTER_BLOCKS, RX_MAX_RATIO};
-use super::{lock, err, norm_ip, Mgr, DOORBELL, LISTENER};
+use super::counters::Counters;
+use super::outbuf::OutBuf;
+use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX};
 use crate::backend::kernel::{to_family, unmap, EventFd};
-use crate::backend::tcp::fork::{self, Tracked};
-use crate::backend::tcp::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
+use crate::backend::tcp::fork;
+use crate::backend::tcp::fork::Tracked;
+use crate::backend::tcp::frame::Decoder;
 use crate::backend::tcp::room::Room;
-use crate::backend::tcp::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use crate::backend::tcp::{Dml, TcpConfig, CORK_BYTES};
-use crate::fdspace::{private, Private};
-use serde::Serialize;
-use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use crate::backend::tcp::sys::{self, Poller, SockOpts};
+use crate::backend::tcp::TcpConfig;
+use crate::fdspace::Private;
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::io;
+use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::MutexGuard;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::Duration;
+use std::time::Instant;
+
+pub(super) const DOORBELL: u64 = 0;
+pub(super) const LISTENER: u64 = 1;
+
+pub(in crate::backend::tcp) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(super) fn err(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+/// Normalises IPv4-mapped IPv6 addresses to IPv4.
+pub(in crate::backend::tcp) fn norm_ip(ip: IpAddr) -> IpAddr {
+    unmap(SocketAddr::new(ip, 0)).ip()
+}
+
+/// Everything one transport shares between its threads.
+#[derive(Debug)]
+pub(in crate::backend::tcp) struct Mgr {
+    pub(in crate::backend::tcp) cfg: TcpConfig,
+    pub(super) opts: SockOpts,
+    pub(super) poller: Tracked<Poller>,
+    pub(super) doorbell: Tracked<EventFd>,
+    pub(super) stop: AtomicBool,
+    /// The fork generation the transport was started in (see `fork.rs`):
+    /// in a later one (a fork child) it is abandoned, as if stopped.
+    pub(super) gen: u32,
+    pub(super) listener: Mutex<Option<Tracked<Private<TcpListener>>>>,
+    pub(super) listening: AtomicBool,
+    /// The transport wants the pre-decided port: without a listener it
+    /// keeps trying to take it (`listen_st`).
+    pub(super) wants_port: bool,
+    /// Retry and give-back state of the listener (nests inside `listener`).
+    pub(super) listen_st: Mutex<ListenSt>,
+    /// An endpoint was bound: from then on the transport listens (or
+    /// tries to), as from its first endpoint on, whether or not
+    /// endpoints are bound later.
+    pub(super) bound_once: AtomicBool,
+    /// Accepting is paused until then (out of descriptors).
+    pub(super) accept_paused: Mutex<Option<Instant>>,
+    pub(super) conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    pub(super) lanes: Mutex<HashMap<(IpAddr, u8), Arc<Lane>>>,
+    pub(super) ports: Mutex<Ports>,
+    pub(super) queued_total: AtomicUsize,
+    /// Receive buffers for reuse (manager thread only).
+    pub(super) pool: Mutex<Pools>,
+    /// The read buffer (manager thread only).
+    pub(super) rbuf: Mutex<Vec<u8>>,
+    pub(super) next_token: AtomicU64,
+    pub(super) cc_warned: AtomicBool,
+    /// Some lane may hold coalesced datagrams: the manager runs its timer.
+    pub(super) cork_armed: AtomicBool,
+    /// When the process-wide transport last wrote its counters file.
+    pub(super) stats_written: Mutex<Option<Instant>>,
+    /// Endpoints' kernel UDP sockets in `poller`, by token.
+    pub(super) kernel_socks: Mutex<HashMap<u64, Weak<RxQueue>>>,
+    /// Raw sockets for [`Mgr::forward`], opened on first use.
+    pub(super) raw: OnceLock<sys::RawUdp>,
+    /// Recent answers of [`sys::udp_port_bound`]: (bound, when asked).
+    pub(super) bound: Mutex<HashMap<(IpAddr, u16), (bool, Instant)>>,
+    pub(in crate::backend::tcp) c: Counters,
+}
+
+/// Bound UDP ports: port → (bound address, receive queue).
+pub(super) type Ports = HashMap<u16, Vec<(IpAddr, Weak<RxQueue>)>>;
+
+/// Retry and give-back state of a transport's listener (see
+/// [`Mgr::listen_tick`]).
+#[derive(Debug, Default)]
+pub(super) struct ListenSt {
+    /// No listener, and the port is wanted: the next attempt to take it,
+    /// and the wait after that one.
+    pub(super) retry: Option<(Instant, Duration)>,
+    /// Listening as a fork child whose parent runs and had no claim on
+    /// the port: when to check next whether the parent wants it back.
+    pub(super) provisional: Option<Instant>,
+    /// The manager thread is named [`fork::WAIT_NAME`].
+    pub(super) named_wait: bool,
+    /// The process ends ([`Mgr::leave`]): asked, then done by the manager.
+    pub(super) leave: Leave,
+}
+
+#[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
+pub(super) enum Leave {
+    #[default]
+    No,
+    Asked,
+    Done,
+}
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
 /// drained by [`super::TcpSocket::recv_batch`].
@@ -213,7 +298,6 @@ impl RxQueue {
     }
 }
 
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
     Idle,
@@ -348,4 +432,3 @@ pub struct ConnInfo {
     pub congestion: String,
     pub nodelay: bool,
 }
-

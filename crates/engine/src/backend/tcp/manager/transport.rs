@@ -5,37 +5,26 @@
 //! `Mgr::conns` one after the other.
 
 use super::counters::{Counters, TcpStats};
-use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP, PACK_MIN, RX_OVERHEAD};
-use super::outbuf::{OutBuf};
-use super::state::{Conn, ConnInfo, Lane, LaneSt, Owner, Phase, RdCtx, RxInner, RxQueue};
-use super::listener::{ListenSt, Leave, bind_port, LISTEN_RETRY_MIN, LISTEN_RETRY_MAX, PARENT_GRACE, YIELD_CHECK};
-use super::demux::{Ports, Deliver, Route, left_connected_insert, left_connected_holds};
-use super::lanes::{Caller, UP_QUEUE_BYTES, ENGINE_WAIT, ENGINE_WAIT_SLICE, LANE_IDLE};
-use super::rx::{ReadErr, Step, READ_CHUNK, READ_BUDGET, PLAIN_MIN, DELEGATE_AFTER};
-use super::in_place::{Plan, At, Scattered, blocks_for, SCATTER_BLOCKS, RX_MAX_RATIO};
-use super::{lock, err, norm_ip, Mgr, DOORBELL, LISTENER};
-use crate::backend::kernel::{to_family, unmap, EventFd};
+use super::listener::{bind_port, LISTEN_RETRY_MIN};
+use super::pools::Pools;
+use super::state::{err, lock, Mgr, DOORBELL};
+use super::state::{Conn, ConnInfo, Lane, ListenSt};
+use crate::backend::kernel::EventFd;
 use crate::backend::tcp::fork::{self, Tracked};
-use crate::backend::tcp::frame::{self, Decoder, Event, FrameError, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
-use crate::backend::tcp::room::Room;
-use crate::backend::tcp::sys::{self, Poller, SockOpts, EV_ERR, EV_IN, EV_OUT};
-use crate::backend::tcp::{Dml, TcpConfig, CORK_BYTES};
-use crate::fdspace::{private, Private};
-use serde::Serialize;
-use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use crate::backend::tcp::sys::{self, Poller, SockOpts};
+use crate::backend::tcp::TcpConfig;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The longest a process's end waits for its peers to close the
 /// connections it half-closed (see [`Mgr::leave`]).
 pub(super) const EXIT_DRAIN: Duration = Duration::from_millis(250);
-
 
 /// A UOE transport: the manager thread and its state. Dropping it closes
 /// the listener and every connection (in tests: a peer "restart").
@@ -363,5 +352,13 @@ impl TcpTransport {
 impl Drop for TcpTransport {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+impl Mgr {
+    /// This transport is the process-wide one (whose claim on the port
+    /// fork children inherit, see `fork.rs`).
+    pub(super) fn is_global(&self) -> bool {
+        current().is_some_and(|r| r.as_ref().is_ok_and(|t| std::ptr::eq(&*t.mgr, self)))
     }
 }
