@@ -3,11 +3,8 @@
 //! `Mgr::conns` inside it.
 
 use super::counters::Counters;
-use super::state::{lock, Mgr};
-use super::state::{Conn, Lane, LaneSt, Phase};
-use crate::backend::tcp::frame;
-use crate::backend::tcp::sys;
-use crate::backend::tcp::Dml;
+use super::state::{lock, Conn, Lane, LaneSt, Mgr, Phase};
+use crate::backend::tcp::{frame, sys, Dml};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;

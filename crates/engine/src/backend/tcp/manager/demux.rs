@@ -9,8 +9,7 @@
 
 use super::counters::Counters;
 use super::pools::{Pools, RxItem};
-use super::state::{lock, norm_ip, Mgr};
-use super::state::{Conn, Ports, RxQueue};
+use super::state::{lock, norm_ip, Conn, Mgr, Ports, RxQueue};
 use crate::backend::kernel::unmap;
 use crate::backend::tcp::frame::{Decoder, Event, FrameError};
 use crate::backend::tcp::sys;

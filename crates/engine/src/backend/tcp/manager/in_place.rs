@@ -6,13 +6,10 @@
 use super::counters::Counters;
 use super::demux::Deliver;
 use super::pools::{RxItem, BIG_BUF, PACK_MIN, RX_OVERHEAD};
-use super::state::Conn;
-use super::state::{lock, Mgr};
-use crate::backend::tcp::frame::FrameError;
-use crate::backend::tcp::frame::{self, Decoder, HEADER_LEN, RUN_HEADER_LEN};
+use super::state::{lock, Conn, Mgr};
+use crate::backend::tcp::frame::{self, Decoder, FrameError, HEADER_LEN, RUN_HEADER_LEN};
 use std::cell::Cell;
-use std::io;
-use std::io::{IoSliceMut, Read};
+use std::io::{self, IoSliceMut, Read};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -22,6 +19,7 @@ pub(super) enum ReadErr {
     Io(io::Error),
 }
 
+/// A guess at the frames that follow (see [`Mgr::scatter_plan`]).
 pub(super) struct Plan {
     pub(super) src: u16,
     pub(super) dst: u16,
@@ -40,9 +38,9 @@ pub(super) struct Plan {
 /// `blocks`, and no more than `room` bytes of the endpoint's queue hold
 /// (each block charged as [`RxItem::cost`] charges it), but at least one,
 /// so a full queue still drains the connection and drops, as UDP would.
-/// Reading more than the queue holds in one call dropped the excess at
-/// once even when the reader kept up (the loss with a default-size
-/// receive buffer: four blocks of 44 datagrams against 212 992 bytes).
+/// A read larger than the queue holds would drop its excess at once even
+/// while the endpoint's reader keeps up (a default-size receive buffer
+/// holds fewer than four blocks of full-size datagrams).
 pub(super) fn blocks_for(len: usize, blocks: usize, room: usize) -> usize {
     let per_block = (BIG_BUF / len.max(1)).max(1);
     let cost = (per_block * (len + RX_OVERHEAD)).max(BIG_BUF);
@@ -70,8 +68,8 @@ pub(super) struct Scattered<'a> {
     pub(super) segs: &'a [(At, usize, usize)],
     pub(super) starts: Vec<usize>,
     /// The piece the last lookup found: lookups go a datagram at a time,
-    /// so the next one is found a step or two away (a binary search per
-    /// lookup was the largest cost of this walk).
+    /// so the next one is found a step or two away instead of by a search
+    /// per lookup.
     pub(super) hint: Cell<usize>,
 }
 

@@ -8,13 +8,11 @@
 
 use super::counters::Counters;
 use super::outbuf::OutBuf;
-use super::state::{err, lock, norm_ip, Mgr};
-use super::state::{Lane, LaneSt, Phase};
+use super::state::{err, lock, norm_ip, Lane, LaneSt, Mgr, Phase};
 use crate::backend::kernel::to_family;
 use crate::backend::tcp::frame::{self, HEADER_LEN, MAX_PAYLOAD, RUN_HEADER_LEN};
 use crate::backend::tcp::room::Room;
-use crate::backend::tcp::sys;
-use crate::backend::tcp::{Dml, CORK_BYTES};
+use crate::backend::tcp::{sys, Dml, CORK_BYTES};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;

@@ -7,12 +7,10 @@
 //! `Mgr::accept_paused` (alone).
 
 use super::counters::Counters;
-use super::state::{lock, norm_ip, Mgr, LISTENER};
-use super::state::{Conn, Lane, Leave, Phase};
+use super::state::{lock, norm_ip, Conn, Lane, Leave, Mgr, Phase, LISTENER};
 use crate::backend::tcp::fork::{self, Tracked};
-use crate::backend::tcp::frame;
 use crate::backend::tcp::sys::{self, SockOpts};
-use crate::backend::tcp::TcpConfig;
+use crate::backend::tcp::{frame, TcpConfig};
 use crate::fdspace::{private, Private};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
@@ -239,10 +237,9 @@ impl Mgr {
     /// the listener, this process's; a fork child's or a send-only
     /// program's connection carries its peer's replies): what sits in
     /// such a connection unread when the process ends is lost, and the
-    /// peer sees nothing of it (before: all 200 datagrams of a burst a
-    /// parent sent itself through its child's listener as the child
-    /// ended). Connections still open at the bound are counted
-    /// (`exit_open_conns`). Runs once.
+    /// peer sees nothing of it (a burst a parent sends itself through its
+    /// child's listener as the child ends, say). Connections still open
+    /// at the bound are counted (`exit_open_conns`). Runs once.
     pub(super) fn leave(&self, bound: Duration) {
         if self.stopped() {
             return;

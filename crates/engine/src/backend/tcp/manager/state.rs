@@ -10,36 +10,38 @@
 //!   innermost lock; `RxQueue::owned` nests inside `Conn::owner`;
 //!   `RxQueue::rd` is its readers' own.
 //!
+//! * [`Mgr`]: everything one transport shares, its fields grouped by the
+//!   part that owns them; [`ListenSt`] is the listener's.
+//!
 //! They refer to each other (a lane to its connection, a connection to its
 //! lane and to the queue that reads it), so they live together, below the
-//! parts that act on them.
+//! parts that act on them: those parts use this module, never the reverse.
 
 use super::counters::Counters;
 use super::outbuf::OutBuf;
 use super::pools::{Pools, RxItem, BIG_BUF, BIG_FREE_MAX, FREE_MAX};
 use crate::backend::kernel::{to_family, unmap, EventFd};
-use crate::backend::tcp::fork;
-use crate::backend::tcp::fork::Tracked;
+use crate::backend::tcp::fork::{self, Tracked};
 use crate::backend::tcp::frame::Decoder;
 use crate::backend::tcp::room::Room;
 use crate::backend::tcp::sys::{self, Poller, SockOpts};
 use crate::backend::tcp::TcpConfig;
 use crate::fdspace::Private;
-use std::collections::HashMap;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::TcpListener;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::MutexGuard;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
-use std::time::Duration;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
+/// The manager's epoll token of its doorbell.
 pub(super) const DOORBELL: u64 = 0;
+/// The manager's epoll token of the listener.
 pub(super) const LISTENER: u64 = 1;
 
+/// Takes a lock, whether or not a thread panicked holding it (the state
+/// stays usable: every holder leaves it consistent between its steps).
 pub(in crate::backend::tcp) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -53,9 +55,11 @@ pub(in crate::backend::tcp) fn norm_ip(ip: IpAddr) -> IpAddr {
     unmap(SocketAddr::new(ip, 0)).ip()
 }
 
-/// Everything one transport shares between its threads.
+/// Everything one transport shares between its threads, by the part that
+/// owns it (its locks in the order of the manager's header).
 #[derive(Debug)]
 pub(in crate::backend::tcp) struct Mgr {
+    // The manager thread and its start (`mod.rs`, `transport.rs`).
     pub(in crate::backend::tcp) cfg: TcpConfig,
     pub(super) opts: SockOpts,
     pub(super) poller: Tracked<Poller>,
@@ -64,6 +68,12 @@ pub(in crate::backend::tcp) struct Mgr {
     /// The fork generation the transport was started in (see `fork.rs`):
     /// in a later one (a fork child) it is abandoned, as if stopped.
     pub(super) gen: u32,
+    pub(super) next_token: AtomicU64,
+    /// When the process-wide transport last wrote its counters file.
+    pub(super) stats_written: Mutex<Option<Instant>>,
+    pub(in crate::backend::tcp) c: Counters,
+
+    // The listener (`listener.rs`).
     pub(super) listener: Mutex<Option<Tracked<Private<TcpListener>>>>,
     pub(super) listening: AtomicBool,
     /// The transport wants the pre-decided port: without a listener it
@@ -77,27 +87,30 @@ pub(in crate::backend::tcp) struct Mgr {
     pub(super) bound_once: AtomicBool,
     /// Accepting is paused until then (out of descriptors).
     pub(super) accept_paused: Mutex<Option<Instant>>,
+
+    // Connections (`connect.rs` opens and closes them, `listener.rs`
+    // accepts them) and lanes (`lanes.rs`).
     pub(super) conns: Mutex<HashMap<u64, Arc<Conn>>>,
     pub(super) lanes: Mutex<HashMap<(IpAddr, u8), Arc<Lane>>>,
-    pub(super) ports: Mutex<Ports>,
     pub(super) queued_total: AtomicUsize,
+    pub(super) cc_warned: AtomicBool,
+    /// Some lane may hold coalesced datagrams: the manager runs its timer.
+    pub(super) cork_armed: AtomicBool,
+
+    // The manager thread's reads (`rx.rs`, `in_place.rs`).
     /// Receive buffers for reuse (manager thread only).
     pub(super) pool: Mutex<Pools>,
     /// The read buffer (manager thread only).
     pub(super) rbuf: Mutex<Vec<u8>>,
-    pub(super) next_token: AtomicU64,
-    pub(super) cc_warned: AtomicBool,
-    /// Some lane may hold coalesced datagrams: the manager runs its timer.
-    pub(super) cork_armed: AtomicBool,
-    /// When the process-wide transport last wrote its counters file.
-    pub(super) stats_written: Mutex<Option<Instant>>,
+
+    // Demultiplexing (`demux.rs`).
+    pub(super) ports: Mutex<Ports>,
     /// Endpoints' kernel UDP sockets in `poller`, by token.
     pub(super) kernel_socks: Mutex<HashMap<u64, Weak<RxQueue>>>,
     /// Raw sockets for [`Mgr::forward`], opened on first use.
     pub(super) raw: OnceLock<sys::RawUdp>,
     /// Recent answers of [`sys::udp_port_bound`]: (bound, when asked).
     pub(super) bound: Mutex<HashMap<(IpAddr, u16), (bool, Instant)>>,
-    pub(in crate::backend::tcp) c: Counters,
 }
 
 /// Bound UDP ports: port → (bound address, receive queue).

@@ -7,8 +7,7 @@
 use super::counters::{Counters, TcpStats};
 use super::listener::{bind_port, LISTEN_RETRY_MIN};
 use super::pools::Pools;
-use super::state::{err, lock, Mgr, DOORBELL};
-use super::state::{Conn, ConnInfo, Lane, ListenSt};
+use super::state::{err, lock, Conn, ConnInfo, Lane, ListenSt, Mgr, DOORBELL};
 use crate::backend::kernel::EventFd;
 use crate::backend::tcp::fork::{self, Tracked};
 use crate::backend::tcp::sys::{self, Poller, SockOpts};
