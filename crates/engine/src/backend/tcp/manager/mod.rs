@@ -18,8 +18,9 @@
 //! and `pool` are the manager thread's own. Each part's header names the
 //! locks it owns:
 //!
-//! * `state.rs`: the connections, lanes and receive queues the parts share
-//!   (`Conn::rx`, `Conn::owner`, `Lane::st`, `RxQueue::inner`/`owned`);
+//! * `state.rs`: the types the parts share, [`Mgr`] and the connections,
+//!   lanes and receive queues with their locks (`Conn::rx`, `Conn::owner`,
+//!   `Lane::st`, `RxQueue::inner`/`owned`);
 //! * `listener.rs`: the listener and the port (`listener`, `listen_st`,
 //!   `accept_paused`);
 //! * `lanes.rs` and `connect.rs`: the send side (`lanes`, `Lane::st`);
@@ -28,7 +29,7 @@
 //! * `demux.rs`: the bound ports and hand-over to kernel sockets (`ports`,
 //!   `kernel_socks`, `bound`);
 //! * `transport.rs`: starting, the process-wide transport, shutting down;
-//! * this file: the shared [`Mgr`], the manager thread's loop and its timer.
+//! * this file: the manager thread's loop, its events and its timer.
 //!
 //! Below them: `counters.rs`, `pools.rs` (received datagrams' buffers) and
 //! `outbuf.rs` (a lane's send queue), which hold no lock of their own.
@@ -50,11 +51,10 @@ pub use counters::TcpStats;
 pub(super) use lanes::Caller;
 pub(super) use pools::{BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP};
 pub(super) use state::{lock, norm_ip, Lane, Mgr, RxQueue};
-use state::{DOORBELL, LISTENER};
 pub use transport::TcpTransport;
 
 use lanes::LANE_IDLE;
-use state::{Conn, Phase};
+use state::{Conn, Phase, DOORBELL, LISTENER};
 use transport::{current, stats_path, write_stats};
 
 use super::fork;

@@ -141,7 +141,7 @@ pub(super) enum Leave {
 }
 
 /// What an endpoint's receive queue holds; filled by the manager thread,
-/// drained by [`super::TcpSocket::recv_batch`].
+/// drained by [`crate::backend::tcp::TcpSocket::recv_batch`].
 #[derive(Debug)]
 pub(in crate::backend::tcp) struct RxQueue {
     pub(in crate::backend::tcp) inner: Mutex<RxInner>,
