@@ -150,6 +150,4 @@ impl Mgr {
             let _ = sys::set_int_opt(conn.fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms);
         }
     }
-
-    // ---- the manager thread ----
 }

@@ -229,8 +229,6 @@ impl Mgr {
         }
         ok
     }
-
-    // ---- lanes (send side) ----
 }
 
 /// The queue of the last (source, destination port) a read delivered to.

@@ -124,8 +124,6 @@ impl Mgr {
         self.settle(lane, st, before);
     }
 
-    // ---- kernel UDP sockets (input not carried by this transport) ----
-
     /// The lane for `(peer, idx)`, created on first use; None at the cap.
     pub(in crate::backend::tcp) fn lane(&self, peer: IpAddr, idx: u8) -> io::Result<Option<Arc<Lane>>> {
         if self.stopped() {

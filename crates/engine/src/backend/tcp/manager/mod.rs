@@ -81,8 +81,6 @@ impl Mgr {
         self.doorbell.set();
     }
 
-    // ---- port registry (demultiplexing) ----
-
     fn run(self: Arc<Self>) {
         let mut events: Vec<(u64, u32)> = Vec::with_capacity(128);
         let mut again: Vec<u64> = Vec::new();
