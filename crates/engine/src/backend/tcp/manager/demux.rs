@@ -81,7 +81,7 @@ impl Mgr {
     }
 
     /// Every datagram of `it` to the kernel socket on `local:dst` ([`Mgr::forward`]).
-    pub(super) fn forward_item(&self, it: &RxItem, local: IpAddr, dst: u16) {
+    fn forward_item(&self, it: &RxItem, local: IpAddr, dst: u16) {
         for i in 0..it.n {
             let d = &it.buf[(i * it.seg).min(it.len)..((i + 1) * it.seg).min(it.len)];
             if !self.forward(it.src, local, dst, d) {
@@ -141,7 +141,7 @@ impl Mgr {
     /// iperf3 does per stream), or another process's. The kernel would
     /// deliver a datagram that the port's connected endpoints do not
     /// match there, so [`Mgr::forward`] hands it over.
-    pub(super) fn unconnected_kernel_socket(port: u16) -> bool {
+    fn unconnected_kernel_socket(port: u16) -> bool {
         static SEEN: Mutex<Option<(u16, bool, Instant)>> = Mutex::new(None);
         let now = Instant::now();
         if let Some((p, b, at)) = *lock(&SEEN) {
@@ -232,15 +232,15 @@ impl Mgr {
 }
 
 /// The queue of the last (source, destination port) a read delivered to.
-pub(super) type Route = ((SocketAddr, u16), Option<Arc<RxQueue>>);
+type Route = ((SocketAddr, u16), Option<Arc<RxQueue>>);
 
 /// Local ports and peers of connected endpoints that let go of their port
 /// (closed, or moved to the kernel path, where the kernel socket stays
 /// connected): frames from such a peer are checked against the kernel's
 /// sockets before an unconnected endpoint on the port takes them.
-pub(super) static LEFT_CONNECTED: Mutex<Vec<(u16, SocketAddr)>> = Mutex::new(Vec::new());
+static LEFT_CONNECTED: Mutex<Vec<(u16, SocketAddr)>> = Mutex::new(Vec::new());
 
-pub(super) fn left_connected_insert(port: u16, peer: SocketAddr) {
+fn left_connected_insert(port: u16, peer: SocketAddr) {
     let mut v = lock(&LEFT_CONNECTED);
     if !v.contains(&(port, peer)) {
         if v.len() >= 256 {
@@ -257,7 +257,7 @@ pub(super) fn left_connected_insert(port: u16, peer: SocketAddr) {
 /// the kernel path (`SO_TIMESTAMP`) and opens the next client's socket on
 /// the same port: the kernel delivers the client's datagrams to the
 /// connected one, and so must the hand-over.
-pub(super) fn left_connected_holds(port: u16, src: SocketAddr) -> bool {
+fn left_connected_holds(port: u16, src: SocketAddr) -> bool {
     let src = unmap(src);
     if !lock(&LEFT_CONNECTED).contains(&(port, src)) {
         return false;

@@ -41,7 +41,7 @@ pub(super) struct Plan {
 /// A read larger than the queue holds would drop its excess at once even
 /// while the endpoint's reader keeps up (a default-size receive buffer
 /// holds fewer than four blocks of full-size datagrams).
-pub(super) fn blocks_for(len: usize, blocks: usize, room: usize) -> usize {
+fn blocks_for(len: usize, blocks: usize, room: usize) -> usize {
     let per_block = (BIG_BUF / len.max(1)).max(1);
     let cost = (per_block * (len + RX_OVERHEAD)).max(BIG_BUF);
     blocks.min(1000 / (2 * per_block)).min(room / cost).max(1)
@@ -64,7 +64,7 @@ pub(super) enum At {
 /// its pieces in stream order: (where, byte offset there, bytes). Block
 /// bytes are addressed linearly (block `b`'s slot area starts at
 /// `b * per_block * len`), which is also where slot `s` starts (`s * len`).
-pub(super) struct Scattered<'a> {
+struct Scattered<'a> {
     pub(super) segs: &'a [(At, usize, usize)],
     pub(super) starts: Vec<usize>,
     /// The piece the last lookup found: lookups go a datagram at a time,
@@ -89,7 +89,7 @@ impl<'a> Scattered<'a> {
 
     /// The piece that holds stream byte `p` (the last one when `p` is past
     /// the end; 0 when there are none).
-    pub(super) fn seg_at(&self, p: usize) -> usize {
+    fn seg_at(&self, p: usize) -> usize {
         let st = &self.starts;
         let mut i = self.hint.get().min(st.len().saturating_sub(1));
         for _ in 0..8 {
@@ -108,7 +108,7 @@ impl<'a> Scattered<'a> {
     }
 
     /// Calls `f` with each piece of stream bytes `[p, p + n)`, in stream order.
-    pub(super) fn each_piece(&self, p: usize, mut n: usize, mut f: impl FnMut(At, usize, usize)) {
+    fn each_piece(&self, p: usize, mut n: usize, mut f: impl FnMut(At, usize, usize)) {
         let mut i = self.seg_at(p);
         let mut off = p - self.starts.get(i).copied().unwrap_or(0);
         while n > 0 && i < self.segs.len() {
@@ -129,7 +129,7 @@ impl<'a> Scattered<'a> {
         self.each_piece(p, n, |w, o, k| out.push((w, o, k)));
     }
 
-    pub(super) fn copy_to(&self, hdrs: &[[u8; RUN_HEADER_LEN]], blocks: &[Vec<u8>], p: usize, dst: &mut [u8]) {
+    fn copy_to(&self, hdrs: &[[u8; RUN_HEADER_LEN]], blocks: &[Vec<u8>], p: usize, dst: &mut [u8]) {
         let mut at = 0;
         self.each_piece(p, dst.len(), |w, o, k| {
             let src = match w {
@@ -148,7 +148,7 @@ impl<'a> Scattered<'a> {
     /// `Some(true)` when its slot starts at or after its first block byte
     /// (it moves forward, such a sequence in reverse order), None when
     /// neither (its slot would cover bytes of a neighbour still to move).
-    pub(super) fn direction(&self, p: usize, len: usize, slot: usize, per_block: usize) -> Option<bool> {
+    fn direction(&self, p: usize, len: usize, slot: usize, per_block: usize) -> Option<bool> {
         let lin = |b: usize, o: usize| b * per_block * len + o;
         // Linear block space: where its first block byte is, and where its
         // last one ends.
@@ -176,7 +176,7 @@ impl<'a> Scattered<'a> {
     /// move never covers bytes still to move after it, and a forward one
     /// never those before it: backward runs go in stream order, forward
     /// runs in reverse (the pieces of one datagram likewise).
-    pub(super) fn move_all(
+    fn move_all(
         &self,
         hdrs: &[[u8; RUN_HEADER_LEN]],
         blocks: &mut [Vec<u8>],

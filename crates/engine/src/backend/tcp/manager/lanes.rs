@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 
 /// User-space queue bound of a connected lane (the DML bound,
 /// `cfg.queue_bytes`, applies while it is not connected).
-pub(super) const UP_QUEUE_BYTES: usize = 2 * CORK_BYTES;
+const UP_QUEUE_BYTES: usize = 2 * CORK_BYTES;
 /// Longest the engine thread waits on a full lane, while it has nothing
 /// else to do, before it leaves the refused batch to the room descriptor
 /// ([`Mgr::engine_wait`]).
-pub(super) const ENGINE_WAIT: Duration = Duration::from_millis(10);
+const ENGINE_WAIT: Duration = Duration::from_millis(10);
 /// Between two looks of [`Mgr::engine_wait`] at the engine's other work.
-pub(super) const ENGINE_WAIT_SLICE: Duration = Duration::from_micros(250);
+const ENGINE_WAIT_SLICE: Duration = Duration::from_micros(250);
 /// A lane with nothing queued and no connection is forgotten after this.
 pub(super) const LANE_IDLE: Duration = Duration::from_secs(30);
 
@@ -47,7 +47,7 @@ pub(in crate::backend::tcp) enum Caller {
 impl Mgr {
     /// A kernel UDP socket that holds local port `port` (to send plain
     /// UDP from it).
-    pub(super) fn sender_of(&self, port: u16) -> Option<Arc<crate::backend::kernel::UdpSocket>> {
+    fn sender_of(&self, port: u16) -> Option<Arc<crate::backend::kernel::UdpSocket>> {
         let ports = lock(&self.ports);
         ports.get(&port)?.iter().filter_map(|(_, w)| w.upgrade()).find_map(|q| q.plain.get().and_then(Weak::upgrade))
     }
@@ -348,7 +348,7 @@ impl Mgr {
     /// A send of `room`'s socket found the lane full, wanting `need` bytes:
     /// shuts `room` and enrolls it (once; the smallest need counts), under
     /// the lane's lock, so the drain that makes the room opens it.
-    pub(super) fn shut_room(st: &mut LaneSt, room: &Arc<Room>, need: usize) {
+    fn shut_room(st: &mut LaneSt, room: &Arc<Room>, need: usize) {
         room.need.store(need, Relaxed);
         room.shut();
         st.rooms.retain(|(r, _)| r.strong_count() > 0);
@@ -423,7 +423,7 @@ impl Mgr {
     /// [`Mgr::submit`] makes): its own bound and the process-wide one. A
     /// lane that drains to empty always has room, so a wait on it ends even
     /// while other lanes hold the process-wide queue.
-    pub(super) fn up_room(&self, q: usize, need: usize) -> bool {
+    fn up_room(&self, q: usize, need: usize) -> bool {
         q + need <= self.cfg.queue_bytes.min(UP_QUEUE_BYTES)
             && self.queued_total.load(Relaxed) + need <= self.cfg.total_queue_bytes
     }
@@ -462,7 +462,7 @@ impl Mgr {
     /// datagrams of one size between the same ports (an engine run) go as
     /// one run (`frame::run_header`): one header, and payloads that a
     /// receiver reads contiguously.
-    pub(super) fn write_direct(
+    fn write_direct(
         &self,
         lane: &Arc<Lane>,
         st: &mut LaneSt,

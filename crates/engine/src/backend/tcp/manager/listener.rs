@@ -25,13 +25,13 @@ use std::time::{Duration, Instant};
 pub(super) const LISTEN_RETRY_MIN: Duration = Duration::from_millis(20);
 /// The longest wait between two attempts: the bound on how long the port
 /// stays unlistened after its holder ends (plus a tick).
-pub(super) const LISTEN_RETRY_MAX: Duration = Duration::from_secs(1);
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long a fork child whose parent runs (with no claim on the port)
 /// leaves the port to the parent before it listens itself.
-pub(super) const PARENT_GRACE: Duration = Duration::from_millis(50);
+const PARENT_GRACE: Duration = Duration::from_millis(50);
 /// How often a fork child listening under [`PARENT_GRACE`]'s rule checks
 /// whether its parent now wants the port.
-pub(super) const YIELD_CHECK: Duration = Duration::from_millis(250);
+const YIELD_CHECK: Duration = Duration::from_millis(250);
 
 /// Binds a listening socket on the pre-decided port (`cfg.bind_ip`, else
 /// the IPv6 wildcard, else the IPv4 one); not listening yet.
@@ -88,7 +88,7 @@ impl Mgr {
 
     /// Listens on the bound socket in `slot`, or binds one first. False:
     /// another socket listens on the port (nothing is kept).
-    pub(super) fn listen_now(&self, slot: &mut Option<Tracked<Private<TcpListener>>>) -> io::Result<bool> {
+    fn listen_now(&self, slot: &mut Option<Tracked<Private<TcpListener>>>) -> io::Result<bool> {
         let in_use = |e: &io::Error| e.raw_os_error() == Some(libc::EADDRINUSE);
         if slot.is_none() {
             match bind_port(&self.cfg, &self.opts) {
@@ -112,7 +112,7 @@ impl Mgr {
 
     /// The port is wanted and not held: the manager tries to take it from
     /// `delay` on (an attempt already planned stays).
-    pub(super) fn retry_listen(&self, delay: Duration) {
+    fn retry_listen(&self, delay: Duration) {
         if !self.wants_port {
             return;
         }
@@ -215,7 +215,7 @@ impl Mgr {
 
     /// Gives the port back to the parent (see [`Mgr::listen_tick`]) and
     /// leaves it to the parent from then on.
-    pub(super) fn give_back(&self, now: Instant) {
+    fn give_back(&self, now: Instant) {
         self.close_listener(Some((now + LISTEN_RETRY_MIN, LISTEN_RETRY_MIN)));
         if self.is_global() {
             fork::defer_to_parent(self.cfg.port);
@@ -273,7 +273,7 @@ impl Mgr {
     /// peer reads the end, stops writing on it and closes it; what it
     /// wrote before is still read here, delivered or handed over, until
     /// its end arrives and the connection closes as usual.
-    pub(super) fn leave_now(&self) {
+    fn leave_now(&self) {
         self.close_listener(None);
         let conns: Vec<Arc<Conn>> = lock(&self.conns).values().cloned().collect();
         for c in conns {
@@ -294,7 +294,7 @@ impl Mgr {
     /// Connections waiting in the backlog are accepted and read first:
     /// closing the listener would reset them, and lose what their peers
     /// wrote on them.
-    pub(super) fn close_listener(&self, retry: Option<(Instant, Duration)>) {
+    fn close_listener(&self, retry: Option<(Instant, Duration)>) {
         for tok in self.accept_all() {
             let conn = lock(&self.conns).get(&tok).cloned();
             if let Some(c) = conn {
@@ -314,7 +314,7 @@ impl Mgr {
     /// This transport has just taken the port: its lanes refused meanwhile
     /// (its lanes to its own host among them) connect now, in this tick,
     /// not after their backoff (up to `retry_max`).
-    pub(super) fn lanes_retry_now(&self) {
+    fn lanes_retry_now(&self) {
         let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
         for lane in lanes {
             let mut st = lock(&lane.st);

@@ -45,7 +45,7 @@ impl RxItem {
     }
 
     /// Whether a `len`-byte datagram from `src` continues this block.
-    pub(super) fn extends(&self, src: SocketAddr, len: usize) -> bool {
+    fn extends(&self, src: SocketAddr, len: usize) -> bool {
         self.big
             && self.src == src
             && len > 0

@@ -19,18 +19,18 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 /// Bytes per read from a connection (one buffer shared by all).
-pub(super) const READ_CHUNK: usize = 512 << 10;
+const READ_CHUNK: usize = 512 << 10;
 /// Bytes read from one connection per readiness event before others get a turn.
-pub(super) const READ_BUDGET: usize = 4 << 20;
+const READ_BUDGET: usize = 4 << 20;
 
 /// Smallest plain read by an endpoint's reader.
-pub(super) const PLAIN_MIN: usize = 4096;
+const PLAIN_MIN: usize = 4096;
 /// Consecutive in-place manager reads to one endpoint before its readers
 /// read the connection themselves ([`Mgr::delegate`]).
-pub(super) const DELEGATE_AFTER: u32 = 4;
+const DELEGATE_AFTER: u32 = 4;
 
 /// How one read of a connection ended.
-pub(super) enum Step {
+enum Step {
     /// EOF, error or bad input: the connection is to be closed.
     Closed,
     /// Interrupted: read again.
@@ -99,7 +99,7 @@ impl Mgr {
     /// One read of `conn`, delivered (`quiet`: the queue whose reader reads,
     /// not signalled). Also returns the queue every frame went to in place,
     /// if there was one (a bulk flow to one endpoint).
-    pub(super) fn read_step(
+    fn read_step(
         &self,
         conn: &Arc<Conn>,
         dec: &mut Decoder,
@@ -223,7 +223,7 @@ impl Mgr {
     }
 
     /// [`Mgr::revoke`] with `conn.owner` held.
-    pub(super) fn revoke_locked(&self, conn: &Arc<Conn>, owner: &mut Owner) {
+    fn revoke_locked(&self, conn: &Arc<Conn>, owner: &mut Owner) {
         owner.armed = false;
         if let Some(q) = owner.q.take().and_then(|w| w.upgrade()) {
             let mut owned = lock(&q.owned);
@@ -287,7 +287,7 @@ impl Mgr {
     /// Input on a delegated connection whose watch was idle: its endpoint
     /// has `cfg.rx_stall` from now to read it. The manager's epoll set
     /// goes back to write readiness only (no wake-up per arrival).
-    pub(super) fn input_arrived(&self, conn: &Arc<Conn>) {
+    fn input_arrived(&self, conn: &Arc<Conn>) {
         let mut owner = lock(&conn.owner);
         if !owner.armed || !conn.delegated.load(SeqCst) || conn.dead.load(SeqCst) {
             return;

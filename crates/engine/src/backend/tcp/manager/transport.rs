@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 /// The longest a process's end waits for its peers to close the
 /// connections it half-closed (see [`Mgr::leave`]).
-pub(super) const EXIT_DRAIN: Duration = Duration::from_millis(250);
+const EXIT_DRAIN: Duration = Duration::from_millis(250);
 
 /// A UOE transport: the manager thread and its state. Dropping it closes
 /// the listener and every connection (in tests: a peer "restart").
@@ -34,7 +34,7 @@ pub struct TcpTransport {
 }
 
 /// The process-wide transport and the fork generation it was started in.
-pub(super) struct Global {
+struct Global {
     pub(super) gen: u32,
     pub(super) t: Result<TcpTransport, i32>,
 }
@@ -43,9 +43,9 @@ pub(super) struct Global {
 /// (whose manager thread it does not have, and whose descriptors it gave
 /// up, see `fork.rs`) and starts its own. No lock: a fork child must not
 /// inherit one held by a thread it does not have.
-pub(super) static GLOBAL: sys::Leaked<Global> = sys::Leaked::new();
+static GLOBAL: sys::Leaked<Global> = sys::Leaked::new();
 /// Some transport was started in this process or an ancestor.
-pub(super) static GLOBAL_STARTED: AtomicBool = AtomicBool::new(false);
+static GLOBAL_STARTED: AtomicBool = AtomicBool::new(false);
 
 /// This process's transport, if started here (not inherited across fork).
 pub(super) fn current() -> Option<&'static Result<TcpTransport, i32>> {
@@ -53,7 +53,7 @@ pub(super) fn current() -> Option<&'static Result<TcpTransport, i32>> {
 }
 
 /// Holds [`fork::STARTING`] while it lives.
-pub(super) struct InitGuard;
+struct InitGuard;
 
 impl InitGuard {
     /// Waits for a start under way in another thread; None once a
@@ -124,7 +124,7 @@ impl TcpTransport {
     /// As [`TcpTransport::start`]; `wants_port`: a transport started
     /// without a listener (`cfg.listen` off because the port was taken)
     /// takes the port once it is free (see [`Mgr::listen_tick`]).
-    pub(super) fn start_with(cfg: TcpConfig, wants_port: bool) -> io::Result<TcpTransport> {
+    fn start_with(cfg: TcpConfig, wants_port: bool) -> io::Result<TcpTransport> {
         let opts = SockOpts { sndbuf: cfg.sndbuf, rcvbuf: cfg.rcvbuf };
         let wants_port = wants_port && cfg.port != 0;
         fork::install();
