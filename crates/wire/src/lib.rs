@@ -8,6 +8,8 @@
 //! * [`ipv4`] — the IPv4 header and its header checksum.
 //! * [`frame`] — whole Ethernet + IPv4 + UDP frames, built and checked in
 //!   user space for the AF_XDP backend.
+//! * [`uot`] — UDP over TCP: the hello, frame and run headers of the UOE
+//!   transport's byte stream, and its streaming decoder.
 #![forbid(unsafe_code)]
 
 pub mod checksum;
@@ -16,3 +18,4 @@ pub mod frame;
 pub mod ipv4;
 pub mod limits;
 pub mod udp;
+pub mod uot;

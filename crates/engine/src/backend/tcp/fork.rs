@@ -40,6 +40,9 @@ static WORDS: AtomicUsize = AtomicUsize::new(0);
 /// Forks this process's line has gone through since a transport started.
 static GEN: AtomicU32 = AtomicU32::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Held (true) while a thread starts the process-wide transport
+/// (`TcpTransport::global`); a fork child lets go of it in [`forked_child`].
+pub(super) static STARTING: AtomicBool = AtomicBool::new(false);
 
 /// The fork generation: a transport started in an earlier one belongs to an
 /// ancestor process and is abandoned here.
@@ -259,7 +262,8 @@ pub fn forked_child() {
     GEN.fetch_add(1, SeqCst);
     // getppid: async-signal-safe.
     FORK_PARENT.store(std::os::unix::process::parent_id(), SeqCst);
-    super::manager::forked();
+    // A start under way in the parent has no thread here to finish it.
+    STARTING.store(false, SeqCst);
     let words = WORDS.load(SeqCst).min(FDS.len());
     let mut placeholder = -1;
     for (w, slot) in FDS.iter().enumerate().take(words) {

@@ -36,11 +36,13 @@
 //! All `unsafe` code of this transport is in `sys.rs`.
 
 mod fork;
-pub mod frame;
 mod manager;
+mod room;
 mod socket;
 mod sys;
 
+/// The UDP-over-TCP wire format (in `eudp-wire`).
+pub use eudp_wire::uot as frame;
 pub use fork::forked_child;
 pub use manager::{TcpStats, TcpTransport};
 pub use socket::TcpSocket;

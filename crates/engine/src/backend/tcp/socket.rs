@@ -11,16 +11,16 @@ use super::frame::MAX_PAYLOAD;
 use super::manager::{
     lock, norm_ip, Caller, Counters, Lane, Mgr, RxQueue, BIG_BUF, BIG_FREE_MAX, FREE_MAX, FREE_MAX_CAP,
 };
-use super::sys;
+use super::room::Room;
+use super::TcpTransport;
 use crate::backend::kernel::{self, InMeta, OutMsg};
 use crate::backend::{Backend, Capabilities};
 use crate::sys::addr::unmap;
-use crate::sys::fdevents::EventFd;
 use crate::sys::poll::{poll_readable_or_shut, poll_writable};
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,40 +38,6 @@ struct SockSt {
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
     sndbuf: usize,
-}
-
-/// A socket's [`Capabilities::writable_fd`]: an eventfd that polls writable
-/// except while a send of this socket was refused by a full connected lane
-/// that has not drained since to the room the send wanted. A refusal
-/// shuts it and enrolls it with the lane under the lane's lock; every
-/// drain of the lane (the manager's `EPOLLOUT` flush, another sender's
-/// flush, the connection's end) opens it under the same lock once the
-/// room is there (`Mgr::open_rooms`), so a refusal can never miss the
-/// room that follows it. It may open early (another lane this socket
-/// waited on drained): the next send is then refused and shuts it again.
-#[derive(Debug)]
-pub(super) struct Room {
-    fd: EventFd,
-    /// Bytes of room the last send refused by a full lane wanted
-    /// (`wait_writable` waits for that much).
-    pub(super) need: AtomicUsize,
-}
-
-impl Room {
-    fn new() -> io::Result<Room> {
-        Ok(Room { fd: EventFd::new()?, need: AtomicUsize::new(0) })
-    }
-
-    /// Stops polling writable: the counter at its largest value. Already
-    /// shut, the write is refused and nothing changes.
-    pub(super) fn shut(&self) {
-        sys::eventfd_add(self.fd.as_raw_fd(), u64::MAX - 1);
-    }
-
-    /// Polls writable again (the counter back to 0).
-    pub(super) fn open(&self) {
-        self.fd.clear();
-    }
 }
 
 /// The last lane used, by (peer host, lane index).
@@ -401,7 +367,7 @@ impl Backend for TcpSocket {
             drain_on_caller: false,
             input_reaches_raw_fd: false,
             bypass_fd: Some(crate::backend::Backend::raw_fd(self)),
-            writable_fd: Some(self.room.fd.as_raw_fd()),
+            writable_fd: Some(self.room.raw_fd()),
         }
     }
 
@@ -698,5 +664,42 @@ impl Backend for TcpSocket {
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => Ok(self.recv_buffer_size().min(i32::MAX as usize) as i32),
             _ => self.udp.option(level, name),
         }
+    }
+}
+
+/// Sockets and endpoints of a transport: here, not in the manager, so that
+/// the manager never depends on its sockets.
+impl TcpTransport {
+    /// A backend socket for [`crate::Endpoint::with_backend`].
+    pub fn socket(&self, v6: bool) -> io::Result<TcpSocket> {
+        TcpSocket::new(self.mgr.clone(), v6)
+    }
+
+    /// An endpoint on `engine` over this transport.
+    pub fn endpoint(&self, engine: &crate::Engine, v6: bool) -> io::Result<crate::Endpoint> {
+        crate::Endpoint::with_backend(engine, Box::new(self.socket(v6)?))
+    }
+
+    /// A backend socket adopting an existing kernel UDP socket (which keeps
+    /// reserving its port; its bound address and peer carry over).
+    pub fn socket_from_kernel_fd(&self, fd: std::os::fd::OwnedFd) -> io::Result<TcpSocket> {
+        TcpSocket::adopt(self.mgr.clone(), fd)
+    }
+
+    /// As [`crate::Endpoint::from_kernel_fd`], over this transport: the
+    /// preload shim's way to put an application's UDP socket on the UOE.
+    pub fn endpoint_from_kernel_fd(
+        &self,
+        engine: &crate::Engine,
+        fd: std::os::fd::OwnedFd,
+    ) -> io::Result<crate::Endpoint> {
+        let sock = self.socket_from_kernel_fd(fd)?;
+        let peer = crate::backend::Backend::peer_addr(&sock).ok();
+        let ep = crate::Endpoint::with_backend(engine, Box::new(sock))?;
+        if let Some(p) = peer {
+            // Marks the endpoint connected (nothing is queued yet to flush).
+            ep.connect(p)?;
+        }
+        Ok(ep)
     }
 }
