@@ -24,6 +24,8 @@ pub mod fdspace;
 pub mod hooks;
 pub mod ktrace;
 pub mod real;
+pub mod ringdup;
 pub mod shim;
 pub mod signals;
 pub mod stat;
+pub mod sys;

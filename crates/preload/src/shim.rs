@@ -293,12 +293,12 @@ pub fn give_back_below(limit: i32) {
         // (A duplicate of its ring's eventfd made for epoll may be there
         // too.)
         if ![&s.dup_fd, &s.poll_fd, &s.err_fd].iter().map(|f| f.load(SeqCst)).any(|f| f >= 0 && f < limit)
-            && !crate::hooks::has_ring_dups(Arc::as_ptr(&s) as usize)
+            && !crate::ringdup::has_ring_dups(Arc::as_ptr(&s) as usize)
         {
             continue;
         }
         s.fallback(fd, "descriptor budget: the program needs the numbers below its limit");
-        crate::hooks::forget_ring_dups(Arc::as_ptr(&s) as usize);
+        crate::ringdup::forget_ring_dups(Arc::as_ptr(&s) as usize);
     }
 }
 
@@ -633,8 +633,8 @@ impl Sock {
             return;
         }
         let (level, tos_name, ttl_name) = rx_opt_names(self.v6);
-        let tos = crate::hooks::int_opt(fd, level, tos_name);
-        let ttl = crate::hooks::int_opt(fd, level, ttl_name);
+        let tos = crate::sys::int_opt(fd, level, tos_name);
+        let ttl = crate::sys::int_opt(fd, level, ttl_name);
         let (Some(tos), Some(ttl)) = (tos, ttl) else { return };
         let bits = RX_FORCED | if tos != 0 { RX_WANT_TOS } else { 0 } | if ttl != 0 { RX_WANT_TTL } else { 0 };
         self.set_rx_opts(fd, true, true);
@@ -645,8 +645,8 @@ impl Sock {
     /// limit) to `tos` and `ttl`.
     fn set_rx_opts(&self, fd: i32, tos: bool, ttl: bool) {
         let (level, tos_name, ttl_name) = rx_opt_names(self.v6);
-        crate::hooks::set_int_opt(fd, level, tos_name, i32::from(tos));
-        crate::hooks::set_int_opt(fd, level, ttl_name, i32::from(ttl));
+        crate::sys::set_int_opt(fd, level, tos_name, i32::from(tos));
+        crate::sys::set_int_opt(fd, level, ttl_name, i32::from(ttl));
     }
 
     /// True while the kernel socket has those options on for the engine
@@ -672,7 +672,7 @@ impl Sock {
         } else {
             self.rx_opts.fetch_and(!bit, AcqRel);
         }
-        crate::hooks::set_int_opt(fd, level, name, 1);
+        crate::sys::set_int_opt(fd, level, name, 1);
     }
 
     /// Gives the kernel socket back the program's settings (`keep`: they
@@ -769,7 +769,7 @@ impl Sock {
             }
             let engine = engine()?;
             // SAFETY-free wrapper: real::fcntl is libc's fcntl.
-            let d = crate::hooks::real_dup_cloexec(fd)?;
+            let d = crate::sys::real_dup_cloexec(fd)?;
             // A number the kernel just handed out cannot name an application
             // socket: an entry for it is stale (closed behind the shim's back).
             forget_stale(d);
@@ -798,9 +798,9 @@ impl Sock {
             if let Some(bytes) = sock_rcvbuf() {
                 // Kernel-side room for bursts while the engine thread is not
                 // running (the ring keeps the program's SO_RCVBUF size).
-                crate::hooks::grow_kernel_rcvbuf(d, bytes);
+                crate::sys::grow_kernel_rcvbuf(d, bytes);
             }
-            let (rt, st) = crate::hooks::kernel_timeouts(fd);
+            let (rt, st) = crate::sys::kernel_timeouts(fd);
             // The backend's socket is a duplicate of the program's: the
             // same socket, holding the same SO_RCVTIMEO.
             ep.set_read_timeout_in_socket(rt);
@@ -874,7 +874,7 @@ impl Sock {
     /// Receives wait while the hand-over runs (`handing_over`). A receive
     /// that began on the engine and waits there finds, when it wakes, the
     /// socket handed over: it is made again on the kernel path (kept
-    /// datagrams first, see [`crate::hooks`]' `shim_recv`). A thread asleep
+    /// datagrams first, see `crate::hooks`' `shim_recv`). A thread asleep
     /// inside its read of an empty socket is not waited for, as the
     /// kernel's own option call does not wait for it: it keeps sleeping
     /// there, takes the next message, as a plain receive of the kernel
@@ -954,9 +954,9 @@ impl Sock {
             self.release(ep);
             if asleep {
                 // GRO goes off when the sleeping read has ended.
-                crate::hooks::restore_kernel_flags(fd, self.nonblock());
+                crate::sys::restore_kernel_flags(fd, self.nonblock());
             } else {
-                crate::hooks::restore_kernel_socket(fd, self.nonblock());
+                crate::sys::restore_kernel_socket(fd, self.nonblock());
             }
             // Kept datagrams carry their TOS/TTL; new ones get them from
             // the kernel only if the program asked.
@@ -1079,7 +1079,7 @@ impl Sock {
         // A read that does not take a queued datagram in this long is not
         // coming back (its thread stopped, or cancelled in the read).
         const TAKING: Duration = Duration::from_millis(50);
-        let deadline = if blocking { crate::hooks::kernel_timeouts(fd).0.map(|t| Instant::now() + t) } else { None };
+        let deadline = if blocking { crate::sys::kernel_timeouts(fd).0.map(|t| Instant::now() + t) } else { None };
         let mut queued_since: Option<Instant> = None;
         loop {
             if let Some(r) = self.pop_leftover(buf, peek, want.as_deref_mut()) {
@@ -1088,7 +1088,7 @@ impl Sock {
             if !self.reader_in_flight() {
                 return None;
             }
-            if crate::hooks::kernel_has_data(fd) {
+            if crate::sys::kernel_has_data(fd) {
                 let since = *queued_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= TAKING {
                     let mut keep = lock(&self.leftover);
@@ -1120,7 +1120,7 @@ impl Sock {
                 },
                 None => None,
             };
-            if crate::hooks::wait_readable(fd, self.leftover_ready_fd(), left) == Err(libc::EINTR)
+            if crate::sys::wait_readable(fd, self.leftover_ready_fd(), left) == Err(libc::EINTR)
                 && crate::signals::eintr_wanted()
             {
                 return Some(Err(libc::EINTR));
@@ -1192,7 +1192,7 @@ fn cached_fd(slot: &AtomicI32, make: impl FnOnce() -> io::Result<i32>) -> Option
 
 impl Drop for Sock {
     fn drop(&mut self) {
-        crate::hooks::forget_ring_dups(self as *const Sock as usize);
+        crate::ringdup::forget_ring_dups(self as *const Sock as usize);
         let out = *self.reader_out.get_mut();
         // SAFETY: getpid has no preconditions.
         #[allow(unsafe_code)]
@@ -1235,8 +1235,8 @@ fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>, leave_as
     const ROUNDS: usize = 8;
     const WAIT: Duration = Duration::from_millis(200);
     ep.stop_receiving();
-    let gro = crate::hooks::gro_enabled(fd);
-    let mut left = crate::hooks::kernel_rcvbuf(fd).max(1 << 16);
+    let gro = crate::sys::gro_enabled(fd);
+    let mut left = crate::sys::kernel_rcvbuf(fd).max(1 << 16);
     for round in 0..ROUNDS {
         let t = ep.take_received(left, WAIT, leave_asleep, keep);
         left = left.saturating_sub(t.socket_bytes);
@@ -1246,8 +1246,8 @@ fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>, leave_as
         if !gro {
             return false; // nothing coalesced was ever queued
         }
-        crate::hooks::gro_set(fd, false);
-        if !crate::hooks::kernel_has_data(fd) {
+        crate::sys::gro_set(fd, false);
+        if !crate::sys::kernel_has_data(fd) {
             return false;
         }
         let blocked = !t.socket_empty && t.socket_bytes == 0;
@@ -1255,7 +1255,7 @@ fn hand_over(fd: i32, ep: &Endpoint, keep: &mut VecDeque<KeptDatagram>, leave_as
             dlog!("fd {fd}: the kernel queue did not empty while GRO went off (round {round}); a message may stay coalesced");
             return false;
         }
-        crate::hooks::gro_set(fd, true);
+        crate::sys::gro_set(fd, true);
     }
     false
 }
@@ -1335,7 +1335,7 @@ fn nonblocking_recv_empty(
     let deadline = Instant::now() + Duration::from_millis(2);
     loop {
         if let Some(r) = ring {
-            let _ = crate::hooks::wait_readable(r, None, Some(Duration::from_millis(1)));
+            let _ = crate::sys::wait_readable(r, None, Some(Duration::from_millis(1)));
         }
         match recv_info(ep, buf, f, &mut info) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -1373,7 +1373,7 @@ thread_local! {
 }
 
 /// Marks this thread's coming `fork` as standing for a `vfork`
-/// (`crate::hooks::vfork`), whose child can only exec or exit.
+/// (`crate::hooks` `vfork`), whose child can only exec or exit.
 pub fn vforking(on: bool) {
     // Not during the thread's exit (its locals gone): a plain fork then.
     let _ = VFORKING.try_with(|v| v.set(on));
@@ -1386,7 +1386,7 @@ pub fn vforking(on: bool) {
 /// the children do not use them (the parent then stays accelerated and
 /// the children see kernel sockets).
 ///
-/// For a `vfork` (run as `fork`, see `crate::hooks::vfork`) the child can
+/// For a `vfork` (run as `fork`, see `crate::hooks` `vfork`) the child can
 /// only exec or exit: a socket every fd of which has `FD_CLOEXEC` (Python's
 /// sockets, `SOCK_CLOEXEC` ones) vanishes at the exec and stays on the
 /// engine in the parent; one the executed program inherits is handled as
@@ -1408,7 +1408,7 @@ pub fn fork_prepare() {
                 s.fallback(*fd, FORK_REASON);
                 continue;
             }
-            let inherited = table.iter().filter(|(_, o)| Arc::ptr_eq(o, s)).any(|(f, _)| !crate::hooks::cloexec(*f));
+            let inherited = table.iter().filter(|(_, o)| Arc::ptr_eq(o, s)).any(|(f, _)| !crate::sys::cloexec(*f));
             if inherited {
                 s.fallback(*fd, VFORK_REASON);
             }
@@ -1471,7 +1471,7 @@ pub fn fork_child() {
                 s.fast.store(std::ptr::null_mut(), SeqCst);
                 for f in [s.dup_fd.swap(-1, SeqCst), s.poll_fd.swap(-1, SeqCst), s.err_fd.swap(-1, SeqCst)] {
                     if f >= 0 {
-                        crate::hooks::real_close(f);
+                        crate::sys::real_close(f);
                     }
                 }
             }
