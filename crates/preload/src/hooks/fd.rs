@@ -13,17 +13,22 @@ use libc::{c_char, c_int, c_uint, c_ulong, c_void, sockaddr, socklen_t};
 
 #[no_mangle]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
-    let fd = program_fds(|| real::socket(domain, ty, proto));
-    shim::forget_stale(fd);
-    if fd >= 0
-        && (domain == libc::AF_INET || domain == libc::AF_INET6)
-        && ty & 0xf == libc::SOCK_DGRAM
-        && (proto == 0 || proto == libc::IPPROTO_UDP)
-    {
-        shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
-        ktrace::register(fd);
+    // SAFETY: the caller passes `socket`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        let fd = program_fds(|| real::socket(domain, ty, proto));
+        shim::forget_stale(fd);
+        if fd >= 0
+            && (domain == libc::AF_INET || domain == libc::AF_INET6)
+            && ty & 0xf == libc::SOCK_DGRAM
+            && (proto == 0 || proto == libc::IPPROTO_UDP)
+        {
+            shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
+            ktrace::register(fd);
+        }
+        fd
     }
-    fd
 }
 
 /// The program's other calls that make descriptors: numbers lent to the
@@ -36,7 +41,9 @@ macro_rules! fd_makers {
         $(
             #[no_mangle]
             pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-                program_fds(|| real::$name($($a),*))
+                // SAFETY: the arguments go to libc's function of the same
+                // name unchanged, under the caller's C contract for it.
+                program_fds(|| unsafe { real::$name($($a),*) })
             }
         )*
     };
@@ -59,16 +66,21 @@ fd_makers! {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if ktrace::traced(fd).is_some() {
-        ktrace::forget(fd);
+    // SAFETY: the caller passes `close`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if ktrace::traced(fd).is_some() {
+            ktrace::forget(fd);
+        }
+        // The shim's and the engine's own descriptors are beyond the program's
+        // reach, as a number beyond its limit is on the kernel.
+        if is_private(fd) {
+            return fail(libc::EBADF);
+        }
+        shim::remove(fd);
+        real::close(fd)
     }
-    // The shim's and the engine's own descriptors are beyond the program's
-    // reach, as a number beyond its limit is on the kernel.
-    if is_private(fd) {
-        return fail(libc::EBADF);
-    }
-    shim::remove(fd);
-    real::close(fd)
 }
 
 pub(super) fn forget_range(first: u32, last: u32) {
@@ -84,10 +96,15 @@ pub(super) fn forget_range(first: u32, last: u32) {
 
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        forget_range(first, last);
+    // SAFETY: the caller passes `close_range`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+            forget_range(first, last);
+        }
+        crate::fdspace::close_range_sparing(first, last, flags, |a, b, fl| real::close_range(a, b, fl))
     }
-    crate::fdspace::close_range_sparing(first, last, flags, |a, b, fl| real::close_range(a, b, fl))
 }
 
 #[no_mangle]
@@ -98,10 +115,15 @@ pub unsafe extern "C" fn closefrom(first: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
-    if let Some(s) = lookup(fd) {
-        s.fallback(fd, "shutdown()");
+    // SAFETY: the caller passes `shutdown`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if let Some(s) = lookup(fd) {
+            s.fallback(fd, "shutdown()");
+        }
+        real::shutdown(fd, how)
     }
-    real::shutdown(fd, how)
 }
 
 pub(super) fn after_dup(old: c_int, new: c_int) {
@@ -116,29 +138,44 @@ pub(super) fn after_dup(old: c_int, new: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    let r = program_fds(|| real::dup(fd));
-    after_dup(fd, r);
-    r
+    // SAFETY: the caller passes `dup`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        let r = program_fds(|| real::dup(fd));
+        after_dup(fd, r);
+        r
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
-    if is_private(to) {
-        return fail(libc::EBADF);
+    // SAFETY: the caller passes `dup2`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if is_private(to) {
+            return fail(libc::EBADF);
+        }
+        let r = real::dup2(fd, to);
+        after_dup(fd, r);
+        r
     }
-    let r = real::dup2(fd, to);
-    after_dup(fd, r);
-    r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
-    if is_private(to) {
-        return fail(libc::EBADF);
+    // SAFETY: the caller passes `dup3`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if is_private(to) {
+            return fail(libc::EBADF);
+        }
+        let r = real::dup3(fd, to, flags);
+        after_dup(fd, r);
+        r
     }
-    let r = real::dup3(fd, to, flags);
-    after_dup(fd, r);
-    r
 }
 
 /// Under the `tcp` transport a bound socket is attached to the engine at
@@ -149,107 +186,132 @@ pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 /// needs nothing here (the kernel socket itself queues what arrives).
 #[no_mangle]
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    let r = real::bind(fd, addr, len);
-    if r == 0 && !shim::inside() && shim::bypass_transport() {
-        if let Some(s) = lookup(fd) {
-            let e = errno();
-            let _ = s.endpoint(fd);
-            set_errno(e);
+    // SAFETY: the caller passes `bind`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        let r = real::bind(fd, addr, len);
+        if r == 0 && !shim::inside() && shim::bypass_transport() {
+            if let Some(s) = lookup(fd) {
+                let e = errno();
+                let _ = s.endpoint(fd);
+                set_errno(e);
+            }
         }
+        r
     }
-    r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    let Some(s) = lookup(fd) else { return real::connect(fd, addr, len) };
-    let Some(ep) = s.existing() else { return real::connect(fd, addr, len) };
-    if addr.is_null() {
-        return fail(libc::EFAULT);
-    }
-    let r = if (*addr).sa_family as c_int == libc::AF_UNSPEC {
-        ep.disconnect()
-    } else {
-        match read_addr(addr, len) {
-            Ok(a) => ep.connect(a),
-            Err(e) => return fail(e),
+    // SAFETY: the caller passes `connect`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        let Some(s) = lookup(fd) else { return real::connect(fd, addr, len) };
+        let Some(ep) = s.existing() else { return real::connect(fd, addr, len) };
+        if addr.is_null() {
+            return fail(libc::EFAULT);
         }
-    };
-    match r {
-        Ok(()) => 0,
-        Err(e) => fail(shim::errno_of(&e)),
+        let r = if (*addr).sa_family as c_int == libc::AF_UNSPEC {
+            ep.disconnect()
+        } else {
+            match read_addr(addr, len) {
+                Ok(a) => ep.connect(a),
+                Err(e) => return fail(e),
+            }
+        };
+        match r {
+            Ok(()) => 0,
+            Err(e) => fail(shim::errno_of(&e)),
+        }
     }
 }
 
 unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, f: unsafe fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
-    let Some(s) = lookup(fd) else {
-        return match cmd {
-            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => program_fds(|| f(fd, cmd, arg)),
-            _ => f(fd, cmd, arg),
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        let Some(s) = lookup(fd) else {
+            return match cmd {
+                libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => program_fds(|| f(fd, cmd, arg)),
+                _ => f(fd, cmd, arg),
+            };
         };
-    };
-    match cmd {
-        libc::F_GETFL => {
-            let r = f(fd, cmd, arg);
-            if r >= 0 && s.mode() == ACTIVE {
-                (r & !libc::O_NONBLOCK) | if s.nonblock() { libc::O_NONBLOCK } else { 0 }
-            } else {
+        match cmd {
+            libc::F_GETFL => {
+                let r = f(fd, cmd, arg);
+                if r >= 0 && s.mode() == ACTIVE {
+                    (r & !libc::O_NONBLOCK) | if s.nonblock() { libc::O_NONBLOCK } else { 0 }
+                } else {
+                    r
+                }
+            }
+            libc::F_SETFL => {
+                s.set_nonblock(arg as c_int & libc::O_NONBLOCK != 0);
+                f(fd, cmd, arg)
+            }
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+                let r = program_fds(|| f(fd, cmd, arg));
+                after_dup(fd, r);
                 r
             }
+            _ => f(fd, cmd, arg),
         }
-        libc::F_SETFL => {
-            s.set_nonblock(arg as c_int & libc::O_NONBLOCK != 0);
-            f(fd, cmd, arg)
-        }
-        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
-            let r = program_fds(|| f(fd, cmd, arg));
-            after_dup(fd, r);
-            r
-        }
-        _ => f(fd, cmd, arg),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    fcntl_common(fd, cmd, arg, real::fcntl)
+    // SAFETY: the caller passes `fcntl`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe { fcntl_common(fd, cmd, arg, real::fcntl) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    fcntl_common(fd, cmd, arg, real::fcntl64)
+    // SAFETY: the caller passes `fcntl64`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe { fcntl_common(fd, cmd, arg, real::fcntl64) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
-    let Some(s) = lookup(fd) else { return real::ioctl(fd, req, arg) };
-    match req {
-        libc::FIONBIO if !arg.is_null() => {
-            s.set_nonblock(*(arg as *const c_int) != 0);
-            real::ioctl(fd, req, arg)
-        }
-        libc::FIONREAD if !arg.is_null() => {
-            if s.has_leftover() {
-                if let Some(r) = s.pop_leftover(&mut [], true, None) {
-                    *(arg as *mut c_int) = r.len as c_int;
-                    return 0;
+    // SAFETY: the caller passes `ioctl`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        let Some(s) = lookup(fd) else { return real::ioctl(fd, req, arg) };
+        match req {
+            libc::FIONBIO if !arg.is_null() => {
+                s.set_nonblock(*(arg as *const c_int) != 0);
+                real::ioctl(fd, req, arg)
+            }
+            libc::FIONREAD if !arg.is_null() => {
+                if s.has_leftover() {
+                    if let Some(r) = s.pop_leftover(&mut [], true, None) {
+                        *(arg as *mut c_int) = r.len as c_int;
+                        return 0;
+                    }
+                }
+                match s.existing() {
+                    Some(ep) => {
+                        let n = match ep.recv_with(
+                            &mut [],
+                            eudp_engine::RecvFlags { peek: true, dont_wait: true, interruptible: false },
+                        ) {
+                            Ok(r) => r.len,
+                            Err(_) => 0,
+                        };
+                        *(arg as *mut c_int) = n as c_int;
+                        0
+                    }
+                    None => real::ioctl(fd, req, arg),
                 }
             }
-            match s.existing() {
-                Some(ep) => {
-                    let n = match ep.recv_with(
-                        &mut [],
-                        eudp_engine::RecvFlags { peek: true, dont_wait: true, interruptible: false },
-                    ) {
-                        Ok(r) => r.len,
-                        Err(_) => 0,
-                    };
-                    *(arg as *mut c_int) = n as c_int;
-                    0
-                }
-                None => real::ioctl(fd, req, arg),
-            }
+            _ => real::ioctl(fd, req, arg),
         }
-        _ => real::ioctl(fd, req, arg),
     }
 }

@@ -9,7 +9,7 @@
 //! call; anything else goes to libc unchanged. Calls on descriptors that
 //! are not the application's UDP sockets go straight to libc.
 
-#![allow(clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
+#![allow(clippy::missing_safety_doc)]
 
 mod args;
 mod epoll;

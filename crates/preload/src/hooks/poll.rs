@@ -23,62 +23,67 @@ pub(super) unsafe fn poll_impl(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    if !shim::any() || fds.is_null() || n == 0 {
-        return real::ppoll(fds, n, ts, mask);
-    }
-    let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && queue_full(t, p.fd)) {
-        // Every accelerated socket asked for output has room in L1, as
-        // just looked at: `scan_ready` need not look again.
-        return poll_input(t, fds, n, ts, mask, true);
-    }
-    // Some accelerated socket asked for output has its L1 queue half full
-    // or more: the kernel socket would say writable, the engine would not
-    // take a send. Report POLLOUT only with room: look at everything
-    // without sleeping, then sleep on that queue — the engine wakes it the
-    // moment it takes L1 — for at most a slice, so the other descriptors
-    // are looked at again at least that often.
-    const SLICE: Duration = Duration::from_millis(1);
-    let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
-    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    loop {
-        let r = poll_input(t, fds, n, &zero, mask, false);
-        if r < 0 {
-            return r;
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        if !shim::any() || fds.is_null() || n == 0 {
+            return real::ppoll(fds, n, ts, mask);
         }
-        let mut count = 0;
-        let mut full = None;
-        for p in app.iter_mut() {
-            if p.events & libc::POLLOUT != 0 {
-                if let Some(ep) = full_queue(t, p.fd) {
-                    p.revents &= !libc::POLLOUT;
-                    full.get_or_insert(ep);
+        let app = std::slice::from_raw_parts_mut(fds, n as usize);
+        if !app.iter().any(|p| p.events & libc::POLLOUT != 0 && queue_full(t, p.fd)) {
+            // Every accelerated socket asked for output has room in L1, as
+            // just looked at: `scan_ready` need not look again.
+            return poll_input(t, fds, n, ts, mask, true);
+        }
+        // Some accelerated socket asked for output has its L1 queue half full
+        // or more: the kernel socket would say writable, the engine would not
+        // take a send. Report POLLOUT only with room: look at everything
+        // without sleeping, then sleep on that queue — the engine wakes it the
+        // moment it takes L1 — for at most a slice, so the other descriptors
+        // are looked at again at least that often.
+        const SLICE: Duration = Duration::from_millis(1);
+        let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        loop {
+            let r = poll_input(t, fds, n, &zero, mask, false);
+            if r < 0 {
+                return r;
+            }
+            let mut count = 0;
+            let mut full = None;
+            for p in app.iter_mut() {
+                if p.events & libc::POLLOUT != 0 {
+                    if let Some(ep) = full_queue(t, p.fd) {
+                        p.revents &= !libc::POLLOUT;
+                        full.get_or_insert(ep);
+                    }
+                }
+                if p.revents != 0 {
+                    count += 1;
                 }
             }
-            if p.revents != 0 {
-                count += 1;
+            let now = Instant::now();
+            if count > 0 || deadline.is_some_and(|d| now >= d) {
+                return count;
             }
-        }
-        let now = Instant::now();
-        if count > 0 || deadline.is_some_and(|d| now >= d) {
-            return count;
-        }
-        match full {
-            Some(ep) => {
-                mark_sleep(t, std::ptr::null());
-                ep.wait_writable(deadline.map_or(SLICE, |d| (d - now).min(SLICE)));
-            }
-            // Every queue has room but nothing is ready yet: the kernel
-            // sleeps until something is (or the time is up), then the
-            // queues are looked at again.
-            None => {
-                let left = deadline.map(|d| {
-                    let l = d.saturating_duration_since(Instant::now());
-                    timespec_of(l)
-                });
-                let r = poll_input(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), mask, false);
-                if r <= 0 {
-                    return r;
+            match full {
+                Some(ep) => {
+                    mark_sleep(t, std::ptr::null());
+                    ep.wait_writable(deadline.map_or(SLICE, |d| (d - now).min(SLICE)));
+                }
+                // Every queue has room but nothing is ready yet: the kernel
+                // sleeps until something is (or the time is up), then the
+                // queues are looked at again.
+                None => {
+                    let left = deadline.map(|d| {
+                        let l = d.saturating_duration_since(Instant::now());
+                        timespec_of(l)
+                    });
+                    let r =
+                        poll_input(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), mask, false);
+                    if r <= 0 {
+                        return r;
+                    }
                 }
             }
         }
@@ -114,33 +119,37 @@ unsafe fn poll_input(
     mask: *const libc::sigset_t,
     room: bool,
 ) -> c_int {
-    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    let limit = (!ts.is_null()).then(|| duration_of(&*ts));
-    let spin = match shim::running_engine() {
-        Some(e) => e.config().recv_spin.min(limit.unwrap_or(Duration::MAX)),
-        None => Duration::ZERO,
-    };
-    let app = std::slice::from_raw_parts(fds, n as usize);
-    if spin.is_zero() || !app.iter().any(|p| p.events & libc::POLLIN != 0 && shim::maybe(p.fd)) {
-        return poll_input_once(t, fds, n, ts, mask, room);
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let limit = (!ts.is_null()).then(|| duration_of(&*ts));
+        let spin = match shim::running_engine() {
+            Some(e) => e.config().recv_spin.min(limit.unwrap_or(Duration::MAX)),
+            None => Duration::ZERO,
+        };
+        let app = std::slice::from_raw_parts(fds, n as usize);
+        if spin.is_zero() || !app.iter().any(|p| p.events & libc::POLLIN != 0 && shim::maybe(p.fd)) {
+            return poll_input_once(t, fds, n, ts, mask, room);
+        }
+        mark_sleep(t, ts);
+        // A signal must end this call with EINTR as it would the kernel's poll,
+        // even one that arrives while the spin runs in user space: signals stay
+        // blocked for the whole call and every look (and the final sleep) is a
+        // ppoll with the caller's mask, which delivers a pending one atomically
+        // and fails with EINTR. Fault signals are never blocked. eudp's own
+        // threads block the rest for good, so a signal sent to the process
+        // waits for an application thread rather than going to one of them.
+        spin_then_wait(
+            spin,
+            mask,
+            |during| poll_input_once(t, fds, n, &zero, during, false),
+            |during, spent| {
+                let left = limit.map(|l| timespec_of(l.saturating_sub(spent)));
+                poll_input_once(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), during, false)
+            },
+        )
     }
-    mark_sleep(t, ts);
-    // A signal must end this call with EINTR as it would the kernel's poll,
-    // even one that arrives while the spin runs in user space: signals stay
-    // blocked for the whole call and every look (and the final sleep) is a
-    // ppoll with the caller's mask, which delivers a pending one atomically
-    // and fails with EINTR. Fault signals are never blocked. eudp's own
-    // threads block the rest for good, so a signal sent to the process
-    // waits for an application thread rather than going to one of them.
-    spin_then_wait(
-        spin,
-        mask,
-        |during| poll_input_once(t, fds, n, &zero, during, false),
-        |during, spent| {
-            let left = limit.map(|l| timespec_of(l.saturating_sub(spent)));
-            poll_input_once(t, fds, n, left.as_ref().map_or(std::ptr::null(), |x| x as *const _), during, false)
-        },
-    )
 }
 
 /// The spinning wait of `poll`/`select` and of `epoll`: with the
@@ -204,113 +213,117 @@ unsafe fn poll_input_once(
     mask: *const libc::sigset_t,
     room: bool,
 ) -> c_int {
-    let app = std::slice::from_raw_parts_mut(fds, n as usize);
-    // Left uninitialised: a call names one or two accelerated sockets, and
-    // filling the whole array cost more than the rest of the scan.
-    let mut fixed = [std::mem::MaybeUninit::<Extra>::uninit(); EXTRA_MAX];
-    let mut k = 0;
-    let mut many: Vec<Extra> = Vec::new();
-    scan_ready(t, app, room, |e| {
-        if k < EXTRA_MAX {
-            fixed[k].write(e);
-            k += 1;
-        } else {
-            if many.is_empty() {
-                // SAFETY: all EXTRA_MAX entries were written (k reached it).
-                many.extend(fixed.iter().map(|x| x.assume_init()));
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        let app = std::slice::from_raw_parts_mut(fds, n as usize);
+        // Left uninitialised: a call names one or two accelerated sockets, and
+        // filling the whole array cost more than the rest of the scan.
+        let mut fixed = [std::mem::MaybeUninit::<Extra>::uninit(); EXTRA_MAX];
+        let mut k = 0;
+        let mut many: Vec<Extra> = Vec::new();
+        scan_ready(t, app, room, |e| {
+            if k < EXTRA_MAX {
+                fixed[k].write(e);
+                k += 1;
+            } else {
+                if many.is_empty() {
+                    // SAFETY: all EXTRA_MAX entries were written (k reached it).
+                    many.extend(fixed.iter().map(|x| x.assume_init()));
+                }
+                many.push(e);
             }
-            many.push(e);
-        }
-    });
-    // SAFETY: the first k entries were written above.
-    let extra: &[Extra] =
-        if many.is_empty() { std::slice::from_raw_parts(fixed.as_ptr() as *const Extra, k) } else { &many };
-    if extra.is_empty() {
-        if !no_wait(ts) {
-            before_sleep();
-        }
-        return real::ppoll(fds, n, ts, mask);
-    }
-    if extra.iter().any(|e| e.fd == NO_RING) {
-        return poll_without_rings(t, fds, n, ts, mask, room, extra);
-    }
-    let ready_now = extra.iter().any(|e| e.ready != 0);
-    if ready_now && !extra.iter().any(|e| e.ask) && may_skip_kernel(t) {
-        for p in app.iter_mut() {
-            p.revents = 0;
-        }
-        let mut count = 0;
-        for e in extra {
-            if e.ready != 0 {
-                count += c_int::from(app[e.at].revents == 0);
-                app[e.at].revents |= e.ready;
+        });
+        // SAFETY: the first k entries were written above.
+        let extra: &[Extra] =
+            if many.is_empty() { std::slice::from_raw_parts(fixed.as_ptr() as *const Extra, k) } else { &many };
+        if extra.is_empty() {
+            if !no_wait(ts) {
+                before_sleep();
             }
+            return real::ppoll(fds, n, ts, mask);
         }
-        return count;
-    }
-    kernel_checked(t);
-    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    let mut wait = if ready_now { &zero as *const _ } else { ts };
-    if !ready_now {
-        mark_sleep(t, ts);
-    }
-    let _polling = if ready_now || (!ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0) {
-        Polling::default()
-    } else {
-        polling(t, app)
-    };
-    let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
-    let mut left;
-    loop {
-        // A signal handler polling inside a poll gets its own array.
-        let mut fresh = Vec::new();
-        let mut guard = t.poll_all.try_borrow_mut().ok();
-        let all: &mut Vec<libc::pollfd> = guard.as_deref_mut().unwrap_or(&mut fresh);
-        all.clear();
-        all.extend_from_slice(app);
-        all.extend(extra.iter().map(|e| libc::pollfd { fd: e.fd, events: libc::POLLIN, revents: 0 }));
-        let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, wait, mask);
-        if r < 0 {
-            return r;
+        if extra.iter().any(|e| e.fd == NO_RING) {
+            return poll_without_rings(t, fds, n, ts, mask, room, extra);
         }
-        // An input descriptor was readable but brought no datagram.
-        let mut empty = false;
-        for (j, e) in extra.iter().enumerate() {
-            if all[e.at].revents & libc::POLLERR != 0 && !claim_error(t, all[e.at].fd) {
-                // Not an error: the kernel's error queue held TX stamps of
-                // `eudp trace` (now read into the trace).
-                all[e.at].revents &= !libc::POLLERR;
+        let ready_now = extra.iter().any(|e| e.ready != 0);
+        if ready_now && !extra.iter().any(|e| e.ask) && may_skip_kernel(t) {
+            for p in app.iter_mut() {
+                p.revents = 0;
             }
-            all[e.at].revents |= e.ready;
-            // The ring's eventfd or the backend's descriptor (POLLIN), or
-            // the error flag (POLLERR).
-            if all[app.len() + j].revents & (libc::POLLIN | libc::POLLERR) != 0 {
-                let ev = ring_events_of(t, all[e.at].fd);
-                empty |= ev == 0;
-                all[e.at].revents |= ev;
+            let mut count = 0;
+            for e in extra {
+                if e.ready != 0 {
+                    count += c_int::from(app[e.at].revents == 0);
+                    app[e.at].revents |= e.ready;
+                }
             }
-        }
-        let mut count = 0;
-        for (i, p) in app.iter_mut().enumerate() {
-            p.revents = all[i].revents;
-            if p.revents != 0 {
-                count += 1;
-            }
-        }
-        // Nothing ready after all (a partial frame, a spurious wake-up):
-        // wait on for what is left of the caller's time, as the kernel
-        // would, rather than report a timeout early. Yield first: the rest
-        // of a partial frame keeps its descriptor readable until it comes.
-        if count != 0 || !empty || ready_now {
             return count;
         }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return 0;
+        kernel_checked(t);
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut wait = if ready_now { &zero as *const _ } else { ts };
+        if !ready_now {
+            mark_sleep(t, ts);
         }
-        std::thread::yield_now();
-        left = deadline.map(|d| timespec_of(d.saturating_duration_since(now)));
-        wait = left.as_ref().map_or(std::ptr::null(), |x| x as *const _);
+        let _polling = if ready_now || (!ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0) {
+            Polling::default()
+        } else {
+            polling(t, app)
+        };
+        let deadline = (!ts.is_null()).then(|| Instant::now() + duration_of(&*ts));
+        let mut left;
+        loop {
+            // A signal handler polling inside a poll gets its own array.
+            let mut fresh = Vec::new();
+            let mut guard = t.poll_all.try_borrow_mut().ok();
+            let all: &mut Vec<libc::pollfd> = guard.as_deref_mut().unwrap_or(&mut fresh);
+            all.clear();
+            all.extend_from_slice(app);
+            all.extend(extra.iter().map(|e| libc::pollfd { fd: e.fd, events: libc::POLLIN, revents: 0 }));
+            let r = real::ppoll(all.as_mut_ptr(), all.len() as libc::nfds_t, wait, mask);
+            if r < 0 {
+                return r;
+            }
+            // An input descriptor was readable but brought no datagram.
+            let mut empty = false;
+            for (j, e) in extra.iter().enumerate() {
+                if all[e.at].revents & libc::POLLERR != 0 && !claim_error(t, all[e.at].fd) {
+                    // Not an error: the kernel's error queue held TX stamps of
+                    // `eudp trace` (now read into the trace).
+                    all[e.at].revents &= !libc::POLLERR;
+                }
+                all[e.at].revents |= e.ready;
+                // The ring's eventfd or the backend's descriptor (POLLIN), or
+                // the error flag (POLLERR).
+                if all[app.len() + j].revents & (libc::POLLIN | libc::POLLERR) != 0 {
+                    let ev = ring_events_of(t, all[e.at].fd);
+                    empty |= ev == 0;
+                    all[e.at].revents |= ev;
+                }
+            }
+            let mut count = 0;
+            for (i, p) in app.iter_mut().enumerate() {
+                p.revents = all[i].revents;
+                if p.revents != 0 {
+                    count += 1;
+                }
+            }
+            // Nothing ready after all (a partial frame, a spurious wake-up):
+            // wait on for what is left of the caller's time, as the kernel
+            // would, rather than report a timeout early. Yield first: the rest
+            // of a partial frame keeps its descriptor readable until it comes.
+            if count != 0 || !empty || ready_now {
+                return count;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return 0;
+            }
+            std::thread::yield_now();
+            left = deadline.map(|d| timespec_of(d.saturating_duration_since(now)));
+            wait = left.as_ref().map_or(std::ptr::null(), |x| x as *const _);
+        }
     }
 }
 
@@ -363,14 +376,18 @@ unsafe fn poll_without_rings(
     room: bool,
     extra: &[Extra],
 ) -> c_int {
-    let app = std::slice::from_raw_parts(fds, n as usize);
-    for e in extra.iter().filter(|e| e.fd == NO_RING) {
-        let fd = app[e.at].fd;
-        if let Some(s) = lookup(fd) {
-            s.fallback(fd, &shim::budget_reason("poll"));
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        let app = std::slice::from_raw_parts(fds, n as usize);
+        for e in extra.iter().filter(|e| e.fd == NO_RING) {
+            let fd = app[e.at].fd;
+            if let Some(s) = lookup(fd) {
+                s.fallback(fd, &shim::budget_reason("poll"));
+            }
         }
+        poll_input_once(t, fds, n, ts, mask, room)
     }
-    poll_input_once(t, fds, n, ts, mask, room)
 }
 
 /// A poll timeout as a duration (negative fields count as zero).
@@ -389,16 +406,24 @@ fn ms_to_ts(ms: c_int) -> Option<libc::timespec> {
 
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
-    if !shim::any() {
-        return real::poll(fds, n, timeout);
+    // SAFETY: the caller passes `poll`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if !shim::any() {
+            return real::poll(fds, n, timeout);
+        }
+        let ts = ms_to_ts(timeout);
+        with_tls(|t| poll_impl(t, fds, n, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null()))
     }
-    let ts = ms_to_ts(timeout);
-    with_tls(|t| poll_impl(t, fds, n, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null()))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, _fdslen: size_t) -> c_int {
-    poll(fds, n, timeout)
+    // SAFETY: the caller passes `__poll_chk`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe { poll(fds, n, timeout) }
 }
 
 #[no_mangle]
@@ -408,10 +433,15 @@ pub unsafe extern "C" fn ppoll(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    if !shim::any() {
-        return real::ppoll(fds, n, ts, mask);
+    // SAFETY: the caller passes `ppoll`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if !shim::any() {
+            return real::ppoll(fds, n, ts, mask);
+        }
+        with_tls(|t| poll_impl(t, fds, n, ts, mask))
     }
-    with_tls(|t| poll_impl(t, fds, n, ts, mask))
 }
 
 #[no_mangle]
@@ -422,5 +452,8 @@ pub unsafe extern "C" fn __ppoll_chk(
     mask: *const libc::sigset_t,
     _l: size_t,
 ) -> c_int {
-    ppoll(fds, n, ts, mask)
+    // SAFETY: the caller passes `__ppoll_chk`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe { ppoll(fds, n, ts, mask) }
 }

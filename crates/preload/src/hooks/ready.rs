@@ -192,12 +192,16 @@ pub(super) fn kernel_checked(t: &Tls) {
 /// Records, for a running `select`, the moment before a call that may sleep
 /// (`ts` not zero).
 pub(super) unsafe fn mark_sleep(t: &Tls, ts: *const libc::timespec) {
-    if no_wait(ts) {
-        return;
-    }
-    before_sleep();
-    if let (true, None) = t.sleep_mark.get() {
-        t.sleep_mark.set((true, Some(Instant::now())));
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        if no_wait(ts) {
+            return;
+        }
+        before_sleep();
+        if let (true, None) = t.sleep_mark.get() {
+            t.sleep_mark.set((true, Some(Instant::now())));
+        }
     }
 }
 
@@ -216,5 +220,7 @@ pub(super) fn before_sleep() {
 
 /// True for a timeout that makes a wait return at once.
 pub(super) unsafe fn no_wait(ts: *const libc::timespec) -> bool {
-    !ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe { !ts.is_null() && (*ts).tv_sec == 0 && (*ts).tv_nsec == 0 }
 }

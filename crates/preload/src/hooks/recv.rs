@@ -176,17 +176,21 @@ unsafe fn recv_common(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> Option<ssize_t> {
-    let b: &mut [u8] =
-        if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
-    let mut out = None;
-    shim_recv(t, s, fd, b, flags, None, &mut out);
-    match &out {
-        None => None,
-        Some(Ok(r)) => {
-            write_addr(r.src, s.v6, addr, alen);
-            Some(recv_ret(r, flags))
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        let b: &mut [u8] =
+            if len == 0 || buf.is_null() { &mut [] } else { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
+        let mut out = None;
+        shim_recv(t, s, fd, b, flags, None, &mut out);
+        match &out {
+            None => None,
+            Some(Ok(r)) => {
+                write_addr(r.src, s.v6, addr, alen);
+                Some(recv_ret(r, flags))
+            }
+            Some(Err(e)) => Some(fail(*e)),
         }
-        Some(Err(e)) => Some(fail(*e)),
     }
 }
 
@@ -199,16 +203,21 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    if let Some(k) = ktrace::traced(fd) {
-        return ktrace::recv(&k, fd, buf, len, flags, addr, alen);
-    }
-    with_sock_t(fd, |t, s| {
-        if let Some(r) = recv_common(t, fd, s, buf, len, flags, addr, alen) {
-            return r;
+    // SAFETY: the caller passes `recvfrom`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if let Some(k) = ktrace::traced(fd) {
+            return ktrace::recv(&k, fd, buf, len, flags, addr, alen);
         }
-        real::recvfrom(fd, buf, len, flags, addr, alen)
-    })
-    .unwrap_or_else(|| real::recvfrom(fd, buf, len, flags, addr, alen))
+        with_sock_t(fd, |t, s| {
+            if let Some(r) = recv_common(t, fd, s, buf, len, flags, addr, alen) {
+                return r;
+            }
+            real::recvfrom(fd, buf, len, flags, addr, alen)
+        })
+        .unwrap_or_else(|| real::recvfrom(fd, buf, len, flags, addr, alen))
+    }
 }
 
 #[no_mangle]
@@ -221,91 +230,120 @@ pub unsafe extern "C" fn __recvfrom_chk(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    if len > buflen {
-        return real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
+    // SAFETY: the caller passes `__recvfrom_chk`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if len > buflen {
+            return real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
+        }
+        recvfrom(fd, buf, len, flags, addr, alen)
     }
-    recvfrom(fd, buf, len, flags, addr, alen)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    if let Some(k) = ktrace::traced(fd) {
-        return ktrace::recv(&k, fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut());
-    }
-    with_sock_t(fd, |t, s| {
-        if let Some(r) = recv_common(t, fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
-            return r;
+    // SAFETY: the caller passes `recv`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if let Some(k) = ktrace::traced(fd) {
+            return ktrace::recv(&k, fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut());
         }
-        real::recv(fd, buf, len, flags)
-    })
-    .unwrap_or_else(|| real::recv(fd, buf, len, flags))
+        with_sock_t(fd, |t, s| {
+            if let Some(r) = recv_common(t, fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
+                return r;
+            }
+            real::recv(fd, buf, len, flags)
+        })
+        .unwrap_or_else(|| real::recv(fd, buf, len, flags))
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int) -> ssize_t {
-    if len > buflen {
-        return real::__recv_chk(fd, buf, len, buflen, flags);
+    // SAFETY: the caller passes `__recv_chk`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if len > buflen {
+            return real::__recv_chk(fd, buf, len, buflen, flags);
+        }
+        recv(fd, buf, len, flags)
     }
-    recv(fd, buf, len, flags)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    if len == 0 {
-        // A socket's read of nothing returns 0 at once and leaves the
-        // queued datagram alone (unlike recv with a zero length).
-        return real::read(fd, buf, len);
-    }
-    if let Some(k) = ktrace::traced(fd) {
-        return ktrace::recv(&k, fd, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut());
-    }
-    with_sock_t(fd, |t, s| {
-        if let Some(r) = recv_common(t, fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
-            return r;
+    // SAFETY: the caller passes `read`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if len == 0 {
+            // A socket's read of nothing returns 0 at once and leaves the
+            // queued datagram alone (unlike recv with a zero length).
+            return real::read(fd, buf, len);
         }
-        real::read(fd, buf, len)
-    })
-    .unwrap_or_else(|| real::read(fd, buf, len))
+        if let Some(k) = ktrace::traced(fd) {
+            return ktrace::recv(&k, fd, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut());
+        }
+        with_sock_t(fd, |t, s| {
+            if let Some(r) = recv_common(t, fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
+                return r;
+            }
+            real::read(fd, buf, len)
+        })
+        .unwrap_or_else(|| real::read(fd, buf, len))
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t {
-    if len > buflen {
-        return real::__read_chk(fd, buf, len, buflen);
+    // SAFETY: the caller passes `__read_chk`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if len > buflen {
+            return real::__read_chk(fd, buf, len, buflen);
+        }
+        read(fd, buf, len)
     }
-    read(fd, buf, len)
 }
 
 unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, flags: c_int) -> Option<ssize_t> {
-    if msg.is_null() {
-        return Some(fail(libc::EFAULT));
-    }
-    let m = &mut *msg;
-    let v = iovs(m.msg_iov, m.msg_iovlen);
-    let mut info = None;
-    let r = with_buf(v, false, |b| {
-        let mut out = None;
-        shim_recv(t, s, fd, b, flags, Some(&mut info), &mut out);
-        match out {
-            Some(Ok(r)) => {
-                let used = r.copied;
-                (Some(Ok(r)), used)
-            }
-            other => (other, 0),
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        if msg.is_null() {
+            return Some(fail(libc::EFAULT));
         }
-    })?;
-    match r {
-        Ok(r) => {
-            if !m.msg_name.is_null() {
-                write_addr(r.src, s.v6, m.msg_name as *mut sockaddr, &mut m.msg_namelen);
-            } else {
-                m.msg_namelen = 0;
+        let m = &mut *msg;
+        let v = iovs(m.msg_iov, m.msg_iovlen);
+        let mut info = None;
+        let r = with_buf(v, false, |b| {
+            let mut out = None;
+            shim_recv(t, s, fd, b, flags, Some(&mut info), &mut out);
+            match out {
+                Some(Ok(r)) => {
+                    let used = r.copied;
+                    (Some(Ok(r)), used)
+                }
+                other => (other, 0),
             }
-            m.msg_flags = if r.len > r.copied { libc::MSG_TRUNC } else { 0 };
-            write_pktinfo(m, s, info.as_ref());
-            Some(recv_ret(&r, flags))
+        })?;
+        match r {
+            Ok(r) => {
+                if !m.msg_name.is_null() {
+                    write_addr(r.src, s.v6, m.msg_name as *mut sockaddr, &mut m.msg_namelen);
+                } else {
+                    m.msg_namelen = 0;
+                }
+                m.msg_flags = if r.len > r.copied { libc::MSG_TRUNC } else { 0 };
+                write_pktinfo(m, s, info.as_ref());
+                Some(recv_ret(&r, flags))
+            }
+            Err(e) => Some(fail(e)),
         }
-        Err(e) => Some(fail(e)),
     }
 }
 
@@ -315,70 +353,84 @@ unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, fla
 /// `put_cmsg` does: a message that does not fit is cut to the room left
 /// (header included when it fits) and flagged `MSG_CTRUNC`.
 unsafe fn write_pktinfo(m: &mut libc::msghdr, s: &Sock, info: Option<&eudp_engine::backend::PktInfo>) {
-    let room = if m.msg_control.is_null() { 0 } else { m.msg_controllen };
-    m.msg_controllen = 0;
-    let Some(info) = info else { return };
-    let mut used = 0usize;
-    if let Some((ifindex, spec, addr)) = info.v4 {
-        let p = libc::in_pktinfo {
-            ipi_ifindex: ifindex as c_int,
-            ipi_spec_dst: libc::in_addr { s_addr: u32::from(spec).to_be() },
-            ipi_addr: libc::in_addr { s_addr: u32::from(addr).to_be() },
-        };
-        put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_PKTINFO, &p);
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
+        let room = if m.msg_control.is_null() { 0 } else { m.msg_controllen };
+        m.msg_controllen = 0;
+        let Some(info) = info else { return };
+        let mut used = 0usize;
+        if let Some((ifindex, spec, addr)) = info.v4 {
+            let p = libc::in_pktinfo {
+                ipi_ifindex: ifindex as c_int,
+                ipi_spec_dst: libc::in_addr { s_addr: u32::from(spec).to_be() },
+                ipi_addr: libc::in_addr { s_addr: u32::from(addr).to_be() },
+            };
+            put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_PKTINFO, &p);
+        }
+        if let Some((addr, ifindex)) = info.v6 {
+            let p = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: addr.octets() }, ipi6_ifindex: ifindex };
+            put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &p);
+        }
+        if let Some(ttl) = info.ttl.filter(|_| s.wants_rx_opt(false)) {
+            put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_TTL, &c_int::from(ttl));
+        }
+        if let Some(tos) = info.tos.filter(|_| s.wants_rx_opt(true)) {
+            put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_TOS, &tos);
+        }
+        if let Some(hops) = info.hoplimit.filter(|_| s.wants_rx_opt(false)) {
+            put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, &c_int::from(hops));
+        }
+        if let Some(tclass) = info.tclass.filter(|_| s.wants_rx_opt(true)) {
+            put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &c_int::from(tclass));
+        }
+        m.msg_controllen = used as _;
     }
-    if let Some((addr, ifindex)) = info.v6 {
-        let p = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: addr.octets() }, ipi6_ifindex: ifindex };
-        put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &p);
-    }
-    if let Some(ttl) = info.ttl.filter(|_| s.wants_rx_opt(false)) {
-        put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_TTL, &c_int::from(ttl));
-    }
-    if let Some(tos) = info.tos.filter(|_| s.wants_rx_opt(true)) {
-        put_cmsg(m, room, &mut used, libc::IPPROTO_IP, libc::IP_TOS, &tos);
-    }
-    if let Some(hops) = info.hoplimit.filter(|_| s.wants_rx_opt(false)) {
-        put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, &c_int::from(hops));
-    }
-    if let Some(tclass) = info.tclass.filter(|_| s.wants_rx_opt(true)) {
-        put_cmsg(m, room, &mut used, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &c_int::from(tclass));
-    }
-    m.msg_controllen = used as _;
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-    if let Some(k) = ktrace::traced(fd) {
-        return ktrace::recvmsg(&k, fd, msg, flags);
-    }
-    with_sock_t(fd, |t, s| {
-        if let Some(r) = recvmsg_shim(t, fd, s, msg, flags) {
-            return r;
+    // SAFETY: the caller passes `recvmsg`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if let Some(k) = ktrace::traced(fd) {
+            return ktrace::recvmsg(&k, fd, msg, flags);
         }
-        real::recvmsg(fd, msg, flags)
-    })
-    .unwrap_or_else(|| real::recvmsg(fd, msg, flags))
+        with_sock_t(fd, |t, s| {
+            if let Some(r) = recvmsg_shim(t, fd, s, msg, flags) {
+                return r;
+            }
+            real::recvmsg(fd, msg, flags)
+        })
+        .unwrap_or_else(|| real::recvmsg(fd, msg, flags))
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    if ktrace::traced(fd).is_some() {
-        ktrace::forget(fd);
-    }
-    if iov_total(iov, n) == Some(0) {
-        // readv of nothing: 0 at once, the queue untouched, as on the kernel.
-        return real::readv(fd, iov, n);
-    }
-    with_sock_t(fd, |t, s| {
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = iov as *mut libc::iovec;
-        m.msg_iovlen = n.max(0) as usize;
-        if let Some(r) = recvmsg_shim(t, fd, s, &mut m, 0) {
-            return r;
+    // SAFETY: the caller passes `readv`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if ktrace::traced(fd).is_some() {
+            ktrace::forget(fd);
         }
-        real::readv(fd, iov, n)
-    })
-    .unwrap_or_else(|| real::readv(fd, iov, n))
+        if iov_total(iov, n) == Some(0) {
+            // readv of nothing: 0 at once, the queue untouched, as on the kernel.
+            return real::readv(fd, iov, n);
+        }
+        with_sock_t(fd, |t, s| {
+            let mut m: libc::msghdr = std::mem::zeroed();
+            m.msg_iov = iov as *mut libc::iovec;
+            m.msg_iovlen = n.max(0) as usize;
+            if let Some(r) = recvmsg_shim(t, fd, s, &mut m, 0) {
+                return r;
+            }
+            real::readv(fd, iov, n)
+        })
+        .unwrap_or_else(|| real::readv(fd, iov, n))
+    }
 }
 
 #[no_mangle]
@@ -389,65 +441,70 @@ pub unsafe extern "C" fn recvmmsg(
     flags: c_int,
     timeout: *mut libc::timespec,
 ) -> c_int {
-    if ktrace::traced(fd).is_some() {
-        ktrace::forget(fd);
-    }
-    with_sock_t(fd, |t, s| {
-        // On the kernel path too while datagrams kept at the fallback wait
-        // or a read left asleep at the hand-over has not returned: they
-        // come first (the loop ends where they do).
-        if s.mode() == shim::KERNEL {
-            s.await_hand_over();
+    // SAFETY: the caller passes `recvmmsg`'s arguments under its C contract
+    // (pointers valid for the stated lengths, for this call); they go to
+    // libc unchanged or are read and written within those bounds.
+    unsafe {
+        if ktrace::traced(fd).is_some() {
+            ktrace::forget(fd);
         }
-        if (s.mode() != shim::KERNEL || s.has_leftover() || s.reader_in_flight())
-            && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0
-            && !msgs.is_null()
-        {
-            let base = flags & !libc::MSG_WAITFORONE;
-            // As in the kernel: the timeout is looked at after each datagram
-            // (the time left is written back); the receives themselves wait as
-            // plain receives would (recvmmsg(2), BUGS).
-            let deadline = if timeout.is_null() {
-                None
-            } else {
-                let t = *timeout;
-                if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
-                    return fail(libc::EINVAL);
-                }
-                Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
-            };
-            let mut got = 0u32;
-            while got < vlen {
-                let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
-                let h = &mut *msgs.add(got as usize);
-                match recvmsg_shim(t, fd, s, &mut h.msg_hdr, f) {
-                    None => break, // moved to the kernel path meanwhile
-                    Some(r) if r >= 0 => {
-                        h.msg_len = r as c_uint;
-                        got += 1;
-                        if deadline.is_some_and(|d| Instant::now() >= d) {
+        with_sock_t(fd, |t, s| {
+            // On the kernel path too while datagrams kept at the fallback wait
+            // or a read left asleep at the hand-over has not returned: they
+            // come first (the loop ends where they do).
+            if s.mode() == shim::KERNEL {
+                s.await_hand_over();
+            }
+            if (s.mode() != shim::KERNEL || s.has_leftover() || s.reader_in_flight())
+                && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0
+                && !msgs.is_null()
+            {
+                let base = flags & !libc::MSG_WAITFORONE;
+                // As in the kernel: the timeout is looked at after each datagram
+                // (the time left is written back); the receives themselves wait as
+                // plain receives would (recvmmsg(2), BUGS).
+                let deadline = if timeout.is_null() {
+                    None
+                } else {
+                    let t = *timeout;
+                    if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+                        return fail(libc::EINVAL);
+                    }
+                    Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+                };
+                let mut got = 0u32;
+                while got < vlen {
+                    let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
+                    let h = &mut *msgs.add(got as usize);
+                    match recvmsg_shim(t, fd, s, &mut h.msg_hdr, f) {
+                        None => break, // moved to the kernel path meanwhile
+                        Some(r) if r >= 0 => {
+                            h.msg_len = r as c_uint;
+                            got += 1;
+                            if deadline.is_some_and(|d| Instant::now() >= d) {
+                                break;
+                            }
+                        }
+                        Some(_) => {
+                            if got == 0 {
+                                return -1;
+                            }
                             break;
                         }
                     }
-                    Some(_) => {
-                        if got == 0 {
-                            return -1;
-                        }
-                        break;
-                    }
+                }
+                if let Some(d) = deadline {
+                    // Linux writes back the time left.
+                    let left = d.saturating_duration_since(Instant::now());
+                    (*timeout).tv_sec = left.as_secs() as libc::time_t;
+                    (*timeout).tv_nsec = left.subsec_nanos() as _;
+                }
+                if got > 0 || s.mode() != shim::KERNEL {
+                    return got as c_int;
                 }
             }
-            if let Some(d) = deadline {
-                // Linux writes back the time left.
-                let left = d.saturating_duration_since(Instant::now());
-                (*timeout).tv_sec = left.as_secs() as libc::time_t;
-                (*timeout).tv_nsec = left.subsec_nanos() as _;
-            }
-            if got > 0 || s.mode() != shim::KERNEL {
-                return got as c_int;
-            }
-        }
-        real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t as c_int
-    })
-    .unwrap_or_else(|| real::recvmmsg(fd, msgs, vlen, flags, timeout))
+            real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t as c_int
+        })
+        .unwrap_or_else(|| real::recvmmsg(fd, msgs, vlen, flags, timeout))
+    }
 }
