@@ -44,8 +44,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+use crate::log::dlog;
 use crate::real;
-use crate::shim::dlog;
 use libc::{c_int, c_uint};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -23,6 +23,7 @@ pub mod borrow;
 pub mod fdspace;
 pub mod hooks;
 pub mod ktrace;
+pub mod log;
 pub mod real;
 pub mod ringdup;
 pub mod shim;

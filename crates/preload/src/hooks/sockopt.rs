@@ -2,8 +2,9 @@
 //! move a socket to the kernel path, and which it mirrors.
 
 use crate::ktrace;
+use crate::log::dlog;
 use crate::real;
-use crate::shim::{self, dlog, lookup};
+use crate::shim::{self, lookup};
 use crate::sys::{errno, int_opt, kernel_timeouts, set_errno};
 use eudp_engine::Endpoint;
 use libc::{c_int, c_void, socklen_t};
