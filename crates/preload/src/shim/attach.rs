@@ -149,7 +149,7 @@ impl Sock {
         if self.mode() != ACTIVE {
             return None;
         }
-        match crate::borrow::borrow(t, self, f) {
+        match crate::borrow::borrow(&t.slot, self as *const Sock as *const (), &self.fast, f) {
             Ok(r) => Some(r),
             Err(f) => self.existing().map(|ep| f(&ep)),
         }

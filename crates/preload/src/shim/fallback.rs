@@ -5,6 +5,7 @@ use super::generation::{FORK_REASON, VFORK_REASON};
 use super::io::Info;
 use super::sock::{lock, Sock, KERNEL};
 use super::table::FALLBACKS;
+use super::tls::with_tls;
 use crate::log::dlog;
 use eudp_engine::backend::kernel::EventFd;
 use eudp_engine::{Endpoint, KeptDatagram, Received};
@@ -391,7 +392,7 @@ impl Sock {
     /// was cleared first). A borrower that does not finish in time keeps
     /// it alive for good: leaked, never freed under it.
     fn release(&self, ep: Arc<Endpoint>) {
-        if crate::borrow::quiesce(self) {
+        if crate::borrow::quiesce(self as *const Sock as *const (), with_tls(|t| t.slot.get())) {
             drop(ep);
         } else {
             dlog!("fd {}: endpoint still borrowed at close; left allocated", self.fd);

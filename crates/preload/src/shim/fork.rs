@@ -3,6 +3,7 @@
 use super::generation::{fork_keep, tcp_transport, ENGINE_INIT, FORK_REASON, GEN, VFORK_REASON};
 use super::sock::{lock, Sock, ACTIVE, KERNEL};
 use super::table::{all, TABLE, UDP_SEEN};
+use super::tls::with_tls;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::*;
@@ -131,6 +132,6 @@ pub fn fork_child() {
     }
     drop(g);
     crate::fdspace::forked();
-    crate::borrow::forked();
+    crate::borrow::forked(with_tls(|t| t.slot.get()));
     crate::stat::forked();
 }

@@ -2,7 +2,7 @@
 //! per-thread lookup cache and the sockets' registration and removal.
 
 use super::sock::{Sock, ACTIVE, LAZY, MAX_FD};
-use super::tls::{with_tls, Tls, CACHE_WAYS};
+use super::tls::{inside, with_tls, Tls, CACHE_WAYS};
 use crate::log::dlog;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
@@ -132,7 +132,9 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
     if bit(fd).is_none() || disabled() {
         return;
     }
-    UDP_SEEN.store(true, SeqCst);
+    if !UDP_SEEN.swap(true, SeqCst) {
+        crate::fdspace::register_table(crate::fdspace::SocketTable { remove, inside, give_back_below });
+    }
     let s = Arc::new(Sock {
         id: NEXT_ID.fetch_add(1, Relaxed),
         v6,
