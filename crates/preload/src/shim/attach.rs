@@ -3,9 +3,10 @@
 
 use super::generation::{engine, sock_rcvbuf, tcp_transport, xdp_transport};
 use super::sock::{lock, rx_opt_names, Sock, ACTIVE, KERNEL, RX_FORCED, RX_WANT_TOS, RX_WANT_TTL};
-use super::table::{budget_reason, forget_stale, ACCELERATED, PRIVATE_PER_SOCKET, XDP_UNAVAILABLE};
+use super::table::{budget_reason, forget_stale, PRIVATE_PER_SOCKET};
 use super::tls::{with_tls, Inside, Tls};
 use crate::log::dlog;
+use crate::stat::{ACCELERATED, XDP_UNAVAILABLE};
 use eudp_engine::Endpoint;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};

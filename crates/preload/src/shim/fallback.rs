@@ -4,7 +4,6 @@
 use super::generation::{FORK_REASON, VFORK_REASON};
 use super::io::Info;
 use super::sock::{lock, Sock, KERNEL};
-use super::table::FALLBACKS;
 use super::tls::with_tls;
 use crate::log::dlog;
 use eudp_engine::backend::kernel::EventFd;
@@ -131,7 +130,7 @@ impl Sock {
             g.take()
         };
         *lock(&self.reason) = Some(reason.to_string());
-        FALLBACKS.fetch_add(1, Relaxed);
+        crate::stat::FALLBACKS.fetch_add(1, Relaxed);
         crate::stat::note_fallback(reason);
         dlog!("fd {fd}: UDP socket moved to the kernel path: {reason}");
         if let Some(ep) = ep {
@@ -179,7 +178,7 @@ impl Sock {
             // asleep the endpoint lives on until that read returns.
             ep.flush(Duration::from_secs(5));
             drop(keep);
-            crate::stat::retire(self, &ep);
+            self.retire_stats(&ep);
             self.poll_fd.store(-1, Relaxed);
             self.dup_fd.store(-1, Relaxed);
             self.err_fd.store(-1, Relaxed);
@@ -383,7 +382,7 @@ impl Sock {
             // What was queued goes out first, as close(2) sends it too, so
             // that the final counters count it (a burst then close: logger).
             ep.flush(Duration::from_secs(5));
-            crate::stat::retire(self, &ep);
+            self.retire_stats(&ep);
             self.release(ep);
         }
     }

@@ -1,6 +1,7 @@
 //! The table of the application's UDP sockets by descriptor, with a
 //! per-thread lookup cache and the sockets' registration and removal.
 
+use super::generation::generation;
 use super::sock::{Sock, ACTIVE, LAZY, MAX_FD};
 use super::tls::{inside, with_tls, Tls, CACHE_WAYS};
 use crate::log::dlog;
@@ -11,12 +12,6 @@ use std::sync::{Arc, Mutex, RwLock};
 static BITS: [AtomicU64; MAX_FD / 64] = [const { AtomicU64::new(0) }; MAX_FD / 64];
 pub(super) static TABLE: RwLock<BTreeMap<i32, Arc<Sock>>> = RwLock::new(BTreeMap::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-/// Sockets that fell back to the kernel, and why.
-pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
-pub static ACCELERATED: AtomicU64 = AtomicU64::new(0);
-/// Sockets put on the kernel backend because the xdp transport could not
-/// start (`EUDP_TRANSPORT=xdp`).
-pub static XDP_UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
 
 pub(super) fn bit(fd: i32) -> Option<(usize, u64)> {
     let f = usize::try_from(fd).ok().filter(|&f| f < MAX_FD)?;
@@ -160,7 +155,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         fd,
     });
     insert(fd, s);
-    crate::stat::ensure_writer();
+    crate::stat::ensure_writer(crate::stat::Source { open_sockets: open_reports, generation });
 }
 
 /// Makes `fd` name `s` too (dup and friends).
@@ -221,6 +216,16 @@ pub(super) fn release(s: Arc<Sock>) {
 }
 
 /// Every socket in the table (one entry per fd).
+/// Hands `f` the report entry of each open socket, once per socket.
+fn open_reports(f: &mut crate::stat::EntrySink<'_>) {
+    let mut seen = std::collections::HashSet::new();
+    for (fd, s) in all() {
+        if seen.insert(s.id) {
+            f(&s.report_entry(fd, s.snapshot(), true));
+        }
+    }
+}
+
 pub fn all() -> Vec<(i32, Arc<Sock>)> {
     TABLE.read().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (*k, v.clone())).collect()
 }
