@@ -5,6 +5,7 @@
 use crate::real;
 use libc::{c_int, c_ulong, c_void, socklen_t};
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
 
 pub(crate) fn errno() -> c_int {
@@ -27,6 +28,34 @@ pub(crate) fn real_close(fd: c_int) {
 /// (out of the program's descriptor space: see `crate::fdspace`).
 pub(crate) fn real_dup_cloexec(fd: c_int) -> io::Result<c_int> {
     crate::fdspace::private_dup(fd)
+}
+
+/// [`real_dup_cloexec`], owned: closed when dropped.
+pub(crate) fn dup_owned(fd: c_int) -> io::Result<OwnedFd> {
+    let d = real_dup_cloexec(fd)?;
+    // SAFETY: `d` was just made for the shim and nothing else holds it.
+    Ok(unsafe { OwnedFd::from_raw_fd(d) })
+}
+
+/// This process's id.
+pub(crate) fn getpid() -> libc::pid_t {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// The coarse monotonic clock, in nanoseconds.
+pub(crate) fn coarse_ns() -> i64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer; CLOCK_MONOTONIC_COARSE is served by the vDSO.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec * 1_000_000_000 + t.tv_nsec
+}
+
+/// The descriptor flags of `fd` (F_GETFD), if it is open.
+pub(crate) fn fd_flags(fd: c_int) -> Option<c_int> {
+    // SAFETY: fcntl with integer arguments.
+    let f = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+    (f >= 0).then_some(f)
 }
 
 pub(crate) fn sockopt_int(fd: c_int, level: c_int, name: c_int, v: c_int) {

@@ -8,6 +8,13 @@
 //! `msghdr`s whose iovecs and names are valid), for the duration of the
 //! call; anything else goes to libc unchanged. Calls on descriptors that
 //! are not the application's UDP sockets go straight to libc.
+//!
+//! By call family: `recv`, `send`, `fd` (descriptors: socket, close, dup,
+//! bind, connect, fcntl, ioctl, ...), `sockopt`, `poll`, `select` and
+//! `epoll` over `ready` (readiness shared by the three), and `process`
+//! (syscall(), exec, fork, signals, exit, the constructor); `args` decodes
+//! the C arguments. This module holds what they share: errno results and
+//! the socket lookup with this thread's state.
 
 #![allow(clippy::missing_safety_doc)]
 

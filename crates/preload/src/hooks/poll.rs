@@ -107,8 +107,8 @@ fn full_queue(t: &Tls, fd: c_int) -> Option<Arc<Endpoint>> {
 /// looks, until something is ready or the spin is over, and only then
 /// sleeps: a reply that comes within the spin costs no sleep and wake-up
 /// (the latency profile). Kernel descriptors are looked at in every round
-/// as well. For a stream it does not pay on a small machine: an iperf3
-/// receiver spinning 50 µs used twice the CPU per datagram and lost more.
+/// as well. For a stream it does not pay on a small machine: a receiver
+/// that spins spends more CPU per datagram and so keeps up with less.
 /// `room`: every accelerated socket asked for output was just found to
 /// have room in L1.
 unsafe fn poll_input(

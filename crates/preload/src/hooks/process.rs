@@ -100,9 +100,7 @@ fn before_exec() -> Vec<(c_int, bool)> {
     for (fd, s) in shim::all() {
         if let Some(ep) = s.existing() {
             ep.flush(Duration::from_secs(1));
-            // SAFETY: fcntl with integer arguments.
-            let fdfl = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
-            if fdfl >= 0 && fdfl & libc::FD_CLOEXEC == 0 {
+            if crate::sys::fd_flags(fd).is_some_and(|f| f & libc::FD_CLOEXEC == 0) {
                 restore_kernel_socket(fd, s.nonblock());
                 s.restore_rx_opts(fd, true);
                 touched.push((fd, s.nonblock()));
@@ -499,7 +497,7 @@ extern "C" fn init() {
     }
     // Both cost an RCU grace period once the process has a second thread
     // and almost nothing before: done here, the first socket's adoption
-    // (inside its bind, first send or receive) does not pay 20-60 ms.
+    // (inside its bind, first send or receive) does not pay that wait.
     // Under either transport (docs/preload.md, "The fast start under the
     // tcp transport too").
     crate::borrow::init();

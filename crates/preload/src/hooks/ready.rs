@@ -1,10 +1,10 @@
 //! Readiness shared by poll, select and epoll: what an accelerated socket
 //! reports, when the kernel may be skipped, and the flush before a sleep.
 
-use crate::real;
 use crate::shim::{self, with_sock_in, Sock, Tls, ACTIVE};
+use crate::sys::coarse_ns;
 use eudp_engine::Endpoint;
-use libc::{c_int, c_void, socklen_t};
+use libc::c_int;
 use std::time::Instant;
 
 /// [`Extra::fd`] of a socket whose ring's eventfd could not be made.
@@ -121,14 +121,11 @@ fn input_events(s: &Sock, ep: &Endpoint) -> libc::c_short {
 /// itself would not report them).
 pub(super) fn claim_error(t: &Tls, fd: c_int) -> bool {
     let Some(ep) = with_sock_in(t, fd, |s| s.existing()).flatten() else { return true };
-    let mut v: c_int = 0;
-    let mut len = 4 as socklen_t;
-    // SAFETY: pointer/length of a live c_int.
-    if unsafe { real::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut v as *mut c_int as *mut c_void, &mut len) }
-        == 0
-    {
+    let v = crate::sys::int_opt(fd, libc::SOL_SOCKET, libc::SO_ERROR);
+    if let Some(v) = v {
         ep.note_error(v);
     }
+    let v = v.unwrap_or(0);
     if v == 0 && eudp_engine::tracepoint::on() {
         ep.drain_trace();
         return ep.has_pending_error();
@@ -159,19 +156,11 @@ pub(super) fn ring_events_of(t: &Tls, fd: c_int) -> libc::c_short {
 /// (timeout 0) about the other descriptors at least every
 /// `SKIP_LIMIT`-th call and at least once per tick of the coarse clock
 /// (4 ms at HZ=250), so none of them waits long behind a busy socket.
-/// Past about 256 000 calls a second the count binds before the tick.
-/// It was 64: an iperf3 receiver (one `select` per datagram, 2.4 M a
-/// second) then asked the kernel every 27 µs, and lost a median 1.5 % of
-/// an unpaced stream against 0.4 % with 1024 (23 and 10 interleaved
-/// runs, stop 30, docs/preload.md).
+/// Past about 256 000 calls a second the count binds before the tick. The
+/// count is high because a receiver that selects once per datagram (iperf3,
+/// millions a second) would otherwise ask the kernel every few tens of
+/// microseconds, and those syscalls cost it datagrams of an unpaced stream.
 const SKIP_LIMIT: u32 = 1024;
-
-fn coarse_ns() -> i64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer; CLOCK_MONOTONIC_COARSE is served by the vDSO.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
-    t.tv_sec * 1_000_000_000 + t.tv_nsec
-}
 
 /// True (and counted) when this call may be answered from the rings alone.
 pub(super) fn may_skip_kernel(t: &Tls) -> bool {

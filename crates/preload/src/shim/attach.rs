@@ -9,7 +9,7 @@ use crate::log::dlog;
 use crate::stat::{ACCELERATED, XDP_UNAVAILABLE};
 use eudp_engine::Endpoint;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, Ordering::*};
 use std::sync::Arc;
 
@@ -169,14 +169,11 @@ impl Sock {
                 return Err(io::Error::from_raw_os_error(libc::EMFILE));
             }
             let engine = engine()?;
-            // SAFETY-free wrapper: real::fcntl is libc's fcntl.
-            let d = crate::sys::real_dup_cloexec(fd)?;
+            let owned = crate::sys::dup_owned(fd)?;
+            let d = owned.as_raw_fd();
             // A number the kernel just handed out cannot name an application
             // socket: an entry for it is stale (closed behind the shim's back).
             forget_stale(d);
-            // SAFETY: d was just returned by fcntl(F_DUPFD_CLOEXEC) and is ours.
-            #[allow(unsafe_code)]
-            let owned = unsafe { OwnedFd::from_raw_fd(d) };
             let ep = if tcp_transport() {
                 // Paper 002's emulated UOE: datagrams travel over TCP lanes.
                 eudp_engine::backend::tcp::endpoint_from_kernel_fd(engine, owned)?

@@ -19,9 +19,7 @@ impl Drop for Sock {
     fn drop(&mut self) {
         crate::ringdup::forget_ring_dups(self as *const Sock as usize);
         let out = *self.reader_out.get_mut();
-        // SAFETY: getpid has no preconditions.
-        #[allow(unsafe_code)]
-        if out != 0 && out != unsafe { libc::getpid() } {
+        if out != 0 && out != crate::sys::getpid() {
             // A fork child's: the endpoint's engine is the parent's.
             std::mem::forget(self.reader_ep.get_mut().unwrap_or_else(|e| e.into_inner()).take());
         }
@@ -153,9 +151,7 @@ impl Sock {
                     ready = EventFd::new().ok().map(Arc::new);
                 }
                 *lock(&self.reader_ep) = Some(ep.clone());
-                // SAFETY: getpid has no preconditions.
-                #[allow(unsafe_code)]
-                self.reader_out.store(unsafe { libc::getpid() }, Release);
+                self.reader_out.store(crate::sys::getpid(), Release);
             }
             if !keep.is_empty() {
                 if let Some(r) = &ready {
@@ -224,10 +220,7 @@ impl Sock {
     #[inline]
     pub fn reader_in_flight(&self) -> bool {
         let p = self.reader_out.load(Acquire);
-        // SAFETY: getpid has no preconditions.
-        #[allow(unsafe_code)]
-        let here = p != 0 && p == unsafe { libc::getpid() };
-        here
+        p != 0 && p == crate::sys::getpid()
     }
 
     /// Called by every receive that went through the endpoint and found

@@ -79,10 +79,9 @@ pub fn nonblocking_recv(s: &Sock, ep: &Endpoint, buf: &mut [u8], peek: bool, mut
 /// common case (a datagram waiting) stays small enough to inline. When the
 /// socket was read during that receive (on this thread, or another's read
 /// that began after this call did) it was found empty: `EAGAIN` at once,
-/// as the kernel answers, with the one read the kernel would make. (This
-/// used to read the socket a second time and take two full stats
-/// snapshots, which made each `EAGAIN` of a read-until-empty event loop
-/// cost about 9 times the kernel's.)
+/// as the kernel answers, with the one read the kernel would make: a
+/// second read and its stats snapshots would make each `EAGAIN` of a
+/// read-until-empty event loop cost several times the kernel's.
 #[inline(never)]
 fn nonblocking_recv_empty(
     s: &Sock,
