@@ -3,8 +3,9 @@
 //!
 //! Taking the socket's endpoint mutex and cloning its `Arc` costs four
 //! locked instructions per call, about a fifth of a 64-byte send's CPU.
-//! Instead a [`Sock`] publishes a pointer to the endpoint its mutex owns
-//! (`Sock::fast`), and each thread has a hazard slot here:
+//! Instead a socket (`crate::shim::Sock`) publishes a pointer to the
+//! endpoint its mutex owns (its `fast` field), and each thread has a hazard
+//! slot here:
 //!
 //! * a call writes the socket's address into its slot, then re-reads
 //!   `fast`; null means the socket is leaving the engine, and the call
@@ -24,30 +25,37 @@
 //! closer waits microseconds, and [`quiesce`] bounds the wait anyway.
 //!
 //! Slots are a fixed array claimed once per thread and freed at thread
-//! exit; a thread that finds none uses the locked path.
+//! exit; a thread that finds none uses the locked path. This module knows
+//! a socket only by its address (the hazard) and its `fast` pointer, and a
+//! thread only by its slot index, so it sits below the shim's socket and
+//! thread state.
 
-use crate::shim::{Sock, Tls};
 use eudp_engine::Endpoint;
+use std::cell::Cell;
 use std::ptr::{dangling_mut, null_mut};
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicPtr, AtomicU8, Ordering::*};
 use std::time::{Duration, Instant};
 
 const NSLOTS: usize = 1024;
 
-/// An unclaimed slot. No `Sock` lives at this address.
-const FREE: *mut Sock = dangling_mut::<Sock>();
+/// What a slot names: the address of the socket a borrow is using.
+type Owner = *mut ();
+
+/// An unclaimed slot. No socket lives at this address.
+const FREE: Owner = dangling_mut::<()>();
 
 /// Per thread: null while claimed and idle, the socket in use during a
 /// borrow, [`FREE`] when no thread owns the slot.
-static SLOTS: [AtomicPtr<Sock>; NSLOTS] = [const { AtomicPtr::new(FREE) }; NSLOTS];
+static SLOTS: [AtomicPtr<()>; NSLOTS] = [const { AtomicPtr::new(FREE) }; NSLOTS];
 
-/// [`Tls::slot`] of a thread that has not asked for a slot yet.
+/// A thread's slot (kept in the shim's per-thread state) before it asked
+/// for one.
 pub const UNCLAIMED: usize = usize::MAX;
-/// [`Tls::slot`] when the thread has none (all taken, or it is exiting):
+/// A thread's slot when it has none (all taken, or it is exiting):
 /// its calls take the locked path.
 pub const NO_SLOT: usize = usize::MAX - 1;
 
-/// Frees a thread's slot (its [`Tls`] is going away).
+/// Frees a thread's slot (its per-thread state is going away).
 pub fn release(slot: usize) {
     if slot < NSLOTS {
         SLOTS[slot].store(FREE, Release);
@@ -58,14 +66,14 @@ fn claim() -> Option<usize> {
     SLOTS.iter().position(|s| s.compare_exchange(FREE, null_mut(), AcqRel, Relaxed).is_ok())
 }
 
-/// This thread's slot, claimed on first use and kept in its [`Tls`]
-/// (released when the thread exits).
+/// This thread's slot, claimed on first use and kept in `slot`, the
+/// thread's own cell (released when the thread exits).
 #[inline]
-fn slot_of(t: &Tls) -> Option<usize> {
-    match t.slot.get() {
+fn slot_of(slot: &Cell<usize>) -> Option<usize> {
+    match slot.get() {
         UNCLAIMED => {
             let i = claim();
-            t.slot.set(i.unwrap_or(NO_SLOT));
+            slot.set(i.unwrap_or(NO_SLOT));
             i
         }
         NO_SLOT => None,
@@ -73,8 +81,9 @@ fn slot_of(t: &Tls) -> Option<usize> {
     }
 }
 
-fn my_slot() -> Option<usize> {
-    crate::shim::with_tls(|t| (t.slot.get() < NSLOTS).then(|| t.slot.get()))
+/// The index of a thread's slot value, when it holds one.
+fn claimed(slot: usize) -> Option<usize> {
+    (slot < NSLOTS).then_some(slot)
 }
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
@@ -128,14 +137,20 @@ fn heavy_fence() {
     std::sync::atomic::fence(SeqCst);
 }
 
-/// Runs `f` on the socket's endpoint while the socket is on the engine.
+/// Runs `f` on the endpoint `fast` points to while the socket at `owner`
+/// (whose `fast` it is) is on the engine; `slot` is this thread's slot cell.
 /// `Err(f)` hands `f` back when it cannot (no endpoint, the socket is
 /// leaving the engine, or this thread has no slot). `f` must not sleep
 /// for long: a closer waits for it.
 #[inline]
-pub fn borrow<R, F: FnOnce(&Endpoint) -> R>(t: &Tls, s: &Sock, f: F) -> Result<R, F> {
-    let Some(i) = slot_of(t) else { return Err(f) };
-    let me = s as *const Sock as *mut Sock;
+pub fn borrow<R, F: FnOnce(&Endpoint) -> R>(
+    slot: &Cell<usize>,
+    owner: *const (),
+    fast: &AtomicPtr<Endpoint>,
+    f: F,
+) -> Result<R, F> {
+    let Some(i) = slot_of(slot) else { return Err(f) };
+    let me = owner as Owner;
     // Nested borrows (a signal handler calling in) restore the outer one.
     let outer = SLOTS[i].load(Relaxed);
     if ASYMMETRIC.load(Relaxed) == 1 {
@@ -144,7 +159,7 @@ pub fn borrow<R, F: FnOnce(&Endpoint) -> R>(t: &Tls, s: &Sock, f: F) -> Result<R
     } else {
         SLOTS[i].swap(me, SeqCst);
     }
-    let ep = s.fast.load(Acquire);
+    let ep = fast.load(Acquire);
     let r = if ep.is_null() {
         Err(f)
     } else {
@@ -158,15 +173,16 @@ pub fn borrow<R, F: FnOnce(&Endpoint) -> R>(t: &Tls, s: &Sock, f: F) -> Result<R
     r
 }
 
-/// After `s.fast` was cleared (with `SeqCst`): waits until no call borrows the socket's
-/// endpoint. False when that did not happen within a bound (the caller
+/// After the `fast` pointer of the socket at `owner` was cleared (with
+/// `SeqCst`): waits until no call borrows the socket's endpoint; `my_slot`
+/// is this thread's slot value. False when that did not happen within a bound (the caller
 /// must then leak the endpoint rather than drop it), including when this
 /// very thread borrows it (a signal handler closing the socket it
 /// interrupted).
-pub fn quiesce(s: &Sock) -> bool {
+pub fn quiesce(owner: *const (), my_slot: usize) -> bool {
     heavy_fence();
-    let me = s as *const Sock as *mut Sock;
-    let mine = my_slot();
+    let me = owner as Owner;
+    let mine = claimed(my_slot);
     let deadline = Instant::now() + Duration::from_secs(2);
     for (i, slot) in SLOTS.iter().enumerate() {
         while slot.load(SeqCst) == me {
@@ -183,14 +199,15 @@ pub fn quiesce(s: &Sock) -> bool {
 /// inside a borrow (fork is an application call), so every other slot is
 /// free. The child is a new process for `membarrier`: it registers again
 /// (or, alone and so safely, switches calls to fencing themselves).
-pub fn forked() {
+/// `my_slot` is the forking thread's slot value.
+pub fn forked(my_slot: usize) {
     match ASYMMETRIC.load(Acquire) {
         // A registration the parent had under way died with its thread.
         0 => REGISTERING.store(false, SeqCst),
         1 if register() != 0 => ASYMMETRIC.store(2, SeqCst),
         _ => {}
     }
-    let mine = my_slot();
+    let mine = claimed(my_slot);
     for (i, slot) in SLOTS.iter().enumerate() {
         if Some(i) != mine {
             slot.store(FREE, Relaxed);

@@ -44,12 +44,49 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+use crate::log::dlog;
 use crate::real;
-use crate::shim::dlog;
 use libc::{c_int, c_uint};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::OnceLock;
+
+/// What the budget asks of the shim's socket table, which sits above this
+/// module: the table registers it with its first socket. Until then the
+/// table is empty and each of these would do nothing, which is what an
+/// unregistered table does.
+pub struct SocketTable {
+    /// Forgets a descriptor number (closed, or now the engine's).
+    pub remove: fn(c_int),
+    /// Whether this thread is inside the shim's own work.
+    pub inside: fn() -> bool,
+    /// Sockets holding private descriptors below the limit fall back.
+    pub give_back_below: fn(c_int),
+}
+
+static SOCKET_TABLE: OnceLock<SocketTable> = OnceLock::new();
+
+/// Registers the socket table (once; later calls change nothing).
+pub fn register_table(t: SocketTable) {
+    let _ = SOCKET_TABLE.set(t);
+}
+
+fn table_remove(fd: c_int) {
+    if let Some(t) = SOCKET_TABLE.get() {
+        (t.remove)(fd);
+    }
+}
+
+fn table_inside() -> bool {
+    SOCKET_TABLE.get().is_some_and(|t| (t.inside)())
+}
+
+fn table_give_back_below(limit: c_int) {
+    if let Some(t) = SOCKET_TABLE.get() {
+        (t.give_back_below)(limit);
+    }
+}
 
 /// Numbers below this are tracked (the kernel's `nr_open` default caps
 /// descriptors at 2^20).
@@ -381,7 +418,7 @@ fn make(make: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
             Ok(d) => {
                 // The kernel may have handed the old number to a socket the
                 // shim saw created: it is the engine's, not the program's.
-                crate::shim::remove(raw);
+                table_remove(raw);
                 drop(fd);
                 // SAFETY: d was just returned by fcntl(F_DUPFD_CLOEXEC) and is ours.
                 Ok(unsafe { OwnedFd::from_raw_fd(d) })
@@ -390,7 +427,7 @@ fn make(make: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
                 // Left where it is it would take one of the program's
                 // numbers: the engine does without it (see the budget).
                 dlog!("fd {raw}: cannot move to a private number ({e}); closed");
-                crate::shim::remove(raw);
+                table_remove(raw);
                 Err(e)
             }
         }
@@ -468,10 +505,7 @@ static LOWEST: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// from the shim's own calls (inside a window, or inside the shim).
 pub fn reclaim() -> bool {
     // SAFETY: getpid has no preconditions.
-    if HOLDER.load(SeqCst) == unsafe { libc::getpid() }
-        || crate::shim::inside()
-        || COUNT.load(SeqCst) == 0
-        || engine_thread()
+    if HOLDER.load(SeqCst) == unsafe { libc::getpid() } || table_inside() || COUNT.load(SeqCst) == 0 || engine_thread()
     {
         return false;
     }
@@ -486,7 +520,7 @@ pub fn reclaim() -> bool {
     };
     let (soft, was) = soft;
     let before = count_below(soft);
-    crate::shim::give_back_below(soft as c_int);
+    table_give_back_below(soft as c_int);
     // The engine's GRO key holder (`EUDP_GRO_HOLD`) is a spare: its number
     // goes back too, wherever it is (the keys then follow the sockets).
     eudp_engine::Engine::release_gro_holds();

@@ -286,6 +286,8 @@ pub unsafe fn recvmsg(k: &KSock, fd: c_int, msg: *mut libc::msghdr, flags: c_int
     // SAFETY: the caller's msghdr, readable and writable.
     let app = unsafe { &mut *msg };
     let mut m = *app;
+    // SAFETY: `m` is a copy of the caller's msghdr, whose buffers and
+    // control area are valid for this call.
     let r = unsafe { recvmsg_stamped(k, fd, &mut m, flags, Some((app.msg_control as *mut u8, app.msg_controllen))) };
     if r >= 0 {
         app.msg_namelen = m.msg_namelen;

@@ -10,12 +10,23 @@
 //! moves that socket to the plain kernel path (counted, logged with
 //! `EUDP_LOG=debug`). See `docs/preload.md`.
 //!
-//! Modules: [`real`] (libc's own functions, via `dlsym(RTLD_NEXT)`),
-//! [`borrow`] (lock-free use of a socket's endpoint within one call),
-//! [`hooks`] (the interposed C functions: all pointer handling), [`shim`]
-//! (socket table and per-socket state), [`fdspace`] (the shim's and the
-//! engine's own descriptors, kept above the program's), [`signals`],
-//! [`stat`], [`ktrace`] (a program's kernel path traced for `eudp trace`).
+//! Modules, each using only those below it: [`hooks`] (the interposed C
+//! functions, by call family) over [`shim`] (socket table and per-socket
+//! state), which uses [`borrow`] (lock-free use of a socket's endpoint
+//! within one call), [`stat`] (the per-process report), [`ringdup`] (epoll
+//! duplicates of a ring's eventfd), [`signals`], [`ktrace`] (a program's
+//! kernel path traced for `eudp trace`), [`sys`] (raw calls on kernel
+//! sockets), [`fdspace`] (the shim's and the engine's own descriptors,
+//! kept above the program's), [`log`] and [`real`] (libc's own functions,
+//! via `dlsym(RTLD_NEXT)`).
+//!
+//! `unsafe` lives only where raw calls and raw pointers are the job: the
+//! hook entry points in `hooks` and the program's pointers they decode
+//! (`hooks::args`), [`sys`], [`real`], [`fdspace`] (its descriptor and
+//! rlimit calls and hooks), [`ktrace`] (its recvmsg with timestamps),
+//! [`borrow`] (the hazard-slot dereference and `membarrier`), and in
+//! `shim` the engine pointer of a process generation and the table lock
+//! handed over across fork. Every `unsafe` block says why it is sound.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -23,7 +34,10 @@ pub mod borrow;
 pub mod fdspace;
 pub mod hooks;
 pub mod ktrace;
+pub mod log;
 pub mod real;
+pub mod ringdup;
 pub mod shim;
 pub mod signals;
 pub mod stat;
+pub mod sys;

@@ -39,6 +39,7 @@ macro_rules! real {
                 // SAFETY: p is the address of the libc function of this name,
                 // whose C signature is the one declared here.
                 let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { std::mem::transmute(p) };
+                // SAFETY: the caller upholds the C function's contract.
                 unsafe { f($($a),*) }
             }
         )*

@@ -2,16 +2,41 @@
 //! `$EUDP_STAT_DIR/<pid>.json` (default `/run/eudp`), rewritten every
 //! `EUDP_STAT_MS` milliseconds (default 1000) while the program runs and
 //! once more at exit. Schema: see `docs/preload.md`.
+//!
+//! The shim's socket table sits above this module: it hands its open
+//! sockets' entries and its process generation in as a [`Source`] when its
+//! first socket starts the writer.
 
-use crate::shim::{self, Sock, ACTIVE, KERNEL};
 use serde::ser::{SerializeSeq, Serializer};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering::*};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+
+/// Sockets that fell back to the kernel.
+pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+/// Sockets adopted by the engine.
+pub static ACCELERATED: AtomicU64 = AtomicU64::new(0);
+/// Sockets put on the kernel backend because the xdp transport could not
+/// start (`EUDP_TRANSPORT=xdp`).
+pub static XDP_UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
+
+/// Takes one socket's report entry.
+pub type EntrySink<'a> = dyn FnMut(&SockReport) + 'a;
+
+/// What the report asks of the socket table.
+#[derive(Clone, Copy)]
+pub struct Source {
+    /// Hands `f` the entry of each open socket, once per socket.
+    pub open_sockets: fn(f: &mut EntrySink<'_>),
+    /// The current process generation (bumped in a fork child).
+    pub generation: fn() -> u32,
+}
+
+static SOURCE: OnceLock<Source> = OnceLock::new();
 
 static CLOSED: Mutex<Vec<SockReport>> = Mutex::new(Vec::new());
 static REASONS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
@@ -46,48 +71,19 @@ pub fn note_fallback(reason: &str) {
 /// trees every second (a `serde_json::Value` per socket cost about 9 KiB).
 #[derive(Clone, Serialize)]
 pub struct SockReport {
-    id: u64,
-    fd: i32,
-    open: bool,
-    mode: &'static str,
-    v6: bool,
-    local: Option<String>,
-    peer: Option<String>,
-    fallback_reason: Option<String>,
-    stats: Option<eudp_engine::StatsSnapshot>,
-}
-
-fn sock_report(
-    fd: i32,
-    s: &Sock,
-    stats: Option<(eudp_engine::StatsSnapshot, Option<std::net::SocketAddr>, Option<std::net::SocketAddr>)>,
-    open: bool,
-) -> SockReport {
-    let mode = match s.mode() {
-        ACTIVE => "eudp",
-        KERNEL => "kernel",
-        _ => "idle",
-    };
-    let (stats, local, peer) = match stats {
-        Some((st, l, p)) => (Some(st), l, p),
-        None => (None, None, None),
-    };
-    SockReport {
-        id: s.id,
-        fd,
-        open,
-        mode,
-        v6: s.v6,
-        local: local.map(|a| a.to_string()),
-        peer: peer.map(|a| a.to_string()),
-        fallback_reason: s.reason(),
-        stats,
-    }
+    pub id: u64,
+    pub fd: i32,
+    pub open: bool,
+    pub mode: &'static str,
+    pub v6: bool,
+    pub local: Option<String>,
+    pub peer: Option<String>,
+    pub fallback_reason: Option<String>,
+    pub stats: Option<eudp_engine::StatsSnapshot>,
 }
 
 /// Records the final counters of an endpoint being closed or abandoned.
-pub fn retire(s: &Sock, ep: &eudp_engine::Endpoint) {
-    let v = sock_report(s.fd, s, Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok())), false);
+pub fn retire(v: SockReport) {
     let mut c = lock(&CLOSED);
     if c.len() >= KEEP_CLOSED {
         c.remove(0);
@@ -95,19 +91,24 @@ pub fn retire(s: &Sock, ep: &eudp_engine::Endpoint) {
     c.push(v);
 }
 
-/// The open sockets, each snapshot taken as it is written.
-struct OpenSockets(Vec<(i32, std::sync::Arc<Sock>)>);
+/// The open sockets, each entry made as it is written.
+struct OpenSockets(Option<Source>);
 
 impl Serialize for OpenSockets {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        let mut seen = std::collections::HashSet::new();
         let mut seq = ser.serialize_seq(None)?;
-        for (fd, s) in &self.0 {
-            if seen.insert(s.id) {
-                seq.serialize_element(&sock_report(*fd, s, s.snapshot(), true))?;
-            }
+        let mut failed = None;
+        if let Some(src) = self.0 {
+            (src.open_sockets)(&mut |r| {
+                if failed.is_none() {
+                    failed = seq.serialize_element(r).err();
+                }
+            });
         }
-        seq.end()
+        match failed {
+            Some(e) => Err(e),
+            None => seq.end(),
+        }
     }
 }
 
@@ -140,19 +141,19 @@ struct XdpReport {
 }
 
 fn xdp_report() -> Option<XdpReport> {
-    if !shim::xdp_transport() {
+    if eudp_engine::backend::tcp::transport_from_env() != "xdp" {
         return None;
     }
     let (stats, unavailable) = match eudp_engine::backend::xdp::XdpTransport::global_started()? {
         Ok(t) => (Some(t.stats()), None),
         Err(e) => (None, Some(e)),
     };
-    Some(XdpReport { stats, unavailable, kernel_backend_sockets: shim::XDP_UNAVAILABLE.load(Relaxed) })
+    Some(XdpReport { stats, unavailable, kernel_backend_sockets: XDP_UNAVAILABLE.load(Relaxed) })
 }
 
 /// Writes the report of this process to `out`, socket by socket.
 fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
-    let socks = OpenSockets(shim::all());
+    let socks = OpenSockets(SOURCE.get().copied());
     let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
@@ -163,8 +164,8 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         exe,
         time: now,
         exited,
-        accelerated: shim::ACCELERATED.load(Relaxed),
-        fallbacks: shim::FALLBACKS.load(Relaxed),
+        accelerated: ACCELERATED.load(Relaxed),
+        fallbacks: FALLBACKS.load(Relaxed),
         fallback_reasons: &reasons,
         sockets: socks,
         closed: &closed,
@@ -211,10 +212,12 @@ pub fn write_now(exited: bool) {
     }
 }
 
-/// Starts this process generation's writer thread once.
-pub fn ensure_writer() {
+/// Starts this process generation's writer thread once; `src` is kept
+/// from the first call on.
+pub fn ensure_writer(src: Source) {
+    let src = *SOURCE.get_or_init(|| src);
     HAD_SOCKET.store(true, Relaxed);
-    let g = shim::generation();
+    let g = (src.generation)();
     if WRITER_GEN.load(Relaxed) == g {
         return;
     }
@@ -226,7 +229,7 @@ pub fn ensure_writer() {
         eudp_engine::sys::process::block_async_signals();
         loop {
             std::thread::sleep(every);
-            if shim::generation() != g {
+            if (src.generation)() != g {
                 return;
             }
             write_now(false);

@@ -1,0 +1,99 @@
+//! The engine of this process generation, the transport it runs, and what
+//! a forked child keeps.
+
+use super::sock::lock;
+use eudp_engine::{Config, Engine};
+use std::io;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
+use std::sync::Mutex;
+
+/// Incremented in every fork child: endpoints of an older generation
+/// belong to an engine thread that does not exist in this process.
+pub(super) static GEN: AtomicU32 = AtomicU32::new(0);
+static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
+static ENGINE_GEN: AtomicU32 = AtomicU32::new(u32::MAX);
+pub(super) static ENGINE_INIT: Mutex<()> = Mutex::new(());
+
+pub fn generation() -> u32 {
+    GEN.load(SeqCst)
+}
+
+/// The engine of this process if it runs already (never starts one).
+pub fn running_engine() -> Option<&'static Engine> {
+    if ENGINE_GEN.load(SeqCst) != generation() {
+        return None;
+    }
+    let p = ENGINE.load(SeqCst);
+    (!p.is_null()).then(|| leaked(p))
+}
+
+/// The engine of this process (started on first use, again in a fork child).
+pub fn engine() -> io::Result<&'static Engine> {
+    let g = generation();
+    if ENGINE_GEN.load(SeqCst) == g {
+        // SAFETY-free: the pointer was leaked from a Box and is never freed.
+        let p = ENGINE.load(SeqCst);
+        if !p.is_null() {
+            return Ok(leaked(p));
+        }
+    }
+    let _l = lock(&ENGINE_INIT);
+    if ENGINE_GEN.load(SeqCst) == g && !ENGINE.load(SeqCst).is_null() {
+        return Ok(leaked(ENGINE.load(SeqCst)));
+    }
+    let cfg = Config::from_env().unwrap_or_else(|e| {
+        eprintln!("eudp: {e}; using defaults");
+        Config::default()
+    });
+    let e: &'static mut Engine = Box::leak(Box::new(Engine::start(cfg)?));
+    ENGINE.store(e, SeqCst);
+    ENGINE_GEN.store(g, SeqCst);
+    Ok(e)
+}
+
+pub(super) fn leaked(p: *mut Engine) -> &'static Engine {
+    // SAFETY: ENGINE only ever holds pointers from Box::leak, never freed.
+    #[allow(unsafe_code)]
+    unsafe {
+        &*p
+    }
+}
+
+/// `EUDP_SOCK_RCVBUF`: kernel receive buffer of adopted sockets, in bytes.
+pub(super) fn sock_rcvbuf() -> Option<i32> {
+    std::env::var("EUDP_SOCK_RCVBUF").ok().and_then(|v| v.trim().parse().ok()).filter(|&b: &i32| b > 0)
+}
+
+/// `EUDP_TRANSPORT=tcp`: endpoints use the engine's TCP (UOE) backend.
+/// The application's kernel socket then never becomes readable: sockets
+/// are adopted as soon as they are waited on, and readiness includes the
+/// backend's descriptor.
+pub fn tcp_transport() -> bool {
+    eudp_engine::backend::tcp::transport_from_env() == "tcp"
+}
+
+/// `EUDP_TRANSPORT=xdp`: IPv4 endpoints use the engine's AF_XDP backend.
+/// The program's kernel socket then gets only what the fast path does not
+/// carry (see the engine's `backend::xdp`), so readiness includes the
+/// backend's descriptor, as under the TCP transport.
+pub fn xdp_transport() -> bool {
+    eudp_engine::backend::tcp::transport_from_env() == "xdp"
+}
+
+/// A transport whose datagrams do not reach the program's kernel socket
+/// (`tcp` or `xdp`): sockets are adopted at bind and readiness includes the
+/// backend's descriptor.
+pub fn bypass_transport() -> bool {
+    eudp_engine::backend::tcp::transport_from_env() != "kernel"
+}
+
+/// Fallback reasons of a socket shared with a fork child: `fallback`
+/// recognises them (GRO must go off at once, the child may read).
+pub(super) const FORK_REASON: &str =
+    "fork(): socket shared with the child (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
+pub(super) const VFORK_REASON: &str =
+    "vfork(): socket inherited by the program the child executes (EUDP_FORK_KEEP=1 keeps the parent accelerated)";
+
+pub(super) fn fork_keep() -> bool {
+    std::env::var("EUDP_FORK_KEEP").map(|v| v == "1").unwrap_or(false)
+}
