@@ -222,6 +222,14 @@ fn panel(
                 esc(g),
                 label(v)
             );
+            // The value over its bar: small bars beside a tall ceiling stay readable.
+            let _ = writeln!(
+                s,
+                r#"<text class="value" x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}</text>"#,
+                x + (bw - 2.0).max(1.0) / 2.0,
+                y - 3.0,
+                label(v)
+            );
         }
         let _ = writeln!(
             s,
@@ -342,6 +350,7 @@ mod tests {
         well_formed(&svg);
         // Two panels of 2 sizes x 3 modes.
         assert_eq!(svg.matches(r#"class="bar""#).count(), 12);
+        assert_eq!(svg.matches(r#"class="value""#).count(), 12);
         assert_eq!(svg.matches(r#"class="key""#).count(), 3);
         assert!(svg.contains("gso (ceiling)"));
         assert_eq!(svg.matches(r#"fill="url(#ceiling)""#).count(), 2 + 2 + 1);
