@@ -1,4 +1,10 @@
-# Sourced by the scripts: puts cargo on PATH when rustup installed it.
-if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
-    . "$HOME/.cargo/env"
+# Sourced by the scripts: puts rustup's cargo first on PATH when rustup
+# installed it, ahead of a distro cargo that may be older than the
+# workspace's rust-version.
+if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    case ":$PATH:" in
+        *":$HOME/.cargo/bin:"*) ;;
+        *) PATH="$HOME/.cargo/bin:$PATH" ;;
+    esac
+    export PATH
 fi

@@ -430,6 +430,10 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult, String> {
         let json = serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?;
         std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("bench: wrote {}", path.display());
+        let value = serde_json::to_value(&res).map_err(|e| e.to_string())?;
+        if let Some(svg) = crate::bench_chart::write_beside(&path, &value)? {
+            eprintln!("bench: wrote {}", svg.display());
+        }
     }
     Ok(res)
 }

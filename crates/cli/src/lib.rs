@@ -1,10 +1,16 @@
 //! Library side of the `eudp` command: the testbed, the bench and its
 //! workers, usable from integration tests.
 
+// `eudp_cli::…` paths resolve both here and in tests that include a module
+// with `#[path]` (run.rs reaches `shim_path` that way).
+extern crate self as eudp_cli;
+
 pub mod bench;
+pub mod bench_chart;
 pub mod profiles;
 pub mod rss;
 pub mod run;
+pub mod shim_path;
 pub mod sockbench;
 pub mod tcpbench;
 pub mod testbed;

@@ -23,27 +23,9 @@ use std::time::{Duration, Instant};
 use crate::profiles::ProfileFile;
 pub use crate::profiles::{profile, PROFILES};
 
-/// Where `libeudp_preload.so` is: `$EUDP_PRELOAD_LIB`, else next to the
-/// running executable (`target/{debug,release}/`), else one directory up
-/// (test executables live in `deps/`).
+/// Where `libeudp_preload.so` is (`crate::shim_path` has the search order).
 pub fn preload_lib() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("EUDP_PRELOAD_LIB") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut dir = exe.parent().map(Path::to_path_buf);
-    for _ in 0..2 {
-        let Some(d) = dir else { break };
-        let p = d.join("libeudp_preload.so");
-        if p.exists() {
-            return Ok(p);
-        }
-        dir = d.parent().map(Path::to_path_buf);
-    }
-    Err(format!(
-        "libeudp_preload.so not found next to {} (build it: cargo build --release -p eudp-preload, or set EUDP_PRELOAD_LIB)",
-        exe.display()
-    ))
+    eudp_cli::shim_path::preload_lib()
 }
 
 /// Adds the shim and a built-in profile to a command (variables already
@@ -1026,6 +1008,9 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
     let path = out_dir.join(format!("apps-{started}.json"));
     std::fs::write(&path, serde_json::to_vec_pretty(&res).unwrap_or_default()).map_err(|e| e.to_string())?;
     println!("wrote {}", path.display());
+    if let Some(svg) = eudp_cli::bench_chart::write_beside(&path, &res)? {
+        println!("wrote {}", svg.display());
+    }
     let _ = std::fs::remove_dir_all(&stats);
     Ok(res)
 }

@@ -574,6 +574,8 @@ pub fn bench(
     let path = format!("{out_dir}/tcp-{unix_time}.json");
     std::fs::write(&path, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?)
         .map_err(|e| format!("{path}: {e}"))?;
+    let value = serde_json::to_value(&res).map_err(|e| e.to_string())?;
+    crate::bench_chart::write_beside(std::path::Path::new(&path), &value)?;
     Ok((res, path))
 }
 
