@@ -2,11 +2,12 @@
 //! workers, usable from integration tests.
 
 pub mod bench;
+pub mod command;
 pub mod profiles;
 pub mod rss;
 pub mod run;
 pub mod sockbench;
 pub mod tcpbench;
 pub mod testbed;
-pub mod trace_cmd;
+pub mod trace;
 pub mod worker;

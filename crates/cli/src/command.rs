@@ -1,0 +1,167 @@
+//! The `eudp` command line: every subcommand and its options (clap). The
+//! commands other crates own (`model`, `sim`, `verify`) bring their own
+//! argument structs; this tree only gathers them.
+
+use crate::run::{RunArgs, StatArgs};
+use crate::trace::TraceOptions;
+use crate::worker::Mode;
+use clap::{Parser, Subcommand};
+use eudp_model::cli::{ModelArgs, SimArgs};
+use eudp_verify::cli::VerifyArgs;
+use std::net::SocketAddr;
+
+const EXAMPLES: &str = "Examples:
+  eudp demo
+  eudp run --profile latency -- sockperf server
+  eudp stat
+  eudp trace --compare kernel,eudp
+  eudp sim validate";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "eudp",
+    version,
+    about = "User-space UDP offload engine, measurement, model and verification",
+    after_help = EXAMPLES
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// The main job: build a testbed, run a short bench, print it, tear down.
+    Demo {
+        /// Seconds per transfer.
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
+    },
+    /// Two network-namespace hosts joined by veth (198.18.0.1 and .2).
+    Testbed {
+        #[command(subcommand)]
+        op: TestbedOp,
+    },
+    /// Kernel, sendmmsg, GSO/GRO ceiling and eudp side by side on a testbed.
+    Bench {
+        /// Datagram sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 1472])]
+        sizes: Vec<usize>,
+        /// Modes to run.
+        #[arg(long, value_delimiter = ',', value_enum, default_values_t = vec![Mode::Kernel, Mode::Mmsg, Mode::Gso, Mode::Eudp])]
+        modes: Vec<Mode>,
+        /// Seconds per transfer.
+        #[arg(long, default_value_t = 3.0)]
+        secs: f64,
+        /// Directory for the JSON result.
+        #[arg(long, default_value = "bench/results")]
+        out: std::path::PathBuf,
+        /// Do not write JSON.
+        #[arg(long)]
+        no_json: bool,
+        /// Unmodified programs instead: iperf3 and sockperf, kernel vs `eudp run`.
+        #[arg(long, conflicts_with = "tcp")]
+        apps: bool,
+        /// One program with --count UDP sockets in one epoll set (a DNS server's shape), kernel vs `eudp run`.
+        #[arg(long, conflicts_with_all = ["tcp", "apps"])]
+        sockets: bool,
+        /// With --sockets: the number of sockets.
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// With --sockets: the server's RLIMIT_NOFILE (default: what the kernel run needs plus headroom).
+        #[arg(long)]
+        nofile: Option<u64>,
+        /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
+        #[arg(long)]
+        tcp: bool,
+        /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+    Run(RunArgs),
+    Stat(StatArgs),
+    /// One side of a UDP-over-TCP transfer (used by `bench --tcp`).
+    #[command(hide = true, name = "worker-tcp")]
+    WorkerTcp {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
+    /// One side of a measured transfer (used by bench and tests).
+    #[command(hide = true)]
+    Worker {
+        #[command(subcommand)]
+        role: WorkerRole,
+    },
+    /// Analytical performance model (paper 000 §4.4, paper 001 §5.1).
+    Model(ModelArgs),
+    /// Discrete-event simulator of host, I/O bus, NIC and link.
+    Sim(SimArgs),
+    Trace(TraceOptions),
+    Verify(VerifyArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  eudp completions bash > /etc/bash_completion.d/eudp\n  eudp completions zsh > ~/.zfunc/_eudp"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page of eudp, or write one per command to a directory.
+    #[command(after_help = "Examples:\n  eudp man | man -l -\n  eudp man --out /usr/local/share/man/man1")]
+    Man {
+        /// Write eudp.1 and eudp-SUB.1 for every subcommand into DIR instead.
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TestbedOp {
+    /// Create testbed NAME (replacing leftovers of the same name).
+    Up { name: String },
+    /// Remove testbed NAME.
+    Down { name: String },
+    /// Run CMD inside host a (default) or b of testbed NAME.
+    Exec {
+        name: String,
+        #[arg(long, default_value = "a", value_parser = ["a", "b"])]
+        host: String,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkerRole {
+    Send {
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long)]
+        dst: SocketAddr,
+        #[arg(long)]
+        size: usize,
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        #[arg(long, default_value_t = 0)]
+        pace_every: u64,
+        #[arg(long, default_value_t = 0.0)]
+        rate_pps: f64,
+    },
+    Recv {
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long)]
+        bind: SocketAddr,
+        #[arg(long)]
+        size: usize,
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        #[arg(long, default_value_t = 500)]
+        idle_ms: u64,
+        #[arg(long, default_value_t = 20.0)]
+        max_secs: f64,
+    },
+}
