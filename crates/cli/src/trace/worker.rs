@@ -111,7 +111,7 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
             u["wall_ns"] = ((sent - cpu0.at).as_nanos() as u64).into();
             println!("{u}");
         }
-        ("recv", stack) => return receive(&w, stack == "eudp"),
+        ("recv", stack) => return receive(w, stack == "eudp"),
         (r, s) => return Err(format!("worker: unknown role/stack {r}/{s}")),
     }
     // Format the dump only once the receiver is done, so it does not take

@@ -202,7 +202,7 @@ fn sim_chart(f: &str, out: &str, layers: Option<&str>) -> Result<(), String> {
 }
 
 fn sim_sweep(s: &Sweep) -> Result<(), String> {
-    let base = preset::load(&preset::resolve(&s.preset)?)?;
+    let base = preset::load(&preset::resolve(s.preset)?)?;
     let stacks = s.stacks;
     for s in stacks {
         if !base.stacks.contains_key(s) {
@@ -241,7 +241,7 @@ fn sim_sweep(s: &Sweep) -> Result<(), String> {
     }
     write_file(csv_path, &csv)?;
     eprintln!("wrote {csv_path} ({} points)", rows.len());
-    if let Some(f) = s.svg.as_deref() {
+    if let Some(f) = s.svg {
         let mut lat: Vec<svg::Series> = Vec::new();
         let mut bw: Vec<svg::Series> = Vec::new();
         for r in &rows {
