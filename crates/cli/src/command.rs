@@ -32,17 +32,24 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// The main job: build a testbed, run a short bench, print it, tear down.
+    #[command(after_help = "Examples:\n  eudp demo\n  eudp demo --secs 3")]
     Demo {
         /// Seconds per transfer.
         #[arg(long, default_value_t = 1.0)]
         secs: f64,
     },
     /// Two network-namespace hosts joined by veth (198.18.0.1 and .2).
+    #[command(
+        after_help = "Examples:\n  eudp testbed up tb1\n  eudp testbed exec tb1 --host b -- ip addr\n  eudp testbed down tb1"
+    )]
     Testbed {
         #[command(subcommand)]
         op: TestbedOp,
     },
     /// Kernel, sendmmsg, GSO/GRO ceiling and eudp side by side on a testbed.
+    #[command(
+        after_help = "Examples:\n  eudp bench --sizes 64,1472 --secs 3\n  eudp bench --apps --repeats 5\n  eudp bench --sockets --count 10000\n  eudp bench --tcp"
+    )]
     Bench {
         /// Datagram sizes in bytes.
         #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 1472])]
@@ -119,14 +126,26 @@ pub enum Cmd {
 #[derive(Subcommand, Debug)]
 pub enum TestbedOp {
     /// Create testbed NAME (replacing leftovers of the same name).
-    Up { name: String },
-    /// Remove testbed NAME.
-    Down { name: String },
-    /// Run CMD inside host a (default) or b of testbed NAME.
-    Exec {
+    #[command(after_help = "Example:\n  eudp testbed up tb1")]
+    Up {
+        /// The testbed's name (its namespaces are eudp-NAME-a and eudp-NAME-b).
         name: String,
+    },
+    /// Remove testbed NAME.
+    #[command(after_help = "Example:\n  eudp testbed down tb1")]
+    Down {
+        /// The testbed's name.
+        name: String,
+    },
+    /// Run CMD inside host a (default) or b of testbed NAME.
+    #[command(after_help = "Example:\n  eudp testbed exec tb1 --host b -- iperf3 -s")]
+    Exec {
+        /// The testbed's name.
+        name: String,
+        /// The host to run in.
         #[arg(long, default_value = "a", value_parser = ["a", "b"])]
         host: String,
+        /// The command and its arguments (after --).
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
@@ -134,33 +153,48 @@ pub enum TestbedOp {
 
 #[derive(Subcommand, Debug)]
 pub enum WorkerRole {
+    /// Send datagrams to DST.
     Send {
+        /// How to send.
         #[arg(long, value_enum)]
         mode: Mode,
+        /// The receiver's address.
         #[arg(long)]
         dst: SocketAddr,
+        /// Datagram size (bytes).
         #[arg(long)]
         size: usize,
+        /// Send for this long (seconds).
         #[arg(long, default_value_t = 1.0)]
         secs: f64,
+        /// Stop after this many datagrams (0: only the time bound).
         #[arg(long, default_value_t = 0)]
         count: u64,
+        /// Pause 1 ms after every this many datagrams (0: never).
         #[arg(long, default_value_t = 0)]
         pace_every: u64,
+        /// Offered load in datagrams per second (0: as fast as possible).
         #[arg(long, default_value_t = 0.0)]
         rate_pps: f64,
     },
+    /// Receive datagrams on BIND until idle.
     Recv {
+        /// How to receive.
         #[arg(long, value_enum)]
         mode: Mode,
+        /// The address to bind.
         #[arg(long)]
         bind: SocketAddr,
+        /// Datagram size (bytes).
         #[arg(long)]
         size: usize,
+        /// Stop after this many datagrams (0: no bound).
         #[arg(long, default_value_t = 0)]
         count: u64,
+        /// Stop after this long without data once data has arrived (ms).
         #[arg(long, default_value_t = 500)]
         idle_ms: u64,
+        /// Bound on the whole run (seconds).
         #[arg(long, default_value_t = 20.0)]
         max_secs: f64,
     },
