@@ -99,9 +99,7 @@ pub enum Cmd {
         #[command(subcommand)]
         role: WorkerRole,
     },
-    /// Analytical performance model (paper 000 §4.4, paper 001 §5.1).
     Model(ModelArgs),
-    /// Discrete-event simulator of host, I/O bus, NIC and link.
     Sim(SimArgs),
     Trace(TraceOptions),
     Verify(VerifyArgs),

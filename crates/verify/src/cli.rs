@@ -94,7 +94,8 @@ fn list() {
     }
 }
 
-/// `eudp verify` on its own (tests and scripts that hold the words).
+// `eudp verify` on its own (tests and scripts that hold the words).
+/// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
 #[derive(Parser, Debug)]
 #[command(name = "eudp verify", disable_version_flag = true)]
 struct VerifyCli {

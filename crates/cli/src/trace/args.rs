@@ -159,7 +159,8 @@ impl TraceOptions {
     }
 }
 
-/// `eudp trace` on its own, for callers that hold the words.
+// `eudp trace` on its own, for callers that hold the words.
+/// Per-packet, per-layer time flow on one clock: chart, table, fits.
 #[derive(Parser, Debug)]
 #[command(name = "eudp trace", disable_version_flag = true)]
 pub struct TraceCli {

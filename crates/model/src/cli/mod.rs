@@ -10,7 +10,8 @@ pub use args::{parse_size, parse_size_list, ModelArgs, PresetArgs, SimArgs, SimC
 
 use clap::{CommandFactory, Parser};
 
-/// `eudp model` on its own (the standalone example and the tests).
+// `eudp model` on its own (the standalone example and the tests).
+/// Analytical model of 000 §4.4 (eqs. 1-4), Ratemax (000 §4.2) and 001 §5.1.
 #[derive(Parser, Debug)]
 #[command(name = "eudp model", disable_version_flag = true, args_override_self = true)]
 struct ModelCli {
@@ -18,7 +19,8 @@ struct ModelCli {
     args: ModelArgs,
 }
 
-/// `eudp sim` on its own (the standalone example and the tests).
+// `eudp sim` on its own (the standalone example and the tests).
+/// Discrete-event simulator of host, I/O bus, NIC and link.
 #[derive(Parser, Debug)]
 #[command(name = "eudp sim", disable_version_flag = true, args_override_self = true)]
 struct SimCli {
