@@ -7,6 +7,7 @@ extern crate self as eudp_cli;
 
 pub mod bench;
 pub mod bench_chart;
+pub mod command;
 pub mod profiles;
 pub mod rss;
 pub mod run;
@@ -14,6 +15,6 @@ pub mod shim_path;
 pub mod sockbench;
 pub mod tcpbench;
 pub mod testbed;
-pub mod trace_cmd;
+pub mod trace;
 pub mod trace_costs;
 pub mod worker;

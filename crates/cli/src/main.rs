@@ -1,166 +1,12 @@
 //! `eudp`: the command that ties the project together.
 //!
-//! Subcommands owned by other crates (`model`, `sim`, `verify`) take their
-//! arguments verbatim and parse them in their own crate, so each concern keeps
-//! one home.
+//! The command line is [`eudp_cli::command::Cli`]; this file dispatches.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser};
+use eudp_cli::command::{Cli, Cmd, TestbedOp, WorkerRole};
 use eudp_cli::worker::Mode;
 use eudp_cli::{bench, testbed, worker};
-use std::net::SocketAddr;
 use std::time::Duration;
-
-#[derive(Parser)]
-#[command(name = "eudp", version, about = "User-space UDP offload engine, measurement, model and verification")]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// The main job: build a testbed, run a short bench, print it, tear down.
-    Demo {
-        /// Seconds per transfer.
-        #[arg(long, default_value_t = 1.0)]
-        secs: f64,
-    },
-    /// Two network-namespace hosts joined by veth (198.18.0.1 and .2).
-    Testbed {
-        #[command(subcommand)]
-        op: TestbedOp,
-    },
-    /// Kernel, sendmmsg, GSO/GRO ceiling and eudp side by side on a testbed.
-    Bench {
-        /// Datagram sizes in bytes.
-        #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 1472])]
-        sizes: Vec<usize>,
-        /// Modes to run.
-        #[arg(long, value_delimiter = ',', value_enum, default_values_t = vec![Mode::Kernel, Mode::Mmsg, Mode::Gso, Mode::Eudp])]
-        modes: Vec<Mode>,
-        /// Seconds per transfer.
-        #[arg(long, default_value_t = 3.0)]
-        secs: f64,
-        /// Directory for the JSON result.
-        #[arg(long, default_value = "bench/results")]
-        out: std::path::PathBuf,
-        /// Do not write JSON.
-        #[arg(long)]
-        no_json: bool,
-        /// Unmodified programs instead: iperf3 and sockperf, kernel vs `eudp run`.
-        #[arg(long, conflicts_with = "tcp")]
-        apps: bool,
-        /// One program with --count UDP sockets in one epoll set (a DNS server's shape), kernel vs `eudp run`.
-        #[arg(long, conflicts_with_all = ["tcp", "apps"])]
-        sockets: bool,
-        /// With --sockets: the number of sockets.
-        #[arg(long, default_value_t = 10_000)]
-        count: u64,
-        /// With --sockets: the server's RLIMIT_NOFILE (default: what the kernel run needs plus headroom).
-        #[arg(long)]
-        nofile: Option<u64>,
-        /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
-        #[arg(long)]
-        tcp: bool,
-        /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
-        #[arg(long, default_value_t = 3)]
-        repeats: usize,
-    },
-    /// Run an unmodified program with its UDP sockets on the engine (LD_PRELOAD):
-    /// eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM ARGS…;
-    /// eudp run --list-profiles [--profile-file FILE].
-    Run {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Per-socket counters of programs running under `eudp run`.
-    Stat {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// One side of a UDP-over-TCP transfer (used by `bench --tcp`).
-    #[command(hide = true, name = "worker-tcp")]
-    WorkerTcp {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        words: Vec<String>,
-    },
-    /// One side of a measured transfer (used by bench and tests).
-    #[command(hide = true)]
-    Worker {
-        #[command(subcommand)]
-        role: WorkerRole,
-    },
-    /// Analytical performance model (paper 000 §4.4, paper 001 §5.1).
-    Model {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Discrete-event simulator of host, I/O bus, NIC and link.
-    Sim {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Per-packet, per-layer time flow on one clock: chart, table, fits.
-    Trace {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Check the pipeline and engine state machines with Spin.
-    Verify {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-}
-
-#[derive(Subcommand)]
-enum TestbedOp {
-    /// Create testbed NAME (replacing leftovers of the same name).
-    Up { name: String },
-    /// Remove testbed NAME.
-    Down { name: String },
-    /// Run CMD inside host a (default) or b of testbed NAME.
-    Exec {
-        name: String,
-        #[arg(long, default_value = "a", value_parser = ["a", "b"])]
-        host: String,
-        #[arg(last = true, required = true)]
-        cmd: Vec<String>,
-    },
-}
-
-#[derive(Subcommand)]
-enum WorkerRole {
-    Send {
-        #[arg(long, value_enum)]
-        mode: Mode,
-        #[arg(long)]
-        dst: SocketAddr,
-        #[arg(long)]
-        size: usize,
-        #[arg(long, default_value_t = 1.0)]
-        secs: f64,
-        #[arg(long, default_value_t = 0)]
-        count: u64,
-        #[arg(long, default_value_t = 0)]
-        pace_every: u64,
-        #[arg(long, default_value_t = 0.0)]
-        rate_pps: f64,
-    },
-    Recv {
-        #[arg(long, value_enum)]
-        mode: Mode,
-        #[arg(long)]
-        bind: SocketAddr,
-        #[arg(long)]
-        size: usize,
-        #[arg(long, default_value_t = 0)]
-        count: u64,
-        #[arg(long, default_value_t = 500)]
-        idle_ms: u64,
-        #[arg(long, default_value_t = 20.0)]
-        max_secs: f64,
-    },
-}
 
 fn fail(msg: impl std::fmt::Display) -> i32 {
     eprintln!("eudp: {msg}");
@@ -221,8 +67,8 @@ fn main() {
                 Err(e) => fail(e),
             },
         },
-        Cmd::Run { args } => eudp_cli::run::run_main(&args),
-        Cmd::Stat { args } => eudp_cli::run::stat_main(&args),
+        Cmd::Run(a) => eudp_cli::run::run_main(&a),
+        Cmd::Stat(a) => eudp_cli::run::stat_main(&a),
         Cmd::WorkerTcp { words } => eudp_cli::tcpbench::worker_main(&words),
         Cmd::Bench { apps: true, secs, out, repeats, .. } => {
             match eudp_cli::run::bench_apps(secs.ceil().max(1.0) as u32, repeats.clamp(1, 50) as u32, &out) {
@@ -280,10 +126,15 @@ fn main() {
                 }))
             }
         },
-        Cmd::Model { args } => eudp_model::cli::model_main(&args),
-        Cmd::Sim { args } => eudp_model::cli::sim_main(&args),
-        Cmd::Verify { args } => eudp_verify::cli::verify_main(&args),
-        Cmd::Trace { args } => eudp_cli::trace_cmd::trace_main(&args),
+        Cmd::Model(a) => eudp_model::cli::run_model(&a),
+        Cmd::Sim(a) => eudp_model::cli::run_sim(&a),
+        Cmd::Verify(a) => eudp_verify::cli::run_verify(a),
+        Cmd::Trace(a) => eudp_cli::trace::run_trace(a),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "eudp", &mut std::io::stdout());
+            0
+        }
+        Cmd::Man { out } => man(out.as_deref()),
     };
     std::process::exit(code);
 }
@@ -319,6 +170,23 @@ fn demo(secs: f64) -> i32 {
         Ok(res) => {
             println!();
             bench::print_table(&res);
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// `eudp man`: the page of eudp on stdout, or every page into `out`.
+fn man(out: Option<&std::path::Path>) -> i32 {
+    let r = match out {
+        None => clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()),
+        Some(dir) => std::fs::create_dir_all(dir).and_then(|_| clap_mangen::generate_to(Cli::command(), dir)),
+    };
+    match r {
+        Ok(()) => {
+            if let Some(d) = out {
+                eprintln!("eudp man: wrote the pages to {}", d.display());
+            }
             0
         }
         Err(e) => fail(e),

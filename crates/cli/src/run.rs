@@ -1,18 +1,17 @@
 //! `eudp run`, `eudp stat` and `eudp bench --apps`: unmodified programs on
 //! the engine through `libeudp_preload.so` (crate `eudp-preload`).
 //!
-//! * `eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM ARGS…`
-//!   execs PROGRAM with the library in `LD_PRELOAD` and the profile's
+//! * `eudp run [OPTIONS] [--] PROGRAM ARGS…` ([`RunArgs`]) execs PROGRAM with the library in `LD_PRELOAD` and the profile's
 //!   `EUDP_*` settings (variables already set win); profiles are built in
 //!   or read from a TOML file (`crate::profiles`); `--list-profiles`
 //!   prints them.
-//! * `eudp stat [--dir D] [--all] [--json] [--clean] [PID…]` prints the
+//! * `eudp stat [--dir D] [--all] [--json] [--clean] [PID…]` ([`StatArgs`]) prints the
 //!   per-socket counters the shim writes to `D/<pid>.json` (default
 //!   `/run/eudp`); `--clean` removes the reports of exited programs.
 //! * `eudp bench --apps [--secs S] [--repeats N] [--out DIR]`: iperf3 and sockperf on a
 //!   testbed, kernel and eudp side by side, JSON under `DIR`.
 //!
-//! Uses only std, libc, serde_json, `crate::testbed` and `crate::profiles`,
+//! Uses only std, libc, clap, serde_json, `crate::testbed`, `crate::profiles` and `crate::rss`,
 //! so tests can include it with `#[path]`.
 
 use std::ffi::OsString;
@@ -53,15 +52,6 @@ pub fn preload_settings(cmd: &mut Command, lib: &Path, settings: &[(String, Stri
     }
 }
 
-fn usage_run() -> i32 {
-    eprintln!(
-        "usage: eudp run [--profile NAME] [--profile-file FILE] [--transport kernel|tcp|xdp] [--] PROGRAM [ARGS...]"
-    );
-    eprintln!("       eudp run --list-profiles [--profile-file FILE]");
-    eprintln!("profiles: default, throughput, latency, and those of FILE (or $EUDP_PROFILE_FILE)");
-    2
-}
-
 /// Prints every profile and its settings.
 fn list_profiles(file: Option<&ProfileFile>) -> i32 {
     let mut names: Vec<String> = PROFILES.iter().map(|p| p.0.to_string()).collect();
@@ -89,54 +79,46 @@ fn list_profiles(file: Option<&ProfileFile>) -> i32 {
     0
 }
 
-/// `eudp run …` (arguments after `run`). Execs the program; returns only
-/// on error.
-pub fn run_main(args: &[String]) -> i32 {
-    let mut prof = "default".to_string();
-    let mut transport: Option<String> = None;
-    let mut profile_file: Option<PathBuf> =
-        std::env::var_os("EUDP_PROFILE_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
-    let mut list = false;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--profile" | "-p" => {
-                let Some(v) = args.get(i + 1) else { return usage_run() };
-                prof = v.clone();
-                i += 2;
-            }
-            "--profile-file" => {
-                let Some(v) = args.get(i + 1) else { return usage_run() };
-                profile_file = Some(PathBuf::from(v));
-                i += 2;
-            }
-            s if s.starts_with("--profile-file=") => {
-                profile_file = Some(PathBuf::from(&s["--profile-file=".len()..]));
-                i += 1;
-            }
-            "--list-profiles" => {
-                list = true;
-                i += 1;
-            }
-            "--transport" => {
-                match args.get(i + 1).map(String::as_str) {
-                    Some(t @ ("kernel" | "tcp" | "xdp")) => transport = Some(t.to_string()),
-                    _ => return usage_run(),
-                }
-                i += 2;
-            }
-            s if s.starts_with("--profile=") => {
-                prof = s["--profile=".len()..].to_string();
-                i += 1;
-            }
-            "--" => {
-                i += 1;
-                break;
-            }
-            "-h" | "--help" => return usage_run(),
-            _ => break,
-        }
-    }
+const RUN_EXAMPLES: &str = "Examples:
+  eudp run --profile latency -- sockperf server -i 198.18.0.2
+  eudp run --transport tcp iperf3 -c 198.18.0.2 -u -b 1G
+  eudp run --profile-file my.toml --profile dns -- dnsmasq -d
+  eudp run --list-profiles";
+
+/// Run an unmodified program with its UDP sockets on the engine (LD_PRELOAD).
+///
+/// Options before PROGRAM are eudp's; the first word that is not one of
+/// them starts PROGRAM, and every word after it is PROGRAM's. Variables
+/// already set in the environment win over the profile's.
+#[derive(clap::Args, Clone, Debug)]
+#[command(after_help = RUN_EXAMPLES)]
+pub struct RunArgs {
+    /// Profile of engine settings: default, throughput, latency, or one of the profile file's.
+    #[arg(short = 'p', long, value_name = "NAME", default_value = "default")]
+    pub profile: String,
+    /// TOML file of more profiles (default: $EUDP_PROFILE_FILE).
+    #[arg(long, value_name = "FILE")]
+    pub profile_file: Option<PathBuf>,
+    /// Print every profile and its settings, and exit.
+    #[arg(long)]
+    pub list_profiles: bool,
+    /// The engine's transport: kernel UDP (the default), UDP over TCP lanes, or AF_XDP.
+    #[arg(long, value_name = "T", value_parser = ["kernel", "tcp", "xdp"])]
+    pub transport: Option<String>,
+    /// The program to run and its arguments.
+    #[arg(value_name = "PROGRAM [ARGS]", trailing_var_arg = true, required_unless_present = "list_profiles")]
+    pub program: Vec<String>,
+}
+
+/// `eudp run`. Execs the program; returns only on error.
+pub fn run_main(a: &RunArgs) -> i32 {
+    let prof = a.profile.clone();
+    let transport = a.transport.clone();
+    let profile_file: Option<PathBuf> = a
+        .profile_file
+        .clone()
+        .or_else(|| std::env::var_os("EUDP_PROFILE_FILE").filter(|v| !v.is_empty()).map(PathBuf::from));
+    let list = a.list_profiles;
     let file = match profile_file.as_deref().map(ProfileFile::read).transpose() {
         Ok(f) => f,
         Err(e) => {
@@ -154,7 +136,10 @@ pub fn run_main(args: &[String]) -> i32 {
             return 2;
         }
     };
-    let Some(prog) = args.get(i) else { return usage_run() };
+    let Some((prog, prog_args)) = a.program.split_first() else {
+        eprintln!("eudp run: no PROGRAM given (see eudp run --help)");
+        return 2;
+    };
     let lib = match preload_lib() {
         Ok(l) => l,
         Err(e) => {
@@ -163,7 +148,7 @@ pub fn run_main(args: &[String]) -> i32 {
         }
     };
     let mut cmd = Command::new(prog);
-    cmd.args(&args[i + 1..]);
+    cmd.args(prog_args);
     preload_settings(&mut cmd, &lib, &settings);
     if let Some(t) = transport {
         // The engine's transport: kernel UDP (default), TCP lanes (UOE) or
@@ -375,38 +360,48 @@ fn format_uoe(t: &serde_json::Map<String, serde_json::Value>, queued: u64) -> St
     )
 }
 
-/// `eudp stat …` (arguments after `stat`).
-pub fn stat_main(args: &[String]) -> i32 {
-    let mut dir = stat_dir_default();
-    let (mut all, mut json, mut clean) = (false, false, false);
-    let mut pids = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--dir" => {
-                let Some(d) = args.get(i + 1) else {
-                    eprintln!("eudp stat: --dir needs a value");
-                    return 2;
-                };
-                dir = PathBuf::from(d);
-                i += 1;
-            }
-            "--all" => all = true,
-            "--clean" => clean = true,
-            "--json" => json = true,
-            "-h" | "--help" => {
-                eprintln!("usage: eudp stat [--dir DIR] [--all] [--json] [--clean] [PID...]");
-                return 0;
-            }
-            p => match p.parse() {
-                Ok(pid) => pids.push(pid),
-                Err(_) => {
-                    eprintln!("eudp stat: unexpected argument {p:?}");
-                    return 2;
-                }
-            },
-        }
-        i += 1;
+const STAT_EXAMPLES: &str = "Examples:
+  eudp stat
+  eudp stat --json 4242
+  eudp stat --all --clean";
+
+/// Per-socket counters of programs running under `eudp run`.
+///
+/// Reads the reports the shim writes to DIR/<pid>.json.
+#[derive(clap::Args, Clone, Debug, Default)]
+#[command(after_help = STAT_EXAMPLES)]
+pub struct StatArgs {
+    /// Directory of the reports (default: $EUDP_STAT_DIR, else /run/eudp).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Include programs that have exited.
+    #[arg(long)]
+    pub all: bool,
+    /// Print the reports as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Remove the reports of programs that have exited.
+    #[arg(long)]
+    pub clean: bool,
+    /// Print again every SECS seconds (1 if no value is given) until interrupted.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+    pub watch: Option<f64>,
+    /// Print the counters in the Prometheus text format.
+    #[arg(long)]
+    pub prometheus: bool,
+    /// Only these processes.
+    #[arg(value_name = "PID")]
+    pub pids: Vec<u64>,
+}
+
+/// `eudp stat`.
+pub fn stat_main(a: &StatArgs) -> i32 {
+    let dir = a.dir.clone().unwrap_or_else(stat_dir_default);
+    let (all, json, clean) = (a.all, a.json, a.clean);
+    let pids = &a.pids;
+    if a.watch.is_some() || a.prometheus {
+        eprintln!("eudp stat: --watch and --prometheus are not yet supported");
+        return 2;
     }
     if clean {
         // Remove the reports of processes that have exited.
@@ -422,7 +417,7 @@ pub fn stat_main(args: &[String]) -> i32 {
         println!("removed {n} report(s) of exited programs from {}", dir.display());
         return 0;
     }
-    let reps = read_reports(&dir, all, &pids);
+    let reps = read_reports(&dir, all, pids);
     if json {
         println!("{}", serde_json::to_string_pretty(&reps).unwrap_or_default());
     } else if reps.is_empty() {

@@ -4,7 +4,7 @@
 //! events, and a client and its server, two processes, are charted as one
 //! flow with every layer of every packet.
 
-use eudp_cli::trace_cmd;
+use eudp_cli::trace as trace_cmd;
 use eudp_trace::resolve::{self, kind};
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 //! Needs root (network namespaces); skipped otherwise.
 
 use eudp_cli::testbed::{unique_name, Testbed};
-use eudp_cli::trace_cmd::{self, analyse, transfer, ORDER_TOLERANCE_NS};
+use eudp_cli::trace::{self as trace_cmd, analyse, transfer, ORDER_TOLERANCE_NS};
 use eudp_trace::resolve;
 
 use eudp_cli::testbed::is_root;

@@ -8,14 +8,16 @@
 //!   links, semaphores) and protocol stacks as per-packet stage state machines.
 //! * [`preset`]: the preset file format; every numeric input carries a citation.
 //! * [`svg`]: hand-written SVG line plots and time-flow charts.
+//! * [`measure`]: simulated latency, bandwidth, sweeps; [`validation`]: the
+//!   published figures beside the simulated ones.
 pub mod analytic;
 pub mod cited;
 pub mod cli;
 pub mod des;
 pub mod fit;
+pub mod measure;
 pub mod preset;
-pub mod report;
-pub mod report_more;
 pub mod sim;
 pub mod svg;
 pub mod timeline;
+pub mod validation;

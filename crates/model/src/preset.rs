@@ -587,3 +587,34 @@ pub fn resolve(name: &str) -> Result<String, String> {
     }
     Err(format!("no preset file or shipped preset named {name:?} (see {})", dir.display()))
 }
+
+/// Replaces every bus by a named parameter set and/or every link rate.
+pub fn apply_overrides(p: &mut Preset, bus: Option<&str>, link_mbps: Option<f64>) -> Result<(), String> {
+    if let Some(b) = bus {
+        if bus_rate(b).is_none() {
+            return Err(format!("unknown bus {b:?} (known: {})", BUS_NAMES.join(", ")));
+        }
+        for r in p.resources.values_mut() {
+            if let ResourceSpec::Bus { .. } = r {
+                *r = ResourceSpec::Bus {
+                    bus: Some(b.to_string()),
+                    width_bits: None,
+                    clock_mhz: None,
+                    cite: Some("override".into()),
+                };
+            }
+        }
+    }
+    if let Some(l) = link_mbps {
+        if l.is_nan() || l <= 0.0 {
+            return Err("--link-mbps must be positive".into());
+        }
+        for r in p.resources.values_mut() {
+            if let ResourceSpec::Link { mbps } = r {
+                mbps.v = l;
+                mbps.cite = "override".into();
+            }
+        }
+    }
+    Ok(())
+}

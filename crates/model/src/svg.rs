@@ -6,7 +6,8 @@ use std::fmt::Write;
 const COLORS: &[&str] =
     &["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"];
 
-fn esc(s: &str) -> String {
+/// Escapes text for SVG text content and attribute values.
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 

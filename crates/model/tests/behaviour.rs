@@ -1,8 +1,8 @@
 //! Behaviour of the simulator, the model and the command line.
 
 use eudp_model::cli::{model_main, sim_main};
+use eudp_model::measure::shipped;
 use eudp_model::preset;
-use eudp_model::report::shipped;
 use eudp_model::sim::{self, Workload};
 use eudp_model::{fit, timeline};
 
@@ -46,7 +46,7 @@ fn events_per_second() {
     let mut best = 0.0f64;
     let mut events = 0;
     for _ in 0..3 {
-        let (ev, secs) = eudp_model::report::bench(20_000).unwrap();
+        let (ev, secs) = eudp_model::measure::bench(20_000).unwrap();
         events = ev;
         best = best.max(ev as f64 / secs);
     }
@@ -270,11 +270,11 @@ fn validation_fails_when_a_preset_drifts() {
     // The ±10% checks are not vacuous: the same E-UDP figure from a preset
     // with a different bus lands far from the published 951 Mbit/s.
     let mut p = preset::load(&preset::resolve("000").unwrap()).unwrap();
-    let ok = eudp_model::report::bandwidth(&p, "eudp", 32768, 40, false).unwrap();
+    let ok = eudp_model::measure::bandwidth(&p, "eudp", 32768, 40, false).unwrap();
     assert!((ok - 951.0).abs() / 951.0 <= 0.10);
-    eudp_model::cli::apply_overrides(&mut p, Some("pci64/33"), None).unwrap();
-    let drifted = eudp_model::report::bandwidth(&p, "eudp", 32768, 40, false).unwrap();
-    let row = eudp_model::report::row("drift", "test", "E-UDP peak on the wrong bus", 951.0, drifted, "Mbit/s");
+    eudp_model::preset::apply_overrides(&mut p, Some("pci64/33"), None).unwrap();
+    let drifted = eudp_model::measure::bandwidth(&p, "eudp", 32768, 40, false).unwrap();
+    let row = eudp_model::validation::row("drift", "test", "E-UDP peak on the wrong bus", 951.0, drifted, "Mbit/s");
     assert!(!row.pass(), "drifted preset still passes: {drifted}");
 }
 
@@ -385,13 +385,13 @@ fn host_crossing_resolves_sizes_between_table_points() {
     // 4 kB) places it at about 2762 B.
     let mut p = preset::load(&preset::resolve("001").unwrap()).unwrap();
     assert_eq!(
-        eudp_model::report_more::host_crossing_001(&p, "udp").unwrap(),
+        eudp_model::validation::host_crossing_001(&p, "udp").unwrap(),
         0.0,
         "shipped preset: host never dominates"
     );
     let host = p.stacks.get_mut("udp").unwrap().stages.iter_mut().find(|s| s.name == "host").unwrap();
     host.per_packet_us.as_mut().unwrap().v = 50.0;
-    let x = eudp_model::report_more::host_crossing_001(&p, "udp").unwrap();
+    let x = eudp_model::validation::host_crossing_001(&p, "udp").unwrap();
     assert!((x - 2762.0).abs() < 40.0, "crossing at {x} B");
 }
 

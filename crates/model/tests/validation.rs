@@ -5,12 +5,12 @@
 //! Figures the presets do not reach honestly are `#[ignore]`d with the
 //! measured miss in the reason; run them with `cargo test -- --ignored`.
 
-use eudp_model::report::{self, Row};
+use eudp_model::validation::{self, Row};
 use std::sync::OnceLock;
 
 fn rows() -> &'static Vec<Row> {
     static ROWS: OnceLock<Vec<Row>> = OnceLock::new();
-    ROWS.get_or_init(|| report::validate().expect("validation runs"))
+    ROWS.get_or_init(|| validation::validate().expect("validation runs"))
 }
 
 fn check(id: &str) {
@@ -115,7 +115,7 @@ fn every_row_has_a_test() {
 /// --markdown`).
 #[test]
 fn documented_tables_are_current() {
-    let table = report::markdown(rows());
+    let table = validation::markdown(rows());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let text = std::fs::read_to_string(root.join("docs/model.md")).unwrap();
     assert!(

@@ -9,11 +9,8 @@
 //! colours.
 
 use crate::resolve::{layers_of, Record};
+use eudp_model::svg::esc;
 use std::fmt::Write;
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
 
 fn shades(host: &str) -> (&'static str, &'static str) {
     match host {

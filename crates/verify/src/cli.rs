@@ -1,8 +1,9 @@
-//! Entry point for `eudp verify`.
+//! `eudp verify`: its command line ([`VerifyArgs`], embedded by the `eudp`
+//! command) and what it runs.
 
 use crate::models::{self, BROKEN};
 use crate::spin::{self, Options};
-use clap::Parser;
+use clap::{Args, Parser};
 use eudp_engine::machine::PromelaConfig;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -14,10 +15,19 @@ macro_rules! out {
     }};
 }
 
+const EXAMPLES: &str = "Examples:
+  eudp verify
+  eudp verify --model engine --apps 2 --per-app 2
+  eudp verify --broken no-dma-lock
+  eudp verify --list";
+
 /// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
-#[derive(Parser, Debug)]
-#[command(name = "eudp verify", disable_version_flag = true)]
-struct Args {
+///
+/// Exit status: 0 when every verdict is as expected, 1 when some is not,
+/// 2 on a usage or tool error.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = EXAMPLES)]
+pub struct VerifyArgs {
     /// Only these models: firmware, engine (repeatable).
     #[arg(long = "model", value_name = "NAME")]
     models: Vec<String>,
@@ -84,17 +94,34 @@ fn list() {
     }
 }
 
-/// `eudp verify ARGS`: returns the process exit code (0: every verdict as
-/// expected; 1: some verdict unexpected; 2: usage or tool error).
+// `eudp verify` on its own (tests and scripts that hold the words).
+/// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
+#[derive(Parser, Debug)]
+#[command(name = "eudp verify", disable_version_flag = true)]
+struct VerifyCli {
+    #[command(flatten)]
+    args: VerifyArgs,
+}
+
+/// `eudp verify ARGS` from words: returns the process exit code (0: every
+/// verdict as expected; 1: some verdict unexpected; 2: usage or tool error).
 pub fn verify_main(args: &[String]) -> i32 {
     let argv = std::iter::once("eudp verify".to_string()).chain(args.iter().cloned());
-    let a = match Args::try_parse_from(argv) {
-        Ok(a) => a,
+    match VerifyCli::try_parse_from(argv) {
+        Ok(c) => run_verify(c.args),
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            if e.use_stderr() {
+                2
+            } else {
+                0
+            }
         }
-    };
+    }
+}
+
+/// Runs `eudp verify`: returns the process exit code (see [`verify_main`]).
+pub fn run_verify(a: VerifyArgs) -> i32 {
     if a.list {
         list();
         return 0;

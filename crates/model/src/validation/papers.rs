@@ -1,6 +1,8 @@
 //! Headline rows of presets 001-004.
+
+use super::row::{holds, row, Row};
+use crate::measure::{bandwidth, latency_us, pingpong_us, shipped};
 use crate::preset::Preset;
-use crate::report::{bandwidth, holds, latency_us, pingpong_us, row, shipped, Row};
 use crate::sim::{self, Workload};
 
 /// Sizes of 001's Tables 1-2.

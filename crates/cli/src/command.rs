@@ -1,0 +1,199 @@
+//! The `eudp` command line: every subcommand and its options (clap). The
+//! commands other crates own (`model`, `sim`, `verify`) bring their own
+//! argument structs; this tree only gathers them.
+
+use crate::run::{RunArgs, StatArgs};
+use crate::trace::TraceOptions;
+use crate::worker::Mode;
+use clap::{Parser, Subcommand};
+use eudp_model::cli::{ModelArgs, SimArgs};
+use eudp_verify::cli::VerifyArgs;
+use std::net::SocketAddr;
+
+const EXAMPLES: &str = "Examples:
+  eudp demo
+  eudp run --profile latency -- sockperf server
+  eudp stat
+  eudp trace --compare kernel,eudp
+  eudp sim validate";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "eudp",
+    version,
+    about = "User-space UDP offload engine, measurement, model and verification",
+    after_help = EXAMPLES
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// The main job: build a testbed, run a short bench, print it, tear down.
+    #[command(after_help = "Examples:\n  eudp demo\n  eudp demo --secs 3")]
+    Demo {
+        /// Seconds per transfer.
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
+    },
+    /// Two network-namespace hosts joined by veth (198.18.0.1 and .2).
+    #[command(
+        after_help = "Examples:\n  eudp testbed up tb1\n  eudp testbed exec tb1 --host b -- ip addr\n  eudp testbed down tb1"
+    )]
+    Testbed {
+        #[command(subcommand)]
+        op: TestbedOp,
+    },
+    /// Kernel, sendmmsg, GSO/GRO ceiling and eudp side by side on a testbed.
+    #[command(
+        after_help = "Examples:\n  eudp bench --sizes 64,1472 --secs 3\n  eudp bench --apps --repeats 5\n  eudp bench --sockets --count 10000\n  eudp bench --tcp"
+    )]
+    Bench {
+        /// Datagram sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 1472])]
+        sizes: Vec<usize>,
+        /// Modes to run.
+        #[arg(long, value_delimiter = ',', value_enum, default_values_t = vec![Mode::Kernel, Mode::Mmsg, Mode::Gso, Mode::Eudp])]
+        modes: Vec<Mode>,
+        /// Seconds per transfer.
+        #[arg(long, default_value_t = 3.0)]
+        secs: f64,
+        /// Directory for the JSON result.
+        #[arg(long, default_value = "bench/results")]
+        out: std::path::PathBuf,
+        /// Do not write JSON.
+        #[arg(long)]
+        no_json: bool,
+        /// Unmodified programs instead: iperf3 and sockperf, kernel vs `eudp run`.
+        #[arg(long, conflicts_with = "tcp")]
+        apps: bool,
+        /// One program with --count UDP sockets in one epoll set (a DNS server's shape), kernel vs `eudp run`.
+        #[arg(long, conflicts_with_all = ["tcp", "apps"])]
+        sockets: bool,
+        /// With --sockets: the number of sockets.
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// With --sockets: the server's RLIMIT_NOFILE (default: what the kernel run needs plus headroom).
+        #[arg(long)]
+        nofile: Option<u64>,
+        /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
+        #[arg(long)]
+        tcp: bool,
+        /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+    Run(RunArgs),
+    Stat(StatArgs),
+    /// One side of a UDP-over-TCP transfer (used by `bench --tcp`).
+    #[command(hide = true, name = "worker-tcp")]
+    WorkerTcp {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
+    /// One side of a measured transfer (used by bench and tests).
+    #[command(hide = true)]
+    Worker {
+        #[command(subcommand)]
+        role: WorkerRole,
+    },
+    Model(ModelArgs),
+    Sim(SimArgs),
+    Trace(TraceOptions),
+    Verify(VerifyArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  eudp completions bash > /etc/bash_completion.d/eudp\n  eudp completions zsh > ~/.zfunc/_eudp"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page of eudp, or write one per command to a directory.
+    #[command(after_help = "Examples:\n  eudp man | man -l -\n  eudp man --out /usr/local/share/man/man1")]
+    Man {
+        /// Write eudp.1 and eudp-SUB.1 for every subcommand into DIR instead.
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TestbedOp {
+    /// Create testbed NAME (replacing leftovers of the same name).
+    #[command(after_help = "Example:\n  eudp testbed up tb1")]
+    Up {
+        /// The testbed's name (its namespaces are eudp-NAME-a and eudp-NAME-b).
+        name: String,
+    },
+    /// Remove testbed NAME.
+    #[command(after_help = "Example:\n  eudp testbed down tb1")]
+    Down {
+        /// The testbed's name.
+        name: String,
+    },
+    /// Run CMD inside host a (default) or b of testbed NAME.
+    #[command(after_help = "Example:\n  eudp testbed exec tb1 --host b -- iperf3 -s")]
+    Exec {
+        /// The testbed's name.
+        name: String,
+        /// The host to run in.
+        #[arg(long, default_value = "a", value_parser = ["a", "b"])]
+        host: String,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkerRole {
+    /// Send datagrams to DST.
+    Send {
+        /// How to send.
+        #[arg(long, value_enum)]
+        mode: Mode,
+        /// The receiver's address.
+        #[arg(long)]
+        dst: SocketAddr,
+        /// Datagram size (bytes).
+        #[arg(long)]
+        size: usize,
+        /// Send for this long (seconds).
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
+        /// Stop after this many datagrams (0: only the time bound).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// Pause 1 ms after every this many datagrams (0: never).
+        #[arg(long, default_value_t = 0)]
+        pace_every: u64,
+        /// Offered load in datagrams per second (0: as fast as possible).
+        #[arg(long, default_value_t = 0.0)]
+        rate_pps: f64,
+    },
+    /// Receive datagrams on BIND until idle.
+    Recv {
+        /// How to receive.
+        #[arg(long, value_enum)]
+        mode: Mode,
+        /// The address to bind.
+        #[arg(long)]
+        bind: SocketAddr,
+        /// Datagram size (bytes).
+        #[arg(long)]
+        size: usize,
+        /// Stop after this many datagrams (0: no bound).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// Stop after this long without data once data has arrived (ms).
+        #[arg(long, default_value_t = 500)]
+        idle_ms: u64,
+        /// Bound on the whole run (seconds).
+        #[arg(long, default_value_t = 20.0)]
+        max_secs: f64,
+    },
+}
