@@ -22,9 +22,11 @@ pub mod config;
 pub mod endpoint;
 pub mod engine;
 pub mod fdspace;
+pub mod log;
 pub mod machine;
 pub mod queue;
 pub mod ring;
+pub mod settings;
 pub mod stats;
 pub mod tracepoint;
 
