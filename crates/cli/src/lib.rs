@@ -5,6 +5,7 @@ pub mod bench;
 pub mod profiles;
 pub mod rss;
 pub mod run;
+pub mod run_check;
 pub mod sockbench;
 pub mod tcpbench;
 pub mod testbed;

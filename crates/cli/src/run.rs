@@ -188,6 +188,9 @@ pub fn run_main(args: &[String]) -> i32 {
         // AF_XDP.
         cmd.env("EUDP_TRANSPORT", t);
     }
+    if let Err(code) = crate::run_check::check(&mut cmd, &prof) {
+        return code;
+    }
     use std::os::unix::process::CommandExt;
     let e = cmd.exec();
     eprintln!("eudp run: {prog}: {e}");

@@ -26,4 +26,5 @@ pub mod ktrace;
 pub mod real;
 pub mod shim;
 pub mod signals;
+pub mod startup;
 pub mod stat;

@@ -131,17 +131,9 @@ const RX_WANT_TTL: u8 = 4;
 
 // ---------------------------------------------------------------- logging
 
-static LOG: AtomicU8 = AtomicU8::new(255);
-
 /// True when `EUDP_LOG=debug`.
 pub fn debug() -> bool {
-    let v = LOG.load(Relaxed);
-    if v != 255 {
-        return v == 1;
-    }
-    let on = std::env::var("EUDP_LOG").map(|v| v.eq_ignore_ascii_case("debug")).unwrap_or(false);
-    LOG.store(on as u8, Relaxed);
-    on
+    eudp_engine::log::enabled(eudp_engine::log::Level::Debug)
 }
 
 static RACE_PAUSE: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -166,7 +158,7 @@ pub fn race_pause() {
 macro_rules! dlog {
     ($($t:tt)*) => {
         if $crate::shim::debug() {
-            eprintln!("eudp[{}]: {}", std::process::id(), format!($($t)*));
+            eudp_engine::log::write(eudp_engine::log::Level::Debug, format_args!($($t)*));
         }
     };
 }
@@ -528,13 +520,13 @@ pub fn engine() -> io::Result<&'static Engine> {
     if ENGINE_GEN.load(SeqCst) == g && !ENGINE.load(SeqCst).is_null() {
         return Ok(leaked(ENGINE.load(SeqCst)));
     }
-    let cfg = Config::from_env().unwrap_or_else(|e| {
-        eprintln!("eudp: {e}; using defaults");
-        Config::default()
-    });
+    // Bad values are logged once and leave their defaults.
+    let cfg = Config::from_env().unwrap_or_default();
     let e: &'static mut Engine = Box::leak(Box::new(Engine::start(cfg)?));
     ENGINE.store(e, SeqCst);
     ENGINE_GEN.store(g, SeqCst);
+    drop(_l);
+    crate::startup::announce();
     Ok(e)
 }
 
