@@ -27,6 +27,7 @@ pub mod machine;
 pub mod queue;
 pub mod ring;
 pub mod settings;
+pub mod stat_dir;
 pub mod stats;
 pub mod tracepoint;
 

@@ -1,7 +1,10 @@
 //! Per-process statistics for `eudp stat`: a JSON file per process,
-//! `$EUDP_STAT_DIR/<pid>.json` (default `/run/eudp`), rewritten every
-//! `EUDP_STAT_MS` milliseconds (default 1000) while the program runs and
-//! once more at exit. Schema: see `docs/preload.md`.
+//! `<dir>/<pid>.json`, rewritten every `EUDP_STAT_MS` milliseconds (default
+//! 1000) while the program runs and once more at exit. The directory is
+//! `EUDP_STAT_DIR`, else the first of `/run/eudp`, `$XDG_RUNTIME_DIR/eudp`
+//! and `/tmp/eudp-$UID` this process may write (`eudp_engine::stat_dir`),
+//! so that a program of an unprivileged user has its stats too.
+//! Schema: see `docs/stat-json.md`.
 
 use crate::shim::{self, Sock, ACTIVE, KERNEL};
 use serde::ser::{SerializeSeq, Serializer};
@@ -26,8 +29,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub fn dir() -> PathBuf {
-    std::env::var_os("EUDP_STAT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/eudp"))
+/// The directory of this process's stats files (None: none is writable).
+pub fn dir() -> Option<PathBuf> {
+    crate::fdspace::with_room(eudp_engine::stat_dir::writable).map(PathBuf::from)
 }
 
 fn interval() -> Option<Duration> {
@@ -111,9 +115,15 @@ impl Serialize for OpenSockets {
     }
 }
 
-/// The whole report of this process (schema: docs/preload.md).
+/// The version of the report's layout (docs/stat-json.md).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The whole report of this process (schema: docs/stat-json.md).
 #[derive(Serialize)]
 struct Report<'a> {
+    schema_version: u32,
+    /// The shim's version.
+    version: &'static str,
     pid: u32,
     exe: String,
     time: f64,
@@ -127,6 +137,55 @@ struct Report<'a> {
     /// it could not start (its sockets then use the kernel backend).
     #[serde(skip_serializing_if = "Option::is_none")]
     xdp: Option<XdpReport>,
+    /// The transport in effect (and why not the one asked for).
+    transport: String,
+    /// The profile `eudp run` applied.
+    profile: Option<String>,
+    settings: &'a Settings,
+}
+
+/// The `EUDP_*` settings in effect: each variable set with its value, a
+/// bad value shown as the default used instead, and why.
+#[derive(Serialize)]
+struct Settings {
+    values: BTreeMap<String, String>,
+    ignored: Vec<String>,
+    unknown: Vec<String>,
+}
+
+fn settings() -> &'static Settings {
+    use eudp_engine::settings::{validate, Problem};
+    static S: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        let env = eudp_engine::settings::env_vars();
+        let mut s = Settings { values: env.iter().cloned().collect(), ignored: Vec::new(), unknown: Vec::new() };
+        for p in validate(env, &[]) {
+            match p {
+                Problem::Bad(e) => {
+                    s.values.insert(e.var.to_string(), e.setting.default.to_string());
+                    s.ignored.push(e.ignored());
+                }
+                Problem::Unknown { var, .. } => {
+                    s.values.remove(&var);
+                    s.unknown.push(var);
+                }
+            }
+        }
+        s
+    })
+}
+
+/// The transport in effect, without starting one.
+fn transport() -> String {
+    let asked = eudp_engine::backend::tcp::transport_from_env();
+    if asked != "xdp" {
+        return asked.to_string();
+    }
+    match eudp_engine::backend::xdp::XdpTransport::global_started() {
+        Some(Ok(t)) => format!("xdp on {}", t.ifname()),
+        Some(Err(_)) => "kernel (xdp unavailable)".to_string(),
+        None => "xdp".to_string(),
+    }
 }
 
 #[derive(Serialize)]
@@ -159,6 +218,8 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
     let reasons = lock(&REASONS).clone();
     let closed = lock(&CLOSED).clone();
     let r = Report {
+        schema_version: SCHEMA_VERSION,
+        version: env!("CARGO_PKG_VERSION"),
         pid: std::process::id(),
         exe,
         time: now,
@@ -169,6 +230,9 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         sockets: socks,
         closed: &closed,
         xdp: xdp_report(),
+        transport: transport(),
+        profile: crate::startup::profile(),
+        settings: settings(),
     };
     serde_json::to_writer_pretty(&mut *out, &r).map_err(std::io::Error::other)?;
     out.flush()
@@ -187,10 +251,7 @@ pub fn write_now(exited: bool) {
     if interval().is_none() || !HAD_SOCKET.load(Relaxed) {
         return;
     }
-    let d = dir();
-    if std::fs::create_dir_all(&d).is_err() {
-        return;
-    }
+    let Some(d) = dir() else { return };
     let pid = std::process::id();
     let fin = d.join(format!("{pid}.json"));
     // Streamed into a file of this write's own (the periodic writer and
@@ -220,6 +281,10 @@ pub fn ensure_writer() {
     }
     if WRITER_GEN.swap(g, SeqCst) == g {
         return;
+    }
+    if let Some(d) = dir() {
+        // The transports' own stats files go next to this process's.
+        eudp_engine::stat_dir::share(&d);
     }
     let Some(every) = interval() else { return };
     let r = std::thread::Builder::new().name("eudp-stat".into()).spawn(move || {
