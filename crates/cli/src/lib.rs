@@ -7,6 +7,7 @@ pub mod rss;
 pub mod run;
 pub mod run_check;
 pub mod sockbench;
+pub mod stat_view;
 pub mod tcpbench;
 pub mod testbed;
 pub mod trace_cmd;

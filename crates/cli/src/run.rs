@@ -203,10 +203,6 @@ pub fn run_main(args: &[String]) -> i32 {
 
 // ------------------------------------------------------------------ stat
 
-fn stat_dir_default() -> PathBuf {
-    std::env::var_os("EUDP_STAT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/eudp"))
-}
-
 fn alive(pid: u64) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -396,62 +392,16 @@ fn format_uoe(t: &serde_json::Map<String, serde_json::Value>, queued: u64) -> St
     )
 }
 
-/// `eudp stat …` (arguments after `stat`).
+/// `eudp stat …` (arguments after `stat`): see [`crate::stat_view`].
 pub fn stat_main(args: &[String]) -> i32 {
-    let mut dir = stat_dir_default();
-    let (mut all, mut json, mut clean) = (false, false, false);
-    let mut pids = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--dir" => {
-                let Some(d) = args.get(i + 1) else {
-                    eprintln!("eudp stat: --dir needs a value");
-                    return 2;
-                };
-                dir = PathBuf::from(d);
-                i += 1;
-            }
-            "--all" => all = true,
-            "--clean" => clean = true,
-            "--json" => json = true,
-            "-h" | "--help" => {
-                eprintln!("usage: eudp stat [--dir DIR] [--all] [--json] [--clean] [PID...]");
-                return 0;
-            }
-            p => match p.parse() {
-                Ok(pid) => pids.push(pid),
-                Err(_) => {
-                    eprintln!("eudp stat: unexpected argument {p:?}");
-                    return 2;
-                }
-            },
+    match crate::stat_view::parse_args(args) {
+        Ok(Some(a)) => crate::stat_view::stat(&a),
+        Ok(None) => 0,
+        Err(e) => {
+            eprintln!("eudp stat: {e}");
+            2
         }
-        i += 1;
     }
-    if clean {
-        // Remove the reports of processes that have exited.
-        let mut n = 0;
-        for r in read_reports(&dir, true, &[]) {
-            if let Some(pid) = r["pid"].as_u64().filter(|&p| !alive(p)) {
-                if std::fs::remove_file(dir.join(format!("{pid}.json"))).is_ok() {
-                    n += 1;
-                }
-                let _ = std::fs::remove_file(dir.join(format!("{pid}.tcp.json")));
-            }
-        }
-        println!("removed {n} report(s) of exited programs from {}", dir.display());
-        return 0;
-    }
-    let reps = read_reports(&dir, all, &pids);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&reps).unwrap_or_default());
-    } else if reps.is_empty() {
-        println!("no eudp programs found in {} (run one with `eudp run`; --all includes exited ones)", dir.display());
-    } else {
-        print!("{}", format_reports(&reps));
-    }
-    0
 }
 
 // ----------------------------------------------------------- bench --apps
