@@ -142,6 +142,43 @@ struct Report<'a> {
     /// The profile `eudp run` applied.
     profile: Option<String>,
     settings: &'a Settings,
+    /// The engine's configuration as it runs (None: no engine started).
+    engine: Option<EngineReport>,
+}
+
+/// The configuration the engine runs with.
+#[derive(Serialize)]
+struct EngineReport {
+    l2_depth: u32,
+    busy_poll: bool,
+    cpu: Option<usize>,
+    gso: bool,
+    gro: bool,
+    gro_hold: bool,
+    max_msgs: usize,
+    spin_us: u64,
+    rx_handoff_us: u64,
+    tx_coalesce_us: u64,
+    tx_flush_batches: usize,
+    tx_caller_drain: bool,
+}
+
+fn engine_report() -> Option<EngineReport> {
+    let c = shim::running_engine()?.config();
+    Some(EngineReport {
+        l2_depth: c.l2_depth,
+        busy_poll: c.busy_poll,
+        cpu: c.cpu,
+        gso: c.gso,
+        gro: c.gro,
+        gro_hold: c.gro_hold,
+        max_msgs: c.max_msgs,
+        spin_us: c.recv_spin.as_micros() as u64,
+        rx_handoff_us: c.rx_handoff.as_micros() as u64,
+        tx_coalesce_us: c.tx_coalesce.as_micros() as u64,
+        tx_flush_batches: c.tx_flush_batches,
+        tx_caller_drain: c.tx_caller_drain,
+    })
 }
 
 /// The `EUDP_*` settings in effect: each variable set with its value, a
@@ -233,6 +270,7 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         transport: transport(),
         profile: crate::startup::profile(),
         settings: settings(),
+        engine: engine_report(),
     };
     serde_json::to_writer_pretty(&mut *out, &r).map_err(std::io::Error::other)?;
     out.flush()
