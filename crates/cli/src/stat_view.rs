@@ -198,7 +198,10 @@ fn settings_lines(r: &Value) -> String {
 /// Counters of one socket at one refresh: sent, received, dropped.
 type Sample = (u64, u64, u64);
 
-fn samples(reps: &[Value]) -> BTreeMap<(u64, u64), (i64, Sample)> {
+/// The samples of a refresh by (pid, socket id), with each socket's fd.
+type Samples = BTreeMap<(u64, u64), (i64, Sample)>;
+
+fn samples(reps: &[Value]) -> Samples {
     let mut m = BTreeMap::new();
     for r in reps {
         let pid = r["pid"].as_u64().unwrap_or(0);
@@ -212,11 +215,7 @@ fn samples(reps: &[Value]) -> BTreeMap<(u64, u64), (i64, Sample)> {
 }
 
 /// The per-second rates of each socket between two refreshes.
-pub fn rates(
-    before: &BTreeMap<(u64, u64), (i64, Sample)>,
-    now: &BTreeMap<(u64, u64), (i64, Sample)>,
-    secs: f64,
-) -> String {
+fn rates(before: &Samples, now: &Samples, secs: f64) -> String {
     let mut s = String::new();
     for (&(pid, id), &(fd, (tx, rx, dr))) in now {
         let Some(&(_, (tx0, rx0, dr0))) = before.get(&(pid, id)) else { continue };
@@ -238,7 +237,7 @@ pub fn rates(
 fn watch(a: &StatArgs, dirs: &[PathBuf], every: Duration) -> i32 {
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal();
-    let mut before: Option<(Instant, BTreeMap<(u64, u64), (i64, Sample)>)> = None;
+    let mut before: Option<(Instant, Samples)> = None;
     let mut n = 0u64;
     loop {
         let reps = reports(dirs, a.all, &a.pids);
