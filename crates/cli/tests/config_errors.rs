@@ -124,12 +124,17 @@ fn under_ld_preload_a_bad_value_is_logged_once_and_the_others_apply() {
         .env("EUDP_L2_DEPTH", "abc")
         .env("EUDP_MAX_MSGS", "7")
         .env("EUDP_SPIN_US", "30")
+        .env("EUDP_SPIN_UZ", "3")
+        .env("EUDP_STAT_MS", "soon")
         .output()
         .unwrap();
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     let said: Vec<&str> = err.lines().filter(|l| l.contains("EUDP_L2_DEPTH=abc ignored")).collect();
     assert_eq!(said, ["eudp: EUDP_L2_DEPTH=abc ignored: expected an integer >= 1; using 1"], "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("EUDP_SPIN_UZ")).collect();
+    assert_eq!(said, ["eudp: EUDP_SPIN_UZ=3: unknown variable (did you mean EUDP_SPIN_US?); ignored"], "{err}");
+    assert_eq!(err.matches("EUDP_STAT_MS=soon ignored").count(), 1, "{err}");
     let r = report(&d, &pid_of(&out));
     assert_eq!(r["engine"]["l2_depth"], 1, "{r}");
     assert_eq!(r["engine"]["max_msgs"], 7, "{r}");

@@ -44,10 +44,25 @@ pub fn line() -> String {
     s
 }
 
-/// Writes the start-up line once per program image unless quiet.
+/// Warns once about each `EUDP_*` variable of the environment that is
+/// misspelt or has a bad value (also those no configuration parses, such
+/// as the shim's own).
+pub fn warn_settings() {
+    use eudp_engine::settings::{validate, Problem};
+    for p in validate(eudp_engine::settings::env_vars(), &[]) {
+        match &p {
+            Problem::Bad(e) => eudp_engine::log::report_ignored(std::slice::from_ref(e)),
+            Problem::Unknown { var, .. } => eudp_engine::log::warn_once(var, format_args!("{p}; ignored")),
+        }
+    }
+}
+
+/// Writes the start-up line once per program image unless quiet, after
+/// the warnings about the settings.
 pub fn announce() {
     static SAID: Once = Once::new();
     SAID.call_once(|| {
+        warn_settings();
         if !quiet() {
             eudp_engine::log::write_line(&format!("{}\n", line()));
         }

@@ -320,13 +320,15 @@ pub fn ensure_writer() {
     if WRITER_GEN.swap(g, SeqCst) == g {
         return;
     }
-    if let Some(d) = dir() {
-        // The transports' own stats files go next to this process's.
-        eudp_engine::stat_dir::share(&d);
-    }
     let Some(every) = interval() else { return };
     let r = std::thread::Builder::new().name("eudp-stat".into()).spawn(move || {
         eudp_engine::backend::kernel::block_async_signals();
+        // Here, not in the caller: a socket the engine makes inside a
+        // descriptor window must not open another one (`dir` opens one).
+        if let Some(d) = dir() {
+            // The transports' own stats files go next to this process's.
+            eudp_engine::stat_dir::share(&d);
+        }
         loop {
             std::thread::sleep(every);
             if shim::generation() != g {
