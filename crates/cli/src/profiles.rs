@@ -16,8 +16,8 @@
 //! setting silently ignored (a misspelt variable) or replaced by its default
 //! at run time (a bad value): only `profiles` at the top level, only the
 //! variables in [`SETTINGS`], no floats, arrays or tables as values, no
-//! unknown or circular `inherit`, no built-in redefined, and every value of
-//! an engine or TCP-transport variable parsed as the engine parses it.
+//! unknown or circular `inherit`, no built-in redefined, and every value
+//! checked against what its variable accepts (`eudp_engine::settings`).
 
 use std::collections::BTreeMap;
 use std::path::Path;

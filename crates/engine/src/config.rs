@@ -1,4 +1,6 @@
 //! Engine settings, from code or from `EUDP_*` environment variables.
+//! What each variable accepts is in [`crate::settings`]; a bad value
+//! leaves its own setting at the default and is reported, the others apply.
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
