@@ -85,7 +85,20 @@ pub fn write_line(line: &str) {
 /// Logs at warn level, once per process for each distinct `key`.
 pub fn warn_once(key: &str, msg: std::fmt::Arguments<'_>) {
     static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    // A lock a fork left held (by a thread of the parent) is never
+    // released in the child: after a while the message is given up.
+    let mut tries = 0;
+    let mut said = loop {
+        match SAID.try_lock() {
+            Ok(g) => break g,
+            Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if tries < 1000 => {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        }
+    };
     if said.iter().any(|k| k == key) {
         return;
     }

@@ -63,11 +63,14 @@ fn usable(d: &Path, uid: Option<u32>) -> bool {
 /// (None: none of the candidates may be written).
 pub fn writable() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
+    // Found outside the lock (two threads may both look): a fork child of a
+    // parent in the middle of it must not wait on an initialization that
+    // never ends in the child.
+    if DIR.get().is_none() {
         let u = uid();
-        candidates().into_iter().find(|d| usable(d, u))
-    })
-    .as_deref()
+        let _ = DIR.set(candidates().into_iter().find(|d| usable(d, u)));
+    }
+    DIR.get().and_then(|d| d.as_deref())
 }
 
 /// The directories `eudp stat` reads: the candidates, and for a user who

@@ -11,7 +11,7 @@
 //! program started by exec (which inherits `LD_PRELOAD`) says its own line.
 //! `EUDP_QUIET=1` (`eudp run --quiet`) silences it.
 
-use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// True when `EUDP_QUIET` asks for no start-up line.
 pub fn quiet() -> bool {
@@ -60,11 +60,14 @@ pub fn warn_settings() {
 /// Writes the start-up line once per program image unless quiet, after
 /// the warnings about the settings.
 pub fn announce() {
-    static SAID: Once = Once::new();
-    SAID.call_once(|| {
-        warn_settings();
-        if !quiet() {
-            eudp_engine::log::write_line(&format!("{}\n", line()));
-        }
-    });
+    // Claimed before the work, not a `Once`: a fork child of a parent in
+    // the middle of it must not wait for a completion that never comes.
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Relaxed) {
+        return;
+    }
+    warn_settings();
+    if !quiet() {
+        eudp_engine::log::write_line(&format!("{}\n", line()));
+    }
 }

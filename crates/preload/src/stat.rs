@@ -193,7 +193,12 @@ struct Settings {
 fn settings() -> &'static Settings {
     use eudp_engine::settings::{validate, Problem};
     static S: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
-    S.get_or_init(|| {
+    // Built outside the lock, as in `eudp_engine::stat_dir::writable`: a
+    // fork child must not wait on its parent's initialization.
+    if let Some(s) = S.get() {
+        return s;
+    }
+    let built = {
         let env = eudp_engine::settings::env_vars();
         let mut s = Settings { values: env.iter().cloned().collect(), ignored: Vec::new(), unknown: Vec::new() };
         for p in validate(env, &[]) {
@@ -209,7 +214,9 @@ fn settings() -> &'static Settings {
             }
         }
         s
-    })
+    };
+    let _ = S.set(built);
+    S.get().expect("set just above")
 }
 
 /// The transport in effect, without starting one.
