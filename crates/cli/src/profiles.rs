@@ -16,8 +16,8 @@
 //! setting silently ignored (a misspelt variable) or replaced by its default
 //! at run time (a bad value): only `profiles` at the top level, only the
 //! variables in [`SETTINGS`], no floats, arrays or tables as values, no
-//! unknown or circular `inherit`, no built-in redefined, and every value of
-//! an engine or TCP-transport variable parsed as the engine parses it.
+//! unknown or circular `inherit`, no built-in redefined, and every value
+//! checked against what its variable accepts (`eudp_engine::settings`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -103,7 +103,10 @@ pub const SETTINGS: &[&str] = &[
     "EUDP_EINTR",
     "EUDP_FORK_KEEP",
     "EUDP_LOG",
+    "EUDP_LOG_FILE",
     "EUDP_PRELOAD",
+    "EUDP_PROFILE",
+    "EUDP_QUIET",
     "EUDP_SOCK_RCVBUF",
     "EUDP_STAT_DIR",
     "EUDP_STAT_MS",
@@ -262,23 +265,12 @@ pub fn resolve(name: &str, file: Option<&ProfileFile>) -> Result<Vec<(String, St
     Ok(merged)
 }
 
-/// The values the engine, its TCP transport and the shim would reject (or
-/// replace by a default at run time), reported now.
+/// The values the engine, its transports and the shim would replace by a
+/// default at run time (`eudp_engine::settings`), reported now.
 fn check_values(name: &str, settings: &[(String, String)]) -> Result<(), String> {
-    let get = |k: &str| settings.iter().find(|(sk, _)| sk == k).map(|(_, v)| v.clone());
-    eudp_engine::Config::from_lookup(get).map_err(|e| format!("profile {name:?}: {e}"))?;
-    eudp_engine::backend::tcp::TcpConfig::from_lookup(get).map_err(|e| format!("profile {name:?}: {e}"))?;
     for (k, v) in settings {
-        let ok = match k.as_str() {
-            "EUDP_TRANSPORT" => matches!(v.as_str(), "kernel" | "tcp" | "xdp"),
-            "EUDP_XDP_MODE" => matches!(v.as_str(), "auto" | "driver" | "generic"),
-            "EUDP_XDP_QUEUE" => v.trim().parse::<u32>().is_ok(),
-            "EUDP_STAT_MS" | "EUDP_SOCK_RCVBUF" => v.trim().parse::<u64>().is_ok(),
-            "EUDP_PRELOAD" | "EUDP_FORK_KEEP" | "EUDP_EINTR" => matches!(v.trim(), "0" | "1"),
-            _ => true,
-        };
-        if !ok {
-            return Err(format!("profile {name:?}: invalid value {v:?} for {k}"));
+        if let Some(Err(e)) = eudp_engine::settings::find(k).map(|s| s.check(v)) {
+            return Err(format!("profile {name:?}: {e}"));
         }
     }
     Ok(())
@@ -327,6 +319,17 @@ mod tests {
             let e = ProfileFile::parse(text, "t.toml").expect_err(text);
             assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
             assert!(e.starts_with("profile file t.toml: "), "{e:?} does not name the file");
+        }
+    }
+
+    #[test]
+    fn every_profile_setting_is_in_the_engine_table() {
+        for name in SETTINGS {
+            assert!(eudp_engine::settings::find(name).is_some(), "{name} is not in eudp_engine::settings");
+        }
+        for s in eudp_engine::settings::SETTINGS {
+            let test_hook = s.scope == eudp_engine::settings::Scope::Test;
+            assert!(test_hook || SETTINGS.contains(&s.name), "{} is not a profile setting", s.name);
         }
     }
 

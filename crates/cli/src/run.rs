@@ -105,6 +105,9 @@ pub struct RunArgs {
     /// The engine's transport: kernel UDP (the default), UDP over TCP lanes, or AF_XDP.
     #[arg(long, value_name = "T", value_parser = ["kernel", "tcp", "xdp"])]
     pub transport: Option<String>,
+    /// No start-up line on stderr (sets EUDP_QUIET=1 for the program).
+    #[arg(short, long)]
+    pub quiet: bool,
     /// The program to run and its arguments.
     #[arg(value_name = "PROGRAM [ARGS]", trailing_var_arg = true, required_unless_present = "list_profiles")]
     pub program: Vec<String>,
@@ -155,6 +158,12 @@ pub fn run_main(a: &RunArgs) -> i32 {
         // AF_XDP.
         cmd.env("EUDP_TRANSPORT", t);
     }
+    if a.quiet {
+        cmd.env("EUDP_QUIET", "1");
+    }
+    if let Err(code) = crate::run_check::check(&mut cmd, &prof) {
+        return code;
+    }
     use std::os::unix::process::CommandExt;
     let e = cmd.exec();
     eprintln!("eudp run: {prog}: {e}");
@@ -166,10 +175,6 @@ pub fn run_main(a: &RunArgs) -> i32 {
 }
 
 // ------------------------------------------------------------------ stat
-
-fn stat_dir_default() -> PathBuf {
-    std::env::var_os("EUDP_STAT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/eudp"))
-}
 
 fn alive(pid: u64) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
@@ -363,7 +368,9 @@ fn format_uoe(t: &serde_json::Map<String, serde_json::Value>, queued: u64) -> St
 const STAT_EXAMPLES: &str = "Examples:
   eudp stat
   eudp stat --json 4242
-  eudp stat --all --clean";
+  eudp stat --all --clean
+  eudp stat --watch 2
+  eudp stat --prometheus";
 
 /// Per-socket counters of programs running under `eudp run`.
 ///
@@ -371,7 +378,8 @@ const STAT_EXAMPLES: &str = "Examples:
 #[derive(clap::Args, Clone, Debug, Default)]
 #[command(after_help = STAT_EXAMPLES)]
 pub struct StatArgs {
-    /// Directory of the reports (default: $EUDP_STAT_DIR, else /run/eudp).
+    /// Directory of the reports (default: $EUDP_STAT_DIR, else every one a
+    /// program may write: /run/eudp, $XDG_RUNTIME_DIR/eudp, /tmp/eudp-$UID).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// Include programs that have exited.
@@ -386,46 +394,29 @@ pub struct StatArgs {
     /// Print again every SECS seconds (1 if no value is given) until interrupted.
     #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
     pub watch: Option<f64>,
-    /// Print the counters in the Prometheus text format.
-    #[arg(long)]
+    /// With --watch: stop after N refreshes.
+    #[arg(long, value_name = "N", requires = "watch")]
+    pub count: Option<u64>,
+    /// Print the counters in the OpenMetrics (Prometheus) text format.
+    #[arg(long, conflicts_with = "json")]
     pub prometheus: bool,
     /// Only these processes.
     #[arg(value_name = "PID")]
     pub pids: Vec<u64>,
 }
 
-/// `eudp stat`.
+/// `eudp stat`: see [`crate::stat_view`].
 pub fn stat_main(a: &StatArgs) -> i32 {
-    let dir = a.dir.clone().unwrap_or_else(stat_dir_default);
-    let (all, json, clean) = (a.all, a.json, a.clean);
-    let pids = &a.pids;
-    if a.watch.is_some() || a.prometheus {
-        eprintln!("eudp stat: --watch and --prometheus are not yet supported");
-        return 2;
-    }
-    if clean {
-        // Remove the reports of processes that have exited.
-        let mut n = 0;
-        for r in read_reports(&dir, true, &[]) {
-            if let Some(pid) = r["pid"].as_u64().filter(|&p| !alive(p)) {
-                if std::fs::remove_file(dir.join(format!("{pid}.json"))).is_ok() {
-                    n += 1;
-                }
-                let _ = std::fs::remove_file(dir.join(format!("{pid}.tcp.json")));
-            }
-        }
-        println!("removed {n} report(s) of exited programs from {}", dir.display());
-        return 0;
-    }
-    let reps = read_reports(&dir, all, pids);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&reps).unwrap_or_default());
-    } else if reps.is_empty() {
-        println!("no eudp programs found in {} (run one with `eudp run`; --all includes exited ones)", dir.display());
-    } else {
-        print!("{}", format_reports(&reps));
-    }
-    0
+    crate::stat_view::stat(&crate::stat_view::StatArgs {
+        dirs: a.dir.iter().cloned().collect(),
+        all: a.all,
+        json: a.json,
+        prometheus: a.prometheus,
+        clean: a.clean,
+        watch: a.watch,
+        count: a.count,
+        pids: a.pids.clone(),
+    })
 }
 
 // ----------------------------------------------------------- bench --apps

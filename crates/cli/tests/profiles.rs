@@ -43,7 +43,11 @@ fn env_under(args: &[&str], extra: &[(&str, &str)]) -> Vec<String> {
     let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| {
-            l.starts_with("EUDP_") && !l.starts_with("EUDP_PRELOAD_LIB=") && !l.starts_with("EUDP_PROFILE_FILE=")
+            // EUDP_PROFILE names the profile for the program's start-up line.
+            l.starts_with("EUDP_")
+                && !l.starts_with("EUDP_PRELOAD_LIB=")
+                && !l.starts_with("EUDP_PROFILE_FILE=")
+                && !l.starts_with("EUDP_PROFILE=")
         })
         .map(String::from)
         .collect();

@@ -20,6 +20,12 @@ mod profiles {
 mod rss {
     pub use eudp_cli::rss::*;
 }
+mod run_check {
+    pub use eudp_cli::run_check::*;
+}
+mod stat_view {
+    pub use eudp_cli::stat_view::*;
+}
 
 use run::{app_command, Stack};
 use std::path::{Path, PathBuf};

@@ -1,4 +1,6 @@
 //! Engine settings, from code or from `EUDP_*` environment variables.
+//! What each variable accepts is in [`crate::settings`]; a bad value
+//! leaves its own setting at the default and is reported, the others apply.
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
@@ -84,91 +86,74 @@ impl Default for Config {
 }
 
 /// An `EUDP_*` variable that could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub var: &'static str,
-    pub value: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "invalid value {:?} for {}", self.value, self.var)
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use crate::settings::SettingError as ConfigError;
 
 impl Config {
-    /// Defaults overridden by any `EUDP_*` variables present.
+    /// Defaults overridden by any `EUDP_*` variables present. A bad value
+    /// leaves only its own setting at the default; each is logged once
+    /// per process ([`crate::log::report_ignored`]). Never fails.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        let (c, errs) = Self::from_lookup_lenient(|k| std::env::var(k).ok());
+        crate::log::report_ignored(&errs);
+        Ok(c)
     }
 
-    /// As [`Config::from_env`] with an explicit lookup (testable).
+    /// As [`Config::from_env`] with an explicit lookup, strict: the first
+    /// bad value is an error (testable; the profile checks use it).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        fn parse<T: std::str::FromStr>(var: &'static str, v: String) -> Result<T, ConfigError> {
-            v.trim().parse().map_err(|_| ConfigError { var, value: v })
+        let (c, mut errs) = Self::from_lookup_lenient(get);
+        if errs.is_empty() {
+            Ok(c)
+        } else {
+            Err(errs.swap_remove(0))
         }
-        fn flag(var: &'static str, v: String) -> Result<bool, ConfigError> {
-            match v.trim() {
-                "1" | "true" | "yes" | "on" => Ok(true),
-                "0" | "false" | "no" | "off" => Ok(false),
-                _ => Err(ConfigError { var, value: v }),
-            }
-        }
+    }
+
+    /// Defaults overridden by the good values `get` finds, and the bad ones.
+    pub fn from_lookup_lenient(get: impl Fn(&str) -> Option<String>) -> (Self, Vec<ConfigError>) {
+        use crate::settings::{lookup, Setting};
+        let get: &dyn Fn(&str) -> Option<String> = &get;
+        let mut e = Vec::new();
+        let int = |s: &'static Setting, v: &str| s.int(v);
+        let flag = |s: &'static Setting, v: &str| s.flag(v);
         let mut c = Config::default();
-        if let Some(v) = get("EUDP_L2_DEPTH") {
-            c.l2_depth = parse::<u32>("EUDP_L2_DEPTH", v.clone())?;
-            if c.l2_depth == 0 {
-                return Err(ConfigError { var: "EUDP_L2_DEPTH", value: v });
-            }
+        if let Some(n) = lookup(get, "EUDP_L2_DEPTH", &mut e, int) {
+            c.l2_depth = n as u32;
         }
-        if let Some(v) = get("EUDP_BUSY_POLL") {
-            c.busy_poll = flag("EUDP_BUSY_POLL", v)?;
+        if let Some(b) = lookup(get, "EUDP_BUSY_POLL", &mut e, flag) {
+            c.busy_poll = b;
         }
-        if let Some(v) = get("EUDP_CPU") {
-            c.cpu = Some(parse("EUDP_CPU", v)?);
+        if let Some(n) = lookup(get, "EUDP_CPU", &mut e, int) {
+            c.cpu = Some(n as usize);
         }
-        if let Some(v) = get("EUDP_GSO") {
-            c.gso = flag("EUDP_GSO", v)?;
+        if let Some(b) = lookup(get, "EUDP_GSO", &mut e, flag) {
+            c.gso = b;
         }
-        if let Some(v) = get("EUDP_GRO") {
-            c.gro = flag("EUDP_GRO", v)?;
+        if let Some(b) = lookup(get, "EUDP_GRO", &mut e, flag) {
+            c.gro = b;
         }
-        if let Some(v) = get("EUDP_GRO_HOLD") {
-            c.gro_hold = flag("EUDP_GRO_HOLD", v)?;
+        if let Some(b) = lookup(get, "EUDP_GRO_HOLD", &mut e, flag) {
+            c.gro_hold = b;
         }
-        if let Some(v) = get("EUDP_MAX_MSGS") {
-            let n: usize = parse("EUDP_MAX_MSGS", v.clone())?;
-            if n == 0 || n > 1024 {
-                return Err(ConfigError { var: "EUDP_MAX_MSGS", value: v });
-            }
-            c.max_msgs = n;
+        if let Some(n) = lookup(get, "EUDP_MAX_MSGS", &mut e, int) {
+            c.max_msgs = n as usize;
         }
-        if let Some(v) = get("EUDP_RX_HANDOFF_US") {
-            let us: u64 = parse("EUDP_RX_HANDOFF_US", v.clone())?;
-            if us == 0 {
-                return Err(ConfigError { var: "EUDP_RX_HANDOFF_US", value: v });
-            }
-            c.rx_handoff = Duration::from_micros(us);
+        if let Some(n) = lookup(get, "EUDP_RX_HANDOFF_US", &mut e, int) {
+            c.rx_handoff = Duration::from_micros(n);
         }
-        if let Some(v) = get("EUDP_TX_COALESCE_US") {
-            c.tx_coalesce = Duration::from_micros(parse("EUDP_TX_COALESCE_US", v)?);
+        if let Some(n) = lookup(get, "EUDP_TX_COALESCE_US", &mut e, int) {
+            c.tx_coalesce = Duration::from_micros(n);
         }
-        if let Some(v) = get("EUDP_TX_FLUSH_BATCHES") {
-            let n: usize = parse("EUDP_TX_FLUSH_BATCHES", v.clone())?;
-            if n == 0 || n > 64 {
-                return Err(ConfigError { var: "EUDP_TX_FLUSH_BATCHES", value: v });
-            }
-            c.tx_flush_batches = n;
+        if let Some(n) = lookup(get, "EUDP_TX_FLUSH_BATCHES", &mut e, int) {
+            c.tx_flush_batches = n as usize;
         }
-        if let Some(v) = get("EUDP_TX_CALLER_DRAIN") {
-            c.tx_caller_drain = flag("EUDP_TX_CALLER_DRAIN", v)?;
+        if let Some(b) = lookup(get, "EUDP_TX_CALLER_DRAIN", &mut e, flag) {
+            c.tx_caller_drain = b;
         }
-        if let Some(v) = get("EUDP_SPIN_US") {
-            c.recv_spin = Duration::from_micros(parse("EUDP_SPIN_US", v)?);
+        if let Some(n) = lookup(get, "EUDP_SPIN_US", &mut e, int) {
+            c.recv_spin = Duration::from_micros(n);
         }
-        Ok(c)
+        (c, e)
     }
 }
 
@@ -204,5 +189,19 @@ mod tests {
         assert!(!c.tx_caller_drain);
         let e = Config::from_lookup(|k| (k == "EUDP_TX_CALLER_DRAIN").then(|| "2".into())).unwrap_err();
         assert_eq!(e.var, "EUDP_TX_CALLER_DRAIN");
+    }
+
+    #[test]
+    fn a_bad_value_leaves_the_good_ones() {
+        let (c, errs) = Config::from_lookup_lenient(|k| match k {
+            "EUDP_L2_DEPTH" => Some("abc".into()),
+            "EUDP_MAX_MSGS" => Some("32".into()),
+            "EUDP_GSO" => Some("maybe".into()),
+            _ => None,
+        });
+        assert_eq!((c.l2_depth, c.max_msgs, c.gso), (1, 32, true));
+        let vars: Vec<&str> = errs.iter().map(|e| e.var).collect();
+        assert_eq!(vars, ["EUDP_L2_DEPTH", "EUDP_GSO"]);
+        assert_eq!(errs[0].ignored(), "EUDP_L2_DEPTH=abc ignored: expected an integer >= 1; using 1");
     }
 }

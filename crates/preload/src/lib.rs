@@ -39,5 +39,6 @@ pub mod real;
 pub mod ringdup;
 pub mod shim;
 pub mod signals;
+pub mod startup;
 pub mod stat;
 pub mod sys;

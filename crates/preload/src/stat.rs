@@ -1,7 +1,10 @@
 //! Per-process statistics for `eudp stat`: a JSON file per process,
-//! `$EUDP_STAT_DIR/<pid>.json` (default `/run/eudp`), rewritten every
-//! `EUDP_STAT_MS` milliseconds (default 1000) while the program runs and
-//! once more at exit. Schema: see `docs/preload.md`.
+//! `<dir>/<pid>.json`, rewritten every `EUDP_STAT_MS` milliseconds (default
+//! 1000) while the program runs and once more at exit. The directory is
+//! `EUDP_STAT_DIR`, else the first of `/run/eudp`, `$XDG_RUNTIME_DIR/eudp`
+//! and `/tmp/eudp-$UID` this process may write (`eudp_engine::stat_dir`),
+//! so that a program of an unprivileged user has its stats too.
+//! Schema: see `docs/stat-json.md`.
 //!
 //! The shim's socket table sits above this module: it hands its open
 //! sockets' entries and its process generation in as a [`Source`] when its
@@ -34,6 +37,8 @@ pub struct Source {
     pub open_sockets: fn(f: &mut EntrySink<'_>),
     /// The current process generation (bumped in a fork child).
     pub generation: fn() -> u32,
+    /// The configuration of the engine, once one runs.
+    pub engine_config: fn() -> Option<eudp_engine::Config>,
 }
 
 static SOURCE: OnceLock<Source> = OnceLock::new();
@@ -51,8 +56,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub fn dir() -> PathBuf {
-    std::env::var_os("EUDP_STAT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/eudp"))
+/// The directory of this process's stats files (None: none is writable).
+pub fn dir() -> Option<PathBuf> {
+    crate::fdspace::with_room(eudp_engine::stat_dir::writable).map(PathBuf::from)
 }
 
 fn interval() -> Option<Duration> {
@@ -112,9 +118,15 @@ impl Serialize for OpenSockets {
     }
 }
 
-/// The whole report of this process (schema: docs/preload.md).
+/// The version of the report's layout (docs/stat-json.md).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The whole report of this process (schema: docs/stat-json.md).
 #[derive(Serialize)]
 struct Report<'a> {
+    schema_version: u32,
+    /// The shim's version.
+    version: &'static str,
     pid: u32,
     exe: String,
     time: f64,
@@ -128,6 +140,99 @@ struct Report<'a> {
     /// it could not start (its sockets then use the kernel backend).
     #[serde(skip_serializing_if = "Option::is_none")]
     xdp: Option<XdpReport>,
+    /// The transport in effect (and why not the one asked for).
+    transport: String,
+    /// The profile `eudp run` applied.
+    profile: Option<String>,
+    settings: &'a Settings,
+    /// The engine's configuration as it runs (None: no engine started).
+    engine: Option<EngineReport>,
+}
+
+/// The configuration the engine runs with.
+#[derive(Serialize)]
+struct EngineReport {
+    l2_depth: u32,
+    busy_poll: bool,
+    cpu: Option<usize>,
+    gso: bool,
+    gro: bool,
+    gro_hold: bool,
+    max_msgs: usize,
+    spin_us: u64,
+    rx_handoff_us: u64,
+    tx_coalesce_us: u64,
+    tx_flush_batches: usize,
+    tx_caller_drain: bool,
+}
+
+fn engine_report() -> Option<EngineReport> {
+    let c = (SOURCE.get()?.engine_config)()?;
+    Some(EngineReport {
+        l2_depth: c.l2_depth,
+        busy_poll: c.busy_poll,
+        cpu: c.cpu,
+        gso: c.gso,
+        gro: c.gro,
+        gro_hold: c.gro_hold,
+        max_msgs: c.max_msgs,
+        spin_us: c.recv_spin.as_micros() as u64,
+        rx_handoff_us: c.rx_handoff.as_micros() as u64,
+        tx_coalesce_us: c.tx_coalesce.as_micros() as u64,
+        tx_flush_batches: c.tx_flush_batches,
+        tx_caller_drain: c.tx_caller_drain,
+    })
+}
+
+/// The `EUDP_*` settings in effect: each variable set with its value, a
+/// bad value shown as the default used instead, and why.
+#[derive(Serialize)]
+struct Settings {
+    values: BTreeMap<String, String>,
+    ignored: Vec<String>,
+    unknown: Vec<String>,
+}
+
+fn settings() -> &'static Settings {
+    use eudp_engine::settings::{validate, Problem};
+    static S: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+    // Built outside the lock, as in `eudp_engine::stat_dir::writable`: a
+    // fork child must not wait on its parent's initialization.
+    if let Some(s) = S.get() {
+        return s;
+    }
+    let built = {
+        let env = eudp_engine::settings::env_vars();
+        let mut s = Settings { values: env.iter().cloned().collect(), ignored: Vec::new(), unknown: Vec::new() };
+        for p in validate(env, &[]) {
+            match p {
+                Problem::Bad(e) => {
+                    s.values.insert(e.var.to_string(), e.setting.default.to_string());
+                    s.ignored.push(e.ignored());
+                }
+                Problem::Unknown { var, .. } => {
+                    s.values.remove(&var);
+                    s.unknown.push(var);
+                }
+            }
+        }
+        s
+    };
+    let _ = S.set(built);
+    S.get().expect("set just above")
+}
+
+/// The transport in effect, without starting one.
+fn transport() -> String {
+    let asked = eudp_engine::backend::tcp::transport_from_env();
+    if asked != "xdp" {
+        return asked.to_string();
+    }
+    match eudp_engine::backend::xdp::XdpTransport::global_started() {
+        Some(Ok(t)) => format!("xdp on {}", t.ifname()),
+        Some(Err(_)) => "kernel (xdp unavailable)".to_string(),
+        None => "xdp".to_string(),
+    }
 }
 
 #[derive(Serialize)]
@@ -160,6 +265,8 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
     let reasons = lock(&REASONS).clone();
     let closed = lock(&CLOSED).clone();
     let r = Report {
+        schema_version: SCHEMA_VERSION,
+        version: env!("CARGO_PKG_VERSION"),
         pid: std::process::id(),
         exe,
         time: now,
@@ -170,6 +277,10 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         sockets: socks,
         closed: &closed,
         xdp: xdp_report(),
+        transport: transport(),
+        profile: crate::startup::profile(),
+        settings: settings(),
+        engine: engine_report(),
     };
     serde_json::to_writer_pretty(&mut *out, &r).map_err(std::io::Error::other)?;
     out.flush()
@@ -188,10 +299,7 @@ pub fn write_now(exited: bool) {
     if interval().is_none() || !HAD_SOCKET.load(Relaxed) {
         return;
     }
-    let d = dir();
-    if std::fs::create_dir_all(&d).is_err() {
-        return;
-    }
+    let Some(d) = dir() else { return };
     let pid = std::process::id();
     let fin = d.join(format!("{pid}.json"));
     // Streamed into a file of this write's own (the periodic writer and
@@ -227,6 +335,12 @@ pub fn ensure_writer(src: Source) {
     let Some(every) = interval() else { return };
     let r = std::thread::Builder::new().name("eudp-stat".into()).spawn(move || {
         eudp_engine::sys::process::block_async_signals();
+        // Here, not in the caller: a socket the engine makes inside a
+        // descriptor window must not open another one (`dir` opens one).
+        if let Some(d) = dir() {
+            // The transports' own stats files go next to this process's.
+            eudp_engine::stat_dir::share(&d);
+        }
         loop {
             std::thread::sleep(every);
             if (src.generation)() != g {

@@ -41,13 +41,13 @@ pub fn engine() -> io::Result<&'static Engine> {
     if ENGINE_GEN.load(SeqCst) == g && !ENGINE.load(SeqCst).is_null() {
         return Ok(leaked(ENGINE.load(SeqCst)));
     }
-    let cfg = Config::from_env().unwrap_or_else(|e| {
-        eprintln!("eudp: {e}; using defaults");
-        Config::default()
-    });
+    // Bad values are logged once and leave their defaults.
+    let cfg = Config::from_env().unwrap_or_default();
     let e: &'static mut Engine = Box::leak(Box::new(Engine::start(cfg)?));
     ENGINE.store(e, SeqCst);
     ENGINE_GEN.store(g, SeqCst);
+    drop(_l);
+    crate::startup::announce();
     Ok(e)
 }
 

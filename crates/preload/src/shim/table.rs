@@ -155,7 +155,11 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         fd,
     });
     insert(fd, s);
-    crate::stat::ensure_writer(crate::stat::Source { open_sockets: open_reports, generation });
+    crate::stat::ensure_writer(crate::stat::Source {
+        open_sockets: open_reports,
+        generation,
+        engine_config: || crate::shim::running_engine().map(|e| e.config().clone()),
+    });
 }
 
 /// Makes `fd` name `s` too (dup and friends).

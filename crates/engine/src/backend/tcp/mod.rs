@@ -181,120 +181,102 @@ impl Default for TcpConfig {
 }
 
 /// An `EUDP_TCP_*` variable that could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TcpConfigError {
-    pub var: &'static str,
-    pub value: String,
-}
-
-impl std::fmt::Display for TcpConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "invalid value {:?} for {}", self.value, self.var)
-    }
-}
-
-impl std::error::Error for TcpConfigError {}
+pub use crate::settings::SettingError as TcpConfigError;
 
 impl TcpConfig {
-    /// Defaults overridden by any `EUDP_TCP_*` variables present.
+    /// Defaults overridden by any `EUDP_TCP_*` variables present. A bad
+    /// value leaves only its own setting at the default; each is logged
+    /// once per process. Never fails.
     pub fn from_env() -> Result<Self, TcpConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        let (c, errs) = Self::from_lookup_lenient(|k| std::env::var(k).ok());
+        crate::log::report_ignored(&errs);
+        Ok(c)
     }
 
-    /// As [`TcpConfig::from_env`] with an explicit lookup (testable).
+    /// As [`TcpConfig::from_env`] with an explicit lookup, strict: the
+    /// first bad value is an error (testable; the profile checks use it).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, TcpConfigError> {
-        fn bad(var: &'static str, v: &str) -> TcpConfigError {
-            TcpConfigError { var, value: v.to_string() }
+        let (c, mut errs) = Self::from_lookup_lenient(get);
+        if errs.is_empty() {
+            Ok(c)
+        } else {
+            Err(errs.swap_remove(0))
         }
-        fn num<T: std::str::FromStr>(var: &'static str, v: &str) -> Result<T, TcpConfigError> {
-            v.trim().parse().map_err(|_| bad(var, v))
-        }
-        fn flag(var: &'static str, v: &str) -> Result<bool, TcpConfigError> {
-            match v.trim() {
-                "1" | "true" | "yes" | "on" => Ok(true),
-                "0" | "false" | "no" | "off" => Ok(false),
-                _ => Err(bad(var, v)),
-            }
-        }
-        let ms = |var: &'static str, v: &str| num::<u64>(var, v).map(Duration::from_millis);
+    }
+
+    /// Defaults overridden by the good values `get` finds, and the bad ones.
+    pub fn from_lookup_lenient(get: impl Fn(&str) -> Option<String>) -> (Self, Vec<TcpConfigError>) {
+        use crate::settings::{lookup, Setting};
+        let get: &dyn Fn(&str) -> Option<String> = &get;
+        let mut e = Vec::new();
+        let int = |s: &'static Setting, v: &str| s.int(v);
+        let flag = |s: &'static Setting, v: &str| s.flag(v);
+        let text = |s: &'static Setting, v: &str| s.check(v).map(|_| v.trim().to_string());
+        let ms = |s: &'static Setting, v: &str| s.int(v).map(Duration::from_millis);
+        let us = |s: &'static Setting, v: &str| s.int(v).map(Duration::from_micros);
         let mut c = TcpConfig::default();
-        if let Some(v) = get("EUDP_TCP_PORT") {
-            c.port = num("EUDP_TCP_PORT", &v)?;
-            if c.port == 0 {
-                return Err(bad("EUDP_TCP_PORT", &v));
-            }
+        if let Some(n) = lookup(get, "EUDP_TCP_PORT", &mut e, int) {
+            c.port = n as u16;
         }
-        if let Some(v) = get("EUDP_TCP_LISTEN") {
-            c.listen = flag("EUDP_TCP_LISTEN", &v)?;
+        if let Some(b) = lookup(get, "EUDP_TCP_LISTEN", &mut e, flag) {
+            c.listen = b;
         }
-        if let Some(v) = get("EUDP_TCP_BIND") {
-            c.bind_ip = Some(num("EUDP_TCP_BIND", &v)?);
+        if let Some(ip) = lookup(get, "EUDP_TCP_BIND", &mut e, text) {
+            c.bind_ip = ip.parse().ok();
         }
-        if let Some(v) = get("EUDP_TCP_CONNS") {
-            let n: u8 = num("EUDP_TCP_CONNS", &v)?;
-            if n == 0 || n > 16 {
-                return Err(bad("EUDP_TCP_CONNS", &v));
-            }
-            c.conns_per_peer = n;
+        if let Some(n) = lookup(get, "EUDP_TCP_CONNS", &mut e, int) {
+            c.conns_per_peer = n as u8;
         }
-        if let Some(v) = get("EUDP_TCP_CC") {
-            let v = v.trim().to_string();
-            if v.is_empty() || v.len() > 15 || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                return Err(bad("EUDP_TCP_CC", &v));
-            }
-            c.congestion = Some(v);
+        if let Some(cc) = lookup(get, "EUDP_TCP_CC", &mut e, text) {
+            c.congestion = Some(cc);
         }
-        if let Some(v) = get("EUDP_TCP_NODELAY") {
-            c.nodelay = flag("EUDP_TCP_NODELAY", &v)?;
+        if let Some(b) = lookup(get, "EUDP_TCP_NODELAY", &mut e, flag) {
+            c.nodelay = b;
         }
-        if let Some(v) = get("EUDP_TCP_SNDBUF") {
-            c.sndbuf = num("EUDP_TCP_SNDBUF", &v)?;
+        if let Some(n) = lookup(get, "EUDP_TCP_SNDBUF", &mut e, int) {
+            c.sndbuf = n as usize;
         }
-        if let Some(v) = get("EUDP_TCP_RCVBUF") {
-            c.rcvbuf = num("EUDP_TCP_RCVBUF", &v)?;
+        if let Some(n) = lookup(get, "EUDP_TCP_RCVBUF", &mut e, int) {
+            c.rcvbuf = n as usize;
         }
-        if let Some(v) = get("EUDP_TCP_DML") {
-            c.dml = match v.trim() {
-                "queue" | "a" => Dml::Queue,
+        if let Some(d) = lookup(get, "EUDP_TCP_DML", &mut e, text) {
+            c.dml = match d.as_str() {
                 "block" | "b" => Dml::Block,
                 "udp" | "c" => Dml::Udp,
-                _ => return Err(bad("EUDP_TCP_DML", &v)),
+                _ => Dml::Queue,
             };
         }
-        if let Some(v) = get("EUDP_TCP_BLOCK_MS") {
-            c.block_timeout = ms("EUDP_TCP_BLOCK_MS", &v)?;
+        if let Some(d) = lookup(get, "EUDP_TCP_BLOCK_MS", &mut e, ms) {
+            c.block_timeout = d;
         }
-        if let Some(v) = get("EUDP_TCP_QUEUE_BYTES") {
-            c.queue_bytes = num("EUDP_TCP_QUEUE_BYTES", &v)?;
+        if let Some(n) = lookup(get, "EUDP_TCP_QUEUE_BYTES", &mut e, int) {
+            c.queue_bytes = n as usize;
         }
-        if let Some(v) = get("EUDP_TCP_DEADLINE_MS") {
-            c.queue_deadline = ms("EUDP_TCP_DEADLINE_MS", &v)?;
+        if let Some(d) = lookup(get, "EUDP_TCP_DEADLINE_MS", &mut e, ms) {
+            c.queue_deadline = d;
         }
-        if let Some(v) = get("EUDP_TCP_MAX_WAIT_MS") {
-            c.max_wait = ms("EUDP_TCP_MAX_WAIT_MS", &v)?;
+        if let Some(d) = lookup(get, "EUDP_TCP_MAX_WAIT_MS", &mut e, ms) {
+            c.max_wait = d;
         }
-        if let Some(v) = get("EUDP_TCP_MAX_CONNS") {
-            c.max_conns = num("EUDP_TCP_MAX_CONNS", &v)?;
+        if let Some(n) = lookup(get, "EUDP_TCP_MAX_CONNS", &mut e, int) {
+            c.max_conns = n as usize;
         }
-        if let Some(v) = get("EUDP_TCP_MAX_PER_PEER") {
-            c.max_conns_per_peer = num("EUDP_TCP_MAX_PER_PEER", &v)?;
+        if let Some(n) = lookup(get, "EUDP_TCP_MAX_PER_PEER", &mut e, int) {
+            c.max_conns_per_peer = n as usize;
         }
-        if let Some(v) = get("EUDP_TCP_SPIN_US") {
-            c.spin = Duration::from_micros(num("EUDP_TCP_SPIN_US", &v)?);
+        if let Some(d) = lookup(get, "EUDP_TCP_SPIN_US", &mut e, us) {
+            c.spin = d;
         }
-        if let Some(v) = get("EUDP_TCP_CORK_US") {
-            c.cork = Duration::from_micros(num("EUDP_TCP_CORK_US", &v)?);
+        if let Some(d) = lookup(get, "EUDP_TCP_CORK_US", &mut e, us) {
+            c.cork = d;
         }
-        if let Some(v) = get("EUDP_TCP_RX_DIRECT") {
-            c.rx_direct = flag("EUDP_TCP_RX_DIRECT", &v)?;
+        if let Some(b) = lookup(get, "EUDP_TCP_RX_DIRECT", &mut e, flag) {
+            c.rx_direct = b;
         }
-        if let Some(v) = get("EUDP_TCP_RX_STALL_MS") {
-            c.rx_stall = ms("EUDP_TCP_RX_STALL_MS", &v)?;
-            if c.rx_stall.is_zero() {
-                return Err(bad("EUDP_TCP_RX_STALL_MS", &v));
-            }
+        if let Some(d) = lookup(get, "EUDP_TCP_RX_STALL_MS", &mut e, ms) {
+            c.rx_stall = d;
         }
-        Ok(c)
+        (c, e)
     }
 }
 
@@ -307,7 +289,13 @@ pub fn transport_from_env() -> &'static str {
     T.get_or_init(|| match std::env::var("EUDP_TRANSPORT").as_deref() {
         Ok("tcp") => "tcp",
         Ok("xdp") => "xdp",
-        _ => "kernel",
+        Ok(v) => {
+            if let Some(Err(e)) = crate::settings::find("EUDP_TRANSPORT").map(|s| s.check(v)) {
+                crate::log::report_ignored(&[e]);
+            }
+            "kernel"
+        }
+        Err(_) => "kernel",
     })
 }
 

@@ -275,6 +275,29 @@ pub struct XdpTransport {
     shared: Arc<Shared>,
 }
 
+impl XdpConfig {
+    /// The settings of a transport on `ifname` from `EUDP_XDP_QUEUE` and
+    /// `EUDP_XDP_MODE`; a bad value leaves its default, logged once.
+    pub fn from_env(ifname: &str) -> XdpConfig {
+        use crate::settings::lookup;
+        let get: &dyn Fn(&str) -> Option<String> = &|k| std::env::var(k).ok();
+        let mut errs = Vec::new();
+        let mut cfg = XdpConfig::new(ifname);
+        if let Some(q) = lookup(get, "EUDP_XDP_QUEUE", &mut errs, |s, v| s.int(v)) {
+            cfg.queue = q as u32;
+        }
+        if let Some(m) = lookup(get, "EUDP_XDP_MODE", &mut errs, |s, v| s.check(v).map(|_| v.trim().to_string())) {
+            cfg.attach = match m.as_str() {
+                "driver" => AttachMode::Driver,
+                "generic" => AttachMode::Generic,
+                _ => AttachMode::Auto,
+            };
+        }
+        crate::log::report_ignored(&errs);
+        cfg
+    }
+}
+
 impl XdpTransport {
     /// Loads and attaches the program to `cfg.ifname` and opens the AF_XDP
     /// socket. Fails (for the caller to fall back to the kernel backend)
@@ -444,16 +467,7 @@ impl XdpTransport {
                 Ok(n) if !n.is_empty() => n,
                 _ => sys::default_interface().map_err(|e| e.to_string())?,
             };
-            let mut cfg = XdpConfig::new(&ifname);
-            if let Ok(q) = std::env::var("EUDP_XDP_QUEUE") {
-                cfg.queue = q.trim().parse().map_err(|_| format!("EUDP_XDP_QUEUE={q:?}: not a queue number"))?;
-            }
-            cfg.attach = match std::env::var("EUDP_XDP_MODE").as_deref() {
-                Ok("driver") => AttachMode::Driver,
-                Ok("generic") => AttachMode::Generic,
-                Ok("auto") | Err(_) => AttachMode::Auto,
-                Ok(m) => return Err(format!("EUDP_XDP_MODE={m:?}: auto, driver or generic")),
-            };
+            let cfg = XdpConfig::from_env(&ifname);
             XdpTransport::start(cfg).map_err(|e| format!("AF_XDP on {ifname}: {e}"))
         });
         if let Ok(t) = r {

@@ -78,10 +78,11 @@ impl Drop for InitGuard {
 }
 
 /// Where the process-wide transport writes its counters:
-/// `$EUDP_STAT_DIR/<pid>.tcp.json`, next to the shim's `<pid>.json` that
-/// `eudp stat` reads (None: `EUDP_STAT_DIR` unset or `EUDP_STAT_MS=0`).
+/// `<dir>/<pid>.tcp.json`, next to the shim's `<pid>.json` that `eudp stat`
+/// reads (None: no directory shared by the shim nor `EUDP_STAT_DIR`, or
+/// `EUDP_STAT_MS=0`).
 pub(super) fn stats_path() -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("EUDP_STAT_DIR")?;
+    let dir = crate::stat_dir::shared()?;
     if std::env::var("EUDP_STAT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()) == Some(0) {
         return None;
     }
