@@ -2,7 +2,8 @@
 //! commands other crates own (`model`, `sim`, `verify`) bring their own
 //! argument structs; this tree only gathers them.
 
-use crate::run::{RunArgs, StatArgs};
+use crate::run::RunArgs;
+use crate::stat_view::StatCmd;
 use crate::trace::TraceOptions;
 use crate::worker::Mode;
 use clap::{Parser, Subcommand};
@@ -86,7 +87,7 @@ pub enum Cmd {
         repeats: usize,
     },
     Run(RunArgs),
-    Stat(StatArgs),
+    Stat(StatCmd),
     /// One side of a UDP-over-TCP transfer (used by `bench --tcp`).
     #[command(hide = true, name = "worker-tcp")]
     WorkerTcp {

@@ -374,7 +374,7 @@ fn own_hard_nofile() -> u64 {
 /// Reads the shim's final stat report of the server (the only process
 /// under the shim: the client runs without it) into `r`.
 fn shim_report(dir: &Path, r: &mut StackRun) {
-    if let Some(v) = crate::run::read_reports(dir, true, &[]).into_iter().find(|v| v["accelerated"].is_u64()) {
+    if let Some(v) = crate::stat_report::read_reports(dir, true, &[]).into_iter().find(|v| v["accelerated"].is_u64()) {
         r.accelerated = v["accelerated"].as_u64();
         r.fallbacks = v["fallbacks"].as_u64();
         r.fallback_reasons = v["fallback_reasons"].clone();

@@ -7,7 +7,7 @@
 //! (`eudp_engine::stat_dir::readable`): `/run/eudp`, the user's runtime
 //! directory and `/tmp/eudp-$UID`, or `--dir` / `EUDP_STAT_DIR` alone.
 
-use crate::run::{format_reports, read_reports};
+use crate::stat_report::{format_reports, read_reports};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -41,46 +41,58 @@ pub struct StatArgs {
     pub pids: Vec<u64>,
 }
 
-const USAGE: &str =
-    "usage: eudp stat [--dir DIR] [--all] [--json | --prometheus] [--watch [SECS] [--count N]] [--clean] [PID...]";
+const STAT_EXAMPLES: &str = "Examples:
+  eudp stat
+  eudp stat --json 4242
+  eudp stat --all --clean
+  eudp stat --watch 2
+  eudp stat --prometheus";
 
-/// Parses the words after `stat`.
-pub fn parse_args(args: &[String]) -> Result<Option<StatArgs>, String> {
-    let mut a = StatArgs::default();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--dir" => {
-                let d = args.get(i + 1).ok_or("--dir needs a value")?;
-                a.dirs.push(PathBuf::from(d));
-                i += 1;
-            }
-            "--all" => a.all = true,
-            "--clean" => a.clean = true,
-            "--json" => a.json = true,
-            "--prometheus" => a.prometheus = true,
-            "--watch" => {
-                // A number right after it is the period (PIDs come after).
-                a.watch = Some(1.0);
-                if let Some(s) = args.get(i + 1).and_then(|v| v.parse::<f64>().ok()).filter(|s| *s > 0.0) {
-                    a.watch = Some(s);
-                    i += 1;
-                }
-            }
-            "--count" => {
-                let n = args.get(i + 1).and_then(|v| v.parse().ok()).ok_or("--count needs a number")?;
-                a.count = Some(n);
-                i += 1;
-            }
-            "-h" | "--help" => {
-                eprintln!("{USAGE}");
-                return Ok(None);
-            }
-            p => a.pids.push(p.parse().map_err(|_| format!("unexpected argument {p:?}"))?),
-        }
-        i += 1;
-    }
-    Ok(Some(a))
+/// Per-socket counters of programs running under `eudp run`.
+///
+/// Reads the reports the shim writes to DIR/<pid>.json.
+#[derive(clap::Args, Clone, Debug, Default)]
+#[command(after_help = STAT_EXAMPLES)]
+pub struct StatCmd {
+    /// Directory of the reports (default: $EUDP_STAT_DIR, else every one a
+    /// program may write: /run/eudp, $XDG_RUNTIME_DIR/eudp, /tmp/eudp-$UID).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Include programs that have exited.
+    #[arg(long)]
+    pub all: bool,
+    /// Print the reports as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Remove the reports of programs that have exited.
+    #[arg(long)]
+    pub clean: bool,
+    /// Print again every SECS seconds (1 if no value is given) until interrupted.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+    pub watch: Option<f64>,
+    /// With --watch: stop after N refreshes.
+    #[arg(long, value_name = "N", requires = "watch")]
+    pub count: Option<u64>,
+    /// Print the counters in the OpenMetrics (Prometheus) text format.
+    #[arg(long, conflicts_with = "json")]
+    pub prometheus: bool,
+    /// Only these processes.
+    #[arg(value_name = "PID")]
+    pub pids: Vec<u64>,
+}
+
+/// `eudp stat`.
+pub fn stat_main(a: &StatCmd) -> i32 {
+    stat(&StatArgs {
+        dirs: a.dir.iter().cloned().collect(),
+        all: a.all,
+        json: a.json,
+        prometheus: a.prometheus,
+        clean: a.clean,
+        watch: a.watch,
+        count: a.count,
+        pids: a.pids.clone(),
+    })
 }
 
 /// `eudp stat` with parsed arguments; the exit status.
@@ -393,7 +405,12 @@ mod tests {
 
     #[test]
     fn watch_takes_an_optional_period() {
-        let w = |v: &[&str]| parse_args(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap().unwrap();
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            a: StatCmd,
+        }
+        let w = |v: &[&str]| <P as clap::Parser>::parse_from(std::iter::once(&"stat").chain(v)).a;
         assert_eq!(w(&["--watch"]).watch, Some(1.0));
         assert_eq!(w(&["--watch", "0.5", "--count", "2"]).watch, Some(0.5));
         assert_eq!(w(&["--watch", "0.5", "--count", "2"]).count, Some(2));

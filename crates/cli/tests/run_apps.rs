@@ -8,24 +8,8 @@
 //! the `xdp` transport (AF_XDP, docs/xdp.md); the last two also check the
 //! transport's own counters.
 
-#[path = "../src/run.rs"]
-#[allow(dead_code)]
-mod run;
-mod testbed {
-    pub use eudp_cli::testbed::*;
-}
-mod profiles {
-    pub use eudp_cli::profiles::*;
-}
-mod rss {
-    pub use eudp_cli::rss::*;
-}
-mod run_check {
-    pub use eudp_cli::run_check::*;
-}
-mod stat_view {
-    pub use eudp_cli::stat_view::*;
-}
+use eudp_cli::run;
+use eudp_cli::testbed;
 
 use run::{app_command, Stack};
 use std::path::{Path, PathBuf};
@@ -64,7 +48,7 @@ fn stat_dir(tag: &str) -> PathBuf {
 
 fn total(dir: &Path, counter: &str) -> u64 {
     let mut t = 0;
-    for r in run::read_reports(dir, true, &[]) {
+    for r in eudp_cli::stat_report::read_reports(dir, true, &[]) {
         for key in ["sockets", "closed"] {
             for s in r[key].as_array().into_iter().flatten() {
                 t += s["stats"][counter].as_u64().unwrap_or(0);
@@ -76,12 +60,18 @@ fn total(dir: &Path, counter: &str) -> u64 {
 
 /// Sum of a UOE (`tcp` transport) counter over the reports in `dir`.
 fn uoe_total(dir: &Path, counter: &str) -> u64 {
-    run::read_reports(dir, true, &[]).iter().map(|r| r["uoe"]["tcp"][counter].as_u64().unwrap_or(0)).sum()
+    eudp_cli::stat_report::read_reports(dir, true, &[])
+        .iter()
+        .map(|r| r["uoe"]["tcp"][counter].as_u64().unwrap_or(0))
+        .sum()
 }
 
 /// Sum of an AF_XDP (`xdp` transport) counter over the reports in `dir`.
 fn xdp_total(dir: &Path, counter: &str) -> u64 {
-    run::read_reports(dir, true, &[]).iter().map(|r| r["xdp"]["stats"][counter].as_u64().unwrap_or(0)).sum()
+    eudp_cli::stat_report::read_reports(dir, true, &[])
+        .iter()
+        .map(|r| r["xdp"]["stats"][counter].as_u64().unwrap_or(0))
+        .sum()
 }
 
 /// The engine transport a test runs the shim on.
@@ -154,13 +144,13 @@ fn stat_shows_running_and_exited_programs() {
     run::preload(&mut c, &lib, "default").unwrap();
     let mut ch = c.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(900));
-    let live = run::read_reports(&dir, false, &[]);
+    let live = eudp_cli::stat_report::read_reports(&dir, false, &[]);
     assert_eq!(live.len(), 1, "one running program");
-    let table = run::format_reports(&live);
+    let table = eudp_cli::stat_report::format_reports(&live);
     assert!(table.contains(" eudp ") && table.contains("127.0.0.1"), "{table}");
     assert!(ch.wait().unwrap().success());
     // After exit: only with --all, with final counters.
-    assert!(run::read_reports(&dir, false, &[]).is_empty());
+    assert!(eudp_cli::stat_report::read_reports(&dir, false, &[]).is_empty());
     assert_eq!(total(&dir, "datagrams_sent"), 200);
     assert_eq!(total(&dir, "datagrams_received"), 200);
     let _ = std::fs::remove_dir_all(&dir);
@@ -177,7 +167,7 @@ fn final_report_survives_the_periodic_writer() {
         c.args(["-c", PY_ECHO]).env("EUDP_STAT_DIR", &dir).env("EUDP_STAT_MS", "1").stdout(Stdio::null());
         run::preload(&mut c, &lib, "default").unwrap();
         assert!(c.status().unwrap().success());
-        let all = run::read_reports(&dir, true, &[]);
+        let all = eudp_cli::stat_report::read_reports(&dir, true, &[]);
         assert_eq!(all.len(), 1, "round {round}: one whole report");
         assert_eq!(all[0]["exited"], true, "round {round}: the final report was replaced");
         assert_eq!(total(&dir, "datagrams_sent"), 200, "round {round}");
@@ -420,8 +410,10 @@ fn iperf3_bidir_parallel(tr: Tr) {
         eprintln!("{r}");
         assert!(r["packets_sent"].as_u64().unwrap() > 5_000, "{r}");
         assert!(r["lost_percent"].as_f64().unwrap() < 5.0, "paced run lost too much: {r}");
-        let sockets =
-            run::read_reports(&stats, true, &[]).iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum::<u64>();
+        let sockets = eudp_cli::stat_report::read_reports(&stats, true, &[])
+            .iter()
+            .map(|x| x["accelerated"].as_u64().unwrap_or(0))
+            .sum::<u64>();
         assert!(sockets >= if extra[0] == "-P" { 8 } else { 2 }, "{extra:?}: {sockets} sockets on the engine");
         if tcp {
             let frames = uoe_total(&stats, "frames_received");
@@ -519,7 +511,7 @@ fn dig_dnsmasq(tr: Tr) {
     // dnsmasq asks for IP_PKTINFO: its socket stays on the engine (the
     // report of a running program is refreshed every second).
     std::thread::sleep(Duration::from_millis(1300));
-    let server: Vec<_> = run::read_reports(&stats, true, &[])
+    let server: Vec<_> = eudp_cli::stat_report::read_reports(&stats, true, &[])
         .into_iter()
         .filter(|r| r["exe"].as_str().is_some_and(|e| e.ends_with("dnsmasq")))
         .collect();
@@ -552,7 +544,7 @@ fn dig_dnsmasq(tr: Tr) {
         let (tx, rx) = (xdp_total(&stats, "tx_xdp"), xdp_total(&stats, "rx_xdp"));
         assert!(tx >= 10 && rx >= 12, "dnsmasq's AF_XDP frames: sent {tx}, received {rx}");
         // `eudp stat` shows them.
-        let table = run::format_reports(&run::read_reports(&stats, true, &[]));
+        let table = eudp_cli::stat_report::format_reports(&eudp_cli::stat_report::read_reports(&stats, true, &[]));
         assert!(table.contains(&format!("frames {tx} sent")) && table.contains(&format!("{rx} received")), "{table}");
     }
     let _ = std::fs::remove_dir_all(&stats);

@@ -8,24 +8,8 @@
 //! Outputs are checked byte for byte, counts against the shim's counters.
 //! The programs come from Debian packages that `scripts/deps.sh` installs.
 
-#[path = "../src/run.rs"]
-#[allow(dead_code)]
-mod run;
-mod testbed {
-    pub use eudp_cli::testbed::*;
-}
-mod profiles {
-    pub use eudp_cli::profiles::*;
-}
-mod rss {
-    pub use eudp_cli::rss::*;
-}
-mod run_check {
-    pub use eudp_cli::run_check::*;
-}
-mod stat_view {
-    pub use eudp_cli::stat_view::*;
-}
+use eudp_cli::run;
+use eudp_cli::testbed;
 
 use run::{app_command, Stack};
 use std::path::{Path, PathBuf};
@@ -84,7 +68,7 @@ impl Env {
     }
 
     fn reports(&self, exe: &str) -> Vec<serde_json::Value> {
-        run::read_reports(&self.stats, true, &[])
+        eudp_cli::stat_report::read_reports(&self.stats, true, &[])
             .into_iter()
             .filter(|r| r["exe"].as_str().is_some_and(|e| e.rsplit('/').next().is_some_and(|b| b.starts_with(exe))))
             .collect()
@@ -98,7 +82,7 @@ impl Env {
     /// sockets' counters, fallback reasons and UOE counters.
     fn diagnosis(&self) -> String {
         let mut out = String::new();
-        for r in run::read_reports(&self.stats, true, &[]) {
+        for r in eudp_cli::stat_report::read_reports(&self.stats, true, &[]) {
             out += &format!("report of {} (pid {}): fallback_reasons {}\n", r["exe"], r["pid"], r["fallback_reasons"]);
             for k in ["sockets", "closed"] {
                 for s in r[k].as_array().into_iter().flatten() {
@@ -120,7 +104,10 @@ impl Env {
 
     /// Sum of a UOE (`tcp` transport) counter over all reports.
     fn uoe(&self, counter: &str) -> u64 {
-        run::read_reports(&self.stats, true, &[]).iter().map(|r| r["uoe"]["tcp"][counter].as_u64().unwrap_or(0)).sum()
+        eudp_cli::stat_report::read_reports(&self.stats, true, &[])
+            .iter()
+            .map(|r| r["uoe"]["tcp"][counter].as_u64().unwrap_or(0))
+            .sum()
     }
 }
 

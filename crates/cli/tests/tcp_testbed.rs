@@ -160,12 +160,12 @@ fn stat_shows_uoe_counters() {
         .status()
         .unwrap();
     assert!(child.success());
-    let reps = eudp_cli::run::read_reports(&dir, true, &[]);
+    let reps = eudp_cli::stat_report::read_reports(&dir, true, &[]);
     assert_eq!(reps.len(), 1, "{reps:?}");
     let tcp = &reps[0]["uoe"]["tcp"];
     assert_eq!((tcp["drop_deadline"].as_u64(), tcp["frames_sent"].as_u64()), (Some(1), Some(0)), "{tcp}");
     assert!(tcp["connect_failures"].as_u64() >= Some(1), "{tcp}");
-    let text = eudp_cli::run::format_reports(&reps);
+    let text = eudp_cli::stat_report::format_reports(&reps);
     assert!(text.contains("uoe: connections ") && text.contains("frames 0 sent"), "{text}");
     assert!(text.contains("uoe drops: deadline 1\n"), "{text}");
     assert!(text.contains("uoe refused/closed input: none"), "{text}");
@@ -173,7 +173,7 @@ fn stat_shows_uoe_counters() {
     let pid = reps[0]["pid"].as_u64().unwrap();
     std::fs::write(dir.join(format!("{pid}.json")), format!("{{\"pid\": {pid}, \"exe\": \"x\", \"sockets\": []}}"))
         .unwrap();
-    let reps = eudp_cli::run::read_reports(&dir, true, &[]);
+    let reps = eudp_cli::stat_report::read_reports(&dir, true, &[]);
     assert_eq!(
         (reps.len(), reps[0]["exe"].as_str(), reps[0]["uoe"]["tcp"]["drop_deadline"].as_u64()),
         (1, Some("x"), Some(1))
