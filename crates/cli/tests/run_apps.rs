@@ -140,11 +140,22 @@ fn stat_shows_running_and_exited_programs() {
     let lib = lib();
     let dir = stat_dir("stat");
     let mut c = Command::new("python3");
-    c.args(["-c", PY_ECHO, "1.5"]).env("EUDP_STAT_DIR", &dir).env("EUDP_STAT_MS", "100").stdout(Stdio::piped());
+    c.args(["-c", PY_ECHO, "3"]).env("EUDP_STAT_DIR", &dir).env("EUDP_STAT_MS", "100").stdout(Stdio::piped());
     run::preload(&mut c, &lib, "default").unwrap();
     let mut ch = c.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(900));
-    let live = eudp_cli::stat_report::read_reports(&dir, false, &[]);
+    // Its traffic is done once it prints; then it sleeps, running, for 3 s.
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(ch.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "done");
+    let t0 = std::time::Instant::now();
+    let live = loop {
+        let live = eudp_cli::stat_report::read_reports(&dir, false, &[]);
+        let counted = live.first().is_some_and(|r| r["sockets"].as_array().is_some_and(|s| s.len() == 2));
+        if counted || t0.elapsed() > Duration::from_secs(2) {
+            break live;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(live.len(), 1, "one running program");
     let table = eudp_cli::stat_report::format_reports(&live);
     assert!(table.contains(" eudp ") && table.contains("127.0.0.1"), "{table}");
