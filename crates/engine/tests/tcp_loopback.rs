@@ -1031,7 +1031,11 @@ fn recv_until(rx: &Endpoint, last: u64, len: usize, from: SocketAddr) -> u64 {
 /// the connection. Every datagram is received or counted as a drop.
 #[test]
 fn a_direct_read_never_takes_more_than_the_receive_queue_holds() {
-    let (a, b) = two_hosts("127.0.0.40", "127.0.0.41");
+    // A receiving thread preempted past the stall bound loses the connection
+    // to the manager by design; a loaded host must not make that happen here.
+    let port = free_port();
+    let stall = |c: &mut TcpConfig| c.rx_stall = Duration::from_secs(2);
+    let (a, b) = (host("127.0.0.40", port, stall), host("127.0.0.41", port, stall));
     let e = engine();
     let tx = ep(&a, &e, "127.0.0.40", 0);
     let from = tx.local_addr().unwrap();
