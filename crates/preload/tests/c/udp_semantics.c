@@ -582,9 +582,14 @@ static void t_threads(void) {
 static int busy_fd;
 static struct sockaddr_in busy_peer;
 static volatile int busy_stop;
+/* Threads of close_busy that have started (the feeder once its socket is
+   open): busy_fd is closed only after all three, so no socket a late
+   thread opens can take busy_fd's number. */
+static int busy_started;
 static void *busy_send(void *arg) {
     (void)arg;
     char b[256] = { 0 };
+    __atomic_add_fetch(&busy_started, 1, __ATOMIC_SEQ_CST);
     for (long i = 0; i < 50000000; i++) {
         if (sendto(busy_fd, b, sizeof b, MSG_DONTWAIT, (struct sockaddr *)&busy_peer, sizeof busy_peer) < 0 && errno == EBADF) return NULL;
     }
@@ -593,6 +598,7 @@ static void *busy_send(void *arg) {
 static void *busy_recv(void *arg) {
     (void)arg;
     char b[2048];
+    __atomic_add_fetch(&busy_started, 1, __ATOMIC_SEQ_CST);
     for (long i = 0; i < 50000000; i++) {
         if (recv(busy_fd, b, sizeof b, MSG_DONTWAIT) < 0 && errno == EBADF) return NULL;
     }
@@ -603,6 +609,7 @@ static void *busy_feed(void *arg) {
     struct sockaddr_in fa;
     int f = udp4(&fa);
     char b[256] = { 0 };
+    __atomic_add_fetch(&busy_started, 1, __ATOMIC_SEQ_CST);
     while (!busy_stop) sendto(f, b, sizeof b, MSG_DONTWAIT, (struct sockaddr *)to, sizeof *to);
     close(f);
     return NULL;
@@ -613,10 +620,12 @@ static void t_close_busy(void) {
         int sink = udp4(&busy_peer);
         busy_fd = udp4(&ca);
         busy_stop = 0;
+        __atomic_store_n(&busy_started, 0, __ATOMIC_SEQ_CST);
         pthread_t ts, tr, tf;
         CHECK(pthread_create(&tf, NULL, busy_feed, &ca) == 0);
         CHECK(pthread_create(&ts, NULL, busy_send, NULL) == 0);
         CHECK(pthread_create(&tr, NULL, busy_recv, NULL) == 0);
+        while (__atomic_load_n(&busy_started, __ATOMIC_SEQ_CST) < 3) usleep(1000);
         usleep(20000);
         CHECK(close(busy_fd) == 0);
         void *r1, *r2;
