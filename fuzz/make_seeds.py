@@ -58,3 +58,29 @@ write("wire_headers", "udp-header", struct.pack("!HHHH", 1, 2, 8, 0))
 write("checksum_fused", "odd", bytes([3]) + bytes(range(255)))
 write("checksum_fused", "zeros", bytes([0]) + bytes(64))
 write("checksum_fused", "ones", bytes([200]) + b"\xff" * 1500)
+
+# UDP-over-TCP streams; the first byte is the read size the target cuts at.
+def hello(lane, version=2):
+    return b"EUT1" + bytes([version, lane, 0, 0])
+
+
+def frame(src, dst, payload):
+    return struct.pack("!HHH", src, dst, len(payload)) + payload
+
+
+def run(src, dst, seg, payloads):
+    return struct.pack("!HHHHH", src, dst, 0xFFFF, len(payloads), seg) + b"".join(payloads)
+
+
+write("uot_stream", "frames", bytes([7]) + hello(0) + frame(1000, 2000, b"a" * 100) + frame(1000, 2000, b""))
+write("uot_stream", "run", bytes([13]) + hello(1) + run(1, 2, 64, [b"r" * 64, b"s" * 64, b"t" * 10]))
+write("uot_stream", "v1-frames", bytes([3]) + hello(0, 1) + frame(5, 6, b"old"))
+write("uot_stream", "oversized", bytes([1]) + hello(0) + struct.pack("!HHH", 1, 2, 0xFFF0))
+write("uot_stream", "port-zero", bytes([2]) + hello(0) + frame(1, 0, b"zero"))
+write("uot_stream", "not-ours", bytes([5]) + b"GET / HTTP/1.1\r\n\r\n")
+# Ring capacity (2 bytes, x4), read buffer (x8), then [segment-1, length, bytes] messages.
+write("gro_split", "two-messages", bytes([0, 4, 8]) + bytes([63, 200]) + bytes(200) + bytes([0, 5]) + b"hello")
+write("gro_split", "tight-ring", bytes([40, 0, 2]) + bytes([9, 100]) + bytes(100) + bytes([9, 100]) + bytes(100))
+for name, text in [("good", "EUDP_L2_DEPTH=4"), ("bad-int", "EUDP_L2_DEPTH=abc"), ("typo", "EUDP_SPIN_UZ=3"),
+                   ("transport", "EUDP_TRANSPORT=xpd"), ("flag", "EUDP_GSO=0"), ("empty", "EUDP_CPU=")]:
+    write("settings", name, text.encode())

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Every test: install what is missing, the style gates (rustfmt, clippy),
 # then unit, property and integration tests (including the netns testbed,
-# the scripts' and the install's tests), then the Spin verification.
+# the scripts' and the install's tests), the Spin verification, and a
+# bounded run of every fuzz target over its seed corpus.
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh test
@@ -13,3 +14,4 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 cargo test --workspace --release
 ./target/release/eudp verify
+./scripts/fuzz.sh 8
