@@ -99,7 +99,7 @@ fn accept(l: &TcpListener) -> TcpStream {
         match l.accept() {
             Ok((mut c, _)) => {
                 c.set_nonblocking(false).unwrap();
-                // The hello of lane 0 (frame.rs): magic, version 2, lane, 0, 0.
+                // The hello of lane 0 (eudp_wire::uot): magic, version 2, lane, 0, 0.
                 c.write_all(b"EUT1\x02\x00\x00\x00").unwrap();
                 return c;
             }
