@@ -25,7 +25,9 @@
 //!   application threads;
 //! * `readiness` — what poll, select and epoll see;
 //! * `options` — socket options;
-//! * `handover` — giving the socket's receive side back to its owner.
+//! * `handover` — giving the socket's receive side back to its owner;
+//! * `served` — the endpoint as the engine thread sees it (the trait in
+//!   `crate::serve`).
 
 mod coalesce;
 mod drain;
