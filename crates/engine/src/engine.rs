@@ -9,10 +9,11 @@
 
 use crate::backend::kernel::UdpSocket;
 use crate::config::Config;
-use crate::endpoint::{EpInner, RxOutcome};
+use crate::serve::{RecvScratch, RxOutcome, Served};
 use crate::sys::epoll::Epoll;
 use crate::sys::fdevents::{EventFd, TimerFd};
 use crate::sys::process::pin_current_thread;
+use crate::sys::sync::try_lock;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{
@@ -49,14 +50,14 @@ pub(crate) fn others_waiting() -> Option<bool> {
 #[derive(Debug, Default)]
 struct Coalescing {
     /// Each endpoint with the time its oldest queued datagram was queued.
-    list: Vec<(Arc<EpInner>, Instant)>,
+    list: Vec<(Arc<dyn Served>, Instant)>,
     /// When the timer is set to fire (`None`: never set, or fired since).
     armed: Option<Instant>,
 }
 
 impl Coalescing {
     /// The listed endpoints, to visit after the list's lock is let go.
-    fn endpoints(&self) -> Vec<Arc<EpInner>> {
+    fn endpoints(&self) -> Vec<Arc<dyn Served>> {
         self.list.iter().map(|(e, _)| e.clone()).collect()
     }
 }
@@ -67,12 +68,12 @@ impl Coalescing {
 #[derive(Debug, Default)]
 struct RxLists {
     /// Endpoints whose socket may still hold data after a bounded read.
-    more: Vec<Arc<EpInner>>,
+    more: Vec<Arc<dyn Served>>,
     /// Endpoints whose application thread is receiving itself: the engine
     /// stays off their socket until the thread has been away for a handoff
     /// interval (see `EpInner::engine_receive`). Each is looked at when its
     /// [`ParkCheck`] is due.
-    parked: Vec<(Arc<EpInner>, ParkCheck)>,
+    parked: Vec<(Arc<dyn Served>, ParkCheck)>,
 }
 
 /// When a parked endpoint is looked at next. A look that finds its
@@ -103,7 +104,7 @@ const PARK_BACKOFF_MAX: u32 = 32;
 impl ParkCheck {
     /// A newly parked endpoint: looked at after one handoff interval (or
     /// DETACHED_CHECK of them for a traced sender parked for its stamps).
-    fn new(ep: &EpInner, handoff: Duration, now: std::time::Instant) -> ParkCheck {
+    fn new(ep: &dyn Served, handoff: Duration, now: std::time::Instant) -> ParkCheck {
         let every = if ep.rx_stamp_parked() { DETACHED_CHECK } else { 1 };
         ParkCheck { due: now + handoff * every, every }
     }
@@ -111,7 +112,7 @@ impl ParkCheck {
     /// Looked at and still parked: `receiving` (receive calls since the
     /// last look) keeps one interval; a receiver asleep all along, twice
     /// the last one.
-    fn stayed(&mut self, ep: &EpInner, receiving: bool, handoff: Duration, now: std::time::Instant) {
+    fn stayed(&mut self, ep: &dyn Served, receiving: bool, handoff: Duration, now: std::time::Instant) {
         self.every = if ep.rx_stamp_parked() {
             DETACHED_CHECK
         } else if receiving {
@@ -127,7 +128,7 @@ impl ParkCheck {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: Config,
-    work: Mutex<VecDeque<Arc<EpInner>>>,
+    work: Mutex<VecDeque<Arc<dyn Served>>>,
     /// Endpoints whose queued sends may wait up to `config.tx_coalesce`:
     /// the engine sends what is left of their L1 when that time is up,
     /// unless their own thread did first.
@@ -156,7 +157,7 @@ pub(crate) struct Shared {
     /// under [`ROOM`]. A separate set, so the watch leaves the receive
     /// side's one-shot registration of the same socket alone.
     room: Epoll,
-    endpoints: Mutex<HashMap<u64, Weak<EpInner>>>,
+    endpoints: Mutex<HashMap<u64, Weak<dyn Served>>>,
     next_id: AtomicU64,
     /// Engine thread wake-ups (diagnostics).
     pub(crate) wakeups: AtomicU64,
@@ -178,7 +179,7 @@ impl Shared {
     /// Puts an endpoint on the work list and wakes the engine if it sleeps.
     /// Callers set the endpoint's `scheduled` flag first so an endpoint is
     /// listed at most once.
-    pub(crate) fn schedule(&self, ep: Arc<EpInner>) {
+    pub(crate) fn schedule(&self, ep: Arc<dyn Served>) {
         self.work.lock().unwrap_or_else(|e| e.into_inner()).push_back(ep);
         if self.sleeping.load(SeqCst) {
             self.doorbell.set();
@@ -189,9 +190,11 @@ impl Shared {
     /// and may wait up to `config.tx_coalesce`, or moves its time forward
     /// when it is listed already (its own thread sent what was queued
     /// before). The timer follows the earliest listing.
-    pub(crate) fn schedule_coalesced(&self, ep: &Arc<EpInner>, since: Instant) {
+    pub(crate) fn schedule_coalesced<E: Served + 'static>(&self, ep: &Arc<E>, since: Instant) {
         let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-        match c.list.iter_mut().find(|(e, _)| e.id == ep.id) {
+        // (The same endpoint is the same allocation: no call through the
+        // listed endpoints on this path of every queued send.)
+        match c.list.iter_mut().find(|(e, _)| std::ptr::addr_eq(Arc::as_ptr(e), Arc::as_ptr(ep))) {
             Some(entry) => entry.1 = entry.1.max(since),
             None => c.list.push((ep.clone(), since)),
         }
@@ -203,7 +206,7 @@ impl Shared {
     /// in `poll`, `select` or `epoll_wait` with nothing ready): every
     /// remainder it queued that waits out its coalescing interval is sent
     /// now (see
-    /// [`EpInner::send_remainder_now`]). The interval exists so that a
+    /// [`Served::send_remainder_now`]). The interval exists so that a
     /// streaming sender's next datagrams join the batch; a thread that goes
     /// to sleep sends none, and a program that sent a burst and now waits
     /// for the answers would otherwise wait the interval for its last
@@ -221,7 +224,7 @@ impl Shared {
         // sending, a call in a send path; held longer when that thread is
         // preempted) must not leave the remainder to its interval: the
         // engine is asked to send it instead.
-        let Some(c) = crate::endpoint::try_lock(&self.coalescing) else {
+        let Some(c) = try_lock(&self.coalescing) else {
             self.ask_engine_flush();
             return 0;
         };
@@ -229,7 +232,7 @@ impl Shared {
         drop(c);
         let mut sent = 0;
         let mut held = false;
-        for ep in &eps {
+        for ep in eps {
             match ep.send_remainder_now() {
                 Some(true) => sent += 1,
                 Some(false) => {}
@@ -299,7 +302,7 @@ impl Shared {
     fn service_coalesced(&self, staging: &mut crate::queue::L1Queue, fired: bool) {
         let wait = self.config.tx_coalesce;
         let now = Instant::now();
-        let due: Vec<Arc<EpInner>> = {
+        let due: Vec<Arc<dyn Served>> = {
             let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
             if fired {
                 c.armed = None;
@@ -329,24 +332,24 @@ impl Shared {
         self.set_timer(&mut c);
     }
 
-    pub(crate) fn register(&self, ep: &Arc<EpInner>) -> io::Result<()> {
-        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).insert(ep.id, Arc::downgrade(ep));
+    /// Lists `ep`, whose socket is `fd`, and watches the socket for input.
+    pub(crate) fn register<E: Served + 'static>(&self, ep: &Arc<E>, fd: std::os::fd::RawFd) -> io::Result<()> {
+        let weak = Arc::downgrade(ep);
+        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).insert(ep.id(), weak);
         // One-shot: after a report the watch stays off until re-armed — by
         // the engine once it has read the socket dry, or by an application
         // thread that was blocked on the socket itself (then the engine is
         // not woken for arrivals that thread will read).
-        self.epoll.add_readable_oneshot(ep.backend.raw_fd(), ep.id)
+        self.epoll.add_readable_oneshot(fd, ep.id())
     }
 
-    /// Has the engine service `ep`'s send side again once `fd` (its
-    /// [`crate::backend::Capabilities::writable_fd`]) has room: the engine
-    /// thread never waits for one socket while others have work.
-    pub(crate) fn await_room(&self, ep: &EpInner, fd: std::os::fd::RawFd) -> io::Result<()> {
-        let rearm = ep.room_watched.swap(true, SeqCst);
-        match self.room.watch_writable_once(fd, ep.id, rearm) {
-            Err(e) if !rearm && e.raw_os_error() == Some(libc::EEXIST) => {
-                self.room.watch_writable_once(fd, ep.id, true)
-            }
+    /// Has the engine service endpoint `id`'s send side again once `fd`
+    /// (its [`crate::backend::Capabilities::writable_fd`]) has room: the
+    /// engine thread never waits for one socket while others have work.
+    /// `rearm`: `fd` is in the room set already.
+    pub(crate) fn await_room(&self, id: u64, fd: std::os::fd::RawFd, rearm: bool) -> io::Result<()> {
+        match self.room.watch_writable_once(fd, id, rearm) {
+            Err(e) if !rearm && e.raw_os_error() == Some(libc::EEXIST) => self.room.watch_writable_once(fd, id, true),
             r => r,
         }
     }
@@ -360,12 +363,14 @@ impl Shared {
                 .unwrap_or(true)
     }
 
-    pub(crate) fn deregister(&self, ep: &EpInner) {
-        let _ = self.epoll.remove(ep.backend.raw_fd());
-        if let Some(fd) = ep.backend.capabilities().writable_fd.filter(|_| ep.room_watched.load(SeqCst)) {
+    /// Takes endpoint `id` off the map and its socket `fd` out of the
+    /// epoll sets; `room_fd`: the descriptor it has in the room set.
+    pub(crate) fn deregister(&self, id: u64, fd: std::os::fd::RawFd, room_fd: Option<std::os::fd::RawFd>) {
+        let _ = self.epoll.remove(fd);
+        if let Some(fd) = room_fd {
             let _ = self.room.remove(fd);
         }
-        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).remove(&ep.id);
+        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
 
     /// Takes a closing endpoint off the work, coalescing and receive lists,
@@ -376,17 +381,17 @@ impl Shared {
     /// Nothing can take a new reference after that: the endpoint map holds
     /// weak ones and the endpoint left it first.
     pub(crate) fn forget(&self, id: u64) {
-        self.work.lock().unwrap_or_else(|e| e.into_inner()).retain(|e| e.id != id);
+        self.work.lock().unwrap_or_else(|e| e.into_inner()).retain(|e| e.id() != id);
         {
             let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-            rx.more.retain(|e| e.id != id);
-            rx.parked.retain(|(e, _)| e.id != id);
+            rx.more.retain(|e| e.id() != id);
+            rx.parked.retain(|(e, _)| e.id() != id);
         }
         // The timer is left as it is: disarming it cost the closer 11–16 µs
         // (measured); a timer that fires with nothing due costs the engine
         // one turn, which it took for this endpoint before anyway.
         let mut c = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-        c.list.retain(|(e, _)| e.id != id);
+        c.list.retain(|(e, _)| e.id() != id);
         self.coalescing_len.store(c.list.len(), Relaxed);
     }
 
@@ -578,13 +583,13 @@ impl Engine {
     /// Flushes every endpoint's queues (waiting up to `timeout`) and stops the
     /// thread. Endpoints that outlive the engine send directly afterwards.
     pub fn shutdown(&self, timeout: Duration) {
-        let eps: Vec<Arc<EpInner>> = {
+        let eps: Vec<Arc<dyn Served>> = {
             let m = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
             m.values().filter_map(Weak::upgrade).collect()
         };
         let deadline =
             Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 30));
-        for ep in &eps {
+        for ep in eps {
             ep.flush(deadline);
         }
         self.shared.stop.store(true, SeqCst);
@@ -606,7 +611,7 @@ impl Drop for Engine {
 const DETACHED_CHECK: u32 = 4;
 
 /// How long the engine may sleep before a parked endpoint is due a look.
-fn next_park_check(parked: &[(Arc<EpInner>, ParkCheck)]) -> Option<Duration> {
+fn next_park_check(parked: &[(Arc<dyn Served>, ParkCheck)]) -> Option<Duration> {
     let now = std::time::Instant::now();
     parked.iter().map(|(_, c)| c.due.saturating_duration_since(now)).min()
 }
@@ -621,12 +626,12 @@ fn run(sh: Arc<Shared>) {
     crate::tracepoint::init_from_env();
     crate::tracepoint::prepare_thread();
     CURRENT.with(|c| *c.borrow_mut() = Arc::downgrade(&sh));
-    let mut scratch = crate::endpoint::RecvScratch::new(sh.config.max_msgs);
+    let mut scratch = RecvScratch::new(sh.config.max_msgs);
     let mut staging = crate::queue::L1Queue::default();
     let mut ready: Vec<u64> = Vec::with_capacity(64);
     let mut room_ready: Vec<u64> = Vec::with_capacity(64);
-    let mut more_next: Vec<Arc<EpInner>> = Vec::new();
-    let mut parked_next: Vec<Arc<EpInner>> = Vec::new();
+    let mut more_next: Vec<Arc<dyn Served>> = Vec::new();
+    let mut parked_next: Vec<Arc<dyn Served>> = Vec::new();
     let handoff = sh.config.rx_handoff;
     let mut timer_fired = false;
     loop {
@@ -676,10 +681,10 @@ fn run(sh: Arc<Shared>) {
         // Let go of endpoints the application has dropped.
         let mut todo = {
             let mut rx = sh.rx.lock().unwrap_or_else(|e| e.into_inner());
-            rx.parked.retain(|(ep, _)| !ep.closed.load(SeqCst));
+            rx.parked.retain(|(ep, _)| !ep.is_closed());
             std::mem::take(&mut rx.more)
         };
-        todo.retain(|ep| !ep.closed.load(SeqCst));
+        todo.retain(|ep| !ep.is_closed());
         for &tok in &ready {
             if tok == DOORBELL {
                 sh.doorbell.clear();
@@ -707,7 +712,7 @@ fn run(sh: Arc<Shared>) {
             }
             let ep = sh.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(&tok).and_then(Weak::upgrade);
             if let Some(ep) = ep {
-                if !todo.iter().any(|e| e.id == ep.id) {
+                if !todo.iter().any(|e| e.id() == tok) {
                     todo.push(ep);
                 }
             }
@@ -722,13 +727,13 @@ fn run(sh: Arc<Shared>) {
         let mut rx = sh.rx.lock().unwrap_or_else(|e| e.into_inner());
         // (An endpoint closed meanwhile is not listed again: its closer
         // waits for these references to go.)
-        rx.more.extend(more_next.drain(..).filter(|ep| !ep.closed.load(SeqCst)));
+        rx.more.extend(more_next.drain(..).filter(|ep| !ep.is_closed()));
         // (No clock read on a turn without parked endpoints.)
         if !parked_next.is_empty() || !rx.parked.is_empty() {
             let now = std::time::Instant::now();
             for ep in parked_next.drain(..) {
-                if !ep.closed.load(SeqCst) && !rx.parked.iter().any(|(e, _)| e.id == ep.id) {
-                    let c = ParkCheck::new(&ep, handoff, now);
+                if !ep.is_closed() && !rx.parked.iter().any(|(e, _)| e.id() == ep.id()) {
+                    let c = ParkCheck::new(&*ep, handoff, now);
                     rx.parked.push((ep, c));
                 }
             }
@@ -743,7 +748,7 @@ fn run(sh: Arc<Shared>) {
                 if ep.rx_idle_since_last_look() {
                     return false;
                 }
-                c.stayed(ep, ep.rx_calls_seen() != seen, handoff, now);
+                c.stayed(&**ep, ep.rx_calls_seen() != seen, handoff, now);
                 true
             });
         }

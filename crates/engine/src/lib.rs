@@ -11,6 +11,8 @@
 //! * [`batch`] — `gso_batch`: forming GSO super-packets and `sendmmsg` calls.
 //! * [`ring`] — the byte-bounded receive ring with zero-copy GRO split.
 //! * [`engine`] — the engine thread and its scheduling.
+//! * `serve` — what the engine thread needs of an endpoint (a trait the
+//!   endpoint implements), so that the engine does not depend on it.
 //! * [`backend`] — the transports.
 //! * [`sys`] — the engine's system calls; with the transports' own raw
 //!   layers, the only `unsafe` code of the crate.
@@ -28,6 +30,7 @@ pub mod log;
 pub mod machine;
 pub mod queue;
 pub mod ring;
+mod serve;
 pub mod settings;
 pub mod stat_dir;
 pub mod stats;

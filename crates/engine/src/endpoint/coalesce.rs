@@ -1,10 +1,11 @@
 //! Coalescing queued sends into batches: when the engine is asked to send
 //! L1, and when the caller's thread sends a batch's worth itself.
 
-use super::{lock, try_lock, EpInner};
+use super::{lock, EpInner};
 use crate::batch::{gso_batch, GsoLimits};
 use crate::queue::{L1Queue, SendState};
 use crate::stats::Stats;
+use crate::sys::sync::try_lock;
 use std::net::SocketAddr;
 use std::sync::atomic::{Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, MutexGuard};

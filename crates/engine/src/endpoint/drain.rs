@@ -8,7 +8,7 @@ use crate::queue::L1Queue;
 use crate::stats::Stats;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::sync::atomic::{Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{Ordering::Acquire, Ordering::Relaxed, Ordering::Release, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -144,7 +144,8 @@ impl EpInner {
         }
         self.notify_send();
         let fd = self.room_fd.expect("only endpoints with a writable fd stop at a full send buffer");
-        if self.engine.await_room(self, fd).is_err() {
+        let rearm = self.room_watched.swap(true, SeqCst);
+        if self.engine.await_room(self.id, fd, rearm).is_err() {
             // Not watchable (it should be): look again in a moment.
             let _ = self.backend.wait_writable(Duration::from_millis(10));
             self.engine.schedule(self.clone());

@@ -1,8 +1,8 @@
 //! Reading the socket into the receive ring: batched reads, GRO split, and
-//! the scratch buffers a read uses.
+//! an application thread's scratch buffers.
 
-use super::{lock, EpInner, RX_BUF};
-use crate::backend::kernel::InMeta;
+use super::{lock, EpInner};
+use crate::serve::{RecvScratch, RX_BUF};
 use crate::stats::Stats;
 use std::io;
 use std::sync::atomic::{Ordering::Relaxed, Ordering::Release};
@@ -15,20 +15,6 @@ const GRO_MAX_SEGMENTS: usize = 128;
 /// Messages received into a buffer smaller than this are copied into a
 /// right-sized buffer so a small datagram does not pin 64 KiB.
 const COPY_BELOW: usize = 8 << 10;
-
-/// Buffers for one batched receive, owned by the receiving thread.
-#[derive(Debug)]
-pub(crate) struct RecvScratch {
-    pub(super) bufs: Vec<Vec<u8>>,
-    pub(super) meta: Vec<InMeta>,
-}
-
-impl RecvScratch {
-    pub(crate) fn new(n: usize) -> Self {
-        let n = n.clamp(1, 64);
-        RecvScratch { bufs: (0..n).map(|_| vec![0u8; RX_BUF]).collect(), meta: vec![InMeta::default(); n] }
-    }
-}
 
 thread_local! {
     static CALLER_SCRATCH: std::cell::RefCell<Option<RecvScratch>> = const { std::cell::RefCell::new(None) };

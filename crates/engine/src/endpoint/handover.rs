@@ -1,8 +1,8 @@
 //! Handing the socket's receive side back to its owner (the preload shim's
 //! fallback) and the datagrams that go with it.
 
-use super::fill::RecvScratch;
-use super::{lock, Endpoint, RX_BUF};
+use super::{lock, Endpoint};
+use crate::serve::{RecvScratch, RX_BUF};
 use crate::sys::fdevents::EventFd;
 use std::io;
 use std::net::SocketAddr;

@@ -25,7 +25,9 @@
 //!   application threads;
 //! * `readiness` — what poll, select and epoll see;
 //! * `options` — socket options;
-//! * `handover` — giving the socket's receive side back to its owner.
+//! * `handover` — giving the socket's receive side back to its owner;
+//! * `served` — the endpoint as the engine thread sees it (the trait in
+//!   `crate::serve`).
 
 mod coalesce;
 mod drain;
@@ -35,14 +37,13 @@ mod options;
 mod readiness;
 mod recv;
 mod send;
+mod served;
 mod wait;
 mod watch;
 
-pub(crate) use fill::RecvScratch;
 pub use handover::{is_handed_over, KeptDatagram, Taken};
 use readiness::RecvSide;
 pub use readiness::RingLen;
-pub(crate) use watch::RxOutcome;
 
 use crate::backend::kernel;
 use crate::backend::Backend;
@@ -51,17 +52,15 @@ use crate::engine::{Engine, Shared};
 use crate::machine::{QueueEvent, QueueState};
 use crate::queue::{L1Queue, Recorder, SendState};
 use crate::ring::RecvRing;
+use crate::serve::RX_BUF;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::sys::sync::lock;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// Receive buffer per message: the largest UDP datagram or GRO super-packet.
-pub(crate) const RX_BUF: usize = 1 << 16;
 
 /// `now + d`, or `None` when that is beyond what `Instant` can hold (a
 /// timeout that large means "forever").
@@ -72,16 +71,6 @@ fn deadline_after(d: Duration) -> Option<Instant> {
 /// A deadline that never comes in practice (about 30 years away).
 fn far_future() -> Instant {
     deadline_after(Duration::from_secs(1 << 30)).unwrap_or_else(Instant::now)
-}
-
-/// The lock if nobody holds it (a poisoned one too, as [`lock`] takes it);
-/// `None` when it is held — by another thread, or by this one further up.
-pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    match m.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
 }
 
 fn err(code: i32) -> io::Error {
@@ -109,7 +98,7 @@ pub(crate) struct EpInner {
     /// than waiting (see [`EpInner::await_room`]).
     room_fd: Option<RawFd>,
     /// `room_fd` is in the engine's room set (written by the engine).
-    pub(crate) room_watched: AtomicBool,
+    room_watched: AtomicBool,
     /// The backend's [`crate::backend::Capabilities::drain_on_caller`], read once, and not
     /// turned off by `Config::tx_caller_drain`.
     caller_drains: bool,
@@ -195,7 +184,7 @@ pub(crate) struct EpInner {
     lone_post: Mutex<Option<Instant>>,
     lone_pending: AtomicBool,
     /// The application dropped the endpoint; the engine lets go of it.
-    pub(crate) closed: AtomicBool,
+    closed: AtomicBool,
     /// Receive calls made by application threads (written by them only).
     rx_calls: std::sync::atomic::AtomicU64,
     /// `rx_calls` when the engine last looked (written by the engine only).
@@ -377,7 +366,7 @@ impl Endpoint {
             backend,
             engine: sh,
         });
-        inner.engine.register(&inner)?;
+        inner.engine.register(&inner, inner.backend.raw_fd())?;
         Ok(Endpoint { inner })
     }
 
@@ -475,7 +464,8 @@ impl Drop for Endpoint {
         };
         Stats::add(&inner.stats.drop_shutdown, lost);
         inner.closed.store(true, SeqCst);
-        inner.engine.deregister(inner);
+        let room_fd = inner.backend.capabilities().writable_fd.filter(|_| inner.room_watched.load(SeqCst));
+        inner.engine.deregister(inner.id, inner.backend.raw_fd(), room_fd);
         // The kernel socket must be closed when this returns, as close(2)
         // closes it — a program may bind the same port again at once, and
         // the shim's descriptor budget counts on its numbers being free.

@@ -2,8 +2,8 @@
 //! is away, parking while the application reads itself, and handing the
 //! reading to application threads that wait on the socket.
 
-use super::fill::RecvScratch;
 use super::{lock, Endpoint, EpInner};
+use crate::serve::{RecvScratch, RxOutcome};
 use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
 
 /// Receive rounds per readiness event before the engine moves on (fairness).
@@ -14,17 +14,6 @@ const RX_ROUNDS: usize = 4;
 /// request, then `EAGAIN`, with room for a second request. A stream's
 /// receiver drains a run of datagrams between polls.
 const SPARSE_RECEIVES: u64 = 4;
-
-/// What the engine did with a socket that had an arrival.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RxOutcome {
-    /// Read, and the socket may still hold data: read again soon.
-    More,
-    /// Read dry; the watch is re-armed.
-    Done,
-    /// An application thread is receiving itself; the watch stays off.
-    Parked,
-}
 
 impl Endpoint {
     /// The application waits for input on the socket itself (the preload
