@@ -7,7 +7,7 @@
 //!   [`PktInfo`], and the socket's error queue.
 //! * [`gso_max_segments`] — how many segments a GSO message may carry here.
 //!
-//! The socket's raw calls and control-message encoding are in [`sys`];
+//! The socket's raw calls and control-message coding are in `sys.rs`;
 //! everything here is safe Rust over them.
 
 mod sys;
