@@ -1,7 +1,7 @@
 //! The engine's floor: its system calls that belong to no one transport.
 //!
 //! Contract: this module and the transports' own raw layers — the kernel
-//! UDP socket's calls in `backend/kernel.rs`, `backend/xdp/sys.rs` and
+//! UDP socket's calls in `backend/kernel/sys.rs`, `backend/xdp/sys.rs` and
 //! `backend/tcp/sys.rs` — are the only places of the crate allowed
 //! `unsafe` (`#[allow(unsafe_code)]` per module; the crate denies it).
 //! Everything above them is safe Rust over the types and functions here.

@@ -20,3 +20,12 @@ pub fn set_int_option(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32, va
     })
     .map(drop)
 }
+
+/// Reads an integer socket option of any socket.
+pub fn get_int_option(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32) -> io::Result<i32> {
+    let mut val: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: pointer to a live c_int and its length; fd is borrowed for the call.
+    cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, &mut val as *mut _ as *mut libc::c_void, &mut len) })?;
+    Ok(val)
+}

@@ -7,51 +7,22 @@
 //!   [`PktInfo`], and the socket's error queue.
 //! * [`gso_max_segments`] — how many segments a GSO message may carry here.
 //!
-//! The socket's own system calls are here, under the safety policy of
-//! [`crate::sys`]; the engine's other primitives are in [`crate::sys`].
+//! The socket's raw calls and control-message coding are in `sys.rs`;
+//! everything here is safe Rust over them.
 
-#![allow(unsafe_code)] // The kernel transport's own socket calls (sendmmsg, recvmmsg, cmsgs).
+mod sys;
 
 use super::partly::partly;
 use crate::fdspace::{new_private, private, Private};
-use crate::sys::addr::RawAddr;
-use crate::sys::cvt;
 use crate::sys::poll::poll_writable;
-use crate::sys::timestamp::SO_TIMESTAMPING;
+use crate::sys::sockopt::{get_int_option, set_int_option};
 use eudp_wire::limits::{GSO_MAX_SEGMENTS, GSO_MAX_SEGMENTS_RAISED};
 use std::io;
-use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::time::Duration;
-
-/// `UDP_SEGMENT` (linux/udp.h): per-send GSO segment size.
-const UDP_SEGMENT: libc::c_int = 103;
-/// `UDP_GRO` (linux/udp.h): receive coalesced super-packets.
-const UDP_GRO: libc::c_int = 104;
-/// Room for one `UDP_SEGMENT` (u16) control message.
-const GSO_CMSG_SPACE: usize = 32;
-/// Room for the receive control messages we ask for: `UDP_GRO` (an int, 24
-/// bytes with its header), `IP_PKTINFO` (32) or `IPV6_PKTINFO` (40),
-/// `IP_TTL` and `IP_TOS` or `IPV6_HOPLIMIT` and `IPV6_TCLASS` (24 each)
-/// and, when tracing, `SCM_TIMESTAMPING` (three timespecs, 64 bytes).
-const RX_CMSG_SPACE: usize = 192;
-
-/// `recvmmsg` header arrays of one thread, kept between reads (see
-/// `UdpSocket::recv_batch_into`).
-#[derive(Default)]
-struct RxArrays {
-    addrs: Vec<RawAddr>,
-    cmsgs: Vec<[u64; RX_CMSG_SPACE / 8]>,
-    iovs: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-}
-
-thread_local! {
-    static RX_ARRAYS: std::cell::RefCell<RxArrays> = std::cell::RefCell::new(RxArrays::default());
-}
 
 /// One outgoing backend message: a run of equal-size datagrams to one
 /// destination, sent as one GSO super-packet when `segment` is set.
@@ -223,33 +194,12 @@ impl UdpSocket {
     /// stays this value's until it drops. Calls made meanwhile fail
     /// (`ENOTSOCK`) instead of reaching whatever might reuse the number.
     pub fn release_socket(&self) {
-        let fd = self.fd.as_raw_fd();
-        // SAFETY: a plain open of a constant path, closed below (never
-        // kept); dup3 onto `fd`, which this value owns, only changes what
-        // that number refers to.
-        unsafe {
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            if null < 0 {
-                return;
-            }
-            match crate::fdspace::placement_dup3() {
-                Some(dup3) => dup3(null, fd, libc::O_CLOEXEC),
-                None => libc::dup3(null, fd, libc::O_CLOEXEC),
-            };
-            libc::close(null);
-        }
+        sys::release_fd(self.fd.as_fd());
     }
 
     /// Opens a nonblocking, close-on-exec UDP socket of the given family.
     pub fn new(v6: bool) -> io::Result<Self> {
-        let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
-        let fd = new_private(|| {
-            // SAFETY: plain syscall; the returned fd is owned by OwnedFd below.
-            let fd =
-                cvt(unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
-            // SAFETY: fd was just returned by socket() and is owned by nobody else.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-        })?;
+        let fd = new_private(|| sys::udp_socket(v6))?;
         Ok(UdpSocket { fd, v6 })
     }
 
@@ -261,22 +211,11 @@ impl UdpSocket {
     pub fn from_owned_fd(fd: OwnedFd) -> io::Result<Self> {
         // Placed first, so that an early return below releases it too.
         let fd = private(fd)?;
-        let raw = fd.as_raw_fd();
-        let mut ty: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: pointer to a live c_int and its length.
-        cvt(unsafe {
-            libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_TYPE, &mut ty as *mut _ as *mut libc::c_void, &mut len)
-        })?;
+        let ty = get_int_option(fd.as_fd(), libc::SOL_SOCKET, libc::SO_TYPE)?;
         if ty != libc::SOCK_DGRAM {
             return Err(io::Error::from_raw_os_error(libc::ENOTSOCK));
         }
-        let mut dom: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: as above.
-        cvt(unsafe {
-            libc::getsockopt(raw, libc::SOL_SOCKET, libc::SO_DOMAIN, &mut dom as *mut _ as *mut libc::c_void, &mut len)
-        })?;
+        let dom = get_int_option(fd.as_fd(), libc::SOL_SOCKET, libc::SO_DOMAIN)?;
         if dom != libc::AF_INET && dom != libc::AF_INET6 {
             return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
         }
@@ -286,11 +225,7 @@ impl UdpSocket {
     /// Clears O_NONBLOCK on the file description. Calls of this type pass
     /// `MSG_DONTWAIT` anyway; only [`UdpSocket::recv_batch_wait`] blocks.
     pub fn set_description_blocking(&self) -> io::Result<()> {
-        let raw = self.fd.as_raw_fd();
-        // SAFETY: fcntl with integer arguments on a valid fd we own.
-        let fl = cvt(unsafe { libc::fcntl(raw, libc::F_GETFL) })?;
-        // SAFETY: as above.
-        cvt(unsafe { libc::fcntl(raw, libc::F_SETFL, fl & !libc::O_NONBLOCK) }).map(drop)
+        sys::clear_nonblocking(self.fd.as_fd())
     }
 
     /// True for an IPv6 socket.
@@ -299,27 +234,11 @@ impl UdpSocket {
     }
 
     fn setsockopt_int(&self, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
-        // SAFETY: passes a pointer to a live c_int and its size.
-        cvt(unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                name,
-                &val as *const _ as *const libc::c_void,
-                size_of::<libc::c_int>() as u32,
-            )
-        })
-        .map(drop)
+        set_int_option(self.fd.as_fd(), level, name, val)
     }
 
     fn getsockopt_int(&self, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
-        let mut val: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: pointer to a live c_int and its length.
-        cvt(unsafe {
-            libc::getsockopt(self.fd.as_raw_fd(), level, name, &mut val as *mut _ as *mut libc::c_void, &mut len)
-        })?;
-        Ok(val)
+        get_int_option(self.fd.as_fd(), level, name)
     }
 
     /// Sets an integer socket option (`SOL_SOCKET`, `IPPROTO_IP`, …).
@@ -345,37 +264,19 @@ impl UdpSocket {
     /// Packets this socket dropped on receive (`SO_MEMINFO`'s drop count,
     /// the one `ss -m` shows).
     pub fn drops(&self) -> io::Result<u64> {
-        const SO_MEMINFO: libc::c_int = 55;
-        let mut info = [0u32; 16];
-        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
-        // SAFETY: pointer and length of a live u32 array; the kernel writes
-        // at most `len` bytes and reports how many.
-        cvt(unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                SO_MEMINFO,
-                info.as_mut_ptr() as *mut libc::c_void,
-                &mut len,
-            )
-        })?;
-        let at = libc::SK_MEMINFO_DROPS as usize;
-        if (len as usize) < (at + 1) * 4 {
-            return Err(io::Error::from(io::ErrorKind::Unsupported));
-        }
-        Ok(u64::from(info[at]))
+        sys::meminfo_drops(self.fd.as_fd())
     }
 
     /// Probes UDP GSO: true when the kernel accepts `UDP_SEGMENT` on this socket.
     pub fn probe_gso(&self) -> bool {
         // Setting a segment size of 0 as the socket default is a no-op that
         // fails with ENOPROTOOPT on kernels without UDP GSO.
-        self.setsockopt_int(libc::SOL_UDP, UDP_SEGMENT, 0).is_ok()
+        self.setsockopt_int(libc::SOL_UDP, sys::UDP_SEGMENT, 0).is_ok()
     }
 
     /// Enables UDP GRO on receive; false when the kernel lacks it.
     pub fn enable_gro(&self) -> bool {
-        self.setsockopt_int(libc::SOL_UDP, UDP_GRO, 1).is_ok()
+        self.setsockopt_int(libc::SOL_UDP, sys::UDP_GRO, 1).is_ok()
     }
 
     /// An unbound socket with `UDP_GRO` on, kept only to hold the kernel's
@@ -398,7 +299,7 @@ impl UdpSocket {
 
     /// Whether `UDP_GRO` is on (false where the kernel lacks it).
     pub fn gro_enabled(&self) -> bool {
-        self.getsockopt_int(libc::SOL_UDP, UDP_GRO).map(|v| v != 0).unwrap_or(false)
+        self.getsockopt_int(libc::SOL_UDP, sys::UDP_GRO).map(|v| v != 0).unwrap_or(false)
     }
 
     /// Enables extended error reporting (ICMP errors on unconnected sockets).
@@ -416,66 +317,32 @@ impl UdpSocket {
 
     /// Binds to a local address.
     pub fn bind(&self, addr: &SocketAddr) -> io::Result<()> {
-        let raw = RawAddr::from_std(addr);
-        // SAFETY: pointer/length from a live RawAddr.
-        cvt(unsafe { libc::bind(self.fd.as_raw_fd(), raw.as_ptr(), raw.len) }).map(drop)
+        sys::bind(self.fd.as_fd(), addr)
     }
 
     /// Connects to a peer (sets the default destination and filters sources).
     pub fn connect(&self, addr: &SocketAddr) -> io::Result<()> {
-        let raw = RawAddr::from_std(addr);
-        // SAFETY: pointer/length from a live RawAddr.
-        cvt(unsafe { libc::connect(self.fd.as_raw_fd(), raw.as_ptr(), raw.len) }).map(drop)
+        sys::connect(self.fd.as_fd(), addr)
     }
 
     /// Dissolves the association (connect to AF_UNSPEC).
     pub fn disconnect(&self) -> io::Result<()> {
-        // SAFETY: plain data.
-        let mut sa: libc::sockaddr = unsafe { zeroed() };
-        sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
-        // SAFETY: pointer to a live sockaddr.
-        cvt(unsafe { libc::connect(self.fd.as_raw_fd(), &sa, size_of::<libc::sockaddr>() as u32) }).map(drop)
+        sys::disconnect(self.fd.as_fd())
     }
 
     /// The bound local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        let mut raw = RawAddr::empty();
-        // SAFETY: pointer/length into a live RawAddr that the kernel fills.
-        cvt(unsafe {
-            libc::getsockname(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len)
-        })?;
-        raw.to_std().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
+        sys::name(self.fd.as_fd(), false)
     }
 
     /// The connected peer address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        let mut raw = RawAddr::empty();
-        // SAFETY: as in local_addr.
-        cvt(unsafe {
-            libc::getpeername(self.fd.as_raw_fd(), &mut raw.storage as *mut _ as *mut libc::sockaddr, &mut raw.len)
-        })?;
-        raw.to_std().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
+        sys::name(self.fd.as_fd(), true)
     }
 
     /// Sends one datagram (nonblocking). `dst` is `None` on a connected socket.
     pub fn send_to(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
-        let raw = dst.map(RawAddr::from_std);
-        let (p, l) = match &raw {
-            Some(r) => (r.as_ptr(), r.len),
-            None => (std::ptr::null(), 0),
-        };
-        // SAFETY: buffer and address pointers come from live borrows.
-        cvt(unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                buf.as_ptr() as *const libc::c_void,
-                buf.len(),
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                p,
-                l,
-            )
-        })
-        .map(|n| n as usize)
+        sys::send_to(self.fd.as_fd(), buf, dst)
     }
 
     /// Sends up to `msgs.len()` messages in one `sendmmsg` call, each message a
@@ -588,45 +455,7 @@ impl UdpSocket {
         if n == 0 {
             return Ok(0);
         }
-        let mut addrs: Vec<Option<RawAddr>> = Vec::with_capacity(n);
-        let mut cmsgs: Vec<[u64; GSO_CMSG_SPACE / 8]> = vec![[0; GSO_CMSG_SPACE / 8]; n];
-        // SAFETY: mmsghdr is plain data; zero is a valid initial value.
-        let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
-        for m in &msgs[..n] {
-            addrs.push(m.dst.as_ref().map(RawAddr::from_std));
-        }
-        for i in 0..n {
-            let m = &msgs[i];
-            let h = &mut hdrs[i].msg_hdr;
-            if let Some(a) = &addrs[i] {
-                h.msg_name = a.as_ptr() as *mut libc::c_void;
-                h.msg_namelen = a.len;
-            }
-            // IoSlice is ABI-compatible with iovec on Unix.
-            h.msg_iov = m.iov.as_ptr() as *mut libc::iovec;
-            h.msg_iovlen = m.iov.len();
-            if let Some(seg) = m.segment {
-                let buf = cmsgs[i].as_mut_ptr() as *mut u8;
-                h.msg_control = buf as *mut libc::c_void;
-                // SAFETY: CMSG_SPACE is a pure size computation.
-                h.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
-                // SAFETY: msg_control points at GSO_CMSG_SPACE zeroed, aligned bytes,
-                // enough for one u16 cmsg; CMSG_FIRSTHDR/DATA stay inside it.
-                unsafe {
-                    let c = libc::CMSG_FIRSTHDR(h);
-                    (*c).cmsg_level = libc::SOL_UDP;
-                    (*c).cmsg_type = UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg);
-                }
-            }
-        }
-        // SAFETY: every pointer in hdrs refers to addrs, cmsgs or the caller's
-        // iov slices, all alive across this call.
-        let r = unsafe {
-            libc::sendmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
-        };
-        cvt(r).map(|v| v as usize)
+        sys::send_mmsg(self.fd.as_fd(), n, |i| (msgs[i].dst, msgs[i].iov, msgs[i].segment))
     }
 
     /// Receives up to `bufs.len()` messages in one `recvmmsg` call (nonblocking).
@@ -649,172 +478,28 @@ impl UdpSocket {
         if n == 0 {
             return Ok(0);
         }
-        let r = RX_ARRAYS.try_with(|cell| {
-            cell.try_borrow_mut().ok().map(|mut a| self.recv_batch_into(&mut a, bufs, meta, n, flags))
-        });
-        match r {
-            Ok(Some(r)) => r,
-            // Not expected (nothing here receives re-entrantly; a thread
-            // past its thread-locals' end): fresh arrays.
-            _ => self.recv_batch_into(&mut RxArrays::default(), bufs, meta, n, flags),
-        }
-    }
-
-    /// [`UdpSocket::recv_batch_flags`] with the header arrays `a`, grown to
-    /// `n` as needed and reused: allocating and zeroing four arrays per call
-    /// would be a good part of a request/response server's receive.
-    fn recv_batch_into(
-        &self,
-        a: &mut RxArrays,
-        bufs: &mut [Vec<u8>],
-        meta: &mut [InMeta],
-        n: usize,
-        flags: libc::c_int,
-    ) -> io::Result<usize> {
-        if a.addrs.len() < n {
-            a.addrs.resize(n, RawAddr::empty());
-            a.cmsgs.resize(n, [0; RX_CMSG_SPACE / 8]);
-            // SAFETY: plain data.
-            a.hdrs.resize_with(n, || unsafe { zeroed() });
-            a.iovs.resize(n, libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 });
-        }
-        let RxArrays { addrs, cmsgs, iovs, hdrs } = a;
-        for (i, b) in bufs[..n].iter_mut().enumerate() {
-            iovs[i] = libc::iovec { iov_base: b.as_mut_ptr() as *mut libc::c_void, iov_len: b.len() };
-            addrs[i].len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // Every field the kernel reads is set; the rest are outputs.
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = &mut addrs[i].storage as *mut _ as *mut libc::c_void;
-            h.msg_namelen = addrs[i].len;
-            h.msg_iov = &mut iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].as_mut_ptr() as *mut libc::c_void;
-            h.msg_controllen = RX_CMSG_SPACE;
-            h.msg_flags = 0;
-            hdrs[i].msg_len = 0;
-        }
-        // SAFETY: all pointers refer to the live arrays above and the caller's buffers.
-        let r = unsafe {
-            if n == 1 {
-                // One message (a blocking read on the program's thread, a
-                // request/response socket): `recvmsg` does what a one-entry
-                // `recvmmsg` does with less work in the kernel (no header
-                // vector copied in, no length written back, no batch loop).
-                // A datagram of 0 bytes is still one message, as there.
-                match libc::recvmsg(self.fd.as_raw_fd(), &mut hdrs[0].msg_hdr, flags & !libc::MSG_WAITFORONE) {
-                    len if len >= 0 => {
-                        hdrs[0].msg_len = len as u32;
-                        1
-                    }
-                    _ => -1,
-                }
-            } else {
-                libc::recvmmsg(self.fd.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, flags, std::ptr::null_mut())
-            }
-        };
-        let got = cvt(r)? as usize;
-        for i in 0..got {
-            let h = &hdrs[i].msg_hdr;
-            addrs[i].len = h.msg_namelen;
-            let mut segment = None;
-            let mut info = PktInfo::default();
-            // SAFETY: the kernel filled msg_control/msg_controllen; the CMSG
-            // macros walk only within that range.
-            unsafe {
-                let mut c = libc::CMSG_FIRSTHDR(h);
-                while !c.is_null() {
-                    if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                        if v > 0 {
-                            segment = Some(v as usize);
-                        }
-                    }
-                    if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_PKTINFO {
-                        let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in_pktinfo);
-                        let a = |x: libc::in_addr| std::net::Ipv4Addr::from(u32::from_be(x.s_addr));
-                        info.v4 = Some((p.ipi_ifindex as u32, a(p.ipi_spec_dst), a(p.ipi_addr)));
-                    }
-                    if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
-                        info.tos = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c)));
-                    }
-                    if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TTL {
-                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                        info.ttl = Some(v.clamp(0, 255) as u8);
-                    }
-                    if (*c).cmsg_level == libc::IPPROTO_IPV6 && (*c).cmsg_type == libc::IPV6_PKTINFO {
-                        let p = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::in6_pktinfo);
-                        info.v6 = Some((std::net::Ipv6Addr::from(p.ipi6_addr.s6_addr), p.ipi6_ifindex));
-                    }
-                    if (*c).cmsg_level == libc::IPPROTO_IPV6
-                        && matches!((*c).cmsg_type, libc::IPV6_TCLASS | libc::IPV6_HOPLIMIT)
-                    {
-                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int).clamp(0, 255) as u8;
-                        if (*c).cmsg_type == libc::IPV6_TCLASS {
-                            info.tclass = Some(v);
-                        } else {
-                            info.hoplimit = Some(v);
-                        }
-                    }
-                    if (*c).cmsg_level == libc::SOL_SOCKET
-                        && (*c).cmsg_type == SO_TIMESTAMPING
-                        && crate::tracepoint::on()
-                    {
-                        let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
-                        crate::tracepoint::note_rx_stamp(i, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                    }
-                    c = libc::CMSG_NXTHDR(h, c);
+        sys::recv_mmsg(self.fd.as_fd(), bufs, n, flags, |i, m| {
+            let c = m.control;
+            if let Some(ns) = c.stamp_ns {
+                if crate::tracepoint::on() {
+                    crate::tracepoint::note_rx_stamp(i, ns);
                 }
             }
+            let info = PktInfo { v4: c.v4, v6: c.v6, tos: c.tos, ttl: c.ttl, tclass: c.tclass, hoplimit: c.hoplimit };
             meta[i] = InMeta {
-                len: hdrs[i].msg_len as usize,
-                src: addrs[i].to_std(),
-                segment,
-                truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+                len: m.len,
+                src: m.src,
+                segment: c.gro_segment,
+                truncated: m.truncated,
                 pktinfo: (!info.is_empty()).then_some(info),
             };
-        }
-        Ok(got)
+        })
     }
 
     /// Reads one queued extended error (IP_RECVERR), returning its errno and
     /// the address it concerns. `Ok(None)` when the error queue is empty.
     pub fn take_queued_error(&self) -> io::Result<Option<(i32, Option<SocketAddr>)>> {
-        let mut buf = [0u8; 512];
-        let mut ctrl = [0u64; 64];
-        let mut name = RawAddr::empty();
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: plain data.
-        let mut h: libc::msghdr = unsafe { zeroed() };
-        h.msg_name = &mut name.storage as *mut _ as *mut libc::c_void;
-        h.msg_namelen = name.len;
-        h.msg_iov = &mut iov;
-        h.msg_iovlen = 1;
-        h.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
-        h.msg_controllen = std::mem::size_of_val(&ctrl);
-        // SAFETY: pointers refer to the live locals above.
-        let r = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut h, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
-        }
-        name.len = h.msg_namelen;
-        let mut errno = None;
-        // SAFETY: walking the control data the kernel wrote.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&h);
-            while !c.is_null() {
-                let lvl = (*c).cmsg_level;
-                let ty = (*c).cmsg_type;
-                if (lvl == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
-                    || (lvl == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
-                {
-                    let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
-                    errno = Some(ee.ee_errno as i32);
-                }
-                c = libc::CMSG_NXTHDR(&h, c);
-            }
-        }
-        Ok(errno.map(|e| (e, name.to_std())))
+        sys::take_queued_error(self.fd.as_fd())
     }
 
     /// Reads and clears the socket's pending error (SO_ERROR); 0 when none.

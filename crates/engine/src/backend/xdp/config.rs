@@ -1,0 +1,123 @@
+//! The transport's settings ([`XdpConfig`], [`AttachMode`]) and its counters ([`XdpStats`]).
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// How the XDP program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// The driver's hook, else the generic one.
+    Auto,
+    /// The driver's hook only (`XDP_FLAGS_DRV_MODE`).
+    Driver,
+    /// The generic hook only (`XDP_FLAGS_SKB_MODE`), which every device has.
+    Generic,
+}
+
+/// Settings of one transport.
+#[derive(Debug, Clone)]
+pub struct XdpConfig {
+    /// The interface whose traffic the transport takes over.
+    pub ifname: String,
+    /// The receive queue the AF_XDP socket binds to.
+    pub queue: u32,
+    /// UMEM frames: half receive (fill ring), half transmit.
+    pub frames: usize,
+    /// Entries of each of the four rings (a power of two).
+    pub ring: u32,
+    pub attach: AttachMode,
+    /// How long a neighbour-table answer is trusted.
+    pub neigh_ttl: Duration,
+}
+
+impl XdpConfig {
+    pub fn new(ifname: &str) -> XdpConfig {
+        XdpConfig {
+            ifname: ifname.to_string(),
+            queue: 0,
+            frames: 4096,
+            ring: 2048,
+            attach: AttachMode::Auto,
+            neigh_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Counters of one transport (all sockets).
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) tx_xdp: AtomicU64,
+    pub(super) tx_kernel: AtomicU64,
+    pub(super) tx_kernel_no_neigh: AtomicU64,
+    pub(super) tx_kernel_off_link: AtomicU64,
+    pub(super) tx_kernel_too_big: AtomicU64,
+    pub(super) tx_kicks: AtomicU64,
+    pub(super) rx_xdp: AtomicU64,
+    pub(super) rx_kernel: AtomicU64,
+    pub(super) rx_bad_frames: AtomicU64,
+    pub(super) rx_no_socket: AtomicU64,
+    pub(super) rx_not_peer: AtomicU64,
+    pub(super) rx_inbox_drops: AtomicU64,
+}
+
+/// A snapshot of the transport's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct XdpStats {
+    /// Datagrams sent as AF_XDP frames.
+    pub tx_xdp: u64,
+    /// Datagrams sent through the kernel socket instead, in all…
+    pub tx_kernel: u64,
+    /// …because the neighbour table had no MAC address for the next hop,
+    pub tx_kernel_no_neigh: u64,
+    /// …because the destination is not on the interface's subnets (or is
+    /// broadcast, multicast, or the socket's source is not the interface's),
+    pub tx_kernel_off_link: u64,
+    /// …because the datagram is larger than the MTU allows unfragmented.
+    pub tx_kernel_too_big: u64,
+    /// TX kicks (`sendto` on the AF_XDP socket).
+    pub tx_kicks: u64,
+    /// Datagrams taken from the RX ring for a socket.
+    pub rx_xdp: u64,
+    /// Datagrams read from the sockets' kernel sockets.
+    pub rx_kernel: u64,
+    /// Frames the redirect let through that were not valid IPv4 UDP
+    /// (bad checksum, bad lengths): dropped, as the kernel drops them.
+    pub rx_bad_frames: u64,
+    /// Frames for an address no socket holds any more (it closed while
+    /// they were in flight).
+    pub rx_no_socket: u64,
+    /// Frames to a connected socket from another source (the kernel would
+    /// not deliver them to it either).
+    pub rx_not_peer: u64,
+    /// Datagrams dropped because the receiving socket's inbox was full.
+    pub rx_inbox_drops: u64,
+    /// The kernel's own AF_XDP drop counters (`XDP_STATISTICS`).
+    pub xsk_rx_dropped: u64,
+    pub xsk_rx_ring_full: u64,
+    pub xsk_fill_ring_empty: u64,
+    /// `"driver"` or `"generic"`.
+    pub attach: String,
+}
+
+impl XdpConfig {
+    /// The settings of a transport on `ifname` from `EUDP_XDP_QUEUE` and
+    /// `EUDP_XDP_MODE`; a bad value leaves its default, logged once.
+    pub fn from_env(ifname: &str) -> XdpConfig {
+        use crate::settings::lookup;
+        let get: &dyn Fn(&str) -> Option<String> = &|k| std::env::var(k).ok();
+        let mut errs = Vec::new();
+        let mut cfg = XdpConfig::new(ifname);
+        if let Some(q) = lookup(get, "EUDP_XDP_QUEUE", &mut errs, |s, v| s.int(v)) {
+            cfg.queue = q as u32;
+        }
+        if let Some(m) = lookup(get, "EUDP_XDP_MODE", &mut errs, |s, v| s.check(v).map(|_| v.trim().to_string())) {
+            cfg.attach = match m.as_str() {
+                "driver" => AttachMode::Driver,
+                "generic" => AttachMode::Generic,
+                _ => AttachMode::Auto,
+            };
+        }
+        crate::log::report_ignored(&errs);
+        cfg
+    }
+}
