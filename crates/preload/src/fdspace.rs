@@ -44,7 +44,9 @@
 
 use crate::log::dlog;
 use crate::sys::errno::{errno, set_errno};
-use crate::sys::fdspace as raw;
+use crate::sys::fdspace::{
+    close, close_range, closefrom, dup_cloexec_from, eventfd, is_open, nofile, own_new, set_nofile,
+};
 use crate::sys::process::{getpid, thread_name};
 use libc::{c_int, c_uint};
 use std::io;
@@ -154,7 +156,7 @@ fn closed(fd: c_int) {
 /// counts as closing until the close has returned).
 pub fn close_private(fd: c_int) {
     release(fd);
-    raw::close(fd);
+    close(fd);
     closed(fd);
 }
 
@@ -168,7 +170,7 @@ pub fn forked() {
             let i = bits.trailing_zeros();
             bits &= bits - 1;
             let fd = (w * 64) as c_int + i as c_int;
-            if raw::is_open(fd) {
+            if is_open(fd) {
                 mark(fd);
             }
         }
@@ -211,8 +213,6 @@ impl Drop for Limits {
     }
 }
 
-use raw::{nofile, set_nofile as set_soft};
-
 /// Set once a program's call found its space full while private
 /// descriptors were lent numbers below its soft limit: no more go there.
 static NO_BELOW: AtomicBool = AtomicBool::new(false);
@@ -249,7 +249,7 @@ fn window<R>(f: impl FnOnce(Room) -> R) -> R {
     if need > soft {
         PROGRAM_SOFT.store(soft, SeqCst);
         WINDOW.fetch_add(1, SeqCst);
-        raised = set_soft(need, hard);
+        raised = set_nofile(need, hard);
         if !raised {
             WINDOW.fetch_add(1, SeqCst);
         }
@@ -263,7 +263,7 @@ fn window<R>(f: impl FnOnce(Room) -> R) -> R {
     }
     let r = f(Room { min, lent: (!above).then_some(soft) });
     if raised {
-        set_soft(soft, hard);
+        set_nofile(soft, hard);
         WINDOW.fetch_add(1, SeqCst);
     }
     r
@@ -286,7 +286,7 @@ struct Room {
 fn all_private(a: u64, b: u64) -> bool {
     (a..b).all(|n| {
         let Some((w, bit)) = slot(n as c_int) else { return false };
-        (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0 || !raw::is_open(n as c_int)
+        (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0 || !is_open(n as c_int)
     })
 }
 
@@ -304,14 +304,14 @@ fn dup_from(fd: c_int, room: Room) -> io::Result<c_int> {
         }
         Err(io::Error::from_raw_os_error(libc::EMFILE))
     };
-    let d = match raw::dup_cloexec_from(fd, min) {
+    let d = match dup_cloexec_from(fd, min) {
         Ok(d) => d,
         Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::EINVAL)) => return full(),
         Err(e) => return Err(e),
     };
     if room.lent.is_some_and(|soft| (d as u64) < soft) && !all_private(min, d as u64) {
         // Just made here and nobody else's.
-        raw::close(d);
+        close(d);
         if !NO_BELOW.swap(true, SeqCst) {
             dlog!("the program's descriptors reached the numbers lent below its soft RLIMIT_NOFILE: none placed there any more");
         }
@@ -371,9 +371,9 @@ pub fn pregrow() {
     if plan(r.rlim_cur, r.rlim_max).0 >= PREGROW_LIMIT {
         return;
     }
-    if let Some(fd) = raw::eventfd() {
+    if let Some(fd) = eventfd() {
         has_room(fd, 1);
-        raw::close(fd);
+        close(fd);
     }
 }
 
@@ -395,7 +395,7 @@ fn make(make: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
                 table_remove(raw);
                 drop(fd);
                 // Just returned by F_DUPFD_CLOEXEC: ours alone.
-                Ok(raw::own_new(d))
+                Ok(own_new(d))
             }
             Err(e) => {
                 // Left where it is it would take one of the program's
@@ -417,7 +417,7 @@ pub fn with_room<R>(f: impl FnOnce() -> R) -> R {
 /// The engine's `dup3` onto one of its own numbers (the hooked `dup3`
 /// refuses private numbers).
 fn dup3(from: RawFd, onto: RawFd, flags: i32) -> i32 {
-    raw::dup3(from, onto, flags)
+    crate::sys::fdspace::dup3(from, onto, flags)
 }
 
 static PLACEMENT: eudp_engine::fdspace::Placement =
@@ -596,15 +596,15 @@ pub fn close_range_sparing(
 pub fn closefrom_sparing(first: c_int) {
     close_range_sparing(first.max(0) as c_uint, c_uint::MAX, 0, |a, b, fl| {
         // Numbers the program asked to close.
-        let r = raw::close_range(a, b, fl);
+        let r = close_range(a, b, fl);
         if r < 0 && errno() == libc::ENOSYS {
             // Kernels without close_range: libc's own closefrom for the
             // open-ended stretch, single closes for the others.
             if b == c_uint::MAX {
-                raw::closefrom(a as c_int);
+                closefrom(a as c_int);
             } else {
                 for n in a..=b {
-                    raw::close(n as c_int);
+                    close(n as c_int);
                 }
             }
             return 0;
