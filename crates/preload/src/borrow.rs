@@ -30,7 +30,9 @@
 //! thread only by its slot index, so it sits below the shim's socket and
 //! thread state.
 
-use crate::sys::hazard::{self, MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED};
+use crate::sys::hazard::{
+    self, membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+};
 use eudp_engine::Endpoint;
 use std::cell::Cell;
 use std::ptr::{dangling_mut, null_mut};
@@ -112,8 +114,6 @@ pub fn init() {
 fn register() -> libc::c_long {
     membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
 }
-
-use hazard::membarrier;
 
 /// Makes a closer's clearing of `fast` visible to every call, and every
 /// call's slot visible to the closer.
