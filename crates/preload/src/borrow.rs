@@ -30,6 +30,9 @@
 //! thread only by its slot index, so it sits below the shim's socket and
 //! thread state.
 
+use crate::sys::hazard::{
+    self, membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+};
 use eudp_engine::Endpoint;
 use std::cell::Cell;
 use std::ptr::{dangling_mut, null_mut};
@@ -86,9 +89,6 @@ fn claimed(slot: usize) -> Option<usize> {
     (slot < NSLOTS).then_some(slot)
 }
 
-const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-
 /// 0: not asked yet, 1: closers fence with `membarrier`, 2: calls fence.
 static ASYMMETRIC: AtomicU8 = AtomicU8::new(0);
 static REGISTERING: AtomicBool = AtomicBool::new(false);
@@ -113,14 +113,6 @@ pub fn init() {
 
 fn register() -> libc::c_long {
     membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
-}
-
-fn membarrier(cmd: libc::c_long) -> libc::c_long {
-    // SAFETY: membarrier takes integer arguments only.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::syscall(libc::SYS_membarrier, cmd, 0, 0)
-    }
 }
 
 /// Makes a closer's clearing of `fast` visible to every call, and every
@@ -159,16 +151,10 @@ pub fn borrow<R, F: FnOnce(&Endpoint) -> R>(
     } else {
         SLOTS[i].swap(me, SeqCst);
     }
-    let ep = fast.load(Acquire);
-    let r = if ep.is_null() {
-        Err(f)
-    } else {
-        // SAFETY: `fast` is non-null only while the socket's mutex owns the
-        // endpoint, and a closer that clears it waits in `quiesce` until
-        // this slot no longer names the socket before dropping it.
-        #[allow(unsafe_code)]
-        Ok(f(unsafe { &*ep }))
-    };
+    // `fast` is non-null only while the socket's mutex owns the endpoint,
+    // and a closer that clears it waits in `quiesce` until this slot no
+    // longer names the socket before dropping it.
+    let r = hazard::with_published(fast, f);
     SLOTS[i].store(outer, Release);
     r
 }

@@ -42,13 +42,15 @@
 //! Private descriptors are close-on-exec; a fork child inherits them and
 //! the bitmap with them.
 
-#![allow(clippy::missing_safety_doc)]
-
 use crate::log::dlog;
-use crate::real;
+use crate::sys::errno::{errno, set_errno};
+use crate::sys::fdspace::{
+    close, close_range, closefrom, dup_cloexec_from, eventfd, is_open, nofile, own_new, set_nofile,
+};
+use crate::sys::process::{getpid, thread_name};
 use libc::{c_int, c_uint};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
 
@@ -154,8 +156,7 @@ fn closed(fd: c_int) {
 /// counts as closing until the close has returned).
 pub fn close_private(fd: c_int) {
     release(fd);
-    // SAFETY: closes a descriptor of the shim's or the engine's own.
-    unsafe { real::close(fd) };
+    close(fd);
     closed(fd);
 }
 
@@ -169,8 +170,7 @@ pub fn forked() {
             let i = bits.trailing_zeros();
             bits &= bits - 1;
             let fd = (w * 64) as c_int + i as c_int;
-            // SAFETY: F_GETFD only asks whether the number is open.
-            if unsafe { real::fcntl(fd, libc::F_GETFD, 0) } >= 0 {
+            if is_open(fd) {
                 mark(fd);
             }
         }
@@ -186,20 +186,15 @@ pub fn unmark(fd: c_int) {
     }
 }
 
-fn errno() -> c_int {
-    io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 // ------------------------------------------------------------ the limits
 
 /// Serializes the program's changes of RLIMIT_NOFILE with the shim's
 /// windows. A holder of another pid is a parent that forked while holding
 /// it: the child takes the lock over.
-struct Limits;
+pub(crate) struct Limits;
 
-fn lock_limits() -> Limits {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+pub(crate) fn lock_limits() -> Limits {
+    let me = getpid();
     for _ in 0..1_000_000 {
         match HOLDER.compare_exchange(0, me, Acquire, Relaxed) {
             Ok(_) => return Limits,
@@ -216,18 +211,6 @@ impl Drop for Limits {
     fn drop(&mut self) {
         HOLDER.store(0, Release);
     }
-}
-
-fn nofile() -> Option<libc::rlimit64> {
-    let mut r = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: pid 0 (this process), no new limit, a live rlimit64 out.
-    (unsafe { real::prlimit64(0, libc::RLIMIT_NOFILE as c_int, std::ptr::null(), &mut r) } == 0).then_some(r)
-}
-
-fn set_soft(soft: u64, hard: u64) -> bool {
-    let r = libc::rlimit64 { rlim_cur: soft, rlim_max: hard };
-    // SAFETY: pid 0, a live rlimit64 in, no old value asked for.
-    unsafe { real::prlimit64(0, libc::RLIMIT_NOFILE as c_int, &r, std::ptr::null_mut()) == 0 }
 }
 
 /// Set once a program's call found its space full while private
@@ -266,7 +249,7 @@ fn window<R>(f: impl FnOnce(Room) -> R) -> R {
     if need > soft {
         PROGRAM_SOFT.store(soft, SeqCst);
         WINDOW.fetch_add(1, SeqCst);
-        raised = set_soft(need, hard);
+        raised = set_nofile(need, hard);
         if !raised {
             WINDOW.fetch_add(1, SeqCst);
         }
@@ -280,7 +263,7 @@ fn window<R>(f: impl FnOnce(Room) -> R) -> R {
     }
     let r = f(Room { min, lent: (!above).then_some(soft) });
     if raised {
-        set_soft(soft, hard);
+        set_nofile(soft, hard);
         WINDOW.fetch_add(1, SeqCst);
     }
     r
@@ -303,9 +286,7 @@ struct Room {
 fn all_private(a: u64, b: u64) -> bool {
     (a..b).all(|n| {
         let Some((w, bit)) = slot(n as c_int) else { return false };
-        // SAFETY: F_GETFD only asks whether the number is open.
-        (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0
-            || unsafe { real::fcntl(n as c_int, libc::F_GETFD, 0) } < 0
+        (PRIVATE[w].load(SeqCst) | CLOSING[w].load(SeqCst)) & bit != 0 || !is_open(n as c_int)
     })
 }
 
@@ -323,18 +304,14 @@ fn dup_from(fd: c_int, room: Room) -> io::Result<c_int> {
         }
         Err(io::Error::from_raw_os_error(libc::EMFILE))
     };
-    // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes an integer argument.
-    let d = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, min as libc::c_ulong) };
-    if d < 0 {
-        let e = io::Error::last_os_error();
-        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::EINVAL)) {
-            return full();
-        }
-        return Err(e);
-    }
+    let d = match dup_cloexec_from(fd, min) {
+        Ok(d) => d,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::EINVAL)) => return full(),
+        Err(e) => return Err(e),
+    };
     if room.lent.is_some_and(|soft| (d as u64) < soft) && !all_private(min, d as u64) {
-        // SAFETY: d was just made here and is nobody else's.
-        unsafe { real::close(d) };
+        // Just made here and nobody else's.
+        close(d);
         if !NO_BELOW.swap(true, SeqCst) {
             dlog!("the program's descriptors reached the numbers lent below its soft RLIMIT_NOFILE: none placed there any more");
         }
@@ -394,12 +371,9 @@ pub fn pregrow() {
     if plan(r.rlim_cur, r.rlim_max).0 >= PREGROW_LIMIT {
         return;
     }
-    // SAFETY: eventfd with constant flags; the result is checked and closed here.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd >= 0 {
+    if let Some(fd) = eventfd() {
         has_room(fd, 1);
-        // SAFETY: fd was made just above and is nobody else's.
-        unsafe { real::close(fd) };
+        close(fd);
     }
 }
 
@@ -420,8 +394,8 @@ fn make(make: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
                 // shim saw created: it is the engine's, not the program's.
                 table_remove(raw);
                 drop(fd);
-                // SAFETY: d was just returned by fcntl(F_DUPFD_CLOEXEC) and is ours.
-                Ok(unsafe { OwnedFd::from_raw_fd(d) })
+                // Just returned by F_DUPFD_CLOEXEC: ours alone.
+                Ok(own_new(d))
             }
             Err(e) => {
                 // Left where it is it would take one of the program's
@@ -443,8 +417,7 @@ pub fn with_room<R>(f: impl FnOnce() -> R) -> R {
 /// The engine's `dup3` onto one of its own numbers (the hooked `dup3`
 /// refuses private numbers).
 fn dup3(from: RawFd, onto: RawFd, flags: i32) -> i32 {
-    // SAFETY: libc's dup3 with integer arguments.
-    unsafe { real::dup3(from, onto, flags) }
+    crate::sys::fdspace::dup3(from, onto, flags)
 }
 
 static PLACEMENT: eudp_engine::fdspace::Placement =
@@ -461,7 +434,7 @@ static INSTALL: extern "C" fn() = install;
 
 /// The soft limit the program should see, given what the kernel said and
 /// the window counter before and after asking it.
-fn program_view(cur: u64, before: u64, after: u64) -> u64 {
+pub(crate) fn program_view(cur: u64, before: u64, after: u64) -> u64 {
     if before & 1 == 1 || before != after {
         PROGRAM_SOFT.load(SeqCst)
     } else {
@@ -469,9 +442,14 @@ fn program_view(cur: u64, before: u64, after: u64) -> u64 {
     }
 }
 
-fn is_self(pid: libc::pid_t) -> bool {
-    // SAFETY: getpid has no preconditions.
-    pid == 0 || pid == unsafe { libc::getpid() }
+pub(crate) fn is_self(pid: libc::pid_t) -> bool {
+    pid == 0 || pid == getpid()
+}
+
+/// The window counter (odd while [`private_dup`] has the soft limit
+/// raised): the rlimit hooks read it before and after asking the kernel.
+pub(crate) fn window_count() -> u64 {
+    WINDOW.load(SeqCst)
 }
 
 // ------------------------------------------------------------ reclaim
@@ -504,9 +482,7 @@ static LOWEST: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// nothing more is placed there. True when numbers were given back. Never
 /// from the shim's own calls (inside a window, or inside the shim).
 pub fn reclaim() -> bool {
-    // SAFETY: getpid has no preconditions.
-    if HOLDER.load(SeqCst) == unsafe { libc::getpid() } || table_inside() || COUNT.load(SeqCst) == 0 || engine_thread()
-    {
+    if HOLDER.load(SeqCst) == getpid() || table_inside() || COUNT.load(SeqCst) == 0 || engine_thread() {
         return false;
     }
     let soft = {
@@ -542,11 +518,7 @@ pub fn reclaim() -> bool {
 /// calls (the TCP transport's `accept`) are not the program's, and a
 /// fallback there would wait for the thread itself.
 fn engine_thread() -> bool {
-    let mut name = [0u8; 16];
-    // SAFETY: the calling thread's handle and a live buffer of its length.
-    let r =
-        unsafe { libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr() as *mut libc::c_char, name.len()) };
-    r == 0 && name.starts_with(b"eudp-")
+    thread_name().is_some_and(|name| name.starts_with(b"eudp-"))
 }
 
 /// One of the program's calls that makes descriptors (`-1` with errno on
@@ -615,8 +587,7 @@ pub fn close_range_sparing(
         run(from, last as usize, &mut rc, &mut err);
     }
     if rc < 0 {
-        // SAFETY: this thread's errno slot.
-        unsafe { *libc::__errno_location() = err };
+        set_errno(err);
     }
     rc
 }
@@ -624,114 +595,20 @@ pub fn close_range_sparing(
 /// `closefrom(first)` sparing private descriptors.
 pub fn closefrom_sparing(first: c_int) {
     close_range_sparing(first.max(0) as c_uint, c_uint::MAX, 0, |a, b, fl| {
-        // SAFETY: plain close_range on numbers the program asked to close.
-        let r = unsafe { real::close_range(a, b, fl) };
+        // Numbers the program asked to close.
+        let r = close_range(a, b, fl);
         if r < 0 && errno() == libc::ENOSYS {
             // Kernels without close_range: libc's own closefrom for the
             // open-ended stretch, single closes for the others.
             if b == c_uint::MAX {
-                // SAFETY: as above.
-                unsafe { real::closefrom(a as c_int) };
+                closefrom(a as c_int);
             } else {
                 for n in a..=b {
-                    // SAFETY: as above.
-                    unsafe { real::close(n as c_int) };
+                    close(n as c_int);
                 }
             }
             return 0;
         }
         r
     });
-}
-
-// ------------------------------------------------------------- the hooks
-
-#[no_mangle]
-pub unsafe extern "C" fn getrlimit(res: c_int, rl: *mut libc::rlimit) -> c_int {
-    let before = WINDOW.load(SeqCst);
-    // SAFETY: the caller's pointer, as getrlimit's contract allows.
-    let r = unsafe { real::getrlimit(res, rl) };
-    if r == 0 && res == libc::RLIMIT_NOFILE as c_int && !rl.is_null() {
-        // SAFETY: getrlimit just filled it.
-        unsafe { (*rl).rlim_cur = program_view((*rl).rlim_cur, before, WINDOW.load(SeqCst)) };
-    }
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn getrlimit64(res: c_int, rl: *mut libc::rlimit64) -> c_int {
-    // SAFETY: rlimit and rlimit64 are one layout on 64-bit Linux.
-    unsafe { getrlimit(res, rl as *mut libc::rlimit) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn setrlimit(res: c_int, rl: *const libc::rlimit) -> c_int {
-    let _l = (res == libc::RLIMIT_NOFILE as c_int).then(lock_limits);
-    // SAFETY: the caller's pointer, as setrlimit's contract allows.
-    unsafe { real::setrlimit(res, rl) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn setrlimit64(res: c_int, rl: *const libc::rlimit64) -> c_int {
-    // SAFETY: rlimit and rlimit64 are one layout on 64-bit Linux.
-    unsafe { setrlimit(res, rl as *const libc::rlimit) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn prlimit64(
-    pid: libc::pid_t,
-    res: c_int,
-    new: *const libc::rlimit64,
-    old: *mut libc::rlimit64,
-) -> c_int {
-    let ours = res == libc::RLIMIT_NOFILE as c_int && is_self(pid);
-    let _l = (ours && !new.is_null()).then(lock_limits);
-    let before = WINDOW.load(SeqCst);
-    // SAFETY: the caller's pointers, as prlimit's contract allows.
-    let r = unsafe { real::prlimit64(pid, res, new, old) };
-    if r == 0 && ours && !old.is_null() {
-        // SAFETY: prlimit just filled it.
-        unsafe { (*old).rlim_cur = program_view((*old).rlim_cur, before, WINDOW.load(SeqCst)) };
-    }
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn prlimit(
-    pid: libc::pid_t,
-    res: c_int,
-    new: *const libc::rlimit,
-    old: *mut libc::rlimit,
-) -> c_int {
-    // SAFETY: rlimit and rlimit64 are one layout on 64-bit Linux.
-    unsafe { prlimit64(pid, res, new as *const libc::rlimit64, old as *mut libc::rlimit64) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn getdtablesize() -> c_int {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: a live rlimit out.
-    if unsafe { getrlimit(libc::RLIMIT_NOFILE as c_int, &mut r) } == 0 {
-        r.rlim_cur.min(c_int::MAX as u64) as c_int
-    } else {
-        // SAFETY: no arguments.
-        unsafe { real::getdtablesize() }
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sysconf(name: c_int) -> libc::c_long {
-    if name == libc::_SC_OPEN_MAX {
-        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: a live rlimit out.
-        if unsafe { getrlimit(libc::RLIMIT_NOFILE as c_int, &mut r) } == 0 {
-            return if r.rlim_cur == libc::RLIM_INFINITY {
-                -1
-            } else {
-                r.rlim_cur.min(libc::c_long::MAX as u64) as libc::c_long
-            };
-        }
-    }
-    // SAFETY: sysconf takes any name.
-    unsafe { real::sysconf(name) }
 }

@@ -16,17 +16,21 @@
 //! within one call), [`stat`] (the per-process report), [`ringdup`] (epoll
 //! duplicates of a ring's eventfd), [`signals`], [`ktrace`] (a program's
 //! kernel path traced for `eudp trace`), [`sys`] (raw calls on kernel
-//! sockets), [`fdspace`] (the shim's and the engine's own descriptors,
-//! kept above the program's), [`log`] and [`real`] (libc's own functions,
-//! via `dlsym(RTLD_NEXT)`).
+//! sockets, and below it the raw side of the modules here, by job),
+//! [`fdspace`] (the shim's and the engine's own descriptors, kept above
+//! the program's; its rlimit hooks are in `hooks`), [`log`] and [`real`]
+//! (libc's own functions, via `dlsym(RTLD_NEXT)`).
 //!
 //! `unsafe` lives only where raw calls and raw pointers are the job: the
 //! hook entry points in `hooks` and the program's pointers they decode
-//! (`hooks::args`), [`sys`], [`real`], [`fdspace`] (its descriptor and
-//! rlimit calls and hooks), [`ktrace`] (its recvmsg with timestamps),
-//! [`borrow`] (the hazard-slot dereference and `membarrier`), and in
-//! `shim` the engine pointer of a process generation and the table lock
-//! handed over across fork. Every `unsafe` block says why it is sound.
+//! (`hooks::args`), [`real`], and [`sys`], the raw layer by job: socket
+//! options and waits in `sys` itself, descriptor numbers and rlimits
+//! (`sys::fdspace`), the kernel path's stamped receives (`sys::timestamp`),
+//! the hazard-slot dereference and `membarrier` (`sys::hazard`), the locks
+//! held across fork (`sys::fork_lock`) and the engine leaked per process
+//! generation (`sys::leaked`). Everything above them ([`fdspace`],
+//! [`ktrace`], [`borrow`], [`shim`], ...) is safe Rust. Every `unsafe`
+//! block says why it is sound.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -12,7 +12,8 @@
 //! By call family: `recv`, `send`, `fd` (descriptors: socket, close, dup,
 //! bind, connect, fcntl, ioctl, ...), `sockopt`, `poll`, `select` and
 //! `epoll` over `ready` (readiness shared by the three), and `process`
-//! (syscall(), exec, fork, signals, exit, the constructor); `args` decodes
+//! (syscall(), exec, fork, signals, exit, the constructor), `rlimit`
+//! (RLIMIT_NOFILE as the program sees it); `args` decodes
 //! the C arguments. This module holds what they share: errno results and
 //! the socket lookup with this thread's state.
 
@@ -25,6 +26,7 @@ mod poll;
 mod process;
 mod ready;
 mod recv;
+mod rlimit;
 mod select;
 mod send;
 mod sockopt;

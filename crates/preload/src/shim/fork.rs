@@ -4,6 +4,7 @@ use super::generation::{fork_keep, tcp_transport, ENGINE_INIT, FORK_REASON, GEN,
 use super::sock::{lock, Sock, ACTIVE, KERNEL};
 use super::table::{all, TABLE, UDP_SEEN};
 use super::tls::with_tls;
+use crate::sys::fork_lock::ForkHeld;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::*;
@@ -13,12 +14,7 @@ use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
 /// parent/child handler, so the child never inherits a lock held by a
 /// thread that does not exist there.
 type Held = (MutexGuard<'static, ()>, RwLockWriteGuard<'static, BTreeMap<i32, Arc<Sock>>>, crate::stat::Guards);
-struct ForkGuard(std::cell::UnsafeCell<Option<Held>>);
-// SAFETY: only the forking thread touches it, between prepare and
-// parent/child, which run on that same thread.
-#[allow(unsafe_code)]
-unsafe impl Sync for ForkGuard {}
-static FORK_GUARD: ForkGuard = ForkGuard(std::cell::UnsafeCell::new(None));
+static FORK_GUARD: ForkHeld<Held> = ForkHeld::new();
 
 thread_local! {
     /// Set while this thread's `vfork` runs as `fork` (see [`vforking`]).
@@ -48,7 +44,6 @@ pub fn vforking(on: bool) {
 /// The kernel socket of a socket the parent keeps on the engine is shared
 /// with the child, so the child leaves its options alone (see
 /// [`fork_child`]).
-#[allow(unsafe_code)]
 pub fn fork_prepare() {
     let vfork = VFORKING.try_with(|v| v.get()).unwrap_or(false);
     if !fork_keep() {
@@ -82,14 +77,11 @@ pub fn fork_prepare() {
     let e = lock(&ENGINE_INIT);
     let g = TABLE.write().unwrap_or_else(|e| e.into_inner());
     let st = crate::stat::lock_all();
-    // SAFETY: see ForkGuard.
-    unsafe { *FORK_GUARD.0.get() = Some((e, g, st)) };
+    FORK_GUARD.hold((e, g, st));
 }
 
-#[allow(unsafe_code)]
 pub fn fork_parent() {
-    // SAFETY: see ForkGuard.
-    unsafe { *FORK_GUARD.0.get() = None };
+    drop(FORK_GUARD.take());
 }
 
 /// In the child: the engine thread is gone. Every accelerated socket
@@ -103,7 +95,6 @@ pub fn fork_parent() {
 /// size (datagrams glued together). A child that receives on such a socket
 /// anyway (against `EUDP_FORK_KEEP=1`'s premise) may get coalesced
 /// datagrams; after a `vfork` it cannot receive at all.
-#[allow(unsafe_code)]
 pub fn fork_child() {
     GEN.fetch_add(1, SeqCst);
     // The TCP transport's listener and connections are the parent's: given
@@ -115,8 +106,7 @@ pub fn fork_child() {
     // (`EUDP_TRACE` with `%p`) starts empty.
     eudp_engine::tracepoint::forked_child();
     crate::ktrace::forked_child();
-    // SAFETY: see ForkGuard.
-    let g = unsafe { (*FORK_GUARD.0.get()).take() };
+    let g = FORK_GUARD.take();
     if let Some((_, t, _)) = &g {
         for s in t.values() {
             if s.mode() == ACTIVE && !s.leaked.swap(true, SeqCst) {

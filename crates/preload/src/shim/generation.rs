@@ -2,15 +2,16 @@
 //! a forked child keeps.
 
 use super::sock::lock;
+use crate::sys::leaked::Leaked;
 use eudp_engine::{Config, Engine};
 use std::io;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::sync::Mutex;
 
 /// Incremented in every fork child: endpoints of an older generation
 /// belong to an engine thread that does not exist in this process.
 pub(super) static GEN: AtomicU32 = AtomicU32::new(0);
-static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
+static ENGINE: Leaked<Engine> = Leaked::new();
 static ENGINE_GEN: AtomicU32 = AtomicU32::new(u32::MAX);
 pub(super) static ENGINE_INIT: Mutex<()> = Mutex::new(());
 
@@ -23,40 +24,30 @@ pub fn running_engine() -> Option<&'static Engine> {
     if ENGINE_GEN.load(SeqCst) != generation() {
         return None;
     }
-    let p = ENGINE.load(SeqCst);
-    (!p.is_null()).then(|| leaked(p))
+    ENGINE.get()
 }
 
 /// The engine of this process (started on first use, again in a fork child).
 pub fn engine() -> io::Result<&'static Engine> {
     let g = generation();
     if ENGINE_GEN.load(SeqCst) == g {
-        // SAFETY-free: the pointer was leaked from a Box and is never freed.
-        let p = ENGINE.load(SeqCst);
-        if !p.is_null() {
-            return Ok(leaked(p));
+        if let Some(e) = ENGINE.get() {
+            return Ok(e);
         }
     }
     let _l = lock(&ENGINE_INIT);
-    if ENGINE_GEN.load(SeqCst) == g && !ENGINE.load(SeqCst).is_null() {
-        return Ok(leaked(ENGINE.load(SeqCst)));
+    if ENGINE_GEN.load(SeqCst) == g {
+        if let Some(e) = ENGINE.get() {
+            return Ok(e);
+        }
     }
     // Bad values are logged once and leave their defaults.
     let cfg = Config::from_env().unwrap_or_default();
-    let e: &'static mut Engine = Box::leak(Box::new(Engine::start(cfg)?));
-    ENGINE.store(e, SeqCst);
+    let e = ENGINE.put(Engine::start(cfg)?);
     ENGINE_GEN.store(g, SeqCst);
     drop(_l);
     crate::startup::announce();
     Ok(e)
-}
-
-pub(super) fn leaked(p: *mut Engine) -> &'static Engine {
-    // SAFETY: ENGINE only ever holds pointers from Box::leak, never freed.
-    #[allow(unsafe_code)]
-    unsafe {
-        &*p
-    }
 }
 
 /// `EUDP_SOCK_RCVBUF`: kernel receive buffer of adopted sockets, in bytes.

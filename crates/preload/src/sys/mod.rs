@@ -1,22 +1,31 @@
 //! The shim's raw calls on kernel sockets and descriptors: socket options,
 //! flags, readiness waits and errno. Safe functions over `real`'s libc
 //! functions; every pointer handed on points at a local of the stated size.
+//!
+//! By job, below this module: [`errno`], [`process`] (pid, thread name),
+//! [`fdspace`] (descriptor numbers and RLIMIT_NOFILE), [`timestamp`] (the
+//! kernel path's receive timestamps for `ktrace`), [`hazard`] (the
+//! borrow's hazard slots and `membarrier`), [`fork_lock`] (a guard handed
+//! over across fork) and [`leaked`] (values that live for the process).
+//! None of them names this module, so concept modules above can use them
+//! while this one still reaches `crate::fdspace`.
+
+pub mod errno;
+pub mod fdspace;
+pub mod fork_lock;
+pub mod hazard;
+pub mod leaked;
+pub mod process;
+pub mod timestamp;
+
+pub(crate) use errno::{errno, set_errno};
+pub(crate) use process::getpid;
 
 use crate::real;
 use libc::{c_int, c_ulong, c_void, socklen_t};
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
-
-pub(crate) fn errno() -> c_int {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
-
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = e };
-}
 
 pub(crate) const UDP_GRO: c_int = 104;
 
@@ -35,12 +44,6 @@ pub(crate) fn dup_owned(fd: c_int) -> io::Result<OwnedFd> {
     let d = real_dup_cloexec(fd)?;
     // SAFETY: `d` was just made for the shim and nothing else holds it.
     Ok(unsafe { OwnedFd::from_raw_fd(d) })
-}
-
-/// This process's id.
-pub(crate) fn getpid() -> libc::pid_t {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() }
 }
 
 /// The coarse monotonic clock, in nanoseconds.
