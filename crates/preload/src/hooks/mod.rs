@@ -21,6 +21,7 @@
 mod args;
 mod epoll;
 mod fd;
+mod guard;
 mod poll;
 mod process;
 mod ready;
