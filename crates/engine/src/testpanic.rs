@@ -27,21 +27,41 @@ fn parse(v: &str) -> Option<(String, String, u64)> {
 }
 
 #[cold]
-fn slow(kind: &str, name: &str) -> bool {
+fn read_once() -> bool {
     let spec = SPEC.get_or_init(|| std::env::var("EUDP_TEST_PANIC").ok().and_then(|v| parse(&v)));
     STATE.store(if spec.is_some() { ON } else { OFF }, Relaxed);
-    let Some((k, nm, n)) = spec else { return false };
-    if k != kind || (kind == "hook" && nm != name) {
-        return false;
+    spec.is_some()
+}
+
+/// Whether `EUDP_TEST_PANIC` is set (one relaxed load once read).
+#[inline]
+pub fn armed() -> bool {
+    match STATE.load(Relaxed) {
+        OFF => false,
+        ON => true,
+        _ => read_once(),
     }
-    SEEN.fetch_add(1, Relaxed) + 1 == *n
 }
 
 /// Panics when this is the call `EUDP_TEST_PANIC` names (site `kind`, and
 /// `name` for a hook).
 #[inline]
 pub fn point(kind: &str, name: &str) {
-    if STATE.load(Relaxed) != OFF && slow(kind, name) {
+    if armed() {
+        count(kind, name);
+    }
+}
+
+#[cold]
+fn count(kind: &str, name: &str) {
+    let Some(Some((k, nm, n))) = SPEC.get() else { return };
+    if k != kind || (kind == "hook" && nm != name) {
+        return;
+    }
+    if SEEN.fetch_add(1, Relaxed) + 1 == *n {
+        if name.is_empty() {
+            panic!("EUDP_TEST_PANIC: injected panic in {kind}");
+        }
         panic!("EUDP_TEST_PANIC: injected panic in {kind} {name}");
     }
 }

@@ -408,7 +408,8 @@ impl Sock {
 pub fn engine_failed(why: &str) {
     dlog!("moving every socket to the kernel path: {why}");
     for (fd, s) in super::table::all() {
-        let moved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.fallback(fd, "eudp thread failed")));
+        let moved =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.fallback(fd, "eudp engine thread failed")));
         if moved.is_err() {
             eudp_engine::failure::PANICS.fetch_add(1, Relaxed);
         }
