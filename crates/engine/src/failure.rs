@@ -81,14 +81,12 @@ pub fn failed() -> bool {
     FAILED.load(Relaxed)
 }
 
-/// The error blocking calls return once eudp failed.
+/// The error blocking calls return once eudp failed (`EIO` through the
+/// preload shim, which maps errors without an errno so).
 pub fn failed_error() -> std::io::Error {
     let why = WHY.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
-    std::io::Error::new(std::io::ErrorKind::Other, format!("eudp engine thread failed: {why}"))
+    std::io::Error::other(format!("eudp engine thread failed: {why}"))
 }
-
-/// The raw errno of [`failed_error`].
-pub const FAILED_ERRNO: i32 = libc::EIO;
 
 /// Runs a thread's loop; a panic in it is logged, counted and marks eudp
 /// failed (then the handler runs). Returns whether it panicked.
