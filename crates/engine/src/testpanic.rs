@@ -1,10 +1,11 @@
 //! For tests only: injected panics, to check that they are contained.
 //!
 //! `EUDP_TEST_PANIC` names one site and the call of it that panics:
-//! `hook:NAME:N` (the N-th call of the preload shim's hook NAME, e.g.
-//! `hook:sendto:3`), `engine:N` (the engine thread's N-th turn), `tcp:N`
-//! (the tcp transport's manager thread's N-th turn), `xdp:N` (the xdp
-//! transport's N-th turn). Read once; unset, a site costs one relaxed load.
+//! `hook:NAME:N` (the N-th call of the preload shim's hook NAME on one of
+//! the program's sockets, e.g. `hook:sendto:3`), `engine:N` (the engine
+//! thread's N-th turn), `tcp:N` (the tcp transport's manager thread's N-th
+//! turn). The xdp transport has no thread of its own: its work runs on the
+//! engine thread and the program's. Read once; unset, a site costs one relaxed load.
 //! Never set it in production.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
@@ -21,7 +22,7 @@ fn parse(v: &str) -> Option<(String, String, u64)> {
     let parts: Vec<&str> = v.trim().split(':').collect();
     match parts.as_slice() {
         ["hook", name, n] => Some(("hook".into(), (*name).into(), n.parse().ok()?)),
-        [kind @ ("engine" | "tcp" | "xdp"), n] => Some(((*kind).into(), String::new(), n.parse().ok()?)),
+        [kind @ ("engine" | "tcp"), n] => Some(((*kind).into(), String::new(), n.parse().ok()?)),
         _ => None,
     }
 }
