@@ -484,7 +484,11 @@ impl Engine {
         let s2 = shared.clone();
         let thread = std::thread::Builder::new().name("eudp-engine".into()).spawn(move || {
             crate::sys::process::block_async_signals();
-            run(s2)
+            let sh = s2.clone();
+            if crate::failure::contain_thread("eudp engine", move || run(s2)) {
+                // Endpoints post directly from now on and stop waiting for it.
+                sh.stopped.store(true, SeqCst);
+            }
         })?;
         Ok(Engine { shared, thread: Mutex::new(Some(thread)) })
     }
@@ -635,6 +639,7 @@ fn run(sh: Arc<Shared>) {
     let handoff = sh.config.rx_handoff;
     let mut timer_fired = false;
     loop {
+        crate::testpanic::point("engine", "");
         // Send side: every endpoint that asked for service.
         loop {
             let next = sh.work.lock().unwrap_or_else(|e| e.into_inner()).pop_front();

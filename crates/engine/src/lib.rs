@@ -25,6 +25,7 @@ pub mod batch;
 pub mod config;
 pub mod endpoint;
 pub mod engine;
+pub mod failure;
 pub mod fdspace;
 pub mod log;
 pub mod machine;
@@ -35,6 +36,7 @@ pub mod settings;
 pub mod stat_dir;
 pub mod stats;
 pub mod sys;
+pub mod testpanic;
 pub mod tracepoint;
 
 pub use config::Config;

@@ -184,6 +184,7 @@ pub const SETTINGS: &[Setting] = &[
     s("EUDP_SOCK_RCVBUF", Int { min: 0, max: I32 }, "kernel's", Shim, "SO_RCVBUF of adopted sockets (0: unchanged)"),
     s("EUDP_STAT_DIR", Text, "/run/eudp", Shim, "directory of the per-process stats files"),
     s("EUDP_STAT_MS", Int { min: 0, max: U64 }, "1000", Shim, "stats file period (0: none)"),
+    s("EUDP_TEST_PANIC", Text, "unset", Test, "test hook: panic at hook:NAME:N, engine:N or tcp:N"),
     s("EUDP_TEST_RACE_PAUSE_US", Int { min: 0, max: U64 }, "0", Test, "test hook: pause in a receive's race window"),
 ];
 

@@ -133,6 +133,8 @@ struct Report<'a> {
     exited: bool,
     accelerated: u64,
     fallbacks: u64,
+    /// Panics of the shim's calls and of eudp's threads, contained.
+    panics: u64,
     fallback_reasons: &'a BTreeMap<String, u64>,
     sockets: OpenSockets,
     closed: &'a [SockReport],
@@ -273,6 +275,7 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         exited,
         accelerated: ACCELERATED.load(Relaxed),
         fallbacks: FALLBACKS.load(Relaxed),
+        panics: eudp_engine::failure::PANICS.load(Relaxed),
         fallback_reasons: &reasons,
         sockets: socks,
         closed: &closed,

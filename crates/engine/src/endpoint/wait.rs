@@ -56,6 +56,11 @@ impl EpInner {
             if self.rx_stopped.load(Relaxed) {
                 return Err(handed_over());
             }
+            if crate::failure::failed() {
+                // The engine may have died holding the socket: no wait here
+                // would end.
+                return Err(crate::failure::failed_error());
+            }
             // Ring empty. A blocking receive without a timeout (and past its
             // spin) sleeps inside the read itself when it can.
             let dl = if nonblocking { None } else { *deadline.get_or_insert_with(|| self.deadline(false)) };
@@ -101,7 +106,7 @@ impl EpInner {
                     // taken the lock): what that read brings beyond its own
                     // datagram reaches the ring and wakes us.
                     Err(_) => loop {
-                        if self.rx_blocked.load(SeqCst) || self.rx_sock.try_lock().is_ok() {
+                        if self.rx_blocked.load(SeqCst) || self.rx_sock.try_lock().is_ok() || crate::failure::failed() {
                             break;
                         }
                         std::thread::yield_now();

@@ -3,6 +3,7 @@
 //! interposed only to send what this thread left to be coalesced before the
 //! program sleeps in them (`before_sleep`).
 
+use super::guard::{guard, Retry};
 use super::poll::{duration_of, spin_then_wait, timespec_of};
 use super::ready::{before_sleep, no_wait};
 use crate::real;
@@ -90,18 +91,20 @@ fn ms_duration(timeout: c_int) -> Option<Duration> {
 
 #[no_mangle]
 pub unsafe extern "C" fn epoll_wait(epfd: c_int, evs: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
-    // SAFETY: the caller passes `epoll_wait`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if timeout != 0 && shim::any() {
-            if let Some(r) = epoll_spin(epfd, evs, max, ms_duration(timeout), std::ptr::null(), false) {
-                return r;
+    guard(-1, "epoll_wait", Retry::Yes, || {
+        // SAFETY: the caller passes `epoll_wait`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if timeout != 0 && shim::any() {
+                if let Some(r) = epoll_spin(epfd, evs, max, ms_duration(timeout), std::ptr::null(), false) {
+                    return r;
+                }
+                before_sleep();
             }
-            before_sleep();
+            real::epoll_wait(epfd, evs, max, timeout)
         }
-        real::epoll_wait(epfd, evs, max, timeout)
-    }
+    })
 }
 
 #[no_mangle]
@@ -112,18 +115,20 @@ pub unsafe extern "C" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    // SAFETY: the caller passes `epoll_pwait`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if timeout != 0 && shim::any() {
-            if let Some(r) = epoll_spin(epfd, evs, max, ms_duration(timeout), mask, false) {
-                return r;
+    guard(-1, "epoll_pwait", Retry::Yes, || {
+        // SAFETY: the caller passes `epoll_pwait`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if timeout != 0 && shim::any() {
+                if let Some(r) = epoll_spin(epfd, evs, max, ms_duration(timeout), mask, false) {
+                    return r;
+                }
+                before_sleep();
             }
-            before_sleep();
+            real::epoll_pwait(epfd, evs, max, timeout, mask)
         }
-        real::epoll_pwait(epfd, evs, max, timeout, mask)
-    }
+    })
 }
 
 #[no_mangle]
@@ -134,18 +139,20 @@ pub unsafe extern "C" fn epoll_pwait2(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    // SAFETY: the caller passes `epoll_pwait2`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if !no_wait(ts) && shim::any() {
-            if let Some(r) = epoll_spin(epfd, evs, max, (!ts.is_null()).then(|| duration_of(&*ts)), mask, true) {
-                return r;
+    guard(-1, "epoll_pwait2", Retry::Yes, || {
+        // SAFETY: the caller passes `epoll_pwait2`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if !no_wait(ts) && shim::any() {
+                if let Some(r) = epoll_spin(epfd, evs, max, (!ts.is_null()).then(|| duration_of(&*ts)), mask, true) {
+                    return r;
+                }
+                before_sleep();
             }
-            before_sleep();
+            real::epoll_pwait2(epfd, evs, max, ts, mask)
         }
-        real::epoll_pwait2(epfd, evs, max, ts, mask)
-    }
+    })
 }
 
 /// Events of the ring's eventfd registration for an application epoll
@@ -215,112 +222,117 @@ unsafe fn ring_ctl_dup(
 /// receive block.
 #[no_mangle]
 pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int {
-    // SAFETY: the caller passes `epoll_ctl`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let Some(s) = lookup(fd) else { return real::epoll_ctl(epfd, op, fd, ev) };
-        if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD)
-            && !ev.is_null()
-            && (*ev).events & libc::EPOLLONESHOT as u32 != 0
-            && (*ev).events & libc::EPOLLEXCLUSIVE as u32 == 0
-            && s.mode() != shim::KERNEL
-        {
-            // One report per arming cannot span two registrations (the kernel
-            // socket and the ring's eventfd each report once): kernel path.
-            // (With EPOLLEXCLUSIVE the kernel refuses the registration.)
-            s.fallback(fd, "epoll_ctl EPOLLONESHOT");
-        }
-        let r = real::epoll_ctl(epfd, op, fd, ev);
-        if r != 0 {
-            return r;
-        }
-        let saved = errno();
-        // After a fallback that kept datagrams, their readiness eventfd stands
-        // in for the ring's (see `Sock::fallback`). A socket whose descriptors
-        // for this cannot all be made (the descriptor budget) falls back: an
-        // epoll set that missed its ring would miss its datagrams.
-        let extra = |ep: Option<Arc<Endpoint>>, need: bool| -> Vec<c_int> {
-            if let Some(ep) = ep {
-                let (v, complete) = ready_fds(&s, &ep);
-                if complete || !need {
-                    return v;
-                }
-                drop(ep);
-                s.fallback(fd, &shim::budget_reason("epoll_ctl"));
+    guard(fd, "epoll_ctl", Retry::Yes, || {
+        // SAFETY: the caller passes `epoll_ctl`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let Some(s) = lookup(fd) else { return real::epoll_ctl(epfd, op, fd, ev) };
+            if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD)
+                && !ev.is_null()
+                && (*ev).events & libc::EPOLLONESHOT as u32 != 0
+                && (*ev).events & libc::EPOLLEXCLUSIVE as u32 == 0
+                && s.mode() != shim::KERNEL
+            {
+                // One report per arming cannot span two registrations (the kernel
+                // socket and the ring's eventfd each report once): kernel path.
+                // (With EPOLLEXCLUSIVE the kernel refuses the registration.)
+                s.fallback(fd, "epoll_ctl EPOLLONESHOT");
             }
-            s.leftover_ready_fd().into_iter().collect()
-        };
-        match op {
-            libc::EPOLL_CTL_ADD if !ev.is_null() => {
-                if let Some(events) = ring_events((*ev).events) {
-                    if s.mode() != shim::KERNEL {
-                        mark_spin_epoll(epfd);
+            let r = real::epoll_ctl(epfd, op, fd, ev);
+            if r != 0 {
+                return r;
+            }
+            let saved = errno();
+            // After a fallback that kept datagrams, their readiness eventfd stands
+            // in for the ring's (see `Sock::fallback`). A socket whose descriptors
+            // for this cannot all be made (the descriptor budget) falls back: an
+            // epoll set that missed its ring would miss its datagrams.
+            let extra = |ep: Option<Arc<Endpoint>>, need: bool| -> Vec<c_int> {
+                if let Some(ep) = ep {
+                    let (v, complete) = ready_fds(&s, &ep);
+                    if complete || !need {
+                        return v;
                     }
-                    for rfd in extra(s.endpoint(fd), true) {
-                        let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
-                        if real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2) != 0 && errno() == libc::EEXIST {
-                            // Another descriptor of this socket has the ring
-                            // in this epoll: this one gets its own key.
-                            match ring_dup(&s, fd, rfd, true) {
-                                Some(d) => {
-                                    real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, d, &mut e2);
-                                }
-                                None if s.mode() == ACTIVE => {
-                                    s.fallback(fd, &shim::budget_reason("epoll_ctl of a duplicate"));
-                                    break;
-                                }
-                                None => {}
-                            }
+                    drop(ep);
+                    s.fallback(fd, &shim::budget_reason("epoll_ctl"));
+                }
+                s.leftover_ready_fd().into_iter().collect()
+            };
+            match op {
+                libc::EPOLL_CTL_ADD if !ev.is_null() => {
+                    if let Some(events) = ring_events((*ev).events) {
+                        if s.mode() != shim::KERNEL {
+                            mark_spin_epoll(epfd);
                         }
-                    }
-                }
-            }
-            libc::EPOLL_CTL_MOD if !ev.is_null() => {
-                let need = ring_events((*ev).events).is_some();
-                for rfd in extra(s.existing(), need) {
-                    match ring_events((*ev).events) {
-                        Some(events) => {
-                            let mut e2 =
-                                libc::epoll_event { events: events & !(libc::EPOLLEXCLUSIVE as u32), u64: (*ev).u64 };
-                            if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_MOD, &mut e2)
-                                && real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0
+                        for rfd in extra(s.endpoint(fd), true) {
+                            let mut e2 = libc::epoll_event { events, u64: (*ev).u64 };
+                            if real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2) != 0 && errno() == libc::EEXIST
                             {
-                                real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
-                            }
-                        }
-                        None => {
-                            let mut e2 = libc::epoll_event { events: 0, u64: 0 };
-                            if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
-                                real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                                // Another descriptor of this socket has the ring
+                                // in this epoll: this one gets its own key.
+                                match ring_dup(&s, fd, rfd, true) {
+                                    Some(d) => {
+                                        real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, d, &mut e2);
+                                    }
+                                    None if s.mode() == ACTIVE => {
+                                        s.fallback(fd, &shim::budget_reason("epoll_ctl of a duplicate"));
+                                        break;
+                                    }
+                                    None => {}
+                                }
                             }
                         }
                     }
                 }
-            }
-            libc::EPOLL_CTL_DEL => {
-                for rfd in extra(s.existing(), false) {
-                    let mut e2 = libc::epoll_event { events: 0, u64: 0 };
-                    if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
-                        real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                libc::EPOLL_CTL_MOD if !ev.is_null() => {
+                    let need = ring_events((*ev).events).is_some();
+                    for rfd in extra(s.existing(), need) {
+                        match ring_events((*ev).events) {
+                            Some(events) => {
+                                let mut e2 = libc::epoll_event {
+                                    events: events & !(libc::EPOLLEXCLUSIVE as u32),
+                                    u64: (*ev).u64,
+                                };
+                                if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_MOD, &mut e2)
+                                    && real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, rfd, &mut e2) != 0
+                                {
+                                    real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, rfd, &mut e2);
+                                }
+                            }
+                            None => {
+                                let mut e2 = libc::epoll_event { events: 0, u64: 0 };
+                                if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
+                                    real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                                }
+                            }
+                        }
                     }
                 }
+                libc::EPOLL_CTL_DEL => {
+                    for rfd in extra(s.existing(), false) {
+                        let mut e2 = libc::epoll_event { events: 0, u64: 0 };
+                        if !ring_ctl_dup(&s, fd, rfd, epfd, libc::EPOLL_CTL_DEL, &mut e2) {
+                            real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, rfd, &mut e2);
+                        }
+                    }
+                }
+                _ => {}
             }
-            _ => {}
+            // The program now waits for this socket's input in its epoll set, which
+            // watches the kernel socket: its threads read arrivals themselves, and
+            // the engine stops watching the socket (`Endpoint::app_waits_on_socket`;
+            // not under the TCP transport, whose socket never becomes readable).
+            if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD)
+                && !ev.is_null()
+                && (*ev).events & libc::EPOLLIN as u32 != 0
+                && s.mode() == ACTIVE
+                && !shim::bypass_transport()
+            {
+                s.with_existing(|ep| ep.app_waits_on_socket());
+            }
+            set_errno(saved);
+            0
         }
-        // The program now waits for this socket's input in its epoll set, which
-        // watches the kernel socket: its threads read arrivals themselves, and
-        // the engine stops watching the socket (`Endpoint::app_waits_on_socket`;
-        // not under the TCP transport, whose socket never becomes readable).
-        if matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD)
-            && !ev.is_null()
-            && (*ev).events & libc::EPOLLIN as u32 != 0
-            && s.mode() == ACTIVE
-            && !shim::bypass_transport()
-        {
-            s.with_existing(|ep| ep.app_waits_on_socket());
-        }
-        set_errno(saved);
-        0
-    }
+    })
 }

@@ -4,6 +4,7 @@
 
 use super::args::read_addr;
 use super::fail;
+use super::guard::{guard, Retry};
 use crate::fdspace::{is_private, program_fds};
 use crate::ktrace;
 use crate::real;
@@ -13,22 +14,24 @@ use libc::{c_char, c_int, c_uint, c_ulong, c_void, sockaddr, socklen_t};
 
 #[no_mangle]
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
-    // SAFETY: the caller passes `socket`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let fd = program_fds(|| real::socket(domain, ty, proto));
-        shim::forget_stale(fd);
-        if fd >= 0
-            && (domain == libc::AF_INET || domain == libc::AF_INET6)
-            && ty & 0xf == libc::SOCK_DGRAM
-            && (proto == 0 || proto == libc::IPPROTO_UDP)
-        {
-            shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
-            ktrace::register(fd);
+    guard(-1, "socket", Retry::Yes, || {
+        // SAFETY: the caller passes `socket`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let fd = program_fds(|| real::socket(domain, ty, proto));
+            shim::forget_stale(fd);
+            if fd >= 0
+                && (domain == libc::AF_INET || domain == libc::AF_INET6)
+                && ty & 0xf == libc::SOCK_DGRAM
+                && (proto == 0 || proto == libc::IPPROTO_UDP)
+            {
+                shim::register_new(fd, domain == libc::AF_INET6, ty & libc::SOCK_NONBLOCK != 0);
+                ktrace::register(fd);
+            }
+            fd
         }
-        fd
-    }
+    })
 }
 
 /// The program's other calls that make descriptors: numbers lent to the
@@ -43,7 +46,7 @@ macro_rules! fd_makers {
             pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
                 // SAFETY: the arguments go to libc's function of the same
                 // name unchanged, under the caller's C contract for it.
-                program_fds(|| unsafe { real::$name($($a),*) })
+                guard(-1, stringify!($name), Retry::Yes, || program_fds(|| unsafe { real::$name($($a),*) }))
             }
         )*
     };
@@ -66,21 +69,23 @@ fd_makers! {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    // SAFETY: the caller passes `close`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if ktrace::traced(fd).is_some() {
-            ktrace::forget(fd);
+    guard(fd, "close", Retry::No, || {
+        // SAFETY: the caller passes `close`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if ktrace::traced(fd).is_some() {
+                ktrace::forget(fd);
+            }
+            // The shim's and the engine's own descriptors are beyond the program's
+            // reach, as a number beyond its limit is on the kernel.
+            if is_private(fd) {
+                return fail(libc::EBADF);
+            }
+            shim::remove(fd);
+            real::close(fd)
         }
-        // The shim's and the engine's own descriptors are beyond the program's
-        // reach, as a number beyond its limit is on the kernel.
-        if is_private(fd) {
-            return fail(libc::EBADF);
-        }
-        shim::remove(fd);
-        real::close(fd)
-    }
+    })
 }
 
 pub(super) fn forget_range(first: u32, last: u32) {
@@ -96,34 +101,40 @@ pub(super) fn forget_range(first: u32, last: u32) {
 
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    // SAFETY: the caller passes `close_range`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-            forget_range(first, last);
+    guard(-1, "close_range", Retry::No, || {
+        // SAFETY: the caller passes `close_range`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+                forget_range(first, last);
+            }
+            crate::fdspace::close_range_sparing(first, last, flags, |a, b, fl| real::close_range(a, b, fl))
         }
-        crate::fdspace::close_range_sparing(first, last, flags, |a, b, fl| real::close_range(a, b, fl))
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(first: c_int) {
-    forget_range(first.max(0) as u32, u32::MAX);
-    crate::fdspace::closefrom_sparing(first)
+    guard(-1, "closefrom", Retry::No, || {
+        forget_range(first.max(0) as u32, u32::MAX);
+        crate::fdspace::closefrom_sparing(first)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
-    // SAFETY: the caller passes `shutdown`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if let Some(s) = lookup(fd) {
-            s.fallback(fd, "shutdown()");
+    guard(fd, "shutdown", Retry::Yes, || {
+        // SAFETY: the caller passes `shutdown`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if let Some(s) = lookup(fd) {
+                s.fallback(fd, "shutdown()");
+            }
+            real::shutdown(fd, how)
         }
-        real::shutdown(fd, how)
-    }
+    })
 }
 
 pub(super) fn after_dup(old: c_int, new: c_int) {
@@ -138,44 +149,50 @@ pub(super) fn after_dup(old: c_int, new: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    // SAFETY: the caller passes `dup`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let r = program_fds(|| real::dup(fd));
-        after_dup(fd, r);
-        r
-    }
+    guard(fd, "dup", Retry::Yes, || {
+        // SAFETY: the caller passes `dup`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let r = program_fds(|| real::dup(fd));
+            after_dup(fd, r);
+            r
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
-    // SAFETY: the caller passes `dup2`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if is_private(to) {
-            return fail(libc::EBADF);
+    guard(fd, "dup2", Retry::Yes, || {
+        // SAFETY: the caller passes `dup2`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if is_private(to) {
+                return fail(libc::EBADF);
+            }
+            let r = real::dup2(fd, to);
+            after_dup(fd, r);
+            r
         }
-        let r = real::dup2(fd, to);
-        after_dup(fd, r);
-        r
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
-    // SAFETY: the caller passes `dup3`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if is_private(to) {
-            return fail(libc::EBADF);
+    guard(fd, "dup3", Retry::Yes, || {
+        // SAFETY: the caller passes `dup3`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if is_private(to) {
+                return fail(libc::EBADF);
+            }
+            let r = real::dup3(fd, to, flags);
+            after_dup(fd, r);
+            r
         }
-        let r = real::dup3(fd, to, flags);
-        after_dup(fd, r);
-        r
-    }
+    })
 }
 
 /// Under the `tcp` transport a bound socket is attached to the engine at
@@ -186,46 +203,50 @@ pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 /// needs nothing here (the kernel socket itself queues what arrives).
 #[no_mangle]
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    // SAFETY: the caller passes `bind`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let r = real::bind(fd, addr, len);
-        if r == 0 && !shim::inside() && shim::bypass_transport() {
-            if let Some(s) = lookup(fd) {
-                let e = errno();
-                let _ = s.endpoint(fd);
-                set_errno(e);
+    guard(fd, "bind", Retry::Yes, || {
+        // SAFETY: the caller passes `bind`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let r = real::bind(fd, addr, len);
+            if r == 0 && !shim::inside() && shim::bypass_transport() {
+                if let Some(s) = lookup(fd) {
+                    let e = errno();
+                    let _ = s.endpoint(fd);
+                    set_errno(e);
+                }
             }
+            r
         }
-        r
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    // SAFETY: the caller passes `connect`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let Some(s) = lookup(fd) else { return real::connect(fd, addr, len) };
-        let Some(ep) = s.existing() else { return real::connect(fd, addr, len) };
-        if addr.is_null() {
-            return fail(libc::EFAULT);
-        }
-        let r = if (*addr).sa_family as c_int == libc::AF_UNSPEC {
-            ep.disconnect()
-        } else {
-            match read_addr(addr, len) {
-                Ok(a) => ep.connect(a),
-                Err(e) => return fail(e),
+    guard(fd, "connect", Retry::Yes, || {
+        // SAFETY: the caller passes `connect`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let Some(s) = lookup(fd) else { return real::connect(fd, addr, len) };
+            let Some(ep) = s.existing() else { return real::connect(fd, addr, len) };
+            if addr.is_null() {
+                return fail(libc::EFAULT);
             }
-        };
-        match r {
-            Ok(()) => 0,
-            Err(e) => fail(shim::errno_of(&e)),
+            let r = if (*addr).sa_family as c_int == libc::AF_UNSPEC {
+                ep.disconnect()
+            } else {
+                match read_addr(addr, len) {
+                    Ok(a) => ep.connect(a),
+                    Err(e) => return fail(e),
+                }
+            };
+            match r {
+                Ok(()) => 0,
+                Err(e) => fail(shim::errno_of(&e)),
+            }
         }
-    }
+    })
 }
 
 unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, f: unsafe fn(c_int, c_int, c_ulong) -> c_int) -> c_int {
@@ -263,55 +284,61 @@ unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, f: unsafe fn(c_int, 
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: the caller passes `fcntl`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe { fcntl_common(fd, cmd, arg, real::fcntl) }
+    guard(fd, "fcntl", Retry::Yes, || {
+        // SAFETY: the caller passes `fcntl`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe { fcntl_common(fd, cmd, arg, real::fcntl) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: the caller passes `fcntl64`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe { fcntl_common(fd, cmd, arg, real::fcntl64) }
+    guard(fd, "fcntl64", Retry::Yes, || {
+        // SAFETY: the caller passes `fcntl64`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe { fcntl_common(fd, cmd, arg, real::fcntl64) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
-    // SAFETY: the caller passes `ioctl`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let Some(s) = lookup(fd) else { return real::ioctl(fd, req, arg) };
-        match req {
-            libc::FIONBIO if !arg.is_null() => {
-                s.set_nonblock(*(arg as *const c_int) != 0);
-                real::ioctl(fd, req, arg)
-            }
-            libc::FIONREAD if !arg.is_null() => {
-                if s.has_leftover() {
-                    if let Some(r) = s.pop_leftover(&mut [], true, None) {
-                        *(arg as *mut c_int) = r.len as c_int;
-                        return 0;
+    guard(fd, "ioctl", Retry::Yes, || {
+        // SAFETY: the caller passes `ioctl`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let Some(s) = lookup(fd) else { return real::ioctl(fd, req, arg) };
+            match req {
+                libc::FIONBIO if !arg.is_null() => {
+                    s.set_nonblock(*(arg as *const c_int) != 0);
+                    real::ioctl(fd, req, arg)
+                }
+                libc::FIONREAD if !arg.is_null() => {
+                    if s.has_leftover() {
+                        if let Some(r) = s.pop_leftover(&mut [], true, None) {
+                            *(arg as *mut c_int) = r.len as c_int;
+                            return 0;
+                        }
+                    }
+                    match s.existing() {
+                        Some(ep) => {
+                            let n = match ep.recv_with(
+                                &mut [],
+                                eudp_engine::RecvFlags { peek: true, dont_wait: true, interruptible: false },
+                            ) {
+                                Ok(r) => r.len,
+                                Err(_) => 0,
+                            };
+                            *(arg as *mut c_int) = n as c_int;
+                            0
+                        }
+                        None => real::ioctl(fd, req, arg),
                     }
                 }
-                match s.existing() {
-                    Some(ep) => {
-                        let n = match ep.recv_with(
-                            &mut [],
-                            eudp_engine::RecvFlags { peek: true, dont_wait: true, interruptible: false },
-                        ) {
-                            Ok(r) => r.len,
-                            Err(_) => 0,
-                        };
-                        *(arg as *mut c_int) = n as c_int;
-                        0
-                    }
-                    None => real::ioctl(fd, req, arg),
-                }
+                _ => real::ioctl(fd, req, arg),
             }
-            _ => real::ioctl(fd, req, arg),
         }
-    }
+    })
 }

@@ -22,6 +22,7 @@
 mod args;
 mod epoll;
 mod fd;
+mod guard;
 mod poll;
 mod process;
 mod ready;

@@ -1,5 +1,6 @@
 //! poll and ppoll over a mix of kernel descriptors and accelerated sockets.
 
+use super::guard::{guard, Retry};
 use super::ready::{
     before_sleep, claim_error, kernel_checked, mark_sleep, may_skip_kernel, no_wait, ring_events_of, scan_ready, Extra,
     EXTRA_MAX, NO_RING,
@@ -406,24 +407,30 @@ fn ms_to_ts(ms: c_int) -> Option<libc::timespec> {
 
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
-    // SAFETY: the caller passes `poll`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if !shim::any() {
-            return real::poll(fds, n, timeout);
+    guard(-1, "poll", Retry::Yes, || {
+        // SAFETY: the caller passes `poll`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if !shim::any() {
+                return real::poll(fds, n, timeout);
+            }
+            let ts = ms_to_ts(timeout);
+            with_tls(|t| {
+                poll_impl(t, fds, n, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null())
+            })
         }
-        let ts = ms_to_ts(timeout);
-        with_tls(|t| poll_impl(t, fds, n, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null()))
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, _fdslen: size_t) -> c_int {
-    // SAFETY: the caller passes `__poll_chk`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe { poll(fds, n, timeout) }
+    guard(-1, "__poll_chk", Retry::Yes, || {
+        // SAFETY: the caller passes `__poll_chk`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe { poll(fds, n, timeout) }
+    })
 }
 
 #[no_mangle]
@@ -433,15 +440,17 @@ pub unsafe extern "C" fn ppoll(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    // SAFETY: the caller passes `ppoll`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if !shim::any() {
-            return real::ppoll(fds, n, ts, mask);
+    guard(-1, "ppoll", Retry::Yes, || {
+        // SAFETY: the caller passes `ppoll`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if !shim::any() {
+                return real::ppoll(fds, n, ts, mask);
+            }
+            with_tls(|t| poll_impl(t, fds, n, ts, mask))
         }
-        with_tls(|t| poll_impl(t, fds, n, ts, mask))
-    }
+    })
 }
 
 #[no_mangle]
@@ -452,8 +461,10 @@ pub unsafe extern "C" fn __ppoll_chk(
     mask: *const libc::sigset_t,
     _l: size_t,
 ) -> c_int {
-    // SAFETY: the caller passes `__ppoll_chk`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe { ppoll(fds, n, ts, mask) }
+    guard(-1, "__ppoll_chk", Retry::Yes, || {
+        // SAFETY: the caller passes `__ppoll_chk`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe { ppoll(fds, n, ts, mask) }
+    })
 }

@@ -3,6 +3,7 @@
 
 use super::fail;
 use super::fd::{after_dup, forget_range};
+use super::guard::{guard, Retry};
 use super::recv::{recvfrom, recvmmsg, recvmsg};
 use super::send::{sendmmsg, sendmsg, sendto};
 use crate::fdspace::is_private;
@@ -31,62 +32,66 @@ pub unsafe extern "C" fn syscall(
     e: libc::c_long,
     f: libc::c_long,
 ) -> libc::c_long {
-    // SAFETY: the caller passes `syscall`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        match n {
-            libc::SYS_close if is_private(a as c_int) => return fail(libc::EBADF),
-            libc::SYS_close => shim::remove(a as c_int),
-            libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as libc::c_long == 0 => {
-                forget_range(a as u32, b as u32);
-                let close = |x: c_uint, y: c_uint, fl: c_int| {
-                    real::syscall(n, x as libc::c_long, y as libc::c_long, fl as libc::c_long, 0, 0, 0) as c_int
-                };
-                return crate::fdspace::close_range_sparing(a as c_uint, b as c_uint, c as c_int, close)
-                    as libc::c_long;
+    guard(-1, "syscall", Retry::Yes, || {
+        // SAFETY: the caller passes `syscall`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            match n {
+                libc::SYS_close if is_private(a as c_int) => return fail(libc::EBADF),
+                libc::SYS_close => shim::remove(a as c_int),
+                libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as libc::c_long == 0 => {
+                    forget_range(a as u32, b as u32);
+                    let close = |x: c_uint, y: c_uint, fl: c_int| {
+                        real::syscall(n, x as libc::c_long, y as libc::c_long, fl as libc::c_long, 0, 0, 0) as c_int
+                    };
+                    return crate::fdspace::close_range_sparing(a as c_uint, b as c_uint, c as c_int, close)
+                        as libc::c_long;
+                }
+                SYS_DUP2 | libc::SYS_dup3 if is_private(b as c_int) => return fail(libc::EBADF),
+                SYS_DUP2 | libc::SYS_dup3 => shim::remove(b as c_int),
+                _ => {}
             }
-            SYS_DUP2 | libc::SYS_dup3 if is_private(b as c_int) => return fail(libc::EBADF),
-            SYS_DUP2 | libc::SYS_dup3 => shim::remove(b as c_int),
-            _ => {}
+            // Socket calls made through syscall() (libuv's uv__sendmmsg and
+            // uv__recvmmsg, for one) on an application UDP socket.
+            if matches!(
+                n,
+                libc::SYS_sendmmsg
+                    | libc::SYS_recvmmsg
+                    | libc::SYS_sendto
+                    | libc::SYS_recvfrom
+                    | libc::SYS_sendmsg
+                    | libc::SYS_recvmsg
+            ) && lookup(a as c_int).is_some()
+            {
+                let fd = a as c_int;
+                return match n {
+                    libc::SYS_sendmmsg => {
+                        sendmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int) as libc::c_long
+                    }
+                    libc::SYS_recvmmsg => {
+                        recvmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int, e as *mut libc::timespec)
+                            as libc::c_long
+                    }
+                    libc::SYS_sendto => {
+                        sendto(fd, b as *const c_void, c as size_t, d as c_int, e as *const sockaddr, f as socklen_t)
+                            as libc::c_long
+                    }
+                    libc::SYS_recvfrom => {
+                        recvfrom(fd, b as *mut c_void, c as size_t, d as c_int, e as *mut sockaddr, f as *mut socklen_t)
+                            as libc::c_long
+                    }
+                    libc::SYS_sendmsg => sendmsg(fd, b as *const libc::msghdr, c as c_int) as libc::c_long,
+                    _ => recvmsg(fd, b as *mut libc::msghdr, c as c_int) as libc::c_long,
+                };
+            }
+            let r = real::syscall(n, a, b, c, d, e, f);
+            if (n == SYS_DUP2 || n == libc::SYS_dup3) && r >= 0 {
+                after_dup(a as c_int, r as c_int);
+            }
+            r
         }
-        // Socket calls made through syscall() (libuv's uv__sendmmsg and
-        // uv__recvmmsg, for one) on an application UDP socket.
-        if matches!(
-            n,
-            libc::SYS_sendmmsg
-                | libc::SYS_recvmmsg
-                | libc::SYS_sendto
-                | libc::SYS_recvfrom
-                | libc::SYS_sendmsg
-                | libc::SYS_recvmsg
-        ) && lookup(a as c_int).is_some()
-        {
-            let fd = a as c_int;
-            return match n {
-                libc::SYS_sendmmsg => sendmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int) as libc::c_long,
-                libc::SYS_recvmmsg => {
-                    recvmmsg(fd, b as *mut libc::mmsghdr, c as c_uint, d as c_int, e as *mut libc::timespec)
-                        as libc::c_long
-                }
-                libc::SYS_sendto => {
-                    sendto(fd, b as *const c_void, c as size_t, d as c_int, e as *const sockaddr, f as socklen_t)
-                        as libc::c_long
-                }
-                libc::SYS_recvfrom => {
-                    recvfrom(fd, b as *mut c_void, c as size_t, d as c_int, e as *mut sockaddr, f as *mut socklen_t)
-                        as libc::c_long
-                }
-                libc::SYS_sendmsg => sendmsg(fd, b as *const libc::msghdr, c as c_int) as libc::c_long,
-                _ => recvmsg(fd, b as *mut libc::msghdr, c as c_int) as libc::c_long,
-            };
-        }
-        let r = real::syscall(n, a, b, c, d, e, f);
-        if (n == SYS_DUP2 || n == libc::SYS_dup3) && r >= 0 {
-            after_dup(a as c_int, r as c_int);
-        }
-        r
-    }
+    })
 }
 
 /// Before exec: what is queued goes out, and sockets the new program
@@ -122,62 +127,70 @@ fn after_failed_exec(touched: Vec<(c_int, bool)>) {
 
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    // SAFETY: the caller passes `execve`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let t = before_exec();
-        let r = real::execve(path, argv, envp);
-        let e = errno();
-        after_failed_exec(t);
-        set_errno(e);
-        r
-    }
+    guard(-1, "execve", Retry::Yes, || {
+        // SAFETY: the caller passes `execve`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let t = before_exec();
+            let r = real::execve(path, argv, envp);
+            let e = errno();
+            after_failed_exec(t);
+            set_errno(e);
+            r
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    // SAFETY: the caller passes `execv`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let t = before_exec();
-        let r = real::execv(path, argv);
-        let e = errno();
-        after_failed_exec(t);
-        set_errno(e);
-        r
-    }
+    guard(-1, "execv", Retry::Yes, || {
+        // SAFETY: the caller passes `execv`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let t = before_exec();
+            let r = real::execv(path, argv);
+            let e = errno();
+            after_failed_exec(t);
+            set_errno(e);
+            r
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    // SAFETY: the caller passes `execvp`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let t = before_exec();
-        let r = real::execvp(file, argv);
-        let e = errno();
-        after_failed_exec(t);
-        set_errno(e);
-        r
-    }
+    guard(-1, "execvp", Retry::Yes, || {
+        // SAFETY: the caller passes `execvp`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let t = before_exec();
+            let r = real::execvp(file, argv);
+            let e = errno();
+            after_failed_exec(t);
+            set_errno(e);
+            r
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    // SAFETY: the caller passes `execvpe`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let t = before_exec();
-        let r = real::execvpe(file, argv, envp);
-        let e = errno();
-        after_failed_exec(t);
-        set_errno(e);
-        r
-    }
+    guard(-1, "execvpe", Retry::Yes, || {
+        // SAFETY: the caller passes `execvpe`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let t = before_exec();
+            let r = real::execvpe(file, argv, envp);
+            let e = errno();
+            after_failed_exec(t);
+            set_errno(e);
+            r
+        }
+    })
 }
 
 // execl, execlp and execle are variadic, and glibc's versions call its
@@ -233,18 +246,20 @@ mod exec_list {
         a30: *const c_char,
         a31: *const c_char,
     ) -> c_int {
-        // SAFETY: the caller passes `execl`'s arguments under its C contract
-        // (pointers valid for the stated lengths, for this call); they go to
-        // libc unchanged or are read and written within those bounds.
-        unsafe {
-            match argv(&[
-                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21,
-                a22, a23, a24, a25, a26, a27, a28, a29, a30, a31,
-            ]) {
-                Some((v, _)) => execv(path, v.as_ptr()),
-                None => fail::<c_int>(libc::E2BIG),
+        guard(-1, "execl", Retry::Yes, || {
+            // SAFETY: the caller passes `execl`'s arguments under its C contract
+            // (pointers valid for the stated lengths, for this call); they go to
+            // libc unchanged or are read and written within those bounds.
+            unsafe {
+                match argv(&[
+                    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21,
+                    a22, a23, a24, a25, a26, a27, a28, a29, a30, a31,
+                ]) {
+                    Some((v, _)) => execv(path, v.as_ptr()),
+                    None => fail::<c_int>(libc::E2BIG),
+                }
             }
-        }
+        })
     }
 
     #[no_mangle]
@@ -283,18 +298,20 @@ mod exec_list {
         a30: *const c_char,
         a31: *const c_char,
     ) -> c_int {
-        // SAFETY: the caller passes `execlp`'s arguments under its C contract
-        // (pointers valid for the stated lengths, for this call); they go to
-        // libc unchanged or are read and written within those bounds.
-        unsafe {
-            match argv(&[
-                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21,
-                a22, a23, a24, a25, a26, a27, a28, a29, a30, a31,
-            ]) {
-                Some((v, _)) => execvp(file, v.as_ptr()),
-                None => fail::<c_int>(libc::E2BIG),
+        guard(-1, "execlp", Retry::Yes, || {
+            // SAFETY: the caller passes `execlp`'s arguments under its C contract
+            // (pointers valid for the stated lengths, for this call); they go to
+            // libc unchanged or are read and written within those bounds.
+            unsafe {
+                match argv(&[
+                    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21,
+                    a22, a23, a24, a25, a26, a27, a28, a29, a30, a31,
+                ]) {
+                    Some((v, _)) => execvp(file, v.as_ptr()),
+                    None => fail::<c_int>(libc::E2BIG),
+                }
             }
-        }
+        })
     }
 
     #[no_mangle]
@@ -333,48 +350,54 @@ mod exec_list {
         a30: *const c_char,
         a31: *const c_char,
     ) -> c_int {
-        // SAFETY: the caller passes `execle`'s arguments under its C contract
-        // (pointers valid for the stated lengths, for this call); they go to
-        // libc unchanged or are read and written within those bounds.
-        unsafe {
-            match argv(&[
-                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21,
-                a22, a23, a24, a25, a26, a27, a28, a29, a30, a31,
-            ]) {
-                Some((v, envp)) if v.len() < 32 => execve(path, v.as_ptr(), envp as *const *const c_char),
-                _ => fail::<c_int>(libc::E2BIG),
+        guard(-1, "execle", Retry::Yes, || {
+            // SAFETY: the caller passes `execle`'s arguments under its C contract
+            // (pointers valid for the stated lengths, for this call); they go to
+            // libc unchanged or are read and written within those bounds.
+            unsafe {
+                match argv(&[
+                    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21,
+                    a22, a23, a24, a25, a26, a27, a28, a29, a30, a31,
+                ]) {
+                    Some((v, envp)) if v.len() < 32 => execve(path, v.as_ptr(), envp as *const *const c_char),
+                    _ => fail::<c_int>(libc::E2BIG),
+                }
             }
-        }
+        })
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    // SAFETY: the caller passes `sigaction`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let r = real::sigaction(sig, act, old);
-        if r == 0 && !act.is_null() {
-            crate::signals::record(sig, (*act).sa_sigaction, (*act).sa_flags);
+    guard(-1, "sigaction", Retry::Yes, || {
+        // SAFETY: the caller passes `sigaction`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let r = real::sigaction(sig, act, old);
+            if r == 0 && !act.is_null() {
+                crate::signals::record(sig, (*act).sa_sigaction, (*act).sa_flags);
+            }
+            r
         }
-        r
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: the caller passes `signal`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let r = real::signal(sig, handler);
-        if r != libc::SIG_ERR {
-            // glibc's signal() has BSD semantics: handlers restart calls.
-            crate::signals::record(sig, handler, libc::SA_RESTART);
+    guard(-1, "signal", Retry::Yes, || {
+        // SAFETY: the caller passes `signal`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let r = real::signal(sig, handler);
+            if r != libc::SIG_ERR {
+                // glibc's signal() has BSD semantics: handlers restart calls.
+                crate::signals::record(sig, handler, libc::SA_RESTART);
+            }
+            r
         }
-        r
-    }
+    })
 }
 
 fn flush_all(t: Duration) {
@@ -420,8 +443,10 @@ pub unsafe extern "C" fn _exit(code: c_int) -> ! {
     // (pointers valid for the stated lengths, for this call); they go to
     // libc unchanged or are read and written within those bounds.
     unsafe {
-        flush_all(Duration::from_secs(2));
-        trace_at_exit();
+        guard(-1, "_exit", Retry::No, || {
+            flush_all(Duration::from_secs(2));
+            trace_at_exit();
+        });
         libc::syscall(libc::SYS_exit_group, code);
         loop {
             std::hint::spin_loop();
@@ -450,17 +475,19 @@ pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
 /// interposes, and never reaches the shim.
 #[no_mangle]
 pub unsafe extern "C" fn vfork() -> libc::pid_t {
-    // SAFETY: the caller passes `vfork`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        shim::vforking(true);
-        // SAFETY: glibc's fork; the child returns through its own copy of
-        // this frame.
-        let pid = libc::fork();
-        shim::vforking(false);
-        pid
-    }
+    guard(-1, "vfork", Retry::Yes, || {
+        // SAFETY: the caller passes `vfork`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            shim::vforking(true);
+            // SAFETY: glibc's fork; the child returns through its own copy of
+            // this frame.
+            let pid = libc::fork();
+            shim::vforking(false);
+            pid
+        }
+    })
 }
 
 #[no_mangle]
@@ -502,6 +529,11 @@ extern "C" fn init() {
     // tcp transport too").
     crate::borrow::init();
     crate::fdspace::pregrow();
+    // A panic of the shim or of its threads is contained and logged by
+    // eudp (`guard`, `eudp_engine::failure`): std's printing is not for
+    // the program's stderr.
+    eudp_engine::failure::install_quiet_hook();
+    eudp_engine::failure::set_handler(shim::engine_failed);
 }
 
 #[used]

@@ -2,6 +2,7 @@
 //! the fortified `__*_chk` variants.
 
 use super::args::{iov_total, iovs, put_cmsg, with_buf, write_addr};
+use super::guard::{guard, Retry};
 use super::{fail, with_sock_t};
 use crate::ktrace;
 use crate::real;
@@ -134,6 +135,13 @@ fn shim_recv_once(
         *out = Some(Err(shim::RETRY));
         return;
     }
+    if r.is_err() && eudp_engine::failure::failed() {
+        // The engine thread died: the program goes on on the kernel path.
+        drop(ep);
+        s.fallback(fd, "eudp engine thread failed");
+        *out = Some(Err(shim::RETRY));
+        return;
+    }
     if s.mode() == shim::KERNEL {
         // Handed over meanwhile: what this receive's read brought
         // beyond its datagram joins the kept ones.
@@ -203,21 +211,23 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    // SAFETY: the caller passes `recvfrom`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if let Some(k) = ktrace::traced(fd) {
-            return ktrace::recv(&k, fd, buf, len, flags, addr, alen);
-        }
-        with_sock_t(fd, |t, s| {
-            if let Some(r) = recv_common(t, fd, s, buf, len, flags, addr, alen) {
-                return r;
+    guard(fd, "recvfrom", Retry::Yes, || {
+        // SAFETY: the caller passes `recvfrom`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if let Some(k) = ktrace::traced(fd) {
+                return ktrace::recv(&k, fd, buf, len, flags, addr, alen);
             }
-            real::recvfrom(fd, buf, len, flags, addr, alen)
-        })
-        .unwrap_or_else(|| real::recvfrom(fd, buf, len, flags, addr, alen))
-    }
+            with_sock_t(fd, |t, s| {
+                if let Some(r) = recv_common(t, fd, s, buf, len, flags, addr, alen) {
+                    return r;
+                }
+                real::recvfrom(fd, buf, len, flags, addr, alen)
+            })
+            .unwrap_or_else(|| real::recvfrom(fd, buf, len, flags, addr, alen))
+        }
+    })
 }
 
 #[no_mangle]
@@ -230,84 +240,94 @@ pub unsafe extern "C" fn __recvfrom_chk(
     addr: *mut sockaddr,
     alen: *mut socklen_t,
 ) -> ssize_t {
-    // SAFETY: the caller passes `__recvfrom_chk`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if len > buflen {
-            return real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
+    guard(fd, "__recvfrom_chk", Retry::Yes, || {
+        // SAFETY: the caller passes `__recvfrom_chk`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if len > buflen {
+                return real::__recvfrom_chk(fd, buf, len, buflen, flags, addr, alen);
+            }
+            recvfrom(fd, buf, len, flags, addr, alen)
         }
-        recvfrom(fd, buf, len, flags, addr, alen)
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    // SAFETY: the caller passes `recv`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if let Some(k) = ktrace::traced(fd) {
-            return ktrace::recv(&k, fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut());
-        }
-        with_sock_t(fd, |t, s| {
-            if let Some(r) = recv_common(t, fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
-                return r;
+    guard(fd, "recv", Retry::Yes, || {
+        // SAFETY: the caller passes `recv`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if let Some(k) = ktrace::traced(fd) {
+                return ktrace::recv(&k, fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut());
             }
-            real::recv(fd, buf, len, flags)
-        })
-        .unwrap_or_else(|| real::recv(fd, buf, len, flags))
-    }
+            with_sock_t(fd, |t, s| {
+                if let Some(r) = recv_common(t, fd, s, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) {
+                    return r;
+                }
+                real::recv(fd, buf, len, flags)
+            })
+            .unwrap_or_else(|| real::recv(fd, buf, len, flags))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int) -> ssize_t {
-    // SAFETY: the caller passes `__recv_chk`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if len > buflen {
-            return real::__recv_chk(fd, buf, len, buflen, flags);
+    guard(fd, "__recv_chk", Retry::Yes, || {
+        // SAFETY: the caller passes `__recv_chk`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if len > buflen {
+                return real::__recv_chk(fd, buf, len, buflen, flags);
+            }
+            recv(fd, buf, len, flags)
         }
-        recv(fd, buf, len, flags)
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    // SAFETY: the caller passes `read`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if len == 0 {
-            // A socket's read of nothing returns 0 at once and leaves the
-            // queued datagram alone (unlike recv with a zero length).
-            return real::read(fd, buf, len);
-        }
-        if let Some(k) = ktrace::traced(fd) {
-            return ktrace::recv(&k, fd, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut());
-        }
-        with_sock_t(fd, |t, s| {
-            if let Some(r) = recv_common(t, fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
-                return r;
+    guard(fd, "read", Retry::Yes, || {
+        // SAFETY: the caller passes `read`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if len == 0 {
+                // A socket's read of nothing returns 0 at once and leaves the
+                // queued datagram alone (unlike recv with a zero length).
+                return real::read(fd, buf, len);
             }
-            real::read(fd, buf, len)
-        })
-        .unwrap_or_else(|| real::read(fd, buf, len))
-    }
+            if let Some(k) = ktrace::traced(fd) {
+                return ktrace::recv(&k, fd, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut());
+            }
+            with_sock_t(fd, |t, s| {
+                if let Some(r) = recv_common(t, fd, s, buf, len, 0, std::ptr::null_mut(), std::ptr::null_mut()) {
+                    return r;
+                }
+                real::read(fd, buf, len)
+            })
+            .unwrap_or_else(|| real::read(fd, buf, len))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t {
-    // SAFETY: the caller passes `__read_chk`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if len > buflen {
-            return real::__read_chk(fd, buf, len, buflen);
+    guard(fd, "__read_chk", Retry::Yes, || {
+        // SAFETY: the caller passes `__read_chk`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if len > buflen {
+                return real::__read_chk(fd, buf, len, buflen);
+            }
+            read(fd, buf, len)
         }
-        read(fd, buf, len)
-    }
+    })
 }
 
 unsafe fn recvmsg_shim(t: &Tls, fd: c_int, s: &Sock, msg: *mut libc::msghdr, flags: c_int) -> Option<ssize_t> {
@@ -390,47 +410,51 @@ unsafe fn write_pktinfo(m: &mut libc::msghdr, s: &Sock, info: Option<&eudp_engin
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-    // SAFETY: the caller passes `recvmsg`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if let Some(k) = ktrace::traced(fd) {
-            return ktrace::recvmsg(&k, fd, msg, flags);
-        }
-        with_sock_t(fd, |t, s| {
-            if let Some(r) = recvmsg_shim(t, fd, s, msg, flags) {
-                return r;
+    guard(fd, "recvmsg", Retry::Yes, || {
+        // SAFETY: the caller passes `recvmsg`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if let Some(k) = ktrace::traced(fd) {
+                return ktrace::recvmsg(&k, fd, msg, flags);
             }
-            real::recvmsg(fd, msg, flags)
-        })
-        .unwrap_or_else(|| real::recvmsg(fd, msg, flags))
-    }
+            with_sock_t(fd, |t, s| {
+                if let Some(r) = recvmsg_shim(t, fd, s, msg, flags) {
+                    return r;
+                }
+                real::recvmsg(fd, msg, flags)
+            })
+            .unwrap_or_else(|| real::recvmsg(fd, msg, flags))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    // SAFETY: the caller passes `readv`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if ktrace::traced(fd).is_some() {
-            ktrace::forget(fd);
-        }
-        if iov_total(iov, n) == Some(0) {
-            // readv of nothing: 0 at once, the queue untouched, as on the kernel.
-            return real::readv(fd, iov, n);
-        }
-        with_sock_t(fd, |t, s| {
-            let mut m: libc::msghdr = std::mem::zeroed();
-            m.msg_iov = iov as *mut libc::iovec;
-            m.msg_iovlen = n.max(0) as usize;
-            if let Some(r) = recvmsg_shim(t, fd, s, &mut m, 0) {
-                return r;
+    guard(fd, "readv", Retry::Yes, || {
+        // SAFETY: the caller passes `readv`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if ktrace::traced(fd).is_some() {
+                ktrace::forget(fd);
             }
-            real::readv(fd, iov, n)
-        })
-        .unwrap_or_else(|| real::readv(fd, iov, n))
-    }
+            if iov_total(iov, n) == Some(0) {
+                // readv of nothing: 0 at once, the queue untouched, as on the kernel.
+                return real::readv(fd, iov, n);
+            }
+            with_sock_t(fd, |t, s| {
+                let mut m: libc::msghdr = std::mem::zeroed();
+                m.msg_iov = iov as *mut libc::iovec;
+                m.msg_iovlen = n.max(0) as usize;
+                if let Some(r) = recvmsg_shim(t, fd, s, &mut m, 0) {
+                    return r;
+                }
+                real::readv(fd, iov, n)
+            })
+            .unwrap_or_else(|| real::readv(fd, iov, n))
+        }
+    })
 }
 
 #[no_mangle]
@@ -441,70 +465,73 @@ pub unsafe extern "C" fn recvmmsg(
     flags: c_int,
     timeout: *mut libc::timespec,
 ) -> c_int {
-    // SAFETY: the caller passes `recvmmsg`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if ktrace::traced(fd).is_some() {
-            ktrace::forget(fd);
-        }
-        with_sock_t(fd, |t, s| {
-            // On the kernel path too while datagrams kept at the fallback wait
-            // or a read left asleep at the hand-over has not returned: they
-            // come first (the loop ends where they do).
-            if s.mode() == shim::KERNEL {
-                s.await_hand_over();
+    guard(fd, "recvmmsg", Retry::No, || {
+        // SAFETY: the caller passes `recvmmsg`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if ktrace::traced(fd).is_some() {
+                ktrace::forget(fd);
             }
-            if (s.mode() != shim::KERNEL || s.has_leftover() || s.reader_in_flight())
-                && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0
-                && !msgs.is_null()
-            {
-                let base = flags & !libc::MSG_WAITFORONE;
-                // As in the kernel: the timeout is looked at after each datagram
-                // (the time left is written back); the receives themselves wait as
-                // plain receives would (recvmmsg(2), BUGS).
-                let deadline = if timeout.is_null() {
-                    None
-                } else {
-                    let t = *timeout;
-                    if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
-                        return fail(libc::EINVAL);
-                    }
-                    Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
-                };
-                let mut got = 0u32;
-                while got < vlen {
-                    let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
-                    let h = &mut *msgs.add(got as usize);
-                    match recvmsg_shim(t, fd, s, &mut h.msg_hdr, f) {
-                        None => break, // moved to the kernel path meanwhile
-                        Some(r) if r >= 0 => {
-                            h.msg_len = r as c_uint;
-                            got += 1;
-                            if deadline.is_some_and(|d| Instant::now() >= d) {
+            with_sock_t(fd, |t, s| {
+                // On the kernel path too while datagrams kept at the fallback wait
+                // or a read left asleep at the hand-over has not returned: they
+                // come first (the loop ends where they do).
+                if s.mode() == shim::KERNEL {
+                    s.await_hand_over();
+                }
+                if (s.mode() != shim::KERNEL || s.has_leftover() || s.reader_in_flight())
+                    && flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) == 0
+                    && !msgs.is_null()
+                {
+                    let base = flags & !libc::MSG_WAITFORONE;
+                    // As in the kernel: the timeout is looked at after each datagram
+                    // (the time left is written back); the receives themselves wait as
+                    // plain receives would (recvmmsg(2), BUGS).
+                    let deadline = if timeout.is_null() {
+                        None
+                    } else {
+                        let t = *timeout;
+                        if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+                            return fail(libc::EINVAL);
+                        }
+                        Some(Instant::now() + Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+                    };
+                    let mut got = 0u32;
+                    while got < vlen {
+                        let f =
+                            if got > 0 && flags & libc::MSG_WAITFORONE != 0 { base | libc::MSG_DONTWAIT } else { base };
+                        let h = &mut *msgs.add(got as usize);
+                        match recvmsg_shim(t, fd, s, &mut h.msg_hdr, f) {
+                            None => break, // moved to the kernel path meanwhile
+                            Some(r) if r >= 0 => {
+                                h.msg_len = r as c_uint;
+                                got += 1;
+                                if deadline.is_some_and(|d| Instant::now() >= d) {
+                                    break;
+                                }
+                            }
+                            Some(_) => {
+                                if got == 0 {
+                                    return -1;
+                                }
                                 break;
                             }
                         }
-                        Some(_) => {
-                            if got == 0 {
-                                return -1;
-                            }
-                            break;
-                        }
+                    }
+                    if let Some(d) = deadline {
+                        // Linux writes back the time left.
+                        let left = d.saturating_duration_since(Instant::now());
+                        (*timeout).tv_sec = left.as_secs() as libc::time_t;
+                        (*timeout).tv_nsec = left.subsec_nanos() as _;
+                    }
+                    if got > 0 || s.mode() != shim::KERNEL {
+                        return got as c_int;
                     }
                 }
-                if let Some(d) = deadline {
-                    // Linux writes back the time left.
-                    let left = d.saturating_duration_since(Instant::now());
-                    (*timeout).tv_sec = left.as_secs() as libc::time_t;
-                    (*timeout).tv_nsec = left.subsec_nanos() as _;
-                }
-                if got > 0 || s.mode() != shim::KERNEL {
-                    return got as c_int;
-                }
-            }
-            real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t as c_int
-        })
-        .unwrap_or_else(|| real::recvmmsg(fd, msgs, vlen, flags, timeout))
-    }
+                real::recvmmsg(fd, msgs, vlen, flags, timeout) as ssize_t as c_int
+            })
+            .unwrap_or_else(|| real::recvmmsg(fd, msgs, vlen, flags, timeout))
+        }
+    })
 }

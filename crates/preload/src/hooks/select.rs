@@ -1,6 +1,7 @@
 //! select and pselect, emulated over poll for accelerated sockets.
 
 use super::fail;
+use super::guard::{guard, Retry};
 use super::poll::poll_impl;
 use super::ready::{before_sleep, may_skip_kernel, no_wait};
 use crate::real;
@@ -216,36 +217,46 @@ pub unsafe extern "C" fn select(
     e: *mut libc::fd_set,
     t: *mut libc::timeval,
 ) -> c_int {
-    // SAFETY: the caller passes `select`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if !shim::any() {
-            return real::select(n, r, w, e, t);
-        }
-        let ts = (!t.is_null()).then(|| libc::timespec { tv_sec: (*t).tv_sec, tv_nsec: ((*t).tv_usec * 1000) as _ });
-        let (k, slept) = with_tls(|tl| {
-            let outer = tl.sleep_mark.replace((true, None));
-            let k =
-                select_impl(tl, n, r, w, e, ts.as_ref().map_or(std::ptr::null(), |x| x as *const _), std::ptr::null());
-            (k, tl.sleep_mark.replace(outer).1)
-        });
-        let Some(k) = k else {
-            if t.is_null() || (*t).tv_sec != 0 || (*t).tv_usec != 0 {
-                before_sleep();
+    guard(-1, "select", Retry::Yes, || {
+        // SAFETY: the caller passes `select`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if !shim::any() {
+                return real::select(n, r, w, e, t);
             }
-            return real::select(n, r, w, e, t);
-        };
-        if let (Some(x), Some(start)) = (ts, slept) {
-            // Linux writes back the time not slept; a call answered without
-            // sleeping used (well) under a microsecond and leaves it unchanged.
-            let total = Duration::new(x.tv_sec.max(0) as u64, x.tv_nsec.max(0) as u32);
-            let left = total.saturating_sub(start.elapsed());
-            (*t).tv_sec = left.as_secs() as libc::time_t;
-            (*t).tv_usec = left.subsec_micros() as libc::suseconds_t;
+            let ts =
+                (!t.is_null()).then(|| libc::timespec { tv_sec: (*t).tv_sec, tv_nsec: ((*t).tv_usec * 1000) as _ });
+            let (k, slept) = with_tls(|tl| {
+                let outer = tl.sleep_mark.replace((true, None));
+                let k = select_impl(
+                    tl,
+                    n,
+                    r,
+                    w,
+                    e,
+                    ts.as_ref().map_or(std::ptr::null(), |x| x as *const _),
+                    std::ptr::null(),
+                );
+                (k, tl.sleep_mark.replace(outer).1)
+            });
+            let Some(k) = k else {
+                if t.is_null() || (*t).tv_sec != 0 || (*t).tv_usec != 0 {
+                    before_sleep();
+                }
+                return real::select(n, r, w, e, t);
+            };
+            if let (Some(x), Some(start)) = (ts, slept) {
+                // Linux writes back the time not slept; a call answered without
+                // sleeping used (well) under a microsecond and leaves it unchanged.
+                let total = Duration::new(x.tv_sec.max(0) as u64, x.tv_nsec.max(0) as u32);
+                let left = total.saturating_sub(start.elapsed());
+                (*t).tv_sec = left.as_secs() as libc::time_t;
+                (*t).tv_usec = left.subsec_micros() as libc::suseconds_t;
+            }
+            k
         }
-        k
-    }
+    })
 }
 
 #[no_mangle]
@@ -257,21 +268,23 @@ pub unsafe extern "C" fn pselect(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    // SAFETY: the caller passes `pselect`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if !shim::any() {
-            return real::pselect(n, r, w, e, ts, mask);
-        }
-        match with_tls(|t| select_impl(t, n, r, w, e, ts, mask)) {
-            Some(k) => k,
-            None => {
-                if !no_wait(ts) {
-                    before_sleep();
+    guard(-1, "pselect", Retry::Yes, || {
+        // SAFETY: the caller passes `pselect`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if !shim::any() {
+                return real::pselect(n, r, w, e, ts, mask);
+            }
+            match with_tls(|t| select_impl(t, n, r, w, e, ts, mask)) {
+                Some(k) => k,
+                None => {
+                    if !no_wait(ts) {
+                        before_sleep();
+                    }
+                    real::pselect(n, r, w, e, ts, mask)
                 }
-                real::pselect(n, r, w, e, ts, mask)
             }
         }
-    }
+    })
 }

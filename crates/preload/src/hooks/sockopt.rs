@@ -1,6 +1,7 @@
 //! setsockopt and getsockopt: which options the engine honours, which
 //! move a socket to the kernel path, and which it mirrors.
 
+use super::guard::{guard, Retry};
 use crate::ktrace;
 use crate::log::dlog;
 use crate::real;
@@ -144,75 +145,77 @@ fn xdp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<Stri
 
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
-    // SAFETY: the caller passes `setsockopt`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        if ktrace::conflicts(level, name) && ktrace::traced(fd).is_some() {
-            ktrace::forget(fd);
-        }
-        let Some(s) = lookup(fd) else { return real::setsockopt(fd, level, name, val, len) };
-        if shim::rx_opt_is_tos(s.v6, level, name).is_some() && !shim::tcp_transport() {
-            match s.mode() {
-                shim::ACTIVE if s.rx_opts_forced() => {
-                    // The engine keeps every datagram's TOS and TTL (traffic
-                    // class and hop limit; the kernel socket has both on): the
-                    // program's setting decides what recvmsg shows. The kernel
-                    // checks the value as usual.
-                    let r = real::setsockopt(fd, level, name, val, len);
-                    if r == 0 {
-                        let saved = errno();
-                        s.note_rx_opt(fd, name, int_opt(fd, level, name).unwrap_or(0) != 0);
-                        set_errno(saved);
+    guard(fd, "setsockopt", Retry::Yes, || {
+        // SAFETY: the caller passes `setsockopt`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            if ktrace::conflicts(level, name) && ktrace::traced(fd).is_some() {
+                ktrace::forget(fd);
+            }
+            let Some(s) = lookup(fd) else { return real::setsockopt(fd, level, name, val, len) };
+            if shim::rx_opt_is_tos(s.v6, level, name).is_some() && !shim::tcp_transport() {
+                match s.mode() {
+                    shim::ACTIVE if s.rx_opts_forced() => {
+                        // The engine keeps every datagram's TOS and TTL (traffic
+                        // class and hop limit; the kernel socket has both on): the
+                        // program's setting decides what recvmsg shows. The kernel
+                        // checks the value as usual.
+                        let r = real::setsockopt(fd, level, name, val, len);
+                        if r == 0 {
+                            let saved = errno();
+                            s.note_rx_opt(fd, name, int_opt(fd, level, name).unwrap_or(0) != 0);
+                            set_errno(saved);
+                        }
+                        return r;
                     }
-                    return r;
+                    // Not on the engine yet: adoption reads the setting.
+                    shim::LAZY | shim::KERNEL => return real::setsockopt(fd, level, name, val, len),
+                    _ => {}
                 }
-                // Not on the engine yet: adoption reads the setting.
-                shim::LAZY | shim::KERNEL => return real::setsockopt(fd, level, name, val, len),
-                _ => {}
             }
+            let iv = if !val.is_null() && len as usize >= 4 {
+                Some(std::ptr::read_unaligned(val as *const c_int))
+            } else if !val.is_null() && len == 1 {
+                Some(*(val as *const u8) as c_int)
+            } else {
+                None
+            };
+            let mut kind = classify(level, name, iv);
+            if shim::tcp_transport() {
+                if let Some(why) = tcp_unsupported(level, name, iv) {
+                    kind = Opt::Unsupported(why);
+                }
+            } else if shim::xdp_transport() {
+                if let Some(why) = xdp_unsupported(level, name, iv) {
+                    kind = Opt::Unsupported(why);
+                }
+            }
+            if let Opt::Unsupported(why) = &kind {
+                if s.mode() != shim::KERNEL {
+                    s.fallback(fd, why);
+                }
+            }
+            let r = real::setsockopt(fd, level, name, val, len);
+            if r == 0
+                && matches!(kind, Opt::Pass)
+                && (level == libc::IPPROTO_IP || level == libc::IPPROTO_IPV6)
+                && shim::xdp_transport()
+            {
+                // The AF_XDP backend builds and reads headers itself: it keeps its
+                // own copy of the socket's IP options.
+                if let Some(ep) = s.existing() {
+                    ep.backend().option_changed();
+                }
+            }
+            if r == 0 && matches!(kind, Opt::Sync) {
+                if let Some(ep) = s.existing() {
+                    sync_option(&ep, fd, name, iv);
+                }
+            }
+            r
         }
-        let iv = if !val.is_null() && len as usize >= 4 {
-            Some(std::ptr::read_unaligned(val as *const c_int))
-        } else if !val.is_null() && len == 1 {
-            Some(*(val as *const u8) as c_int)
-        } else {
-            None
-        };
-        let mut kind = classify(level, name, iv);
-        if shim::tcp_transport() {
-            if let Some(why) = tcp_unsupported(level, name, iv) {
-                kind = Opt::Unsupported(why);
-            }
-        } else if shim::xdp_transport() {
-            if let Some(why) = xdp_unsupported(level, name, iv) {
-                kind = Opt::Unsupported(why);
-            }
-        }
-        if let Opt::Unsupported(why) = &kind {
-            if s.mode() != shim::KERNEL {
-                s.fallback(fd, why);
-            }
-        }
-        let r = real::setsockopt(fd, level, name, val, len);
-        if r == 0
-            && matches!(kind, Opt::Pass)
-            && (level == libc::IPPROTO_IP || level == libc::IPPROTO_IPV6)
-            && shim::xdp_transport()
-        {
-            // The AF_XDP backend builds and reads headers itself: it keeps its
-            // own copy of the socket's IP options.
-            if let Some(ep) = s.existing() {
-                ep.backend().option_changed();
-            }
-        }
-        if r == 0 && matches!(kind, Opt::Sync) {
-            if let Some(ep) = s.existing() {
-                sync_option(&ep, fd, name, iv);
-            }
-        }
-        r
-    }
+    })
 }
 
 #[no_mangle]
@@ -223,45 +226,52 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
-    // SAFETY: the caller passes `getsockopt`'s arguments under its C contract
-    // (pointers valid for the stated lengths, for this call); they go to
-    // libc unchanged or are read and written within those bounds.
-    unsafe {
-        let r = real::getsockopt(fd, level, name, val, len);
-        let rx_opt = |v6| shim::rx_opt_is_tos(v6, level, name);
-        if r == 0 && (rx_opt(false).is_some() || rx_opt(true).is_some()) && !val.is_null() && !len.is_null() && *len > 0
-        {
-            if let Some((s, tos)) = lookup(fd).filter(|s| s.rx_opts_forced()).and_then(|s| rx_opt(s.v6).map(|t| (s, t)))
+    guard(fd, "getsockopt", Retry::Yes, || {
+        // SAFETY: the caller passes `getsockopt`'s arguments under its C contract
+        // (pointers valid for the stated lengths, for this call); they go to
+        // libc unchanged or are read and written within those bounds.
+        unsafe {
+            let r = real::getsockopt(fd, level, name, val, len);
+            let rx_opt = |v6| shim::rx_opt_is_tos(v6, level, name);
+            if r == 0
+                && (rx_opt(false).is_some() || rx_opt(true).is_some())
+                && !val.is_null()
+                && !len.is_null()
+                && *len > 0
             {
-                // What the program set, in the width the kernel wrote.
-                let on = s.wants_rx_opt(tos);
-                if *len as usize >= 4 {
-                    std::ptr::write_unaligned(val as *mut c_int, c_int::from(on));
-                } else {
-                    *(val as *mut u8) = u8::from(on);
+                if let Some((s, tos)) =
+                    lookup(fd).filter(|s| s.rx_opts_forced()).and_then(|s| rx_opt(s.v6).map(|t| (s, t)))
+                {
+                    // What the program set, in the width the kernel wrote.
+                    let on = s.wants_rx_opt(tos);
+                    if *len as usize >= 4 {
+                        std::ptr::write_unaligned(val as *mut c_int, c_int::from(on));
+                    } else {
+                        *(val as *mut u8) = u8::from(on);
+                    }
+                }
+                return r;
+            }
+            if r != 0
+                || level != libc::SOL_SOCKET
+                || name != libc::SO_ERROR
+                || val.is_null()
+                || len.is_null()
+                || (*len as usize) < 4
+            {
+                return r;
+            }
+            // The engine reads the kernel socket, so an asynchronous error (ICMP
+            // port unreachable, say) may already be the endpoint's: SO_ERROR
+            // reports and clears it as the kernel would have.
+            if std::ptr::read_unaligned(val as *const c_int) == 0 {
+                if let Some(e) = lookup(fd).and_then(|s| s.existing()).map(|ep| ep.take_error()).filter(|&e| e != 0) {
+                    std::ptr::write_unaligned(val as *mut c_int, e);
                 }
             }
-            return r;
+            r
         }
-        if r != 0
-            || level != libc::SOL_SOCKET
-            || name != libc::SO_ERROR
-            || val.is_null()
-            || len.is_null()
-            || (*len as usize) < 4
-        {
-            return r;
-        }
-        // The engine reads the kernel socket, so an asynchronous error (ICMP
-        // port unreachable, say) may already be the endpoint's: SO_ERROR
-        // reports and clears it as the kernel would have.
-        if std::ptr::read_unaligned(val as *const c_int) == 0 {
-            if let Some(e) = lookup(fd).and_then(|s| s.existing()).map(|ep| ep.take_error()).filter(|&e| e != 0) {
-                std::ptr::write_unaligned(val as *mut c_int, e);
-            }
-        }
-        r
-    }
+    })
 }
 
 fn sync_option(ep: &Endpoint, fd: c_int, name: c_int, iv: Option<c_int>) {

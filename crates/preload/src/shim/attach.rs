@@ -168,6 +168,9 @@ impl Sock {
             if !crate::fdspace::has_room(fd, PRIVATE_PER_SOCKET) {
                 return Err(io::Error::from_raw_os_error(libc::EMFILE));
             }
+            if eudp_engine::failure::failed() {
+                return Err(eudp_engine::failure::failed_error());
+            }
             let engine = engine()?;
             let owned = crate::sys::dup_owned(fd)?;
             let d = owned.as_raw_fd();

@@ -401,3 +401,17 @@ impl Sock {
         Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok()))
     }
 }
+
+/// Runs (on a thread of its own) once an eudp thread panicked: every
+/// socket moves to the kernel path, so that the program goes on without
+/// the engine.
+pub fn engine_failed(why: &str) {
+    dlog!("moving every socket to the kernel path: {why}");
+    for (fd, s) in super::table::all() {
+        let moved =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.fallback(fd, "eudp engine thread failed")));
+        if moved.is_err() {
+            eudp_engine::failure::PANICS.fetch_add(1, Relaxed);
+        }
+    }
+}

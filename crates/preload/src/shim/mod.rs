@@ -24,6 +24,7 @@ mod sock;
 mod table;
 mod tls;
 
+pub use fallback::engine_failed;
 pub use fork::*;
 pub use generation::*;
 pub use io::*;

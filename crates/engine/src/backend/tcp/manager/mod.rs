@@ -90,6 +90,7 @@ impl Mgr {
         let spin = self.cfg.spin;
         let mut busy_until = Instant::now();
         while !self.stopped() {
+            crate::testpanic::point("tcp", "");
             let now = Instant::now();
             if now >= next_tick {
                 next_tick = now + self.tick(now);

@@ -174,7 +174,7 @@ impl TcpTransport {
         let m2 = mgr.clone();
         let thread = std::thread::Builder::new().name(fork::THREAD_NAME.into()).spawn(move || {
             crate::sys::process::block_async_signals();
-            m2.run()
+            crate::failure::contain_thread("eudp tcp manager", move || m2.run());
         })?;
         Ok(TcpTransport { mgr, thread: Mutex::new(Some(thread)) })
     }
