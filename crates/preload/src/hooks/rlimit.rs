@@ -4,20 +4,23 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+use super::guard::{guard, Retry};
 use crate::fdspace::{self, window_count};
 use crate::real;
 use libc::c_int;
 
 #[no_mangle]
 pub unsafe extern "C" fn getrlimit(res: c_int, rl: *mut libc::rlimit) -> c_int {
-    let before = window_count();
-    // SAFETY: the caller's pointer, as getrlimit's contract allows.
-    let r = unsafe { real::getrlimit(res, rl) };
-    if r == 0 && res == libc::RLIMIT_NOFILE as c_int && !rl.is_null() {
-        // SAFETY: getrlimit just filled it.
-        unsafe { (*rl).rlim_cur = fdspace::program_view((*rl).rlim_cur, before, window_count()) };
-    }
-    r
+    guard(-1, "getrlimit", Retry::Yes, || {
+        let before = window_count();
+        // SAFETY: the caller's pointer, as getrlimit's contract allows.
+        let r = unsafe { real::getrlimit(res, rl) };
+        if r == 0 && res == libc::RLIMIT_NOFILE as c_int && !rl.is_null() {
+            // SAFETY: getrlimit just filled it.
+            unsafe { (*rl).rlim_cur = fdspace::program_view((*rl).rlim_cur, before, window_count()) };
+        }
+        r
+    })
 }
 
 #[no_mangle]
@@ -28,9 +31,11 @@ pub unsafe extern "C" fn getrlimit64(res: c_int, rl: *mut libc::rlimit64) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn setrlimit(res: c_int, rl: *const libc::rlimit) -> c_int {
-    let _l = (res == libc::RLIMIT_NOFILE as c_int).then(fdspace::lock_limits);
-    // SAFETY: the caller's pointer, as setrlimit's contract allows.
-    unsafe { real::setrlimit(res, rl) }
+    guard(-1, "setrlimit", Retry::Yes, || {
+        let _l = (res == libc::RLIMIT_NOFILE as c_int).then(fdspace::lock_limits);
+        // SAFETY: the caller's pointer, as setrlimit's contract allows.
+        unsafe { real::setrlimit(res, rl) }
+    })
 }
 
 #[no_mangle]
@@ -46,16 +51,18 @@ pub unsafe extern "C" fn prlimit64(
     new: *const libc::rlimit64,
     old: *mut libc::rlimit64,
 ) -> c_int {
-    let ours = res == libc::RLIMIT_NOFILE as c_int && fdspace::is_self(pid);
-    let _l = (ours && !new.is_null()).then(fdspace::lock_limits);
-    let before = window_count();
-    // SAFETY: the caller's pointers, as prlimit's contract allows.
-    let r = unsafe { real::prlimit64(pid, res, new, old) };
-    if r == 0 && ours && !old.is_null() {
-        // SAFETY: prlimit just filled it.
-        unsafe { (*old).rlim_cur = fdspace::program_view((*old).rlim_cur, before, window_count()) };
-    }
-    r
+    guard(-1, "prlimit64", Retry::Yes, || {
+        let ours = res == libc::RLIMIT_NOFILE as c_int && fdspace::is_self(pid);
+        let _l = (ours && !new.is_null()).then(fdspace::lock_limits);
+        let before = window_count();
+        // SAFETY: the caller's pointers, as prlimit's contract allows.
+        let r = unsafe { real::prlimit64(pid, res, new, old) };
+        if r == 0 && ours && !old.is_null() {
+            // SAFETY: prlimit just filled it.
+            unsafe { (*old).rlim_cur = fdspace::program_view((*old).rlim_cur, before, window_count()) };
+        }
+        r
+    })
 }
 
 #[no_mangle]
