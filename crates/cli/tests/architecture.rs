@@ -100,6 +100,8 @@ fn code_only(text: &str) -> String {
 
 /// Expands a use tree (`a::{b, c::{self, d}}`) into full paths.
 fn expand_use(tree: &str) -> Vec<String> {
+    // `a as b` names `a`: mark the rename before white space goes.
+    let tree = tree.split_whitespace().collect::<Vec<_>>().join(" ").replace(" as ", "@");
     let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
     fn go(prefix: &str, t: &str, out: &mut Vec<String>) {
         if let Some(open) = t.find('{') {
@@ -120,7 +122,7 @@ fn expand_use(tree: &str) -> Vec<String> {
             }
             go(&format!("{prefix}{head}"), &inner[start..], out);
         } else if !t.is_empty() {
-            let t = t.split(" as ").next().unwrap_or(t);
+            let t = t.split('@').next().unwrap_or(t);
             let t = t.strip_suffix("::self").unwrap_or(t);
             let t = if t == "self" { prefix.trim_end_matches("::") } else { t };
             if t.starts_with(prefix) || prefix.is_empty() {
@@ -353,7 +355,7 @@ fn the_checker_sees_a_loop() {
     fs::create_dir_all(src.join("a")).unwrap();
     fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\npub use a::X;\n").unwrap();
     fs::write(src.join("a/mod.rs"), "pub mod inner;\nuse crate::b::{self, Y};\npub struct X;\n").unwrap();
-    fs::write(src.join("a/inner.rs"), "use super::X; // a child naming its parent\n").unwrap();
+    fs::write(src.join("a/inner.rs"), "use super::X as Renamed; // a child naming its parent\n").unwrap();
     fs::write(src.join("b.rs"), "pub struct Y;\nfn f() { let _ = crate::a::inner::g; }\n// crate::c::d\n").unwrap();
     let g = graph(&src);
     let l = loops(&g);

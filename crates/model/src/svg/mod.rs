@@ -1,4 +1,8 @@
-//! Hand-written SVG: line plots and time-flow charts.
+//! The project's SVG writer: line plots, time-flow charts and grouped bar
+//! charts, written by hand (no drawing dependency for a few shapes).
+
+mod bars;
+pub use bars::{bar_chart, BarChart, BarPoint};
 
 use crate::timeline::TraceRecord;
 use std::fmt::Write;
