@@ -499,7 +499,7 @@ impl Engine {
     pub fn global() -> io::Result<&'static Engine> {
         let r = GLOBAL.get_or_init(|| {
             let cfg = Config::from_env().unwrap_or_else(|e| {
-                eprintln!("eudp: {e}; using defaults");
+                crate::log::write(crate::log::Level::Warn, format_args!("{e}; using defaults"));
                 Config::default()
             });
             Engine::start(cfg).map_err(|e| e.raw_os_error().unwrap_or(libc::EAGAIN))
@@ -624,7 +624,7 @@ fn next_park_check(parked: &[(Arc<dyn Served>, ParkCheck)]) -> Option<Duration> 
 fn run(sh: Arc<Shared>) {
     if let Some(cpu) = sh.config.cpu {
         if let Err(e) = pin_current_thread(cpu) {
-            eprintln!("eudp: cannot pin the engine to CPU {cpu}: {e}");
+            crate::log::write(crate::log::Level::Warn, format_args!("cannot pin the engine to CPU {cpu}: {e}"));
         }
     }
     crate::tracepoint::init_from_env();
@@ -679,7 +679,7 @@ fn run(sh: Arc<Shared>) {
             sh.wakeups.fetch_add(1, SeqCst);
         }
         if let Err(e) = r {
-            eprintln!("eudp: engine epoll_wait failed: {e}");
+            crate::log::write(crate::log::Level::Error, format_args!("engine epoll_wait failed: {e}"));
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }

@@ -241,7 +241,7 @@ impl EpInner {
                 self.rx_armed.store(false, SeqCst);
                 // ENOENT/EBADF: the endpoint is being closed; nothing to watch.
                 if !matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EBADF)) {
-                    eprintln!("eudp: cannot re-arm receive watch: {e}");
+                    crate::log::write(crate::log::Level::Error, format_args!("cannot re-arm receive watch: {e}"));
                 }
             }
         }

@@ -90,7 +90,7 @@ pub fn setup_socket(set_option: impl FnOnce(i32, i32, i32) -> std::io::Result<()
     let flags = timestamping_flags();
     if on() && flags != 0 {
         if let Err(e) = set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, flags) {
-            eprintln!("eudp trace: SO_TIMESTAMPING: {e}");
+            crate::log::write(crate::log::Level::Warn, format_args!("trace: SO_TIMESTAMPING: {e}"));
         }
         rx_stamps_ready(flags);
     }
@@ -105,7 +105,10 @@ pub fn rx_stamps_ready(flags: i32) {
     if flags & libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32 != 0 {
         HOLD.call_once(|| {
             if !timestamp::hold_rx_timestamps(std::time::Duration::from_millis(200)) {
-                eprintln!("eudp trace: kernel RX stamping not confirmed (no loopback?); the first packets may lack RX_SOFTWARE");
+                crate::log::write(
+                    crate::log::Level::Warn,
+                    format_args!("trace: kernel RX stamping not confirmed (no loopback?); the first packets may lack RX_SOFTWARE"),
+                );
             }
         });
     }

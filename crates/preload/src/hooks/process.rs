@@ -431,7 +431,10 @@ fn trace_at_exit() {
         }
     }
     if let Err(e) = eudp_engine::tracepoint::finish() {
-        eprintln!("eudp trace: cannot write the trace at exit: {e}");
+        eudp_engine::log::write(
+            eudp_engine::log::Level::Error,
+            format_args!("trace: cannot write the trace at exit: {e}"),
+        );
     }
 }
 

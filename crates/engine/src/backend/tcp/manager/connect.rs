@@ -141,7 +141,10 @@ impl Mgr {
             if let Err(e) = sys::set_congestion(conn.fd(), cc) {
                 Counters::inc(&self.c.cc_errors);
                 if !self.cc_warned.swap(true, SeqCst) {
-                    eprintln!("eudp: TCP_CONGESTION {cc:?} not available ({e}); using the system default");
+                    crate::log::write(
+                        crate::log::Level::Warn,
+                        format_args!("TCP_CONGESTION {cc:?} not available ({e}); using the system default"),
+                    );
                 }
             }
         }

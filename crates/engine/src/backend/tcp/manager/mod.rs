@@ -110,7 +110,7 @@ impl Mgr {
                 busy_until = Instant::now() + spin;
             }
             if let Err(e) = r {
-                eprintln!("eudp: uoe epoll_wait failed: {e}");
+                crate::log::write(crate::log::Level::Error, format_args!("uoe epoll_wait failed: {e}"));
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }

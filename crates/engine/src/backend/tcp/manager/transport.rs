@@ -232,7 +232,7 @@ impl TcpTransport {
         // this process (see `fork::Ancestor::listens`).
         let ancestor = fork::begin_start();
         let mut cfg = TcpConfig::from_env().unwrap_or_else(|e| {
-            eprintln!("eudp: {e}; using tcp defaults");
+            crate::log::write(crate::log::Level::Warn, format_args!("{e}; using tcp defaults"));
             TcpConfig::default()
         });
         let defer = cfg.listen && ancestor.listens(cfg.port);
@@ -250,9 +250,12 @@ impl TcpTransport {
             Ok(t) => Ok(t),
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && cfg.listen => {
                 if first {
-                    eprintln!(
-                        "eudp: tcp port {} is in use; this process will accept UOE connections once it is free",
-                        cfg.port
+                    crate::log::write(
+                        crate::log::Level::Warn,
+                        format_args!(
+                            "tcp port {} is in use; this process will accept UOE connections once it is free",
+                            cfg.port
+                        ),
                     );
                 }
                 TcpTransport::start_with(TcpConfig { listen: false, ..cfg }, true)
