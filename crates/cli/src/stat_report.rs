@@ -34,7 +34,8 @@ pub fn read_reports(dir: &Path, all: bool, pids: &[u64]) -> Vec<serde_json::Valu
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
                 if tcp {
                     uoe.insert(pid, v);
-                } else {
+                } else if all || !pids.is_empty() || v["exited"] != true {
+                    // A final report of a live pid is another process's: the pid was reused.
                     out.push(v);
                 }
             }

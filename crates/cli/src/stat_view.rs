@@ -127,14 +127,24 @@ pub fn reports(dirs: &[PathBuf], all: bool, pids: &[u64]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     for d in dirs {
         for mut r in read_reports(d, all, pids) {
-            if out.iter().any(|o| o["pid"] == r["pid"]) {
-                continue;
-            }
             if let Some(m) = r.as_object_mut() {
                 m.entry("schema_version").or_insert(SCHEMA_VERSION.into());
                 m.insert("dir".into(), d.display().to_string().into());
             }
-            out.push(r);
+            // One report per pid. Another directory may hold what an earlier
+            // process with the same pid left: a live process's full report
+            // goes before a transport's counters alone, and both before a
+            // final report.
+            let rank = |v: &Value| match (v["exited"] == true, v.get("sockets").is_some()) {
+                (true, _) => 0,
+                (false, false) => 1,
+                (false, true) => 2,
+            };
+            match out.iter_mut().find(|o| o["pid"] == r["pid"]) {
+                Some(o) if rank(&r) > rank(o) => *o = r,
+                Some(_) => {}
+                None => out.push(r),
+            }
         }
     }
     out.sort_by_key(|v| v["pid"].as_u64().unwrap_or(0));
