@@ -42,7 +42,10 @@ pub fn cc(name: &str, extra: &[&str]) -> PathBuf {
 
 /// A temporary directory for stats files.
 pub fn stat_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("eudp-stat-{tag}-{}", std::process::id()));
+    // Unique per call: tests running at once may use the same tag.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("eudp-stat-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
