@@ -16,6 +16,7 @@
 //! * [`backend`] — the transports.
 //! * [`sys`] — the engine's system calls; with the transports' own raw
 //!   layers, the only `unsafe` code of the crate.
+//! * [`emp`] — EMP, reliable tagged messaging over UDP.
 //! * [`fdspace`] — where the engine's own descriptors go (a hook the
 //!   preload shim sets).
 #![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
@@ -28,6 +29,7 @@ pub mod engine;
 pub mod failure;
 pub mod fdspace;
 pub mod log;
+pub mod emp;
 pub mod machine;
 pub mod queue;
 pub mod ring;

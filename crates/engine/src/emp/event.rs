@@ -1,0 +1,49 @@
+//! The steps of one EMP flow: the frames one endpoint sends to one peer, and
+//! the acknowledgments that come back.
+//!
+//! Every data frame of a flow carries a sequence number, counted across the
+//! messages the flow carries; the receiver accepts only the next expected
+//! sequence number (go-back-N), so messages arrive whole and in order per
+//! peer. Acknowledgments are cumulative: `next` is the first sequence number
+//! the receiver has not accepted.
+//!
+//! This vocabulary is shared by the protocol code, which records the events
+//! it performs when recording is on, and by the transition table, which
+//! checks recorded traces and emits the Promela model `eudp verify` checks.
+//! Variants may be added, not renamed or removed.
+
+/// One step of one flow, on the side (sender or receiver) that performs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlowEvent {
+    /// Sender: transmitted data frame `seq` for the first time (`seq` is
+    /// the next new sequence number and lies within the window).
+    SendNew { seq: u32 },
+    /// Sender: transmitted data frame `seq` again (sent before, not yet
+    /// acknowledged), after a negative acknowledgment or a timeout.
+    Resend { seq: u32 },
+    /// Sender: received a cumulative acknowledgment; frames below `next`
+    /// are released.
+    AckIn { next: u32 },
+    /// Sender: received a negative acknowledgment; the receiver expects
+    /// `next`, so the sender goes back to it.
+    NakIn { next: u32 },
+    /// Sender: the retransmission timer fired with frames unacknowledged.
+    Timeout,
+    /// Sender: gave up on the flow after its deadline; unacknowledged
+    /// messages complete with an error.
+    GiveUp,
+    /// Receiver: accepted data frame `seq`, the one it expected.
+    Accept { seq: u32 },
+    /// Receiver: dropped frame `seq` below the expected one (a duplicate).
+    Duplicate { seq: u32 },
+    /// Receiver: dropped frame `seq` above the expected one (a gap before it).
+    Gap { seq: u32 },
+    /// Receiver: dropped frame `seq`, the expected first frame of a message,
+    /// because no posted receive matches it (and no unexpected-message slot
+    /// is free); it is not acknowledged, so the sender sends it again.
+    Unmatched { seq: u32 },
+    /// Receiver: sent a cumulative acknowledgment of every frame below `next`.
+    AckOut { next: u32 },
+    /// Receiver: sent a negative acknowledgment: it expects `next`.
+    NakOut { next: u32 },
+}
