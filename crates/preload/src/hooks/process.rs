@@ -374,6 +374,22 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
         // (pointers valid for the stated lengths, for this call); they go to
         // libc unchanged or are read and written within those bounds.
         unsafe {
+            if crate::signals::owned(sig) {
+                // The shim's flush-first handler stands for the default
+                // action: the program sees, and may set, the default.
+                let replaced = !act.is_null() && (*act).sa_sigaction != libc::SIG_DFL;
+                let r = real::sigaction(sig, if replaced { act } else { std::ptr::null() }, old);
+                if r == 0 && !old.is_null() && (*old).sa_sigaction == crate::sys::sigflush::handler() {
+                    (*old).sa_sigaction = libc::SIG_DFL;
+                    (*old).sa_flags = 0;
+                    libc::sigemptyset(&mut (*old).sa_mask);
+                }
+                if r == 0 && replaced {
+                    crate::signals::released(sig);
+                    crate::signals::record(sig, (*act).sa_sigaction, (*act).sa_flags);
+                }
+                return r;
+            }
             let r = real::sigaction(sig, act, old);
             if r == 0 && !act.is_null() {
                 crate::signals::record(sig, (*act).sa_sigaction, (*act).sa_flags);
@@ -390,6 +406,19 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
         // (pointers valid for the stated lengths, for this call); they go to
         // libc unchanged or are read and written within those bounds.
         unsafe {
+            if crate::signals::owned(sig) {
+                // As in `sigaction`: the shim's handler reads as the default.
+                if handler == libc::SIG_DFL {
+                    return libc::SIG_DFL;
+                }
+                crate::signals::released(sig);
+                let r = real::signal(sig, handler);
+                if r == libc::SIG_ERR {
+                    return r;
+                }
+                crate::signals::record(sig, handler, libc::SA_RESTART);
+                return if r == crate::sys::sigflush::handler() { libc::SIG_DFL } else { r };
+            }
             let r = real::signal(sig, handler);
             if r != libc::SIG_ERR {
                 // glibc's signal() has BSD semantics: handlers restart calls.
@@ -519,6 +548,14 @@ extern "C" fn on_exit() {
     crate::stat::write_now(true);
 }
 
+/// Before a deadly signal the program left at its default action ends the
+/// process (`crate::signals`): as at exit, bounded within the handler's wait.
+fn on_deadly_signal() {
+    flush_all(Duration::from_secs(2));
+    trace_at_exit();
+    crate::stat::write_now(true);
+}
+
 extern "C" fn init() {
     // SAFETY: registering plain extern "C" functions with libc.
     unsafe {
@@ -537,6 +574,7 @@ extern "C" fn init() {
     // the program's stderr.
     eudp_engine::failure::install_quiet_hook();
     eudp_engine::failure::set_handler(shim::engine_failed);
+    crate::signals::set_flush(on_deadly_signal);
 }
 
 #[used]

@@ -47,6 +47,7 @@ pub fn engine() -> io::Result<&'static Engine> {
     ENGINE_GEN.store(g, SeqCst);
     drop(_l);
     crate::startup::announce();
+    crate::signals::arm();
     Ok(e)
 }
 

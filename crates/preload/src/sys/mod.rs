@@ -6,7 +6,8 @@
 //! [`fdspace`] (descriptor numbers and RLIMIT_NOFILE), [`timestamp`] (the
 //! kernel path's receive timestamps for `ktrace`), [`hazard`] (the
 //! borrow's hazard slots and `membarrier`), [`fork_lock`] (a guard handed
-//! over across fork) and [`leaked`] (values that live for the process).
+//! over across fork), [`leaked`] (values that live for the process) and
+//! [`sigflush`] (the handler that flushes on a deadly signal).
 //! None of them names this module, so concept modules above can use them
 //! while this one still reaches `crate::fdspace`.
 
@@ -16,6 +17,7 @@ pub mod fork_lock;
 pub mod hazard;
 pub mod leaked;
 pub mod process;
+pub mod sigflush;
 pub mod timestamp;
 
 pub(crate) use errno::{errno, set_errno};
