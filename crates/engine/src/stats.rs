@@ -78,6 +78,9 @@ impl Stats {
             errors_surfaced: g(&self.errors_surfaced),
             // Read from the kernel socket by `Endpoint::report`.
             socket_drops: None,
+            // Counted by the owner of the socket after a hand-over.
+            drop_fallback_close: 0,
+            drop_kernel_rcvbuf: 0,
         }
     }
 }
@@ -139,6 +142,15 @@ pub struct StatsSnapshot {
     /// that falls behind loses here rather than in `drop_ring_full`.
     /// `None` unless read (`Endpoint::report`; it costs a syscall).
     pub socket_drops: Option<u64>,
+    /// Datagrams taken off the engine when the socket moved to the kernel
+    /// path (kept for the program: the ring, and the kernel socket as the
+    /// hand-over drained it) that the program closed the socket without
+    /// receiving. Counted by the preload shim.
+    pub drop_fallback_close: u64,
+    /// Messages the kernel socket dropped after the socket moved to the
+    /// kernel path (`SO_MEMINFO` drops since the hand-over: its receive
+    /// buffer was full). Counted by the preload shim.
+    pub drop_kernel_rcvbuf: u64,
 }
 
 #[cfg(test)]

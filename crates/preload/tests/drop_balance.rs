@@ -93,3 +93,44 @@ fn a_programs_own_sigterm_handler_keeps_its_behaviour() {
     assert_eq!(status.code(), Some(7), "the program exits as its handler decides: {status:?}");
     assert_eq!(got, 50, "exit flushes as always");
 }
+
+/// Runs `drop_paths ARGS` under the shim in a network namespace of its
+/// own; returns (sent, received, RcvbufErrors delta) and the reports.
+fn in_netns(tag: &str, args: &[&str]) -> ((u64, u64, u64), Vec<serde_json::Value>) {
+    let exe = cc("drop_paths", &[]);
+    let stats = stat_dir(tag);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""]).arg(&exe).args(args).env("EUDP_QUIET", "1");
+    let out = preloaded(cmd, &stats);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{tag}: {:?}\n{stdout}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let w: Vec<u64> = stdout.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert_eq!(w.len(), 3, "{tag}: {stdout}");
+    let r = reports(&stats);
+    let _ = std::fs::remove_dir_all(&stats);
+    ((w[0], w[1], w[2]), r)
+}
+
+/// Receive drops of every socket in the reports, by counter.
+fn receive_drops(r: &[serde_json::Value]) -> u64 {
+    ["drop_ring_full", "drop_truncated", "socket_drops", "drop_fallback_close", "drop_kernel_rcvbuf"]
+        .iter()
+        .map(|k| total(r, k))
+        .sum()
+}
+
+#[test]
+fn kept_datagrams_a_close_discards_are_counted() {
+    let ((sent, got, kernel), r) = in_netns("fallback-close", &["fallback_close", "100", "30"]);
+    assert_eq!((sent, got, kernel), (101, 31, 0));
+    assert_eq!(total(&r, "drop_fallback_close"), 70, "{r:?}");
+    assert_eq!(sent, got + receive_drops(&r), "sent = received + counted drops: {r:?}");
+}
+
+#[test]
+fn a_burst_into_a_handed_over_kernel_socket_is_counted() {
+    let ((sent, got, kernel), r) = in_netns("kernel-rcvbuf", &["kernel_rcvbuf", "200"]);
+    assert!(kernel > 0, "the burst overflows the small receive buffer: {sent} {got} {kernel}");
+    assert_eq!(total(&r, "drop_kernel_rcvbuf"), kernel, "the kernel's own count: {r:?}");
+    assert_eq!(sent, got + receive_drops(&r), "sent = received + counted drops: {r:?}");
+}

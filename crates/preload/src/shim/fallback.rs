@@ -175,6 +175,7 @@ impl Sock {
             ep.flush(Duration::from_secs(5));
             drop(keep);
             self.retire_stats(&ep);
+            self.note_kernel_path(fd);
             self.poll_fd.store(-1, Relaxed);
             self.dup_fd.store(-1, Relaxed);
             self.err_fd.store(-1, Relaxed);
@@ -357,14 +358,23 @@ impl Sock {
         lock(&self.leftover_ready).as_ref().map(|e| e.as_raw_fd())
     }
 
-    pub(super) fn close(&self) {
-        // The last fd is gone: nobody can receive what was kept, and the
-        // eventfd must not report a closed socket in an epoll set.
-        lock(&self.leftover).clear();
+    /// The last descriptor naming the socket, `fd`, is being closed.
+    pub(super) fn close(&self, fd: i32) {
+        // The last fd is gone: nobody can receive what was kept (counted),
+        // and the eventfd must not report a closed socket in an epoll set.
+        let discarded = {
+            let mut keep = lock(&self.leftover);
+            let n = keep.len();
+            keep.clear();
+            n
+        };
         self.has_leftover.store(false, Release);
         lock(&self.leftover_ready).take();
         if self.leaked.load(SeqCst) {
             return;
+        }
+        if self.mode() == KERNEL {
+            self.retire_kernel_path(fd, discarded as u64);
         }
         let ep = {
             let mut g = lock(&self.ep);

@@ -11,14 +11,16 @@
 //! per-thread state), [`generation`] (the engine and transport of this
 //! process generation), [`table`] (sockets by descriptor), [`io`]
 //! (receives and sends on an endpoint), [`attach`] (adoption by the
-//! engine), [`fallback`] (the move to the kernel path), [`fork`], [`report`]
-//! (a socket's entry in the stats report).
+//! engine), [`fallback`] (the move to the kernel path), [`lost`] (what a
+//! socket loses on the kernel path), [`fork`], [`report`] (a socket's entry
+//! in the stats report).
 
 mod attach;
 mod fallback;
 mod fork;
 mod generation;
 mod io;
+mod lost;
 mod report;
 mod sock;
 mod table;

@@ -77,6 +77,8 @@ pub struct Sock {
     /// engine holds it too, and so reports the leftovers.
     pub(super) leftover_ready: Mutex<Option<Arc<EventFd>>>,
     pub(super) reason: Mutex<Option<String>>,
+    /// After a hand-over: the kernel socket's drop count then (see `lost`).
+    pub(super) kernel_path: Mutex<Option<super::lost::KernelPath>>,
     /// First fd number (for stats).
     pub fd: i32,
 }

@@ -152,6 +152,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         rx_opts: AtomicU8::new(0),
         leftover_ready: Mutex::new(None),
         reason: Mutex::new(None),
+        kernel_path: Mutex::new(None),
         fd,
     });
     insert(fd, s);
@@ -173,7 +174,7 @@ pub fn insert(fd: i32, s: Arc<Sock>) {
         t.insert(fd, s)
     };
     match old {
-        Some(o) => release(o),
+        Some(o) => release(o, fd),
         None => {
             ACTIVE_FDS.fetch_add(1, Relaxed);
         }
@@ -209,13 +210,14 @@ pub fn remove(fd: i32) {
     };
     if let Some(o) = old {
         ACTIVE_FDS.fetch_sub(1, Relaxed);
-        release(o);
+        release(o, fd);
     }
 }
 
-pub(super) fn release(s: Arc<Sock>) {
+/// `fd` named `s` (it may name another file by now).
+pub(super) fn release(s: Arc<Sock>, fd: i32) {
     if s.refs.fetch_sub(1, SeqCst) == 1 {
-        s.close();
+        s.close(fd);
     }
 }
 
@@ -225,7 +227,11 @@ fn open_reports(f: &mut crate::stat::EntrySink<'_>) {
     let mut seen = std::collections::HashSet::new();
     for (fd, s) in all() {
         if seen.insert(s.id) {
-            f(&s.report_entry(fd, s.snapshot(), true));
+            let entry = match s.snapshot() {
+                Some(st) => s.report_entry(fd, Some(st), true),
+                None => s.kernel_path_entry(fd).unwrap_or_else(|| s.report_entry(fd, None, true)),
+            };
+            f(&entry);
         }
     }
 }

@@ -104,6 +104,26 @@ fn getsockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
     (r == 0).then_some(v)
 }
 
+/// The kernel socket's receive drop count (`SO_MEMINFO`'s `SK_MEMINFO_DROPS`:
+/// its receive buffer was full, or a checksum failed).
+pub(crate) fn socket_drops(fd: c_int) -> Option<u64> {
+    const SO_MEMINFO: c_int = 55;
+    let mut info = [0u32; 16];
+    let mut len = std::mem::size_of_val(&info) as socklen_t;
+    // SAFETY: pointer/length of a live u32 array; the kernel writes at most `len` bytes.
+    let r = unsafe { real::getsockopt(fd, libc::SOL_SOCKET, SO_MEMINFO, info.as_mut_ptr() as *mut c_void, &mut len) };
+    let at = libc::SK_MEMINFO_DROPS as usize;
+    (r == 0 && len as usize >= (at + 1) * 4).then(|| u64::from(info[at]))
+}
+
+/// The inode of the file `fd` names: which socket it is, across dups.
+pub(crate) fn inode(fd: c_int) -> Option<u64> {
+    // SAFETY: stat is plain data, written by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a live out pointer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+}
+
 /// Whether the kernel socket has UDP_GRO on.
 pub(crate) fn gro_enabled(fd: c_int) -> bool {
     getsockopt_int(fd, libc::SOL_UDP, UDP_GRO).is_some_and(|v| v != 0)
