@@ -81,6 +81,10 @@ impl Stats {
             // Counted by the owner of the socket after a hand-over.
             drop_fallback_close: 0,
             drop_kernel_rcvbuf: 0,
+            // Read from the transport by `Endpoint::report`.
+            drop_tcp_send: 0,
+            drop_tcp_receive: 0,
+            drop_tcp_exit: 0,
         }
     }
 }
@@ -151,6 +155,18 @@ pub struct StatsSnapshot {
     /// kernel path (`SO_MEMINFO` drops since the hand-over: its receive
     /// buffer was full). Counted by the preload shim.
     pub drop_kernel_rcvbuf: u64,
+    /// Under the `tcp` transport: datagrams of this socket the transport
+    /// dropped on send (queue full, deadlines, lane cap, a frame cut by a
+    /// failed connection, plain UDP that could not go out); per reason in
+    /// the transport's counters.
+    pub drop_tcp_send: u64,
+    /// Under the `tcp` transport: datagrams for this socket dropped on
+    /// receive (its queue full, or from another source than its peer).
+    pub drop_tcp_receive: u64,
+    /// Under the `tcp` transport: datagrams this socket sent that were
+    /// still queued on a lane when the process ended (after its exit
+    /// drain's bound).
+    pub drop_tcp_exit: u64,
 }
 
 #[cfg(test)]

@@ -55,6 +55,18 @@ impl Default for Capabilities {
     }
 }
 
+/// One socket's datagrams a transport dropped ([`Backend::transport_drops`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportDrops {
+    /// Sent by the socket and dropped before they left (queue full,
+    /// deadlines, lane cap, cut by a failed connection).
+    pub send: u64,
+    /// Sent to the socket and dropped (its queue full, or filtered by its peer).
+    pub receive: u64,
+    /// Sent by the socket and still queued when the process ended.
+    pub exit: u64,
+}
+
 /// The operations the engine performs on an endpoint's transport.
 ///
 /// A `dyn Backend` upcasts to `dyn Any`, so a caller that knows the
@@ -98,6 +110,11 @@ pub trait Backend: std::any::Any + Send + Sync + std::fmt::Debug {
     /// Messages the underlying kernel socket dropped on receive, when the
     /// backend has one.
     fn socket_drops(&self) -> Option<u64> {
+        None
+    }
+    /// The socket's datagrams its transport dropped, when the backend is
+    /// a transport that queues them (the `tcp` backend).
+    fn transport_drops(&self) -> Option<TransportDrops> {
         None
     }
     /// Whether segmentation offload may be used on send.

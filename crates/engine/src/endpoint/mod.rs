@@ -435,6 +435,11 @@ impl Endpoint {
     pub fn report(&self) -> StatsSnapshot {
         let mut snap = self.stats();
         snap.socket_drops = self.inner.backend.socket_drops();
+        if let Some(t) = self.inner.backend.transport_drops() {
+            snap.drop_tcp_send = t.send;
+            snap.drop_tcp_receive = t.receive;
+            snap.drop_tcp_exit = t.exit;
+        }
         snap
     }
 

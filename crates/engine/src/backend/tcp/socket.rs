@@ -242,6 +242,7 @@ impl TcpSocket {
             let Some(lane) = self.lane(ip, idx, fresh)? else {
                 // Lane cap reached: dropped, as a UDP datagram would be.
                 self.mgr.c.drop_no_lane.fetch_add(items.len() as u64, Relaxed);
+                self.rxq.lost.send.fetch_add(items.len() as u64, Relaxed);
                 return Ok(items.len());
             };
             match self.mgr.submit(&lane, items, caller, whole, &self.udp, &self.room) {
@@ -351,6 +352,10 @@ impl Backend for TcpSocket {
     /// A closed endpoint still held (its engine thread waiting for room on
     /// a lane, say) must not keep reading the connection that lane's data
     /// arrives on, nor hold its port: both go now, with the socket.
+    fn transport_drops(&self) -> Option<crate::backend::TransportDrops> {
+        Some(self.rxq.lost.snapshot())
+    }
+
     fn release_socket(&self) {
         self.let_go(true)
     }

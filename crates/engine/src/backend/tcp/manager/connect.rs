@@ -97,7 +97,9 @@ impl Mgr {
             return;
         }
         let b = st.out.queued();
-        Counters::add(&self.c.lost_partial, st.out.discard_partial());
+        let (cut, src) = st.out.discard_partial();
+        Counters::add(&self.c.lost_partial, cut);
+        self.lost_by(src, cut, |d| &d.send);
         self.settle_partial(st, b);
         st.conn = None;
         match st.phase {

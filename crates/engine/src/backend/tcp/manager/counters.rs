@@ -66,6 +66,30 @@ counters! {
     listen_takeovers: "Times this transport, running without a listener, took the pre-decided port later (its holder had ended or given it back).",
     listen_yields: "Times this fork child gave the port back to its parent, whose transport started after the child had taken it.",
     exit_open_conns: "Connections still open when the process ended, after its exit drain's bound: what their peers wrote on them since is lost.",
+    drop_exit: "Datagrams still queued on a lane when the process ended (after its exit drain's bound) or the transport shut down.",
+}
+
+/// The drops of one endpoint's datagrams, beside the transport's counters
+/// by reason: what it sent and the transport dropped (queue full,
+/// deadlines, lane cap, a frame cut by a failed connection, plain UDP
+/// that could not be sent), what was sent to it and dropped (its queue
+/// full, filtered by its peer), and what it sent that was still queued
+/// when the process ended.
+#[derive(Debug, Default)]
+pub(in crate::backend::tcp) struct SockDrops {
+    pub(in crate::backend::tcp) send: AtomicU64,
+    pub(in crate::backend::tcp) receive: AtomicU64,
+    pub(in crate::backend::tcp) exit: AtomicU64,
+}
+
+impl SockDrops {
+    pub(in crate::backend::tcp) fn snapshot(&self) -> crate::backend::TransportDrops {
+        crate::backend::TransportDrops {
+            send: self.send.load(Relaxed),
+            receive: self.receive.load(Relaxed),
+            exit: self.exit.load(Relaxed),
+        }
+    }
 }
 
 impl Counters {

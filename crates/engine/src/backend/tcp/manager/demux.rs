@@ -7,7 +7,7 @@
 //! Owns `Mgr::ports` (inside `Lane::st`, outside `RxQueue::inner`), and
 //! `Mgr::kernel_socks` and `Mgr::bound` (taken alone).
 
-use super::counters::Counters;
+use super::counters::{Counters, SockDrops};
 use super::pools::{Pools, RxItem};
 use super::state::{lock, norm_ip, Conn, Mgr, Ports, RxQueue};
 use crate::backend::tcp::frame::{Decoder, Event, FrameError};
@@ -16,11 +16,24 @@ use crate::sys::addr::unmap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
-use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 impl Mgr {
+    /// The endpoint bound to `port` lost `n` of its datagrams: counted in
+    /// the drop counter `which` picks of its own. Taken under `Lane::st`
+    /// at most (`ports` nests inside it).
+    pub(super) fn lost_by(&self, port: u16, n: u64, which: fn(&SockDrops) -> &AtomicU64) {
+        if n == 0 {
+            return;
+        }
+        let ports = lock(&self.ports);
+        if let Some(q) = ports.get(&port).into_iter().flatten().find_map(|(_, w)| w.upgrade()) {
+            which(&q.lost).fetch_add(n, Relaxed);
+        }
+    }
+
     pub(in crate::backend::tcp) fn register_port(&self, addr: SocketAddr, q: &Arc<RxQueue>) -> io::Result<()> {
         {
             let mut p = lock(&self.ports);

@@ -86,6 +86,7 @@ impl Mgr {
                 Err(_) => {
                     // As a UDP send that fails: this datagram is lost.
                     Counters::inc(&self.c.plain_lost);
+                    self.lost_by(items[i].0, 1, |d| &d.send);
                     i += 1;
                     waited = false;
                 }
@@ -93,6 +94,23 @@ impl Mgr {
         }
         Counters::add(&self.c.plain_sent, i as u64);
         Ok(i)
+    }
+
+    /// The process ends and its exit drain's bound has passed: what the
+    /// lanes still hold cannot leave; it is dropped and counted
+    /// (`drop_exit`, and per endpoint).
+    pub(in crate::backend::tcp) fn drop_queued_at_exit(&self) {
+        let lanes: Vec<Arc<Lane>> = lock(&self.lanes).values().cloned().collect();
+        for lane in lanes {
+            let mut st = lock(&lane.st);
+            let before = st.out.queued();
+            if before == 0 {
+                continue;
+            }
+            let n = st.out.clear(&mut |src, k| self.lost_by(src, k, |d| &d.exit));
+            Counters::add(&self.c.drop_exit, n);
+            self.settle(&lane, &mut st, before);
+        }
     }
 
     /// DML (c): the lane's peer refused the UOE port. The datagrams waiting
@@ -118,10 +136,12 @@ impl Mgr {
             });
             if !sent {
                 lost += 1;
+                self.lost_by(src, 1, |d| &d.send);
             }
         });
         Counters::add(&self.c.plain_lost, lost);
-        st.out.clear();
+        // Each went out as plain UDP or was counted just above.
+        st.out.clear(&mut |_, _| {});
         self.settle(lane, st, before);
     }
 
@@ -284,6 +304,7 @@ impl Mgr {
                     }
                     // DML: the bounded queue is full while not connected.
                     Counters::inc(&self.c.drop_queue_full);
+                    self.lost_by(items[i].0, 1, |d| &d.send);
                     taken += 1;
                     i += 1;
                     continue;
@@ -538,7 +559,7 @@ impl Mgr {
                         Counters::add(&self.c.frames_sent, full as u64);
                         let pieces = std::iter::once(&h[..*hl])
                             .chain(items[*a..*b].iter().flat_map(|it| it.2.iter().map(|p| &p[..])));
-                        st.out.push_rest(pieces, left, (b - a - full) as u32, now);
+                        st.out.push_rest(pieces, left, (b - a - full) as u32, items[*a].0, now);
                         *added += size - left;
                         break;
                     }

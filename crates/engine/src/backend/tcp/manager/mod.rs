@@ -260,7 +260,7 @@ impl Mgr {
                 };
                 if let Some(cutoff) = now.checked_sub(bound) {
                     let b = st.out.queued();
-                    let n = st.out.drop_older(cutoff);
+                    let n = st.out.drop_older(cutoff, &mut |src, k| self.lost_by(src, k, |d| &d.send));
                     if n > 0 {
                         Counters::add(ctr, n);
                         self.settle(&lane, &mut st, b);

@@ -164,6 +164,8 @@ pub(in crate::backend::tcp) struct RxQueue {
     /// The endpoint's kernel UDP socket, to send plain UDP from its port
     /// (DML (c), [`Mgr::go_plain`]).
     pub(in crate::backend::tcp) plain: OnceLock<Weak<crate::backend::kernel::UdpSocket>>,
+    /// The endpoint's datagrams the transport dropped.
+    pub(in crate::backend::tcp) lost: super::counters::SockDrops,
 }
 
 /// A reader's buffers: the read buffer and receive blocks.
@@ -225,6 +227,7 @@ impl RxQueue {
             kernel_pending: AtomicBool::new(true),
             stalled: AtomicBool::new(false),
             plain: OnceLock::new(),
+            lost: Default::default(),
         })
     }
 
@@ -300,6 +303,7 @@ impl RxQueue {
         // Counters before the wake-up, so a reader woken by it sees them.
         Counters::add(&c.drop_rx_full, full);
         Counters::add(&c.drop_filtered, filtered);
+        Counters::add(&self.lost.receive, full + filtered);
         if signal && !q.items.is_empty() && !q.signalled {
             q.signalled = true;
             self.ready.set();

@@ -182,9 +182,11 @@ impl TcpTransport {
     /// Waits (bounded by `timeout`) until this process's transport, if it
     /// has one, holds no queued datagram: what waits for a connection
     /// (one a fork child opens to its parent's listener, say) is written
-    /// before the process ends (`_exit`). False: still queued. After a
-    /// wait the final counters are written again: the transport's atexit
-    /// hook, registered after the preload shim's, ran before this.
+    /// before the process ends (`_exit`). False: still queued at the bound;
+    /// what is still queued then is dropped and counted (`drop_exit`, and
+    /// per endpoint), since the process ends. After a wait the final
+    /// counters are written again: the transport's atexit hook, registered
+    /// after the preload shim's, ran before this.
     ///
     /// Then the transport leaves its connections and the port in order
     /// ([`Mgr::leave`], bounded by [`EXIT_DRAIN`]), so that what peers
@@ -200,6 +202,9 @@ impl TcpTransport {
             }
             t.mgr.ring();
             std::thread::sleep(Duration::from_millis(1));
+        }
+        if !sent {
+            t.mgr.drop_queued_at_exit();
         }
         t.mgr.leave(end.saturating_duration_since(Instant::now()).min(EXIT_DRAIN));
         dump_global_stats();
@@ -338,7 +343,8 @@ impl TcpTransport {
             st.retired = true;
             st.conn = None;
             let before = st.out.queued();
-            st.out.clear();
+            let n = st.out.clear(&mut |src, k| m.lost_by(src, k, |d| &d.exit));
+            Counters::add(&m.c.drop_exit, n);
             m.queued_total.fetch_sub(before, SeqCst);
             m.open_rooms(&mut st);
             lane.cv.notify_all();
