@@ -51,6 +51,36 @@ pub fn read_reports(dir: &Path, all: bool, pids: &[u64]) -> Vec<serde_json::Valu
     out
 }
 
+/// Every drop counter of a socket (`eudp_engine::StatsSnapshot`): the
+/// endpoint's, the kernel socket's own, its kernel path's after a fallback
+/// and the `tcp` transport's for it.
+pub const SOCKET_DROPS: &[&str] = &[
+    "drop_ring_full",
+    "drop_truncated",
+    "drop_send_error",
+    "drop_shutdown",
+    "socket_drops",
+    "drop_fallback_close",
+    "drop_kernel_rcvbuf",
+    "drop_tcp_send",
+    "drop_tcp_receive",
+    "drop_tcp_exit",
+];
+
+/// The socket's non-zero drop counters, as a suffix of its row.
+fn drop_suffix(x: &serde_json::Value) -> String {
+    let v: Vec<String> = SOCKET_DROPS
+        .iter()
+        .filter(|k| u(x, k) > 0)
+        .map(|k| format!("{} {}", k.trim_start_matches("drop_"), u(x, k)))
+        .collect();
+    if v.is_empty() {
+        String::new()
+    } else {
+        format!("  drops: {}", v.join(", "))
+    }
+}
+
 fn u(v: &serde_json::Value, k: &str) -> u64 {
     v["stats"][k].as_u64().unwrap_or(0)
 }
@@ -100,7 +130,7 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
         for key in ["sockets", "closed"] {
             for x in r[key].as_array().into_iter().flatten() {
                 s += &format!(
-                    "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8.1} {:>10} {:>8} {:>8} {:>8}{}{}\n",
+                    "  {:>4} {:>6} {:<22} {:<22} {:>10} {:>10} {:>10} {:>8.1} {:>10} {:>8} {:>8} {:>8}{}{}{}\n",
                     x["fd"].as_i64().unwrap_or(-1),
                     x["mode"].as_str().unwrap_or("?"),
                     x["local"].as_str().unwrap_or("-"),
@@ -114,6 +144,7 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
                     u(x, "socket_drops"),
                     u(x, "gro_superpackets"),
                     if key == "closed" { "  (closed)" } else { "" },
+                    drop_suffix(x),
                     x["fallback_reason"].as_str().map(|r| format!("  fallback: {r}")).unwrap_or_default(),
                 );
             }

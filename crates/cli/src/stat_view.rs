@@ -7,6 +7,7 @@
 //! (`eudp_engine::stat_dir::readable`): `/run/eudp`, the user's runtime
 //! directory and `/tmp/eudp-$UID`, or `--dir` / `EUDP_STAT_DIR` alone.
 
+pub use crate::stat_report::SOCKET_DROPS;
 use crate::stat_report::{format_reports, read_reports};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -16,11 +17,6 @@ use std::time::{Duration, Instant};
 
 /// The version of `--json`'s layout (docs/stat-json.md).
 pub const SCHEMA_VERSION: u64 = 1;
-
-/// Every drop counter of an endpoint (`eudp_engine::StatsSnapshot`), and
-/// the kernel socket's own drops.
-pub const SOCKET_DROPS: &[&str] =
-    &["drop_ring_full", "drop_truncated", "drop_send_error", "drop_shutdown", "socket_drops"];
 
 /// What `eudp stat` shows.
 #[derive(Clone, Debug, Default)]
@@ -400,8 +396,20 @@ mod tests {
     fn the_table_shows_every_drop_counter_and_the_settings() {
         let t = table(&[report()]);
         assert!(t.contains("drops: ring_full 2, truncated 0, send_error 0, shutdown 0, socket_drops 0"), "{t}");
+        assert!(t.contains("fallback_close 0, kernel_rcvbuf 0, tcp_send 0, tcp_receive 0, tcp_exit 0"), "{t}");
         assert!(t.contains("transport kernel; settings: EUDP_SPIN_US=50"), "{t}");
         assert!(t.contains("EUDP_L2_DEPTH=abc ignored"), "{t}");
+    }
+
+    #[test]
+    fn each_socket_row_names_its_drops() {
+        let mut r = report();
+        r["sockets"][0]["stats"]["drop_fallback_close"] = 3.into();
+        r["sockets"][0]["stats"]["drop_tcp_exit"] = 4.into();
+        let t = table(&[r.clone()]);
+        let row = t.lines().find(|l| l.trim_start().starts_with("5 ")).unwrap_or_default();
+        assert!(row.contains("drops: ring_full 2, fallback_close 3, tcp_exit 4"), "{t}");
+        assert!(openmetrics(&[r]).contains("eudp_socket_drop_tcp_exit_total{"));
     }
 
     #[test]
