@@ -97,9 +97,16 @@ fn a_programs_own_sigterm_handler_keeps_its_behaviour() {
 /// Runs `drop_paths ARGS` under the shim in a network namespace of its
 /// own; returns (sent, received, RcvbufErrors delta) and the reports.
 fn in_netns(tag: &str, args: &[&str]) -> ((u64, u64, u64), Vec<serde_json::Value>) {
+    in_netns_with(tag, args, &[])
+}
+
+fn in_netns_with(tag: &str, args: &[&str], env: &[(&str, String)]) -> ((u64, u64, u64), Vec<serde_json::Value>) {
     let exe = cc("drop_paths", &[]);
     let stats = stat_dir(tag);
     let mut cmd = Command::new("unshare");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""]).arg(&exe).args(args).env("EUDP_QUIET", "1");
     let out = preloaded(cmd, &stats);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -133,4 +140,14 @@ fn a_burst_into_a_handed_over_kernel_socket_is_counted() {
     assert!(kernel > 0, "the burst overflows the small receive buffer: {sent} {got} {kernel}");
     assert_eq!(total(&r, "drop_kernel_rcvbuf"), kernel, "the kernel's own count: {r:?}");
     assert_eq!(sent, got + receive_drops(&r), "sent = received + counted drops: {r:?}");
+}
+
+#[test]
+fn datagrams_on_a_tcp_lane_at_exit_are_counted_on_their_socket() {
+    let env = [("EUDP_TRANSPORT", "tcp".to_string()), ("EUDP_TCP_PORT", uoe_port().to_string())];
+    let ((sent, got, _), r) = in_netns_with("tcp-exit", &["tcp_exit", "40"], &env);
+    assert_eq!((sent, got), (40, 0));
+    let exit = total(&r, "drop_tcp_exit");
+    assert!(exit > 0, "datagrams waited on the lane at exit: {r:?}");
+    assert_eq!(sent, exit + total(&r, "drop_tcp_send"), "sent = counted drops: {r:?}");
 }

@@ -8,6 +8,8 @@
  *   drop_paths kernel_rcvbuf N      the socket moves to the kernel path,
  *       then a burst of N 1000-byte datagrams meets its small SO_RCVBUF;
  *       it receives what the kernel queued
+ *   drop_paths tcp_exit N           (EUDP_TRANSPORT=tcp) N datagrams to a
+ *       host no route reaches wait on their lane as the program exits
  * Output: "sent S received R rcvbuf_errors E". */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -59,6 +61,17 @@ int main(int argc, char **argv) {
     long before = rcvbuf_errors();
     char buf[2048];
     int sent = 0, got = 0;
+    if (strcmp(argv[1], "tcp_exit") == 0) {
+        struct sockaddr_in far = {.sin_family = AF_INET, .sin_port = htons(9)};
+        inet_pton(AF_INET, "10.9.9.9", &far.sin_addr);
+        memset(buf, 'y', 100);
+        for (int i = 0; i < n; i++)
+            if (sendto(rx, buf, 100, 0, (struct sockaddr *)&far, sizeof far) == 100)
+                sent++;
+        printf("sent %d received %d rcvbuf_errors %ld\n", sent, got, rcvbuf_errors() - before);
+        fflush(stdout);
+        exit(0); /* the socket still open, its datagrams on the lane */
+    }
     /* On the engine: the first receive adopts the socket. */
     sendto(tx, "go", 2, 0, (struct sockaddr *)&a, sizeof a);
     sent++;
