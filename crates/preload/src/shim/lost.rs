@@ -5,19 +5,8 @@
 //! since then). Both show in the socket's entry of the stats report: the
 //! open socket's while it lives, then a closed entry of its kernel path.
 
-use super::sock::{lock, Sock};
+use super::sock::{lock, KernelPath, Sock};
 use eudp_engine::StatsSnapshot;
-
-/// The kernel socket as the hand-over left it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KernelPath {
-    /// Which socket (a descriptor number may name another file later).
-    ino: u64,
-    /// Its drop count at the hand-over.
-    base: u64,
-    /// Its drop count when last read.
-    seen: u64,
-}
 
 impl Sock {
     /// At the hand-over, `fd` naming this socket: the drops from now on

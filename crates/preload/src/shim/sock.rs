@@ -78,9 +78,21 @@ pub struct Sock {
     pub(super) leftover_ready: Mutex<Option<Arc<EventFd>>>,
     pub(super) reason: Mutex<Option<String>>,
     /// After a hand-over: the kernel socket's drop count then (see `lost`).
-    pub(super) kernel_path: Mutex<Option<super::lost::KernelPath>>,
+    pub(super) kernel_path: Mutex<Option<KernelPath>>,
     /// First fd number (for stats).
     pub fd: i32,
+}
+
+/// The kernel socket of a socket as its hand-over to the kernel path left
+/// it (what it loses from then on is counted in `lost`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KernelPath {
+    /// Which socket (a descriptor number may name another file later).
+    pub(super) ino: u64,
+    /// Its drop count at the hand-over.
+    pub(super) base: u64,
+    /// Its drop count when last read.
+    pub(super) seen: u64,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
