@@ -148,12 +148,12 @@ fn soak(
         r["workload"] = "dns".into();
         fault_log.insert(0, r);
     }
-    let reports = crate::stat_view::reports(std::slice::from_ref(&env.stat_dir), true, &[]);
+    let reports = crate::stat_report::read_reports(&env.stat_dir, true, &[]);
     drop(env);
     let workloads = json!({ "iperf3": iperf3, "sockperf": sockperf, "dns": dns, "fork": fork });
     let counters = report::counters(&reports, &reg.started());
     let balance = report::balance(&workloads, &counters);
-    let rss = report::rss(reg.series_json());
+    let rss = report::rss(reg.series_json(), plan.secs);
     let stalls = report::stalls(&workloads, &fault_log);
     let targets = report::targets(&balance, &rss, &stalls);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();

@@ -56,6 +56,32 @@ impl Env {
     }
 }
 
+/// Waits (at most 10 s) until process `pid`'s namespace has a TCP listener
+/// on `port`: an iperf3 server takes its control connection there, and a
+/// client that comes first fails its run.
+fn wait_tcp_listen(pid: u32, port: &str) -> Result<(), String> {
+    let local = format!(":{:04X}", port.parse::<u16>().unwrap_or(0));
+    let t0 = std::time::Instant::now();
+    loop {
+        // Columns of /proc/net/tcp{,6}: sl, local_address, rem_address, st (0A: listening).
+        let listening = ["tcp", "tcp6"].iter().any(|f| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
+                t.lines().skip(1).any(|l| {
+                    let c: Vec<&str> = l.split_whitespace().take(4).collect();
+                    c.len() == 4 && c[1].ends_with(&local) && c[3] == "0A"
+                })
+            })
+        });
+        if listening {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err(format!("process {pid} did not listen on TCP port {port} in 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The first JSON object in `out` (programs may print more after it).
 fn first_json(out: &str) -> Option<Value> {
     let start = out.find('{')?;
@@ -79,7 +105,7 @@ pub fn iperf3(env: &Env) -> Value {
 fn iperf3_run(env: &Env, n: usize, secs: u64) -> Result<Value, String> {
     let start = env.plan.now();
     let srv = env.spawn(&format!("iperf3-server#{n}"), 'b', &["iperf3", "-s", "-1", "-p", IPERF3_PORT])?;
-    std::thread::sleep(Duration::from_millis(400));
+    wait_tcp_listen(srv.pid(), IPERF3_PORT)?;
     let t = secs.to_string();
     let cli = env.spawn(
         &format!("iperf3-client#{n}"),
