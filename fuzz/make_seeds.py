@@ -84,3 +84,18 @@ write("gro_split", "tight-ring", bytes([40, 0, 2]) + bytes([9, 100]) + bytes(100
 for name, text in [("good", "EUDP_L2_DEPTH=4"), ("bad-int", "EUDP_L2_DEPTH=abc"), ("typo", "EUDP_SPIN_UZ=3"),
                    ("transport", "EUDP_TRANSPORT=xpd"), ("flag", "EUDP_GSO=0"), ("empty", "EUDP_CPU=")]:
     write("settings", name, text.encode())
+# Profile files for `eudp run --profile-file`: good ones and the mistakes the parser names.
+for name, text in [
+    ("inherit", '[profiles.dns]\ninherit = "latency"\nEUDP_SPIN_US = 20\nEUDP_GSO = false\n'),
+    ("chain", '[profiles.a]\nEUDP_CPU = "1"\n[profiles.b]\ninherit = "a"\nEUDP_RX_HANDOFF_US = "500"\n'),
+    ("quoted", '[profiles."a \\"q\\" \\u0007"]\nEUDP_TRANSPORT = "tcp"\n'),
+    ("inline", 'profiles = { x = { EUDP_GRO = true, EUDP_MAX_MSGS = 64 } }\n'),
+    ("dotted", '[profiles]\nx.EUDP_L2_DEPTH = 4\ny.inherit = "x"\n'),
+    ("loop", '[profiles.a]\ninherit = "b"\n[profiles.b]\ninherit = "a"\n'),
+    ("typo", '[profiles.a]\nspin_us = 3\n'),
+    ("float", '[profiles.a]\nEUDP_SPIN_US = 1.5\n'),
+    ("bad-value", '[profiles.a]\nEUDP_XDP_MODE = "native"\n'),
+    ("built-in", '[profiles.latency]\nEUDP_SPIN_US = 1\n'),
+    ("unclosed", '[profiles.a\nEUDP_SPIN_US = 1\n'),
+]:
+    write("profile_file", name, text.encode())

@@ -49,7 +49,7 @@ pub enum Cmd {
     },
     /// Kernel, sendmmsg, GSO/GRO ceiling and eudp side by side on a testbed.
     #[command(
-        after_help = "Examples:\n  eudp bench --sizes 64,1472 --secs 3\n  eudp bench --apps --repeats 5\n  eudp bench --sockets --count 10000\n  eudp bench --tcp"
+        after_help = "Examples:\n  eudp bench --sizes 64,1472 --secs 3\n  eudp bench --apps --repeats 5\n  eudp bench --sockets --count 10000\n  eudp bench --tcp\n  eudp bench --soak 10"
     )]
     Bench {
         /// Datagram sizes in bytes.
@@ -82,6 +82,10 @@ pub enum Cmd {
         /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
         #[arg(long)]
         tcp: bool,
+        /// Every workload at once under `eudp run` for MINUTES (fractions too), with faults on a
+        /// schedule: RSS over time, counters, balance and stalls (docs/bench.md).
+        #[arg(long, value_name = "MINUTES", conflicts_with_all = ["tcp", "apps", "sockets"])]
+        soak: Option<f64>,
         /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
         #[arg(long, default_value_t = 3)]
         repeats: usize,

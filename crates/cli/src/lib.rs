@@ -13,6 +13,7 @@ pub mod rss;
 pub mod run;
 pub mod run_check;
 pub mod shim_path;
+pub mod soak;
 pub mod sockbench;
 pub mod stat_report;
 pub mod stat_view;

@@ -70,6 +70,13 @@ fn main() {
         Cmd::Run(a) => eudp_cli::run::run_main(&a),
         Cmd::Stat(a) => eudp_cli::stat_view::stat_main(&a),
         Cmd::WorkerTcp { words } => eudp_cli::tcpbench::worker_main(&words),
+        Cmd::Bench { soak: Some(minutes), out, .. } => match eudp_cli::soak::run(minutes, &out) {
+            Ok((_, path)) => {
+                eprintln!("bench: wrote {}", path.display());
+                0
+            }
+            Err(e) => fail(e),
+        },
         Cmd::Bench { apps: true, secs, out, repeats, .. } => {
             match eudp_cli::run::bench_apps(secs.ceil().max(1.0) as u32, repeats.clamp(1, 50) as u32, &out) {
                 Ok(_) => 0,

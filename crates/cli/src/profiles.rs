@@ -121,14 +121,14 @@ pub fn profile(name: &str) -> Result<&'static [(&'static str, &'static str)], St
 }
 
 /// One profile of a file.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Def {
     inherit: Option<String>,
     settings: Vec<(String, String)>,
 }
 
 /// The profiles of one TOML file, checked (see the module docs).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProfileFile {
     origin: String,
     defs: BTreeMap<String, Def>,
@@ -209,6 +209,38 @@ impl ProfileFile {
     pub fn origin(&self) -> &str {
         &self.origin
     }
+
+    /// The profiles as a TOML file that parses back to the same profiles:
+    /// every name and value quoted, so any text the parser accepted survives.
+    pub fn to_toml(&self) -> String {
+        let mut out = String::new();
+        for (name, def) in &self.defs {
+            out.push_str(&format!("[profiles.{}]\n", toml_string(name)));
+            if let Some(parent) = &def.inherit {
+                out.push_str(&format!("inherit = {}\n", toml_string(parent)));
+            }
+            for (k, v) in &def.settings {
+                out.push_str(&format!("{} = {}\n", toml_string(k), toml_string(v)));
+            }
+        }
+        out
+    }
+}
+
+/// `s` as a TOML basic string: quotes, backslashes and control characters escaped.
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// " (did you mean X?)" for a key one edit-ish away from a setting:
@@ -331,6 +363,14 @@ mod tests {
             let test_hook = s.scope == eudp_engine::settings::Scope::Test;
             assert!(test_hook || SETTINGS.contains(&s.name), "{} is not a profile setting", s.name);
         }
+    }
+
+    #[test]
+    fn a_file_written_back_parses_to_the_same_profiles() {
+        let text = "[profiles.\"a \\\"q\\\" \\u0007\"]\nEUDP_GSO = true\nEUDP_SPIN_US = 5\n[profiles.b]\ninherit = \"a \\\"q\\\" \\u0007\"\nEUDP_CPU = \"1\"\n";
+        let f = ProfileFile::parse(text, "t.toml").unwrap();
+        let again = ProfileFile::parse(&f.to_toml(), "t.toml").unwrap();
+        assert_eq!(f, again, "{}", f.to_toml());
     }
 
     #[test]

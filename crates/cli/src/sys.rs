@@ -13,3 +13,12 @@ pub fn interrupt(child: &Child) {
         libc::kill(pid, libc::SIGINT);
     }
 }
+
+/// Sends `sig` to process `pid`; false when there is no such process.
+/// Callers pass the pid of a child they spawned and have not reaped, so the
+/// pid still names that child.
+pub fn signal(pid: u32, sig: i32) -> bool {
+    // SAFETY: kill(2) has no memory effects; a wrong pid could only signal
+    // another process, which the callers rule out (see above).
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+}
