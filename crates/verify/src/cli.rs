@@ -28,7 +28,7 @@ const EXAMPLES: &str = "Examples:
 #[derive(Args, Debug, Clone)]
 #[command(after_help = EXAMPLES)]
 pub struct VerifyArgs {
-    /// Only these models: firmware, engine (repeatable).
+    /// Only these models: firmware, engine, emp (repeatable).
     #[arg(long = "model", value_name = "NAME")]
     models: Vec<String>,
     /// Only these properties (repeatable; see --list).
@@ -74,7 +74,11 @@ pub struct VerifyArgs {
 
 fn list() {
     out!("models and properties:");
-    for m in [models::firmware(None), models::engine(None, &PromelaConfig::default())] {
+    for m in [
+        models::firmware(None),
+        models::engine(None, &PromelaConfig::default()),
+        models::emp(None, &Default::default()),
+    ] {
         for p in &m.properties {
             let how = match p.mode {
                 models::Mode::Safety => "safety",
@@ -142,6 +146,7 @@ pub fn run_verify(a: VerifyArgs) -> i32 {
             unlocked: vec![],
             busy_poll: a.busy_poll,
         },
+        emp: Default::default(),
         keep: a.keep,
         depth: a.depth,
         no_fairness: a.no_fairness,

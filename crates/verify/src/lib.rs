@@ -12,6 +12,7 @@
 //! verdict per property; [`BROKEN`] lists deliberately broken variants that
 //! must be reported violated.
 pub mod cli;
+pub mod emp_model;
 pub mod models;
 pub mod spin;
 
