@@ -627,7 +627,7 @@ mod tests {
     fn promela_rendering() {
         let t = table();
         let g = render_cond(&t.rule(Kind::Accept).guard, "f");
-        assert_eq!(g, "((((f) % S + S - (exp) % S) % S == 0) && (since < G))");
+        assert_eq!(g, "(((((f) % S + S - (exp) % S) % S) == 0) && (since < G))");
         assert_eq!(render_effects(t.rule(Kind::Timeout), "f"), " ptr = base;");
         let e = render_effects(t.rule(Kind::AckIn), "v");
         assert!(e.contains("ptr = (ptr > base -> ptr : base);"), "{e}");
