@@ -19,9 +19,10 @@ const EXAMPLES: &str = "Examples:
   eudp verify
   eudp verify --model engine --apps 2 --per-app 2
   eudp verify --broken no-dma-lock
+  eudp verify --model emp --broken window-off-by-one
   eudp verify --list";
 
-/// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
+/// Check the firmware pipeline (paper 000 §4.3), eudp's two-level queue and an EMP flow with Spin.
 ///
 /// Exit status: 0 when every verdict is as expected, 1 when some is not,
 /// 2 on a usage or tool error.
@@ -99,7 +100,7 @@ fn list() {
 }
 
 // `eudp verify` on its own (tests and scripts that hold the words).
-/// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
+/// Check the firmware pipeline (paper 000 §4.3), eudp's two-level queue and an EMP flow with Spin.
 #[derive(Parser, Debug)]
 #[command(name = "eudp verify", disable_version_flag = true)]
 struct VerifyCli {

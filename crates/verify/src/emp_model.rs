@@ -77,13 +77,13 @@ fn row(t: &Table, kind: Kind, param: &str) -> (String, String) {
 
 /// The alternatives of an `if` that sends `kind` (AckOut or NakOut) with
 /// every wire value the guard allows.
-fn ack_alternatives(t: &Table, kind: Kind, cfg: &EmpConfig, flag: u32) -> String {
+fn ack_alternatives(t: &Table, kind: Kind, cfg: &EmpConfig, flag: u32, indent: &str) -> String {
     let mut o = String::new();
     for p in 0..cfg.seq_space {
         let (g, e) = row(t, kind, &p.to_string());
         let _ = writeln!(
             o,
-            "     :: {g} ->{e} printf(\"@@ receiver {kind:?} {p}  exp=%d since=%d\\n\", exp, since); send_ack({flag}, {p})"
+            "{indent}:: {g} ->{e} printf(\"@@ receiver {kind:?} {p}  exp=%d since=%d\\n\", exp, since); send_ack({flag}, {p})"
         );
     }
     o
@@ -187,14 +187,15 @@ pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
     let (unm_g, _) = row(t, Kind::Unmatched, "f");
     let (dup_g, dup_e) = row(t, Kind::Duplicate, "f");
     let (gap_g, gap_e) = row(t, Kind::Gap, "f");
-    let acks = ack_alternatives(t, Kind::AckOut, cfg, 0);
-    let naks = ack_alternatives(t, Kind::NakOut, cfg, 1);
+    let acks_deep = ack_alternatives(t, Kind::AckOut, cfg, 0, "           ");
+    let acks = ack_alternatives(t, Kind::AckOut, cfg, 0, "        ");
+    let naks = ack_alternatives(t, Kind::NakOut, cfg, 1, "        ");
     let _ = write!(
         o,
         "proctype receiver() {{\n  byte f, id, k, v, n, a1, b1, a2, b2;\nend:\n  do\n  :: data?f,id ->\n     atomic {{\n     if\n\
          \x20    :: {acc_g} ->\n        if :: id != exp -> misdelivered = true :: else -> skip fi;{acc_e}\n\
          \x20       printf(\"@@ receiver Accept %d (#%d)  exp=%d\\n\", f, id, exp);\n\
-         \x20       if\n        :: since >= G || id % FPM == FPM - 1 ->\n           if\n{acks}           fi\n        :: else -> skip\n        fi\n\
+         \x20       if\n        :: since >= G || id % FPM == FPM - 1 ->\n           if\n{acks_deep}           fi\n        :: else -> skip\n        fi\n\
          \x20    :: unmatched < UNM && id % FPM == 0 && {unm_g} ->\n\
          \x20       unmatched++; data_drops++; printf(\"@@ receiver Unmatched %d (#%d): no posted receive\\n\", f, id)\n\
          \x20    :: {dup_g} ->{dup_e} printf(\"@@ receiver Duplicate %d (#%d)\\n\", f, id);\n        if\n{acks}        fi\n\
