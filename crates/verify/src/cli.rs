@@ -19,16 +19,17 @@ const EXAMPLES: &str = "Examples:
   eudp verify
   eudp verify --model engine --apps 2 --per-app 2
   eudp verify --broken no-dma-lock
+  eudp verify --model emp --broken window-off-by-one
   eudp verify --list";
 
-/// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
+/// Check the firmware pipeline (paper 000 §4.3), eudp's two-level queue and an EMP flow with Spin.
 ///
 /// Exit status: 0 when every verdict is as expected, 1 when some is not,
 /// 2 on a usage or tool error.
 #[derive(Args, Debug, Clone)]
 #[command(after_help = EXAMPLES)]
 pub struct VerifyArgs {
-    /// Only these models: firmware, engine (repeatable).
+    /// Only these models: firmware, engine, emp (repeatable).
     #[arg(long = "model", value_name = "NAME")]
     models: Vec<String>,
     /// Only these properties (repeatable; see --list).
@@ -74,7 +75,11 @@ pub struct VerifyArgs {
 
 fn list() {
     out!("models and properties:");
-    for m in [models::firmware(None), models::engine(None, &PromelaConfig::default())] {
+    for m in [
+        models::firmware(None),
+        models::engine(None, &PromelaConfig::default()),
+        models::emp(None, &Default::default()),
+    ] {
         for p in &m.properties {
             let how = match p.mode {
                 models::Mode::Safety => "safety",
@@ -95,7 +100,7 @@ fn list() {
 }
 
 // `eudp verify` on its own (tests and scripts that hold the words).
-/// Check the firmware pipeline (paper 000 §4.3) and eudp's two-level queue with Spin.
+/// Check the firmware pipeline (paper 000 §4.3), eudp's two-level queue and an EMP flow with Spin.
 #[derive(Parser, Debug)]
 #[command(name = "eudp verify", disable_version_flag = true)]
 struct VerifyCli {
@@ -142,6 +147,7 @@ pub fn run_verify(a: VerifyArgs) -> i32 {
             unlocked: vec![],
             busy_poll: a.busy_poll,
         },
+        emp: Default::default(),
         keep: a.keep,
         depth: a.depth,
         no_fairness: a.no_fairness,

@@ -1,5 +1,7 @@
 //! The models, their properties and their deliberately broken variants.
 
+use crate::emp_model::{self, EmpConfig};
+use eudp_engine::emp::table as emp_table;
 use eudp_engine::machine::{self, Cond, Effect, EventKind, Op, PromelaConfig, Term, Var};
 
 /// How a property is checked.
@@ -125,6 +127,36 @@ pub const ENGINE_PROPERTIES: [Property; 5] = [
     ),
 ];
 
+/// Properties of the EMP flow model.
+pub const EMP_PROPERTIES: [Property; 6] = [
+    prop(
+        "in_order_once",
+        Mode::Safety,
+        Expect::Holds,
+        "every accepted frame is the flow's next: each delivered exactly once, in order",
+    ),
+    prop(
+        "released_after_accept",
+        Mode::Safety,
+        Expect::Holds,
+        "the sender releases only frames the receiver has accepted",
+    ),
+    prop("table_invariants_hold", Mode::Safety, Expect::Holds, "base <= ptr <= top, top - base <= W, since <= G"),
+    prop(
+        "gap_repaired_by_nak",
+        Mode::Safety,
+        Expect::Holds,
+        "with one frame dropped and no ack lost, a gap is repaired by a NAK, never left to the timer",
+    ),
+    prop("emp_no_deadlock", Mode::EndState, Expect::Holds, "every run ends with the sender done (no deadlock)"),
+    prop(
+        "all_delivered",
+        Mode::Liveness,
+        Expect::Holds,
+        "every frame is eventually accepted and acknowledged (weak fairness)",
+    ),
+];
+
 /// A deliberately broken variant and the properties it must break.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Broken {
@@ -192,6 +224,24 @@ pub const BROKEN: &[Broken] = &[
         breaks: &["flush_completes"],
         what: "the engine stops as soon as shutdown is requested, without draining L1 and L2",
     },
+    Broken {
+        name: "no-nak",
+        model: "emp",
+        breaks: &["gap_repaired_by_nak"],
+        what: "the receiver never sends a NAK: a gap waits for the sender's timer",
+    },
+    Broken {
+        name: "ack-before-receipt",
+        model: "emp",
+        breaks: &["released_after_accept"],
+        what: "the receiver may acknowledge the frame after the expected one before it has accepted it",
+    },
+    Broken {
+        name: "window-off-by-one",
+        model: "emp",
+        breaks: &["in_order_once"],
+        what: "window W = S, the sequence space: a stale frame with the expected wire number is accepted as new",
+    },
 ];
 
 /// The broken variant called `name`.
@@ -255,6 +305,36 @@ pub fn engine(broken: Option<&Broken>, cfg: &PromelaConfig) -> Model {
     Model { name: "engine", text, properties: ENGINE_PROPERTIES.to_vec() }
 }
 
+/// The EMP table, possibly broken, and the model's size.
+pub fn emp_parts(broken: Option<&Broken>, cfg: &EmpConfig) -> (emp_table::Table, EmpConfig) {
+    use emp_table::{Kind, Term as T};
+    let mut t = emp_model::emp_table();
+    let mut cfg = cfg.clone();
+    match broken.map(|b| b.name) {
+        Some("no-nak") => {
+            t.rule_mut(Kind::NakOut).guard = emp_table::Cond::Cmp(T::Const(1), emp_table::Op::Eq, T::Const(0))
+        }
+        Some("ack-before-receipt") => {
+            let ahead = T::Dist(Box::new(T::Var(emp_table::Var::Exp)), Box::new(T::Param));
+            t.rule_mut(Kind::AckOut).guard = emp_table::Cond::Cmp(ahead, emp_table::Op::Le, T::Const(1));
+        }
+        Some("window-off-by-one") => cfg.window = cfg.seq_space,
+        _ => {}
+    }
+    (t, cfg)
+}
+
+/// The EMP flow model generated from its table, possibly broken.
+pub fn emp(broken: Option<&Broken>, cfg: &EmpConfig) -> Model {
+    let (table, cfg) = emp_parts(broken, cfg);
+    let mut text = String::new();
+    if let Some(b) = broken {
+        text.push_str(&format!("/* deliberately broken variant `{}`: {} */\n", b.name, b.what));
+    }
+    text.push_str(&emp_model::emit(&table, &cfg));
+    Model { name: "emp", text, properties: EMP_PROPERTIES.to_vec() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +345,7 @@ mod tests {
         for b in BROKEN {
             let (good, bad) = match b.model {
                 "firmware" => (firmware(None), firmware(Some(b))),
+                "emp" => (emp(None, &EmpConfig::default()), emp(Some(b), &EmpConfig::default())),
                 _ => (engine(None, &cfg), engine(Some(b), &cfg)),
             };
             let strip =

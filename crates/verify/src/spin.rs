@@ -1,5 +1,6 @@
 //! Driving spin, cc and pan, and reading what they print.
 
+use crate::emp_model::EmpConfig;
 use crate::models::{self, Broken, Expect, Mode, Model};
 use eudp_engine::machine::PromelaConfig;
 use std::fmt::Write as _;
@@ -10,7 +11,7 @@ use std::time::Instant;
 /// What to check.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Models to check (`firmware`, `engine`); empty means both.
+    /// Models to check (`firmware`, `engine`, `emp`); empty means all.
     pub models: Vec<String>,
     /// Properties to check; empty means all of the chosen models.
     pub only: Vec<String>,
@@ -18,6 +19,8 @@ pub struct Options {
     pub broken: Option<String>,
     /// Size of the engine model.
     pub engine: PromelaConfig,
+    /// Size and impairments of the EMP model.
+    pub emp: EmpConfig,
     /// Work here (kept) instead of in a temporary directory (removed).
     pub keep: Option<PathBuf>,
     /// Depth bound for the depth-first (liveness) searches.
@@ -156,8 +159,8 @@ pub fn selected_models(opts: &Options) -> Result<Vec<Model>, Error> {
         !matches!(broken, Some(b) if b.model != m) && (opts.models.is_empty() || opts.models.iter().any(|x| x == m))
     };
     for m in &opts.models {
-        if m != "firmware" && m != "engine" {
-            return Err(Error::Usage(format!("unknown model `{m}` (firmware, engine)")));
+        if m != "firmware" && m != "engine" && m != "emp" {
+            return Err(Error::Usage(format!("unknown model `{m}` (firmware, engine, emp)")));
         }
     }
     let mut out = Vec::new();
@@ -166,6 +169,9 @@ pub fn selected_models(opts: &Options) -> Result<Vec<Model>, Error> {
     }
     if want("engine") {
         out.push(models::engine(broken, &opts.engine));
+    }
+    if want("emp") {
+        out.push(models::emp(broken, &opts.emp));
     }
     for p in &opts.only {
         if !out.iter().any(|m| m.properties.iter().any(|q| q.name == p)) {

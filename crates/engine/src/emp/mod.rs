@@ -9,3 +9,4 @@
 //! transition table checks them.
 
 pub mod event;
+pub mod table;
