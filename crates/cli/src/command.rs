@@ -82,6 +82,12 @@ pub enum Cmd {
         /// The UDP-over-TCP transport: kernel UDP vs eudp (kernel backend) vs eudp (tcp backend).
         #[arg(long)]
         tcp: bool,
+        /// EMP beside kernel UDP, kernel TCP and libfabric rxd, and under 1% loss (docs/bench.md).
+        #[arg(long, conflicts_with_all = ["tcp", "apps", "sockets"])]
+        emp: bool,
+        /// With --emp: the EMP schemes to run (base, so, ro, dsr, sr).
+        #[arg(long, value_delimiter = ',', default_value = "base")]
+        schemes: Vec<String>,
         /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
         #[arg(long, default_value_t = 3)]
         repeats: usize,
@@ -197,4 +203,8 @@ pub enum WorkerRole {
         #[arg(long, default_value_t = 20.0)]
         max_secs: f64,
     },
+    /// The impairment relay between two interfaces (impairment testbed).
+    Impair(crate::impair::RelayArgs),
+    /// A kernel UDP or TCP baseline side (used by `bench --emp`).
+    Kbase(crate::kbase::KbaseArgs),
 }
