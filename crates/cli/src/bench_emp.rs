@@ -277,6 +277,18 @@ fn fi_pingpong(a: &EmpBenchArgs, h: &Hosts, size: usize, port: u16) -> Value {
     row
 }
 
+/// The host the numbers come from: kernel, CPUs, `EUDP_*` settings.
+fn host() -> Value {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let env: serde_json::Map<String, Value> =
+        std::env::vars().filter(|(k, _)| k.starts_with("EUDP_")).map(|(k, v)| (k, json!(v))).collect();
+    json!({
+        "kernel": kernel.trim(),
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "env": env,
+    })
+}
+
 /// Runs every row; returns the result and where it was written.
 pub fn run(a: &EmpBenchArgs) -> Result<(Value, Option<PathBuf>), String> {
     if !crate::testbed::is_root() {
@@ -340,6 +352,7 @@ pub fn run(a: &EmpBenchArgs) -> Result<(Value, Option<PathBuf>), String> {
         "kind": "emp",
         "started_unix": started_unix,
         "secs": a.secs,
+        "host": host(),
         "schemes": a.schemes,
         "rows": rows,
         "relay": relay,
