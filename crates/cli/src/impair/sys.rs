@@ -135,7 +135,7 @@ impl PacketSocket {
                     _ => Err(e),
                 };
             }
-            if sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if sll.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             return Ok(Some(n as usize));
