@@ -166,6 +166,7 @@ fn tcp_server(a: &KbaseArgs) -> Result<serde_json::Value, String> {
     c.set_nonblocking(false).map_err(|e| e.to_string())?;
     c.set_nodelay(true).map_err(|e| e.to_string())?;
     c.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
+    c.set_write_timeout(Some(limit)).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; a.size];
     let base = base_pattern(a.size);
     let (mut n, mut corrupt) = (0u64, 0u64);
@@ -197,6 +198,7 @@ fn tcp_client(a: &KbaseArgs) -> Result<serde_json::Value, String> {
     let mut c = TcpStream::connect_timeout(&to, Duration::from_secs(5)).map_err(|e| format!("connect {to}: {e}"))?;
     c.set_nodelay(true).map_err(|e| e.to_string())?;
     c.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    c.set_write_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     let (t0, secs) = (Instant::now(), Duration::from_secs_f64(a.secs));
     let mut msg = vec![0u8; a.size];
     let mut n = 0u64;
