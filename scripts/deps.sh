@@ -7,6 +7,9 @@
 #   scripts/deps.sh test   that plus the real peers the tests run, pkg-config
 #                          for the install test, and rustfmt/clippy for the
 #                          style gates (root)
+#   scripts/deps.sh bench  what `eudp bench --emp` runs besides the demo's:
+#                          nftables for the loss rule, libfabric's fi_pingpong
+#                          (root)
 #   scripts/deps.sh rust   only a cargo at least as new as the workspace's
 #                          rust-version, through rustup in $HOME (any user)
 #
@@ -192,23 +195,27 @@ apt_install() {
 # What `eudp demo` uses: a compiler and libc headers to build, ip for the
 # testbed's namespaces and veth pair, ethtool and sysctl to tune it.
 DEMO_PKGS="cc:gcc /usr/include/stdio.h:libc6-dev ip:iproute2 ethtool:ethtool sysctl:procps"
+# What `eudp bench --emp` and its tests run: nft for the loss rule of the
+# impairment testbed, libfabric's fi_pingpong (udp;ofi_rxd) as a baseline.
+EMP_PKGS="/usr/sbin/nft:nftables fi_pingpong:libfabric-bin"
 # What the tests run besides: ping, tc, python3 helpers, the real UDP peers
 # under `eudp run`, Spin for `eudp verify`, pkg-config for the install test.
 TEST_PKGS="ping:iputils-ping tc:iproute2 python3:python3 timeout:coreutils kill:procps \
 iperf3:iperf3 iperf:iperf sockperf:sockperf socat:socat /usr/sbin/dnsmasq:dnsmasq-base \
 dig:bind9-dnsutils /usr/sbin/unbound:unbound memcached:memcached logger:bsdutils \
-/usr/sbin/rsyslogd:rsyslog spin:spin pkg-config:pkg-config /usr/bin/time:time"
+/usr/sbin/rsyslogd:rsyslog spin:spin pkg-config:pkg-config /usr/bin/time:time $EMP_PKGS"
 
 main() {
     what=${1:-}
     case "$what" in
         demo) pairs=$DEMO_PKGS ;;
         test) pairs="$DEMO_PKGS $TEST_PKGS" ;;
+        bench) pairs="$DEMO_PKGS $EMP_PKGS" ;;
         rust)
             ensure_rust ""
             return 0
             ;;
-        *) die "usage: scripts/deps.sh demo|test|rust" ;;
+        *) die "usage: scripts/deps.sh demo|test|bench|rust" ;;
     esac
     require_root "$what"
     out=""

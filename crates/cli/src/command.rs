@@ -84,8 +84,14 @@ pub enum Cmd {
         tcp: bool,
         /// Every workload at once under `eudp run` for MINUTES (fractions too), with faults on a
         /// schedule: RSS over time, counters, balance and stalls (docs/bench.md).
-        #[arg(long, value_name = "MINUTES", conflicts_with_all = ["tcp", "apps", "sockets"])]
+        #[arg(long, value_name = "MINUTES", conflicts_with_all = ["tcp", "apps", "sockets", "emp"])]
         soak: Option<f64>,
+        /// EMP beside kernel UDP, kernel TCP and libfabric rxd, and under 1% loss (docs/bench.md).
+        #[arg(long, conflicts_with_all = ["tcp", "apps", "sockets"])]
+        emp: bool,
+        /// With --emp: the EMP schemes to run (base, so, ro, dsr, sr).
+        #[arg(long, value_delimiter = ',', default_value = "base")]
+        schemes: Vec<String>,
         /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
         #[arg(long, default_value_t = 3)]
         repeats: usize,
@@ -201,4 +207,8 @@ pub enum WorkerRole {
         #[arg(long, default_value_t = 20.0)]
         max_secs: f64,
     },
+    /// The impairment relay between two interfaces (impairment testbed).
+    Impair(crate::impair::RelayArgs),
+    /// A kernel UDP or TCP baseline side (used by `bench --emp`).
+    Kbase(crate::kbase::KbaseArgs),
 }

@@ -7,7 +7,11 @@ extern crate self as eudp_cli;
 
 pub mod bench;
 pub mod bench_chart;
+pub mod bench_emp;
+pub mod bench_emp_targets;
 pub mod command;
+pub mod impair;
+pub mod kbase;
 pub mod profiles;
 pub mod rss;
 pub mod run;

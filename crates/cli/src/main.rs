@@ -84,6 +84,7 @@ fn main() {
             }
         }
         Cmd::Bench { tcp: true, secs, out, repeats, .. } => bench_tcp(secs, repeats, &out),
+        Cmd::Bench { emp: true, secs, schemes, out, no_json, .. } => bench_emp(secs, schemes, out, no_json),
         Cmd::Bench { sockets: true, count, nofile, out, no_json, .. } => {
             match eudp_cli::sockbench::run(&eudp_cli::sockbench::SocketsArgs {
                 count,
@@ -132,6 +133,8 @@ fn main() {
                     })
                 }))
             }
+            WorkerRole::Impair(a) => eudp_cli::impair::relay::main(&a),
+            WorkerRole::Kbase(a) => eudp_cli::kbase::main(&a),
         },
         Cmd::Model(a) => eudp_model::cli::run_model(&a),
         Cmd::Sim(a) => eudp_model::cli::run_sim(&a),
@@ -159,6 +162,25 @@ fn bench_tcp(secs: f64, repeats: usize, out: &std::path::Path) -> i32 {
         Ok((r, path)) => {
             print!("{}", tcpbench::table(&r));
             eprintln!("bench: wrote {path}");
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn bench_emp(secs: f64, schemes: Vec<String>, out: std::path::PathBuf, no_json: bool) -> i32 {
+    use eudp_cli::bench_emp;
+    let program = match std::env::current_exe() {
+        Ok(p) => p.display().to_string(),
+        Err(e) => return fail(format!("the eudp executable: {e}")),
+    };
+    let args = bench_emp::EmpBenchArgs { secs, schemes, out_dir: (!no_json).then_some(out), program };
+    match bench_emp::run(&args) {
+        Ok((res, path)) => {
+            print!("{}", eudp_cli::bench_emp_targets::table(&res));
+            if let Some(p) = path {
+                eprintln!("bench: wrote {}", p.display());
+            }
             0
         }
         Err(e) => fail(e),
