@@ -24,12 +24,12 @@
 pub mod backend;
 pub mod batch;
 pub mod config;
+pub mod emp;
 pub mod endpoint;
 pub mod engine;
 pub mod failure;
 pub mod fdspace;
 pub mod log;
-pub mod emp;
 pub mod machine;
 pub mod queue;
 pub mod ring;

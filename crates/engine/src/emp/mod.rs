@@ -7,5 +7,10 @@
 //! that matches no pre-posted receive. [`event`] names the steps of one flow
 //! (one sender, one receiver); the protocol code records them and the
 //! transition table checks them.
+//!
+//! * [`config`] — [`config::EmpConfig`], the endpoint's and flows' knobs.
+//! * [`flow`] — the sans-I/O send and receive halves of a flow.
 
+pub mod config;
 pub mod event;
+pub mod flow;
