@@ -10,7 +10,11 @@
 //!
 //! * [`config`] — [`config::EmpConfig`], the endpoint's and flows' knobs.
 //! * [`flow`] — the sans-I/O send and receive halves of a flow.
+//! * [`matching`] — posted receives and the unexpected-message queue.
+//! * [`peer`] — [`peer::PeerId`].
 
 pub mod config;
 pub mod event;
 pub mod flow;
+pub mod matching;
+pub mod peer;
