@@ -63,6 +63,17 @@ impl Matcher {
         None
     }
 
+    /// Posts a receive ahead of every other (one given back after its
+    /// message was abandoned), or completes it from the unexpected queue.
+    pub fn post_front(&mut self, r: PostedRecv) -> Option<(PostedRecv, Unexpected)> {
+        let got = self.post(r);
+        if got.is_none() {
+            let back = self.posted.pop_back().expect("just posted");
+            self.posted.push_front(back);
+        }
+        got
+    }
+
     /// Takes the first posted receive, in posting order, that matches.
     pub fn take_match(&mut self, src: PeerId, tag: u64) -> Option<PostedRecv> {
         let i = self.posted.iter().position(|r| r.matches(src, tag))?;
