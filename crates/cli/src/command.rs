@@ -197,4 +197,6 @@ pub enum WorkerRole {
         #[arg(long, default_value_t = 20.0)]
         max_secs: f64,
     },
+    /// One EMP endpoint of a measured exchange (used by `bench --emp`).
+    Emp(crate::worker_emp::EmpArgs),
 }

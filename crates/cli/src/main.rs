@@ -125,6 +125,7 @@ fn main() {
                     })
                 }))
             }
+            WorkerRole::Emp(a) => eudp_cli::worker_emp::main(&a),
         },
         Cmd::Model(a) => eudp_model::cli::run_model(&a),
         Cmd::Sim(a) => eudp_model::cli::run_sim(&a),
