@@ -1,7 +1,9 @@
 //! [`EmpEndpoint`]: the application's side of EMP. An endpoint binds one
 //! UDP socket, keeps an address vector of peers, takes tagged sends and
 //! pre-posted tagged receives, and reports their ends in a completion
-//! queue; its engine thread ([`crate::emp::runtime`]) does the protocol.
+//! queue; its engine thread ([`crate::emp::runtime`]) does the protocol,
+//! and a thread that sends or waits does a round of it itself when the
+//! engine thread is not in one.
 
 use crate::backend::kernel::UdpSocket;
 use crate::emp::completion::Completion;
@@ -9,9 +11,10 @@ use crate::emp::config::EmpConfig;
 use crate::emp::counters::EmpCounters;
 use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
-use crate::emp::runtime::Runtime;
+use crate::emp::runtime::{drive, Runtime, EV_EXCLUSIVE};
 use crate::emp::shared::{Command, Shared};
-use crate::sys::sync::lock;
+use crate::sys::epoll::{Epoll, EDGE, EV_IN};
+use crate::sys::sync::{lock, try_lock};
 use eudp_wire::emp::MAX_MESSAGE;
 use std::collections::HashMap;
 use std::io;
@@ -20,8 +23,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+/// Longest sleep of a waiting thread between looks at the queue, should
+/// an event go to another waiter.
+const MAX_NAP: Duration = Duration::from_millis(10);
 /// Socket buffer bytes asked for: a few windows of frames in flight.
 const SOCKET_BUFFER: i32 = 8 << 20;
 
@@ -37,6 +43,10 @@ struct PeerSlot {
 #[derive(Debug)]
 pub struct EmpEndpoint {
     shared: Arc<Shared>,
+    rt: Arc<Mutex<Runtime>>,
+    /// What a waiting thread sleeps on: the socket (one waiter woken per
+    /// event, edge-triggered) and the completion queue's descriptor.
+    waiter: Epoll,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
     peers: Mutex<HashMap<PeerId, PeerSlot>>,
@@ -58,9 +68,19 @@ impl EmpEndpoint {
         let local = sock.local_addr()?;
         let shared = Arc::new(Shared::new()?);
         let rt = Runtime::new(shared.clone(), sock, &cfg)?;
-        let stopper = shared.clone();
+        let waiter = Epoll::new()?;
+        waiter.add(rt.socket_fd(), 0, EV_IN | EV_EXCLUSIVE | EDGE)?;
+        waiter.add_readable(shared.cq.fd(), 1)?;
+        let rt = Arc::new(Mutex::new(rt));
+        let (stopper, engine_rt) = (shared.clone(), rt.clone());
         let thread = std::thread::Builder::new().name("eudp-emp".into()).spawn(move || {
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.run())) {
+            let body = || drive(&stopper, &engine_rt);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+            if let Ok(Err(e)) = &r {
+                crate::log::write(crate::log::Level::Error, format_args!("EMP engine thread failed: {e}"));
+                stopper.request_stop();
+            }
+            if let Err(p) = r {
                 let msg = p.downcast_ref::<&str>().copied().or(p.downcast_ref::<String>().map(|s| s.as_str()));
                 crate::log::write(
                     crate::log::Level::Error,
@@ -71,6 +91,8 @@ impl EmpEndpoint {
         })?;
         Ok(EmpEndpoint {
             shared,
+            rt,
+            waiter,
             thread: Some(thread),
             local,
             peers: Mutex::new(HashMap::new()),
@@ -133,7 +155,8 @@ impl EmpEndpoint {
         queued
             .fetch_update(Relaxed, Relaxed, |q| (q == 0 || q + len <= bound).then_some(q + len))
             .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
-        self.shared.command(Command::Send { peer, tag, data, context });
+        self.shared.command_quiet(Command::Send { peer, tag, data, context });
+        self.progress();
         Ok(())
     }
 
@@ -142,7 +165,8 @@ impl EmpEndpoint {
     /// bytes are kept (a longer message completes as truncated).
     pub fn recv(&self, source: Option<PeerId>, tag: u64, ignore: u64, capacity: usize, context: u64) -> io::Result<()> {
         self.alive()?;
-        self.shared.command(Command::Recv(PostedRecv { source, tag, ignore, capacity, context }));
+        self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, capacity, context }));
+        self.progress();
         Ok(())
     }
 
@@ -152,15 +176,51 @@ impl EmpEndpoint {
         self.shared.command(Command::Cancel { context });
     }
 
-    /// The oldest completion, if any.
+    /// Runs a round on this thread when the engine thread is not in one
+    /// (it takes the commands just queued); else wakes the engine thread.
+    fn progress(&self) -> bool {
+        match try_lock(&self.rt) {
+            Some(mut rt) => {
+                rt.round(Instant::now(), false);
+                true
+            }
+            None => {
+                self.shared.doorbell.set();
+                false
+            }
+        }
+    }
+
+    /// The oldest completion, if any (after a round of progress).
     pub fn poll(&self) -> Option<Completion> {
-        self.shared.cq.poll()
+        self.shared.cq.poll().or_else(|| if self.progress() { self.shared.cq.poll() } else { None })
     }
 
     /// The oldest completion, waiting up to `timeout` (`None`: until one
-    /// comes).
+    /// comes). The waiting thread makes progress itself: it sleeps on the
+    /// socket and the queue and runs the rounds it wakes for.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
-        self.shared.cq.wait(timeout)
+        let until = timeout.map(|t| Instant::now() + t);
+        let mut ready = Vec::with_capacity(4);
+        loop {
+            if let Some(c) = self.poll() {
+                return Some(c);
+            }
+            if self.shared.stopping() {
+                return None;
+            }
+            let nap = match until {
+                None => MAX_NAP,
+                Some(u) => {
+                    let left = u.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    left.min(MAX_NAP)
+                }
+            };
+            let _ = self.waiter.wait_events(&mut ready, Some(nap));
+        }
     }
 
     /// Counters of the whole endpoint (as of the engine's last round).

@@ -1,7 +1,10 @@
-//! The engine thread of an EMP endpoint in the base scheme: one thread runs
-//! all seven steps of [`crate::emp::stages`] in rounds — commands, receive,
-//! timers, acknowledgments and transmission, completions — and sleeps in
-//! epoll until a frame, a command or the earliest flow timer is due.
+//! The rounds of an EMP endpoint in the base scheme: one round runs all
+//! seven steps of [`crate::emp::stages`] — commands, receive, timers,
+//! acknowledgments and transmission, completions. The engine thread
+//! ([`drive`]) runs rounds and sleeps in epoll until a frame, a command or
+//! the earliest flow timer is due; an application thread that sends or
+//! waits runs a round itself when no one else is, so that a message does
+//! not wait for the engine thread to wake.
 
 use crate::backend::kernel::{InMeta, UdpSocket};
 use crate::emp::completion::Completion;
@@ -10,13 +13,20 @@ use crate::emp::peer::PeerId;
 use crate::emp::shared::{Command, Published, Shared};
 use crate::emp::stages::{self, Incoming, RecvSide, SendSide};
 use crate::emp::transmit::TxBatch;
-use crate::sys::epoll::{Epoll, EV_IN, EV_OUT};
+use crate::sys::epoll::{Epoll, EV_IN};
+use crate::sys::poll::poll_writable;
 use crate::sys::sync::lock;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Epoll flag: of the waiters on one socket, wake one per event (the
+/// engine thread or an application thread waiting for completions).
+pub const EV_EXCLUSIVE: u32 = libc::EPOLLEXCLUSIVE as u32;
+/// While the socket's buffer is full, the engine retries this often.
+const BLOCKED_RETRY: Duration = Duration::from_micros(200);
 
 const SOCKET: u64 = 0;
 const DOORBELL: u64 = 1;
@@ -31,10 +41,10 @@ const RX_ROUNDS: usize = 8;
 const PUBLISH_EVERY: Duration = Duration::from_millis(1);
 
 /// The engine thread's state.
+#[derive(Debug)]
 pub struct Runtime {
     shared: Arc<Shared>,
     sock: UdpSocket,
-    epoll: Epoll,
     send: SendSide,
     recv: RecvSide,
     tx: TxBatch,
@@ -48,15 +58,21 @@ pub struct Runtime {
     unsent: Vec<(PeerId, u32)>,
     dirty: bool,
     last_publish: Instant,
+    /// When the engine thread wakes next by itself (`None`: only on an event).
+    planned: Option<Instant>,
+}
+
+/// What a round leaves: more to do at once, or the next timer.
+#[derive(Clone, Copy, Debug)]
+pub struct Round {
+    pub busy: bool,
+    pub wake_at: Option<Instant>,
 }
 
 impl Runtime {
     /// The thread's state over a bound socket.
     pub fn new(shared: Arc<Shared>, sock: UdpSocket, cfg: &crate::emp::config::EmpConfig) -> io::Result<Self> {
         let cfg = cfg.normalised();
-        let epoll = Epoll::new()?;
-        epoll.add(sock.as_raw_fd(), SOCKET, EV_IN)?;
-        epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
         let gso = sock.probe_gso();
         sock.enable_gro();
         Ok(Runtime {
@@ -65,7 +81,6 @@ impl Runtime {
             tx: TxBatch::new(eudp_wire::emp::DATA_HEADER_LEN + cfg.frame_payload, TX_BATCH),
             shared,
             sock,
-            epoll,
             gso,
             blocked: false,
             rx_bufs: vec![vec![0; RX_BUF]; RX_BATCH],
@@ -75,49 +90,59 @@ impl Runtime {
             unsent: Vec::new(),
             dirty: true,
             last_publish: Instant::now(),
+            planned: None,
         })
     }
 
-    /// Runs rounds until the endpoint stops; then every pending operation
-    /// completes as closed.
-    pub fn run(mut self) {
-        let mut ready = Vec::new();
-        loop {
-            let now = Instant::now();
-            self.take_commands(now);
-            let more_rx = self.receive(now);
-            if self.send.wake_at().is_some_and(|w| w <= now) {
-                self.dirty = true;
-                stages::send_timers(&mut self.send, now, &mut self.done);
-            }
-            let more_tx = self.transmit(now);
-            let busy = more_rx || more_tx;
-            // Counters go out before the completions they account for.
-            let completing = !self.done.is_empty();
-            if completing || (self.dirty && (!busy || now.duration_since(self.last_publish) >= PUBLISH_EVERY)) {
-                self.publish(now);
-            }
-            self.shared.cq.push_all(&mut self.done);
-            if self.shared.stopping() {
-                break;
-            }
-            let timeout = if busy {
-                Some(Duration::ZERO)
-            } else {
-                self.send.wake_at().map(|w| w.saturating_duration_since(Instant::now()))
-            };
-            if self.epoll.wait_events(&mut ready, timeout).is_err() {
-                continue;
-            }
-            if self.blocked && ready.iter().any(|&(t, ev)| t == SOCKET && ev & EV_OUT != 0) {
-                self.blocked = false;
-                let _ = self.epoll.modify(self.sock.as_raw_fd(), SOCKET, EV_IN);
-            }
+    /// The socket, for the waiters' epoll sets.
+    pub fn socket_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// One round at `now`. `engine` is true on the engine thread; a round
+    /// of another thread rings the engine's doorbell when it leaves work
+    /// the engine would not wake for (more to send, an earlier timer, a
+    /// full socket).
+    pub fn round(&mut self, now: Instant, engine: bool) -> Round {
+        self.take_commands(now);
+        let more_rx = self.receive(now);
+        if self.send.wake_at().is_some_and(|w| w <= now) {
+            self.dirty = true;
+            stages::send_timers(&mut self.send, now, &mut self.done);
         }
+        let more_tx = self.transmit(now);
+        let busy = more_rx || more_tx;
+        // Counters go out before the completions they account for.
+        if !self.done.is_empty() || (self.dirty && (!busy || now.duration_since(self.last_publish) >= PUBLISH_EVERY)) {
+            self.publish(now);
+        }
+        self.shared.cq.push_all(&mut self.done);
+        let r = Round { busy, wake_at: self.send.wake_at() };
+        if engine {
+            self.planned = if busy { Some(now) } else { r.wake_at };
+        } else if busy || self.blocked || r.wake_at.is_some_and(|w| self.planned.is_none_or(|p| w < p)) {
+            self.planned = Some(now);
+            self.shared.doorbell.set();
+        }
+        r
+    }
+
+    /// True while the socket's buffer is full.
+    pub fn blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// The socket has room again.
+    pub fn writable(&mut self) {
+        self.blocked = false;
+    }
+
+    /// Completes every pending operation as closed (the endpoint stops).
+    pub fn close(&mut self) {
         self.send.close_all(&mut self.done);
         self.recv.close_all(&mut self.done);
-        self.shared.cq.push_all(&mut self.done);
         self.publish(Instant::now());
+        self.shared.cq.push_all(&mut self.done);
     }
 
     fn take_commands(&mut self, now: Instant) {
@@ -195,7 +220,6 @@ impl Runtime {
             }
             if f.blocked {
                 self.blocked = true;
-                let _ = self.epoll.modify(self.sock.as_raw_fd(), SOCKET, EV_IN | EV_OUT);
                 return false;
             }
             if !self.send.has_frame() && !self.recv.owes() {
@@ -221,6 +245,37 @@ impl Runtime {
         self.dirty = false;
         self.last_publish = now;
     }
+}
+
+/// The engine thread: rounds until the endpoint stops, then every pending
+/// operation completes as closed.
+pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
+    let epoll = Epoll::new()?;
+    epoll.add(lock(rt).socket_fd(), SOCKET, EV_IN | EV_EXCLUSIVE)?;
+    epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
+    let mut ready = Vec::new();
+    loop {
+        let (r, blocked, fd) = {
+            let mut g = lock(rt);
+            let r = g.round(Instant::now(), true);
+            (r, g.blocked(), g.socket_fd())
+        };
+        if shared.stopping() {
+            break;
+        }
+        let mut timeout =
+            if r.busy { Some(Duration::ZERO) } else { r.wake_at.map(|w| w.saturating_duration_since(Instant::now())) };
+        if blocked {
+            let t = timeout.map_or(BLOCKED_RETRY, |t| t.min(BLOCKED_RETRY));
+            if poll_writable(fd, Some(t)).unwrap_or(false) {
+                lock(rt).writable();
+            }
+            timeout = Some(Duration::ZERO);
+        }
+        let _ = epoll.wait_events(&mut ready, timeout);
+    }
+    lock(rt).close();
+    Ok(())
 }
 
 /// Steps 5, 4, 6 for a data frame; 5 then 3 for an acknowledgment.

@@ -81,6 +81,12 @@ impl Shared {
         }
     }
 
+    /// Queues a command without waking the engine thread: the caller runs
+    /// a round itself, or rings the doorbell when it cannot.
+    pub fn command_quiet(&self, c: Command) {
+        lock(&self.commands).push(c);
+    }
+
     /// Takes every queued command, in order.
     pub fn take_commands(&self, out: &mut Vec<Command>) {
         self.doorbell.clear();
