@@ -99,3 +99,22 @@ for name, text in [
     ("unclosed", '[profiles.a\nEUDP_SPIN_US = 1\n'),
 ]:
     write("profile_file", name, text.encode())
+
+
+# EMP frames: a middle DATA frame, a whole small message, ACK, NAK, and near misses.
+def emp_common(kind, flags, epoch, seq):
+    return b"EM" + bytes([1, kind, flags, 0, 0, 0]) + struct.pack("!II", epoch, seq)
+
+
+def emp_data(epoch, seq, tag, msg_len, offset, payload):
+    flags = (1 if offset == 0 else 0) | (2 if offset + len(payload) == msg_len else 0)
+    return emp_common(1, flags, epoch, seq) + struct.pack("!QII", tag, msg_len, offset) + payload
+
+
+write("wire_emp", "data-middle", emp_data(7, 3, 42, 4000, 1440, b"m" * 1440))
+write("wire_emp", "data-whole", emp_data(7, 0, 1, 10, 0, b"0123456789"))
+write("wire_emp", "data-empty", emp_data(7, 0, 1, 0, 0, b""))
+write("wire_emp", "ack", emp_common(2, 0, 7, 0) + struct.pack("!II", 5, 256))
+write("wire_emp", "nak", emp_common(3, 0, 7, 0) + struct.pack("!II", 4, 256))
+write("wire_emp", "beyond", emp_data(7, 0, 1, 10, 0, b"0123456789")[:-1] + b"9x")
+write("wire_emp", "too-long", emp_common(1, 1, 7, 0) + struct.pack("!QII", 1, (16 << 20) + 1, 0) + b"x")

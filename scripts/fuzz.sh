@@ -1,12 +1,12 @@
 #!/bin/sh
 # Runs every fuzz target for a bounded time over its committed seed corpus.
-#   scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 8: seven targets stay within the test command's minute)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 7: eight targets stay within the test command's minute)
 # A longer search: scripts/fuzz.sh 600, or cargo +nightly fuzz run TARGET in fuzz/.
 # New inputs go to a scratch copy of the corpus, so a run leaves the tree as it was;
 # a crash leaves its input in fuzz/artifacts/TARGET/ and fails the run.
 set -eu
 cd "$(dirname "$0")/../fuzz"
-secs=${1:-8}
+secs=${1:-7}
 
 if ! command -v rustup >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
     . "$HOME/.cargo/env"

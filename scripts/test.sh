@@ -14,4 +14,4 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 cargo test --workspace --release
 ./target/release/eudp verify
-./scripts/fuzz.sh 8
+./scripts/fuzz.sh 7

@@ -211,4 +211,6 @@ pub enum WorkerRole {
     Impair(crate::impair::RelayArgs),
     /// A kernel UDP or TCP baseline side (used by `bench --emp`).
     Kbase(crate::kbase::KbaseArgs),
+    /// One EMP endpoint of a measured exchange (used by `bench --emp`).
+    Emp(crate::worker_emp::EmpArgs),
 }

@@ -27,3 +27,4 @@ pub mod testbed;
 pub mod trace;
 pub mod trace_costs;
 pub mod worker;
+pub mod worker_emp;

@@ -135,6 +135,7 @@ fn main() {
             }
             WorkerRole::Impair(a) => eudp_cli::impair::relay::main(&a),
             WorkerRole::Kbase(a) => eudp_cli::kbase::main(&a),
+            WorkerRole::Emp(a) => eudp_cli::worker_emp::main(&a),
         },
         Cmd::Model(a) => eudp_model::cli::run_model(&a),
         Cmd::Sim(a) => eudp_model::cli::run_sim(&a),

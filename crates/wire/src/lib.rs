@@ -8,11 +8,13 @@
 //! * [`ipv4`] — the IPv4 header and its header checksum.
 //! * [`frame`] — whole Ethernet + IPv4 + UDP frames, built and checked in
 //!   user space for the AF_XDP backend.
+//! * [`emp`] — EMP frames: DATA with tag and message offset, ACK and NAK.
 //! * [`uot`] — UDP over TCP: the hello, frame and run headers of the UOE
 //!   transport's byte stream, and its streaming decoder.
 #![forbid(unsafe_code)]
 
 pub mod checksum;
+pub mod emp;
 pub mod ether;
 pub mod frame;
 pub mod ipv4;

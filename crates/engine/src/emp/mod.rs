@@ -7,6 +7,38 @@
 //! that matches no pre-posted receive. [`event`] names the steps of one flow
 //! (one sender, one receiver); the protocol code records them and the
 //! transition table checks them.
+//!
+//! * [`endpoint`] — [`endpoint::EmpEndpoint`], the application's API.
+//! * [`completion`] — completions and the pollable completion queue.
+//! * [`counters`] — per-peer and per-endpoint counters.
+//! * [`config`] — [`config::EmpConfig`], the endpoint's and flows' knobs.
+//! * [`runtime`] — the engine thread of the base scheme.
+//! * [`stages`] — the seven steps of the protocol over separate send-side
+//!   and receive-side state.
+//! * [`transmit`] — the transmit batch (`sendmmsg`, GSO runs).
+//! * [`shared`] — commands and state the application and engine share.
+//! * [`flow`] — the sans-I/O send and receive halves of a flow.
+//! * [`matching`] — posted receives and the unexpected-message queue.
+//! * [`peer`] — [`peer::PeerId`].
+//! * [`table`] — the flow as one transition table: the trace checker and
+//!   the Promela model `eudp verify` checks.
 
+pub mod completion;
+pub mod config;
+pub mod counters;
+pub mod endpoint;
 pub mod event;
+pub mod flow;
+pub mod matching;
+pub mod peer;
+pub mod runtime;
+pub mod shared;
+pub mod stages;
 pub mod table;
+pub mod transmit;
+
+pub use completion::{Completion, Op, Status};
+pub use config::EmpConfig;
+pub use counters::EmpCounters;
+pub use endpoint::EmpEndpoint;
+pub use peer::PeerId;

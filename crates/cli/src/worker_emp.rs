@@ -1,0 +1,410 @@
+//! `eudp worker emp`: one EMP endpoint of a measured exchange, run by
+//! `eudp bench --emp` in the testbed's hosts and by tests on loopback.
+//!
+//! The client drives a pattern (ping-pong, stream, both directions) for
+//! `--secs`, then sends an end message; the server answers it once its own
+//! sends are done, and both exit. Message `i` carries tag `i` and bytes
+//! derived from `i`, so a receiver checks every byte. The client prints one
+//! JSON line; the server prints one for stream and bidir.
+
+use clap::{Args, ValueEnum};
+use eudp_engine::emp::{Completion, EmpConfig, EmpCounters, EmpEndpoint, Op, PeerId, Status};
+use serde_json::json;
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The end message's tag; data tags keep this bit clear.
+const END: u64 = 1 << 63;
+/// Receives kept posted for data messages.
+const POSTED: u64 = 512;
+/// Receive contexts: data receives count up from here, below the sends'.
+const RECV_BASE: u64 = 1 << 62;
+/// The end message's receive context.
+const END_RECV: u64 = u64::MAX;
+/// The end message's send context.
+const END_SEND: u64 = u64::MAX - 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Server,
+    Client,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    Pingpong,
+    Stream,
+    Bidir,
+}
+
+/// Placement of the protocol's steps on engine threads (paper 003, Table 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scheme {
+    Base,
+    So,
+    Ro,
+    Dsr,
+    Sr,
+}
+
+/// The worker's arguments.
+#[derive(Args, Debug, Clone)]
+pub struct EmpArgs {
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// The address to bind.
+    #[arg(long)]
+    pub local: SocketAddr,
+    /// The other worker's address.
+    #[arg(long)]
+    pub peer: SocketAddr,
+    #[arg(long, value_enum)]
+    pub pattern: Pattern,
+    /// Message size (bytes).
+    #[arg(long)]
+    pub size: usize,
+    /// How long the client drives the pattern (seconds).
+    #[arg(long)]
+    pub secs: f64,
+    /// Step placement; the steps run on one engine thread (`base`) until
+    /// the other schemes exist.
+    #[arg(long, value_enum, default_value = "base")]
+    pub scheme: Scheme,
+    /// Frames in flight per flow.
+    #[arg(long)]
+    pub window: Option<u32>,
+    /// Frames per acknowledgment.
+    #[arg(long)]
+    pub ack_group: Option<u32>,
+}
+
+fn scheme_name(s: Scheme) -> &'static str {
+    match s {
+        Scheme::Base => "base",
+        Scheme::So => "so",
+        Scheme::Ro => "ro",
+        Scheme::Dsr => "dsr",
+        Scheme::Sr => "sr",
+    }
+}
+
+fn pattern_name(p: Pattern) -> &'static str {
+    match p {
+        Pattern::Pingpong => "pingpong",
+        Pattern::Stream => "stream",
+        Pattern::Bidir => "bidir",
+    }
+}
+
+/// The bytes of message `i`.
+fn fill(i: u64, size: usize) -> Vec<u8> {
+    let seed = (i.wrapping_mul(0x9E37_79B9) >> 7) as u8;
+    (0..size).map(|k| seed.wrapping_add((k as u8).wrapping_mul(31))).collect()
+}
+
+/// True when `data` is message `i`'s bytes.
+fn intact(i: u64, data: &[u8]) -> bool {
+    let seed = (i.wrapping_mul(0x9E37_79B9) >> 7) as u8;
+    data.iter().enumerate().all(|(k, &b)| b == seed.wrapping_add((k as u8).wrapping_mul(31)))
+}
+
+fn counters_json(c: &EmpCounters) -> serde_json::Value {
+    json!({
+        "frames_sent": c.frames_sent,
+        "frames_received": c.frames_received,
+        "retransmits": c.retransmits,
+        "naks_sent": c.naks_sent,
+        "naks_received": c.naks_received,
+        "duplicates": c.duplicates,
+        "unmatched": c.unmatched,
+        "timeouts": c.timeouts,
+    })
+}
+
+/// Runs the worker; the process's exit status.
+pub fn main(a: &EmpArgs) -> i32 {
+    match run(a) {
+        Ok(line) => {
+            if let Some(l) = line {
+                println!("{l}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("eudp worker emp: {e}");
+            1
+        }
+    }
+}
+
+fn run(a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
+    if a.size > eudp_wire::emp::MAX_MESSAGE as usize {
+        return Err(format!("--size {} is over the 16 MiB EMP maximum", a.size));
+    }
+    if a.scheme != Scheme::Base {
+        eprintln!("eudp worker emp: scheme {} runs as base (one engine thread) in this build", scheme_name(a.scheme));
+    }
+    let mut cfg = EmpConfig::default();
+    if let Some(w) = a.window {
+        cfg.window = w;
+    }
+    if let Some(g) = a.ack_group {
+        cfg.ack_group = g;
+    }
+    let ep = EmpEndpoint::bind(a.local, cfg).map_err(|e| format!("bind {}: {e}", a.local))?;
+    let peer = ep.insert(a.peer);
+    let mut w = Worker { ep, peer, size: a.size, received: 0, bytes_received: 0, corrupt: 0, errors: 0, posted: 0 };
+    match a.role {
+        Role::Server => w.server(a),
+        Role::Client => w.client(a),
+    }
+}
+
+struct Worker {
+    ep: EmpEndpoint,
+    peer: PeerId,
+    size: usize,
+    received: u64,
+    bytes_received: u64,
+    corrupt: u64,
+    errors: u64,
+    /// Data receives posted so far (their contexts count up).
+    posted: u64,
+}
+
+impl Worker {
+    fn post_data(&mut self, n: u64) -> Result<(), String> {
+        for _ in 0..n {
+            self.ep.recv(Some(self.peer), 0, !END, self.size, RECV_BASE + self.posted).map_err(|e| e.to_string())?;
+            self.posted += 1;
+        }
+        Ok(())
+    }
+
+    /// A data message received: checked, counted, its receive posted again.
+    fn took(&mut self, c: &Completion) -> Result<(), String> {
+        if c.status != Status::Ok {
+            self.errors += 1;
+            return Ok(());
+        }
+        self.received += 1;
+        self.bytes_received += c.data.len() as u64;
+        if c.len != self.size || !intact(c.tag, &c.data) {
+            self.corrupt += 1;
+        }
+        self.post_data(1)
+    }
+
+    fn server(&mut self, a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
+        let give_up = Instant::now() + Duration::from_secs_f64(a.secs.max(0.0) + 5.0);
+        self.ep.recv(Some(self.peer), END, 0, 64, END_RECV).map_err(|e| e.to_string())?;
+        self.post_data(POSTED)?;
+        let bidir = a.pattern == Pattern::Bidir;
+        let (mut next, mut in_flight, mut ended) = (0u64, 0u64, false);
+        while Instant::now() < give_up {
+            if bidir && !ended {
+                next += self.pump(&mut in_flight, next)?;
+            }
+            if ended && in_flight == 0 {
+                break;
+            }
+            let Some(c) = self.ep.wait(Some(Duration::from_millis(100))) else { continue };
+            match (c.op, c.context) {
+                (Op::Recv, END_RECV) => ended = true,
+                (Op::Recv, _) => {
+                    self.took(&c)?;
+                    if a.pattern == Pattern::Pingpong && c.status == Status::Ok {
+                        self.send_blocking(c.tag, c.data, c.tag)?;
+                        in_flight += 1;
+                    }
+                }
+                (Op::Send, _) => {
+                    in_flight -= 1;
+                    if c.status != Status::Ok {
+                        self.errors += 1;
+                    }
+                }
+            }
+        }
+        if !ended {
+            return Err("the client's end message never came".into());
+        }
+        self.finish()?;
+        let line = json!({
+            "role": "server",
+            "pattern": pattern_name(a.pattern),
+            "size": a.size,
+            "messages_received": self.received,
+            "bytes_received": self.bytes_received,
+            "corrupt": self.corrupt,
+            "errors": self.errors,
+            "counters": counters_json(&self.ep.counters()),
+        });
+        Ok((a.pattern != Pattern::Pingpong).then_some(line))
+    }
+
+    /// Sends data messages from `next` on until the flow's queue is full;
+    /// returns how many went.
+    fn pump(&mut self, in_flight: &mut u64, next: u64) -> Result<u64, String> {
+        let mut i = next;
+        loop {
+            match self.ep.send(self.peer, i, fill(i, self.size), i) {
+                Ok(()) => {
+                    i += 1;
+                    *in_flight += 1;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(i - next),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    fn send_blocking(&self, tag: u64, data: Vec<u8>, context: u64) -> Result<(), String> {
+        let mut data = Some(data);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let d = data.take().expect("kept for a retry");
+            match self.ep.send(self.peer, tag, d.clone(), context) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < until => {
+                    data = Some(d);
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// The end handshake's last step on either side: the end message goes
+    /// out and is acknowledged.
+    fn finish(&mut self) -> Result<(), String> {
+        self.send_blocking(END, Vec::new(), END_SEND)?;
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            let Some(c) = self.ep.wait(Some(Duration::from_millis(100))) else { continue };
+            if c.op == Op::Send && c.context == END_SEND {
+                return if c.status == Status::Ok { Ok(()) } else { Err(format!("end message: {:?}", c.status)) };
+            }
+        }
+        Err("the end message was never acknowledged".into())
+    }
+
+    fn client(&mut self, a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
+        self.ep.recv(Some(self.peer), END, 0, 64, END_RECV).map_err(|e| e.to_string())?;
+        let secs = Duration::from_secs_f64(a.secs.max(0.0));
+        let start = Instant::now();
+        let mut lat: Vec<u64> = Vec::new();
+        let (mut sent, mut acked) = (0u64, 0u64);
+        let mut last_ack = start;
+        match a.pattern {
+            Pattern::Pingpong => {
+                self.post_data(1)?;
+                while start.elapsed() < secs {
+                    let t = Instant::now();
+                    self.send_blocking(sent, fill(sent, self.size), sent)?;
+                    sent += 1;
+                    let (mut got_reply, mut got_ack) = (false, false);
+                    while !(got_reply && got_ack) {
+                        let c = self.ep.wait(Some(Duration::from_secs(10))).ok_or("no reply within 10 s")?;
+                        match c.op {
+                            Op::Recv => {
+                                lat.push(t.elapsed().as_nanos() as u64);
+                                self.took(&c)?;
+                                got_reply = true;
+                            }
+                            Op::Send => {
+                                got_ack = true;
+                                if c.status == Status::Ok {
+                                    acked += 1;
+                                } else {
+                                    self.errors += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+                last_ack = Instant::now();
+            }
+            Pattern::Stream | Pattern::Bidir => {
+                if a.pattern == Pattern::Bidir {
+                    self.post_data(POSTED)?;
+                }
+                let mut in_flight = 0u64;
+                let mut stopped = false;
+                let until = start + secs;
+                loop {
+                    if !stopped && Instant::now() >= until {
+                        stopped = true;
+                    }
+                    if !stopped {
+                        sent += self.pump(&mut in_flight, sent)?;
+                    }
+                    if stopped && in_flight == 0 {
+                        break;
+                    }
+                    let c = match self.ep.wait(Some(Duration::from_millis(50))) {
+                        Some(c) => c,
+                        None if stopped && Instant::now() > until + Duration::from_secs(30) => {
+                            return Err("sends still unacknowledged 30 s after the end".into());
+                        }
+                        None => continue,
+                    };
+                    match c.op {
+                        Op::Recv => self.took(&c)?,
+                        Op::Send => {
+                            in_flight -= 1;
+                            if c.status == Status::Ok {
+                                acked += 1;
+                                last_ack = Instant::now();
+                            } else {
+                                self.errors += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let elapsed = last_ack.duration_since(start).as_secs_f64().max(1e-9);
+        self.finish()?;
+        // The server's end message says it has stopped sending too.
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            let c = self.ep.wait(Some(Duration::from_millis(100)));
+            match c {
+                Some(c) if c.op == Op::Recv && c.context == END_RECV => break,
+                Some(c) if c.op == Op::Recv => self.took(&c)?,
+                _ if Instant::now() > until => return Err("the server's end message never came".into()),
+                _ => {}
+            }
+        }
+        if a.pattern == Pattern::Stream && (acked != sent || self.errors > 0) {
+            return Err(format!("{acked} of {sent} messages acknowledged, {} errors", self.errors));
+        }
+        let bytes = acked * a.size as u64;
+        let mut line = json!({
+            "pattern": pattern_name(a.pattern),
+            "size": a.size,
+            "scheme": scheme_name(a.scheme),
+            "secs": elapsed,
+            "messages": acked,
+            "bytes": bytes,
+            "errors": self.errors,
+            "counters": counters_json(&self.ep.counters()),
+        });
+        if a.pattern == Pattern::Pingpong {
+            lat.sort_unstable();
+            let q = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied();
+            line["lat_ns"] = json!({"p50": q(0.5), "p99": q(0.99), "max": lat.last().copied()});
+        } else {
+            line["mbit_s"] = json!(bytes as f64 * 8.0 / elapsed / 1e6);
+            if a.pattern == Pattern::Bidir {
+                line["messages_received"] = json!(self.received);
+                line["bytes_received"] = json!(self.bytes_received);
+                line["corrupt"] = json!(self.corrupt);
+                line["mbit_s_both"] = json!((bytes + self.bytes_received) as f64 * 8.0 / elapsed / 1e6);
+            }
+        }
+        Ok(Some(line))
+    }
+}

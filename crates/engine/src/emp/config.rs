@@ -1,0 +1,78 @@
+//! The knobs of an EMP endpoint and its flows.
+
+use std::time::Duration;
+
+/// Bytes of IPv4 and UDP headers below every EMP frame.
+const IP_UDP_HEADERS: usize = 20 + 8;
+
+/// Configuration of an EMP endpoint (and of each of its flows).
+#[derive(Clone, Debug)]
+pub struct EmpConfig {
+    /// Payload bytes per data frame; [`EmpConfig::for_mtu`] derives it
+    /// from the path MTU so that a frame fills one IP packet.
+    pub frame_payload: usize,
+    /// The receiver acknowledges every `ack_group` accepted frames (and
+    /// each message's last frame). At most `window`.
+    pub ack_group: u32,
+    /// Frames a sender keeps in flight unacknowledged.
+    pub window: u32,
+    /// First retransmission timeout; it doubles per timeout up to `rto_max`.
+    pub rto_initial: Duration,
+    /// Largest retransmission timeout.
+    pub rto_max: Duration,
+    /// A flow that makes no progress for this long gives up: its messages
+    /// complete with a timeout error.
+    pub deadline: Duration,
+    /// Bytes of messages one flow queues (sent or not) before a send is
+    /// refused as would-block; sized like a kernel send buffer.
+    pub send_queue_bytes: usize,
+    /// Messages the unexpected-message queue holds (0: off, EMP's rule).
+    pub unexpected_messages: usize,
+    /// Bytes the unexpected-message queue holds.
+    pub unexpected_bytes: usize,
+    /// Record each flow's events (for the transition table's checker).
+    pub record_events: bool,
+}
+
+impl Default for EmpConfig {
+    fn default() -> Self {
+        EmpConfig {
+            frame_payload: Self::payload_for_mtu(1500),
+            ack_group: 16,
+            window: 512,
+            rto_initial: Duration::from_millis(20),
+            rto_max: Duration::from_millis(500),
+            deadline: Duration::from_secs(5),
+            send_queue_bytes: 4 << 20,
+            unexpected_messages: 0,
+            unexpected_bytes: 0,
+            record_events: false,
+        }
+    }
+}
+
+impl EmpConfig {
+    /// The default configuration with frames sized for a path MTU of `mtu`.
+    pub fn for_mtu(mtu: usize) -> Self {
+        EmpConfig { frame_payload: Self::payload_for_mtu(mtu), ..Self::default() }
+    }
+
+    /// Payload bytes of one frame on a path of `mtu` (IPv4).
+    pub fn payload_for_mtu(mtu: usize) -> usize {
+        mtu.saturating_sub(IP_UDP_HEADERS + eudp_wire::emp::DATA_HEADER_LEN).max(1)
+    }
+
+    /// The configuration with its limits made consistent: a window of at
+    /// least one frame, an ack group within it, a frame payload that fits a
+    /// UDP datagram.
+    pub fn normalised(&self) -> Self {
+        let mut c = self.clone();
+        c.window = c.window.clamp(1, 1 << 20);
+        c.ack_group = c.ack_group.clamp(1, c.window);
+        c.frame_payload =
+            c.frame_payload.clamp(1, eudp_wire::limits::MAX_UDP_PAYLOAD_V4 - eudp_wire::emp::DATA_HEADER_LEN);
+        c.rto_initial = c.rto_initial.max(Duration::from_micros(100));
+        c.rto_max = c.rto_max.max(c.rto_initial);
+        c
+    }
+}

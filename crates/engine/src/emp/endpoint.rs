@@ -1,0 +1,257 @@
+//! [`EmpEndpoint`]: the application's side of EMP. An endpoint binds one
+//! UDP socket, keeps an address vector of peers, takes tagged sends and
+//! pre-posted tagged receives, and reports their ends in a completion
+//! queue; its engine thread ([`crate::emp::runtime`]) does the protocol,
+//! and a thread that sends or waits does a round of it itself when the
+//! engine thread is not in one.
+
+use crate::backend::kernel::UdpSocket;
+use crate::emp::completion::Completion;
+use crate::emp::config::EmpConfig;
+use crate::emp::counters::EmpCounters;
+use crate::emp::matching::PostedRecv;
+use crate::emp::peer::PeerId;
+use crate::emp::runtime::{drive, Runtime, EV_EXCLUSIVE};
+use crate::emp::shared::{Command, Shared};
+use crate::sys::epoll::{Epoll, EDGE, EV_IN};
+use crate::sys::sync::{lock, try_lock};
+use eudp_wire::emp::MAX_MESSAGE;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest sleep of a waiting thread between looks at the queue, should
+/// an event go to another waiter.
+const MAX_NAP: Duration = Duration::from_millis(10);
+/// Socket buffer bytes asked for: a few windows of frames in flight.
+const SOCKET_BUFFER: i32 = 8 << 20;
+
+/// A peer as the application side knows it.
+#[derive(Debug)]
+struct PeerSlot {
+    addr: SocketAddr,
+    /// Bytes of this peer's sends not yet completed.
+    queued: Arc<AtomicUsize>,
+}
+
+/// An EMP endpoint: one UDP socket and its engine thread.
+#[derive(Debug)]
+pub struct EmpEndpoint {
+    shared: Arc<Shared>,
+    rt: Arc<Mutex<Runtime>>,
+    /// What a waiting thread sleeps on: the socket (one waiter woken per
+    /// event, edge-triggered) and the completion queue's descriptor.
+    waiter: Epoll,
+    thread: Option<JoinHandle<()>>,
+    local: SocketAddr,
+    peers: Mutex<HashMap<PeerId, PeerSlot>>,
+    next_peer: AtomicU32,
+    queue_bytes: usize,
+}
+
+impl EmpEndpoint {
+    /// Binds `local` and starts the engine thread.
+    pub fn bind(local: SocketAddr, cfg: EmpConfig) -> io::Result<Self> {
+        let cfg = cfg.normalised();
+        let sock = UdpSocket::new(local.is_ipv6())?;
+        for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+            if sock.set_option(libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
+                let _ = sock.set_option(libc::SOL_SOCKET, plain, SOCKET_BUFFER);
+            }
+        }
+        sock.bind(&local)?;
+        let local = sock.local_addr()?;
+        let shared = Arc::new(Shared::new()?);
+        let rt = Runtime::new(shared.clone(), sock, &cfg)?;
+        let waiter = Epoll::new()?;
+        waiter.add(rt.socket_fd(), 0, EV_IN | EV_EXCLUSIVE | EDGE)?;
+        waiter.add_readable(shared.cq.fd(), 1)?;
+        let rt = Arc::new(Mutex::new(rt));
+        let (stopper, engine_rt) = (shared.clone(), rt.clone());
+        let thread = std::thread::Builder::new().name("eudp-emp".into()).spawn(move || {
+            let body = || drive(&stopper, &engine_rt);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+            if let Ok(Err(e)) = &r {
+                crate::log::write(crate::log::Level::Error, format_args!("EMP engine thread failed: {e}"));
+                stopper.request_stop();
+            }
+            if let Err(p) = r {
+                let msg = p.downcast_ref::<&str>().copied().or(p.downcast_ref::<String>().map(|s| s.as_str()));
+                crate::log::write(
+                    crate::log::Level::Error,
+                    format_args!("EMP engine thread panicked: {}", msg.unwrap_or("?")),
+                );
+                stopper.request_stop();
+            }
+        })?;
+        Ok(EmpEndpoint {
+            shared,
+            rt,
+            waiter,
+            thread: Some(thread),
+            local,
+            peers: Mutex::new(HashMap::new()),
+            next_peer: AtomicU32::new(0),
+            queue_bytes: cfg.send_queue_bytes,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Adds a peer to the address vector (of the socket's family).
+    pub fn insert(&self, addr: SocketAddr) -> PeerId {
+        let peer = PeerId(self.next_peer.fetch_add(1, Relaxed));
+        let queued = Arc::new(AtomicUsize::new(0));
+        lock(&self.peers).insert(peer, PeerSlot { addr, queued: queued.clone() });
+        self.shared.command(Command::Insert { peer, addr, queued });
+        peer
+    }
+
+    /// Removes a peer: its pending sends complete as closed, frames from
+    /// its address count as from an unknown peer. False if not present.
+    pub fn remove(&self, peer: PeerId) -> bool {
+        let gone = lock(&self.peers).remove(&peer).is_some();
+        if gone {
+            self.shared.command(Command::Remove { peer });
+        }
+        gone
+    }
+
+    /// The address of a peer in the address vector.
+    pub fn peer_addr(&self, peer: PeerId) -> Option<SocketAddr> {
+        lock(&self.peers).get(&peer).map(|p| p.addr)
+    }
+
+    fn alive(&self) -> io::Result<()> {
+        if self.shared.stopping() {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "EMP endpoint stopped"));
+        }
+        Ok(())
+    }
+
+    /// Sends a tagged message; its completion carries `context`. Refused
+    /// with `WouldBlock` while the peer's queue holds its bound of bytes
+    /// (a message of any length goes into an empty queue).
+    pub fn send(&self, peer: PeerId, tag: u64, data: impl Into<Vec<u8>>, context: u64) -> io::Result<()> {
+        self.alive()?;
+        let data = data.into();
+        if data.len() > MAX_MESSAGE as usize {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "EMP message over 16 MiB"));
+        }
+        let queued = match lock(&self.peers).get(&peer) {
+            Some(p) => p.queued.clone(),
+            None => return Err(io::Error::new(io::ErrorKind::NotFound, "no such EMP peer")),
+        };
+        let len = data.len();
+        let bound = self.queue_bytes;
+        queued
+            .fetch_update(Relaxed, Relaxed, |q| (q == 0 || q + len <= bound).then_some(q + len))
+            .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
+        self.shared.command_quiet(Command::Send { peer, tag, data, context });
+        self.progress();
+        Ok(())
+    }
+
+    /// Pre-posts a receive for a message from `source` (or any peer) whose
+    /// tag equals `tag` in the bits `ignore` leaves; up to `capacity`
+    /// bytes are kept (a longer message completes as truncated).
+    pub fn recv(&self, source: Option<PeerId>, tag: u64, ignore: u64, capacity: usize, context: u64) -> io::Result<()> {
+        self.alive()?;
+        self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, capacity, context }));
+        self.progress();
+        Ok(())
+    }
+
+    /// Cancels the posted receive with `context`: it completes as canceled
+    /// (nothing completes if it already matched a message).
+    pub fn cancel(&self, context: u64) {
+        self.shared.command(Command::Cancel { context });
+    }
+
+    /// Runs a round on this thread when the engine thread is not in one
+    /// (it takes the commands just queued); else wakes the engine thread.
+    fn progress(&self) -> bool {
+        match try_lock(&self.rt) {
+            Some(mut rt) => {
+                rt.round(Instant::now(), false);
+                true
+            }
+            None => {
+                self.shared.doorbell.set();
+                false
+            }
+        }
+    }
+
+    /// The oldest completion, if any (after a round of progress).
+    pub fn poll(&self) -> Option<Completion> {
+        self.shared.cq.poll().or_else(|| if self.progress() { self.shared.cq.poll() } else { None })
+    }
+
+    /// The oldest completion, waiting up to `timeout` (`None`: until one
+    /// comes). The waiting thread makes progress itself: it sleeps on the
+    /// socket and the queue and runs the rounds it wakes for.
+    pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
+        let until = timeout.map(|t| Instant::now() + t);
+        let mut ready = Vec::with_capacity(4);
+        loop {
+            if let Some(c) = self.poll() {
+                return Some(c);
+            }
+            if self.shared.stopping() {
+                return None;
+            }
+            let nap = match until {
+                None => MAX_NAP,
+                Some(u) => {
+                    let left = u.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    left.min(MAX_NAP)
+                }
+            };
+            let _ = self.waiter.wait_events(&mut ready, Some(nap));
+        }
+    }
+
+    /// Counters of the whole endpoint (as of the engine's last round).
+    pub fn counters(&self) -> EmpCounters {
+        lock(&self.shared.published).endpoint
+    }
+
+    /// Counters of one peer.
+    pub fn peer_counters(&self, peer: PeerId) -> Option<EmpCounters> {
+        lock(&self.shared.published).peers.get(&peer).copied()
+    }
+
+    /// Stops the engine thread and joins it; pending sends and posted
+    /// receives complete as closed (still readable with `poll`).
+    pub fn shutdown(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.shared.request_stop();
+            let _ = t.join();
+        }
+    }
+}
+
+impl AsRawFd for EmpEndpoint {
+    /// Readable while completions are pending.
+    fn as_raw_fd(&self) -> RawFd {
+        self.shared.cq.fd()
+    }
+}
+
+impl Drop for EmpEndpoint {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,297 @@
+//! The rounds of an EMP endpoint in the base scheme: one round runs all
+//! seven steps of [`crate::emp::stages`] — commands, receive, timers,
+//! acknowledgments and transmission, completions. The engine thread
+//! ([`drive`]) runs rounds and sleeps in epoll until a frame, a command or
+//! the earliest flow timer is due; an application thread that sends or
+//! waits runs a round itself when no one else is, so that a message does
+//! not wait for the engine thread to wake.
+
+use crate::backend::kernel::{InMeta, UdpSocket};
+use crate::emp::completion::Completion;
+use crate::emp::counters::EmpCounters;
+use crate::emp::peer::PeerId;
+use crate::emp::shared::{Command, Published, Shared};
+use crate::emp::stages::{self, Incoming, RecvSide, SendSide};
+use crate::emp::transmit::TxBatch;
+use crate::sys::epoll::{Epoll, EV_IN};
+use crate::sys::poll::poll_writable;
+use crate::sys::sync::lock;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Epoll flag: of the waiters on one socket, wake one per event (the
+/// engine thread or an application thread waiting for completions).
+pub const EV_EXCLUSIVE: u32 = libc::EPOLLEXCLUSIVE as u32;
+/// While the socket's buffer is full, the engine retries this often.
+const BLOCKED_RETRY: Duration = Duration::from_micros(200);
+
+const SOCKET: u64 = 0;
+const DOORBELL: u64 = 1;
+/// Receive buffers per `recvmmsg`; each holds a GRO super-packet.
+const RX_BATCH: usize = 32;
+const RX_BUF: usize = 65_536;
+/// Frames per transmit batch.
+const TX_BATCH: usize = 128;
+/// Receive batches per round before the round moves on to transmission.
+const RX_ROUNDS: usize = 8;
+/// While busy, counters are published at most this often.
+const PUBLISH_EVERY: Duration = Duration::from_millis(1);
+
+/// The engine thread's state.
+#[derive(Debug)]
+pub struct Runtime {
+    shared: Arc<Shared>,
+    sock: UdpSocket,
+    send: SendSide,
+    recv: RecvSide,
+    tx: TxBatch,
+    gso: bool,
+    /// The socket's buffer was full: transmission waits for writability.
+    blocked: bool,
+    rx_bufs: Vec<Vec<u8>>,
+    rx_meta: Vec<InMeta>,
+    commands: Vec<Command>,
+    done: Vec<Completion>,
+    unsent: Vec<(PeerId, u32)>,
+    dirty: bool,
+    last_publish: Instant,
+    /// When the engine thread wakes next by itself (`None`: only on an event).
+    planned: Option<Instant>,
+}
+
+/// What a round leaves: more to do at once, or the next timer.
+#[derive(Clone, Copy, Debug)]
+pub struct Round {
+    pub busy: bool,
+    pub wake_at: Option<Instant>,
+}
+
+impl Runtime {
+    /// The thread's state over a bound socket.
+    pub fn new(shared: Arc<Shared>, sock: UdpSocket, cfg: &crate::emp::config::EmpConfig) -> io::Result<Self> {
+        let cfg = cfg.normalised();
+        let gso = sock.probe_gso();
+        sock.enable_gro();
+        Ok(Runtime {
+            send: SendSide::new(&cfg),
+            recv: RecvSide::new(&cfg),
+            tx: TxBatch::new(eudp_wire::emp::DATA_HEADER_LEN + cfg.frame_payload, TX_BATCH),
+            shared,
+            sock,
+            gso,
+            blocked: false,
+            rx_bufs: vec![vec![0; RX_BUF]; RX_BATCH],
+            rx_meta: vec![InMeta::default(); RX_BATCH],
+            commands: Vec::new(),
+            done: Vec::new(),
+            unsent: Vec::new(),
+            dirty: true,
+            last_publish: Instant::now(),
+            planned: None,
+        })
+    }
+
+    /// The socket, for the waiters' epoll sets.
+    pub fn socket_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// One round at `now`. `engine` is true on the engine thread; a round
+    /// of another thread rings the engine's doorbell when it leaves work
+    /// the engine would not wake for (more to send, an earlier timer, a
+    /// full socket).
+    pub fn round(&mut self, now: Instant, engine: bool) -> Round {
+        self.take_commands(now);
+        let more_rx = self.receive(now);
+        if self.send.wake_at().is_some_and(|w| w <= now) {
+            self.dirty = true;
+            stages::send_timers(&mut self.send, now, &mut self.done);
+        }
+        let more_tx = self.transmit(now);
+        let busy = more_rx || more_tx;
+        // Counters go out before the completions they account for.
+        if !self.done.is_empty() || (self.dirty && (!busy || now.duration_since(self.last_publish) >= PUBLISH_EVERY)) {
+            self.publish(now);
+        }
+        self.shared.cq.push_all(&mut self.done);
+        let r = Round { busy, wake_at: self.send.wake_at() };
+        if engine {
+            self.planned = if busy { Some(now) } else { r.wake_at };
+        } else if busy || self.blocked || r.wake_at.is_some_and(|w| self.planned.is_none_or(|p| w < p)) {
+            self.planned = Some(now);
+            self.shared.doorbell.set();
+        }
+        r
+    }
+
+    /// True while the socket's buffer is full.
+    pub fn blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// The socket has room again.
+    pub fn writable(&mut self) {
+        self.blocked = false;
+    }
+
+    /// Completes every pending operation as closed (the endpoint stops).
+    pub fn close(&mut self) {
+        self.send.close_all(&mut self.done);
+        self.recv.close_all(&mut self.done);
+        self.publish(Instant::now());
+        self.shared.cq.push_all(&mut self.done);
+    }
+
+    fn take_commands(&mut self, now: Instant) {
+        self.shared.take_commands(&mut self.commands);
+        if !self.commands.is_empty() {
+            self.dirty = true;
+        }
+        for c in self.commands.drain(..) {
+            match c {
+                Command::Insert { peer, addr, queued } => {
+                    self.send.insert(peer, addr, queued, now);
+                    self.recv.insert(peer, addr);
+                }
+                Command::Remove { peer } => {
+                    self.send.remove(peer, &mut self.done);
+                    self.recv.remove(peer, &mut self.done);
+                }
+                Command::Send { peer, tag, data, context } => {
+                    stages::send_bookkeeping(&mut self.send, peer, tag, data, context, &mut self.done)
+                }
+                Command::Recv(r) => self.recv.post(r, &mut self.done),
+                Command::Cancel { context } => self.recv.cancel(context, &mut self.done),
+            }
+        }
+    }
+
+    /// Reads what the socket holds (a few batches); true when a full batch
+    /// suggests more is waiting.
+    fn receive(&mut self, now: Instant) -> bool {
+        for _ in 0..RX_ROUNDS {
+            let n = match self.sock.recv_batch(&mut self.rx_bufs, &mut self.rx_meta) {
+                Ok(n) => n,
+                Err(_) => return false,
+            };
+            if n > 0 {
+                self.dirty = true;
+            }
+            for i in 0..n {
+                let m = self.rx_meta[i];
+                let Some(src) = m.src else { continue };
+                let bytes = &self.rx_bufs[i][..m.len.min(RX_BUF)];
+                let seg = m.segment.filter(|&s| s > 0).unwrap_or(bytes.len().max(1));
+                for dgram in bytes.chunks(seg) {
+                    on_datagram(&mut self.send, &mut self.recv, src, dgram, now, &mut self.done);
+                }
+                if bytes.is_empty() {
+                    on_datagram(&mut self.send, &mut self.recv, src, bytes, now, &mut self.done);
+                }
+            }
+            if n < RX_BATCH {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Steps 7 and 2 into batches, flushed until nothing is left to send
+    /// or the socket is full; true when frames remain that could go now.
+    fn transmit(&mut self, now: Instant) -> bool {
+        for _ in 0..64 {
+            stages::send_acknowledgment(&mut self.recv, &mut self.tx);
+            if !self.blocked {
+                stages::transmission(&mut self.send, &mut self.tx, now);
+            }
+            if self.tx.is_empty() || self.blocked {
+                return false;
+            }
+            self.dirty = true;
+            let (f, _) = self.tx.flush(&self.sock, self.gso, &mut self.unsent);
+            for (peer, seq) in self.unsent.drain(..) {
+                self.send.unsend(peer, seq);
+            }
+            if f.gso_refused {
+                self.gso = false;
+            }
+            if f.blocked {
+                self.blocked = true;
+                return false;
+            }
+            if !self.send.has_frame() && !self.recv.owes() {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn publish(&mut self, now: Instant) {
+        let mut p = Published::default();
+        let mut total = EmpCounters::default();
+        for id in self.recv.peer_ids() {
+            let mut c = self.send.counters(id);
+            c.add(&self.recv.counters(id));
+            total.add(&c);
+            p.peers.insert(id, c);
+        }
+        total.add(&self.send.retired());
+        total.add(&self.recv.own());
+        p.endpoint = total;
+        *lock(&self.shared.published) = p;
+        self.dirty = false;
+        self.last_publish = now;
+    }
+}
+
+/// The engine thread: rounds until the endpoint stops, then every pending
+/// operation completes as closed.
+pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
+    let epoll = Epoll::new()?;
+    epoll.add(lock(rt).socket_fd(), SOCKET, EV_IN | EV_EXCLUSIVE)?;
+    epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
+    let mut ready = Vec::new();
+    loop {
+        let (r, blocked, fd) = {
+            let mut g = lock(rt);
+            let r = g.round(Instant::now(), true);
+            (r, g.blocked(), g.socket_fd())
+        };
+        if shared.stopping() {
+            break;
+        }
+        let mut timeout =
+            if r.busy { Some(Duration::ZERO) } else { r.wake_at.map(|w| w.saturating_duration_since(Instant::now())) };
+        if blocked {
+            let t = timeout.map_or(BLOCKED_RETRY, |t| t.min(BLOCKED_RETRY));
+            if poll_writable(fd, Some(t)).unwrap_or(false) {
+                lock(rt).writable();
+            }
+            timeout = Some(Duration::ZERO);
+        }
+        let _ = epoll.wait_events(&mut ready, timeout);
+    }
+    lock(rt).close();
+    Ok(())
+}
+
+/// Steps 5, 4, 6 for a data frame; 5 then 3 for an acknowledgment.
+fn on_datagram(
+    send: &mut SendSide,
+    recv: &mut RecvSide,
+    src: SocketAddr,
+    bytes: &[u8],
+    now: Instant,
+    done: &mut Vec<Completion>,
+) {
+    match stages::receive_frame(recv, src, bytes) {
+        Some(Incoming::Data(peer, d)) if stages::receive_bookkeeping(recv, peer, &d, done) => {
+            stages::receiving(recv, peer, &d, done)
+        }
+        Some(Incoming::Control(peer, c, nak)) => stages::receive_acknowledgment(send, peer, c, nak, now, done),
+        Some(Incoming::Data(..)) | None => {}
+    }
+}

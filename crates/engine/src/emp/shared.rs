@@ -1,0 +1,106 @@
+//! What the application side of an endpoint and its engine thread share:
+//! the command queue with its doorbell, the completion queue, the
+//! published counters, the stop flag.
+
+use crate::emp::completion::CompletionQueue;
+use crate::emp::counters::EmpCounters;
+use crate::emp::matching::PostedRecv;
+use crate::emp::peer::PeerId;
+use crate::sys::fdevents::EventFd;
+use crate::sys::sync::lock;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// A request of the application, carried out on the engine thread in order.
+#[derive(Debug)]
+pub enum Command {
+    /// A peer joins the address vector; `queued` counts its flow's bytes
+    /// queued (the application adds, the engine subtracts on completion).
+    Insert {
+        peer: PeerId,
+        addr: SocketAddr,
+        queued: Arc<AtomicUsize>,
+    },
+    /// A peer leaves: its sends complete as closed.
+    Remove {
+        peer: PeerId,
+    },
+    Send {
+        peer: PeerId,
+        tag: u64,
+        data: Vec<u8>,
+        context: u64,
+    },
+    Recv(PostedRecv),
+    Cancel {
+        context: u64,
+    },
+}
+
+/// Counters the engine thread publishes for the application to read.
+#[derive(Clone, Debug, Default)]
+pub struct Published {
+    pub endpoint: EmpCounters,
+    pub peers: HashMap<PeerId, EmpCounters>,
+}
+
+/// The state both sides of an endpoint hold.
+#[derive(Debug)]
+pub struct Shared {
+    commands: Mutex<Vec<Command>>,
+    /// Rung when a command is queued or the endpoint stops.
+    pub doorbell: EventFd,
+    pub cq: CompletionQueue,
+    pub published: Mutex<Published>,
+    pub stop: AtomicBool,
+}
+
+impl Shared {
+    pub fn new() -> io::Result<Self> {
+        Ok(Shared {
+            commands: Mutex::new(Vec::new()),
+            doorbell: EventFd::new()?,
+            cq: CompletionQueue::new()?,
+            published: Mutex::new(Published::default()),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Queues a command and wakes the engine thread (once per batch of
+    /// commands it has not taken yet).
+    pub fn command(&self, c: Command) {
+        let mut q = lock(&self.commands);
+        let first = q.is_empty();
+        q.push(c);
+        drop(q);
+        if first {
+            self.doorbell.set();
+        }
+    }
+
+    /// Queues a command without waking the engine thread: the caller runs
+    /// a round itself, or rings the doorbell when it cannot.
+    pub fn command_quiet(&self, c: Command) {
+        lock(&self.commands).push(c);
+    }
+
+    /// Takes every queued command, in order.
+    pub fn take_commands(&self, out: &mut Vec<Command>) {
+        self.doorbell.clear();
+        let mut q = lock(&self.commands);
+        std::mem::swap(&mut *q, out);
+    }
+
+    /// Asks the engine thread to stop.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Relaxed);
+        self.doorbell.set();
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+}

@@ -1,0 +1,496 @@
+//! The seven steps of paper 003's Table 1, each a function over either the
+//! send-side or the receive-side state, so that a scheme can place them on
+//! different threads:
+//!
+//! | step                     | function                     | state |
+//! |--------------------------|------------------------------|-------|
+//! | 1 send bookkeeping       | [`send_bookkeeping`], [`send_timers`] | send |
+//! | 2 transmission           | [`transmission`]             | send  |
+//! | 3 receive acknowledgment | [`receive_acknowledgment`]   | send  |
+//! | 4 receive bookkeeping    | [`receive_bookkeeping`]      | recv  |
+//! | 5 receive frame          | [`receive_frame`]            | recv  |
+//! | 6 receiving              | [`receiving`]                | recv  |
+//! | 7 send acknowledgment    | [`send_acknowledgment`]      | recv  |
+//!
+//! Step 5 hands acknowledgments to step 3 as [`Incoming::Control`]; the
+//! send and receive sides share nothing else.
+
+use crate::emp::completion::{Completion, Op, Status};
+use crate::emp::config::EmpConfig;
+use crate::emp::counters::EmpCounters;
+use crate::emp::flow::recv::{RecvFlow, Verdict};
+use crate::emp::flow::send::{QueueError, SendError, SendFlow};
+use crate::emp::matching::{Matcher, PostedRecv, Unexpected};
+use crate::emp::peer::PeerId;
+use crate::emp::transmit::TxBatch;
+use eudp_wire::emp::{self, Control, Data, Frame, DATA_HEADER_LEN};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One peer's sending flow.
+#[derive(Debug)]
+struct SendPeer {
+    addr: SocketAddr,
+    flow: SendFlow,
+    queued: Arc<AtomicUsize>,
+}
+
+/// The send side: every peer's sending flow.
+#[derive(Debug)]
+pub struct SendSide {
+    cfg: EmpConfig,
+    peers: BTreeMap<PeerId, SendPeer>,
+    /// Counters of removed peers.
+    retired: EmpCounters,
+    /// Where the next transmission round starts, for fairness among peers.
+    turn: u32,
+}
+
+/// A message being received.
+#[derive(Debug)]
+struct Assembly {
+    /// The receive it goes to; `None` for the unexpected-message queue.
+    posted: Option<PostedRecv>,
+    tag: u64,
+    msg_len: usize,
+    data: Vec<u8>,
+}
+
+/// One peer's receiving flow.
+#[derive(Debug)]
+struct RecvPeer {
+    addr: SocketAddr,
+    flow: RecvFlow,
+    assembly: Option<Assembly>,
+    counters: EmpCounters,
+}
+
+/// The receive side: every peer's receiving flow, the matcher, and the
+/// address-to-peer map of incoming frames.
+#[derive(Debug)]
+pub struct RecvSide {
+    cfg: EmpConfig,
+    peers: HashMap<PeerId, RecvPeer>,
+    by_addr: HashMap<SocketAddr, PeerId>,
+    matcher: Matcher,
+    /// Peers owing an acknowledgment.
+    owing: Vec<PeerId>,
+    /// Malformed and unknown-peer frames, and removed peers' counters.
+    own: EmpCounters,
+}
+
+/// A frame from a known peer, as step 5 sorts it.
+#[derive(Debug)]
+pub enum Incoming<'a> {
+    Data(PeerId, Data<'a>),
+    Control(PeerId, Control, bool),
+}
+
+/// A random 32-bit number for a flow's epoch (std's per-process random
+/// hash keys, mixed with the clock).
+pub fn random_epoch() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish() as u32
+}
+
+fn send_completion(peer: PeerId, d: crate::emp::flow::send::SendDone) -> Completion {
+    let status = match d.result {
+        Ok(()) => Status::Ok,
+        Err(SendError::TimedOut) => Status::TimedOut,
+        Err(SendError::Closed) => Status::Closed,
+    };
+    Completion { op: Op::Send, status, context: d.token, peer: Some(peer), tag: d.tag, len: d.len, data: Vec::new() }
+}
+
+impl SendSide {
+    pub fn new(cfg: &EmpConfig) -> Self {
+        SendSide { cfg: cfg.normalised(), peers: BTreeMap::new(), retired: EmpCounters::default(), turn: 0 }
+    }
+
+    pub fn insert(&mut self, peer: PeerId, addr: SocketAddr, queued: Arc<AtomicUsize>, now: Instant) {
+        let flow = SendFlow::new(&self.cfg, random_epoch(), now);
+        self.peers.insert(peer, SendPeer { addr, flow, queued });
+    }
+
+    pub fn remove(&mut self, peer: PeerId, done: &mut Vec<Completion>) {
+        if let Some(mut p) = self.peers.remove(&peer) {
+            p.flow.close(SendError::Closed);
+            drain_done(peer, &mut p, done);
+            self.retired.add_send(&p.flow.counters());
+        }
+    }
+
+    /// Closes every flow (shutdown).
+    pub fn close_all(&mut self, done: &mut Vec<Completion>) {
+        let ids: Vec<PeerId> = self.peers.keys().copied().collect();
+        for id in ids {
+            self.remove(id, done);
+        }
+    }
+
+    /// This side's counters of `peer`.
+    pub fn counters(&self, peer: PeerId) -> EmpCounters {
+        let mut c = EmpCounters::default();
+        if let Some(p) = self.peers.get(&peer) {
+            c.add_send(&p.flow.counters());
+        }
+        c
+    }
+
+    /// Counters of removed peers.
+    pub fn retired(&self) -> EmpCounters {
+        self.retired
+    }
+
+    /// The earliest timer of any flow.
+    pub fn wake_at(&self) -> Option<Instant> {
+        self.peers.values().filter_map(|p| p.flow.wake_at()).min()
+    }
+
+    /// True when some flow has a frame its window allows.
+    pub fn has_frame(&self) -> bool {
+        self.peers.values().any(|p| p.flow.has_frame())
+    }
+
+    /// A frame the socket did not take: send it again next.
+    pub fn unsend(&mut self, peer: PeerId, seq: u32) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.flow.unsend(seq);
+        }
+    }
+}
+
+fn drain_done(peer: PeerId, p: &mut SendPeer, done: &mut Vec<Completion>) {
+    while let Some(d) = p.flow.pop_done() {
+        p.queued.fetch_sub(d.len, Relaxed);
+        done.push(send_completion(peer, d));
+    }
+}
+
+/// Step 1: a posted send becomes a transmission record of its peer's flow.
+pub fn send_bookkeeping(
+    s: &mut SendSide,
+    peer: PeerId,
+    tag: u64,
+    data: Vec<u8>,
+    context: u64,
+    done: &mut Vec<Completion>,
+) {
+    let len = data.len();
+    let refused = match s.peers.get_mut(&peer) {
+        None => Some(Status::Closed),
+        Some(p) => match p.flow.queue(tag, data, context) {
+            Ok(()) => None,
+            Err((QueueError::TooLong, _)) => Some(Status::TooLong),
+            Err((QueueError::Full, _)) => Some(Status::Closed),
+        },
+    };
+    if let Some(status) = refused {
+        if let Some(p) = s.peers.get(&peer) {
+            p.queued.fetch_sub(len, Relaxed);
+        }
+        done.push(Completion { op: Op::Send, status, context, peer: Some(peer), tag, len, data: Vec::new() });
+    }
+}
+
+/// Step 1, timers: retransmission timeouts and deadlines due at `now`.
+pub fn send_timers(s: &mut SendSide, now: Instant, done: &mut Vec<Completion>) {
+    for (&id, p) in s.peers.iter_mut() {
+        if p.flow.wake_at().is_some_and(|w| w <= now) {
+            p.flow.on_timer(now);
+            drain_done(id, p, done);
+        }
+    }
+}
+
+/// Step 2: frames the windows allow, into the batch, round-robin over peers.
+pub fn transmission(s: &mut SendSide, tx: &mut TxBatch, now: Instant) {
+    let n = s.peers.len();
+    if n == 0 {
+        return;
+    }
+    let start = s.turn as usize % n;
+    s.turn = s.turn.wrapping_add(1);
+    let mut progress = true;
+    while progress && !tx.is_full() {
+        progress = false;
+        for (id, p) in s.peers.iter_mut().skip(start) {
+            progress |= transmit_one(*id, p, tx, now);
+        }
+        for (id, p) in s.peers.iter_mut().take(start) {
+            progress |= transmit_one(*id, p, tx, now);
+        }
+    }
+}
+
+/// One frame of one flow into the batch, if the window allows and there is
+/// room; true when one went in.
+fn transmit_one(id: PeerId, p: &mut SendPeer, tx: &mut TxBatch, now: Instant) -> bool {
+    if tx.is_full() {
+        return false;
+    }
+    let Some(f) = p.flow.next_frame(now) else { return false };
+    let slot = tx.slot();
+    let len = DATA_HEADER_LEN + f.payload.len();
+    emp::encode_data_header(&f.header, f.payload.len(), slot).expect("a slot holds the largest frame");
+    slot[DATA_HEADER_LEN..len].copy_from_slice(f.payload);
+    let seq = f.header.seq;
+    tx.commit(p.addr, len, Some((id, seq)));
+    true
+}
+
+/// Step 3: an acknowledgment releases transmission records (or sends the
+/// flow back, for a NAK).
+pub fn receive_acknowledgment(
+    s: &mut SendSide,
+    peer: PeerId,
+    c: Control,
+    nak: bool,
+    now: Instant,
+    done: &mut Vec<Completion>,
+) {
+    if let Some(p) = s.peers.get_mut(&peer) {
+        p.flow.on_control(c, nak, now);
+        drain_done(peer, p, done);
+    }
+}
+
+impl RecvSide {
+    pub fn new(cfg: &EmpConfig) -> Self {
+        let cfg = cfg.normalised();
+        RecvSide {
+            matcher: Matcher::new(cfg.unexpected_messages, cfg.unexpected_bytes),
+            cfg,
+            peers: HashMap::new(),
+            by_addr: HashMap::new(),
+            owing: Vec::new(),
+            own: EmpCounters::default(),
+        }
+    }
+
+    pub fn insert(&mut self, peer: PeerId, addr: SocketAddr) {
+        self.by_addr.insert(addr, peer);
+        self.peers.insert(
+            peer,
+            RecvPeer { addr, flow: RecvFlow::new(&self.cfg), assembly: None, counters: EmpCounters::default() },
+        );
+    }
+
+    pub fn remove(&mut self, peer: PeerId, done: &mut Vec<Completion>) {
+        self.by_addr.retain(|_, p| *p != peer);
+        if let Some(mut p) = self.peers.remove(&peer) {
+            if let Some(a) = p.assembly.take() {
+                self.abandon(a, done);
+            }
+            let c = peer_counters(&p);
+            self.own.add(&c);
+        }
+        self.matcher.forget(peer);
+    }
+
+    /// Gives a half-received message's receive back to the matcher, first
+    /// in line; a reservation in the unexpected queue is released.
+    fn abandon(&mut self, a: Assembly, done: &mut Vec<Completion>) {
+        match a.posted {
+            Some(r) => {
+                if let Some((r, u)) = self.matcher.post_front(r) {
+                    done.push(recv_completion(r, u));
+                }
+            }
+            None => self.matcher.unreserve(a.msg_len),
+        }
+    }
+
+    /// Completes every posted receive as closed (shutdown).
+    pub fn close_all(&mut self, done: &mut Vec<Completion>) {
+        for r in self.matcher.drain_posted() {
+            done.push(closed_recv(r, Status::Closed));
+        }
+        for p in self.peers.values_mut() {
+            if let Some(a) = p.assembly.take() {
+                if let Some(r) = a.posted {
+                    done.push(closed_recv(r, Status::Closed));
+                }
+            }
+        }
+    }
+
+    /// Posts a receive; a queued unexpected message completes it at once.
+    pub fn post(&mut self, r: PostedRecv, done: &mut Vec<Completion>) {
+        if let Some((r, u)) = self.matcher.post(r) {
+            done.push(recv_completion(r, u));
+        }
+    }
+
+    /// Cancels a posted receive; it completes as canceled.
+    pub fn cancel(&mut self, context: u64, done: &mut Vec<Completion>) {
+        if let Some(r) = self.matcher.cancel(context) {
+            done.push(closed_recv(r, Status::Canceled));
+        }
+    }
+
+    /// This side's counters of `peer`.
+    pub fn counters(&self, peer: PeerId) -> EmpCounters {
+        self.peers.get(&peer).map(peer_counters).unwrap_or_default()
+    }
+
+    /// Malformed and unknown-peer frames, and removed peers' counters.
+    pub fn own(&self) -> EmpCounters {
+        self.own
+    }
+
+    pub fn peer_ids(&self) -> Vec<PeerId> {
+        self.peers.keys().copied().collect()
+    }
+
+    /// True when some peer owes an acknowledgment.
+    pub fn owes(&self) -> bool {
+        !self.owing.is_empty()
+    }
+}
+
+fn peer_counters(p: &RecvPeer) -> EmpCounters {
+    let mut c = p.counters;
+    c.add_recv(&p.flow.counters());
+    c
+}
+
+fn closed_recv(r: PostedRecv, status: Status) -> Completion {
+    Completion { op: Op::Recv, status, context: r.context, peer: None, tag: r.tag, len: 0, data: Vec::new() }
+}
+
+/// A queued unexpected message handed to the receive that matched it.
+fn recv_completion(r: PostedRecv, mut u: Unexpected) -> Completion {
+    let len = u.data.len();
+    let status = if len > r.capacity { Status::Truncated } else { Status::Ok };
+    u.data.truncate(r.capacity);
+    Completion { op: Op::Recv, status, context: r.context, peer: Some(u.src), tag: u.tag, len, data: u.data }
+}
+
+/// Step 5: a datagram from `src`, parsed and charged to its peer.
+/// Malformed frames and frames of unknown peers are counted and dropped.
+pub fn receive_frame<'a>(r: &mut RecvSide, src: SocketAddr, bytes: &'a [u8]) -> Option<Incoming<'a>> {
+    let Some(&peer) = r.by_addr.get(&src) else {
+        r.own.unknown_peer += 1;
+        return None;
+    };
+    let frame = match emp::parse(bytes) {
+        Ok(f) => f,
+        Err(_) => {
+            r.own.malformed += 1;
+            return None;
+        }
+    };
+    if let Some(p) = r.peers.get_mut(&peer) {
+        p.counters.frames_received += 1;
+    }
+    Some(match frame {
+        Frame::Data(d) => Incoming::Data(peer, d),
+        Frame::Ack(c) => Incoming::Control(peer, c, false),
+        Frame::Nak(c) => Incoming::Control(peer, c, true),
+    })
+}
+
+/// Step 4: the flow's verdict on a data frame and, for the expected first
+/// frame of a message, its match: a posted receive, a slot of the
+/// unexpected queue, or EMP's drop. True when step 6 takes the frame.
+pub fn receive_bookkeeping(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Completion>) -> bool {
+    let Some(p) = r.peers.get_mut(&peer) else { return false };
+    let owed = p.flow.owes_control();
+    let verdict = p.flow.classify(&d.header);
+    if !owed && p.flow.owes_control() {
+        r.owing.push(peer);
+    }
+    let Verdict::Expected { restarted } = verdict else { return false };
+    if restarted {
+        if let Some(a) = p.assembly.take() {
+            r.abandon(a, done);
+        }
+    }
+    let p = r.peers.get_mut(&peer).expect("present above");
+    if !d.first() {
+        // In order, a message's later frames follow its first; without
+        // one the frame cannot be placed.
+        return p.assembly.is_some();
+    }
+    let msg_len = d.header.msg_len as usize;
+    let posted = r.matcher.take_match(peer, d.header.tag);
+    if posted.is_none() && !r.matcher.reserve(msg_len) {
+        p.flow.unmatched(&d.header);
+        return false;
+    }
+    let cap = posted.map_or(msg_len, |r| r.capacity.min(msg_len));
+    p.assembly = Some(Assembly { posted, tag: d.header.tag, msg_len, data: Vec::with_capacity(cap) });
+    true
+}
+
+/// Step 6: the frame's bytes into the message; its last frame completes
+/// the receive (or queues the unexpected message).
+pub fn receiving(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Completion>) {
+    let Some(p) = r.peers.get_mut(&peer) else { return };
+    let Some(a) = p.assembly.as_mut() else { return };
+    let cap = a.posted.map_or(a.msg_len, |r| r.capacity);
+    // Frames arrive in order: below the capacity, `data` ends at this offset.
+    let off = d.header.offset as usize;
+    if off < cap {
+        a.data.extend_from_slice(&d.payload[..(cap - off).min(d.payload.len())]);
+    }
+    let owed = p.flow.owes_control();
+    p.flow.accept(&d.header, d.last());
+    if !owed && p.flow.owes_control() {
+        r.owing.push(peer);
+    }
+    if !d.last() {
+        return;
+    }
+    let a = p.assembly.take().expect("present above");
+    p.counters.messages_received += 1;
+    match a.posted {
+        Some(posted) => {
+            let status = if a.msg_len > posted.capacity { Status::Truncated } else { Status::Ok };
+            if status == Status::Truncated {
+                p.counters.truncated += 1;
+            }
+            done.push(Completion {
+                op: Op::Recv,
+                status,
+                context: posted.context,
+                peer: Some(peer),
+                tag: a.tag,
+                len: a.msg_len,
+                data: a.data,
+            });
+        }
+        None => {
+            p.counters.unexpected += 1;
+            if let Some((posted, u)) = r.matcher.arrived(Unexpected { src: peer, tag: a.tag, data: a.data }) {
+                if u.data.len() > posted.capacity {
+                    if let Some(p) = r.peers.get_mut(&peer) {
+                        p.counters.truncated += 1;
+                    }
+                }
+                done.push(recv_completion(posted, u));
+            }
+        }
+    }
+}
+
+/// Step 7: the acknowledgments owed, into the batch.
+pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch) {
+    while let Some(&peer) = r.owing.last() {
+        if tx.is_full() {
+            return;
+        }
+        r.owing.pop();
+        let Some(p) = r.peers.get_mut(&peer) else { continue };
+        if let Some((c, nak)) = p.flow.take_control() {
+            let n = emp::encode_control(&c, nak, tx.slot()).expect("a slot holds a control frame");
+            tx.commit(p.addr, n, None);
+        }
+    }
+}
