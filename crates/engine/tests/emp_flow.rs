@@ -109,3 +109,26 @@ proptest! {
         check(&o, 60);
     }
 }
+
+/// The flows' recorded traces under loss, duplication, reordering and
+/// unmatched first frames are what the transition table allows: the code
+/// and the model `eudp verify` checks are the same protocol.
+#[test]
+fn traces_conform_to_the_transition_table() {
+    use eudp_engine::emp::event::FlowEvent;
+    use eudp_engine::emp::table::{check_receiver_trace, check_sender_trace, Params};
+    for seed in [1u64, 11, 42, 7_777, 123_456] {
+        let (s, r) = emp_sim::traces(seed);
+        let first_seq = match s.first() {
+            Some(FlowEvent::SendNew { seq }) => *seq,
+            other => panic!("a sender's trace starts with its first frame, not {other:?}"),
+        };
+        let params = Params { window: 8, ack_group: 3, first_seq };
+        if let Err(v) = check_sender_trace(&s, &params) {
+            panic!("seed {seed}: sender trace leaves the table: {v:?}");
+        }
+        if let Err(v) = check_receiver_trace(&r, &params) {
+            panic!("seed {seed}: receiver trace leaves the table: {v:?}");
+        }
+    }
+}

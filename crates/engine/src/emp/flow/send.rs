@@ -232,7 +232,9 @@ impl SendFlow {
 
     /// Takes an ACK (`nak` false) or a NAK from the receiver.
     pub fn on_control(&mut self, c: Control, nak: bool, now: Instant) {
-        if c.epoch != self.epoch {
+        // An ack from another incarnation, or one overtaken by a later ack
+        // (the channel reorders), says nothing new: it is counted, not acted on.
+        if c.epoch != self.epoch || !(before_eq(self.una, c.next) && before_eq(c.next, self.high)) {
             self.counters.stale_acks += 1;
             return;
         }
@@ -244,7 +246,7 @@ impl SendFlow {
             self.record(FlowEvent::AckIn { next: c.next });
         }
         self.peer_window = c.window;
-        if before(self.una, c.next) && before_eq(c.next, self.high) {
+        if before(self.una, c.next) {
             self.release(c.next, now);
         }
         if nak && self.una == c.next && before(c.next, self.nxt) {
