@@ -52,7 +52,8 @@ pub struct SendCounters {
     pub retransmits: u64,
     pub acks_received: u64,
     pub naks_received: u64,
-    /// Acknowledgments of another incarnation of the flow, ignored.
+    /// Acknowledgments of another incarnation of the flow, or overtaken by
+    /// a later one, ignored.
     pub stale_acks: u64,
     pub timeouts: u64,
     pub give_ups: u64,
