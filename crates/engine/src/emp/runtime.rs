@@ -30,6 +30,7 @@ const BLOCKED_RETRY: Duration = Duration::from_micros(200);
 
 const SOCKET: u64 = 0;
 const DOORBELL: u64 = 1;
+const TIMER: u64 = 2;
 /// Receive buffers per `recvmmsg`; each holds a GRO super-packet.
 const RX_BATCH: usize = 32;
 const RX_BUF: usize = 65_536;
@@ -101,8 +102,8 @@ impl Runtime {
 
     /// One round at `now`. `engine` is true on the engine thread; a round
     /// of another thread rings the engine's doorbell when it leaves work
-    /// the engine would not wake for (more to send, an earlier timer, a
-    /// full socket).
+    /// to do now (more to send, a full socket), and moves the engine's
+    /// timer when it armed an earlier flow timer.
     pub fn round(&mut self, now: Instant, engine: bool) -> Round {
         self.take_commands(now);
         let more_rx = self.receive(now);
@@ -120,9 +121,12 @@ impl Runtime {
         let r = Round { busy, wake_at: self.send.wake_at() };
         if engine {
             self.planned = if busy { Some(now) } else { r.wake_at };
-        } else if busy || self.blocked || r.wake_at.is_some_and(|w| self.planned.is_none_or(|p| w < p)) {
+        } else if busy || self.blocked {
             self.planned = Some(now);
             self.shared.doorbell.set();
+        } else if let Some(w) = r.wake_at.filter(|&w| self.planned.is_none_or(|p| w < p)) {
+            self.planned = Some(w);
+            self.shared.timer.set(Some(w.saturating_duration_since(now)));
         }
         r
     }
@@ -253,8 +257,12 @@ pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
     let epoll = Epoll::new()?;
     epoll.add(lock(rt).socket_fd(), SOCKET, EV_IN | EV_EXCLUSIVE)?;
     epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
-    let mut ready = Vec::new();
+    epoll.add_readable(shared.timer.as_raw_fd(), TIMER)?;
+    let mut ready: Vec<(u64, u32)> = Vec::new();
     loop {
+        if ready.iter().any(|&(t, _)| t == TIMER) {
+            shared.timer.clear();
+        }
         let (r, blocked, fd) = {
             let mut g = lock(rt);
             let r = g.round(Instant::now(), true);

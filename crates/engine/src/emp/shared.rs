@@ -6,7 +6,7 @@ use crate::emp::completion::CompletionQueue;
 use crate::emp::counters::EmpCounters;
 use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
-use crate::sys::fdevents::EventFd;
+use crate::sys::fdevents::{EventFd, TimerFd};
 use crate::sys::sync::lock;
 use std::collections::HashMap;
 use std::io;
@@ -53,6 +53,9 @@ pub struct Shared {
     commands: Mutex<Vec<Command>>,
     /// Rung when a command is queued or the endpoint stops.
     pub doorbell: EventFd,
+    /// Set by a round on another thread to an earlier flow timer, so the
+    /// engine thread wakes for it without being woken now.
+    pub timer: TimerFd,
     pub cq: CompletionQueue,
     pub published: Mutex<Published>,
     pub stop: AtomicBool,
@@ -63,6 +66,7 @@ impl Shared {
         Ok(Shared {
             commands: Mutex::new(Vec::new()),
             doorbell: EventFd::new()?,
+            timer: TimerFd::new()?,
             cq: CompletionQueue::new()?,
             published: Mutex::new(Published::default()),
             stop: AtomicBool::new(false),
