@@ -10,8 +10,8 @@
 //! library exactly from `eudp_emp_trecv` until its completion is returned.
 
 use crate::{addr, code, guard, in_bytes, ms, out_addr_ok, out_bytes, FOREVER};
-use eudp_engine::sys::sync::lock;
 use eudp_engine::emp::{Completion, EmpConfig, EmpCounters, EmpEndpoint, Op, PeerId, Status};
+use eudp_engine::sys::sync::lock;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
 use libc::{AF_INET6, EAGAIN, ECANCELED, EINVAL, EMSGSIZE, ENOENT, ENOSPC, ESHUTDOWN, ETIMEDOUT};
 use std::collections::HashMap;
@@ -221,7 +221,9 @@ impl eudp_emp {
             addr::Parsed::Unspec => return Err(libc::EAFNOSUPPORT),
         };
         Ok(match a {
-            SocketAddr::V4(v4) if self.v6 => SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0)),
+            SocketAddr::V4(v4) if self.v6 => {
+                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+            }
             a => a,
         })
     }
@@ -438,8 +440,7 @@ pub unsafe extern "C" fn eudp_emp_cancel(ep: *mut eudp_emp, context: u64) -> c_i
     guard(-1, || {
         // SAFETY: caller guarantee.
         let h = unsafe { emp(ep) }?;
-        let ids: Vec<u64> =
-            lock(&h.posted).iter().filter(|(_, p)| p.context == context).map(|(&id, _)| id).collect();
+        let ids: Vec<u64> = lock(&h.posted).iter().filter(|(_, p)| p.context == context).map(|(&id, _)| id).collect();
         if ids.is_empty() {
             return Err(ENOENT);
         }
@@ -483,7 +484,11 @@ pub unsafe extern "C" fn eudp_emp_cq_read(ep: *mut eudp_emp, out: *mut eudp_emp_
 /// # Safety
 /// `ep` is null or a live handle; `out` is null or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn eudp_emp_cq_wait(ep: *mut eudp_emp, out: *mut eudp_emp_completion, timeout_ms: c_int) -> c_int {
+pub unsafe extern "C" fn eudp_emp_cq_wait(
+    ep: *mut eudp_emp,
+    out: *mut eudp_emp_completion,
+    timeout_ms: c_int,
+) -> c_int {
     guard(-1, || {
         // SAFETY: caller guarantee.
         let h = unsafe { emp(ep) }?;
