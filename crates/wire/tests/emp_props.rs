@@ -46,7 +46,7 @@ proptest! {
         if head && b.len() >= 4 {
             // Past the magic and version, so the deeper checks are reached.
             b[..3].copy_from_slice(b"EM\x01");
-            b[3] = b[3] % 4;
+            b[3] %= 4;
         }
         if let Ok(f) = emp::parse(&b) {
             let mut out = vec![0u8; b.len()];
