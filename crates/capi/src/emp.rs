@@ -277,8 +277,10 @@ pub unsafe extern "C" fn eudp_emp_open(
         if addr.is_null() || (addrlen as usize) < std::mem::size_of::<libc::sa_family_t>() {
             return Err(EINVAL);
         }
-        // SAFETY: non-null and at least the family is readable (caller).
-        let v6 = c_int::from(unsafe { (*addr).sa_family }) == AF_INET6;
+        // SAFETY: non-null and the family's bytes are readable (caller);
+        // read unaligned, as `addr::parse` copies bytes.
+        let family = unsafe { std::ptr::read_unaligned(addr.cast::<libc::sa_family_t>()) };
+        let v6 = c_int::from(family) == AF_INET6;
         // SAFETY: `addrlen` readable bytes at `addr` (caller).
         let local = match unsafe { addr::parse(addr, addrlen, v6, addr::Op::Bind) }? {
             addr::Parsed::Addr(a) => a,
