@@ -266,6 +266,190 @@ int eudp_set_recv_err(eudp_endpoint *ep, int on);
 /** Copies the endpoint's counters into *out. */
 int eudp_stats(eudp_endpoint *ep, struct eudp_stats *out);
 
+/* ------------------------------------------------------------------------
+ * EMP: reliable tagged messages (docs/emp.md)
+ *
+ * An eudp_emp endpoint binds one UDP socket and runs the EMP protocol on
+ * its own engine thread: messages of up to 16 MiB to the peers of its
+ * address vector, delivered exactly once and in order per peer, matched
+ * by tag against receives posted beforehand. A message whose first frame
+ * matches no posted receive is dropped and counted (unmatched); its sender
+ * sends it again on its retransmission timer, so it arrives once a receive
+ * is posted. Every send and receive ends in exactly one completion, read
+ * with eudp_emp_cq_read() / eudp_emp_cq_wait().
+ *
+ * Conventions as above: -1 (or NULL) and errno. An endpoint may be used by
+ * several threads at once; eudp_emp_close() must not race with other calls.
+ * ---------------------------------------------------------------------- */
+
+/** An EMP endpoint (opaque). */
+typedef struct eudp_emp eudp_emp;
+
+/** A peer id that names no peer: "any peer" for eudp_emp_trecv() and the
+ *  whole endpoint for eudp_emp_counters(); in a completion: no peer. */
+#define EUDP_EMP_ANY_PEER 0xffffffffu
+/** eudp_emp_completion.op of a send. */
+#define EUDP_EMP_OP_SEND 1
+/** eudp_emp_completion.op of a receive. */
+#define EUDP_EMP_OP_RECV 2
+/** Largest message, in bytes (16 MiB). */
+#define EUDP_EMP_MAX_MESSAGE (16u << 20)
+
+/** Knobs of an endpoint for eudp_emp_open(); a zero field takes its default. */
+struct eudp_emp_config {
+    uint32_t frame_payload;   /* payload bytes per frame (default 1440: a 1500-byte MTU) */
+    uint32_t ack_group;       /* receiver acks every ack_group frames (default 16; at most window) */
+    uint32_t window;          /* frames in flight unacknowledged (default 512) */
+    uint32_t rto_initial_us;  /* first retransmission timeout (default 20 ms) */
+    uint32_t rto_max_us;      /* the timeout doubles up to this (default 500 ms) */
+    uint32_t deadline_ms;     /* a flow without progress this long fails its sends (default 5 s) */
+    uint64_t send_queue_bytes;    /* bytes queued per peer before EAGAIN (default 4 MiB) */
+    uint64_t unexpected_messages; /* unexpected-message queue: messages (0: off, EMP's rule) */
+    uint64_t unexpected_bytes;    /* unexpected-message queue: bytes (0: off) */
+};
+
+/** One finished send or receive. */
+struct eudp_emp_completion {
+    uint64_t context;  /* the caller's context given to eudp_emp_tsend() / eudp_emp_trecv() */
+    uint64_t tag;      /* the message's tag (a receive: the tag as sent) */
+    void *buf;         /* a receive's buffer as posted (NULL for a send) */
+    size_t len;        /* bytes sent, or bytes copied into buf */
+    size_t full_len;   /* the message's length (a receive: > len when truncated) */
+    uint32_t peer;     /* peer sent to or received from; EUDP_EMP_ANY_PEER when none */
+    int op;            /* EUDP_EMP_OP_SEND or EUDP_EMP_OP_RECV */
+    /* 0 on success, else an errno value:
+     *   ETIMEDOUT  a send whose peer made no progress within the deadline
+     *   EMSGSIZE   a receive whose message was longer than cap (truncated:
+     *              buf holds the first cap bytes), or a send too long
+     *   ECANCELED  a receive cancelled by eudp_emp_cancel()
+     *   ESHUTDOWN  the peer was removed or the endpoint stopped first */
+    int status;
+};
+
+/** Counters of one peer or of a whole endpoint (a copy; see eudp_emp_counters()). */
+struct eudp_emp_counters {
+    uint64_t frames_sent;       /* data, ACK and NAK frames sent */
+    uint64_t frames_received;   /* frames received and parsed (from a known peer) */
+    uint64_t retransmits;       /* data frames sent again */
+    uint64_t acks_sent;
+    uint64_t acks_received;
+    uint64_t naks_sent;
+    uint64_t naks_received;
+    uint64_t duplicates;        /* data frames below the expected one, dropped */
+    uint64_t gaps;              /* data frames above the expected one, dropped */
+    uint64_t unmatched;         /* first frames dropped for want of a posted receive */
+    uint64_t unexpected;        /* messages taken into the unexpected-message queue */
+    uint64_t truncated;         /* messages longer than the receive that took them */
+    uint64_t stale;             /* frames of another incarnation of a flow, ignored */
+    uint64_t timeouts;          /* retransmission timer expiries */
+    uint64_t give_ups;          /* flows that gave up at their deadline */
+    uint64_t messages_sent;     /* messages acknowledged whole */
+    uint64_t messages_failed;   /* sends that completed with an error */
+    uint64_t messages_received; /* messages received whole */
+    uint64_t malformed;         /* datagrams that are not EMP frames (endpoint only) */
+    uint64_t unknown_peer;      /* frames from addresses not in the address vector (endpoint only) */
+};
+
+/**
+ * Opens an endpoint bound to addr (a sockaddr_in or sockaddr_in6; port 0:
+ * ephemeral) and starts its engine thread. cfg: NULL for the defaults.
+ * Returns NULL with errno EINVAL (NULL or short addr), EAFNOSUPPORT,
+ * EADDRINUSE, EADDRNOTAVAIL, or the error of creating the socket/thread.
+ */
+eudp_emp *eudp_emp_open(const struct sockaddr *addr, socklen_t addrlen, const struct eudp_emp_config *cfg);
+
+/**
+ * Stops the engine thread and frees the endpoint and its fds. Sends not
+ * yet acknowledged are abandoned and completions not yet read are
+ * discarded; the library no longer touches any receive buffer. ep is
+ * invalid afterwards. Returns 0, or -1/EINVAL for NULL.
+ */
+int eudp_emp_close(eudp_emp *ep);
+
+/**
+ * The bound address, like getsockname(2): *addrlen is the room in *addr on
+ * input, the address's full length on output.
+ */
+int eudp_emp_local_addr(eudp_emp *ep, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/**
+ * Adds a peer to the address vector. An AF_INET6 endpoint takes AF_INET
+ * addresses too (as ::ffff:a.b.c.d); an AF_INET one only AF_INET.
+ * Returns the peer's id (>= 0, never EUDP_EMP_ANY_PEER), or -1 with errno
+ * EINVAL (NULL or short addr), EAFNOSUPPORT.
+ */
+int64_t eudp_emp_av_insert(eudp_emp *ep, const struct sockaddr *addr, socklen_t addrlen);
+
+/**
+ * Removes a peer: its sends not yet acknowledged complete with ESHUTDOWN,
+ * and frames from its address count as unknown_peer. Returns 0, or -1 with
+ * errno ENOENT (no such peer).
+ */
+int eudp_emp_av_remove(eudp_emp *ep, uint32_t peer);
+
+/**
+ * Sends len bytes as one message with tag to peer. The bytes are copied:
+ * buf may be reused when the call returns. The send's completion (with
+ * context) comes when the peer has acknowledged the whole message, or with
+ * ETIMEDOUT when the peer makes no progress within the deadline.
+ * Returns 0, or -1 with errno ENOENT (no such peer), EMSGSIZE (len >
+ * EUDP_EMP_MAX_MESSAGE), EAGAIN (the peer's queue holds send_queue_bytes;
+ * read completions and retry), ESHUTDOWN (the engine thread stopped).
+ */
+int eudp_emp_tsend(eudp_emp *ep, uint32_t peer, uint64_t tag, const void *buf, size_t len, uint64_t context);
+
+/**
+ * Pre-posts a receive for one message from peer (or EUDP_EMP_ANY_PEER)
+ * whose tag equals tag in every bit not set in ignore. A message matches
+ * the first posted receive that fits it, in posting order. Its bytes (up
+ * to cap; a longer message completes with EMSGSIZE) are copied into buf
+ * when the completion is read. Ownership: buf belongs to the library from
+ * this call until its completion has been returned by eudp_emp_cq_read()
+ * or eudp_emp_cq_wait() (or until eudp_emp_close()), also after a cancel;
+ * do not free or read it before. Returns 0, or -1 with errno EINVAL (NULL
+ * buf with cap > 0), ENOENT (no such peer), ESHUTDOWN.
+ */
+int eudp_emp_trecv(eudp_emp *ep, uint32_t peer, uint64_t tag, uint64_t ignore,
+                   void *buf, size_t cap, uint64_t context);
+
+/**
+ * Cancels every posted receive whose completion has not been read and
+ * whose context is context. Each completes with ECANCELED, or normally if
+ * a message had matched it already. Returns 0, or -1 with errno ENOENT
+ * (none has this context).
+ */
+int eudp_emp_cancel(eudp_emp *ep, uint64_t context);
+
+/**
+ * Reads up to max completions, oldest first, without waiting (it makes
+ * progress on the protocol itself first when nothing is ready). Returns
+ * the count (0: none ready), or -1 with errno EINVAL (NULL out, max > 0).
+ */
+ssize_t eudp_emp_cq_read(eudp_emp *ep, struct eudp_emp_completion *out, size_t max);
+
+/**
+ * Waits for one completion, making progress on the protocol while it
+ * waits. timeout_ms: -1 waits without limit, 0 does not wait. Returns 1,
+ * or -1 with errno ETIMEDOUT (none within timeout_ms > 0), EAGAIN (none,
+ * timeout_ms 0), ESHUTDOWN (the engine thread stopped), EINVAL.
+ */
+int eudp_emp_cq_wait(eudp_emp *ep, struct eudp_emp_completion *out, int timeout_ms);
+
+/**
+ * A file descriptor readable while completions are pending, for
+ * poll/select/epoll (level-triggered). Owned by the endpoint: do not read,
+ * write or close it; it stays the same until eudp_emp_close().
+ */
+int eudp_emp_cq_fd(eudp_emp *ep);
+
+/**
+ * Copies the counters of peer, or of the whole endpoint with
+ * EUDP_EMP_ANY_PEER (every peer, past and present, plus what no peer can
+ * be charged with), as of the engine's last round. Returns 0, or -1 with
+ * errno ENOENT (no such peer), EINVAL (NULL out).
+ */
+int eudp_emp_counters(eudp_emp *ep, uint32_t peer, struct eudp_emp_counters *out);
+
 #ifdef __cplusplus
 }
 #endif

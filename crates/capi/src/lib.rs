@@ -10,11 +10,15 @@
 //! socket), but [`eudp_close`] must not race with other calls on it.
 //!
 //! All `unsafe` of the C ABI is in this crate: dereferencing the caller's
-//! pointers here and in [`addr`], and `errno`.
+//! pointers here, in [`addr`] and in [`emp`] (EMP's tagged messages), and
+//! `errno`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_camel_case_types)]
 
 mod addr;
+pub mod emp;
+
+pub use emp::*;
 
 use addr::{Op, Parsed};
 use eudp_engine::{Endpoint, Received, RecvFlags, StatsSnapshot};

@@ -1,6 +1,7 @@
-//! Compiles `tests/c/basic.c` with `cc` against `include/eudp.h` and the
-//! built library (shared and static), and runs it. Skipped, with a message,
-//! only when no C compiler is installed.
+//! Compiles the C programs (`tests/c/basic.c`, `tests/c/emp.c` and
+//! `examples/emp_pingpong.c`) with `cc` against `include/eudp.h` and the
+//! built library (shared and static), and runs them. Skipped, with a
+//! message, only when no C compiler is installed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -53,30 +54,54 @@ fn run(cmd: &mut Command, what: &str, limit: Duration) -> String {
     text
 }
 
-fn compile_and_run(cc: &str, lib: &Path, extra: &[&str], tag: &str) {
+/// Compiles `source` (relative to the crate) and runs it with `args`;
+/// returns its output, which must contain `expect`.
+fn compile_and_run(
+    cc: &str,
+    lib: &Path,
+    extra: &[&str],
+    tag: &str,
+    source: &str,
+    args: &[&str],
+    expect: &str,
+) -> String {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let exe = out_dir.join(format!("eudp-c-basic-{tag}-{}", std::process::id()));
+    let stem = Path::new(source).file_stem().unwrap().to_string_lossy().into_owned();
+    let exe = out_dir.join(format!("eudp-c-{stem}-{tag}-{}", std::process::id()));
     let sizes = [
         format!("-DEXPECTED_STATS_SIZE={}", std::mem::size_of::<eudp_capi::eudp_stats>()),
         format!("-DEXPECTED_RXMSG_SIZE={}", std::mem::size_of::<eudp_capi::eudp_rxmsg>()),
         format!("-DEXPECTED_TXMSG_SIZE={}", std::mem::size_of::<eudp_capi::eudp_txmsg>()),
+        format!("-DEXPECTED_EMP_COMPLETION_SIZE={}", std::mem::size_of::<eudp_capi::eudp_emp_completion>()),
+        format!("-DEXPECTED_EMP_COUNTERS_SIZE={}", std::mem::size_of::<eudp_capi::eudp_emp_counters>()),
+        format!("-DEXPECTED_EMP_CONFIG_SIZE={}", std::mem::size_of::<eudp_capi::eudp_emp_config>()),
     ];
     let mut cmd = Command::new(cc);
     cmd.args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
         .arg("-I")
         .arg(manifest.join("include"))
         .args(&sizes)
-        .arg(manifest.join("tests/c/basic.c"))
+        .arg(manifest.join(source))
         .arg("-o")
         .arg(&exe)
         .arg(lib)
         .args(extra);
-    run(&mut cmd, &format!("compiling basic.c ({tag})"), Duration::from_secs(120));
-    let out = run(&mut Command::new(&exe), &format!("running basic.c ({tag})"), Duration::from_secs(120));
-    assert!(out.contains("ok"), "{out}");
+    run(&mut cmd, &format!("compiling {source} ({tag})"), Duration::from_secs(120));
+    let out = run(Command::new(&exe).args(args), &format!("running {source} ({tag})"), Duration::from_secs(120));
+    assert!(out.contains(expect), "{out}");
     let _ = std::fs::remove_file(&exe);
+    out
 }
+
+/// The shared library and the flags that find it at run time.
+fn shared() -> (PathBuf, String) {
+    let so = built("libeudp_capi.so");
+    let dir = so.parent().unwrap().display().to_string();
+    (so, format!("-Wl,-rpath,{dir}"))
+}
+
+const STATIC_LIBS: [&str; 6] = ["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-lgcc_s"];
 
 /// The C compiler, or `None` after saying why `test` is skipped.
 fn compiler_for(test: &str) -> Option<String> {
@@ -90,23 +115,44 @@ fn compiler_for(test: &str) -> Option<String> {
 #[test]
 fn c_program_shared() {
     let Some(cc) = compiler_for("c_program_shared") else { return };
-    let so = built("libeudp_capi.so");
-    let dir = so.parent().unwrap().display().to_string();
-    compile_and_run(&cc, &so, &[&format!("-Wl,-rpath,{dir}")], "shared");
+    let (so, rpath) = shared();
+    compile_and_run(&cc, &so, &[&rpath], "shared", "tests/c/basic.c", &[], "ok");
 }
 
 #[test]
 fn c_program_static() {
     let Some(cc) = compiler_for("c_program_static") else { return };
     let a = built("libeudp_capi.a");
-    compile_and_run(&cc, &a, &["-lpthread", "-ldl", "-lm", "-lrt", "-lutil", "-lgcc_s"], "static");
+    compile_and_run(&cc, &a, &STATIC_LIBS, "static", "tests/c/basic.c", &[], "ok");
+}
+
+#[test]
+fn c_emp_program_shared() {
+    let Some(cc) = compiler_for("c_emp_program_shared") else { return };
+    let (so, rpath) = shared();
+    compile_and_run(&cc, &so, &[&rpath], "shared", "tests/c/emp.c", &[], "ok");
+}
+
+#[test]
+fn c_emp_program_static() {
+    let Some(cc) = compiler_for("c_emp_program_static") else { return };
+    let a = built("libeudp_capi.a");
+    compile_and_run(&cc, &a, &STATIC_LIBS, "static", "tests/c/emp.c", &[], "ok");
+}
+
+#[test]
+fn c_emp_example_runs() {
+    let Some(cc) = compiler_for("c_emp_example_runs") else { return };
+    let (so, rpath) = shared();
+    let out = compile_and_run(&cc, &so, &[&rpath], "shared", "examples/emp_pingpong.c", &["200", "64"], "round trip");
+    assert!(out.contains("200 messages of 64 bytes"), "{out}");
 }
 
 #[test]
 fn header_declares_every_export() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let header = std::fs::read_to_string(manifest.join("include/eudp.h")).unwrap();
-    let src = std::fs::read_to_string(manifest.join("src/lib.rs")).unwrap();
+    let src = ["src/lib.rs", "src/emp.rs"].map(|f| std::fs::read_to_string(manifest.join(f)).unwrap()).concat();
     let exported: Vec<&str> =
         src.split("extern \"C\" fn ").skip(1).map(|s| s.split('(').next().unwrap().trim()).collect();
     assert!(exported.len() >= 20, "{exported:?}");
