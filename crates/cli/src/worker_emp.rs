@@ -119,6 +119,13 @@ fn counters_json(c: &EmpCounters) -> serde_json::Value {
         "duplicates": c.duplicates,
         "unmatched": c.unmatched,
         "timeouts": c.timeouts,
+        "acks_sent": c.acks_sent,
+        "acks_received": c.acks_received,
+        "gaps": c.gaps,
+        "stale": c.stale,
+        "malformed": c.malformed,
+        "unknown_peer": c.unknown_peer,
+        "give_ups": c.give_ups,
     })
 }
 
@@ -396,6 +403,9 @@ impl Worker {
             lat.sort_unstable();
             let q = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied();
             line["lat_ns"] = json!({"p50": q(0.5), "p99": q(0.99), "max": lat.last().copied()});
+            // Replies received and byte-checked, so a caller sees each one matched.
+            line["messages_received"] = json!(self.received);
+            line["corrupt"] = json!(self.corrupt);
         } else {
             line["mbit_s"] = json!(bytes as f64 * 8.0 / elapsed / 1e6);
             if a.pattern == Pattern::Bidir {
