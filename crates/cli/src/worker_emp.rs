@@ -297,6 +297,22 @@ impl Worker {
         Err("the end message was never acknowledged".into())
     }
 
+    /// Keeps the endpoint open after the server's end message until frames
+    /// stop arriving: when the acknowledgment of that message is lost, the
+    /// server sends it again and its handshake needs the answer.
+    fn linger(&self) {
+        let quiet = Duration::from_millis(600);
+        let until = Instant::now() + Duration::from_secs(3);
+        let (mut seen, mut since) = (self.ep.counters().frames_received, Instant::now());
+        while Instant::now() < until && since.elapsed() < quiet {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = self.ep.counters().frames_received;
+            if now != seen {
+                (seen, since) = (now, Instant::now());
+            }
+        }
+    }
+
     fn client(&mut self, a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
         self.ep.recv(Some(self.peer), END, 0, 64, END_RECV).map_err(|e| e.to_string())?;
         let secs = Duration::from_secs_f64(a.secs.max(0.0));
@@ -385,6 +401,7 @@ impl Worker {
                 _ => {}
             }
         }
+        self.linger();
         if a.pattern == Pattern::Stream && (acked != sent || self.errors > 0) {
             return Err(format!("{acked} of {sent} messages acknowledged, {} errors", self.errors));
         }
