@@ -119,6 +119,13 @@ fn counters_json(c: &EmpCounters) -> serde_json::Value {
         "duplicates": c.duplicates,
         "unmatched": c.unmatched,
         "timeouts": c.timeouts,
+        "acks_sent": c.acks_sent,
+        "acks_received": c.acks_received,
+        "gaps": c.gaps,
+        "stale": c.stale,
+        "malformed": c.malformed,
+        "unknown_peer": c.unknown_peer,
+        "give_ups": c.give_ups,
     })
 }
 
@@ -290,6 +297,22 @@ impl Worker {
         Err("the end message was never acknowledged".into())
     }
 
+    /// Keeps the endpoint open after the server's end message until frames
+    /// stop arriving: when the acknowledgment of that message is lost, the
+    /// server sends it again and its handshake needs the answer.
+    fn linger(&self) {
+        let quiet = Duration::from_millis(600);
+        let until = Instant::now() + Duration::from_secs(3);
+        let (mut seen, mut since) = (self.ep.counters().frames_received, Instant::now());
+        while Instant::now() < until && since.elapsed() < quiet {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = self.ep.counters().frames_received;
+            if now != seen {
+                (seen, since) = (now, Instant::now());
+            }
+        }
+    }
+
     fn client(&mut self, a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
         self.ep.recv(Some(self.peer), END, 0, 64, END_RECV).map_err(|e| e.to_string())?;
         let secs = Duration::from_secs_f64(a.secs.max(0.0));
@@ -378,6 +401,7 @@ impl Worker {
                 _ => {}
             }
         }
+        self.linger();
         if a.pattern == Pattern::Stream && (acked != sent || self.errors > 0) {
             return Err(format!("{acked} of {sent} messages acknowledged, {} errors", self.errors));
         }
@@ -396,6 +420,9 @@ impl Worker {
             lat.sort_unstable();
             let q = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied();
             line["lat_ns"] = json!({"p50": q(0.5), "p99": q(0.99), "max": lat.last().copied()});
+            // Replies received and byte-checked, so a caller sees each one matched.
+            line["messages_received"] = json!(self.received);
+            line["corrupt"] = json!(self.corrupt);
         } else {
             line["mbit_s"] = json!(bytes as f64 * 8.0 / elapsed / 1e6);
             if a.pattern == Pattern::Bidir {
