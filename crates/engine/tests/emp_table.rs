@@ -181,8 +181,16 @@ fn rejects_what_the_design_forbids() {
     assert_eq!(rejected_at(Receiver, &[Accept { seq: 0 }, Accept { seq: 2 }], &P), 1);
     // Acknowledging beyond what was accepted.
     assert_eq!(rejected_at(Receiver, &[Accept { seq: 0 }, AckOut { next: 2 }], &P), 1);
-    // More than a group accepted without an ack.
-    assert_eq!(rejected_at(Receiver, &[Accept { seq: 0 }, Accept { seq: 1 }, Accept { seq: 2 }], &P), 2);
+    // More than a window accepted without an ack: no sender within its
+    // window sends that many past the last ack.
+    let five: Vec<FlowEvent> = (0..5).map(|seq| Accept { seq }).collect();
+    assert_eq!(rejected_at(Receiver, &five, &P), 4);
+    // Going back to a frame not yet transmitted, or already acknowledged.
+    assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, GoBack { seq: 1 }], &P), 1);
+    assert_eq!(
+        rejected_at(Sender, &[SendNew { seq: 0 }, SendNew { seq: 1 }, AckIn { next: 1 }, GoBack { seq: 0 }], &P),
+        3
+    );
     // A second NAK for the same gap.
     let t = [Gap { seq: 1 }, NakOut { next: 0 }, Gap { seq: 2 }, NakOut { next: 0 }];
     assert_eq!(rejected_at(Receiver, &t, &P), 3);
@@ -215,4 +223,32 @@ fn violation_names_the_state_before_the_event() {
     assert_eq!(v.event, AckOut { next: 3 });
     assert_eq!((v.state.exp, v.state.since), (1, 1));
     assert!(v.reason.contains("guard"), "{}", v.reason);
+}
+
+#[test]
+fn an_ack_owed_in_a_batch_names_the_frames_accepted_by_the_time_it_is_sent() {
+    // The group fills at frame 1, but the ack goes out after the batch's
+    // frame 2 and names 3.
+    let r = receiver_ok(&[Accept { seq: 0 }, Accept { seq: 1 }, Accept { seq: 2 }, AckOut { next: 3 }], &P);
+    assert_eq!((r.exp, r.since), (3, 0));
+}
+
+#[test]
+fn frames_the_socket_refused_go_back() {
+    // Frames 2 and 3 did not reach the wire: the sender goes back to 2.
+    let s = sender_ok(
+        &[
+            SendNew { seq: 0 },
+            SendNew { seq: 1 },
+            SendNew { seq: 2 },
+            SendNew { seq: 3 },
+            GoBack { seq: 2 },
+            AckIn { next: 2 },
+            Resend { seq: 2 },
+            Resend { seq: 3 },
+            AckIn { next: 4 },
+        ],
+        &P,
+    );
+    assert_eq!((s.base, s.ptr, s.top), (4, 4, 4));
 }

@@ -6,12 +6,13 @@
  *   AckIn      sender: cumulative ack in [base, top] -> release the frames below it; no resend of released frames
  *   NakIn      sender: NAK in [base, top] -> release the frames below it and go back to it
  *   Timeout    sender: timer fired with frames unacknowledged -> go back to the oldest
+ *   GoBack     sender: frames from one in [base, ptr) on never reached the wire -> send them again from there
  *   GiveUp     sender: deadline passed without progress -> the unacknowledged frames complete with an error
- *   Accept     receiver: the expected frame, fewer than G accepted since the last ack -> accept it
+ *   Accept     receiver: the expected frame, fewer than W accepted since the last ack or NAK -> accept it
  *   Duplicate  receiver: a frame no sender within the window can send as new -> duplicate, dropped (and acked)
  *   Gap        receiver: a frame above the expected one, within the window -> gap, dropped
  *   Unmatched  receiver: the expected first frame of a message matches no posted receive -> dropped, not acked
- *   AckOut     receiver: acknowledge every frame below the expected one
+ *   AckOut     receiver: acknowledge every frame below the expected one, as of the moment the ack is sent
  *   NakOut     receiver: a gap and no NAK out for it yet -> NAK naming the expected frame (once per gap)
  */
 #define N 6
@@ -40,7 +41,7 @@ byte data_drops, ack_drops;   /* frames lost or unmatched; acks or NAKs lost */
 bool misdelivered;            /* a frame accepted that is not the flow's next */
 bool stall_with_gap;          /* a gap left for the timer to repair */
 
-#define table_invariants (((ptr - base) <= (top - base)) && ((top - ptr) <= (top - base)) && ((top - base) <= W) && (since <= G))
+#define table_invariants (((ptr - base) <= (top - base)) && ((top - ptr) <= (top - base)) && ((top - base) <= W) && (since <= W))
 
 inline send_data(s, id) {
   if
@@ -105,7 +106,7 @@ end:
   :: data?f,id ->
      atomic {
      if
-     :: (((((f) % S + S - (exp) % S) % S) == 0) && (since < G)) ->
+     :: (((((f) % S + S - (exp) % S) % S) == 0) && (since < W)) ->
         if :: id != exp -> misdelivered = true :: else -> skip fi; exp = (exp + 1); since = (since + 1); gap_seen = 0; nak_sent = 0;
         printf("@@ receiver Accept %d (#%d)  exp=%d\n", f, id, exp);
         if

@@ -10,6 +10,11 @@
 //! frame carries its true index beside its wire sequence number, so a stale
 //! frame accepted as new is seen).
 //!
+//! The table's `GoBack` row has no step in the model: it follows frames the
+//! socket did not take, which the receiver never sees, and sends them again
+//! from there, which the channel cannot tell from their first sending (a
+//! frame the socket refuses is, to the model, a frame the channel loses).
+//!
 //! The retransmission timer fires in two ways. Spin's `timeout` (no process
 //! can move: every frame in flight is gone) is the timer of a sender whose
 //! timeout exceeds the round trip, and may fire any number of times. An early

@@ -141,7 +141,7 @@ pub const EMP_PROPERTIES: [Property; 6] = [
         Expect::Holds,
         "the sender releases only frames the receiver has accepted",
     ),
-    prop("table_invariants_hold", Mode::Safety, Expect::Holds, "base <= ptr <= top, top - base <= W, since <= G"),
+    prop("table_invariants_hold", Mode::Safety, Expect::Holds, "base <= ptr <= top, top - base <= W, since <= W"),
     prop(
         "gap_repaired_by_nak",
         Mode::Safety,

@@ -233,6 +233,12 @@ impl EmpEndpoint {
         lock(&self.shared.published).peers.get(&peer).copied()
     }
 
+    /// The events recorded (with [`EmpConfig::record_events`]) by the flows
+    /// to and from `peer` since the last call: (sender side, receiver side).
+    pub fn take_flow_events(&self, peer: PeerId) -> crate::emp::runtime::FlowTraces {
+        lock(&self.rt).take_flow_events(peer)
+    }
+
     /// Stops the engine thread and joins it; pending sends and posted
     /// receives complete as closed (still readable with `poll`).
     pub fn shutdown(&mut self) {

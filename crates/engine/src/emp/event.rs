@@ -29,6 +29,9 @@ pub enum FlowEvent {
     NakIn { next: u32 },
     /// Sender: the retransmission timer fired with frames unacknowledged.
     Timeout,
+    /// Sender: frames from `seq` on were not transmitted after all (the
+    /// socket's buffer was full) and are sent again next.
+    GoBack { seq: u32 },
     /// Sender: gave up on the flow after its deadline; unacknowledged
     /// messages complete with an error.
     GiveUp,

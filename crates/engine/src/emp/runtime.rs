@@ -303,3 +303,14 @@ fn on_datagram(
         Some(Incoming::Data(..)) | None => {}
     }
 }
+
+impl Runtime {
+    /// The recorded events of the flows to and from `peer`: (sender side,
+    /// receiver side), emptied.
+    pub fn take_flow_events(&mut self, peer: PeerId) -> FlowTraces {
+        (self.send.take_events(peer), self.recv.take_events(peer))
+    }
+}
+
+/// One peer's recorded traces: the sender side's, the receiver side's.
+pub type FlowTraces = (Vec<crate::emp::event::FlowEvent>, Vec<crate::emp::event::FlowEvent>);

@@ -494,3 +494,18 @@ pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch) {
         }
     }
 }
+
+/// The recorded traces of one peer's flows, for the transition table's checker.
+impl SendSide {
+    /// The events the flow to `peer` recorded so far, emptied.
+    pub fn take_events(&mut self, peer: PeerId) -> Vec<crate::emp::event::FlowEvent> {
+        self.peers.get_mut(&peer).map(|p| p.flow.take_events()).unwrap_or_default()
+    }
+}
+
+impl RecvSide {
+    /// The events the flow from `peer` recorded so far, emptied.
+    pub fn take_events(&mut self, peer: PeerId) -> Vec<crate::emp::event::FlowEvent> {
+        self.peers.get_mut(&peer).map(|p| p.flow.take_events()).unwrap_or_default()
+    }
+}

@@ -30,6 +30,7 @@ pub enum Kind {
     AckIn,
     NakIn,
     Timeout,
+    GoBack,
     GiveUp,
     Accept,
     Duplicate,
@@ -41,12 +42,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::SendNew,
         Kind::Resend,
         Kind::AckIn,
         Kind::NakIn,
         Kind::Timeout,
+        Kind::GoBack,
         Kind::GiveUp,
         Kind::Accept,
         Kind::Duplicate,
@@ -59,7 +61,9 @@ impl Kind {
     /// The side that performs events of this kind.
     pub fn side(self) -> Side {
         match self {
-            Kind::SendNew | Kind::Resend | Kind::AckIn | Kind::NakIn | Kind::Timeout | Kind::GiveUp => Side::Sender,
+            Kind::SendNew | Kind::Resend | Kind::AckIn | Kind::NakIn | Kind::Timeout | Kind::GoBack | Kind::GiveUp => {
+                Side::Sender
+            }
             _ => Side::Receiver,
         }
     }
@@ -72,6 +76,7 @@ impl Kind {
             Kind::AckIn => FlowEvent::AckIn { next: p },
             Kind::NakIn => FlowEvent::NakIn { next: p },
             Kind::Timeout => FlowEvent::Timeout,
+            Kind::GoBack => FlowEvent::GoBack { seq: p },
             Kind::GiveUp => FlowEvent::GiveUp,
             Kind::Accept => FlowEvent::Accept { seq: p },
             Kind::Duplicate => FlowEvent::Duplicate { seq: p },
@@ -91,6 +96,7 @@ pub fn kind(e: &FlowEvent) -> Kind {
         FlowEvent::AckIn { .. } => Kind::AckIn,
         FlowEvent::NakIn { .. } => Kind::NakIn,
         FlowEvent::Timeout => Kind::Timeout,
+        FlowEvent::GoBack { .. } => Kind::GoBack,
         FlowEvent::GiveUp => Kind::GiveUp,
         FlowEvent::Accept { .. } => Kind::Accept,
         FlowEvent::Duplicate { .. } => Kind::Duplicate,
@@ -109,7 +115,8 @@ pub fn param(e: &FlowEvent) -> Option<u32> {
         | FlowEvent::Accept { seq }
         | FlowEvent::Duplicate { seq }
         | FlowEvent::Gap { seq }
-        | FlowEvent::Unmatched { seq } => Some(seq),
+        | FlowEvent::Unmatched { seq }
+        | FlowEvent::GoBack { seq } => Some(seq),
         FlowEvent::AckIn { next }
         | FlowEvent::NakIn { next }
         | FlowEvent::AckOut { next }
@@ -318,6 +325,12 @@ pub fn table() -> Table {
             doc: "sender: timer fired with frames unacknowledged -> go back to the oldest",
         },
         Rule {
+            kind: Kind::GoBack,
+            guard: cmp(dist(v(Base), Term::Param), Op::Lt, sub(v(Ptr), v(Base))),
+            effects: vec![set(Ptr, Term::Add(Box::new(v(Base)), Box::new(dist(v(Base), Term::Param))))],
+            doc: "sender: frames from one in [base, ptr) on never reached the wire -> send them again from there",
+        },
+        Rule {
             kind: Kind::GiveUp,
             guard: cmp(sub(v(Top), v(Base)), Op::Ge, c(1)),
             effects: vec![set(Base, v(Top)), set(Ptr, v(Top))],
@@ -325,9 +338,13 @@ pub fn table() -> Table {
         },
         Rule {
             kind: Kind::Accept,
-            guard: Cond::All(vec![at(Exp), cmp(v(Since), Op::Lt, Term::AckGroup)]),
+            // An owed ack goes out once per batch of received frames, so
+            // more than G frames may be accepted before it; the sender's
+            // window bounds them: it sent frame `exp` below `base + W`, and
+            // `base` is at most the `next` of the last ack sent.
+            guard: Cond::All(vec![at(Exp), cmp(v(Since), Op::Lt, Term::Window)]),
             effects: vec![set(Exp, plus1(Exp)), set(Since, plus1(Since)), set(GapSeen, c(0)), set(NakSent, c(0))],
-            doc: "receiver: the expected frame, fewer than G accepted since the last ack -> accept it",
+            doc: "receiver: the expected frame, fewer than W accepted since the last ack or NAK -> accept it",
         },
         Rule {
             kind: Kind::Duplicate,
@@ -351,7 +368,7 @@ pub fn table() -> Table {
             kind: Kind::AckOut,
             guard: at(Exp),
             effects: vec![set(Since, c(0))],
-            doc: "receiver: acknowledge every frame below the expected one",
+            doc: "receiver: acknowledge every frame below the expected one, as of the moment the ack is sent",
         },
         Rule {
             kind: Kind::NakOut,
@@ -369,7 +386,7 @@ pub fn table() -> Table {
             ("base_le_ptr", cmp(sub(v(Ptr), v(Base)), Op::Le, sub(v(Top), v(Base)))),
             ("ptr_le_top", cmp(sub(v(Top), v(Ptr)), Op::Le, sub(v(Top), v(Base)))),
             ("window", cmp(sub(v(Top), v(Base)), Op::Le, Term::Window)),
-            ("ack_group", cmp(v(Since), Op::Le, Term::AckGroup)),
+            ("ack_window", cmp(v(Since), Op::Le, Term::Window)),
         ],
     }
 }
@@ -627,7 +644,7 @@ mod tests {
     fn promela_rendering() {
         let t = table();
         let g = render_cond(&t.rule(Kind::Accept).guard, "f");
-        assert_eq!(g, "(((((f) % S + S - (exp) % S) % S) == 0) && (since < G))");
+        assert_eq!(g, "(((((f) % S + S - (exp) % S) % S) == 0) && (since < W))");
         assert_eq!(render_effects(t.rule(Kind::Timeout), "f"), " ptr = base;");
         let e = render_effects(t.rule(Kind::AckIn), "v");
         assert!(e.contains("ptr = (ptr > base -> ptr : base);"), "{e}");

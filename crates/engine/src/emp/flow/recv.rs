@@ -41,11 +41,13 @@ pub struct RecvCounters {
     pub naks_sent: u64,
 }
 
-/// An acknowledgment owed to the sender.
+/// An acknowledgment owed to the sender. It names the expected frame as of
+/// the moment it is sent, which may be later than the moment it became owed
+/// (the acknowledgment stage runs once per batch of received frames).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Owed {
-    nak: bool,
-    next: u32,
+enum Owed {
+    Ack,
+    Nak,
 }
 
 /// The receiver's state of one flow.
@@ -108,8 +110,8 @@ impl RecvFlow {
         if before(h.seq, self.expected) {
             self.counters.duplicates += 1;
             self.record(FlowEvent::Duplicate { seq: h.seq });
-            if !matches!(self.owed, Some(Owed { nak: true, next }) if next == self.expected) {
-                self.owed = Some(Owed { nak: false, next: self.expected });
+            if self.owed != Some(Owed::Nak) {
+                self.owed = Some(Owed::Ack);
             }
             Verdict::Duplicate
         } else {
@@ -117,7 +119,7 @@ impl RecvFlow {
             self.record(FlowEvent::Gap { seq: h.seq });
             if self.nak_for != Some(self.expected) {
                 self.nak_for = Some(self.expected);
-                self.owed = Some(Owed { nak: true, next: self.expected });
+                self.owed = Some(Owed::Nak);
             }
             Verdict::Gap
         }
@@ -131,9 +133,10 @@ impl RecvFlow {
         self.expected = self.expected.wrapping_add(1);
         self.nak_for = None;
         self.since_ack += 1;
-        if last || self.since_ack >= self.ack_group {
-            self.since_ack = 0;
-            self.owed = Some(Owed { nak: false, next: self.expected });
+        // A NAK still owed names a frame that has now arrived: the gap is
+        // closed, and the answer becomes an ack of everything accepted.
+        if last || self.since_ack >= self.ack_group || self.owed == Some(Owed::Nak) {
+            self.owed = Some(Owed::Ack);
         }
     }
 
@@ -148,14 +151,18 @@ impl RecvFlow {
     pub fn take_control(&mut self) -> Option<(Control, bool)> {
         let o = self.owed.take()?;
         let epoch = self.epoch?;
-        if o.nak {
+        let next = self.expected;
+        // Both are cumulative: the group counts from the last one sent.
+        self.since_ack = 0;
+        let nak = o == Owed::Nak;
+        if nak {
             self.counters.naks_sent += 1;
-            self.record(FlowEvent::NakOut { next: o.next });
+            self.record(FlowEvent::NakOut { next });
         } else {
             self.counters.acks_sent += 1;
-            self.record(FlowEvent::AckOut { next: o.next });
+            self.record(FlowEvent::AckOut { next });
         }
-        Some((Control { epoch, next: o.next, window: self.window }, o.nak))
+        Some((Control { epoch, next, window: self.window }, nak))
     }
 
     /// True when an acknowledgment is owed.

@@ -56,6 +56,8 @@ pub struct SendCounters {
     /// a later one, ignored.
     pub stale_acks: u64,
     pub timeouts: u64,
+    /// Times frames handed to the socket were not taken and went back.
+    pub go_backs: u64,
     pub give_ups: u64,
     pub messages_acked: u64,
     pub messages_failed: u64,
@@ -218,6 +220,8 @@ impl SendFlow {
     /// buffer): transmit them again next.
     pub fn unsend(&mut self, seq: u32) {
         if before_eq(self.una, seq) && before(seq, self.nxt) {
+            self.counters.go_backs += 1;
+            self.record(FlowEvent::GoBack { seq });
             self.go_back(seq);
         }
     }
