@@ -237,7 +237,7 @@ impl Runtime {
                 self.blocked = true;
                 return false;
             }
-            if !(frames && self.send.has_frame()) && !(acks && self.recv.owes()) {
+            if !((frames && self.send.has_frame()) || (acks && self.recv.owes())) {
                 return false;
             }
         }
