@@ -67,8 +67,7 @@ pub struct EmpArgs {
     /// How long the client drives the pattern (seconds).
     #[arg(long)]
     pub secs: f64,
-    /// Step placement; the steps run on one engine thread (`base`) until
-    /// the other schemes exist.
+    /// Step placement on engine threads (paper 003, Table 2).
     #[arg(long, value_enum, default_value = "base")]
     pub scheme: Scheme,
     /// Frames in flight per flow.
@@ -86,6 +85,17 @@ fn scheme_name(s: Scheme) -> &'static str {
         Scheme::Ro => "ro",
         Scheme::Dsr => "dsr",
         Scheme::Sr => "sr",
+    }
+}
+
+fn engine_scheme(s: Scheme) -> eudp_engine::emp::Scheme {
+    use eudp_engine::emp::Scheme as E;
+    match s {
+        Scheme::Base => E::Base,
+        Scheme::So => E::SendOnly,
+        Scheme::Ro => E::ReceiveOnly,
+        Scheme::Dsr => E::DedicatedSendReceive,
+        Scheme::Sr => E::SendReceive,
     }
 }
 
@@ -149,10 +159,7 @@ fn run(a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
     if a.size > eudp_wire::emp::MAX_MESSAGE as usize {
         return Err(format!("--size {} is over the 16 MiB EMP maximum", a.size));
     }
-    if a.scheme != Scheme::Base {
-        eprintln!("eudp worker emp: scheme {} runs as base (one engine thread) in this build", scheme_name(a.scheme));
-    }
-    let mut cfg = EmpConfig::default();
+    let mut cfg = EmpConfig { scheme: engine_scheme(a.scheme), ..EmpConfig::default() };
     if let Some(w) = a.window {
         cfg.window = w;
     }

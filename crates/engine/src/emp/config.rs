@@ -1,5 +1,6 @@
 //! The knobs of an EMP endpoint and its flows.
 
+use crate::emp::scheme::Scheme;
 use std::time::Duration;
 
 /// Bytes of IPv4 and UDP headers below every EMP frame.
@@ -32,6 +33,8 @@ pub struct EmpConfig {
     pub unexpected_bytes: usize,
     /// Record each flow's events (for the transition table's checker).
     pub record_events: bool,
+    /// Where the protocol's steps run: one engine thread or two.
+    pub scheme: Scheme,
 }
 
 impl Default for EmpConfig {
@@ -47,6 +50,7 @@ impl Default for EmpConfig {
             unexpected_messages: 0,
             unexpected_bytes: 0,
             record_events: false,
+            scheme: Scheme::Base,
         }
     }
 }

@@ -11,7 +11,9 @@ use crate::emp::config::EmpConfig;
 use crate::emp::counters::EmpCounters;
 use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
+use crate::emp::runtime::staged::drive_staged;
 use crate::emp::runtime::{drive, Runtime, EV_EXCLUSIVE};
+use crate::emp::scheme::{Scheme, StageSet};
 use crate::emp::shared::{Command, Shared};
 use crate::sys::epoll::{Epoll, EDGE, EV_IN};
 use crate::sys::sync::{lock, try_lock};
@@ -47,7 +49,10 @@ pub struct EmpEndpoint {
     /// What a waiting thread sleeps on: the socket (one waiter woken per
     /// event, edge-triggered) and the completion queue's descriptor.
     waiter: Epoll,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
+    scheme: Scheme,
+    /// The stages of each engine thread.
+    placement: Vec<StageSet>,
     local: SocketAddr,
     peers: Mutex<HashMap<PeerId, PeerSlot>>,
     next_peer: AtomicU32,
@@ -72,28 +77,52 @@ impl EmpEndpoint {
         waiter.add(rt.socket_fd(), 0, EV_IN | EV_EXCLUSIVE | EDGE)?;
         waiter.add_readable(shared.cq.fd(), 1)?;
         let rt = Arc::new(Mutex::new(rt));
-        let (stopper, engine_rt) = (shared.clone(), rt.clone());
-        let thread = std::thread::Builder::new().name("eudp-emp".into()).spawn(move || {
-            let body = || drive(&stopper, &engine_rt);
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
-            if let Ok(Err(e)) = &r {
-                crate::log::write(crate::log::Level::Error, format_args!("EMP engine thread failed: {e}"));
-                stopper.request_stop();
+        let placement = cfg.scheme.threads();
+        let mut threads = Vec::new();
+        for me in 0..placement.len() {
+            let (stopper, engine_rt, sets) = (shared.clone(), rt.clone(), placement.clone());
+            let scheme = cfg.scheme;
+            let name = if scheme == Scheme::Base { "eudp-emp".to_string() } else { format!("eudp-emp-{scheme}-{me}") };
+            let spawned = std::thread::Builder::new().name(name).spawn(move || {
+                let body = || {
+                    if scheme == Scheme::Base {
+                        drive(&stopper, &engine_rt)
+                    } else {
+                        drive_staged(&stopper, &engine_rt, me, &sets)
+                    }
+                };
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+                if let Ok(Err(e)) = &r {
+                    crate::log::write(crate::log::Level::Error, format_args!("EMP engine thread failed: {e}"));
+                    stopper.request_stop();
+                }
+                if let Err(p) = r {
+                    let msg = p.downcast_ref::<&str>().copied().or(p.downcast_ref::<String>().map(|s| s.as_str()));
+                    crate::log::write(
+                        crate::log::Level::Error,
+                        format_args!("EMP engine thread panicked: {}", msg.unwrap_or("?")),
+                    );
+                    stopper.request_stop();
+                }
+            });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    shared.request_stop();
+                    for t in threads.drain(..) {
+                        let _ = t.join();
+                    }
+                    return Err(e);
+                }
             }
-            if let Err(p) = r {
-                let msg = p.downcast_ref::<&str>().copied().or(p.downcast_ref::<String>().map(|s| s.as_str()));
-                crate::log::write(
-                    crate::log::Level::Error,
-                    format_args!("EMP engine thread panicked: {}", msg.unwrap_or("?")),
-                );
-                stopper.request_stop();
-            }
-        })?;
+        }
         Ok(EmpEndpoint {
             shared,
             rt,
             waiter,
-            thread: Some(thread),
+            threads,
+            scheme: cfg.scheme,
+            placement,
             local,
             peers: Mutex::new(HashMap::new()),
             next_peer: AtomicU32::new(0),
@@ -181,7 +210,11 @@ impl EmpEndpoint {
     fn progress(&self) -> bool {
         match try_lock(&self.rt) {
             Some(mut rt) => {
-                rt.round(Instant::now(), false);
+                if self.scheme == Scheme::Base {
+                    rt.round(Instant::now(), false);
+                } else {
+                    rt.staged_round(Instant::now(), StageSet::ALL, None, &self.placement);
+                }
                 true
             }
             None => {
@@ -242,10 +275,23 @@ impl EmpEndpoint {
     /// Stops the engine thread and joins it; pending sends and posted
     /// receives complete as closed (still readable with `poll`).
     pub fn shutdown(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.shared.request_stop();
+        if self.threads.is_empty() {
+            return;
+        }
+        self.shared.request_stop();
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // The base scheme's thread closes the runtime as it leaves; with
+        // two threads, neither may close while the other still runs.
+        if self.scheme != Scheme::Base {
+            lock(&self.rt).close();
+        }
+    }
+
+    /// Where this endpoint runs the protocol's steps.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
     }
 }
 

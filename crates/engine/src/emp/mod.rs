@@ -12,7 +12,10 @@
 //! * [`completion`] — completions and the pollable completion queue.
 //! * [`counters`] — per-peer and per-endpoint counters.
 //! * [`config`] — [`config::EmpConfig`], the endpoint's and flows' knobs.
-//! * [`runtime`] — the engine thread of the base scheme.
+//! * [`runtime`] — the engine thread of the base scheme; its child
+//!   `staged` runs the two engine threads of the other schemes.
+//! * [`scheme`] — [`scheme::Scheme`] and its table of stages per thread.
+//! * [`handoff`] — the bounded queues between the stages of two threads.
 //! * [`stages`] — the seven steps of the protocol over separate send-side
 //!   and receive-side state.
 //! * [`transmit`] — the transmit batch (`sendmmsg`, GSO runs).
@@ -29,9 +32,11 @@ pub mod counters;
 pub mod endpoint;
 pub mod event;
 pub mod flow;
+pub mod handoff;
 pub mod matching;
 pub mod peer;
 pub mod runtime;
+pub mod scheme;
 pub mod shared;
 pub mod stages;
 pub mod table;
@@ -42,3 +47,4 @@ pub use config::EmpConfig;
 pub use counters::EmpCounters;
 pub use endpoint::EmpEndpoint;
 pub use peer::PeerId;
+pub use scheme::{Scheme, Stage};

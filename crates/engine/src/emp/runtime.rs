@@ -9,7 +9,9 @@
 use crate::backend::kernel::{InMeta, UdpSocket};
 use crate::emp::completion::Completion;
 use crate::emp::counters::EmpCounters;
+use crate::emp::handoff::Handoff;
 use crate::emp::peer::PeerId;
+use crate::emp::scheme::{Stage, StageSet};
 use crate::emp::shared::{Command, Published, Shared};
 use crate::emp::stages::{self, Incoming, RecvSide, SendSide};
 use crate::emp::transmit::TxBatch;
@@ -27,6 +29,8 @@ use std::time::{Duration, Instant};
 pub const EV_EXCLUSIVE: u32 = libc::EPOLLEXCLUSIVE as u32;
 /// While the socket's buffer is full, the engine retries this often.
 const BLOCKED_RETRY: Duration = Duration::from_micros(200);
+
+pub mod staged;
 
 const SOCKET: u64 = 0;
 const DOORBELL: u64 = 1;
@@ -61,6 +65,8 @@ pub struct Runtime {
     last_publish: Instant,
     /// When the engine thread wakes next by itself (`None`: only on an event).
     planned: Option<Instant>,
+    /// Frames between the stages of two engine threads (two-thread schemes).
+    handoff: Handoff,
 }
 
 /// What a round leaves: more to do at once, or the next timer.
@@ -92,6 +98,7 @@ impl Runtime {
             dirty: true,
             last_publish: Instant::now(),
             planned: None,
+            handoff: Handoff::default(),
         })
     }
 
@@ -111,7 +118,7 @@ impl Runtime {
             self.dirty = true;
             stages::send_timers(&mut self.send, now, &mut self.done);
         }
-        let more_tx = self.transmit(now);
+        let more_tx = self.transmit(now, StageSet::ALL);
         let busy = more_rx || more_tx;
         // Counters go out before the completions they account for.
         if !self.done.is_empty() || (self.dirty && (!busy || now.duration_since(self.last_publish) >= PUBLISH_EVERY)) {
@@ -203,12 +210,16 @@ impl Runtime {
         true
     }
 
-    /// Steps 7 and 2 into batches, flushed until nothing is left to send
-    /// or the socket is full; true when frames remain that could go now.
-    fn transmit(&mut self, now: Instant) -> bool {
+    /// Steps 7 and 2 (those of `set`) into batches, flushed until nothing
+    /// is left to send or the socket is full; true when frames remain that
+    /// could go now.
+    fn transmit(&mut self, now: Instant, set: StageSet) -> bool {
+        let (acks, frames) = (set.has(Stage::SendAcknowledgment), set.has(Stage::Transmission));
         for _ in 0..64 {
-            stages::send_acknowledgment(&mut self.recv, &mut self.tx);
-            if !self.blocked {
+            if acks {
+                stages::send_acknowledgment(&mut self.recv, &mut self.tx);
+            }
+            if frames && !self.blocked {
                 stages::transmission(&mut self.send, &mut self.tx, now);
             }
             if self.tx.is_empty() || self.blocked {
@@ -226,7 +237,7 @@ impl Runtime {
                 self.blocked = true;
                 return false;
             }
-            if !self.send.has_frame() && !self.recv.owes() {
+            if !((frames && self.send.has_frame()) || (acks && self.recv.owes())) {
                 return false;
             }
         }

@@ -59,6 +59,9 @@ pub struct Shared {
     pub cq: CompletionQueue,
     pub published: Mutex<Published>,
     pub stop: AtomicBool,
+    /// One doorbell per engine thread of a two-thread scheme: rung when
+    /// the other thread leaves work for its stages.
+    pub wake: [EventFd; 2],
 }
 
 impl Shared {
@@ -70,6 +73,7 @@ impl Shared {
             cq: CompletionQueue::new()?,
             published: Mutex::new(Published::default()),
             stop: AtomicBool::new(false),
+            wake: [EventFd::new()?, EventFd::new()?],
         })
     }
 
@@ -102,6 +106,9 @@ impl Shared {
     pub fn request_stop(&self) {
         self.stop.store(true, Relaxed);
         self.doorbell.set();
+        for w in &self.wake {
+            w.set();
+        }
     }
 
     pub fn stopping(&self) -> bool {

@@ -1,0 +1,211 @@
+//! The rounds of the two-thread schemes (SO, RO, DSR, SR): each engine
+//! thread runs the stages [`crate::emp::scheme::Scheme::placement`] gives
+//! it. The send side and the receive side stay separate structures; the
+//! threads meet in the runtime's one lock, where the hand-off queues
+//! ([`crate::emp::handoff`]) carry frames from one thread's stage to the
+//! other's, and each thread sleeps on its own eventfd until the other
+//! leaves it work. An application thread's round runs every stage, the
+//! queues first, so that it continues the pipeline where the engine
+//! threads left it.
+
+use super::{Round, Runtime, BLOCKED_RETRY, DOORBELL, PUBLISH_EVERY, RX_BATCH, RX_BUF, RX_ROUNDS, SOCKET, TIMER};
+use crate::emp::scheme::{Stage, StageSet};
+use crate::emp::shared::Shared;
+use crate::emp::stages::{self, Incoming};
+use crate::sys::epoll::{Epoll, EV_IN};
+use crate::sys::poll::poll_writable;
+use crate::sys::sync::lock;
+use eudp_wire::emp::{self, Frame};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const WAKE: u64 = 3;
+/// Datagrams one receive batch can carry (GRO super-packets of up to 64
+/// segments each).
+const RX_BATCH_FRAMES: usize = RX_BATCH * 64;
+
+impl Runtime {
+    /// One round of the stages in `set` at `now`. `me` is the engine
+    /// thread's index in `threads` (`None`: an application thread, which
+    /// runs every stage). The other threads are woken when the round
+    /// leaves work for their stages.
+    pub fn staged_round(&mut self, now: Instant, set: StageSet, me: Option<usize>, threads: &[StageSet]) -> Round {
+        if set.has(Stage::SendBookkeeping) {
+            self.take_commands(now);
+            if self.send.wake_at().is_some_and(|w| w <= now) {
+                self.dirty = true;
+                stages::send_timers(&mut self.send, now, &mut self.done);
+            }
+        }
+        let more_rx = set.has(Stage::ReceiveFrame) && self.receive_staged();
+        self.drain_queues(set, now);
+        let more_tx = self.transmit(now, set);
+        let busy = more_rx || more_tx;
+        if !self.done.is_empty() || (self.dirty && (!busy || now.duration_since(self.last_publish) >= PUBLISH_EVERY)) {
+            self.publish(now);
+        }
+        self.shared.cq.push_all(&mut self.done);
+        let timers = set.has(Stage::SendBookkeeping);
+        let r = Round { busy, wake_at: if timers { self.send.wake_at() } else { None } };
+        for (i, &other) in threads.iter().enumerate() {
+            if Some(i) != me && self.pending(other) {
+                self.shared.wake[i].set();
+            }
+        }
+        if me == Some(0) {
+            self.planned = if busy { Some(now) } else { r.wake_at };
+        } else if me.is_none() {
+            if busy || self.blocked {
+                self.shared.wake[0].set();
+                self.shared.wake[1].set();
+            } else if let Some(w) = r.wake_at.filter(|&w| self.planned.is_none_or(|p| w < p)) {
+                self.planned = Some(w);
+                self.shared.timer.set(Some(w.saturating_duration_since(now)));
+            }
+        }
+        r
+    }
+
+    /// True when the stages of `set` have work waiting that another
+    /// thread left them.
+    fn pending(&self, set: StageSet) -> bool {
+        let h = &self.handoff;
+        (set.has(Stage::Transmission) && !self.blocked && self.send.has_frame())
+            || (set.has(Stage::ReceiveAcknowledgment) && !h.acks.is_empty())
+            || (set.has(Stage::ReceiveBookkeeping) && !h.data.is_empty())
+            || (set.has(Stage::ReceiveFrame) && h.rx_stalled && h.has_room(RX_BATCH_FRAMES))
+            || (set.has(Stage::Receiving) && !h.accepted.is_empty())
+            || (set.has(Stage::SendAcknowledgment) && !self.blocked && self.recv.owes())
+    }
+
+    /// Step 5: reads what the socket holds into the hand-off queues while
+    /// they have room; true when a full batch suggests more is waiting.
+    fn receive_staged(&mut self) -> bool {
+        for _ in 0..RX_ROUNDS {
+            if !self.handoff.has_room(RX_BATCH_FRAMES) {
+                self.handoff.rx_stalled = true;
+                return false;
+            }
+            self.handoff.rx_stalled = false;
+            let n = match self.sock.recv_batch(&mut self.rx_bufs, &mut self.rx_meta) {
+                Ok(n) => n,
+                Err(_) => return false,
+            };
+            if n > 0 {
+                self.dirty = true;
+            }
+            for i in 0..n {
+                let m = self.rx_meta[i];
+                let Some(src) = m.src else { continue };
+                let bytes = &self.rx_bufs[i][..m.len.min(RX_BUF)];
+                let seg = m.segment.filter(|&s| s > 0).unwrap_or(bytes.len().max(1));
+                let mut dgrams: Vec<&[u8]> = bytes.chunks(seg).collect();
+                if bytes.is_empty() {
+                    dgrams.push(bytes);
+                }
+                for dgram in dgrams {
+                    match stages::receive_frame(&mut self.recv, src, dgram) {
+                        Some(Incoming::Data(peer, _)) => self.handoff.data.push_back((peer, dgram.to_vec())),
+                        Some(Incoming::Control(peer, c, nak)) => self.handoff.acks.push_back((peer, c, nak)),
+                        None => {}
+                    }
+                }
+            }
+            if n < RX_BATCH {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Steps 3, 4 and 6 (those of `set`) over the queues, in pipeline
+    /// order: step 4 holds a peer's next frame back while step 6 has one
+    /// of that peer's frames still to take.
+    fn drain_queues(&mut self, set: StageSet, now: Instant) {
+        if set.has(Stage::ReceiveAcknowledgment) {
+            while let Some((peer, c, nak)) = self.handoff.acks.pop_front() {
+                self.dirty = true;
+                stages::receive_acknowledgment(&mut self.send, peer, c, nak, now, &mut self.done);
+            }
+        }
+        loop {
+            let mut progress = false;
+            if set.has(Stage::Receiving) {
+                while let Some((peer, bytes)) = self.handoff.accepted.pop_front() {
+                    progress = true;
+                    if let Ok(Frame::Data(d)) = emp::parse(&bytes) {
+                        stages::receiving(&mut self.recv, peer, &d, &mut self.done);
+                    }
+                }
+            }
+            if set.has(Stage::ReceiveBookkeeping) {
+                while let Some(&(peer, _)) = self.handoff.data.front() {
+                    if self.handoff.accepting(peer) {
+                        break;
+                    }
+                    let (peer, bytes) = self.handoff.data.pop_front().expect("present above");
+                    progress = true;
+                    let taken = match emp::parse(&bytes) {
+                        Ok(Frame::Data(d)) => stages::receive_bookkeeping(&mut self.recv, peer, &d, &mut self.done),
+                        _ => false,
+                    };
+                    if taken {
+                        self.handoff.accepted.push_back((peer, bytes));
+                    }
+                }
+            }
+            if progress {
+                self.dirty = true;
+            }
+            if !progress || !set.has(Stage::Receiving) || !set.has(Stage::ReceiveBookkeeping) {
+                return;
+            }
+        }
+    }
+}
+
+/// Engine thread `me` of a two-thread scheme: rounds of its stages until
+/// the endpoint stops. The endpoint closes the runtime once every engine
+/// thread has returned.
+pub fn drive_staged(shared: &Shared, rt: &Mutex<Runtime>, me: usize, threads: &[StageSet]) -> io::Result<()> {
+    let set = threads[me];
+    let epoll = Epoll::new()?;
+    let fd = lock(rt).socket_fd();
+    if set.has(Stage::ReceiveFrame) {
+        epoll.add(fd, SOCKET, EV_IN | super::EV_EXCLUSIVE)?;
+    }
+    if set.has(Stage::SendBookkeeping) {
+        epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
+        epoll.add_readable(shared.timer.as_raw_fd(), TIMER)?;
+    }
+    epoll.add_readable(shared.wake[me].as_raw_fd(), WAKE)?;
+    let writes = set.has(Stage::Transmission) || set.has(Stage::SendAcknowledgment);
+    let mut ready: Vec<(u64, u32)> = Vec::new();
+    loop {
+        if ready.iter().any(|&(t, _)| t == TIMER) {
+            shared.timer.clear();
+        }
+        shared.wake[me].clear();
+        let (r, blocked) = {
+            let mut g = lock(rt);
+            let r = g.staged_round(Instant::now(), set, Some(me), threads);
+            (r, g.blocked())
+        };
+        if shared.stopping() {
+            break;
+        }
+        let mut timeout =
+            if r.busy { Some(Duration::ZERO) } else { r.wake_at.map(|w| w.saturating_duration_since(Instant::now())) };
+        if blocked && writes {
+            let t = timeout.map_or(BLOCKED_RETRY, |t| t.min(BLOCKED_RETRY));
+            if poll_writable(fd, Some(t)).unwrap_or(false) {
+                lock(rt).writable();
+            }
+            timeout = Some(Duration::ZERO);
+        }
+        let _ = epoll.wait_events(&mut ready, timeout);
+    }
+    Ok(())
+}
