@@ -23,6 +23,9 @@ use std::time::Duration;
 pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 /// Sockets adopted by the engine.
 pub static ACCELERATED: AtomicU64 = AtomicU64::new(0);
+/// Sockets moved to the kernel path because they joined a multicast group
+/// under a transport that leaves multicast to the kernel (tcp, xdp).
+pub static MULTICAST_KERNEL: AtomicU64 = AtomicU64::new(0);
 /// Sockets put on the kernel backend because the xdp transport could not
 /// start (`EUDP_TRANSPORT=xdp`).
 pub static XDP_UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
@@ -136,6 +139,9 @@ struct Report<'a> {
     /// Panics of the shim's calls and of eudp's threads, contained.
     panics: u64,
     fallback_reasons: &'a BTreeMap<String, u64>,
+    /// Of `fallbacks`: sockets that joined a multicast group under a
+    /// transport that leaves multicast to the kernel.
+    multicast_kernel: u64,
     sockets: OpenSockets,
     closed: &'a [SockReport],
     /// Under `EUDP_TRANSPORT=xdp`: the AF_XDP transport's counters, or why
@@ -277,6 +283,7 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         fallbacks: FALLBACKS.load(Relaxed),
         panics: eudp_engine::failure::PANICS.load(Relaxed),
         fallback_reasons: &reasons,
+        multicast_kernel: MULTICAST_KERNEL.load(Relaxed),
         sockets: socks,
         closed: &closed,
         xdp: xdp_report(),

@@ -44,6 +44,10 @@ fn shim_send(
         s.fallback(fd, why);
         return None;
     }
+    if dst.is_some_and(|d| shim::multicast_off_transport(d.ip())) {
+        s.fallback_multicast(fd, "destination");
+        return None;
+    }
     if let Some(r) = s.with_existing_in(t, |ep| ep_send(ep, data, dst, flags)) {
         return Some(r);
     }

@@ -53,18 +53,10 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
             | IP_MULTICAST_LOOP
             | IP_MULTICAST_ALL
             | IP_OPTIONS => Opt::Pass,
-            IP_ADD_MEMBERSHIP
-            | IP_DROP_MEMBERSHIP
-            | IP_ADD_SOURCE_MEMBERSHIP
-            | IP_DROP_SOURCE_MEMBERSHIP
-            | MCAST_JOIN_GROUP
-            | MCAST_LEAVE_GROUP
-            | MCAST_JOIN_SOURCE_GROUP
-            | MCAST_LEAVE_SOURCE_GROUP
-            | MCAST_BLOCK_SOURCE
-            | MCAST_UNBLOCK_SOURCE
-            | IP_BLOCK_SOURCE
-            | IP_UNBLOCK_SOURCE => unsupported("multicast membership (not accelerated yet)"),
+            // The kernel transport reads the program's own kernel socket, so
+            // the kernel keeps the membership and delivers the group's
+            // datagrams to it as to any socket (see `membership`).
+            _ if membership(level, name) => Opt::Pass,
             // The engine keeps the kernel's IP_PKTINFO of every datagram and
             // the shim hands it back in recvmsg.
             IP_PKTINFO => Opt::Pass,
@@ -79,12 +71,8 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
         IPPROTO_IPV6 => match name {
             IPV6_V6ONLY | IPV6_UNICAST_HOPS | IPV6_TCLASS | IPV6_MTU_DISCOVER | IPV6_MULTICAST_IF
             | IPV6_MULTICAST_HOPS | IPV6_MULTICAST_LOOP | IPV6_FREEBIND | IPV6_TRANSPARENT => Opt::Pass,
-            IPV6_ADD_MEMBERSHIP
-            | IPV6_DROP_MEMBERSHIP
-            | MCAST_JOIN_GROUP
-            | MCAST_LEAVE_GROUP
-            | MCAST_JOIN_SOURCE_GROUP
-            | MCAST_LEAVE_SOURCE_GROUP => unsupported("multicast membership (not accelerated yet)"),
+            _ if membership(level, name) => Opt::Pass,
+            29 /* IPV6_MULTICAST_ALL */ => Opt::Pass,
             IPV6_RECVPKTINFO => Opt::Pass,
             _ => {
                 if on {
@@ -95,6 +83,36 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
             }
         },
         _ => unsupported(&format!("level {level} name {name}")),
+    }
+}
+
+/// A multicast membership option (join, leave, block or unblock a source).
+fn membership(level: c_int, name: c_int) -> bool {
+    use libc::*;
+    let mcast = matches!(
+        name,
+        MCAST_JOIN_GROUP
+            | MCAST_LEAVE_GROUP
+            | MCAST_JOIN_SOURCE_GROUP
+            | MCAST_LEAVE_SOURCE_GROUP
+            | MCAST_BLOCK_SOURCE
+            | MCAST_UNBLOCK_SOURCE
+    );
+    match level {
+        IPPROTO_IP => {
+            mcast
+                || matches!(
+                    name,
+                    IP_ADD_MEMBERSHIP
+                        | IP_DROP_MEMBERSHIP
+                        | IP_ADD_SOURCE_MEMBERSHIP
+                        | IP_DROP_SOURCE_MEMBERSHIP
+                        | IP_BLOCK_SOURCE
+                        | IP_UNBLOCK_SOURCE
+                )
+        }
+        IPPROTO_IPV6 => mcast || matches!(name, IPV6_ADD_MEMBERSHIP | IPV6_DROP_MEMBERSHIP),
+        _ => false,
     }
 }
 
@@ -190,6 +208,9 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
                 if let Some(why) = xdp_unsupported(level, name, iv) {
                     kind = Opt::Unsupported(why);
                 }
+            }
+            if membership(level, name) && shim::membership_off_transport() {
+                s.fallback_multicast(fd, "membership");
             }
             if let Opt::Unsupported(why) = &kind {
                 if s.mode() != shim::KERNEL {

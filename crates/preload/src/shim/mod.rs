@@ -13,7 +13,8 @@
 //! (receives and sends on an endpoint), [`attach`] (adoption by the
 //! engine), [`fallback`] (the move to the kernel path), [`lost`] (what a
 //! socket loses on the kernel path), [`fork`], [`report`] (a socket's entry
-//! in the stats report).
+//! in the stats report), [`multicast`] (group members under the tcp and xdp
+//! transports).
 
 mod attach;
 mod fallback;
@@ -21,6 +22,7 @@ mod fork;
 mod generation;
 mod io;
 mod lost;
+mod multicast;
 mod report;
 mod sock;
 mod table;
@@ -30,6 +32,7 @@ pub use fallback::engine_failed;
 pub use fork::*;
 pub use generation::*;
 pub use io::*;
+pub use multicast::*;
 pub use sock::*;
 pub use table::*;
 pub use tls::*;

@@ -1,0 +1,377 @@
+/* Multicast semantics: which sockets receive which group's datagrams,
+ * any-source and source-specific membership, loopback on and off, leaving,
+ * many groups on one socket, a burst to a group, and membership across
+ * fork. `./prog CASE` runs one case inside a network namespace whose
+ * interface MC_IF (default mc0) holds 198.18.200.1/24 and 2001:2:0:c8::1/64
+ * and sends nowhere (a dummy device): every datagram received comes back
+ * through IP_MULTICAST_LOOP. Every line printed must be the same on the
+ * kernel and under libeudp_preload.so (no ports, pids or timings). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__, #c, errno, strerror(errno)); exit(1); } } while (0)
+
+#define PORT 5140
+#define HOST4 "198.18.200.1"
+#define OTHER4 "198.18.200.9"
+#define HOST6 "2001:2:0:c8::1"
+#define OTHER6 "2001:2:0:c8::9"
+
+static const char *ifname(void) {
+    const char *n = getenv("MC_IF");
+    return n ? n : "mc0";
+}
+
+static struct in_addr a4(const char *s) {
+    struct in_addr a;
+    CHECK(inet_pton(AF_INET, s, &a) == 1);
+    return a;
+}
+
+static struct in6_addr a6(const char *s) {
+    struct in6_addr a;
+    CHECK(inet_pton(AF_INET6, s, &a) == 1);
+    return a;
+}
+
+static void setint(int fd, int level, int name, int v) {
+    CHECK(setsockopt(fd, level, name, &v, sizeof v) == 0);
+}
+
+static int getint(int fd, int level, int name) {
+    int v = -1;
+    socklen_t l = sizeof v;
+    CHECK(getsockopt(fd, level, name, &v, &l) == 0);
+    return v;
+}
+
+/* A receiver bound to the wildcard (or `bind_to`) on PORT, sharing the port. */
+static int receiver(int v6, const char *bind_to, int mcast_all) {
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
+    CHECK(fd >= 0);
+    setint(fd, SOL_SOCKET, SO_REUSEADDR, 1);
+    setint(fd, SOL_SOCKET, SO_REUSEPORT, 1);
+    if (v6) {
+        setint(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1);
+        if (!mcast_all) setint(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0);
+        struct sockaddr_in6 b = { .sin6_family = AF_INET6, .sin6_port = htons(PORT), .sin6_addr = in6addr_any };
+        if (bind_to) b.sin6_addr = a6(bind_to);
+        CHECK(bind(fd, (struct sockaddr *)&b, sizeof b) == 0);
+    } else {
+        if (!mcast_all) setint(fd, IPPROTO_IP, IP_MULTICAST_ALL, 0);
+        struct sockaddr_in b = { .sin_family = AF_INET, .sin_port = htons(PORT), .sin_addr.s_addr = htonl(INADDR_ANY) };
+        if (bind_to) b.sin_addr = a4(bind_to);
+        CHECK(bind(fd, (struct sockaddr *)&b, sizeof b) == 0);
+    }
+    /* A first (empty) receive puts the socket on the engine under the shim
+     * before anything arrives. */
+    char c;
+    CHECK(recv(fd, &c, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+    return fd;
+}
+
+static void join4(int fd, const char *g) {
+    struct ip_mreq m = { .imr_multiaddr = a4(g), .imr_interface = a4(HOST4) };
+    CHECK(setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) == 0);
+}
+
+static void leave4(int fd, const char *g) {
+    struct ip_mreq m = { .imr_multiaddr = a4(g), .imr_interface = a4(HOST4) };
+    CHECK(setsockopt(fd, IPPROTO_IP, IP_DROP_MEMBERSHIP, &m, sizeof m) == 0);
+}
+
+static void source4(int fd, int name, const char *g, const char *src) {
+    struct ip_mreq_source m = { .imr_multiaddr = a4(g), .imr_interface = a4(HOST4), .imr_sourceaddr = a4(src) };
+    CHECK(setsockopt(fd, IPPROTO_IP, name, &m, sizeof m) == 0);
+}
+
+/* The protocol-independent forms (MCAST_*), used for IPv6 and for one IPv4 group. */
+static void group_req(int fd, int v6, int name, const char *g) {
+    struct group_req r = { .gr_interface = if_nametoindex(ifname()) };
+    CHECK(r.gr_interface != 0);
+    if (v6) {
+        struct sockaddr_in6 *s = (struct sockaddr_in6 *)&r.gr_group;
+        s->sin6_family = AF_INET6;
+        s->sin6_addr = a6(g);
+    } else {
+        struct sockaddr_in *s = (struct sockaddr_in *)&r.gr_group;
+        s->sin_family = AF_INET;
+        s->sin_addr = a4(g);
+    }
+    CHECK(setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, name, &r, sizeof r) == 0);
+}
+
+static void source_req(int fd, int v6, int name, const char *g, const char *src) {
+    struct group_source_req r = { .gsr_interface = if_nametoindex(ifname()) };
+    if (v6) {
+        struct sockaddr_in6 *s = (struct sockaddr_in6 *)&r.gsr_group, *t = (struct sockaddr_in6 *)&r.gsr_source;
+        s->sin6_family = t->sin6_family = AF_INET6;
+        s->sin6_addr = a6(g);
+        t->sin6_addr = a6(src);
+    } else {
+        struct sockaddr_in *s = (struct sockaddr_in *)&r.gsr_group, *t = (struct sockaddr_in *)&r.gsr_source;
+        s->sin_family = t->sin_family = AF_INET;
+        s->sin_addr = a4(g);
+        t->sin_addr = a4(src);
+    }
+    CHECK(setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, name, &r, sizeof r) == 0);
+}
+
+static void join6(int fd, const char *g) {
+    struct ipv6_mreq m = { .ipv6mr_multiaddr = a6(g), .ipv6mr_interface = if_nametoindex(ifname()) };
+    CHECK(setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &m, sizeof m) == 0);
+}
+
+static void leave6(int fd, const char *g) {
+    struct ipv6_mreq m = { .ipv6mr_multiaddr = a6(g), .ipv6mr_interface = if_nametoindex(ifname()) };
+    CHECK(setsockopt(fd, IPPROTO_IPV6, IPV6_LEAVE_GROUP, &m, sizeof m) == 0);
+}
+
+/* A sender whose group datagrams leave by MC_IF and loop back. */
+static int sender(int v6) {
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
+    CHECK(fd >= 0);
+    if (v6) {
+        setint(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, (int)if_nametoindex(ifname()));
+        setint(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, 1);
+        setint(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 1);
+    } else {
+        struct in_addr i = a4(HOST4);
+        CHECK(setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &i, sizeof i) == 0);
+        setint(fd, IPPROTO_IP, IP_MULTICAST_TTL, 1);
+        setint(fd, IPPROTO_IP, IP_MULTICAST_LOOP, 1);
+    }
+    return fd;
+}
+
+static void send_to(int fd, int v6, const char *g, const char *msg) {
+    ssize_t r;
+    if (v6) {
+        struct sockaddr_in6 d = { .sin6_family = AF_INET6, .sin6_port = htons(PORT), .sin6_addr = a6(g) };
+        r = sendto(fd, msg, strlen(msg), 0, (struct sockaddr *)&d, sizeof d);
+    } else {
+        struct sockaddr_in d = { .sin_family = AF_INET, .sin_port = htons(PORT), .sin_addr = a4(g) };
+        r = sendto(fd, msg, strlen(msg), 0, (struct sockaddr *)&d, sizeof d);
+    }
+    CHECK(r == (ssize_t)strlen(msg));
+}
+
+/* Everything `fd` receives until it stays quiet for 150 ms, on one line. */
+static void drain(const char *name, int fd) {
+    char buf[2048], host[INET6_ADDRSTRLEN];
+    printf("  %s:", name);
+    for (;;) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        int n = poll(&p, 1, 150);
+        CHECK(n >= 0);
+        if (n == 0) break;
+        struct sockaddr_storage from;
+        socklen_t fl = sizeof from;
+        ssize_t r = recvfrom(fd, buf, sizeof buf - 1, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+        if (r < 0 && errno == EAGAIN) continue;
+        CHECK(r >= 0);
+        buf[r] = 0;
+        const void *src = from.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&from)->sin6_addr
+                                                     : (const void *)&((struct sockaddr_in *)&from)->sin_addr;
+        CHECK(inet_ntop(from.ss_family, src, host, sizeof host));
+        printf(" %s(from %s)", buf, host);
+    }
+    printf("\n");
+}
+
+/* Which receivers get which groups' datagrams: any-source and
+ * source-specific joins, IP_MULTICAST_ALL on and off, a socket bound to a
+ * group address, leave, loopback off and on. */
+static void groups(int v6) {
+    const char *g1 = v6 ? "ff15::e0d1" : "239.18.0.1";
+    const char *g2 = v6 ? "ff15::e0d2" : "239.18.0.2";
+    const char *g3 = v6 ? "ff15::e0d3" : "239.18.0.3";
+    const char *g4 = v6 ? "ff15::e0d4" : "239.18.0.4";
+    const char *g5 = v6 ? "ff15::e0d5" : "239.18.0.5";
+    const char *host = v6 ? HOST6 : HOST4, *other = v6 ? OTHER6 : OTHER4;
+    int s = sender(v6);
+    int r1 = receiver(v6, NULL, 0), r2 = receiver(v6, NULL, 0), r3 = receiver(v6, g1, 0);
+    int r4 = receiver(v6, NULL, 1); /* joins nothing, IP_MULTICAST_ALL on */
+    if (v6) {
+        join6(r1, g1);
+        join6(r1, g2);
+        group_req(r2, 1, MCAST_JOIN_GROUP, g2);
+        source_req(r2, 1, MCAST_JOIN_SOURCE_GROUP, g3, host);
+        source_req(r2, 1, MCAST_JOIN_SOURCE_GROUP, g4, other);
+        join6(r3, g1);
+    } else {
+        join4(r1, g1);
+        join4(r1, g2);
+        group_req(r2, 0, MCAST_JOIN_GROUP, g2);
+        source4(r2, IP_ADD_SOURCE_MEMBERSHIP, g3, host);
+        source_req(r2, 0, MCAST_JOIN_SOURCE_GROUP, g4, other);
+        join4(r3, g1);
+    }
+    int lv = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+    printf("sender loop %d hops %d; r1 all %d; r4 all %d\n", getint(s, lv, v6 ? IPV6_MULTICAST_LOOP : IP_MULTICAST_LOOP),
+           getint(s, lv, v6 ? IPV6_MULTICAST_HOPS : IP_MULTICAST_TTL),
+           getint(r1, lv, v6 ? IPV6_MULTICAST_ALL : IP_MULTICAST_ALL),
+           getint(r4, lv, v6 ? IPV6_MULTICAST_ALL : IP_MULTICAST_ALL));
+    if (!v6) {
+        struct in_addr i;
+        socklen_t l = sizeof i;
+        CHECK(getsockopt(s, IPPROTO_IP, IP_MULTICAST_IF, &i, &l) == 0);
+        printf("sender if %s\n", inet_ntoa(i));
+    } else {
+        printf("sender if is %s: %d\n", ifname(), getint(s, IPPROTO_IPV6, IPV6_MULTICAST_IF) == (int)if_nametoindex(ifname()));
+    }
+    const char *gs[] = { g1, g2, g3, g4, g5 };
+    const char *phases[] = { "joined", "r1 left g2, r2 left g3", "loop off", "loop on" };
+    for (int ph = 0; ph < 4; ph++) {
+        if (ph == 1) {
+            if (v6) {
+                leave6(r1, g2);
+                source_req(r2, 1, MCAST_LEAVE_SOURCE_GROUP, g3, host);
+            } else {
+                leave4(r1, g2);
+                source4(r2, IP_DROP_SOURCE_MEMBERSHIP, g3, host);
+            }
+        }
+        if (ph == 2) setint(s, lv, v6 ? IPV6_MULTICAST_LOOP : IP_MULTICAST_LOOP, 0);
+        if (ph == 3) setint(s, lv, v6 ? IPV6_MULTICAST_LOOP : IP_MULTICAST_LOOP, 1);
+        printf("phase %s\n", phases[ph]);
+        for (int g = 0; g < 5; g++) {
+            char msg[32];
+            snprintf(msg, sizeof msg, "%c-g%d", 'a' + ph, g + 1);
+            send_to(s, v6, gs[g], msg);
+        }
+        drain("r1", r1);
+        drain("r2", r2);
+        drain("r3", r3);
+        drain("r4", r4);
+    }
+    close(s);
+    close(r1);
+    close(r2);
+    close(r3);
+    close(r4);
+}
+
+/* One socket in many groups; a burst into each, received whole and in order. */
+static void many(int v6) {
+    int s = sender(v6), r = receiver(v6, NULL, 0);
+    int buf = 4 << 20;
+    CHECK(setsockopt(r, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf) == 0);
+    char g[64];
+    for (int i = 1; i <= 16; i++) {
+        if (v6) {
+            snprintf(g, sizeof g, "ff15::e1:%x", i);
+            join6(r, g);
+        } else {
+            snprintf(g, sizeof g, "239.18.1.%d", i);
+            join4(r, g);
+        }
+    }
+    /* 16 groups x 40 datagrams of 200 bytes, round robin: the engine batches
+     * consecutive datagrams to one group (GSO), so the groups change often
+     * here and stay the same below. */
+    char msg[201];
+    for (int k = 0; k < 40; k++) {
+        for (int i = 1; i <= 16; i++) {
+            if (v6) snprintf(g, sizeof g, "ff15::e1:%x", i);
+            else snprintf(g, sizeof g, "239.18.1.%d", i);
+            memset(msg, 'a' + (k + i) % 26, 200);
+            snprintf(msg, 12, "%02d:%03d:", i, k);
+            msg[7] = 'x';
+            msg[200] = 0;
+            send_to(s, v6, g, msg);
+        }
+    }
+    if (v6) snprintf(g, sizeof g, "ff15::e1:%x", 3);
+    else snprintf(g, sizeof g, "239.18.1.%d", 3);
+    for (int k = 0; k < 200; k++) {
+        memset(msg, 'A' + k % 26, 200);
+        snprintf(msg, 12, "burst%04d", k);
+        msg[9] = 'x';
+        msg[200] = 0;
+        send_to(s, v6, g, msg);
+    }
+    int next[17] = { 0 }, burst = 0, bad = 0, n = 0;
+    for (;;) {
+        struct pollfd p = { .fd = r, .events = POLLIN };
+        if (poll(&p, 1, 300) <= 0) break;
+        char b[2048];
+        ssize_t len = recv(r, b, sizeof b, MSG_DONTWAIT);
+        if (len < 0 && errno == EAGAIN) continue;
+        CHECK(len >= 0);
+        n++;
+        int gi, k;
+        if (len != 200) bad++;
+        else if (sscanf(b, "%2d:%3d:", &gi, &k) == 2 && gi >= 1 && gi <= 16) {
+            if (k != next[gi]++ || b[199] != 'a' + (k + gi) % 26) bad++;
+        } else if (sscanf(b, "burst%4d", &k) == 1) {
+            if (k != burst++ || b[199] != 'A' + k % 26) bad++;
+        } else bad++;
+    }
+    printf("received %d datagrams, %d out of order or damaged, burst %d\n", n, bad, burst);
+    for (int i = 1; i <= 16; i++)
+        if (next[i] != 40) printf("group %d: %d\n", i, next[i]);
+    close(s);
+    close(r);
+}
+
+/* A socket in a group, on the engine, then shared with a fork child: the
+ * child receives the group's datagrams on it, the parent again once the
+ * child is gone, and the membership ends only with the parent's leave. */
+static void forked(int v6) {
+    const char *g = v6 ? "ff15::e0f1" : "239.18.0.241";
+    int s = sender(v6), r = receiver(v6, NULL, 0);
+    if (v6) join6(r, g);
+    else join4(r, g);
+    send_to(s, v6, g, "before-fork");
+    drain("parent", r);
+    fflush(stdout);
+    pid_t c = fork();
+    CHECK(c >= 0);
+    if (c == 0) {
+        send_to(s, v6, g, "in-child");
+        drain("child", r);
+        fflush(stdout);
+        _exit(0);
+    }
+    int st;
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    send_to(s, v6, g, "after-child");
+    drain("parent", r);
+    if (v6) leave6(r, g);
+    else leave4(r, g);
+    send_to(s, v6, g, "after-leave");
+    drain("parent", r);
+    close(s);
+    close(r);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    alarm(30);
+    const char *c = argv[1];
+    if (!strcmp(c, "groups4")) groups(0);
+    else if (!strcmp(c, "groups6")) groups(1);
+    else if (!strcmp(c, "many4")) many(0);
+    else if (!strcmp(c, "many6")) many(1);
+    else if (!strcmp(c, "fork4")) forked(0);
+    else if (!strcmp(c, "fork6")) forked(1);
+    else {
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
+    printf("OK %s\n", c);
+    return 0;
+}
