@@ -107,6 +107,9 @@ pub fn format_reports(reports: &[serde_json::Value]) -> String {
             r["accelerated"].as_u64().unwrap_or(0),
             r["fallbacks"].as_u64().unwrap_or(0)
         );
+        if let Some(n) = r["multicast_kernel"].as_u64().filter(|&n| n > 0) {
+            s += &format!(", {n} multicast on the kernel path");
+        }
         if let Some(m) = r["fallback_reasons"].as_object().filter(|m| !m.is_empty()) {
             let why: Vec<String> = m.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
             s += &format!(" [{}]", why.join("; "));

@@ -314,7 +314,7 @@ pub fn openmetrics(reps: &[Value]) -> String {
         let program = label(exe.rsplit('/').next().unwrap_or(exe));
         let transport = label(r["transport"].as_str().unwrap_or("unknown"));
         let proc_labels = format!("pid=\"{pid}\",program=\"{program}\",transport=\"{transport}\"");
-        for k in ["accelerated", "fallbacks", "panics"] {
+        for k in ["accelerated", "fallbacks", "multicast_kernel", "panics"] {
             if let Some(v) = r[k].as_u64() {
                 add(format!("eudp_process_{k}"), "counter", &proc_labels, v);
             }
