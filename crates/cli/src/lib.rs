@@ -12,6 +12,7 @@ pub mod bench_emp_targets;
 pub mod command;
 pub mod impair;
 pub mod kbase;
+pub mod mcastbench;
 pub mod profiles;
 pub mod rss;
 pub mod run;
