@@ -86,6 +86,9 @@ pub enum Cmd {
         /// schedule: RSS over time, counters, balance and stalls (docs/bench.md).
         #[arg(long, value_name = "MINUTES", conflicts_with_all = ["tcp", "apps", "sockets", "emp"])]
         soak: Option<f64>,
+        /// Multicast fan-out (1 sender, 4 receiving processes, 3 groups): kernel vs eudp's kernel and xdp transports.
+        #[arg(long, conflicts_with_all = ["tcp", "apps", "sockets", "emp"])]
+        mcast: bool,
         /// EMP beside kernel UDP, kernel TCP and libfabric rxd, and under 1% loss (docs/bench.md).
         #[arg(long, conflicts_with_all = ["tcp", "apps", "sockets"])]
         emp: bool,

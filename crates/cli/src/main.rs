@@ -85,6 +85,18 @@ fn main() {
         }
         Cmd::Bench { tcp: true, secs, out, repeats, .. } => bench_tcp(secs, repeats, &out),
         Cmd::Bench { emp: true, secs, schemes, out, no_json, .. } => bench_emp(secs, schemes, out, no_json),
+        Cmd::Bench { mcast: true, sizes, out, no_json, .. } => {
+            match eudp_cli::mcastbench::bench(&sizes, (!no_json).then_some(out.as_path())) {
+                Ok((r, path)) => {
+                    print!("{}", eudp_cli::mcastbench::table(&r));
+                    if let Some(p) = path {
+                        eprintln!("bench: wrote {}", p.display());
+                    }
+                    0
+                }
+                Err(e) => fail(e),
+            }
+        }
         Cmd::Bench { sockets: true, count, nofile, out, no_json, .. } => {
             match eudp_cli::sockbench::run(&eudp_cli::sockbench::SocketsArgs {
                 count,

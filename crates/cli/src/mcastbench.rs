@@ -211,3 +211,175 @@ pub fn sender_addr(v6: bool) -> &'static str {
         ADDR_A
     }
 }
+
+/// One stack, one size, one plan of the bench: per receiver.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    pub stack: String,
+    pub size: usize,
+    /// `rate` (unpaced: messages per second and loss) or `latency` (paced:
+    /// the one-way latency without queueing).
+    pub kind: &'static str,
+    pub sender_sent: u64,
+    pub sender_secs: f64,
+    /// Per receiver: received messages per second (first to last), in millions.
+    pub mpps: Vec<f64>,
+    /// Per receiver: the share of its groups' datagrams it did not get.
+    pub loss: Vec<f64>,
+    pub p50_ns: Vec<u64>,
+    pub p99_ns: Vec<u64>,
+    /// Shim runs: sockets on the engine and moved to the kernel path over
+    /// all five processes, and why.
+    pub accelerated: u64,
+    pub fallbacks: u64,
+    pub multicast_kernel: u64,
+    /// Shim runs: the sender's GSO messages and the receivers' GRO messages.
+    pub gso_messages: u64,
+    pub gro_superpackets: u64,
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn median_u64(v: &[u64]) -> u64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s.get(s.len() / 2).copied().unwrap_or(0)
+}
+
+fn row(run: &FanRun, kind: &'static str, count: u64) -> BenchRow {
+    let u = |v: &Value| v.as_u64().unwrap_or(0);
+    let mut r = BenchRow {
+        stack: run.stack.clone(),
+        size: run.size,
+        kind,
+        sender_sent: u(&run.sender["sent"]),
+        sender_secs: run.sender["secs"].as_f64().unwrap_or(0.0),
+        mpps: Vec::new(),
+        loss: Vec::new(),
+        p50_ns: Vec::new(),
+        p99_ns: Vec::new(),
+        accelerated: 0,
+        fallbacks: 0,
+        multicast_kernel: 0,
+        gso_messages: run.sender_eudp.as_ref().map(|s| u(&s["gso_messages"])).unwrap_or(0),
+        gro_superpackets: 0,
+    };
+    let procs = run.receivers.iter().filter_map(|x| x.process.as_ref()).chain(run.sender_process.as_ref());
+    for p in procs {
+        r.accelerated += u(&p["accelerated"]);
+        r.fallbacks += u(&p["fallbacks"]);
+        r.multicast_kernel += u(&p["multicast_kernel"]);
+    }
+    for x in &run.receivers {
+        let rep = &x.report;
+        r.mpps.push(rep["pps"].as_f64().unwrap_or(0.0) / 1e6);
+        let want: u64 = rep["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|g| if g["ended"] == true { u(&g["end_total"]) } else { count })
+            .sum();
+        let got = u(&rep["received"]);
+        r.loss.push(if want == 0 { 0.0 } else { want.saturating_sub(got) as f64 / want as f64 });
+        r.p50_ns.push(u(&rep["lat_p50_ns"]));
+        r.p99_ns.push(u(&rep["lat_p99_ns"]));
+        r.gro_superpackets += x.eudp.as_ref().map(|s| u(&s["gro_superpackets"])).unwrap_or(0);
+    }
+    r
+}
+
+/// Runs the bench: for each size, an unpaced fan-out (rate, loss) and a
+/// paced one (latency) per stack, on one testbed; the JSON result, and
+/// where it was written.
+pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<PathBuf>), String> {
+    if !crate::testbed::is_root() {
+        return Err("the multicast bench needs root (network namespaces)".into());
+    }
+    let lib = crate::run::preload_lib()?;
+    let tb = Testbed::up(&crate::testbed::unique_name("mcb"))?;
+    let stacks = [Stack::Kernel, Stack::Eudp("default"), Stack::EudpXdp("default")];
+    let mut rows = Vec::new();
+    for &size in sizes {
+        // About a second of the kernel sender's stream.
+        let count = if size <= 256 { 150_000 } else { 60_000 };
+        let rate = Plan { size, count, burst: 0, gap_us: 0, v6: false, subsets: false };
+        let paced = Plan { size, count: 2000, burst: 3, gap_us: 200, v6: false, subsets: false };
+        for (kind, plan) in [("rate", rate), ("latency", paced)] {
+            for stack in stacks {
+                let run = fanout(&tb, stack, &lib, plan)?;
+                let r = row(&run, kind, plan.count);
+                eprintln!(
+                    "mcast {:>5} B {kind:<7} {:<10} per receiver {:.3} Mpps, loss {:.4}, p50 {} ns",
+                    size,
+                    r.stack,
+                    mean(&r.mpps),
+                    r.loss.iter().cloned().fold(0.0, f64::max),
+                    median_u64(&r.p50_ns)
+                );
+                rows.push(r);
+            }
+        }
+    }
+    let find = |stack: &str, size: usize, kind: &str| rows.iter().find(|r| r.stack == stack && r.size == size && r.kind == kind);
+    let mut ratios = Vec::new();
+    for &size in sizes {
+        let Some(k) = find("kernel", size, "rate") else { continue };
+        let kl = find("kernel", size, "latency");
+        for r in rows.iter().filter(|r| r.size == size && r.kind == "rate" && r.stack != "kernel") {
+            let lat = find(&r.stack, size, "latency");
+            let p50 = |x: Option<&BenchRow>| x.map(|x| median_u64(&x.p50_ns)).unwrap_or(0);
+            let max_loss = |x: &BenchRow| x.loss.iter().cloned().fold(0.0, f64::max);
+            ratios.push(serde_json::json!({
+                "stack": r.stack, "size": size,
+                "mpps_per_receiver_vs_kernel": mean(&r.mpps) / mean(&k.mpps).max(1e-9),
+                "max_loss": max_loss(r), "kernel_max_loss": max_loss(k),
+                "p50_ns": p50(lat), "kernel_p50_ns": p50(kl),
+                "p50_vs_kernel": p50(lat) as f64 / (p50(kl).max(1)) as f64,
+            }));
+        }
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let res = serde_json::json!({
+        "bench": "mcast",
+        "shape": "1 sender on host a, 4 receiving processes on host b, 3 groups (IPv4), every receiver in every group",
+        "cpus": cpus,
+        "loadavg": load.trim(),
+        "rows": rows,
+        "ratios": ratios,
+    });
+    let mut path = None;
+    if let Some(d) = out_dir {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let p = d.join(format!("mcast-{t}.json"));
+        std::fs::write(&p, serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?)
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        path = Some(p);
+    }
+    Ok((res, path))
+}
+
+/// The bench's ratios as a table.
+pub fn table(res: &Value) -> String {
+    let mut s = String::from("stack        size  Mpps/receiver vs kernel  max loss (kernel)   p50 ns (kernel)\n");
+    for r in res["ratios"].as_array().into_iter().flatten() {
+        s += &format!(
+            "{:<12} {:>5}  {:>22.2}x  {:>7.4} ({:.4})   {:>7} ({})\n",
+            r["stack"].as_str().unwrap_or("?"),
+            r["size"],
+            r["mpps_per_receiver_vs_kernel"].as_f64().unwrap_or(0.0),
+            r["max_loss"].as_f64().unwrap_or(0.0),
+            r["kernel_max_loss"].as_f64().unwrap_or(0.0),
+            r["p50_ns"],
+            r["kernel_p50_ns"]
+        );
+    }
+    s
+}
