@@ -310,8 +310,11 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
         let count = if size <= 256 { 150_000 } else { 60_000 };
         let rate = Plan { size, count, burst: 0, gap_us: 0, v6: false, subsets: false };
         let paced = Plan { size, count: 2000, burst: 3, gap_us: 200, v6: false, subsets: false };
-        for (kind, plan) in [("rate", rate), ("latency", paced)] {
-            for stack in stacks {
+        // The latency profile sends each datagram at once (no coalescing
+        // interval), as a feed that wants latency over batching would run.
+        let with_latency = [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency"), Stack::EudpXdp("default")];
+        for (kind, plan, stacks) in [("rate", rate, &stacks[..]), ("latency", paced, &with_latency[..])] {
+            for &stack in stacks {
                 let run = fanout(&tb, stack, &lib, plan)?;
                 let r = row(&run, kind, plan.count);
                 eprintln!(
@@ -326,21 +329,26 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
             }
         }
     }
-    let find = |stack: &str, size: usize, kind: &str| rows.iter().find(|r| r.stack == stack && r.size == size && r.kind == kind);
+    let find = |stack: &str, size: usize, kind: &str| {
+        rows.iter().find(|r| r.stack == stack && r.size == size && r.kind == kind)
+    };
     let mut ratios = Vec::new();
     for &size in sizes {
         let Some(k) = find("kernel", size, "rate") else { continue };
         let kl = find("kernel", size, "latency");
-        for r in rows.iter().filter(|r| r.size == size && r.kind == "rate" && r.stack != "kernel") {
-            let lat = find(&r.stack, size, "latency");
-            let p50 = |x: Option<&BenchRow>| x.map(|x| median_u64(&x.p50_ns)).unwrap_or(0);
+        let mut names: Vec<&str> = rows.iter().filter(|r| r.size == size).map(|r| r.stack.as_str()).collect();
+        names.dedup();
+        for name in names.into_iter().filter(|n| *n != "kernel") {
+            let r = find(name, size, "rate");
+            let lat = find(name, size, "latency");
+            let p50 = |x: Option<&BenchRow>| x.map(|x| median_u64(&x.p50_ns));
             let max_loss = |x: &BenchRow| x.loss.iter().cloned().fold(0.0, f64::max);
             ratios.push(serde_json::json!({
-                "stack": r.stack, "size": size,
-                "mpps_per_receiver_vs_kernel": mean(&r.mpps) / mean(&k.mpps).max(1e-9),
-                "max_loss": max_loss(r), "kernel_max_loss": max_loss(k),
+                "stack": name, "size": size,
+                "mpps_per_receiver_vs_kernel": r.map(|r| mean(&r.mpps) / mean(&k.mpps).max(1e-9)),
+                "max_loss": r.map(max_loss), "kernel_max_loss": max_loss(k),
                 "p50_ns": p50(lat), "kernel_p50_ns": p50(kl),
-                "p50_vs_kernel": p50(lat) as f64 / (p50(kl).max(1)) as f64,
+                "p50_vs_kernel": p50(lat).zip(p50(kl)).map(|(a, b)| a as f64 / b.max(1) as f64),
             }));
         }
     }
@@ -370,13 +378,15 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
 pub fn table(res: &Value) -> String {
     let mut s = String::from("stack        size  Mpps/receiver vs kernel  max loss (kernel)   p50 ns (kernel)\n");
     for r in res["ratios"].as_array().into_iter().flatten() {
+        let f =
+            |v: &Value, w: usize, d: usize| v.as_f64().map(|x| format!("{x:>w$.d$}")).unwrap_or(format!("{:>w$}", "-"));
         s += &format!(
-            "{:<12} {:>5}  {:>22.2}x  {:>7.4} ({:.4})   {:>7} ({})\n",
+            "{:<12} {:>5}  {}x  {} ({})   {:>7} ({})\n",
             r["stack"].as_str().unwrap_or("?"),
             r["size"],
-            r["mpps_per_receiver_vs_kernel"].as_f64().unwrap_or(0.0),
-            r["max_loss"].as_f64().unwrap_or(0.0),
-            r["kernel_max_loss"].as_f64().unwrap_or(0.0),
+            f(&r["mpps_per_receiver_vs_kernel"], 22, 2),
+            f(&r["max_loss"], 7, 4),
+            f(&r["kernel_max_loss"], 0, 4),
             r["p50_ns"],
             r["kernel_p50_ns"]
         );

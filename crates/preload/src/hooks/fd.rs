@@ -229,11 +229,12 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         // libc unchanged or are read and written within those bounds.
         unsafe {
             let Some(s) = lookup(fd) else { return real::connect(fd, addr, len) };
-            if !addr.is_null() && (*addr).sa_family as c_int != libc::AF_UNSPEC {
-                if read_addr(addr, len).is_ok_and(|a| shim::multicast_off_transport(a.ip())) {
-                    s.fallback_multicast(fd, "destination");
-                    return real::connect(fd, addr, len);
-                }
+            if !addr.is_null()
+                && (*addr).sa_family as c_int != libc::AF_UNSPEC
+                && read_addr(addr, len).is_ok_and(|a| shim::multicast_off_transport(a.ip()))
+            {
+                s.fallback_multicast(fd, "destination");
+                return real::connect(fd, addr, len);
             }
             let Some(ep) = s.existing() else { return real::connect(fd, addr, len) };
             if addr.is_null() {
