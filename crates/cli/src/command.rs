@@ -49,7 +49,7 @@ pub enum Cmd {
     },
     /// Kernel, sendmmsg, GSO/GRO ceiling and eudp side by side on a testbed.
     #[command(
-        after_help = "Examples:\n  eudp bench --sizes 64,1472 --secs 3\n  eudp bench --apps --repeats 5\n  eudp bench --sockets --count 10000\n  eudp bench --tcp\n  eudp bench --soak 10"
+        after_help = "Examples:\n  eudp bench --sizes 64,1472 --secs 3\n  eudp bench --apps --repeats 5\n  eudp bench --sockets --count 10000\n  eudp bench --tcp\n  eudp bench --mcast\n  eudp bench --soak 10"
     )]
     Bench {
         /// Datagram sizes in bytes.
