@@ -13,7 +13,7 @@
 //! can check the placement against [`crate::emp::scheme::Scheme::placement`].
 
 use crate::emp::scheme::Stage;
-use crate::tracepoint::{pack_addr, span_end, span_mark, span_start, Kind};
+use crate::tracepoint::{on, pack_addr, span_end, span_mark, span_start, Kind};
 use eudp_wire::emp::{Control, DataHeader, Frame};
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -52,7 +52,8 @@ impl Step {
     /// Starts step `stage` now.
     #[inline(always)]
     pub fn begin(stage: Stage) -> Self {
-        Step { start: span_start(), stage, peer: 0, seq: 0, flags: 0 }
+        let start = if on() { start_on_thread() } else { 0 };
+        Step { start, stage, peer: 0, seq: 0, flags: 0 }
     }
 
     /// True while this step is being recorded.
@@ -115,12 +116,19 @@ impl Drop for Step {
     }
 }
 
-#[cold]
-fn record(s: &Step) {
+/// A step's start; a thread's first also names the thread's role, which
+/// creates its event buffer before the step's clock starts.
+#[inline(never)]
+fn start_on_thread() -> u64 {
     if !LABELLED.with(Cell::get) {
         LABELLED.with(|c| c.set(true));
         span_mark(Kind::EmpThread, thread_role(std::thread::current().name()));
     }
+    span_start()
+}
+
+#[inline(never)]
+fn record(s: &Step) {
     let rec = StepRecord { stage: s.stage, seq: s.seq, flags: s.flags };
     span_end(Kind::EmpStep, s.start, rec.pack(), s.peer);
 }
