@@ -35,8 +35,9 @@ fn check(doc: &Value, schemes: &[&str], messages: u64) {
         assert_eq!(s["scheme"], *name);
         // Each message goes one way in a stream, both ways in a ping-pong.
         let per_run = if doc["pattern"] == "pingpong" { 2 * messages } else { messages };
+        assert_eq!(s["messages_traced"].as_u64().unwrap(), per_run, "{name}");
         let msgs = s["messages"].as_array().unwrap();
-        assert_eq!(msgs.len() as u64, per_run, "{name}");
+        assert_eq!(msgs.len() as u64, per_run.min(200), "{name}");
         for m in msgs {
             let steps = m["steps"].as_array().unwrap();
             let span = |i: usize| -> (u64, u64) {
@@ -89,4 +90,18 @@ fn stream_of_many_frame_messages_in_order_and_in_place() {
     let doc = trace(&["--scheme", "dsr,sr", "--messages", "20", "--size", "9000", "--pattern", "stream"]);
     check(&doc, &["dsr", "sr"], 20);
     assert!(doc["schemes"][0]["messages"][0]["frames"].as_u64().unwrap() > 1);
+}
+
+#[test]
+fn emp_options_need_emp_and_name_known_schemes() {
+    let eudp = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_eudp")).args(args).output().unwrap();
+    let o = eudp(&["trace", "--scheme", "ro", "--out", "/nonexistent/eudp-trace-emp"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = eudp(&["trace", "--emp", "--scheme", "xx", "--measure-secs", "0", "--out", "/nonexistent/eudp-trace-emp"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("unknown EMP scheme"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

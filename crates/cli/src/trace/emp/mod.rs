@@ -49,17 +49,17 @@ pub struct EmpTraceOptions {
     #[arg(long)]
     pub emp: bool,
     /// EMP schemes to trace: base, so, ro, dsr, sr or all.
-    #[arg(long, value_name = "S1,S2", value_delimiter = ',', default_value = "all")]
+    #[arg(long, value_name = "S1,S2", value_delimiter = ',', default_value = "all", requires = "emp")]
     pub scheme: Vec<String>,
     /// EMP messages traced per scheme.
-    #[arg(long, value_name = "N", default_value_t = 200)]
+    #[arg(long, value_name = "N", default_value_t = 200, requires = "emp")]
     pub messages: u64,
     /// EMP exchange traced.
-    #[arg(long, value_enum, default_value = "pingpong")]
+    #[arg(long, value_enum, default_value = "pingpong", requires = "emp")]
     pub pattern: Pattern,
     /// Seconds each scheme's bandwidth and latency are measured for the
     /// measured order (0: no measurement).
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 1.0, requires = "emp")]
     pub measure_secs: f64,
 }
 

@@ -19,6 +19,8 @@ use std::path::Path;
 const PER_FRAME: [usize; 4] = [1, 3, 4, 5];
 /// Records the chart draws (the run's first, by start).
 const CHART_RECORDS: usize = 400;
+/// Messages the document lists one by one per scheme (the run's first).
+pub const LISTED: usize = 200;
 
 /// Mean, median and 99th percentile (µs) of `v` (ns).
 fn stats(mut v: Vec<f64>) -> Value {
@@ -69,7 +71,7 @@ fn scheme_doc(t: &Traced) -> Value {
     let messages: Vec<Value> = j
         .messages
         .iter()
-        .take(1000)
+        .take(LISTED)
         .map(|m| {
             let steps: Vec<Value> = m
                 .steps
@@ -87,6 +89,7 @@ fn scheme_doc(t: &Traced) -> Value {
         "scheme": t.scheme.name(),
         "placement": placement,
         "messages_traced": j.messages.len(),
+        "messages_listed": j.messages.len().min(LISTED),
         "records": j.recs.len(),
         "unplaced": j.unplaced,
         "dropped_events": t.dropped,
@@ -270,7 +273,7 @@ pub fn write(out: &Path, doc: &Value, traced: &[Traced]) -> Result<(), String> {
         let p = out.join(name);
         std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
     };
-    put("emp-steps.json", &serde_json::to_string_pretty(doc).unwrap_or_default())?;
+    put("emp-steps.json", &serde_json::to_string(doc).unwrap_or_default())?;
     put("emp-table.txt", &text(doc))?;
     for t in traced {
         let recs: Vec<TraceRecord> = t
