@@ -60,11 +60,20 @@ fn pair(scheme: Scheme, pattern: &str, size: u64, secs: f64) -> Result<Value, St
     serde_json::from_str(line.trim()).map_err(|e| format!("scheme {scheme} {pattern}: client said {line:?}: {e}"))
 }
 
+/// [`pair`], once more when it fails: the workers' end handshake can miss
+/// its last message, which says nothing about the figures.
+fn pair_again(scheme: Scheme, pattern: &str, size: u64, secs: f64) -> Result<Value, String> {
+    pair(scheme, pattern, size, secs).or_else(|e| {
+        eprintln!("eudp trace --emp: {e}; once more");
+        pair(scheme, pattern, size, secs)
+    })
+}
+
 /// Measures `scheme` for `secs` per pattern.
 pub fn scheme(scheme: Scheme, secs: f64) -> Result<Measured, String> {
-    let pp = pair(scheme, "pingpong", LATENCY_BYTES, secs)?;
-    let uni = pair(scheme, "stream", BANDWIDTH_BYTES, secs)?;
-    let bi = pair(scheme, "bidir", BANDWIDTH_BYTES, secs)?;
+    let pp = pair_again(scheme, "pingpong", LATENCY_BYTES, secs)?;
+    let uni = pair_again(scheme, "stream", BANDWIDTH_BYTES, secs)?;
+    let bi = pair_again(scheme, "bidir", BANDWIDTH_BYTES, secs)?;
     let p50 = pp["lat_ns"]["p50"].as_f64().ok_or("ping-pong: no p50")? / 1000.0;
     Ok(Measured {
         scheme,
