@@ -8,6 +8,8 @@
 //!   links, semaphores) and protocol stacks as per-packet stage state machines.
 //! * [`preset`]: the preset file format; every numeric input carries a citation.
 //! * [`svg`]: hand-written SVG line plots and time-flow charts.
+//! * [`step_costs`]: measured EMP step costs in the 003 preset and the
+//!   order of the schemes the simulator predicts from them.
 //! * [`measure`]: simulated latency, bandwidth, sweeps; [`validation`]: the
 //!   published figures beside the simulated ones.
 pub mod analytic;
@@ -18,6 +20,7 @@ pub mod fit;
 pub mod measure;
 pub mod preset;
 pub mod sim;
+pub mod step_costs;
 pub mod svg;
 pub mod timeline;
 pub mod validation;

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 const EXAMPLES: &str = "Examples:
   eudp trace --compare kernel,eudp --sizes 64,1472
   eudp trace --packets 20 -- eudp run -- python3 client.py
-  eudp trace --overhead 8 --overhead-modes full,control --sizes 64,256";
+  eudp trace --overhead 8 --overhead-modes full,control --sizes 64,256
+  eudp trace --emp --scheme base,ro --size 16384 --pattern stream";
 
 /// Per-packet, per-layer time flow on one clock: chart, table, fits.
 ///
@@ -48,6 +49,8 @@ pub struct TraceOptions {
     /// Traced settings --overhead compares with untraced runs: full, user, txstamps, rxstamps, noclock, recvmmsg, sampleN, control.
     #[arg(long, value_name = "M1,M2", value_delimiter = ',', default_value = "full")]
     pub overhead_modes: Vec<String>,
+    #[command(flatten)]
+    pub emp: super::emp::EmpTraceOptions,
     /// `burst` (the built-in scenario, the default) or the program to trace and its arguments.
     #[arg(trailing_var_arg = true, value_name = "burst | PROGRAM [ARGS]")]
     pub target: Vec<String>,

@@ -23,10 +23,12 @@
 //! * [`run`]: the burst scenario and traced programs;
 //! * [`overhead`], [`floor`]: the `--overhead` harness and its floor;
 //! * [`transfer`], [`worker`]: one transfer and its two sides;
-//! * [`analysis`], [`output`]: joined paths, the document and its files.
+//! * [`analysis`], [`output`]: joined paths, the document and its files;
+//! * [`emp`]: `--emp`, EMP's seven steps per message and scheme.
 
 pub mod analysis;
 pub mod args;
+pub mod emp;
 pub mod floor;
 pub mod output;
 pub mod overhead;
@@ -62,6 +64,7 @@ pub fn trace_main(args: &[String]) -> i32 {
 pub fn run_trace(o: TraceOptions) -> i32 {
     let r = match &o.sub {
         Some(TraceSub::Worker(w)) => worker::worker(w),
+        None if o.emp.emp => emp::run(&o.emp, o.size, &o.out),
         None => match o.resolve() {
             Ok(a) => run::run(&a),
             Err(e) => {

@@ -18,6 +18,7 @@
 //! * [`handoff`] — the bounded queues between the stages of two threads.
 //! * [`stages`] — the seven steps of the protocol over separate send-side
 //!   and receive-side state.
+//! * [`steptrace`] — per-step start and end stamps of the stages (tracing).
 //! * [`transmit`] — the transmit batch (`sendmmsg`, GSO runs).
 //! * [`shared`] — commands and state the application and engine share.
 //! * [`flow`] — the sans-I/O send and receive halves of a flow.
@@ -39,6 +40,7 @@ pub mod runtime;
 pub mod scheme;
 pub mod shared;
 pub mod stages;
+pub mod steptrace;
 pub mod table;
 pub mod transmit;
 

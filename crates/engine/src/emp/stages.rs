@@ -22,6 +22,8 @@ use crate::emp::flow::recv::{RecvFlow, Verdict};
 use crate::emp::flow::send::{QueueError, SendError, SendFlow};
 use crate::emp::matching::{Matcher, PostedRecv, Unexpected};
 use crate::emp::peer::PeerId;
+use crate::emp::scheme::Stage;
+use crate::emp::steptrace::Step;
 use crate::emp::transmit::TxBatch;
 use eudp_wire::emp::{self, Control, Data, Frame, DATA_HEADER_LEN};
 use std::collections::{BTreeMap, HashMap};
@@ -181,6 +183,7 @@ pub fn send_bookkeeping(
     context: u64,
     done: &mut Vec<Completion>,
 ) {
+    let mut step = Step::begin(Stage::SendBookkeeping);
     let len = data.len();
     let refused = match s.peers.get_mut(&peer) {
         None => Some(Status::Closed),
@@ -196,6 +199,7 @@ pub fn send_bookkeeping(
         }
         done.push(Completion { op: Op::Send, status, context, peer: Some(peer), tag, len, data: Vec::new() });
     }
+    step.message(|| s.peers.get(&peer).map(|p| p.addr), len);
 }
 
 /// Step 1, timers: retransmission timeouts and deadlines due at `now`.
@@ -234,7 +238,9 @@ fn transmit_one(id: PeerId, p: &mut SendPeer, tx: &mut TxBatch, now: Instant) ->
     if tx.is_full() {
         return false;
     }
+    let mut step = Step::begin(Stage::Transmission);
     let Some(f) = p.flow.next_frame(now) else { return false };
+    step.data(p.addr, &f.header, f.payload.len());
     let slot = tx.slot();
     let len = DATA_HEADER_LEN + f.payload.len();
     emp::encode_data_header(&f.header, f.payload.len(), slot).expect("a slot holds the largest frame");
@@ -254,7 +260,9 @@ pub fn receive_acknowledgment(
     now: Instant,
     done: &mut Vec<Completion>,
 ) {
+    let mut step = Step::begin(Stage::ReceiveAcknowledgment);
     if let Some(p) = s.peers.get_mut(&peer) {
+        step.control(p.addr, &c, nak);
         p.flow.on_control(c, nak, now);
         drain_done(peer, p, done);
     }
@@ -375,6 +383,7 @@ fn recv_completion(r: PostedRecv, mut u: Unexpected) -> Completion {
 /// Step 5: a datagram from `src`, parsed and charged to its peer.
 /// Malformed frames and frames of unknown peers are counted and dropped.
 pub fn receive_frame<'a>(r: &mut RecvSide, src: SocketAddr, bytes: &'a [u8]) -> Option<Incoming<'a>> {
+    let mut step = Step::begin(Stage::ReceiveFrame);
     let Some(&peer) = r.by_addr.get(&src) else {
         r.own.unknown_peer += 1;
         return None;
@@ -389,6 +398,7 @@ pub fn receive_frame<'a>(r: &mut RecvSide, src: SocketAddr, bytes: &'a [u8]) -> 
     if let Some(p) = r.peers.get_mut(&peer) {
         p.counters.frames_received += 1;
     }
+    step.frame(src, &frame);
     Some(match frame {
         Frame::Data(d) => Incoming::Data(peer, d),
         Frame::Ack(c) => Incoming::Control(peer, c, false),
@@ -400,7 +410,9 @@ pub fn receive_frame<'a>(r: &mut RecvSide, src: SocketAddr, bytes: &'a [u8]) -> 
 /// frame of a message, its match: a posted receive, a slot of the
 /// unexpected queue, or EMP's drop. True when step 6 takes the frame.
 pub fn receive_bookkeeping(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Completion>) -> bool {
+    let mut step = Step::begin(Stage::ReceiveBookkeeping);
     let Some(p) = r.peers.get_mut(&peer) else { return false };
+    step.data(p.addr, &d.header, d.payload.len());
     let owed = p.flow.owes_control();
     let verdict = p.flow.classify(&d.header);
     if !owed && p.flow.owes_control() {
@@ -432,7 +444,9 @@ pub fn receive_bookkeeping(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &
 /// Step 6: the frame's bytes into the message; its last frame completes
 /// the receive (or queues the unexpected message).
 pub fn receiving(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Completion>) {
+    let mut step = Step::begin(Stage::Receiving);
     let Some(p) = r.peers.get_mut(&peer) else { return };
+    step.data(p.addr, &d.header, d.payload.len());
     let Some(a) = p.assembly.as_mut() else { return };
     let cap = a.posted.map_or(a.msg_len, |r| r.capacity);
     // Frames arrive in order: below the capacity, `data` ends at this offset.
@@ -487,8 +501,10 @@ pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch) {
             return;
         }
         r.owing.pop();
+        let mut step = Step::begin(Stage::SendAcknowledgment);
         let Some(p) = r.peers.get_mut(&peer) else { continue };
         if let Some((c, nak)) = p.flow.take_control() {
+            step.control(p.addr, &c, nak);
             let n = emp::encode_control(&c, nak, tx.slot()).expect("a slot holds a control frame");
             tx.commit(p.addr, n, None);
         }

@@ -23,14 +23,16 @@
 //! Files: `record` (the switch, the per-thread event buffers, the dump),
 //! `clock` (the hot-path clock and its mapping onto
 //! `CLOCK_MONOTONIC_RAW`), `ep` (an endpoint's trace and the kernel's
-//! timestamps).
+//! timestamps), `span` (work with a start and an end, one event each).
 
 mod clock;
 mod ep;
 mod record;
+mod span;
 #[cfg(test)]
 mod tests;
 
 pub use clock::{choose_clock, hot_clock, now_ns, realtime_to_raw_offset};
 pub use ep::*;
 pub use record::*;
+pub use span::{span_end, span_mark, span_start};

@@ -92,6 +92,14 @@ pub enum Kind {
     /// address. Packed by [`pack_addr`]. Lets a tool tell which of a
     /// program's endpoints, in which process, received what another sent.
     EpAddr = 19,
+    /// One EMP step ([`crate::tracepoint::span_end`]), recorded at its end:
+    /// a = its start on the trace clock, b = the peer's [`pack_addr`],
+    /// extra = the step's own words (`emp::steptrace` packs them).
+    EmpStep = 20,
+    /// The EMP role of the recording thread, once per thread before its
+    /// first [`Kind::EmpStep`]: a = 0 for an application thread, 1 + the
+    /// engine thread's index in its scheme's placement.
+    EmpThread = 21,
 }
 
 /// [`Kind::EpAddr`] of the sending side.
@@ -341,7 +349,7 @@ pub fn events() -> Vec<Event> {
             let (mut ts, mut a) = (w[0].load(Relaxed), w[2].load(Relaxed));
             if tsc {
                 ts = conv(ts);
-                if kind == Kind::SendCall as u8 || kind == Kind::RecvCall as u8 {
+                if kind == Kind::SendCall as u8 || kind == Kind::RecvCall as u8 || kind == Kind::EmpStep as u8 {
                     a = conv(a);
                 }
             }

@@ -115,6 +115,9 @@ pub struct PresetArgs {
     /// Override every link rate (Mbit/s).
     #[arg(long, value_name = "X")]
     pub link_mbps: Option<f64>,
+    /// Measured EMP step costs (`eudp trace --emp` JSON) in place of the 003 preset's.
+    #[arg(long, value_name = "FILE")]
+    pub step_costs: Option<String>,
 }
 
 #[derive(Subcommand, Clone, Debug)]
@@ -215,6 +218,31 @@ pub enum SimCmd {
         /// Keep these layers: by name, host or host:layer, comma-separated.
         #[arg(long, value_name = "L1,L2")]
         layers: Option<String>,
+    },
+    /// The order of EMP's schemes (003) for bandwidth both ways and latency.
+    ///
+    /// Runs every scheme's stack of the preset, with measured step costs
+    /// when given, over a fast bus and link unless overridden.
+    #[command(after_help = "Example:\n  eudp sim schemes --step-costs trace-out/emp-steps.json")]
+    Schemes {
+        /// Preset: a shipped id or a JSON file with the 003 stacks.
+        #[arg(long, value_name = "NAME|FILE", default_value = "003")]
+        preset: String,
+        /// Measured step costs (`eudp trace --emp` JSON).
+        #[arg(long, value_name = "FILE")]
+        step_costs: Option<String>,
+        /// Message size of the bandwidth runs.
+        #[arg(long, value_name = "BYTES", default_value_t = 16_384)]
+        size: u64,
+        /// Message size of the ping-pong.
+        #[arg(long, value_name = "BYTES", default_value_t = 10)]
+        latency_size: u64,
+        /// Bus of the simulation.
+        #[arg(long, value_name = "NAME", default_value = "pcie4x16")]
+        bus: String,
+        /// Link rate of the simulation (Mbit/s).
+        #[arg(long, value_name = "X", default_value_t = 100_000.0)]
+        link_mbps: f64,
     },
     /// Published vs simulated headline figures of all presets.
     #[command(after_help = "Example:\n  eudp sim validate --markdown")]

@@ -13,7 +13,11 @@ pub fn load_preset(name: &str, bus: Option<&str>, link_mbps: Option<f64>) -> Res
 
 /// [`load_preset`] from a subcommand's preset options.
 pub fn load(a: &PresetArgs) -> Result<Preset, String> {
-    load_preset(&a.preset, a.bus.as_deref(), a.link_mbps)
+    let mut p = load_preset(&a.preset, a.bus.as_deref(), a.link_mbps)?;
+    if let Some(f) = &a.step_costs {
+        crate::step_costs::apply(&mut p, &crate::step_costs::load(f)?, f);
+    }
+    Ok(p)
 }
 
 /// Powers of two from 1 up to `max`.

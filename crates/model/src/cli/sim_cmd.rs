@@ -5,7 +5,7 @@ use super::args::{PresetArgs, SimCmd, SizeList};
 use super::io::{bw_path, default_sizes, load, write_file};
 use crate::preset;
 use crate::sim::{self, Workload};
-use crate::{measure, svg, timeline, validation};
+use crate::{measure, step_costs, svg, timeline, validation};
 use std::fmt::Write as _;
 
 /// The options of `eudp sim sweep`.
@@ -48,6 +48,17 @@ pub fn sim(c: &SimCmd) -> Result<(), String> {
             Ok(())
         }
         SimCmd::Presets { assumptions } => sim_presets(*assumptions),
+        SimCmd::Schemes { preset, step_costs, size, latency_size, bus, link_mbps } => {
+            let w = step_costs::Workload {
+                bandwidth_bytes: *size,
+                latency_bytes: *latency_size,
+                bus: Some(bus.clone()),
+                link_mbps: Some(*link_mbps),
+                ..step_costs::Workload::default()
+            };
+            print!("{}", sim_schemes(preset, step_costs.as_deref(), &w)?);
+            Ok(())
+        }
         SimCmd::Bench { packets } => {
             let (ev, secs) = measure::bench(*packets)?;
             println!("{ev} events in {secs:.3} s = {:.2} M events/s", ev as f64 / secs / 1e6);
@@ -292,4 +303,37 @@ fn sim_presets(assumptions: bool) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The predicted order of EMP's schemes as text: a row per scheme, then
+/// the three orders.
+pub fn sim_schemes(preset: &str, costs: Option<&str>, w: &step_costs::Workload) -> Result<String, String> {
+    let mut p = preset::load(&preset::resolve(preset)?)?;
+    if let Some(f) = costs {
+        step_costs::apply(&mut p, &step_costs::load(f)?, f);
+    }
+    let pr = step_costs::predict(&p, w)?;
+    let mut out = format!(
+        "preset {} ({}), {} B bandwidth, {} B ping-pong\n{:<6} {:>14} {:>14} {:>12}\n",
+        p.name,
+        costs.map_or("its own step costs".to_string(), |f| format!("step costs of {f}")),
+        w.bandwidth_bytes,
+        w.latency_bytes,
+        "scheme",
+        "uni Mbit/s",
+        "bidir Mbit/s",
+        "latency us"
+    );
+    for f in &pr.schemes {
+        let _ =
+            writeln!(out, "{:<6} {:>14.1} {:>14.1} {:>12.2}", f.scheme, f.unidir_mbit_s, f.bidir_mbit_s, f.latency_us);
+    }
+    let ranked = |key: fn(&step_costs::SchemeFigures) -> f64| {
+        let pairs: Vec<(String, f64)> = pr.schemes.iter().map(|f| (f.scheme.clone(), key(f))).collect();
+        step_costs::show(&step_costs::rank(&pairs))
+    };
+    let _ = writeln!(out, "unidirectional bandwidth: {}", ranked(|f| -f.unidir_mbit_s));
+    let _ = writeln!(out, "bidirectional bandwidth:  {}", ranked(|f| -f.bidir_mbit_s));
+    let _ = writeln!(out, "latency:                  {}", ranked(|f| f.latency_us));
+    Ok(out)
 }
