@@ -281,7 +281,8 @@ fn wrong_epoch() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         .iter()
         .map(|&nak| {
             let mut f = vec![0u8; 64];
-            let len = encode_control(&Control { epoch: 0xbad9, next: 5, window: 64 }, nak, &mut f).expect("control");
+            let len =
+                encode_control(&Control { epoch: 0xbad9, next: 5, window: 64, sack: 0 }, nak, &mut f).expect("control");
             f.truncate(len);
             f
         })
