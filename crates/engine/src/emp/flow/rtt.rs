@@ -70,7 +70,7 @@ impl Rtt {
                 self.rttvar = r / 2;
             }
             Some(s) => {
-                let dev = if s > r { s - r } else { r - s };
+                let dev = s.abs_diff(r);
                 self.rttvar = (self.rttvar * 3 + dev) / 4;
                 self.srtt = Some((s * 7 + r) / 8);
             }
