@@ -132,6 +132,7 @@ fn counters_json(c: &EmpCounters) -> serde_json::Value {
         "acks_sent": c.acks_sent,
         "acks_received": c.acks_received,
         "gaps": c.gaps,
+        "held": c.held,
         "stale": c.stale,
         "malformed": c.malformed,
         "unknown_peer": c.unknown_peer,

@@ -184,7 +184,7 @@ fn stream_delivers_exactly_under_ten_percent_loss() {
     }
     assert!(dropped > 0);
     assert!(c(&server, "naks_sent") > 0, "{server}");
-    assert!(c(&server, "gaps") > 0, "{server}");
+    assert!(c(&server, "held") > 0, "{server}");
 }
 
 /// A 16 KiB stream through the relay with `impair` options.
@@ -203,15 +203,14 @@ fn stream_through_relay(impair: &[&str]) -> Option<(Value, Value, Summary, u64)>
 }
 
 #[test]
-#[ignore = "known bug: about 1 run in 10 the client reports that the server's end message never came, although the server saw it acknowledged; run with --ignored"]
 fn stream_delivers_exactly_under_reordering() {
     let Some((client, server, relay, _)) = stream_through_relay(&["--reorder", "5", "--seed", "11"]) else {
         return;
     };
     assert!(relay.left_to_right.reordered > 0, "{relay:?}");
-    // A held-back data frame lets later ones arrive first: gaps, a NAK,
-    // and the held frame itself arriving late as a duplicate or a gap.
-    assert!(c(&server, "gaps") > 0, "{server}");
+    // A delayed data frame lets later ones arrive first: they are held, a
+    // NAK names the delayed one, and its repair or late arrival fills the gap.
+    assert!(c(&server, "held") > 0, "{server}");
     assert!(c(&server, "naks_sent") > 0, "{server}");
     assert!(c(&client, "retransmits") > 0, "{client}");
 }
@@ -281,7 +280,8 @@ fn wrong_epoch() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         .iter()
         .map(|&nak| {
             let mut f = vec![0u8; 64];
-            let len = encode_control(&Control { epoch: 0xbad9, next: 5, window: 64 }, nak, &mut f).expect("control");
+            let len =
+                encode_control(&Control { epoch: 0xbad9, next: 5, window: 64, sack: 0 }, nak, &mut f).expect("control");
             f.truncate(len);
             f
         })

@@ -201,7 +201,7 @@ fn frames_the_socket_refuses_go_back_and_conform() {
             refusals += 1;
         }
         for (h, last) in &batch[..taken] {
-            if let Verdict::Expected { .. } = r.classify(h) {
+            if let Verdict::Expected { .. } = r.classify(h, &[]) {
                 r.accept(h, *last);
             }
         }

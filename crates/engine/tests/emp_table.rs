@@ -1,7 +1,7 @@
 //! The EMP transition table as a trace checker: hand-written traces of one
 //! flow's sender and receiver, as the protocol code records them, are
-//! accepted; traces that break the go-back-N design are rejected at the
-//! first event the table does not allow.
+//! accepted; traces that break the selective-repeat design are rejected at
+//! the first event the table does not allow.
 
 use eudp_engine::emp::event::FlowEvent::{self, *};
 use eudp_engine::emp::table::{check_receiver_trace, check_sender_trace, check_trace, Params, Side};
@@ -59,17 +59,17 @@ fn lossless_run() {
 }
 
 #[test]
-fn loss_answered_by_nak_and_go_back() {
-    // Frame 1 is lost: frame 2 shows the gap, the receiver NAKs 1, the
-    // sender goes back to 1 and sends 1 and 2 again.
+fn loss_answered_by_nak_and_repair() {
+    // Frame 1 is lost: frame 2 is held and shows the gap, the receiver NAKs
+    // 1, the sender repairs 1 alone, and the receiver accepts 1 and then the
+    // held 2.
     let s = sender_ok(
         &[
             SendNew { seq: 0 },
             SendNew { seq: 1 },
             SendNew { seq: 2 },
             NakIn { next: 1 },
-            Resend { seq: 1 },
-            Resend { seq: 2 },
+            Repair { seq: 1 },
             SendNew { seq: 3 },
             AckIn { next: 4 },
         ],
@@ -79,9 +79,9 @@ fn loss_answered_by_nak_and_go_back() {
     receiver_ok(
         &[
             Accept { seq: 0 },
-            Gap { seq: 2 },
+            Hold { seq: 2 },
             NakOut { next: 1 },
-            Gap { seq: 2 }, // a copy still on its way: one NAK per gap
+            Gap { seq: 2 }, // a copy of the held frame: dropped, one NAK per gap
             Accept { seq: 1 },
             Accept { seq: 2 },
             AckOut { next: 3 },
@@ -93,48 +93,61 @@ fn loss_answered_by_nak_and_go_back() {
 }
 
 #[test]
-fn timeout_goes_back_to_the_oldest_and_give_up_ends_the_flow() {
+fn timeout_repairs_the_oldest_and_give_up_ends_the_flow() {
     sender_ok(
         &[
             SendNew { seq: 0 },
             SendNew { seq: 1 },
             AckIn { next: 1 },
             Timeout,
-            Resend { seq: 1 },
+            Repair { seq: 1 },
             AckIn { next: 2 },
             SendNew { seq: 2 },
         ],
         &P,
     );
-    // An ack during the go-back releases frames the sender then skips.
-    sender_ok(&[SendNew { seq: 0 }, SendNew { seq: 1 }, Timeout, AckIn { next: 2 }, SendNew { seq: 2 }], &P);
-    let s = sender_ok(&[SendNew { seq: 0 }, Timeout, Resend { seq: 0 }, Timeout, Resend { seq: 0 }, GiveUp], &P);
+    // Frames past the oldest are repaired as acknowledgments report them.
+    let s = sender_ok(
+        &[
+            SendNew { seq: 0 },
+            SendNew { seq: 1 },
+            SendNew { seq: 2 },
+            Timeout,
+            Repair { seq: 0 },
+            AckIn { next: 1 },
+            Repair { seq: 1 },
+            AckIn { next: 3 },
+        ],
+        &P,
+    );
+    assert_eq!((s.base, s.ptr, s.top), (3, 3, 3));
+    let s = sender_ok(&[SendNew { seq: 0 }, Timeout, Repair { seq: 0 }, Timeout, Repair { seq: 0 }, GiveUp], &P);
     assert_eq!((s.base, s.ptr, s.top), (1, 1, 1));
 }
 
 #[test]
 fn duplicate_is_acknowledged_again() {
-    // The ack of frames 0-1 was lost; the sender's timer resends 0, which is
+    // The ack of frames 0-1 was lost; the sender's timer repairs 0, which is
     // now a duplicate: the receiver acks again.
     receiver_ok(
         &[Accept { seq: 0 }, Accept { seq: 1 }, AckOut { next: 2 }, Duplicate { seq: 0 }, AckOut { next: 2 }],
         &P,
     );
-    sender_ok(&[SendNew { seq: 0 }, SendNew { seq: 1 }, Timeout, Resend { seq: 0 }, AckIn { next: 2 }], &P);
+    sender_ok(&[SendNew { seq: 0 }, SendNew { seq: 1 }, Timeout, Repair { seq: 0 }, AckIn { next: 2 }], &P);
 }
 
 #[test]
 fn unmatched_first_frame_is_dropped_unacknowledged() {
     // Frame 2 opens a message nobody has posted a receive for yet: it is
-    // dropped and not acked; frame 3 then shows a gap, and the resent 2 finds
-    // the receive posted meanwhile.
+    // dropped and not acked; frame 3 is held and shows a gap, and the
+    // repaired 2 finds the receive posted meanwhile.
     receiver_ok(
         &[
             Accept { seq: 0 },
             Accept { seq: 1 },
             AckOut { next: 2 },
             Unmatched { seq: 2 },
-            Gap { seq: 3 },
+            Hold { seq: 3 },
             NakOut { next: 2 },
             Accept { seq: 2 },
             Accept { seq: 3 },
@@ -154,8 +167,8 @@ fn sequence_numbers_wrap() {
             SendNew { seq: 0 },
             AckIn { next: u32::MAX },
             Timeout,
-            Resend { seq: u32::MAX },
-            Resend { seq: 0 },
+            Repair { seq: u32::MAX },
+            Repair { seq: 0 },
             AckIn { next: 1 },
         ],
         &p,
@@ -164,9 +177,10 @@ fn sequence_numbers_wrap() {
     receiver_ok(
         &[
             Accept { seq: u32::MAX - 1 },
+            Hold { seq: 0 },
             Accept { seq: u32::MAX },
-            AckOut { next: 0 },
             Accept { seq: 0 },
+            AckOut { next: 1 },
             Duplicate { seq: u32::MAX },
             AckOut { next: 1 },
         ],
@@ -192,23 +206,30 @@ fn rejects_what_the_design_forbids() {
         3
     );
     // A second NAK for the same gap.
-    let t = [Gap { seq: 1 }, NakOut { next: 0 }, Gap { seq: 2 }, NakOut { next: 0 }];
+    let t = [Hold { seq: 1 }, NakOut { next: 0 }, Hold { seq: 2 }, NakOut { next: 0 }];
     assert_eq!(rejected_at(Receiver, &t, &P), 3);
-    // Calling the expected frame a duplicate or a gap.
+    // Calling the expected frame a duplicate, a gap or a held one; holding
+    // a frame beyond the window.
     assert_eq!(rejected_at(Receiver, &[Duplicate { seq: 0 }], &P), 0);
     assert_eq!(rejected_at(Receiver, &[Gap { seq: 0 }], &P), 0);
+    assert_eq!(rejected_at(Receiver, &[Hold { seq: 0 }], &P), 0);
+    assert_eq!(rejected_at(Receiver, &[Hold { seq: 3 }, Hold { seq: 4 }], &P), 1);
 
     // Sending beyond the window.
     let w2 = Params { window: 2, ..P };
     assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, SendNew { seq: 1 }, SendNew { seq: 2 }], &w2), 2);
-    // Resending a frame never sent.
-    assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, Timeout, Resend { seq: 0 }, Resend { seq: 1 }], &P), 3);
+    // Repairing a frame never sent.
+    assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, Timeout, Repair { seq: 0 }, Repair { seq: 1 }], &P), 3);
     // Skipping a sequence number; a new frame while going back.
     assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, SendNew { seq: 2 }], &P), 1);
-    assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, Timeout, SendNew { seq: 1 }], &P), 2);
-    // Resending an acknowledged frame.
-    let t = [SendNew { seq: 0 }, SendNew { seq: 1 }, Timeout, AckIn { next: 1 }, Resend { seq: 0 }];
+    assert_eq!(
+        rejected_at(Sender, &[SendNew { seq: 0 }, SendNew { seq: 1 }, GoBack { seq: 0 }, SendNew { seq: 2 }], &P),
+        3
+    );
+    // Repairing an acknowledged frame; a timeout goes back no more.
+    let t = [SendNew { seq: 0 }, SendNew { seq: 1 }, Timeout, AckIn { next: 1 }, Repair { seq: 0 }];
     assert_eq!(rejected_at(Sender, &t, &P), 4);
+    assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, Timeout, Resend { seq: 0 }], &P), 2);
     // An ack of a frame never sent; a timeout with nothing outstanding.
     assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, AckIn { next: 2 }], &P), 1);
     assert_eq!(rejected_at(Sender, &[SendNew { seq: 0 }, AckIn { next: 1 }, Timeout], &P), 2);

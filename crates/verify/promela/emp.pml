@@ -1,16 +1,18 @@
-/* eudp EMP flow: go-back-N with cumulative acks and NAKs. GENERATED from
+/* eudp EMP flow: selective repeat with cumulative acks and NAKs. GENERATED from
  * crates/engine/src/emp/table.rs by `eudp verify --emit-promela`; edit the table there.
  *
  *   SendNew    sender: not going back and the window has room -> transmit the next new frame
  *   Resend     sender: going back -> transmit again the frame ptr names, sent before and not acknowledged
+ *   Repair     sender: a frame in [base, ptr) reported missing, or the oldest after a timeout -> transmit it again alone
  *   AckIn      sender: cumulative ack in [base, top] -> release the frames below it; no resend of released frames
- *   NakIn      sender: NAK in [base, top] -> release the frames below it and go back to it
- *   Timeout    sender: timer fired with frames unacknowledged -> go back to the oldest
+ *   NakIn      sender: NAK in [base, top] -> release the frames below it; the frame it names is repaired
+ *   Timeout    sender: timer fired with frames unacknowledged -> the oldest is repaired
  *   GoBack     sender: frames from one in [base, ptr) on never reached the wire -> send them again from there
  *   GiveUp     sender: deadline passed without progress -> the unacknowledged frames complete with an error
  *   Accept     receiver: the expected frame, fewer than W accepted since the last ack or NAK -> accept it
  *   Duplicate  receiver: a frame no sender within the window can send as new -> duplicate, dropped (and acked)
- *   Gap        receiver: a frame above the expected one, within the window -> gap, dropped
+ *   Gap        receiver: a frame above the expected one, within the window, held already -> dropped
+ *   Hold       receiver: a frame above the expected one, within the window -> held until it is the expected one
  *   Unmatched  receiver: the expected first frame of a message matches no posted receive -> dropped, not acked
  *   AckOut     receiver: acknowledge every frame below the expected one, as of the moment the ack is sent
  *   NakOut     receiver: a gap and no NAK out for it yet -> NAK naming the expected frame (once per gap)
@@ -31,6 +33,7 @@
 byte base, ptr, top;
 byte exp, since;
 bit gap_seen, nak_sent;
+byte held[S];   /* the receiver's held frames: index + 1 per wire number, 0 when none */
 
 chan data = [C] of { byte, byte };  /* wire sequence number (mod S), ghost: the frame's index */
 chan acks = [C] of { bit, byte };   /* 0 ack / 1 NAK, wire sequence number (mod S) */
@@ -86,16 +89,19 @@ proctype sender() {
      atomic {
        if
        :: k == 0 && ((((v) % S + S - (base) % S) % S) <= (top - base)) -> base = (base + (((v) % S + S - (base) % S) % S)); ptr = (ptr > base -> ptr : base); printf("@@ sender AckIn %d  base=%d ptr=%d\n", v, base, ptr)
-       :: k == 1 && ((((v) % S + S - (base) % S) % S) <= (top - base)) -> base = (base + (((v) % S + S - (base) % S) % S)); ptr = base; printf("@@ sender NakIn %d  base=%d ptr=%d\n", v, base, ptr)
+       :: k == 1 && ((((v) % S + S - (base) % S) % S) <= (top - base)) -> base = (base + (((v) % S + S - (base) % S) % S)); ptr = (ptr > base -> ptr : base); printf("@@ sender NakIn %d  base=%d ptr=%d\n", v, base, ptr);
+          if :: ((((v) % S + S - (base) % S) % S) < (ptr - base)) -> printf("@@ sender Repair %d (#%d)  base=%d\n", v, base, base); send_data(v, base) :: else -> skip fi
        :: else -> printf("@@ sender ignores stale %d\n", v)
        fi;
        k = 0; v = 0
      }
   :: atomic { reordered < REORD && len(acks) >= 2 -> swap_head(acks); printf("@@   acks reordered\n") }
   :: atomic { timeout && ((top - base) >= 1) ->
-       if :: gap_seen && data_drops <= 1 && ack_drops == 0 -> stall_with_gap = true :: else -> skip fi; ptr = base;
-       printf("@@ sender Timeout (all quiet)  base=%d\n", base) }
-  :: atomic { early < EARLY && ((top - base) >= 1) -> early++; ptr = base; printf("@@ sender Timeout (early)  base=%d\n", base) }
+       if :: gap_seen && data_drops <= 1 && ack_drops == 0 -> stall_with_gap = true :: else -> skip fi;
+       printf("@@ sender Timeout (all quiet)  base=%d\n", base);
+       if :: (((((base % S)) % S + S - (base) % S) % S) < (ptr - base)) -> printf("@@ sender Repair %d (#%d)  base=%d\n", (base % S), base, base); send_data((base % S), base) :: else -> skip fi }
+  :: atomic { early < EARLY && ((top - base) >= 1) -> early++; printf("@@ sender Timeout (early)  base=%d\n", base);
+       if :: (((((base % S)) % S + S - (base) % S) % S) < (ptr - base)) -> printf("@@ sender Repair %d (#%d)  base=%d\n", (base % S), base, base); send_data((base % S), base) :: else -> skip fi }
   od
 }
 
@@ -109,8 +115,15 @@ end:
      :: (((((f) % S + S - (exp) % S) % S) == 0) && (since < W)) ->
         if :: id != exp -> misdelivered = true :: else -> skip fi; exp = (exp + 1); since = (since + 1); gap_seen = 0; nak_sent = 0;
         printf("@@ receiver Accept %d (#%d)  exp=%d\n", f, id, exp);
+        do
+        :: held[exp % S] != 0 && ((((((exp % S)) % S + S - (exp) % S) % S) == 0) && (since < W)) ->
+           f = exp % S; id = held[f] - 1; held[f] = 0;
+           if :: id != exp -> misdelivered = true :: else -> skip fi; exp = (exp + 1); since = (since + 1); gap_seen = 0; nak_sent = 0;
+           printf("@@ receiver Accept %d (#%d, held)  exp=%d\n", f, id, exp)
+        :: else -> break
+        od;
         if
-        :: since >= G || id % FPM == FPM - 1 ->
+        :: since >= G || id % FPM == FPM - 1 || held[0] != 0 || held[1] != 0 || held[2] != 0 || held[3] != 0 || held[4] != 0 ->
            if
            :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); send_ack(0, 0)
            :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); send_ack(0, 1)
@@ -130,7 +143,7 @@ end:
         :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); send_ack(0, 3)
         :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); send_ack(0, 4)
         fi
-     :: (((((f) % S + S - (exp) % S) % S) >= 1) && ((((f) % S + S - (exp) % S) % S) < W)) -> gap_seen = 1; printf("@@ receiver Gap %d (#%d)\n", f, id);
+     :: held[f] == 0 && (((((f) % S + S - (exp) % S) % S) >= 1) && ((((f) % S + S - (exp) % S) % S) < W)) -> gap_seen = 1; held[f] = id + 1; printf("@@ receiver Hold %d (#%d)\n", f, id);
         if
         :: (((((0) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 0  exp=%d since=%d\n", exp, since); send_ack(1, 0)
         :: (((((1) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 1  exp=%d since=%d\n", exp, since); send_ack(1, 1)
@@ -138,6 +151,14 @@ end:
         :: (((((3) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 3  exp=%d since=%d\n", exp, since); send_ack(1, 3)
         :: (((((4) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 4  exp=%d since=%d\n", exp, since); send_ack(1, 4)
         :: else -> skip
+        fi
+     :: held[f] != 0 && (((((f) % S + S - (exp) % S) % S) >= 1) && ((((f) % S + S - (exp) % S) % S) < W)) -> gap_seen = 1; printf("@@ receiver Gap %d (#%d): held already\n", f, id);
+        if
+        :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); send_ack(0, 0)
+        :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); send_ack(0, 1)
+        :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); send_ack(0, 2)
+        :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); send_ack(0, 3)
+        :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); send_ack(0, 4)
         fi
      fi;
      f = 0; id = 0

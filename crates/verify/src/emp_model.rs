@@ -5,10 +5,20 @@
 //! Every protocol decision is a table row printed by the table's own
 //! renderer; the processes add only what the table leaves to its caller:
 //! which wire value to try (each of `0..S`, the guard picks), when the
-//! receiver acknowledges (every `G` frames, on a message's last frame, in
-//! answer to a duplicate), the impairments, and ghost bookkeeping (each
-//! frame carries its true index beside its wire sequence number, so a stale
-//! frame accepted as new is seen).
+//! receiver acknowledges (every `G` frames, on a message's last frame,
+//! while it holds frames, in answer to a duplicate), which frame the
+//! sender repairs (the one a NAK names, the oldest after a timeout), the
+//! receiver's held frames (`held[s]`: the index of the frame held under
+//! wire number `s`, plus one; the `Accept` row takes each once it is the
+//! expected one), the impairments, and ghost bookkeeping (each frame
+//! carries its true index beside its wire sequence number, so a stale frame
+//! accepted or held as new is seen).
+//!
+//! The code also repairs frames that an acknowledgment's selective part
+//! shows missing; the model's acknowledgments carry no selective part, so
+//! those repairs are left out: each is a `Repair` row like the ones the
+//! model takes, and repair by NAK and timer alone already delivers
+//! everything.
 //!
 //! The table's `GoBack` row has no step in the model: it follows frames the
 //! socket did not take, which the receiver never sees, and sends them again
@@ -80,6 +90,16 @@ fn row(t: &Table, kind: Kind, param: &str) -> (String, String) {
     (render_cond(&r.guard, param), render_effects(r, param))
 }
 
+/// The sender's repair of the frame whose wire number is `param` (the
+/// oldest unacknowledged one, absolute `base`), when the `Repair` row
+/// allows it.
+fn repair(t: &Table, param: &str) -> String {
+    let (g, e) = row(t, Kind::Repair, param);
+    format!(
+        "if :: {g} ->{e} printf(\"@@ sender Repair %d (#%d)  base=%d\\n\", {param}, base, base); send_data({param}, base) :: else -> skip fi"
+    )
+}
+
 /// The alternatives of an `if` that sends `kind` (AckOut or NakOut) with
 /// every wire value the guard allows.
 fn ack_alternatives(t: &Table, kind: Kind, cfg: &EmpConfig, flag: u32, indent: &str) -> String {
@@ -97,7 +117,7 @@ fn ack_alternatives(t: &Table, kind: Kind, cfg: &EmpConfig, flag: u32, indent: &
 /// The Promela model of one EMP flow generated from `t`.
 pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
     let mut o = String::new();
-    o.push_str("/* eudp EMP flow: go-back-N with cumulative acks and NAKs. GENERATED from\n");
+    o.push_str("/* eudp EMP flow: selective repeat with cumulative acks and NAKs. GENERATED from\n");
     o.push_str(" * crates/engine/src/emp/table.rs by `eudp verify --emit-promela`; edit the table there.\n *\n");
     for r in &t.rules {
         let _ = writeln!(o, " *   {:<10} {}", format!("{:?}", r.kind), r.doc);
@@ -123,7 +143,8 @@ pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
         "/* the table's variables: sender, then receiver */\n\
          byte base, ptr, top;\n\
          byte exp, since;\n\
-         bit gap_seen, nak_sent;\n\n\
+         bit gap_seen, nak_sent;\n\
+         byte held[S];   /* the receiver's held frames: index + 1 per wire number, 0 when none */\n\n\
          chan data = [C] of { byte, byte };  /* wire sequence number (mod S), ghost: the frame's index */\n\
          chan acks = [C] of { bit, byte };   /* 0 ack / 1 NAK, wire sequence number (mod S) */\n\n\
          /* impairments spent, and ghosts */\n\
@@ -167,22 +188,27 @@ pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
     }
     let (ack_g, ack_e) = row(t, Kind::AckIn, "v");
     let (nak_g, nak_e) = row(t, Kind::NakIn, "v");
+    let nak_repair = repair(t, "v");
     let _ = write!(
         o,
         "  :: acks?k,v ->\n     atomic {{\n       if\n\
          \x20      :: k == 0 && {ack_g} ->{ack_e} printf(\"@@ sender AckIn %d  base=%d ptr=%d\\n\", v, base, ptr)\n\
-         \x20      :: k == 1 && {nak_g} ->{nak_e} printf(\"@@ sender NakIn %d  base=%d ptr=%d\\n\", v, base, ptr)\n\
+         \x20      :: k == 1 && {nak_g} ->{nak_e} printf(\"@@ sender NakIn %d  base=%d ptr=%d\\n\", v, base, ptr);\n\
+         \x20         {nak_repair}\n\
          \x20      :: else -> printf(\"@@ sender ignores stale %d\\n\", v)\n\
          \x20      fi;\n       k = 0; v = 0\n     }}\n\
          \x20 :: atomic {{ reordered < REORD && len(acks) >= 2 -> swap_head(acks); printf(\"@@   acks reordered\\n\") }}\n",
     );
     let (to_g, to_e) = row(t, Kind::Timeout, "0");
+    let oldest = repair(t, "(base % S)");
     let _ = write!(
         o,
         "  :: atomic {{ timeout && {to_g} ->\n\
          \x20      if :: gap_seen && data_drops <= 1 && ack_drops == 0 -> stall_with_gap = true :: else -> skip fi;{to_e}\n\
-         \x20      printf(\"@@ sender Timeout (all quiet)  base=%d\\n\", base) }}\n\
-         \x20 :: atomic {{ early < EARLY && {to_g} -> early++;{to_e} printf(\"@@ sender Timeout (early)  base=%d\\n\", base) }}\n\
+         \x20      printf(\"@@ sender Timeout (all quiet)  base=%d\\n\", base);\n\
+         \x20      {oldest} }}\n\
+         \x20 :: atomic {{ early < EARLY && {to_g} -> early++;{to_e} printf(\"@@ sender Timeout (early)  base=%d\\n\", base);\n\
+         \x20      {oldest} }}\n\
          \x20 od\n}}\n\n",
     );
 
@@ -192,6 +218,9 @@ pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
     let (unm_g, _) = row(t, Kind::Unmatched, "f");
     let (dup_g, dup_e) = row(t, Kind::Duplicate, "f");
     let (gap_g, gap_e) = row(t, Kind::Gap, "f");
+    let (hold_g, hold_e) = row(t, Kind::Hold, "f");
+    let (drain_g, drain_e) = row(t, Kind::Accept, "(exp % S)");
+    let holding = (0..cfg.seq_space).map(|s| format!("held[{s}] != 0")).collect::<Vec<_>>().join(" || ");
     let acks_deep = ack_alternatives(t, Kind::AckOut, cfg, 0, "           ");
     let acks = ack_alternatives(t, Kind::AckOut, cfg, 0, "        ");
     let naks = ack_alternatives(t, Kind::NakOut, cfg, 1, "        ");
@@ -200,11 +229,18 @@ pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
         "proctype receiver() {{\n  byte f, id, k, v, n, a1, b1, a2, b2;\nend:\n  do\n  :: data?f,id ->\n     atomic {{\n     if\n\
          \x20    :: {acc_g} ->\n        if :: id != exp -> misdelivered = true :: else -> skip fi;{acc_e}\n\
          \x20       printf(\"@@ receiver Accept %d (#%d)  exp=%d\\n\", f, id, exp);\n\
-         \x20       if\n        :: since >= G || id % FPM == FPM - 1 ->\n           if\n{acks_deep}           fi\n        :: else -> skip\n        fi\n\
+         \x20       do\n\
+         \x20       :: held[exp % S] != 0 && {drain_g} ->\n\
+         \x20          f = exp % S; id = held[f] - 1; held[f] = 0;\n\
+         \x20          if :: id != exp -> misdelivered = true :: else -> skip fi;{drain_e}\n\
+         \x20          printf(\"@@ receiver Accept %d (#%d, held)  exp=%d\\n\", f, id, exp)\n\
+         \x20       :: else -> break\n        od;\n\
+         \x20       if\n        :: since >= G || id % FPM == FPM - 1 || {holding} ->\n           if\n{acks_deep}           fi\n        :: else -> skip\n        fi\n\
          \x20    :: unmatched < UNM && id % FPM == 0 && {unm_g} ->\n\
          \x20       unmatched++; data_drops++; printf(\"@@ receiver Unmatched %d (#%d): no posted receive\\n\", f, id)\n\
          \x20    :: {dup_g} ->{dup_e} printf(\"@@ receiver Duplicate %d (#%d)\\n\", f, id);\n        if\n{acks}        fi\n\
-         \x20    :: {gap_g} ->{gap_e} printf(\"@@ receiver Gap %d (#%d)\\n\", f, id);\n        if\n{naks}        :: else -> skip\n        fi\n\
+         \x20    :: held[f] == 0 && {hold_g} ->{hold_e} held[f] = id + 1; printf(\"@@ receiver Hold %d (#%d)\\n\", f, id);\n        if\n{naks}        :: else -> skip\n        fi\n\
+         \x20    :: held[f] != 0 && {gap_g} ->{gap_e} printf(\"@@ receiver Gap %d (#%d): held already\\n\", f, id);\n        if\n{acks}        fi\n\
          \x20    fi;\n     f = 0; id = 0\n     }}\n\
          \x20 :: atomic {{ reordered < REORD && len(data) >= 2 -> swap_head(data); printf(\"@@   frames reordered\\n\") }}\n\
          \x20 od\n}}\n\n",

@@ -7,7 +7,7 @@
 //!   written in `promela/firmware.pml`, with Table 1's formulas;
 //! * `engine`: eudp's two-level send queue, generated from the transition
 //!   table in `eudp_engine::machine` so model and code cannot drift;
-//! * `emp`: one EMP flow (go-back-N, cumulative acks, NAKs) over lossy,
+//! * `emp`: one EMP flow (selective repeat, cumulative acks, NAKs) over lossy,
 //!   duplicating, reordering channels, generated from the transition table
 //!   in `eudp_engine::emp::table`.
 //!

@@ -240,7 +240,7 @@ pub const BROKEN: &[Broken] = &[
         name: "window-off-by-one",
         model: "emp",
         breaks: &["in_order_once"],
-        what: "window W = S, the sequence space: a stale frame with the expected wire number is accepted as new",
+        what: "window W = S/2 + 1, one past half the sequence space: an old frame's copy is held as a new one",
     },
 ];
 
@@ -318,7 +318,7 @@ pub fn emp_parts(broken: Option<&Broken>, cfg: &EmpConfig) -> (emp_table::Table,
             let ahead = T::Dist(Box::new(T::Var(emp_table::Var::Exp)), Box::new(T::Param));
             t.rule_mut(Kind::AckOut).guard = emp_table::Cond::Cmp(ahead, emp_table::Op::Le, T::Const(1));
         }
-        Some("window-off-by-one") => cfg.window = cfg.seq_space,
+        Some("window-off-by-one") => cfg.window = cfg.seq_space / 2 + 1,
         _ => {}
     }
     (t, cfg)

@@ -151,7 +151,7 @@ fn emp_without_nak_still_delivers_by_its_timer() {
     let gap = report.get("gap_repaired_by_nak").unwrap();
     assert!(!gap.ok);
     let trail = gap.trail.as_deref().unwrap();
-    assert!(trail.contains("receiver Gap") && trail.contains("Timeout (all quiet)"), "{trail}");
+    assert!(trail.contains("receiver Hold") && trail.contains("Timeout (all quiet)"), "{trail}");
     assert!(!trail.contains("NakOut"), "{trail}");
 }
 
@@ -165,7 +165,7 @@ fn emp_window_off_by_one_accepts_a_stale_frame() {
     let report = spin::run(&opts, &mut |_| {}).unwrap();
     let o = report.get("in_order_once").unwrap();
     assert!(!o.ok);
-    // The counterexample ends with a resent frame accepted as the next one.
+    // The counterexample holds a repaired old frame as a new one and accepts it.
     let trail = o.trail.as_deref().unwrap();
-    assert!(trail.contains("Resend") && trail.contains("misdelivered=1"), "{trail}");
+    assert!(trail.contains("Repair") && trail.contains("misdelivered=1"), "{trail}");
 }

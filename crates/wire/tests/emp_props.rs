@@ -32,10 +32,17 @@ proptest! {
     }
 
     #[test]
-    fn control_round_trips(epoch in any::<u32>(), next in any::<u32>(), window in any::<u32>(), nak in any::<bool>()) {
-        let c = Control { epoch, next, window };
+    fn control_round_trips(
+        epoch in any::<u32>(),
+        next in any::<u32>(),
+        window in any::<u32>(),
+        nak in any::<bool>(),
+        sack in prop_oneof![Just(0u64), any::<u64>()],
+    ) {
+        let c = Control { epoch, next, window, sack };
         let mut buf = [0u8; 64];
         let n = emp::encode_control(&c, nak, &mut buf).unwrap();
+        prop_assert_eq!(n, emp::control_len(&c));
         let want = if nak { Frame::Nak(c) } else { Frame::Ack(c) };
         prop_assert_eq!(emp::parse(&buf[..n]), Ok(want));
     }
@@ -47,6 +54,10 @@ proptest! {
             // Past the magic and version, so the deeper checks are reached.
             b[..3].copy_from_slice(b"EM\x01");
             b[3] %= 4;
+            // Flags that a control frame may carry, now and then.
+            if b.len() >= 5 && b[4] % 2 == 0 {
+                b[4] &= 4;
+            }
         }
         if let Ok(f) = emp::parse(&b) {
             let mut out = vec![0u8; b.len()];

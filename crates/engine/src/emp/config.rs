@@ -17,8 +17,13 @@ pub struct EmpConfig {
     pub ack_group: u32,
     /// Frames a sender keeps in flight unacknowledged.
     pub window: u32,
-    /// First retransmission timeout; it doubles per timeout up to `rto_max`.
+    /// Retransmission timeout before a round trip is measured; after, the
+    /// timeout follows the measured round trips (smoothed, plus four mean
+    /// deviations), within `[rto_min, rto_max]`. It doubles per timeout
+    /// up to `rto_max`.
     pub rto_initial: Duration,
+    /// Smallest retransmission timeout from measured round trips.
+    pub rto_min: Duration,
     /// Largest retransmission timeout.
     pub rto_max: Duration,
     /// A flow that makes no progress for this long gives up: its messages
@@ -44,6 +49,7 @@ impl Default for EmpConfig {
             ack_group: 16,
             window: 512,
             rto_initial: Duration::from_millis(20),
+            rto_min: Duration::from_millis(2),
             rto_max: Duration::from_millis(500),
             deadline: Duration::from_secs(5),
             send_queue_bytes: 4 << 20,
@@ -76,7 +82,8 @@ impl EmpConfig {
         c.frame_payload =
             c.frame_payload.clamp(1, eudp_wire::limits::MAX_UDP_PAYLOAD_V4 - eudp_wire::emp::DATA_HEADER_LEN);
         c.rto_initial = c.rto_initial.max(Duration::from_micros(100));
-        c.rto_max = c.rto_max.max(c.rto_initial);
+        c.rto_min = c.rto_min.max(Duration::from_micros(100));
+        c.rto_max = c.rto_max.max(c.rto_initial).max(c.rto_min);
         c
     }
 }

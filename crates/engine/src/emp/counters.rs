@@ -18,10 +18,13 @@ pub struct EmpCounters {
     pub acks_received: u64,
     pub naks_sent: u64,
     pub naks_received: u64,
-    /// Data frames received below the expected one.
+    /// Data frames received below the expected one, and copies of held ones.
     pub duplicates: u64,
-    /// Data frames received above the expected one.
+    /// Data frames received above the expected one beyond the window.
     pub gaps: u64,
+    /// Data frames received above the expected one within the window and
+    /// held until the frames before them arrive (selective repeat).
+    pub held: u64,
     /// First frames dropped for want of a posted receive.
     pub unmatched: u64,
     /// Messages taken into the unexpected-message queue.
@@ -68,6 +71,7 @@ impl EmpCounters {
         self.naks_sent += r.naks_sent;
         self.duplicates += r.duplicates;
         self.gaps += r.gaps;
+        self.held += r.held;
         self.unmatched += r.unmatched;
         self.stale += r.stale;
     }
@@ -84,6 +88,7 @@ impl EmpCounters {
             (&mut self.naks_received, o.naks_received),
             (&mut self.duplicates, o.duplicates),
             (&mut self.gaps, o.gaps),
+            (&mut self.held, o.held),
             (&mut self.unmatched, o.unmatched),
             (&mut self.unexpected, o.unexpected),
             (&mut self.truncated, o.truncated),

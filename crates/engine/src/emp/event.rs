@@ -3,9 +3,11 @@
 //!
 //! Every data frame of a flow carries a sequence number, counted across the
 //! messages the flow carries; the receiver accepts only the next expected
-//! sequence number (go-back-N), so messages arrive whole and in order per
-//! peer. Acknowledgments are cumulative: `next` is the first sequence number
-//! the receiver has not accepted.
+//! sequence number and holds frames that arrive early within the window
+//! (selective repeat), so messages arrive whole and in order per peer.
+//! Acknowledgments are cumulative: `next` is the first sequence number the
+//! receiver has not accepted; their selective part names the held frames,
+//! and the sender repairs only the frames reported missing.
 //!
 //! This vocabulary is shared by the protocol code, which records the events
 //! it performs when recording is on, and by the transition table, which
@@ -39,7 +41,8 @@ pub enum FlowEvent {
     Accept { seq: u32 },
     /// Receiver: dropped frame `seq` below the expected one (a duplicate).
     Duplicate { seq: u32 },
-    /// Receiver: dropped frame `seq` above the expected one (a gap before it).
+    /// Receiver: dropped frame `seq` above the expected one (a gap before
+    /// it): beyond the window, or a copy of a frame held already.
     Gap { seq: u32 },
     /// Receiver: dropped frame `seq`, the expected first frame of a message,
     /// because no posted receive matches it (and no unexpected-message slot
@@ -49,4 +52,11 @@ pub enum FlowEvent {
     AckOut { next: u32 },
     /// Receiver: sent a negative acknowledgment: it expects `next`.
     NakOut { next: u32 },
+    /// Sender: transmitted data frame `seq` again, alone (selective
+    /// repeat): reported missing by the receiver, or the oldest
+    /// unacknowledged one after a timeout.
+    Repair { seq: u32 },
+    /// Receiver: kept data frame `seq`, above the expected one within the
+    /// window, until the frames before it arrive; it is accepted then.
+    Hold { seq: u32 },
 }

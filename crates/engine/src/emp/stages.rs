@@ -414,7 +414,7 @@ pub fn receive_bookkeeping(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &
     let Some(p) = r.peers.get_mut(&peer) else { return false };
     step.data(p.addr, &d.header, d.payload.len());
     let owed = p.flow.owes_control();
-    let verdict = p.flow.classify(&d.header);
+    let verdict = p.flow.classify(&d.header, d.payload);
     if !owed && p.flow.owes_control() {
         r.owing.push(peer);
     }
@@ -442,8 +442,21 @@ pub fn receive_bookkeeping(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &
 }
 
 /// Step 6: the frame's bytes into the message; its last frame completes
-/// the receive (or queues the unexpected message).
+/// the receive (or queues the unexpected message). Frames held above it
+/// that it makes the expected ones follow it, each through step 4 again.
 pub fn receiving(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Completion>) {
+    receive_one(r, peer, d, done);
+    loop {
+        let Some(held) = r.peers.get_mut(&peer).and_then(|p| p.flow.take_ready()) else { return };
+        let d = Data { header: held.header, payload: &held.payload };
+        if !receive_bookkeeping(r, peer, &d, done) {
+            return;
+        }
+        receive_one(r, peer, &d, done);
+    }
+}
+
+fn receive_one(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Completion>) {
     let mut step = Step::begin(Stage::Receiving);
     let Some(p) = r.peers.get_mut(&peer) else { return };
     step.data(p.addr, &d.header, d.payload.len());

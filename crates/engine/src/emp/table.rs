@@ -1,14 +1,20 @@
-//! The go-back-N flow of EMP as one transition table: the single source of
-//! truth shared by the trace checker (which replays the events the protocol
-//! code records) and `eudp verify` (which prints the same rows as Promela).
+//! The selective-repeat flow of EMP as one transition table: the single
+//! source of truth shared by the trace checker (which replays the events
+//! the protocol code records) and `eudp verify` (which prints the same rows
+//! as Promela).
 //!
 //! The state is abstract and small. The sender keeps `base` (oldest
-//! unacknowledged sequence number), `ptr` (the next frame it transmits:
-//! below `top` while it goes back, equal to `top` otherwise) and `top` (the
-//! next new sequence number). The receiver keeps `exp` (the next sequence
-//! number it accepts), `since` (frames accepted since its last
-//! acknowledgment), `gap_seen` (a frame above `exp` arrived since the last
-//! accept) and `nak_sent` (the negative acknowledgment for that gap is out).
+//! unacknowledged sequence number), `ptr` (the next frame it transmits in
+//! order: below `top` only while it sends again frames the socket did not
+//! take, equal to `top` otherwise) and `top` (the next new sequence
+//! number); a repair sends one frame of `[base, ptr)` again and moves none
+//! of them. The receiver keeps `exp` (the next sequence number it
+//! accepts), `since` (frames accepted since its last acknowledgment),
+//! `gap_seen` (a frame above `exp` arrived since the last accept) and
+//! `nak_sent` (the negative acknowledgment for that gap is out). Which
+//! frames above `exp` the receiver holds is data, not state of the table:
+//! a held frame is accepted, by the `Accept` row, once it is the expected
+//! one.
 //!
 //! State variables are counters: wrapping `u32` in the checker, small
 //! absolute numbers in the model. Guards compare only distances between
@@ -38,11 +44,13 @@ pub enum Kind {
     Unmatched,
     AckOut,
     NakOut,
+    Repair,
+    Hold,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 15] = [
         Kind::SendNew,
         Kind::Resend,
         Kind::AckIn,
@@ -56,14 +64,21 @@ impl Kind {
         Kind::Unmatched,
         Kind::AckOut,
         Kind::NakOut,
+        Kind::Repair,
+        Kind::Hold,
     ];
 
     /// The side that performs events of this kind.
     pub fn side(self) -> Side {
         match self {
-            Kind::SendNew | Kind::Resend | Kind::AckIn | Kind::NakIn | Kind::Timeout | Kind::GoBack | Kind::GiveUp => {
-                Side::Sender
-            }
+            Kind::SendNew
+            | Kind::Resend
+            | Kind::Repair
+            | Kind::AckIn
+            | Kind::NakIn
+            | Kind::Timeout
+            | Kind::GoBack
+            | Kind::GiveUp => Side::Sender,
             _ => Side::Receiver,
         }
     }
@@ -84,6 +99,8 @@ impl Kind {
             Kind::Unmatched => FlowEvent::Unmatched { seq: p },
             Kind::AckOut => FlowEvent::AckOut { next: p },
             Kind::NakOut => FlowEvent::NakOut { next: p },
+            Kind::Repair => FlowEvent::Repair { seq: p },
+            Kind::Hold => FlowEvent::Hold { seq: p },
         }
     }
 }
@@ -104,6 +121,8 @@ pub fn kind(e: &FlowEvent) -> Kind {
         FlowEvent::Unmatched { .. } => Kind::Unmatched,
         FlowEvent::AckOut { .. } => Kind::AckOut,
         FlowEvent::NakOut { .. } => Kind::NakOut,
+        FlowEvent::Repair { .. } => Kind::Repair,
+        FlowEvent::Hold { .. } => Kind::Hold,
     }
 }
 
@@ -116,6 +135,8 @@ pub fn param(e: &FlowEvent) -> Option<u32> {
         | FlowEvent::Duplicate { seq }
         | FlowEvent::Gap { seq }
         | FlowEvent::Unmatched { seq }
+        | FlowEvent::Repair { seq }
+        | FlowEvent::Hold { seq }
         | FlowEvent::GoBack { seq } => Some(seq),
         FlowEvent::AckIn { next }
         | FlowEvent::NakIn { next }
@@ -307,6 +328,12 @@ pub fn table() -> Table {
             doc: "sender: going back -> transmit again the frame ptr names, sent before and not acknowledged",
         },
         Rule {
+            kind: Kind::Repair,
+            guard: cmp(dist(v(Base), Term::Param), Op::Lt, sub(v(Ptr), v(Base))),
+            effects: vec![],
+            doc: "sender: a frame in [base, ptr) reported missing, or the oldest after a timeout -> transmit it again alone",
+        },
+        Rule {
             kind: Kind::AckIn,
             guard: ack_in_range.clone(),
             effects: vec![release.clone(), set(Ptr, Term::Max(Box::new(v(Ptr)), Box::new(v(Base))))],
@@ -315,14 +342,14 @@ pub fn table() -> Table {
         Rule {
             kind: Kind::NakIn,
             guard: ack_in_range,
-            effects: vec![release, set(Ptr, v(Base))],
-            doc: "sender: NAK in [base, top] -> release the frames below it and go back to it",
+            effects: vec![release, set(Ptr, Term::Max(Box::new(v(Ptr)), Box::new(v(Base))))],
+            doc: "sender: NAK in [base, top] -> release the frames below it; the frame it names is repaired",
         },
         Rule {
             kind: Kind::Timeout,
             guard: cmp(sub(v(Top), v(Base)), Op::Ge, c(1)),
-            effects: vec![set(Ptr, v(Base))],
-            doc: "sender: timer fired with frames unacknowledged -> go back to the oldest",
+            effects: vec![],
+            doc: "sender: timer fired with frames unacknowledged -> the oldest is repaired",
         },
         Rule {
             kind: Kind::GoBack,
@@ -354,9 +381,15 @@ pub fn table() -> Table {
         },
         Rule {
             kind: Kind::Gap,
-            guard: Cond::All(vec![cmp(ahead.clone(), Op::Ge, c(1)), cmp(ahead, Op::Lt, Term::Window)]),
+            guard: Cond::All(vec![cmp(ahead.clone(), Op::Ge, c(1)), cmp(ahead.clone(), Op::Lt, Term::Window)]),
             effects: vec![set(GapSeen, c(1))],
-            doc: "receiver: a frame above the expected one, within the window -> gap, dropped",
+            doc: "receiver: a frame above the expected one, within the window, held already -> dropped",
+        },
+        Rule {
+            kind: Kind::Hold,
+            guard: Cond::All(vec![cmp(ahead.clone(), Op::Ge, c(1)), cmp(ahead.clone(), Op::Lt, Term::Window)]),
+            effects: vec![set(GapSeen, c(1))],
+            doc: "receiver: a frame above the expected one, within the window -> held until it is the expected one",
         },
         Rule {
             kind: Kind::Unmatched,
@@ -645,7 +678,8 @@ mod tests {
         let t = table();
         let g = render_cond(&t.rule(Kind::Accept).guard, "f");
         assert_eq!(g, "(((((f) % S + S - (exp) % S) % S) == 0) && (since < W))");
-        assert_eq!(render_effects(t.rule(Kind::Timeout), "f"), " ptr = base;");
+        assert_eq!(render_effects(t.rule(Kind::Timeout), "f"), "");
+        assert_eq!(render_effects(t.rule(Kind::GoBack), "f"), " ptr = (base + (((f) % S + S - (base) % S) % S));");
         let e = render_effects(t.rule(Kind::AckIn), "v");
         assert!(e.contains("ptr = (ptr > base -> ptr : base);"), "{e}");
     }

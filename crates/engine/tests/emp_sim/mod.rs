@@ -161,32 +161,34 @@ pub fn run(
         }
         for bytes in fwd.due(t) {
             let Ok(Frame::Data(d)) = emp::parse(&bytes) else { panic!("the channel corrupts nothing") };
-            match r.classify(&d.header) {
-                Verdict::Expected { restarted } => {
-                    if restarted {
-                        assembling = None;
-                    }
-                    if d.first() {
-                        if rng.percent(imp.unmatched) {
-                            r.unmatched(&d.header);
-                            continue;
-                        }
-                        assembling = Some((d.header.tag, Vec::with_capacity(d.header.msg_len as usize)));
-                    }
-                    let (tag, m) = assembling.as_mut().expect("a message in progress");
-                    assert_eq!((*tag, m.len()), (d.header.tag, d.header.offset as usize), "frames arrive in order");
-                    m.extend_from_slice(d.payload);
-                    r.accept(&d.header, d.last());
-                    if d.last() {
-                        out.delivered.push(assembling.take().unwrap());
-                    }
+            let mut frame = Some((d.header, d.payload.to_vec()));
+            while let Some((h, payload)) = frame.take() {
+                let Verdict::Expected { restarted } = r.classify(&h, &payload) else { break };
+                if restarted {
+                    assembling = None;
                 }
-                Verdict::Duplicate | Verdict::Gap | Verdict::Stale => {}
+                if h.offset == 0 && rng.percent(imp.unmatched) {
+                    r.unmatched(&h);
+                    break;
+                }
+                if h.offset == 0 {
+                    assembling = Some((h.tag, Vec::with_capacity(h.msg_len as usize)));
+                }
+                let (tag, m) = assembling.as_mut().expect("a message in progress");
+                assert_eq!((*tag, m.len()), (h.tag, h.offset as usize), "frames arrive in order");
+                m.extend_from_slice(&payload);
+                let last = h.offset as usize + payload.len() == h.msg_len as usize;
+                r.accept(&h, last);
+                if last {
+                    out.delivered.push(assembling.take().unwrap());
+                }
+                // A held frame that is now the expected one goes the same way.
+                frame = r.take_ready().map(|f| (f.header, f.payload));
             }
             if let Some((c, nak)) = r.take_control() {
-                let mut cb = [0u8; emp::CONTROL_LEN];
-                emp::encode_control(&c, nak, &mut cb).unwrap();
-                back.push(&mut rng, &imp, t, cb.to_vec(), false, &mut out);
+                let mut cb = [0u8; emp::SACK_CONTROL_LEN];
+                let n = emp::encode_control(&c, nak, &mut cb).unwrap();
+                back.push(&mut rng, &imp, t, cb[..n].to_vec(), false, &mut out);
             }
         }
         for bytes in back.due(t) {

@@ -1,17 +1,23 @@
-//! The receiver's half of a flow: the next expected sequence number
-//! (go-back-N: only that frame is accepted), and the acknowledgments it
-//! owes: an ACK per group of accepted frames and on a message's last
-//! frame, a re-ACK on a duplicate, one NAK per gap episode.
+//! The receiver's half of a flow: the next expected sequence number, the
+//! frames held above it (selective repeat: a frame that arrives early,
+//! within the window, is kept until the ones before it arrive), and the
+//! acknowledgments it owes: an ACK per group of accepted or held frames,
+//! on a message's last frame and while frames are held, a re-ACK on a
+//! duplicate, one NAK per gap episode. Every acknowledgment carries the
+//! held frames as its selective part.
 //!
 //! Matching a message's first frame against posted receives is the
 //! caller's: [`RecvFlow::classify`] says whether a frame is the expected
 //! one, and the caller then calls [`RecvFlow::accept`] or
-//! [`RecvFlow::unmatched`].
+//! [`RecvFlow::unmatched`]; after an accept, [`RecvFlow::take_ready`]
+//! hands back a held frame that has become the expected one, to go the
+//! same way.
 
-use super::seq::before;
+use super::seq::{before, distance};
 use crate::emp::config::EmpConfig;
 use crate::emp::event::FlowEvent;
 use eudp_wire::emp::{Control, DataHeader};
+use std::collections::VecDeque;
 
 /// What a data frame is to the flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,9 +26,13 @@ pub enum Verdict {
     /// `restarted`: the sender started a new incarnation with this frame,
     /// so any message partly received from it is void.
     Expected { restarted: bool },
-    /// Below the expected frame: dropped (re-acknowledged).
+    /// Below the expected frame, or above it and held already: dropped
+    /// (re-acknowledged).
     Duplicate,
-    /// Above the expected frame: dropped (a NAK names the expected one).
+    /// Above the expected frame within the window: held until the frames
+    /// before it arrive (a NAK names the expected one).
+    Held,
+    /// Above the expected frame beyond the window: dropped.
     Gap,
     /// Of another incarnation than the one received, and not the start of
     /// a new one: dropped without an answer.
@@ -39,6 +49,8 @@ pub struct RecvCounters {
     pub stale: u64,
     pub acks_sent: u64,
     pub naks_sent: u64,
+    /// Frames held above the expected one (received out of order).
+    pub held: u64,
 }
 
 /// An acknowledgment owed to the sender. It names the expected frame as of
@@ -61,8 +73,22 @@ pub struct RecvFlow {
     /// The expected number a NAK was sent for in this gap episode.
     nak_for: Option<u32>,
     owed: Option<Owed>,
+    /// Frames held since the last acknowledgment.
+    since_hold: u32,
+    /// Slot `i` holds frame `expected + i` when it arrived early; slot 0
+    /// is the expected frame, filled only between [`RecvFlow::take_ready`]
+    /// and its accept. At most `window` slots.
+    ring: VecDeque<Option<HeldFrame>>,
+    holding: u32,
     events: Option<Vec<FlowEvent>>,
     counters: RecvCounters,
+}
+
+/// A data frame held until the frames before it arrive.
+#[derive(Debug)]
+pub struct HeldFrame {
+    pub header: DataHeader,
+    pub payload: Vec<u8>,
 }
 
 impl RecvFlow {
@@ -76,6 +102,9 @@ impl RecvFlow {
             since_ack: 0,
             nak_for: None,
             owed: None,
+            since_hold: 0,
+            ring: VecDeque::new(),
+            holding: 0,
             events: cfg.record_events.then(Vec::new),
             counters: RecvCounters::default(),
         }
@@ -90,9 +119,15 @@ impl RecvFlow {
         self.expected
     }
 
+    /// Frames held above the expected one now.
+    pub fn holding(&self) -> u32 {
+        self.holding
+    }
+
     /// Classifies a data frame; a duplicate, a gap or a stale frame is
-    /// dealt with here (counted, answered as the protocol says).
-    pub fn classify(&mut self, h: &DataHeader) -> Verdict {
+    /// dealt with here (counted, answered as the protocol says), and a
+    /// frame above the expected one within the window is kept.
+    pub fn classify(&mut self, h: &DataHeader, payload: &[u8]) -> Verdict {
         let mut restarted = false;
         if self.epoch != Some(h.epoch) {
             if h.seq != 0 || h.offset != 0 {
@@ -102,27 +137,68 @@ impl RecvFlow {
             // Sequence 0 of a message's first frame starts an incarnation.
             self.epoch = Some(h.epoch);
             (self.expected, self.since_ack, self.nak_for, self.owed) = (0, 0, None, None);
+            (self.since_hold, self.holding) = (0, 0);
+            self.ring.clear();
             restarted = true;
         }
         if h.seq == self.expected {
             return Verdict::Expected { restarted };
         }
-        if before(h.seq, self.expected) {
+        let ahead = distance(self.expected, h.seq);
+        let held_already = self.ring.get(ahead as usize).is_some_and(|s| s.is_some());
+        if before(h.seq, self.expected) || held_already {
             self.counters.duplicates += 1;
-            self.record(FlowEvent::Duplicate { seq: h.seq });
+            // A copy of a held frame lies above the expected one: to the
+            // transition table it is a frame of the gap, dropped.
+            self.record(if held_already { FlowEvent::Gap { seq: h.seq } } else { FlowEvent::Duplicate { seq: h.seq } });
             if self.owed != Some(Owed::Nak) {
                 self.owed = Some(Owed::Ack);
             }
-            Verdict::Duplicate
-        } else {
+            return Verdict::Duplicate;
+        }
+        if ahead >= self.window {
+            // No sender within the window sends it: dropped, answered by
+            // nothing it could act on but the NAK of the gap.
             self.counters.gaps += 1;
             self.record(FlowEvent::Gap { seq: h.seq });
-            if self.nak_for != Some(self.expected) {
-                self.nak_for = Some(self.expected);
-                self.owed = Some(Owed::Nak);
-            }
-            Verdict::Gap
+            self.owe_nak();
+            return Verdict::Gap;
         }
+        self.counters.held += 1;
+        self.record(FlowEvent::Hold { seq: h.seq });
+        if self.ring.len() <= ahead as usize {
+            self.ring.resize_with(ahead as usize + 1, || None);
+        }
+        self.ring[ahead as usize] = Some(HeldFrame { header: *h, payload: payload.to_vec() });
+        self.holding += 1;
+        self.since_hold += 1;
+        self.owe_nak();
+        if self.owed.is_none() && self.since_hold >= self.ack_group {
+            self.owed = Some(Owed::Ack);
+        }
+        Verdict::Held
+    }
+
+    /// A NAK for the expected frame, once per gap episode.
+    fn owe_nak(&mut self) {
+        if self.nak_for != Some(self.expected) {
+            self.nak_for = Some(self.expected);
+            self.owed = Some(Owed::Nak);
+        }
+    }
+
+    /// The held frame that is now the expected one, if any: the caller
+    /// takes it as if it had just arrived (matching, then accept).
+    pub fn take_ready(&mut self) -> Option<HeldFrame> {
+        let f = self.ring.front_mut()?.take()?;
+        self.holding -= 1;
+        Some(f)
+    }
+
+    /// The selective part of an acknowledgment: bit `k` for frame
+    /// `expected + 1 + k` held.
+    fn sack(&self) -> u64 {
+        self.ring.iter().skip(1).take(64).enumerate().filter(|(_, s)| s.is_some()).fold(0, |b, (k, _)| b | 1 << k)
     }
 
     /// Accepts the expected frame; `last` when it ends its message.
@@ -131,11 +207,13 @@ impl RecvFlow {
         self.counters.accepted += 1;
         self.record(FlowEvent::Accept { seq: h.seq });
         self.expected = self.expected.wrapping_add(1);
+        self.ring.pop_front();
         self.nak_for = None;
         self.since_ack += 1;
-        // A NAK still owed names a frame that has now arrived: the gap is
-        // closed, and the answer becomes an ack of everything accepted.
-        if last || self.since_ack >= self.ack_group || self.owed == Some(Owed::Nak) {
+        // A NAK still owed names a frame that has now arrived: the answer
+        // becomes an ack of everything accepted. While frames are held the
+        // sender learns at once which ones are still missing.
+        if last || self.since_ack >= self.ack_group || self.owed == Some(Owed::Nak) || self.holding > 0 {
             self.owed = Some(Owed::Ack);
         }
     }
@@ -153,7 +231,7 @@ impl RecvFlow {
         let epoch = self.epoch?;
         let next = self.expected;
         // Both are cumulative: the group counts from the last one sent.
-        self.since_ack = 0;
+        (self.since_ack, self.since_hold) = (0, 0);
         let nak = o == Owed::Nak;
         if nak {
             self.counters.naks_sent += 1;
@@ -162,7 +240,7 @@ impl RecvFlow {
             self.counters.acks_sent += 1;
             self.record(FlowEvent::AckOut { next });
         }
-        Some((Control { epoch, next, window: self.window }, nak))
+        Some((Control { epoch, next, window: self.window, sack: self.sack() }, nak))
     }
 
     /// True when an acknowledgment is owed.

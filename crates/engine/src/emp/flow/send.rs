@@ -1,7 +1,11 @@
 //! The sender's half of a flow: queued messages with their transmission
-//! records, the window of frames in flight, the retransmission timer with
-//! exponential backoff, and the deadline after which the flow gives up.
+//! records, the window of frames in flight, selective repeat (only frames
+//! the receiver reports missing are sent again, and on a timeout only the
+//! oldest unacknowledged one), the retransmission timer with exponential
+//! backoff, and the deadline after which the flow gives up.
 
+use super::rtt::Rtt;
+use super::scoreboard::Scoreboard;
 use super::seq::{before, before_eq, distance};
 use crate::emp::config::EmpConfig;
 use crate::emp::event::FlowEvent;
@@ -78,8 +82,6 @@ struct Record {
 pub struct SendFlow {
     payload: usize,
     window: u32,
-    rto_initial: Duration,
-    rto_max: Duration,
     deadline: Duration,
     queue_bytes: usize,
     epoch: u32,
@@ -87,7 +89,8 @@ pub struct SendFlow {
     queued: usize,
     /// Oldest unacknowledged sequence number.
     una: u32,
-    /// Next sequence number to transmit (goes back on NAK and timeout).
+    /// Next sequence number to transmit in order (below `high` only after
+    /// the socket did not take frames).
     nxt: u32,
     /// One past the highest sequence number ever transmitted.
     high: u32,
@@ -96,7 +99,12 @@ pub struct SendFlow {
     /// Index of the record holding `nxt`.
     cursor: usize,
     peer_window: u32,
-    rto: Duration,
+    board: Scoreboard,
+    /// After a timeout, until `una` passes it: each acknowledgment that
+    /// leaves `una` missing repairs it (frames lost at the window's end
+    /// have no held frames above them to report them).
+    recover: Option<u32>,
+    rtt: Rtt,
     timer: Option<Instant>,
     last_progress: Instant,
     done: VecDeque<SendDone>,
@@ -111,8 +119,6 @@ impl SendFlow {
         SendFlow {
             payload: cfg.frame_payload,
             window: cfg.window,
-            rto_initial: cfg.rto_initial,
-            rto_max: cfg.rto_max,
             deadline: cfg.deadline,
             queue_bytes: cfg.send_queue_bytes,
             epoch,
@@ -124,7 +130,9 @@ impl SendFlow {
             end: 0,
             cursor: 0,
             peer_window: cfg.window,
-            rto: cfg.rto_initial,
+            board: Scoreboard::default(),
+            recover: None,
+            rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             timer: None,
             last_progress: now,
             done: VecDeque::new(),
@@ -176,12 +184,29 @@ impl SendFlow {
 
     /// True when [`SendFlow::next_frame`] would give a frame.
     pub fn has_frame(&self) -> bool {
+        self.board.has_repair(self.nxt) || self.has_in_order()
+    }
+
+    fn has_in_order(&self) -> bool {
         self.nxt != self.end && distance(self.una, self.nxt) < self.allowed()
     }
 
-    /// The next frame to transmit, new or again, if the window allows.
+    /// The next frame to transmit: a repair first, else the next in order
+    /// (new, or again after the socket refused it) if the window allows.
     pub fn next_frame(&mut self, now: Instant) -> Option<FrameOut<'_>> {
-        if !self.has_frame() {
+        if let Some(seq) = self.board.next_repair(self.nxt) {
+            self.counters.retransmits += 1;
+            self.counters.frames_sent += 1;
+            self.record(FlowEvent::Repair { seq });
+            self.board.sent_again(seq, true);
+            self.rtt.sent_again(seq);
+            if self.timer.is_none() {
+                self.timer = Some(now + self.rtt.rto());
+            }
+            let i = self.records.partition_point(|r| before_eq(r.first_seq.wrapping_add(r.frames), seq));
+            return Some(self.frame_of(i, seq, true));
+        }
+        if !self.has_in_order() {
             return None;
         }
         let seq = self.nxt;
@@ -196,29 +221,43 @@ impl SendFlow {
         if resend {
             self.counters.retransmits += 1;
             self.record(FlowEvent::Resend { seq });
+            self.board.sent_again(seq, false);
+            self.rtt.sent_again(seq);
         } else {
             self.high = seq.wrapping_add(1);
             self.record(FlowEvent::SendNew { seq });
+            self.board.sent_new(seq);
+            self.rtt.sent_new(seq, now);
         }
         self.counters.frames_sent += 1;
         if self.timer.is_none() {
-            self.timer = Some(now + self.rto);
+            self.timer = Some(now + self.rtt.rto());
         }
         self.nxt = seq.wrapping_add(1);
         if last_of_record {
             self.cursor += 1;
         }
+        Some(self.frame_of(i, seq, resend))
+    }
+
+    /// Frame `seq` of record `i`.
+    fn frame_of(&self, i: usize, seq: u32, resend: bool) -> FrameOut<'_> {
         let r = &self.records[i];
+        let idx = distance(r.first_seq, seq);
         let offset = idx as usize * self.payload;
         let len = self.payload.min(r.data.len() - offset);
         let header =
             DataHeader { epoch: self.epoch, seq, tag: r.tag, msg_len: r.data.len() as u32, offset: offset as u32 };
-        Some(FrameOut { header, payload: &r.data[offset..offset + len], resend })
+        FrameOut { header, payload: &r.data[offset..offset + len], resend }
     }
 
-    /// The frames from `seq` on did not reach the wire (a full socket
-    /// buffer): transmit them again next.
+    /// Frame `seq` did not reach the wire (a full socket buffer): a repair
+    /// is due again; a frame sent in order goes back, with those after it.
     pub fn unsend(&mut self, seq: u32) {
+        if before_eq(self.una, seq) && before(seq, self.nxt) && self.board.via_repair(seq) {
+            self.board.requeue(seq);
+            return;
+        }
         if before_eq(self.una, seq) && before(seq, self.nxt) {
             self.counters.go_backs += 1;
             self.record(FlowEvent::GoBack { seq });
@@ -251,11 +290,14 @@ impl SendFlow {
             self.record(FlowEvent::AckIn { next: c.next });
         }
         self.peer_window = c.window;
-        if before(self.una, c.next) {
+        let advanced = before(self.una, c.next);
+        if advanced {
             self.release(c.next, now);
         }
-        if nak && self.una == c.next && before(c.next, self.nxt) {
-            self.go_back(c.next);
+        self.board.on_sack(c.next, c.sack, self.nxt);
+        let recovering = self.recover.is_some_and(|r| before(self.una, r));
+        if nak || (advanced && recovering) {
+            self.board.missing(self.una);
         }
     }
 
@@ -272,12 +314,26 @@ impl SendFlow {
             self.done.push_back(SendDone { token: r.token, tag: r.tag, len: r.data.len(), result: Ok(()) });
         }
         self.una = next;
+        self.board.release(next);
+        if self.recover.is_some_and(|r| !before(next, r)) {
+            self.recover = None;
+        }
         if before(self.nxt, next) {
             self.go_back(next);
         }
-        self.rto = self.rto_initial;
+        self.rtt.acked(next, now);
         self.last_progress = now;
-        self.timer = (self.una != self.high).then(|| now + self.rto);
+        self.timer = (self.una != self.high).then(|| now + self.rtt.rto());
+    }
+
+    /// The smoothed round trip, once measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.srtt()
+    }
+
+    /// The retransmission timeout armed next.
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
     }
 
     /// When [`SendFlow::on_timer`] has work: the retransmission timer or
@@ -287,8 +343,9 @@ impl SendFlow {
     }
 
     /// Runs the timers due at `now`: past the deadline the flow gives up;
-    /// else a timeout goes back to the oldest unacknowledged frame and
-    /// doubles the timeout (up to the maximum).
+    /// else a timeout repairs the oldest unacknowledged frame (the
+    /// acknowledgments it draws report the rest) and doubles the timeout
+    /// (up to the maximum).
     pub fn on_timer(&mut self, now: Instant) {
         let Some(at) = self.wake_at() else { return };
         if now < at {
@@ -306,9 +363,11 @@ impl SendFlow {
         }
         self.record(FlowEvent::Timeout);
         self.counters.timeouts += 1;
-        self.go_back(self.una);
-        self.rto = (self.rto * 2).min(self.rto_max);
-        self.timer = Some(now + self.rto);
+        self.board.forget_repairs();
+        self.board.missing(self.una);
+        self.recover = Some(self.high);
+        self.rtt.backoff();
+        self.timer = Some(now + self.rtt.rto());
     }
 
     /// Completes every queued message with `err` and starts the next
@@ -321,8 +380,10 @@ impl SendFlow {
         }
         self.epoch = self.epoch.wrapping_add(1);
         (self.una, self.nxt, self.high, self.end, self.cursor, self.queued) = (0, 0, 0, 0, 0, 0);
+        self.board.reset(0);
+        self.recover = None;
         self.timer = None;
-        self.rto = self.rto_initial;
+        self.rtt.restart();
         self.peer_window = self.window;
     }
 
