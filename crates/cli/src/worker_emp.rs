@@ -136,6 +136,7 @@ fn counters_json(c: &EmpCounters) -> serde_json::Value {
         "acks_sent": c.acks_sent,
         "acks_received": c.acks_received,
         "gaps": c.gaps,
+        "go_backs": c.go_backs,
         "stale": c.stale,
         "malformed": c.malformed,
         "unknown_peer": c.unknown_peer,

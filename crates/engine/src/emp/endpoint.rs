@@ -204,10 +204,19 @@ impl EmpEndpoint {
         Ok(())
     }
 
-    /// Cancels the posted receive with `context`: it completes as canceled
-    /// (nothing completes if it already matched a message).
-    pub fn cancel(&self, context: u64) {
-        self.shared.command(Command::Cancel { context });
+    /// Cancels the posted receive with `context`: it completes as
+    /// canceled. False when nothing was canceled: no receive has this
+    /// context, or it matched a message already (it completes normally).
+    /// Receives posted before the call count; the call waits for a round
+    /// of an engine thread in progress.
+    pub fn cancel(&self, context: u64) -> bool {
+        lock(&self.rt).cancel(context)
+    }
+
+    /// True once the endpoint stopped (shut down, or its engine thread
+    /// failed): sends and receives are refused from then on.
+    pub fn stopped(&self) -> bool {
+        self.shared.stopping()
     }
 
     /// Runs a round on this thread when the engine thread is not in one
@@ -280,9 +289,11 @@ impl EmpEndpoint {
         lock(&self.shared.published).endpoint
     }
 
-    /// Counters of one peer.
+    /// Counters of one peer (zero until the engine first accounts for
+    /// it); `None` for a peer not in the address vector.
     pub fn peer_counters(&self, peer: PeerId) -> Option<EmpCounters> {
-        lock(&self.shared.published).peers.get(&peer).copied()
+        let published = lock(&self.shared.published).peers.get(&peer).copied();
+        published.or_else(|| lock(&self.peers).contains_key(&peer).then(EmpCounters::default))
     }
 
     /// The events recorded (with [`EmpConfig::record_events`]) by the flows

@@ -155,6 +155,15 @@ impl Runtime {
         self.shared.timer.set(Some(w.saturating_duration_since(now)));
     }
 
+    /// Cancels the posted receive with `context` now, after the commands
+    /// queued before it; true when it was posted and had matched nothing.
+    pub fn cancel(&mut self, context: u64) -> bool {
+        self.take_commands(Instant::now());
+        let acted = self.recv.cancel(context, &mut self.done);
+        self.shared.cq.push_all(&mut self.done);
+        acted
+    }
+
     /// True while the socket's buffer is full.
     pub fn blocked(&self) -> bool {
         self.blocked
@@ -192,7 +201,6 @@ impl Runtime {
                     stages::send_bookkeeping(&mut self.send, peer, tag, data, context, &mut self.done)
                 }
                 Command::Recv(r) => self.recv.post(r, &mut self.done),
-                Command::Cancel { context } => self.recv.cancel(context, &mut self.done),
             }
         }
     }

@@ -36,9 +36,6 @@ pub enum Command {
         context: u64,
     },
     Recv(PostedRecv),
-    Cancel {
-        context: u64,
-    },
 }
 
 /// Counters the engine thread publishes for the application to read.
