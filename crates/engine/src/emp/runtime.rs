@@ -212,7 +212,11 @@ impl Runtime {
         for _ in 0..RX_ROUNDS {
             let n = match self.sock.recv_batch(&mut self.rx_bufs, &mut self.rx_meta) {
                 Ok(n) => n,
-                Err(_) => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                // A socket error (an ICMP report) is consumed by the call
+                // that returns it, and datagrams may wait behind it: the
+                // engine's edge-triggered wait would not wake for them.
+                Err(_) => continue,
             };
             if n > 0 {
                 self.dirty = true;
