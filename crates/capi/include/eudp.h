@@ -306,6 +306,9 @@ struct eudp_emp_config {
     uint64_t send_queue_bytes;    /* bytes queued per peer before EAGAIN (default 4 MiB) */
     uint64_t unexpected_messages; /* unexpected-message queue: messages (0: off, EMP's rule) */
     uint64_t unexpected_bytes;    /* unexpected-message queue: bytes (0: off) */
+    uint64_t socket_buffer;       /* bytes asked for the socket's send and receive buffers (default 8 MiB) */
+    uint32_t poll_spin_us;        /* eudp_emp_cq_wait() polls the socket this long before sleeping (0: off) */
+    uint32_t reserved;            /* zero */
 };
 
 /** One finished send or receive. */
@@ -348,6 +351,7 @@ struct eudp_emp_counters {
     uint64_t messages_received; /* messages received whole */
     uint64_t malformed;         /* datagrams that are not EMP frames (endpoint only) */
     uint64_t unknown_peer;      /* frames from addresses not in the address vector (endpoint only) */
+    uint64_t go_backs;          /* frames the socket did not take (full buffer), sent again */
 };
 
 /**

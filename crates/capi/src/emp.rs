@@ -44,6 +44,9 @@ pub struct eudp_emp_config {
     pub send_queue_bytes: u64,
     pub unexpected_messages: u64,
     pub unexpected_bytes: u64,
+    pub socket_buffer: u64,
+    pub poll_spin_us: u32,
+    pub reserved: u32,
 }
 
 impl eudp_emp_config {
@@ -73,6 +76,10 @@ impl eudp_emp_config {
         }
         c.unexpected_messages = usize::try_from(self.unexpected_messages).unwrap_or(usize::MAX);
         c.unexpected_bytes = usize::try_from(self.unexpected_bytes).unwrap_or(usize::MAX);
+        if self.socket_buffer > 0 {
+            c.socket_buffer = usize::try_from(self.socket_buffer).unwrap_or(usize::MAX);
+        }
+        c.poll_spin = us(self.poll_spin_us);
         c
     }
 }
@@ -120,6 +127,7 @@ pub struct eudp_emp_counters {
     pub messages_received: u64,
     pub malformed: u64,
     pub unknown_peer: u64,
+    pub go_backs: u64,
 }
 
 impl From<&EmpCounters> for eudp_emp_counters {
@@ -145,6 +153,7 @@ impl From<&EmpCounters> for eudp_emp_counters {
             messages_received: c.messages_received,
             malformed: c.malformed,
             unknown_peer: c.unknown_peer,
+            go_backs: c.go_backs,
         }
     }
 }
@@ -541,12 +550,7 @@ pub unsafe extern "C" fn eudp_emp_counters(ep: *mut eudp_emp, peer: u32, out: *m
         }
         let c = match peer_arg(peer) {
             None => h.ep.counters(),
-            // A peer the engine has not yet published has counted nothing.
-            Some(p) => match h.ep.peer_counters(p) {
-                Some(c) => c,
-                None if h.ep.peer_addr(p).is_some() => EmpCounters::default(),
-                None => return Err(ENOENT),
-            },
+            Some(p) => h.ep.peer_counters(p).ok_or(ENOENT)?,
         };
         // SAFETY: non-null and valid for writes (caller); unaligned-tolerant.
         unsafe { out.write_unaligned(eudp_emp_counters::from(&c)) };

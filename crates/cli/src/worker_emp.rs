@@ -76,6 +76,10 @@ pub struct EmpArgs {
     /// Frames per acknowledgment.
     #[arg(long)]
     pub ack_group: Option<u32>,
+    /// Microseconds a waiting thread polls before it sleeps (default: the
+    /// endpoint's).
+    #[arg(long)]
+    pub spin_us: Option<u64>,
 }
 
 fn scheme_name(s: Scheme) -> &'static str {
@@ -133,6 +137,7 @@ fn counters_json(c: &EmpCounters) -> serde_json::Value {
         "acks_received": c.acks_received,
         "gaps": c.gaps,
         "held": c.held,
+        "go_backs": c.go_backs,
         "stale": c.stale,
         "malformed": c.malformed,
         "unknown_peer": c.unknown_peer,
@@ -166,6 +171,9 @@ fn run(a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
     }
     if let Some(g) = a.ack_group {
         cfg.ack_group = g;
+    }
+    if let Some(us) = a.spin_us {
+        cfg.poll_spin = Duration::from_micros(us);
     }
     let ep = EmpEndpoint::bind(a.local, cfg).map_err(|e| format!("bind {}: {e}", a.local))?;
     let peer = ep.insert(a.peer);

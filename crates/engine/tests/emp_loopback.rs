@@ -115,9 +115,28 @@ fn tags_and_ignore_masks_match_in_posting_order() {
     a.send(ab, 0x200, b"third".to_vec(), 0).unwrap();
     let got: Vec<(u64, Vec<u8>)> = (0..3).map(|_| next(&b)).map(|c| (c.context, c.data)).collect();
     assert_eq!(got, vec![(1, b"first".to_vec()), (2, b"second".to_vec()), (4, b"third".to_vec())]);
-    b.cancel(3);
+    assert!(b.cancel(3));
     let c = next(&b);
     assert_eq!((c.context, c.status, c.op), (3, Status::Canceled, Op::Recv));
+    // Matched already, or never posted: nothing to cancel.
+    assert!(!b.cancel(1));
+    assert!(!b.cancel(12345));
+}
+
+#[test]
+fn cancel_sees_a_receive_posted_just_before_and_counters_exist_from_insert() {
+    let mut a = EmpEndpoint::bind(any(), cfg()).unwrap();
+    let peer = a.insert("127.0.0.1:9".parse().unwrap());
+    // Before any round accounted for the peer, its counters read as zero.
+    assert_eq!(a.peer_counters(peer), Some(Default::default()));
+    assert_eq!(a.peer_counters(PeerId(999)), None);
+    a.recv(Some(peer), 1, 0, 16, 5).unwrap();
+    assert!(a.cancel(5));
+    assert_eq!(next(&a).status, Status::Canceled);
+    assert!(!a.stopped());
+    a.shutdown();
+    assert!(a.stopped());
+    assert!(a.send(peer, 1, b"x".to_vec(), 1).is_err());
 }
 
 #[test]

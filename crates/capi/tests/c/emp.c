@@ -191,6 +191,8 @@ static void dead_peer(void) {
     cfg.deadline_ms = 300;
     cfg.rto_initial_us = 5000;
     cfg.rto_max_us = 50000;
+    cfg.socket_buffer = 1u << 20;
+    cfg.poll_spin_us = 20;
     eudp_emp *ep = open_on_loopback(&cfg);
     /* A port with nobody behind it: another endpoint's, closed. */
     eudp_emp *gone = open_on_loopback(NULL);
@@ -209,6 +211,7 @@ static void dead_peer(void) {
     struct eudp_emp_counters k;
     CHECK(eudp_emp_counters(ep, peer, &k) == 0);
     CHECK(k.messages_failed >= 1);
+    CHECK(k.go_backs <= k.frames_sent);
     CHECK(eudp_emp_close(ep) == 0);
 }
 

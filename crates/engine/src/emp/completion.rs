@@ -1,5 +1,6 @@
 //! Completions and the completion queue: the engine thread pushes, the
-//! application polls or waits; an eventfd is readable while any is pending.
+//! application polls (or waits in [`crate::emp::EmpEndpoint::wait`]); an
+//! eventfd is readable while any is pending.
 
 use crate::emp::peer::PeerId;
 use crate::sys::fdevents::EventFd;
@@ -7,8 +8,7 @@ use crate::sys::sync::lock;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
 
 /// Which operation completed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,13 +55,12 @@ pub struct Completion {
 #[derive(Debug)]
 pub struct CompletionQueue {
     q: Mutex<VecDeque<Completion>>,
-    cv: Condvar,
     ready: EventFd,
 }
 
 impl CompletionQueue {
     pub fn new() -> io::Result<Self> {
-        Ok(CompletionQueue { q: Mutex::new(VecDeque::new()), cv: Condvar::new(), ready: EventFd::new()? })
+        Ok(CompletionQueue { q: Mutex::new(VecDeque::new()), ready: EventFd::new()? })
     }
 
     /// Appends completions (the engine thread, once per round).
@@ -75,8 +74,6 @@ impl CompletionQueue {
         if was_empty {
             self.ready.set();
         }
-        drop(q);
-        self.cv.notify_all();
     }
 
     /// The oldest completion, if any.
@@ -87,27 +84,6 @@ impl CompletionQueue {
             self.ready.clear();
         }
         c
-    }
-
-    /// The oldest completion, waiting up to `timeout` (`None`: forever).
-    pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
-        let until = timeout.map(|t| Instant::now() + t);
-        let mut q = lock(&self.q);
-        loop {
-            if let Some(c) = q.pop_front() {
-                if q.is_empty() {
-                    self.ready.clear();
-                }
-                return Some(c);
-            }
-            q = match until {
-                None => self.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
-                Some(u) => {
-                    let left = u.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
-                    self.cv.wait_timeout(q, left).unwrap_or_else(|e| e.into_inner()).0
-                }
-            };
-        }
     }
 
     /// Completions pending.

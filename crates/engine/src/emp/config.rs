@@ -40,6 +40,15 @@ pub struct EmpConfig {
     pub record_events: bool,
     /// Where the protocol's steps run: one engine thread or two.
     pub scheme: Scheme,
+    /// A thread in [`crate::emp::EmpEndpoint::wait`] polls the socket and
+    /// runs the protocol's rounds itself this long before it sleeps, so a
+    /// reply that comes within it costs no wake-up (zero: sleep at once).
+    /// Worth it only with a core to spare: on a loaded host the spinning
+    /// thread takes the CPU the peer's threads need.
+    pub poll_spin: Duration,
+    /// Bytes asked of the kernel for the socket's send and receive
+    /// buffers: a few windows of frames in flight.
+    pub socket_buffer: usize,
 }
 
 impl Default for EmpConfig {
@@ -57,6 +66,8 @@ impl Default for EmpConfig {
             unexpected_bytes: 0,
             record_events: false,
             scheme: Scheme::Base,
+            poll_spin: Duration::ZERO,
+            socket_buffer: 8 << 20,
         }
     }
 }
@@ -84,6 +95,8 @@ impl EmpConfig {
         c.rto_initial = c.rto_initial.max(Duration::from_micros(100));
         c.rto_min = c.rto_min.max(Duration::from_micros(100));
         c.rto_max = c.rto_max.max(c.rto_initial).max(c.rto_min);
+        c.poll_spin = c.poll_spin.min(Duration::from_millis(10));
+        c.socket_buffer = c.socket_buffer.clamp(4096, i32::MAX as usize);
         c
     }
 }

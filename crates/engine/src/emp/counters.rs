@@ -37,6 +37,9 @@ pub struct EmpCounters {
     pub timeouts: u64,
     /// Flows that gave up at their deadline.
     pub give_ups: u64,
+    /// Times frames handed to the socket were not taken (a full buffer)
+    /// and the flow went back to send them again.
+    pub go_backs: u64,
     /// Messages acknowledged whole.
     pub messages_sent: u64,
     /// Messages sent that completed with an error.
@@ -60,6 +63,7 @@ impl EmpCounters {
         self.stale += s.stale_acks;
         self.timeouts += s.timeouts;
         self.give_ups += s.give_ups;
+        self.go_backs += s.go_backs;
         self.messages_sent += s.messages_acked;
         self.messages_failed += s.messages_failed;
     }
@@ -95,6 +99,7 @@ impl EmpCounters {
             (&mut self.stale, o.stale),
             (&mut self.timeouts, o.timeouts),
             (&mut self.give_ups, o.give_ups),
+            (&mut self.go_backs, o.go_backs),
             (&mut self.messages_sent, o.messages_sent),
             (&mut self.messages_failed, o.messages_failed),
             (&mut self.messages_received, o.messages_received),

@@ -13,7 +13,7 @@ use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
 use crate::emp::runtime::staged::drive_staged;
 use crate::emp::runtime::{drive, Runtime, EV_EXCLUSIVE};
-use crate::emp::scheme::{Scheme, StageSet};
+use crate::emp::scheme::{Scheme, Stage, StageSet};
 use crate::emp::shared::{Command, Shared};
 use crate::sys::epoll::{Epoll, EDGE, EV_IN};
 use crate::sys::sync::{lock, try_lock};
@@ -27,11 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Rounds an application thread runs in a row for frames an engine
+/// thread left to it, before it hands them to the engine thread.
+const MISSED_ROUNDS: usize = 4;
 /// Longest sleep of a waiting thread between looks at the queue, should
 /// an event go to another waiter.
 const MAX_NAP: Duration = Duration::from_millis(10);
-/// Socket buffer bytes asked for: a few windows of frames in flight.
-const SOCKET_BUFFER: i32 = 8 << 20;
 
 /// A peer as the application side knows it.
 #[derive(Debug)]
@@ -57,6 +58,8 @@ pub struct EmpEndpoint {
     peers: Mutex<HashMap<PeerId, PeerSlot>>,
     next_peer: AtomicU32,
     queue_bytes: usize,
+    /// How long a waiting thread polls before it sleeps.
+    spin: Duration,
 }
 
 impl EmpEndpoint {
@@ -64,9 +67,10 @@ impl EmpEndpoint {
     pub fn bind(local: SocketAddr, cfg: EmpConfig) -> io::Result<Self> {
         let cfg = cfg.normalised();
         let sock = UdpSocket::new(local.is_ipv6())?;
+        let buffer = i32::try_from(cfg.socket_buffer).unwrap_or(i32::MAX);
         for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
-            if sock.set_option(libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
-                let _ = sock.set_option(libc::SOL_SOCKET, plain, SOCKET_BUFFER);
+            if sock.set_option(libc::SOL_SOCKET, force, buffer).is_err() {
+                let _ = sock.set_option(libc::SOL_SOCKET, plain, buffer);
             }
         }
         sock.bind(&local)?;
@@ -127,6 +131,7 @@ impl EmpEndpoint {
             peers: Mutex::new(HashMap::new()),
             next_peer: AtomicU32::new(0),
             queue_bytes: cfg.send_queue_bytes,
+            spin: cfg.poll_spin,
         })
     }
 
@@ -199,29 +204,47 @@ impl EmpEndpoint {
         Ok(())
     }
 
-    /// Cancels the posted receive with `context`: it completes as canceled
-    /// (nothing completes if it already matched a message).
-    pub fn cancel(&self, context: u64) {
-        self.shared.command(Command::Cancel { context });
+    /// Cancels the posted receive with `context`: it completes as
+    /// canceled. False when nothing was canceled: no receive has this
+    /// context, or it matched a message already (it completes normally).
+    /// Receives posted before the call count; the call waits for a round
+    /// of an engine thread in progress.
+    pub fn cancel(&self, context: u64) -> bool {
+        lock(&self.rt).cancel(context)
+    }
+
+    /// True once the endpoint stopped (shut down, or its engine thread
+    /// failed): sends and receives are refused from then on.
+    pub fn stopped(&self) -> bool {
+        self.shared.stopping()
     }
 
     /// Runs a round on this thread when the engine thread is not in one
     /// (it takes the commands just queued); else wakes the engine thread.
     fn progress(&self) -> bool {
-        match try_lock(&self.rt) {
-            Some(mut rt) => {
-                if self.scheme == Scheme::Base {
-                    rt.round(Instant::now(), false);
-                } else {
-                    rt.staged_round(Instant::now(), StageSet::ALL, None, &self.placement);
-                }
-                true
-            }
-            None => {
+        for _ in 0..MISSED_ROUNDS {
+            let Some(mut rt) = try_lock(&self.rt) else {
                 self.shared.doorbell.set();
-                false
+                return false;
+            };
+            if self.scheme == Scheme::Base {
+                rt.round(Instant::now(), false);
+            } else {
+                rt.staged_round(Instant::now(), StageSet::ALL, None, &self.placement);
+            }
+            drop(rt);
+            // Frames came after this round read the socket, and an engine
+            // thread woke for them but left them to this thread, which is
+            // awake already.
+            if !self.shared.take_missed() {
+                return true;
             }
         }
+        match self.placement.iter().position(|t| t.has(Stage::ReceiveFrame)) {
+            Some(i) if self.scheme != Scheme::Base => self.shared.wake[i].set(),
+            _ => self.shared.doorbell.set(),
+        }
+        true
     }
 
     /// The oldest completion, if any (after a round of progress).
@@ -230,11 +253,15 @@ impl EmpEndpoint {
     }
 
     /// The oldest completion, waiting up to `timeout` (`None`: until one
-    /// comes). The waiting thread makes progress itself: it sleeps on the
-    /// socket and the queue and runs the rounds it wakes for.
+    /// comes). The waiting thread makes progress itself: for the
+    /// configured spin it polls the socket and runs rounds, so an answer
+    /// that comes quickly is taken on this thread without a wake-up; then
+    /// it sleeps on the socket and the queue and runs the rounds it wakes
+    /// for, spinning again after each.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
         let until = timeout.map(|t| Instant::now() + t);
         let mut ready = Vec::with_capacity(4);
+        let mut spin_until = Instant::now() + self.spin;
         loop {
             if let Some(c) = self.poll() {
                 return Some(c);
@@ -242,17 +269,18 @@ impl EmpEndpoint {
             if self.shared.stopping() {
                 return None;
             }
-            let nap = match until {
-                None => MAX_NAP,
-                Some(u) => {
-                    let left = u.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    left.min(MAX_NAP)
-                }
-            };
+            let now = Instant::now();
+            let left = until.map(|u| u.saturating_duration_since(now));
+            if left.is_some_and(|l| l.is_zero()) {
+                return None;
+            }
+            if now < spin_until {
+                std::hint::spin_loop();
+                continue;
+            }
+            let nap = left.map_or(MAX_NAP, |l| l.min(MAX_NAP));
             let _ = self.waiter.wait_events(&mut ready, Some(nap));
+            spin_until = Instant::now() + self.spin;
         }
     }
 
@@ -261,9 +289,11 @@ impl EmpEndpoint {
         lock(&self.shared.published).endpoint
     }
 
-    /// Counters of one peer.
+    /// Counters of one peer (zero until the engine first accounts for
+    /// it); `None` for a peer not in the address vector.
     pub fn peer_counters(&self, peer: PeerId) -> Option<EmpCounters> {
-        lock(&self.shared.published).peers.get(&peer).copied()
+        let published = lock(&self.shared.published).peers.get(&peer).copied();
+        published.or_else(|| lock(&self.peers).contains_key(&peer).then(EmpCounters::default))
     }
 
     /// The events recorded (with [`EmpConfig::record_events`]) by the flows

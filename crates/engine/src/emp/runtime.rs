@@ -15,9 +15,9 @@ use crate::emp::scheme::{Stage, StageSet};
 use crate::emp::shared::{Command, Published, Shared};
 use crate::emp::stages::{self, Incoming, RecvSide, SendSide};
 use crate::emp::transmit::TxBatch;
-use crate::sys::epoll::{Epoll, EV_IN};
+use crate::sys::epoll::{Epoll, EDGE, EV_IN};
 use crate::sys::poll::poll_writable;
-use crate::sys::sync::lock;
+use crate::sys::sync::{lock, try_lock};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -65,6 +65,9 @@ pub struct Runtime {
     last_publish: Instant,
     /// When the engine thread wakes next by itself (`None`: only on an event).
     planned: Option<Instant>,
+    /// When the timer descriptor, armed by a round of another thread,
+    /// fires.
+    armed: Option<Instant>,
     /// Frames between the stages of two engine threads (two-thread schemes).
     handoff: Handoff,
 }
@@ -98,6 +101,7 @@ impl Runtime {
             dirty: true,
             last_publish: Instant::now(),
             planned: None,
+            armed: None,
             handoff: Handoff::default(),
         })
     }
@@ -131,11 +135,33 @@ impl Runtime {
         } else if busy || self.blocked {
             self.planned = Some(now);
             self.shared.doorbell.set();
-        } else if let Some(w) = r.wake_at.filter(|&w| self.planned.is_none_or(|p| w < p)) {
-            self.planned = Some(w);
-            self.shared.timer.set(Some(w.saturating_duration_since(now)));
+        } else if let Some(w) = r.wake_at {
+            self.plan_wake(w, now);
         }
         r
+    }
+
+    /// Makes the engine thread wake by `w` for a flow timer a round of
+    /// another thread armed. Nothing is done when the engine already
+    /// plans to wake by then, or when the timer descriptor fires by then
+    /// (the engine plans again when it wakes): most sends need no system
+    /// call for their timer.
+    fn plan_wake(&mut self, w: Instant, now: Instant) {
+        if self.planned.is_some_and(|p| p <= w) || self.armed.is_some_and(|a| a > now && a <= w) {
+            return;
+        }
+        self.planned = Some(w);
+        self.armed = Some(w);
+        self.shared.timer.set(Some(w.saturating_duration_since(now)));
+    }
+
+    /// Cancels the posted receive with `context` now, after the commands
+    /// queued before it; true when it was posted and had matched nothing.
+    pub fn cancel(&mut self, context: u64) -> bool {
+        self.take_commands(Instant::now());
+        let acted = self.recv.cancel(context, &mut self.done);
+        self.shared.cq.push_all(&mut self.done);
+        acted
     }
 
     /// True while the socket's buffer is full.
@@ -175,7 +201,6 @@ impl Runtime {
                     stages::send_bookkeeping(&mut self.send, peer, tag, data, context, &mut self.done)
                 }
                 Command::Recv(r) => self.recv.post(r, &mut self.done),
-                Command::Cancel { context } => self.recv.cancel(context, &mut self.done),
             }
         }
     }
@@ -183,10 +208,15 @@ impl Runtime {
     /// Reads what the socket holds (a few batches); true when a full batch
     /// suggests more is waiting.
     fn receive(&mut self, now: Instant) -> bool {
+        self.shared.forget_missed();
         for _ in 0..RX_ROUNDS {
             let n = match self.sock.recv_batch(&mut self.rx_bufs, &mut self.rx_meta) {
                 Ok(n) => n,
-                Err(_) => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                // A socket error (an ICMP report) is consumed by the call
+                // that returns it, and datagrams may wait behind it: the
+                // engine's edge-triggered wait would not wake for them.
+                Err(_) => continue,
             };
             if n > 0 {
                 self.dirty = true;
@@ -194,13 +224,8 @@ impl Runtime {
             for i in 0..n {
                 let m = self.rx_meta[i];
                 let Some(src) = m.src else { continue };
-                let bytes = &self.rx_bufs[i][..m.len.min(RX_BUF)];
-                let seg = m.segment.filter(|&s| s > 0).unwrap_or(bytes.len().max(1));
-                for dgram in bytes.chunks(seg) {
+                for dgram in datagrams(&self.rx_bufs[i], m) {
                     on_datagram(&mut self.send, &mut self.recv, src, dgram, now, &mut self.done);
-                }
-                if bytes.is_empty() {
-                    on_datagram(&mut self.send, &mut self.recv, src, bytes, now, &mut self.done);
                 }
             }
             if n < RX_BATCH {
@@ -266,19 +291,27 @@ impl Runtime {
 /// operation completes as closed.
 pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
     let epoll = Epoll::new()?;
-    epoll.add(lock(rt).socket_fd(), SOCKET, EV_IN | EV_EXCLUSIVE)?;
+    epoll.add(lock(rt).socket_fd(), SOCKET, EV_IN | EV_EXCLUSIVE | EDGE)?;
     epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
     epoll.add_readable(shared.timer.as_raw_fd(), TIMER)?;
     let mut ready: Vec<(u64, u32)> = Vec::new();
+    let mut wake_at = None;
     loop {
         if ready.iter().any(|&(t, _)| t == TIMER) {
             shared.timer.clear();
         }
-        let (r, blocked, fd) = {
-            let mut g = lock(rt);
-            let r = g.round(Instant::now(), true);
-            (r, g.blocked(), g.socket_fd())
+        if ready.iter().any(|&(t, _)| t == DOORBELL) {
+            shared.doorbell.drain();
+        }
+        let Some(mut g) = lock_for(shared, rt, &ready) else {
+            let timeout = wake_at.map(|w: Instant| w.saturating_duration_since(Instant::now()));
+            let _ = epoll.wait_events(&mut ready, timeout);
+            continue;
         };
+        let r = g.round(Instant::now(), true);
+        let (blocked, fd) = (g.blocked(), g.socket_fd());
+        drop(g);
+        wake_at = r.wake_at;
         if shared.stopping() {
             break;
         }
@@ -295,6 +328,31 @@ pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
     }
     lock(rt).close();
     Ok(())
+}
+
+/// The runtime for an engine thread's round. A thread woken only by the
+/// socket does not queue behind an application thread that holds the
+/// runtime (that thread reads the socket, and its unlock would pay a
+/// wake-up): it notes the miss and sleeps again (`None`).
+pub(crate) fn lock_for<'a>(
+    shared: &Shared,
+    rt: &'a Mutex<Runtime>,
+    ready: &[(u64, u32)],
+) -> Option<std::sync::MutexGuard<'a, Runtime>> {
+    if ready.is_empty() || ready.iter().any(|&(t, _)| t != SOCKET) {
+        return Some(lock(rt));
+    }
+    shared.note_missed();
+    try_lock(rt)
+}
+
+/// The datagrams of one received buffer: a GRO super-packet split at its
+/// segment size, or the one datagram (an empty one too).
+pub(crate) fn datagrams(buf: &[u8], m: InMeta) -> impl Iterator<Item = &[u8]> {
+    let bytes = &buf[..m.len.min(buf.len())];
+    let seg = m.segment.filter(|&s| s > 0).unwrap_or(bytes.len().max(1));
+    let empty = bytes.is_empty().then_some(bytes);
+    bytes.chunks(seg).chain(empty)
 }
 
 /// Steps 5, 4, 6 for a data frame; 5 then 3 for an acknowledgment.

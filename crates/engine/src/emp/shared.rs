@@ -11,7 +11,8 @@ use crate::sys::sync::lock;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 /// A request of the application, carried out on the engine thread in order.
@@ -35,9 +36,6 @@ pub enum Command {
         context: u64,
     },
     Recv(PostedRecv),
-    Cancel {
-        context: u64,
-    },
 }
 
 /// Counters the engine thread publishes for the application to read.
@@ -52,7 +50,7 @@ pub struct Published {
 pub struct Shared {
     commands: Mutex<Vec<Command>>,
     /// Rung when a command is queued or the endpoint stops.
-    pub doorbell: EventFd,
+    pub doorbell: Doorbell,
     /// Set by a round on another thread to an earlier flow timer, so the
     /// engine thread wakes for it without being woken now.
     pub timer: TimerFd,
@@ -61,19 +59,65 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// One doorbell per engine thread of a two-thread scheme: rung when
     /// the other thread leaves work for its stages.
-    pub wake: [EventFd; 2],
+    pub wake: [Doorbell; 2],
+    /// An engine thread woke for the socket while another thread held the
+    /// runtime and left the frames to it (see [`Shared::note_missed`]).
+    missed: AtomicBool,
+}
+
+/// An eventfd doorbell that skips the system calls that would change
+/// nothing: ringing a bell already rung, quieting a quiet one. Its owner
+/// quiets it before it looks for work, so a ring after that wakes it again.
+#[derive(Debug)]
+pub struct Doorbell {
+    fd: EventFd,
+    rung: AtomicBool,
+}
+
+impl Doorbell {
+    pub fn new() -> io::Result<Self> {
+        Ok(Doorbell { fd: EventFd::new()?, rung: AtomicBool::new(false) })
+    }
+
+    /// Makes the descriptor readable unless it already is.
+    pub fn set(&self) {
+        if !self.rung.swap(true, AcqRel) {
+            self.fd.set();
+        }
+    }
+
+    /// Quiets the bell (before its owner takes its work).
+    pub fn clear(&self) {
+        if self.rung.swap(false, AcqRel) {
+            self.fd.clear();
+        }
+    }
+
+    /// Drains the descriptor whatever the flag says; for an owner that
+    /// woke on it and clears it next. A ring racing a clear can write the
+    /// descriptor after the flag went down, which would leave it readable.
+    pub fn drain(&self) {
+        self.fd.clear();
+    }
+}
+
+impl AsRawFd for Doorbell {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
 }
 
 impl Shared {
     pub fn new() -> io::Result<Self> {
         Ok(Shared {
             commands: Mutex::new(Vec::new()),
-            doorbell: EventFd::new()?,
+            doorbell: Doorbell::new()?,
             timer: TimerFd::new()?,
             cq: CompletionQueue::new()?,
             published: Mutex::new(Published::default()),
             stop: AtomicBool::new(false),
-            wake: [EventFd::new()?, EventFd::new()?],
+            wake: [Doorbell::new()?, Doorbell::new()?],
+            missed: AtomicBool::new(false),
         })
     }
 
@@ -109,6 +153,29 @@ impl Shared {
         for w in &self.wake {
             w.set();
         }
+    }
+
+    /// An engine thread woke for the socket and is about to try the
+    /// runtime's lock; if the lock is held, the holder reads the socket
+    /// instead. The fence pairs with the one in [`Shared::take_missed`]:
+    /// either the holder sees this flag after it unlocks, or this thread's
+    /// try finds the lock free.
+    pub fn note_missed(&self) {
+        self.missed.store(true, Relaxed);
+        fence(SeqCst);
+    }
+
+    /// The socket is about to be read to its end: earlier misses are
+    /// covered by that read.
+    pub fn forget_missed(&self) {
+        self.missed.store(false, Relaxed);
+    }
+
+    /// After unlocking the runtime: true when an engine thread left frames
+    /// that arrived after this thread's read of the socket.
+    pub fn take_missed(&self) -> bool {
+        fence(SeqCst);
+        self.missed.swap(false, Relaxed)
     }
 
     pub fn stopping(&self) -> bool {

@@ -335,11 +335,14 @@ impl RecvSide {
         }
     }
 
-    /// Cancels a posted receive; it completes as canceled.
-    pub fn cancel(&mut self, context: u64, done: &mut Vec<Completion>) {
-        if let Some(r) = self.matcher.cancel(context) {
+    /// Cancels a posted receive; it completes as canceled. False when no
+    /// posted receive has `context` (none was, or it matched a message).
+    pub fn cancel(&mut self, context: u64, done: &mut Vec<Completion>) -> bool {
+        let r = self.matcher.cancel(context);
+        if let Some(r) = r {
             done.push(closed_recv(r, Status::Canceled));
         }
+        r.is_some()
     }
 
     /// This side's counters of `peer`.

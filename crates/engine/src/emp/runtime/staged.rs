@@ -8,11 +8,13 @@
 //! queues first, so that it continues the pipeline where the engine
 //! threads left it.
 
-use super::{Round, Runtime, BLOCKED_RETRY, DOORBELL, PUBLISH_EVERY, RX_BATCH, RX_BUF, RX_ROUNDS, SOCKET, TIMER};
+use super::{
+    datagrams, lock_for, Round, Runtime, BLOCKED_RETRY, DOORBELL, PUBLISH_EVERY, RX_BATCH, RX_ROUNDS, SOCKET, TIMER,
+};
 use crate::emp::scheme::{Stage, StageSet};
 use crate::emp::shared::Shared;
 use crate::emp::stages::{self, Incoming};
-use crate::sys::epoll::{Epoll, EV_IN};
+use crate::sys::epoll::{Epoll, EDGE, EV_IN};
 use crate::sys::poll::poll_writable;
 use crate::sys::sync::lock;
 use eudp_wire::emp::{self, Frame};
@@ -60,9 +62,8 @@ impl Runtime {
             if busy || self.blocked {
                 self.shared.wake[0].set();
                 self.shared.wake[1].set();
-            } else if let Some(w) = r.wake_at.filter(|&w| self.planned.is_none_or(|p| w < p)) {
-                self.planned = Some(w);
-                self.shared.timer.set(Some(w.saturating_duration_since(now)));
+            } else if let Some(w) = r.wake_at {
+                self.plan_wake(w, now);
             }
         }
         r
@@ -83,6 +84,7 @@ impl Runtime {
     /// Step 5: reads what the socket holds into the hand-off queues while
     /// they have room; true when a full batch suggests more is waiting.
     fn receive_staged(&mut self) -> bool {
+        self.shared.forget_missed();
         for _ in 0..RX_ROUNDS {
             if !self.handoff.has_room(RX_BATCH_FRAMES) {
                 self.handoff.rx_stalled = true;
@@ -91,7 +93,11 @@ impl Runtime {
             self.handoff.rx_stalled = false;
             let n = match self.sock.recv_batch(&mut self.rx_bufs, &mut self.rx_meta) {
                 Ok(n) => n,
-                Err(_) => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                // A socket error (an ICMP report) is consumed by the call
+                // that returns it, and datagrams may wait behind it: the
+                // engine's edge-triggered wait would not wake for them.
+                Err(_) => continue,
             };
             if n > 0 {
                 self.dirty = true;
@@ -99,13 +105,7 @@ impl Runtime {
             for i in 0..n {
                 let m = self.rx_meta[i];
                 let Some(src) = m.src else { continue };
-                let bytes = &self.rx_bufs[i][..m.len.min(RX_BUF)];
-                let seg = m.segment.filter(|&s| s > 0).unwrap_or(bytes.len().max(1));
-                let mut dgrams: Vec<&[u8]> = bytes.chunks(seg).collect();
-                if bytes.is_empty() {
-                    dgrams.push(bytes);
-                }
-                for dgram in dgrams {
+                for dgram in datagrams(&self.rx_bufs[i], m) {
                     match stages::receive_frame(&mut self.recv, src, dgram) {
                         Some(Incoming::Data(peer, _)) => self.handoff.data.push_back((peer, dgram.to_vec())),
                         Some(Incoming::Control(peer, c, nak)) => self.handoff.acks.push_back((peer, c, nak)),
@@ -174,8 +174,9 @@ pub fn drive_staged(shared: &Shared, rt: &Mutex<Runtime>, me: usize, threads: &[
     let epoll = Epoll::new()?;
     let fd = lock(rt).socket_fd();
     if set.has(Stage::ReceiveFrame) {
-        epoll.add(fd, SOCKET, EV_IN | super::EV_EXCLUSIVE)?;
+        epoll.add(fd, SOCKET, EV_IN | super::EV_EXCLUSIVE | EDGE)?;
     }
+    let reader = threads.iter().position(|t| t.has(Stage::ReceiveFrame)).unwrap_or(me);
     if set.has(Stage::SendBookkeeping) {
         epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
         epoll.add_readable(shared.timer.as_raw_fd(), TIMER)?;
@@ -183,16 +184,31 @@ pub fn drive_staged(shared: &Shared, rt: &Mutex<Runtime>, me: usize, threads: &[
     epoll.add_readable(shared.wake[me].as_raw_fd(), WAKE)?;
     let writes = set.has(Stage::Transmission) || set.has(Stage::SendAcknowledgment);
     let mut ready: Vec<(u64, u32)> = Vec::new();
+    let mut wake_at = None;
     loop {
         if ready.iter().any(|&(t, _)| t == TIMER) {
             shared.timer.clear();
         }
-        shared.wake[me].clear();
-        let (r, blocked) = {
-            let mut g = lock(rt);
-            let r = g.staged_round(Instant::now(), set, Some(me), threads);
-            (r, g.blocked())
+        if ready.iter().any(|&(t, _)| t == DOORBELL) {
+            shared.doorbell.drain();
+        }
+        if ready.iter().any(|&(t, _)| t == WAKE) {
+            shared.wake[me].drain();
+        }
+        let Some(mut g) = lock_for(shared, rt, &ready) else {
+            let timeout = wake_at.map(|w: Instant| w.saturating_duration_since(Instant::now()));
+            let _ = epoll.wait_events(&mut ready, timeout);
+            continue;
         };
+        shared.wake[me].clear();
+        let r = g.staged_round(Instant::now(), set, Some(me), threads);
+        let blocked = g.blocked();
+        drop(g);
+        wake_at = r.wake_at;
+        // Frames the socket's thread left while this one held the runtime.
+        if reader != me && shared.take_missed() {
+            shared.wake[reader].set();
+        }
         if shared.stopping() {
             break;
         }
