@@ -338,8 +338,8 @@ struct eudp_emp_counters {
     uint64_t acks_received;
     uint64_t naks_sent;
     uint64_t naks_received;
-    uint64_t duplicates;        /* data frames below the expected one, dropped */
-    uint64_t gaps;              /* data frames above the expected one, dropped */
+    uint64_t duplicates;        /* data frames below the expected one, and copies of held ones, dropped */
+    uint64_t gaps;              /* data frames above the expected one beyond the window, dropped */
     uint64_t unmatched;         /* first frames dropped for want of a posted receive */
     uint64_t unexpected;        /* messages taken into the unexpected-message queue */
     uint64_t truncated;         /* messages longer than the receive that took them */
@@ -352,6 +352,7 @@ struct eudp_emp_counters {
     uint64_t malformed;         /* datagrams that are not EMP frames (endpoint only) */
     uint64_t unknown_peer;      /* frames from addresses not in the address vector (endpoint only) */
     uint64_t go_backs;          /* frames the socket did not take (full buffer), sent again */
+    uint64_t held;              /* data frames above the expected one within the window, held until the gap fills */
 };
 
 /**

@@ -128,6 +128,7 @@ pub struct eudp_emp_counters {
     pub malformed: u64,
     pub unknown_peer: u64,
     pub go_backs: u64,
+    pub held: u64,
 }
 
 impl From<&EmpCounters> for eudp_emp_counters {
@@ -154,6 +155,7 @@ impl From<&EmpCounters> for eudp_emp_counters {
             malformed: c.malformed,
             unknown_peer: c.unknown_peer,
             go_backs: c.go_backs,
+            held: c.held,
         }
     }
 }

@@ -212,6 +212,7 @@ static void dead_peer(void) {
     CHECK(eudp_emp_counters(ep, peer, &k) == 0);
     CHECK(k.messages_failed >= 1);
     CHECK(k.go_backs <= k.frames_sent);
+    CHECK(k.held <= k.frames_received);
     CHECK(eudp_emp_close(ep) == 0);
 }
 
