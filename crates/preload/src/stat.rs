@@ -303,14 +303,16 @@ pub fn write_now(exited: bool) {
         return;
     }
     let Some(d) = dir() else { return };
-    let pid = std::process::id();
-    let fin = d.join(format!("{pid}.json"));
+    // Named by pid and start time: a later process with this pid writes
+    // a file of its own (`eudp_engine::stat_dir`).
+    let stem = eudp_engine::stat_dir::own_stem();
+    let fin = d.join(format!("{stem}.json"));
     // Streamed into a file of this write's own (the periodic writer and
     // the exit path may write at once) without holding any stats lock:
     // taking the socket table and the endpoints' counters under `FILE`
     // would invert the order `lock_all` takes them in at fork.
     static SEQ: AtomicU32 = AtomicU32::new(0);
-    let tmp = d.join(format!(".{pid}.{}.json.tmp", SEQ.fetch_add(1, Relaxed)));
+    let tmp = d.join(format!(".{stem}.{}.json.tmp", SEQ.fetch_add(1, Relaxed)));
     let wrote = crate::fdspace::with_room(|| std::fs::File::create(&tmp))
         .and_then(|f| write_report(&mut std::io::BufWriter::with_capacity(16 << 10, f), exited));
     let mut final_written = lock(&FILE);
