@@ -28,7 +28,10 @@ impl Testbed {
             eprintln!("SKIPPED: needs root and {}", eudp.display());
             return None;
         }
-        let name = format!("sb{:x}", std::process::id() & 0xfffff);
+        // One testbed per test: the tests of this file run at once.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("sb{:x}{n}", std::process::id() & 0xfffff);
         let st = Command::new(&eudp).args(["testbed", "up", &name]).status().unwrap();
         assert!(st.success(), "testbed up");
         Some(Testbed { eudp, name })
