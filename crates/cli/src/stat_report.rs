@@ -1,53 +1,59 @@
 //! The reports the shim writes for `eudp stat` (one JSON file per
 //! process): reading them back and the human-readable table.
 
+use eudp_engine::stat_dir::{parse_name, runs};
 use std::path::Path;
-
-fn alive(pid: u64) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
 
 /// Reports found in `dir` (of live processes unless `all`), by pid.
 ///
-/// The UOE counters a process's `tcp` transport writes next to its report
-/// (`<pid>.tcp.json`) go under `"uoe"`; a process with only those gets a
-/// report of its own.
+/// Files are named by pid and start time (`eudp_engine::stat_dir`), so a
+/// process whose pid was reused keeps its report; each report gets its
+/// process's start time as `start_ticks` when its name has one. The UOE
+/// counters a process's `tcp` transport writes next to its report
+/// (`<pid>-<start>.tcp.json`) go under `"uoe"`; a process with only those
+/// gets a report of its own.
 pub fn read_reports(dir: &Path, all: bool, pids: &[u64]) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     let mut uoe = std::collections::BTreeMap::new();
     let Ok(rd) = std::fs::read_dir(dir) else { return out };
     for e in rd.flatten() {
         let p = e.path();
-        let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else { continue };
-        let (stem, tcp) = match stem.strip_suffix(".tcp") {
-            Some(s) => (s, true),
-            None => (stem, false),
-        };
-        let Ok(pid) = stem.parse::<u64>() else { continue };
-        if p.extension().is_none_or(|x| x != "json") || (!pids.is_empty() && !pids.contains(&pid)) {
+        let Some((pid, start, tcp)) = p.file_name().and_then(|n| n.to_str()).and_then(parse_name) else { continue };
+        if !pids.is_empty() && !pids.contains(&pid) {
             continue;
         }
-        if !all && pids.is_empty() && !alive(pid) {
+        if !all && pids.is_empty() && !runs(pid, start) {
             continue;
         }
         if let Ok(s) = std::fs::read_to_string(&p) {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
+            if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&s) {
+                if let (Some(t), Some(m)) = (start, v.as_object_mut()) {
+                    m.insert("start_ticks".into(), t.into());
+                }
                 if tcp {
-                    uoe.insert(pid, v);
+                    uoe.insert((pid, start), v);
                 } else if all || !pids.is_empty() || v["exited"] != true {
-                    // A final report of a live pid is another process's: the pid was reused.
+                    // A final report of a live pid without a start time is
+                    // another process's: the pid was reused.
                     out.push(v);
                 }
             }
         }
     }
-    for (pid, v) in uoe {
-        match out.iter_mut().find(|r| r["pid"].as_u64() == Some(pid)) {
+    for ((pid, start), v) in uoe {
+        let same = |r: &serde_json::Value| r["pid"].as_u64() == Some(pid) && r["start_ticks"].as_u64() == start;
+        match out.iter_mut().find(|r| same(r)) {
             Some(r) => r["uoe"] = v,
-            None => out.push(serde_json::json!({ "pid": pid, "uoe": v })),
+            None => {
+                let mut r = serde_json::json!({ "pid": pid, "uoe": v });
+                if let Some(t) = start {
+                    r["start_ticks"] = t.into();
+                }
+                out.push(r)
+            }
         }
     }
-    out.sort_by_key(|v| v["pid"].as_u64().unwrap_or(0));
+    out.sort_by_key(|v| (v["pid"].as_u64().unwrap_or(0), v["start_ticks"].as_u64().unwrap_or(0)));
     out
 }
 

@@ -127,35 +127,34 @@ pub fn reports(dirs: &[PathBuf], all: bool, pids: &[u64]) -> Vec<Value> {
                 m.entry("schema_version").or_insert(SCHEMA_VERSION.into());
                 m.insert("dir".into(), d.display().to_string().into());
             }
-            // One report per pid. Another directory may hold what an earlier
-            // process with the same pid left: a live process's full report
-            // goes before a transport's counters alone, and both before a
-            // final report.
+            // One report per process (pid and start time). Another directory
+            // may hold what an earlier process with the same pid left: a live
+            // process's full report goes before a transport's counters alone,
+            // and both before a final report.
             let rank = |v: &Value| match (v["exited"] == true, v.get("sockets").is_some()) {
                 (true, _) => 0,
                 (false, false) => 1,
                 (false, true) => 2,
             };
-            match out.iter_mut().find(|o| o["pid"] == r["pid"]) {
+            match out.iter_mut().find(|o| o["pid"] == r["pid"] && o["start_ticks"] == r["start_ticks"]) {
                 Some(o) if rank(&r) > rank(o) => *o = r,
                 Some(_) => {}
                 None => out.push(r),
             }
         }
     }
-    out.sort_by_key(|v| v["pid"].as_u64().unwrap_or(0));
+    out.sort_by_key(|v| (v["pid"].as_u64().unwrap_or(0), v["start_ticks"].as_u64().unwrap_or(0)));
     out
 }
 
 fn clean(dirs: &[PathBuf]) -> i32 {
     for d in dirs {
         let mut n = 0;
-        for r in read_reports(d, true, &[]) {
-            if let Some(pid) = r["pid"].as_u64().filter(|&p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
-                if std::fs::remove_file(d.join(format!("{pid}.json"))).is_ok() {
-                    n += 1;
-                }
-                let _ = std::fs::remove_file(d.join(format!("{pid}.tcp.json")));
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let Some((pid, start, tcp)) = name.to_str().and_then(eudp_engine::stat_dir::parse_name) else { continue };
+            if !eudp_engine::stat_dir::runs(pid, start) && std::fs::remove_file(e.path()).is_ok() && !tcp {
+                n += 1;
             }
         }
         if n > 0 || dirs.len() == 1 {

@@ -105,7 +105,8 @@ fn run_refuses_a_bad_value_without_starting_the_program() {
 
 /// The program's report in `dir`.
 fn report(dir: &Path, pid: &str) -> Value {
-    let s = std::fs::read_to_string(dir.join(format!("{pid}.json"))).expect("report");
+    let path = report_file(dir, pid).expect("report");
+    let s = std::fs::read_to_string(path).expect("report");
     serde_json::from_str(&s).unwrap()
 }
 
@@ -171,10 +172,15 @@ fn under_ld_preload_a_bad_value_is_logged_once_and_the_others_apply() {
 }
 
 /// Waits until `path` exists.
-fn wait_for(path: &Path) {
+/// The report of process `pid` in `dir` (named by pid and start time).
+fn report_file(dir: &Path, pid: &str) -> Option<std::path::PathBuf> {
+    eudp_engine::stat_dir::files_of(dir, pid.parse().ok()?, false).pop()
+}
+
+fn wait_for(dir: &Path, pid: &str) {
     let t = Instant::now();
-    while !path.exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "{} never appeared", path.display());
+    while report_file(dir, pid).is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "no report of {pid} in {}", dir.display());
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -192,7 +198,7 @@ fn start(mut c: Command, dir: &Path, secs: f64) -> (std::process::Child, String)
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
     let pid = line.trim().strip_prefix("pid ").expect("pid line").to_string();
-    wait_for(&dir.join(format!("{pid}.json")));
+    wait_for(dir, &pid);
     (child, pid)
 }
 

@@ -171,8 +171,12 @@ fn stat_shows_uoe_counters() {
     assert!(text.contains("uoe refused/closed input: none"), "{text}");
     // Next to a shim report of the same process, the counters join it.
     let pid = reps[0]["pid"].as_u64().unwrap();
-    std::fs::write(dir.join(format!("{pid}.json")), format!("{{\"pid\": {pid}, \"exe\": \"x\", \"sockets\": []}}"))
-        .unwrap();
+    let start = reps[0]["start_ticks"].as_u64().expect("start time in the file name");
+    std::fs::write(
+        dir.join(format!("{pid}-{start}.json")),
+        format!("{{\"pid\": {pid}, \"exe\": \"x\", \"sockets\": []}}"),
+    )
+    .unwrap();
     let reps = eudp_cli::stat_report::read_reports(&dir, true, &[]);
     assert_eq!(
         (reps.len(), reps[0]["exe"].as_str(), reps[0]["uoe"]["tcp"]["drop_deadline"].as_u64()),

@@ -42,6 +42,8 @@ pub mod testpanic;
 pub mod tracepoint;
 
 pub use config::Config;
-pub use endpoint::{is_handed_over, Endpoint, KeptDatagram, Received, RecvFlags, RingLen, SendFlags, Taken};
+pub use endpoint::{
+    is_handed_over, Endpoint, FinalCounters, KeptDatagram, Received, RecvFlags, RingLen, SendFlags, Taken,
+};
 pub use engine::Engine;
 pub use stats::StatsSnapshot;

@@ -79,7 +79,9 @@ pub fn write_line(line: &str) {
             return;
         }
     }
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    // Not through std's `Stderr`: its lock, held by another thread at a
+    // fork, would stay held in the child for good.
+    crate::sys::process::write_stderr(line.as_bytes());
 }
 
 /// Logs at warn level, once per process for each distinct `key`.

@@ -186,6 +186,13 @@ pub const SETTINGS: &[Setting] = &[
     s("EUDP_STAT_MS", Int { min: 0, max: U64 }, "1000", Shim, "stats file period (0: none)"),
     s("EUDP_TEST_PANIC", Text, "unset", Test, "test hook: panic at hook:NAME:N, engine:N or tcp:N"),
     s("EUDP_TEST_RACE_PAUSE_US", Int { min: 0, max: U64 }, "0", Test, "test hook: pause in a receive's race window"),
+    s(
+        "EUDP_TEST_STAT_RENAME_MS",
+        Int { min: 0, max: U64 },
+        "0",
+        Test,
+        "test hook: the stats writer's rename takes this long",
+    ),
 ];
 
 /// The table entry of `name`.

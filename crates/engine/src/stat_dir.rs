@@ -6,6 +6,12 @@
 //! The last is created 0700 and used only when it is a directory (not a
 //! link) owned by this user and closed to others: in a shared `/tmp`
 //! another user could have made it first.
+//!
+//! A process's files there are named `<pid>-<start>.json` (the shim's
+//! report) and `<pid>-<start>.tcp.json` (the `tcp` transport's counters),
+//! `<start>` being the process's start time in clock ticks since boot
+//! (`/proc/<pid>/stat`, field 22): a later process that gets the same pid
+//! writes files of its own instead of replacing the earlier one's.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -110,6 +116,73 @@ pub fn shared() -> Option<PathBuf> {
     SHARED.get().cloned().or_else(|| std::env::var_os("EUDP_STAT_DIR").filter(|d| !d.is_empty()).map(PathBuf::from))
 }
 
+/// The start time of process `pid` in clock ticks since boot
+/// (`/proc/<pid>/stat`, field 22), and whether it has ended (a zombie);
+/// None: no such process (or no `/proc`).
+pub fn proc_start(pid: u32) -> Option<(u64, bool)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (field 2) may hold spaces and parentheses: fields 3.. follow its last ')'.
+    let mut f = s.rsplit_once(')')?.1.split_whitespace();
+    let state = f.next()?;
+    let start = f.nth(18)?.parse().ok()?;
+    Some((start, state == "Z" || state == "X"))
+}
+
+/// The stem of this process's stats file names: `<pid>-<start>` (see the
+/// module notes), `<pid>` alone when `/proc` does not say its start.
+pub fn own_stem() -> String {
+    let pid = std::process::id();
+    match proc_start(pid) {
+        Some((start, _)) => format!("{pid}-{start}"),
+        None => pid.to_string(),
+    }
+}
+
+/// A stats file's name read back: the process's pid, its start time when
+/// the name has one, and whether it holds the `tcp` transport's counters.
+/// None: not a stats file (temporary files and others).
+pub fn parse_name(name: &str) -> Option<(u64, Option<u64>, bool)> {
+    let stem = name.strip_suffix(".json")?;
+    let (stem, tcp) = match stem.strip_suffix(".tcp") {
+        Some(s) => (s, true),
+        None => (stem, false),
+    };
+    let (pid, start) = match stem.split_once('-') {
+        Some((p, t)) => (p.parse().ok()?, Some(t.parse().ok()?)),
+        None => (stem.parse().ok()?, None),
+    };
+    Some((pid, start, tcp))
+}
+
+/// Whether the process a stats file names still runs: its pid exists and,
+/// when the name has a start time, with that start time (a reused pid is
+/// another process).
+pub fn runs(pid: u64, start: Option<u64>) -> bool {
+    let Ok(pid) = u32::try_from(pid) else { return false };
+    match (proc_start(pid), start) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some((t, _)), Some(s)) => t == s,
+    }
+}
+
+/// The stats files in `dir` of the processes with pid `pid` (the shim's
+/// report, or with `tcp` the transport's counters), oldest process first.
+pub fn files_of(dir: &Path, pid: u64, tcp: bool) -> Vec<PathBuf> {
+    let mut v: Vec<(Option<u64>, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let (p, start, t) = parse_name(name.to_str()?)?;
+            (p == pid && t == tcp).then(|| (start, e.path()))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +195,19 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         assert!(usable(&d, Some(u)));
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn names_carry_the_start_time_and_read_back() {
+        let stem = own_stem();
+        let (pid, start, tcp) = parse_name(&format!("{stem}.json")).expect("own name");
+        assert_eq!((pid, tcp), (u64::from(std::process::id()), false));
+        assert!(start.is_some(), "{stem}");
+        assert!(runs(pid, start));
+        assert!(!runs(pid, start.map(|s| s + 1)), "a reused pid is another process");
+        assert_eq!(parse_name("12-34.tcp.json"), Some((12, Some(34), true)));
+        assert_eq!(parse_name("12.json"), Some((12, None, false)));
+        assert_eq!(parse_name(".12-34.0.json.tmp"), None);
+        assert_eq!(parse_name("12-x.json"), None);
     }
 }

@@ -26,6 +26,13 @@ const FREE: usize = 200;
 /// waited before (seconds: the engine drained the slow socket's batch at
 /// the link's rate first).
 const BOUND: Duration = Duration::from_secs(1);
+/// The CPU the sending half and every `tc` change run on. A veth passes
+/// what its queue releases to the receiving side through the backlog of the
+/// CPU that released it, and two CPUs' backlogs are served independently:
+/// datagrams released on two CPUs (the sender's, and `tc`'s when the link
+/// is made fast) could reach host b out of the order the engine sent them
+/// in. On one CPU, what host b sees is the engine's order.
+const PATH_CPU: &str = "0";
 
 struct Testbed {
     eudp: PathBuf,
@@ -56,6 +63,7 @@ impl Testbed {
 
     /// Host `a`'s veth at `rate`: a token bucket whose queue (1 MB) holds
     /// what it has not sent yet, charged to the sending socket meanwhile.
+    /// `tc` runs on [`PATH_CPU`], as the sending half does.
     fn link_rate(&self, rate: &str, replace: bool) {
         let dev = format!("eu{}a", self.name);
         let verb = if replace { "change" } else { "add" };
@@ -65,7 +73,8 @@ impl Testbed {
                 .output();
         }
         let o = Command::new("ip")
-            .args(["netns", "exec", &self.ns('a'), "tc", "qdisc", verb, "dev", &dev, "root", "tbf", "rate", rate])
+            .args(["netns", "exec", &self.ns('a'), "taskset", "-c", PATH_CPU, "tc", "qdisc", verb, "dev", &dev])
+            .args(["root", "tbf", "rate", rate])
             .args(["burst", "1600", "limit", "1000000"])
             .output()
             .unwrap();
@@ -128,7 +137,7 @@ fn run_parent(tag: &str, name: &str, port: u16) {
     // for a line on stdin (the link made fast) before it flushes them.
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new("ip")
-        .args(["netns", "exec", &tb.ns('a'), "env", &format!("{CHILD}=1")])
+        .args(["netns", "exec", &tb.ns('a'), "taskset", "-c", PATH_CPU, "env", &format!("{CHILD}=1")])
         .arg(&exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .stdin(Stdio::piped())

@@ -1,5 +1,5 @@
 //! The process-wide `tcp` transport writes its counters next to the shim's
-//! per-process report (`$EUDP_STAT_DIR/<pid>.tcp.json`), so the drops of a
+//! per-process report (`$EUDP_STAT_DIR/<pid>-<start>.tcp.json`), so the drops of a
 //! program run under `eudp run --transport tcp` can be told apart
 //! (receive queue, DML bound, deadlines). Its own binary: it sets the
 //! environment of the whole process.
@@ -30,7 +30,7 @@ fn the_global_transport_writes_its_counters_for_eudp_stat() {
     for _ in 0..5 {
         assert_eq!(rx.recv_from(&mut buf).unwrap().0, 5);
     }
-    let path = dir.join(format!("{}.tcp.json", std::process::id()));
+    let path = dir.join(format!("{}.tcp.json", eudp_engine::stat_dir::own_stem()));
     let t0 = Instant::now();
     loop {
         let s = std::fs::read_to_string(&path).unwrap_or_default();

@@ -15,7 +15,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -50,9 +50,15 @@ static CLOSED: Mutex<Vec<SockReport>> = Mutex::new(Vec::new());
 static REASONS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 /// Generation whose writer thread runs (u32::MAX: none).
 static WRITER_GEN: AtomicU32 = AtomicU32::new(u32::MAX);
-/// Serializes writes of the report file; true once a final (exit) report
-/// was written, after which the periodic writer must not replace it.
-static FILE: Mutex<bool> = Mutex::new(false);
+/// Held while a report file is renamed into place, so that a periodic
+/// report never replaces a final one. Not held across fork, unlike the
+/// other stats locks: a rename that replaces the previous report may wait
+/// for the disk (ext4 first writes out the new file's data), and a fork
+/// must not wait for that. A fork child, where no thread holds it, frees it
+/// ([`forked`]).
+static RENAMING: AtomicBool = AtomicBool::new(false);
+/// A final (exit) report was written: the periodic writer must not replace it.
+static FINAL: AtomicBool = AtomicBool::new(false);
 const KEEP_CLOSED: usize = 256;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -303,30 +309,62 @@ pub static HAD_SOCKET: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 /// Writes the report now (atomically: temporary file, then rename).
 ///
 /// The periodic writer and the exit path may both get here at once: each
-/// streams into its own temporary file outside [`FILE`], the rename
+/// streams into its own temporary file outside [`RENAMING`], the rename
 /// happens under it, and a periodic report never replaces a final one.
 pub fn write_now(exited: bool) {
     if interval().is_none() || !HAD_SOCKET.load(Relaxed) {
         return;
     }
     let Some(d) = dir() else { return };
-    let pid = std::process::id();
-    let fin = d.join(format!("{pid}.json"));
+    // Named by pid and start time: a later process with this pid writes
+    // a file of its own (`eudp_engine::stat_dir`).
+    let stem = eudp_engine::stat_dir::own_stem();
+    let fin = d.join(format!("{stem}.json"));
     // Streamed into a file of this write's own (the periodic writer and
     // the exit path may write at once) without holding any stats lock:
-    // taking the socket table and the endpoints' counters under `FILE`
-    // would invert the order `lock_all` takes them in at fork.
+    // `RENAMING` covers the rename alone.
     static SEQ: AtomicU32 = AtomicU32::new(0);
-    let tmp = d.join(format!(".{pid}.{}.json.tmp", SEQ.fetch_add(1, Relaxed)));
+    let tmp = d.join(format!(".{stem}.{}.json.tmp", SEQ.fetch_add(1, Relaxed)));
     let wrote = crate::fdspace::with_room(|| std::fs::File::create(&tmp))
         .and_then(|f| write_report(&mut std::io::BufWriter::with_capacity(16 << 10, f), exited));
-    let mut final_written = lock(&FILE);
-    if wrote.is_err() || (*final_written && !exited) {
+    let _r = Renaming::hold();
+    if !exited {
+        rename_pause();
+    }
+    if wrote.is_err() || (FINAL.load(SeqCst) && !exited) {
         let _ = std::fs::remove_file(&tmp);
         return;
     }
     if std::fs::rename(&tmp, &fin).is_ok() && exited {
-        *final_written = true;
+        FINAL.store(true, SeqCst);
+    }
+}
+
+/// [`RENAMING`] held by this thread until dropped.
+struct Renaming;
+
+impl Renaming {
+    fn hold() -> Renaming {
+        while RENAMING.swap(true, Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Renaming
+    }
+}
+
+impl Drop for Renaming {
+    fn drop(&mut self) {
+        RENAMING.store(false, Release);
+    }
+}
+
+/// `EUDP_TEST_STAT_RENAME_MS` (tests only; default 0): the periodic writer
+/// holds [`RENAMING`] this long before its rename, as a rename waiting for a
+/// busy disk does.
+fn rename_pause() {
+    let ms = std::env::var("EUDP_TEST_STAT_RENAME_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    if ms > 0 {
+        std::thread::sleep(Duration::from_millis(ms));
     }
 }
 
@@ -364,16 +402,13 @@ pub fn ensure_writer(src: Source) {
     }
 }
 
-/// The stats locks, held across fork (see `shim::fork_prepare`). The file
-/// lock comes last: its holder takes no other lock.
-pub type Guards = (
-    std::sync::MutexGuard<'static, Vec<SockReport>>,
-    std::sync::MutexGuard<'static, BTreeMap<String, u64>>,
-    std::sync::MutexGuard<'static, bool>,
-);
+/// The stats locks held across fork (see `shim::fork_prepare`); not
+/// [`RENAMING`] (see there).
+pub type Guards =
+    (std::sync::MutexGuard<'static, Vec<SockReport>>, std::sync::MutexGuard<'static, BTreeMap<String, u64>>);
 
 pub fn lock_all() -> Guards {
-    (lock(&CLOSED), lock(&REASONS), lock(&FILE))
+    (lock(&CLOSED), lock(&REASONS))
 }
 
 /// In a fork child (stats locks released just before): the writer thread
@@ -381,5 +416,7 @@ pub fn lock_all() -> Guards {
 pub fn forked() {
     WRITER_GEN.store(u32::MAX, SeqCst);
     lock(&CLOSED).clear();
-    *lock(&FILE) = false;
+    // Only this thread runs here: a parent's thread that held it is gone.
+    RENAMING.store(false, SeqCst);
+    FINAL.store(false, SeqCst);
 }

@@ -28,7 +28,10 @@ impl Testbed {
             eprintln!("SKIPPED: needs root and {}", eudp.display());
             return None;
         }
-        let name = format!("sb{:x}", std::process::id() & 0xfffff);
+        // One testbed per test: the tests of this file run at once.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("sb{:x}{n}", std::process::id() & 0xfffff);
         let st = Command::new(&eudp).args(["testbed", "up", &name]).status().unwrap();
         assert!(st.success(), "testbed up");
         Some(Testbed { eudp, name })
@@ -95,4 +98,37 @@ fn full_send_buffer_matches_the_kernel() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// A fallback whose flush runs out of time (`EUDP_TEST_FLUSH_MS=0`: it
+/// gives up at once while the slow link has taken only part of a burst):
+/// the endpoint's drop then sends what it can within its own bound and
+/// counts the rest (`drop_shutdown`), and the socket's final entry has
+/// those counts: sent + drop_shutdown = every datagram the program sent.
+/// With the entry taken at the flush's timeout, what the drop sent was
+/// missing (17 of 32 in the entry).
+#[test]
+fn a_fallback_whose_flush_times_out_reports_what_its_drop_sent_or_dropped() {
+    let Some(tb) = Testbed::up() else { return };
+    let exe = cc("fallback_flush", &[]);
+    let dir = stat_dir("fbflush");
+    tb.slow_link();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &tb.ns(), "env", "EUDP_TEST_FLUSH_MS=0", "EUDP_STAT_MS=200"])
+        .arg(format!("LD_PRELOAD={}", lib().display()))
+        .arg(format!("EUDP_STAT_DIR={}", dir.display()))
+        .arg(&exe)
+        .args(["198.18.0.2", "9", "200"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    let sent: u64 = text.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("sent");
+    let reps = reports(&dir);
+    let entries: Vec<&serde_json::Value> =
+        reps.iter().flat_map(|r| r["closed"].as_array().into_iter().flatten()).collect();
+    let count = |k: &str| entries.iter().map(|e| e["stats"][k].as_u64().unwrap_or(0)).sum::<u64>();
+    println!("sent {sent}: entries count {} sent, {} drop_shutdown", count("datagrams_sent"), count("drop_shutdown"));
+    assert_eq!(count("datagrams_sent") + count("drop_shutdown"), sent, "{}", serde_json::to_string(&entries).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,7 +13,7 @@
  *       started, succeeded and failed, datagrams sent and got back (children
  *       and parent), the longest time between two successful children, and
  *       every such gap over 100 ms as [start, end] seconds after its start
- *       (the first MAX_GAPS).
+ *       (the MAX_GAPS longest, so the longest is always listed).
  *
  * A child reports its counts to the parent through a pipe, so the parent
  * sums what every child did, including a child that failed. */
@@ -111,6 +111,29 @@ static int child(const struct sockaddr_in *dst, int out, unsigned seq) {
     return sent == PER_CHILD && got == PER_CHILD ? 0 : 1;
 }
 
+static double gaps[MAX_GAPS][2];
+static int ngaps;
+
+/* Lists the gap [a, b] (seconds after the start) if it is over 100 ms;
+ * once MAX_GAPS are listed, in place of the shortest when longer. */
+static void note_gap(double a, double b) {
+    if (b - a <= 0.1)
+        return;
+    int at = ngaps;
+    if (ngaps == MAX_GAPS) {
+        at = 0;
+        for (int i = 1; i < MAX_GAPS; i++)
+            if (gaps[i][1] - gaps[i][0] < gaps[at][1] - gaps[at][0])
+                at = i;
+        if (gaps[at][1] - gaps[at][0] >= b - a)
+            return;
+    } else {
+        ngaps++;
+    }
+    gaps[at][0] = a;
+    gaps[at][1] = b;
+}
+
 static int client(const char *addr, int port, double secs, int every_ms) {
     struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(port)};
     if (inet_pton(AF_INET, addr, &dst.sin_addr) != 1) {
@@ -130,8 +153,6 @@ static int client(const char *addr, int port, double secs, int every_ms) {
     handle_stop();
     unsigned long long started = 0, ok = 0, failed = 0, sent = 0, got = 0;
     double t0 = now(), last_ok = t0, longest_gap = 0;
-    static double gaps[MAX_GAPS][2];
-    int ngaps = 0;
     FILE *counts = fdopen(pfd[0], "r");
     while (!stop && now() - t0 < secs) {
         if (sendto(own, "parent", 6, 0, (const struct sockaddr *)&dst, sizeof dst) == 6) {
@@ -165,10 +186,7 @@ static int client(const char *addr, int port, double secs, int every_ms) {
                 double t = now();
                 if (t - last_ok > longest_gap)
                     longest_gap = t - last_ok;
-                if (t - last_ok > 0.1 && ngaps < MAX_GAPS) {
-                    gaps[ngaps][0] = last_ok - t0;
-                    gaps[ngaps++][1] = t - t0;
-                }
+                note_gap(last_ok - t0, t - t0);
                 last_ok = t;
             } else {
                 failed++;
@@ -189,10 +207,7 @@ static int client(const char *addr, int port, double secs, int every_ms) {
     double end = now();
     if (end - last_ok > longest_gap)
         longest_gap = end - last_ok;
-    if (end - last_ok > 0.1 && ngaps < MAX_GAPS) {
-        gaps[ngaps][0] = last_ok - t0;
-        gaps[ngaps++][1] = end - t0;
-    }
+    note_gap(last_ok - t0, end - t0);
     printf("{\"children\":%llu,\"succeeded\":%llu,\"failed\":%llu,\"sent\":%llu,\"received\":%llu,"
            "\"longest_gap_ms\":%.1f,\"secs\":%.3f,\"gaps\":[",
            started, ok, failed, sent, got, longest_gap * 1000, end - t0);

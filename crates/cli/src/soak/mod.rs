@@ -177,7 +177,7 @@ pub fn summary(res: &Value) -> String {
             b["received"],
             b["counted_drops"],
             if b["balanced"] == true { "balanced" } else { "unbalanced" },
-            if b["exact"] == true { "" } else { " (not exact: one side only)" }
+            if b["exact"] == true { "" } else { " (not exact, see its \"how\")" }
         );
     }
     for st in res["stalls"].as_array().into_iter().flatten() {

@@ -149,17 +149,25 @@ pub fn balance(w: &Value, counters: &Value) -> Vec<Value> {
     let runs = w["iperf3"]["runs"].as_array().cloned().unwrap_or_default();
     let sum = |k: &str| runs.iter().map(|r| r[k].as_u64().unwrap_or(0)).sum::<u64>();
     let s = &w["sockperf"];
+    // With GRO on, `socket_drops` counts kernel messages, and a GRO message
+    // carries many datagrams: exact only when every server ran with GRO off
+    // (the soak runs them so); otherwise an estimate in datagrams, scaled by
+    // each server's datagrams per GRO message, goes beside.
+    let gro_off = servers_gro_off(&runs, counters);
     let mut iperf3 = row(
         "iperf3",
         sum("sent"),
         sum("received"),
-        true,
-        "client's datagrams sent against the server's received, every run",
+        gro_off,
+        if gro_off {
+            "client's datagrams sent against the server's received, every run; servers with GRO off (EUDP_GRO=0), so the kernel counts each dropped datagram"
+        } else {
+            "client's datagrams sent against the server's received, every run; a server had GRO on, so its kernel drops count messages (estimate beside)"
+        },
     );
-    // `socket_drops` counts kernel messages, and a GRO message carries many
-    // datagrams: scaled by each server's datagrams per GRO message, the
-    // drops in datagrams (an estimate, beside the exact count).
-    iperf3["socket_drops_in_datagrams_estimate"] = gro_scaled_drops(&runs, counters).into();
+    if !gro_off {
+        iperf3["socket_drops_in_datagrams_estimate"] = gro_scaled_drops(&runs, counters).into();
+    }
     let mut sockperf = row(
         "sockperf",
         u(&s["sent"]),
@@ -181,14 +189,20 @@ pub fn balance(w: &Value, counters: &Value) -> Vec<Value> {
     ]
 }
 
+/// The report of each run's iperf3 server.
+fn server_reports<'a>(runs: &'a [Value], counters: &'a Value) -> impl Iterator<Item = Option<&'a Value>> + 'a {
+    runs.iter().map(move |r| counters["reports"].as_array().into_iter().flatten().find(|x| x["pid"] == r["server_pid"]))
+}
+
+/// Every run's server reported its engine with GRO off.
+fn servers_gro_off(runs: &[Value], counters: &Value) -> bool {
+    !runs.is_empty() && server_reports(runs, counters).all(|rep| rep.is_some_and(|x| x["engine"]["gro"] == false))
+}
+
 /// Each iperf3 server's `socket_drops` times its datagrams per GRO message.
 fn gro_scaled_drops(runs: &[Value], counters: &Value) -> f64 {
     let mut total = 0.0;
-    for r in runs {
-        let Some(rep) = counters["reports"].as_array().into_iter().flatten().find(|x| x["pid"] == r["server_pid"])
-        else {
-            continue;
-        };
+    for rep in server_reports(runs, counters).flatten() {
         for st in ["sockets", "closed"].iter().flat_map(|k| rep[*k].as_array().into_iter().flatten()) {
             let stats = &st["stats"];
             let (drops, got, msgs) = (
@@ -270,4 +284,29 @@ pub fn targets(balance: &[Value], rss: &Value, stalls: &[Value]) -> Vec<Value> {
         json!({ "target": "no stall > 1 s (besides a workload's own restart or pause)",
                 "measured": format!("{:.0} ms ({})", worst.0, worst.1), "met": worst.0 <= STALL_TARGET_MS }),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iperf3(gro: bool) -> (Value, Value) {
+        let w = json!({ "iperf3": { "runs": [{ "server_pid": 7, "sent": 100, "received": 90 }] } });
+        let server = json!({ "pid": 7, "engine": { "gro": gro }, "closed": [{ "stats": {
+            "socket_drops": 10, "datagrams_received": 90, "gro_superpackets": if gro { 9 } else { 0 } } }] });
+        let counters = json!({ "reports": [server], "by_workload": { "iperf3": { "drops": 10 } } });
+        (w, counters)
+    }
+
+    #[test]
+    fn the_iperf3_balance_is_exact_only_with_gro_off_on_every_server() {
+        let (w, c) = iperf3(false);
+        let b = &balance(&w, &c)[0];
+        assert_eq!((b["exact"].as_bool(), b["balanced"].as_bool()), (Some(true), Some(true)), "{b}");
+        assert!(b.get("socket_drops_in_datagrams_estimate").is_none(), "{b}");
+        let (w, c) = iperf3(true);
+        let b = &balance(&w, &c)[0];
+        assert_eq!(b["exact"].as_bool(), Some(false), "{b}");
+        assert_eq!(b["socket_drops_in_datagrams_estimate"].as_f64(), Some(100.0), "{b}");
+    }
 }

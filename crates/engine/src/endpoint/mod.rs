@@ -239,7 +239,12 @@ pub struct Received {
 #[derive(Debug)]
 pub struct Endpoint {
     inner: Arc<EpInner>,
+    closed: FinalCounters,
 }
+
+/// Where a dropped endpoint leaves its final counters
+/// ([`Endpoint::final_counters`]).
+pub type FinalCounters = Arc<Mutex<Option<StatsSnapshot>>>;
 
 impl Endpoint {
     /// An unbound endpoint on the process-wide engine (`v6` selects a
@@ -367,7 +372,7 @@ impl Endpoint {
             engine: sh,
         });
         inner.engine.register(&inner, inner.backend.raw_fd())?;
-        Ok(Endpoint { inner })
+        Ok(Endpoint { inner, closed: FinalCounters::default() })
     }
 
     /// Binds to a local address (port 0: an ephemeral port).
@@ -443,6 +448,14 @@ impl Endpoint {
         snap
     }
 
+    /// Filled with this endpoint's final counters when it is dropped: what
+    /// the drop's own flush sent counted, what it could not send counted in
+    /// `drop_shutdown`. For a caller that took the counters before the last
+    /// reference went and must correct them.
+    pub fn final_counters(&self) -> FinalCounters {
+        self.closed.clone()
+    }
+
     /// Queue transitions recorded so far (empty unless
     /// [`crate::Config::record_transitions`] is set).
     pub fn transitions(&self) -> Vec<(QueueEvent, QueueState)> {
@@ -468,6 +481,7 @@ impl Drop for Endpoint {
             s.l1.len() as u64 + u64::from(s.staged)
         };
         Stats::add(&inner.stats.drop_shutdown, lost);
+        *lock(&self.closed) = Some(self.report());
         inner.closed.store(true, SeqCst);
         let room_fd = inner.backend.capabilities().writable_fd.filter(|_| inner.room_watched.load(SeqCst));
         inner.engine.deregister(inner.id, inner.backend.raw_fd(), room_fd);

@@ -45,6 +45,22 @@ impl Drop for AsyncSignalsBlocked {
     }
 }
 
+/// Writes `buf` to standard error, with `write(2)` calls of its own and no
+/// lock: std's `Stderr` lock may be held in a fork child, by a thread of
+/// the parent that does not exist there, for good. Bytes the descriptor
+/// refuses (closed, full pipe of a non-blocking stderr) are given up.
+pub fn write_stderr(mut buf: &[u8]) {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for reads of its length during the call.
+        let n = unsafe { libc::write(libc::STDERR_FILENO, buf.as_ptr().cast(), buf.len()) };
+        match n {
+            n if n > 0 => buf = &buf[(n as usize).min(buf.len())..],
+            n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => return,
+        }
+    }
+}
+
 /// Raises the soft limit on open files towards `want` (bounded by the hard
 /// limit); returns the new soft limit. Servers with many sockets need this.
 pub fn raise_fd_limit(want: u64) -> io::Result<u64> {

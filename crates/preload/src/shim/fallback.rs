@@ -172,14 +172,16 @@ impl Sock {
             // they count it (the endpoint's drop would send it only after:
             // a burst then a fallback was reported short). With a read
             // asleep the endpoint lives on until that read returns.
-            ep.flush(Duration::from_secs(5));
+            let flushed = ep.flush(flush_bound());
             drop(keep);
-            self.retire_stats(&ep);
+            let entry = self.closing_entry(&ep);
+            let last = (!flushed).then(|| ep.final_counters());
             self.note_kernel_path(fd);
             self.poll_fd.store(-1, Relaxed);
             self.dup_fd.store(-1, Relaxed);
             self.err_fd.store(-1, Relaxed);
             self.release(ep);
+            retire_final(entry, last);
             if asleep {
                 // GRO goes off when the sleeping read has ended.
                 crate::sys::restore_kernel_flags(fd, self.nonblock());
@@ -384,9 +386,11 @@ impl Sock {
         if let Some(ep) = ep {
             // What was queued goes out first, as close(2) sends it too, so
             // that the final counters count it (a burst then close: logger).
-            ep.flush(Duration::from_secs(5));
-            self.retire_stats(&ep);
+            let flushed = ep.flush(flush_bound());
+            let entry = self.closing_entry(&ep);
+            let last = (!flushed).then(|| ep.final_counters());
             self.release(ep);
+            retire_final(entry, last);
         }
     }
 
@@ -410,6 +414,24 @@ impl Sock {
         let ep = self.existing()?;
         Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok()))
     }
+}
+
+/// How long a fallback or a close waits for the endpoint's queued sends:
+/// 5 s, or `EUDP_TEST_FLUSH_MS` (tests only).
+fn flush_bound() -> Duration {
+    let ms = std::env::var("EUDP_TEST_FLUSH_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(5000);
+    Duration::from_millis(ms)
+}
+
+/// Records a closing endpoint's entry. When its flush ran out of time
+/// (`last` given), the endpoint's drop flushed again and counted what it
+/// could not send (`drop_shutdown`): the entry takes those final counters,
+/// if the drop has happened (a call still borrowing the endpoint keeps it).
+fn retire_final(mut entry: crate::stat::SockReport, last: Option<eudp_engine::FinalCounters>) {
+    if let Some(fin) = last.and_then(|l| lock(&l).take()) {
+        entry.stats = Some(fin);
+    }
+    crate::stat::retire(entry);
 }
 
 /// Runs (on a thread of its own) once an eudp thread panicked: every

@@ -36,13 +36,9 @@ impl Sock {
         }
     }
 
-    /// Records the final counters of `ep`, this socket's endpoint, being
-    /// closed or abandoned.
-    pub(super) fn retire_stats(&self, ep: &Endpoint) {
-        crate::stat::retire(self.report_entry(
-            self.fd,
-            Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok())),
-            false,
-        ));
+    /// The entry of this socket's endpoint `ep` as it closes or is
+    /// abandoned, with its counters now.
+    pub(super) fn closing_entry(&self, ep: &Endpoint) -> SockReport {
+        self.report_entry(self.fd, Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok())), false)
     }
 }

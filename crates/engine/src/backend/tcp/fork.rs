@@ -124,16 +124,7 @@ static LISTENER: AtomicU64 = AtomicU64::new(0);
 /// pid is not taken for it; 0: not known.
 static LISTENER_START: AtomicU64 = AtomicU64::new(0);
 
-/// The start time of process `pid` in clock ticks, and whether it has
-/// ended (a zombie); None: no such process (or no `/proc`).
-fn proc_start(pid: u32) -> Option<(u64, bool)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut f = s.rsplit_once(')')?.1.split_whitespace();
-    let state = f.next()?;
-    // Fields 3.. follow the name; the start time is field 22.
-    let start = f.nth(18)?.parse().ok()?;
-    Some((start, state == "Z" || state == "X"))
-}
+use crate::stat_dir::proc_start;
 
 /// This process begins to start its process-wide transport: from here on
 /// a fork child leaves the pre-decided port to it (see [`Ancestor`]),

@@ -213,7 +213,7 @@ impl Mgr {
     fn tick(&self, now: Instant) -> Duration {
         let mut next = Duration::from_secs(1);
         if let Some(Ok(t)) = current() {
-            // The process-wide transport keeps `<pid>.tcp.json` current for
+            // The process-wide transport keeps `<pid>-<start>.tcp.json` current for
             // `eudp stat` (the atexit hook writes the final counters).
             if std::ptr::eq(&*t.mgr, self) && stats_path().is_some() {
                 let mut last = lock(&self.stats_written);

@@ -78,15 +78,15 @@ impl Drop for InitGuard {
 }
 
 /// Where the process-wide transport writes its counters:
-/// `<dir>/<pid>.tcp.json`, next to the shim's `<pid>.json` that `eudp stat`
-/// reads (None: no directory shared by the shim nor `EUDP_STAT_DIR`, or
-/// `EUDP_STAT_MS=0`).
+/// `<dir>/<pid>-<start>.tcp.json`, next to the shim's `<pid>-<start>.json`
+/// that `eudp stat` reads (`crate::stat_dir`). None: no directory shared
+/// by the shim nor `EUDP_STAT_DIR`, or `EUDP_STAT_MS=0`.
 pub(super) fn stats_path() -> Option<std::path::PathBuf> {
     let dir = crate::stat_dir::shared()?;
     if std::env::var("EUDP_STAT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()) == Some(0) {
         return None;
     }
-    Some(std::path::Path::new(&dir).join(format!("{}.tcp.json", std::process::id())))
+    Some(std::path::Path::new(&dir).join(format!("{}.tcp.json", crate::stat_dir::own_stem())))
 }
 
 /// Writes `stats` of the transport to [`stats_path`] (temporary file, then rename).
