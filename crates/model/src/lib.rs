@@ -8,6 +8,7 @@
 //!   links, semaphores) and protocol stacks as per-packet stage state machines.
 //! * [`preset`]: the preset file format; every numeric input carries a citation.
 //! * [`svg`]: hand-written SVG line plots and time-flow charts.
+//! * [`perfetto`]: time-flow records as Chrome Trace Event JSON (ui.perfetto.dev).
 //! * [`measure`]: simulated latency, bandwidth, sweeps; [`validation`]: the
 //!   published figures beside the simulated ones.
 pub mod analytic;
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod des;
 pub mod fit;
 pub mod measure;
+pub mod perfetto;
 pub mod preset;
 pub mod sim;
 pub mod svg;

@@ -23,7 +23,8 @@
 //! * [`run`]: the burst scenario and traced programs;
 //! * [`overhead`], [`floor`]: the `--overhead` harness and its floor;
 //! * [`transfer`], [`worker`]: one transfer and its two sides;
-//! * [`analysis`], [`output`]: joined paths, the document and its files.
+//! * [`analysis`], [`output`]: joined paths, the document and its files;
+//! * [`view_args`]: `--sample`, `--perfetto`, `--attach`.
 
 pub mod analysis;
 pub mod args;
@@ -32,6 +33,7 @@ pub mod output;
 pub mod overhead;
 pub mod run;
 pub mod transfer;
+pub mod view_args;
 pub mod worker;
 
 pub use analysis::{analyse, analyse_lossy, Analysed, ORDER_TOLERANCE_NS};

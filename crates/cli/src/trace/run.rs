@@ -1,11 +1,11 @@
 //! The runs of `eudp trace`: the burst scenario on a testbed, a traced
 //! PROGRAM, or the overhead harness.
 
-use super::analysis::{analyse, analyse_paths, Analysed};
+use super::analysis::{analyse_paths, analyse_sampled, sample_note, Analysed};
 use super::args::TraceArgs;
 use super::output::{document, print_summary, write_outputs};
 use super::overhead::overhead;
-use super::transfer::transfer;
+use super::transfer::{transfer_variant, Variant};
 use crate::testbed::{unique_name, Testbed};
 use eudp_trace::resolve::{self, Dump, Path};
 use eudp_trace::TraceDoc;
@@ -29,6 +29,10 @@ pub fn run(a: &TraceArgs) -> Result<(), String> {
     };
     write_outputs(&a.out, &doc)?;
     print_summary(&doc, &a.out);
+    if let Some(f) = &a.view.perfetto {
+        std::fs::write(f, eudp_trace::perfetto::to_json(&doc.records)).map_err(|e| format!("{}: {e}", f.display()))?;
+        println!("wrote {} (Chrome Trace Event JSON: ui.perfetto.dev)", f.display());
+    }
     Ok(())
 }
 
@@ -36,8 +40,9 @@ fn burst(tb: &Testbed, a: &TraceArgs) -> Result<TraceDoc, String> {
     let mut runs = Vec::new();
     for &size in &a.sizes {
         for stack in &a.stacks {
-            let (tx, rx, rep) = transfer(tb, stack, size, a.run_packets, &a.out, true, true)?;
-            let mut r = analyse(stack, size, &tx, &rx);
+            let v = Variant::traced(a.view.sample)?;
+            let (tx, rx, rep) = transfer_variant(tb, stack, size, a.run_packets, &a.out, &v, true)?;
+            let mut r = analyse_sampled(stack, size, &tx, &rx, u64::MAX, v.sample);
             if rep.received != a.run_packets || rep.out_of_order != 0 {
                 r.problems.push(format!(
                     "{stack} {size} B: {} of {} datagrams received, {} out of order",
@@ -85,7 +90,7 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     let prefix = format!("raw-program-{stack}-");
     let pattern = out.join(format!("{prefix}%p.json"));
     let mut cmd = Command::new(&a.target[0]);
-    cmd.args(&a.target[1..]).env("EUDP_TRACE", &pattern);
+    cmd.args(&a.target[1..]).env("EUDP_TRACE", &pattern).env("EUDP_TRACE_SAMPLE", a.view.sample.to_string());
     if stack == "kernel" {
         cmd.env("EUDP_TRACE_STACK", "kernel");
     } else {
@@ -137,7 +142,7 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
         .find(|e| e.1 == resolve::kind::SEND_CALL && e.2 == flow.tx_ep)
         .map(|e| (e.5 >> 40) & 0x7f_ffff)
         .unwrap_or(a.size);
-    let paths = resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep));
+    let paths = resolve::sampled(resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep)), a.view.sample);
     let (paths, note) = cut_at_full_buffer(stack, size, paths, tx, rx);
     if note.is_some() && paths.is_empty() {
         return Err(format!("{stack} run: a trace buffer filled before the first datagram had all its layers ({} events dropped); raise EUDP_TRACE_EVENTS", tx.dropped.max(rx.dropped)));
@@ -146,6 +151,9 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     // dropped came after the cut.
     let mut r = analyse_paths(stack, size, paths, u64::MAX);
     r.notes.extend(note);
+    if a.view.sample > 1 {
+        r.notes.push(sample_note(stack, size, a.view.sample));
+    }
     Ok(r)
 }
 

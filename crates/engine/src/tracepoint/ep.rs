@@ -148,7 +148,7 @@ pub(super) fn take_rx_stamp_at(i: usize, now: u64) -> u64 {
 pub fn tag_received(app_seq: u64) {
     if on() {
         let i = LAST_POP.with(Cell::get);
-        if i != u64::MAX {
+        if i != u64::MAX && sampled(i) {
             push(Kind::AppSeq, 0, i, app_seq);
         }
     }
@@ -261,7 +261,8 @@ impl EpTrace {
     #[inline]
     pub fn send_return(&self, t: SendToken) {
         let (seq, q) = CUR.with(Cell::get);
-        if t.enter == 0 || seq == u64::MAX || !sampled(seq) {
+        // The call decided when it was entered (enter 0: not traced).
+        if t.enter == 0 || seq == u64::MAX {
             return;
         }
         let (now, tsc) = stamp();
