@@ -24,10 +24,11 @@
 //! * [`overhead`], [`floor`]: the `--overhead` harness and its floor;
 //! * [`transfer`], [`worker`]: one transfer and its two sides;
 //! * [`analysis`], [`output`]: joined paths, the document and its files;
-//! * [`view_args`]: `--sample`, `--perfetto`, `--attach`.
+//! * [`view_args`]: `--sample`, `--perfetto`, `--attach`; [`attach`]: tracing a running program.
 
 pub mod analysis;
 pub mod args;
+pub mod attach;
 pub mod floor;
 pub mod output;
 pub mod overhead;
@@ -65,7 +66,10 @@ pub fn run_trace(o: TraceOptions) -> i32 {
     let r = match &o.sub {
         Some(TraceSub::Worker(w)) => worker::worker(w),
         None => match o.resolve() {
-            Ok(a) => run::run(&a),
+            Ok(a) => match a.view.attach {
+                Some(pid) => attach::attach(&a, pid),
+                None => run::run(&a),
+            },
             Err(e) => {
                 eprintln!("eudp trace: {e}");
                 return 2;

@@ -300,6 +300,12 @@ pub fn disable() {
     ON.store(false, Relaxed);
 }
 
+/// Names the file the events go to from now on (`%p`: the pid), as
+/// `EUDP_TRACE` does: for tracing turned on at run time.
+pub fn set_path(pattern: &str) {
+    *PATH.lock().unwrap_or_else(|e| e.into_inner()) = Some(pattern.to_string());
+}
+
 /// Reads `EUDP_TRACE` once: a non-empty value turns tracing on and names the
 /// file the events go to.
 pub fn init_from_env() {

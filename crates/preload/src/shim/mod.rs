@@ -13,13 +13,14 @@
 //! (receives and sends on an endpoint), [`attach`] (adoption by the
 //! engine), [`fallback`] (the move to the kernel path), [`lost`] (what a
 //! socket loses on the kernel path), [`fork`], [`report`] (a socket's entry
-//! in the stats report).
+//! in the stats report), [`live_trace`] (`eudp trace --attach`).
 
 mod attach;
 mod fallback;
 mod fork;
 mod generation;
 mod io;
+pub mod live_trace;
 mod lost;
 mod report;
 mod sock;
