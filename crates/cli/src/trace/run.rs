@@ -124,7 +124,7 @@ pub(super) fn analyse_dumps(
     window: bool,
 ) -> Result<Analysed, String> {
     let mut dumps = Vec::new();
-    for f in program_dumps(out, &prefix) {
+    for f in program_dumps(out, prefix) {
         let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         dumps.push(resolve::parse_dump(&text).map_err(|e| format!("{}: {e}", f.display()))?);
     }
