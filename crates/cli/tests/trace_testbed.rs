@@ -107,9 +107,10 @@ fn trace_command_writes_json_svg_and_table() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--overhead` runs untraced, traced and the untraced control once per
-/// repetition, every run delivers its datagrams, the full traces are
-/// complete, and the report carries every setting and the floor.
+/// `--overhead` runs untraced, traced, sampled (`--sample 8`) and the
+/// untraced control once per repetition, every run delivers its datagrams,
+/// the full and sampled traces are complete, and the report carries every
+/// setting and the floor.
 #[test]
 fn trace_overhead_runs_each_setting_and_the_control() {
     let Some((tb, dir)) = setup("tro") else { return };
@@ -125,6 +126,8 @@ fn trace_overhead_runs_each_setting_and_the_control() {
         "eudp",
         "--overhead-modes",
         "full,control",
+        "--sample",
+        "8",
         "--testbed",
         &tb.name,
         "--out",
@@ -137,7 +140,7 @@ fn trace_overhead_runs_each_setting_and_the_control() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("overhead.json")).unwrap()).unwrap();
     let runs = json["runs"].as_array().unwrap();
-    for mode in ["off", "full", "control"] {
+    for mode in ["off", "full", "control", "sample8"] {
         let of: Vec<_> = runs.iter().filter(|r| r["mode"] == mode).collect();
         assert_eq!(of.len() as u64, reps, "{mode}: {} runs", of.len());
         for r in of {
@@ -155,7 +158,8 @@ fn trace_overhead_runs_each_setting_and_the_control() {
         .collect();
     assert_eq!(first.len() as u64, reps, "first settings {first:?}");
     let table = json["table"].as_str().unwrap();
-    assert!(table.contains("every full-traced run complete"), "{table}");
+    // The sampled traces are held to every layer of their datagrams too.
+    assert!(table.contains("every full- or sample-traced run complete"), "{table}");
     assert!(table.lines().any(|l| l.split_whitespace().nth(2) == Some("control")), "{table}");
     // The floor is measured on this host and reported for the traced size.
     let rows = json["floor"]["rows"].as_array().unwrap();

@@ -165,7 +165,7 @@ pub const SETTINGS: &[Setting] = &[
         "trace buffer size in events per thread",
     ),
     s("EUDP_TRACE_KERNEL", Text, "both", Trace, "kernel stamps: `0` none, `tx`, `rx`, else both"),
-    s("EUDP_TRACE_SAMPLE", Int { min: 1, max: U64 }, "1", Trace, "trace one application call in N"),
+    s("EUDP_TRACE_SAMPLE", Int { min: 1, max: U64 }, "1", Trace, "trace one datagram in N, every layer of it"),
     s("EUDP_TRACE_STACK", Text, "eudp", Trace, "`kernel`: trace the program's kernel path (no adoption)"),
     s("EUDP_TRACE_STAMP_READER", Text, "io_uring", Trace, "`recvmmsg`: read TX stamps with recvmmsg only"),
     s("EUDP_EINTR", Choice(&["0", "1"]), "1", Shim, "0: blocked calls restart instead of failing with EINTR"),

@@ -8,6 +8,7 @@
 //!   links, semaphores) and protocol stacks as per-packet stage state machines.
 //! * [`preset`]: the preset file format; every numeric input carries a citation.
 //! * [`svg`]: hand-written SVG line plots and time-flow charts.
+//! * [`perfetto`]: time-flow records as Chrome Trace Event JSON (ui.perfetto.dev).
 //! * [`step_costs`]: measured EMP step costs in the 003 preset and the
 //!   order of the schemes the simulator predicts from them.
 //! * [`measure`]: simulated latency, bandwidth, sweeps; [`validation`]: the
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod des;
 pub mod fit;
 pub mod measure;
+pub mod perfetto;
 pub mod preset;
 pub mod sim;
 pub mod step_costs;

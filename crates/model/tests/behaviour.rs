@@ -4,7 +4,7 @@ use eudp_model::cli::{model_main, sim_main};
 use eudp_model::measure::shipped;
 use eudp_model::preset;
 use eudp_model::sim::{self, Workload};
-use eudp_model::{fit, timeline};
+use eudp_model::{fit, perfetto, timeline};
 
 fn args(s: &str) -> Vec<String> {
     s.split_whitespace().map(String::from).collect()
@@ -134,6 +134,24 @@ fn cli_model_and_sim_write_outputs() {
     let sw = tmp("s.csv");
     assert_eq!(sim_main(&args(&format!("sweep --preset 000 --stacks eudp,coarse --sizes 1k,32k --buses pci32/33,pci64/66 --messages 8 --jobs 2 --csv {sw}"))), 0);
     assert_eq!(std::fs::read_to_string(&sw).unwrap().lines().count(), 1 + 2 * 2 * 2);
+}
+
+/// `sim timeline --perfetto` writes a valid Trace Event file with one
+/// slice per record, per host and layer as in the timeline JSON.
+#[test]
+fn sim_timeline_writes_perfetto() {
+    let js = tmp("pt.json");
+    let pf = tmp("pt.perfetto.json");
+    assert_eq!(
+        sim_main(&args(&format!("timeline --preset 000 --stack eudp --messages 3 --json {js} --perfetto {pf}"))),
+        0
+    );
+    let recs = timeline::parse(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&pf).unwrap()).unwrap();
+    let c = perfetto::check(&doc).unwrap();
+    assert_eq!(c.slices, perfetto::expected_counts(&perfetto::from_timeline("sim 000 eudp", &recs)));
+    assert_eq!(c.slices.values().sum::<usize>(), recs.len());
+    assert_eq!(c.flows, 3);
 }
 
 #[test]

@@ -123,3 +123,18 @@ fn documented_tables_are_current() {
         "docs/model.md: the published-vs-simulated table is stale; paste `eudp sim validate --markdown`"
     );
 }
+
+/// Rows whose value is the preset's own inputs are marked as checks of
+/// inputs and counted apart from the reproductions.
+#[test]
+fn checks_of_inputs_are_counted_apart() {
+    let converge = rows().iter().find(|r| r.id == "001-converge").unwrap();
+    assert!(!converge.reproduces());
+    assert!(matches!(converge.basis, validation::Basis::InputCheck(why) if why.contains("Tables 1-2")));
+    let inputs = rows().iter().filter(|r| !r.reproduces()).count();
+    let s = validation::summary(rows());
+    assert!(s.contains(&format!("/{} reproductions", rows().len() - inputs)), "{s}");
+    assert!(s.contains(&format!("/{inputs} checks of inputs")), "{s}");
+    assert!(validation::markdown(rows()).contains("| check of inputs: "));
+    assert!(validation::text(rows()).contains("(check of inputs: "));
+}

@@ -42,6 +42,8 @@ pub struct Source {
     pub generation: fn() -> u32,
     /// The configuration of the engine, once one runs.
     pub engine_config: fn() -> Option<eudp_engine::Config>,
+    /// Run on each period of the writer (`eudp trace --attach` requests).
+    pub tick: fn(),
 }
 
 static SOURCE: OnceLock<Source> = OnceLock::new();
@@ -395,6 +397,7 @@ pub fn ensure_writer(src: Source) {
                 return;
             }
             write_now(false);
+            (src.tick)();
         }
     });
     if r.is_err() {

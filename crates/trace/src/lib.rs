@@ -6,9 +6,11 @@
 //!   [`resolve::Record`]s.
 //! * [`table`]: per-layer statistics, the dominant layer, fits and crossovers.
 //! * [`chart`]: side-by-side SVG time-flow charts.
+//! * [`perfetto`]: the records as Chrome Trace Event JSON (ui.perfetto.dev).
 //! * [`TraceDoc`]: the JSON file `eudp trace` writes (docs/trace.md).
 
 pub mod chart;
+pub mod perfetto;
 pub mod resolve;
 pub mod table;
 

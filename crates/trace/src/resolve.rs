@@ -354,6 +354,18 @@ pub fn join_eps(sender: &Dump, tx_ep: Option<u64>, receiver: &Dump, rx_ep: Optio
     paths
 }
 
+/// The paths of the datagrams a trace sampled one in `n` of
+/// (`EUDP_TRACE_SAMPLE`: those whose sequence number `n` divides, every
+/// layer of them); all paths when `n` is 1. The others have at most the
+/// engine's and the kernel's points, which batches record for every
+/// datagram they carry.
+pub fn sampled(mut paths: Vec<Path>, n: u64) -> Vec<Path> {
+    if n > 1 {
+        paths.retain(|p| p.packet % n == 0);
+    }
+    paths
+}
+
 fn unpack(b: u64) -> (u64, u64, bool) {
     (b & ((1 << 47) - 1), b >> 48, (b >> 47) & 1 == 1)
 }

@@ -28,7 +28,16 @@ pub fn analyse(stack: &str, size: u64, sender: &Dump, receiver: &Dump) -> Analys
 /// never arrived are not holes; every sender layer of every packet and
 /// every layer of each arrival still must be there.
 pub fn analyse_lossy(stack: &str, size: u64, sender: &Dump, receiver: &Dump, received: u64) -> Analysed {
-    let mut r = analyse_paths(stack, size, resolve::join(sender, receiver), received);
+    analyse_sampled(stack, size, sender, receiver, received, 1)
+}
+
+/// As [`analyse_lossy`] for a trace of one datagram in `sample`: the
+/// sampled datagrams must have every layer, the others are left out.
+pub fn analyse_sampled(stack: &str, size: u64, sender: &Dump, receiver: &Dump, received: u64, sample: u64) -> Analysed {
+    let mut r = analyse_paths(stack, size, resolve::sampled(resolve::join(sender, receiver), sample), received);
+    if sample > 1 {
+        r.notes.push(sample_note(stack, size, sample));
+    }
     for (d, who) in [(sender, "sender"), (receiver, "receiver")] {
         if d.dropped > 0 {
             r.problems.push(format!(
@@ -38,6 +47,13 @@ pub fn analyse_lossy(stack: &str, size: u64, sender: &Dump, receiver: &Dump, rec
         }
     }
     r
+}
+
+/// What a table of a sampled trace counts.
+pub(super) fn sample_note(stack: &str, size: u64, sample: u64) -> String {
+    format!(
+        "{stack} {size} B: one datagram in {sample} traced; the table counts those only, so a batched layer's busy time per datagram (engine, kernel, veth) is shared among the traced datagrams of a batch and reads up to {sample} times high"
+    )
 }
 
 /// The summary of joined `paths` (see [`analyse_lossy`]).

@@ -51,6 +51,8 @@ pub struct TraceOptions {
     pub overhead_modes: Vec<String>,
     #[command(flatten)]
     pub emp: super::emp::EmpTraceOptions,
+    #[command(flatten)]
+    pub view: super::view_args::ViewOptions,
     /// `burst` (the built-in scenario, the default) or the program to trace and its arguments.
     #[arg(trailing_var_arg = true, value_name = "burst | PROGRAM [ARGS]")]
     pub target: Vec<String>,
@@ -123,6 +125,8 @@ pub struct TraceArgs {
     pub overhead_modes: Vec<String>,
     /// `--compare` was given (a PROGRAM runs once per stack only then).
     pub stacks_given: bool,
+    /// `--sample`, `--perfetto`, `--attach`.
+    pub view: super::view_args::ViewOptions,
 }
 
 impl TraceOptions {
@@ -142,7 +146,9 @@ impl TraceOptions {
             overhead_reps: self.overhead,
             overhead_modes: self.overhead_modes,
             stacks_given,
+            view: self.view,
         };
+        a.overhead_modes.extend(a.view.overhead_mode().filter(|m| !a.overhead_modes.contains(m)));
         if a.packets == 0 || a.size == 0 {
             return Err("--packets and --size must be positive".into());
         }
@@ -207,14 +213,19 @@ mod tests {
         // The control runs exactly what `off` runs.
         let control = Variant::named("control").unwrap();
         assert!(!control.trace && !control.complete && control.env == off.env);
-        // These leave layers out (user, sampleN) or have no timing
+        // One datagram in N, every layer of it.
+        let s = Variant::named("sample16").unwrap();
+        assert!(s.trace && s.complete && s.sample == 16);
+        assert_eq!(s.env, [("EUDP_TRACE_SAMPLE", "16")]);
+        assert_eq!(args(&["--overhead", "2", "--sample", "8"]).overhead_modes, ["full", "sample8"]);
+        assert!(parse_args(&["--sample".into(), "0".into()]).is_err());
+        // These leave layers out (user) or have no timing
         // (noclock): their traces are not held to be complete.
         for (m, var, val) in [
             ("user", "EUDP_TRACE_KERNEL", "0"),
             ("txstamps", "EUDP_TRACE_KERNEL", "tx"),
             ("rxstamps", "EUDP_TRACE_KERNEL", "rx"),
             ("noclock", "EUDP_TRACE_CLOCK", "none"),
-            ("sample16", "EUDP_TRACE_SAMPLE", "16"),
         ] {
             let v = Variant::named(m).unwrap();
             assert!(v.trace && !v.complete, "{m}");

@@ -25,15 +25,18 @@
 //! * [`transfer`], [`worker`]: one transfer and its two sides;
 //! * [`analysis`], [`output`]: joined paths, the document and its files;
 //! * [`emp`]: `--emp`, EMP's seven steps per message and scheme.
+//! * [`view_args`]: `--sample`, `--perfetto`, `--attach`; [`attach`]: tracing a running program.
 
 pub mod analysis;
 pub mod args;
+pub mod attach;
 pub mod emp;
 pub mod floor;
 pub mod output;
 pub mod overhead;
 pub mod run;
 pub mod transfer;
+pub mod view_args;
 pub mod worker;
 
 pub use analysis::{analyse, analyse_lossy, Analysed, ORDER_TOLERANCE_NS};
@@ -66,7 +69,10 @@ pub fn run_trace(o: TraceOptions) -> i32 {
         Some(TraceSub::Worker(w)) => worker::worker(w),
         None if o.emp.emp => emp::run(&o.emp, o.size, &o.out),
         None => match o.resolve() {
-            Ok(a) => run::run(&a),
+            Ok(a) => match a.view.attach {
+                Some(pid) => attach::attach(&a, pid),
+                None => run::run(&a),
+            },
             Err(e) => {
                 eprintln!("eudp trace: {e}");
                 return 2;

@@ -36,8 +36,10 @@ pub fn document(a: &TraceArgs, runs: Vec<Analysed>) -> TraceDoc {
         doc.problems.extend(r.problems);
         doc.notes.extend(r.notes);
         if r.size == a.size {
-            doc.records.extend(r.records.into_iter().filter(|x| x.packet < a.packets));
-            let paths = r.paths.into_iter().filter(|p| p.packet < a.packets).collect();
+            // Sampled, the first N traced packets are numbered below N times the sample.
+            let charted = a.packets.saturating_mul(a.view.sample);
+            doc.records.extend(r.records.into_iter().filter(|x| x.packet < charted));
+            let paths = r.paths.into_iter().filter(|p| p.packet < charted).collect();
             doc.paths.push(StackPaths { stack: r.stack.clone(), point_names: resolve::POINTS, paths });
         }
         doc.runs.push(r.row);

@@ -1,7 +1,7 @@
 //! `eudp trace --overhead`: untraced and traced transfers interleaved,
 //! their rates and CPU per datagram side by side, and the floor.
 
-use super::analysis::analyse_lossy;
+use super::analysis::{analyse_lossy, analyse_sampled};
 use super::args::TraceArgs;
 use super::floor::{app_thread_msg_share, floor_report, AppThread, Floor};
 use super::transfer::{transfer_variant, Variant};
@@ -105,7 +105,10 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     json_runs.push(serde_json::json!({"stack": stack, "size": size, "rep": r, "mode": vars[k].name, "gbps": rep.gbps, "received": rep.received,
                         "tx_cpu_ns_per_dgram": t, "rx_cpu_ns_per_dgram": x, "tx_switches": rep.tx_switches, "rx_switches": rep.rx_switches,
                         "tx_app_cpu_ns_per_dgram": ta, "rx_app_cpu_ns_per_dgram": xa, "tx_app_busy": tb_, "rx_app_busy": xb}));
-                    if vars[k].complete {
+                    if vars[k].complete && vars[k].sample > 1 {
+                        let v = &vars[k];
+                        problems.extend(analyse_sampled(stack, size, &tx, &rx, rep.received, v.sample).problems);
+                    } else if vars[k].complete {
                         let stamps = tx
                             .events
                             .iter()
@@ -182,7 +185,8 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             }
             if vars.iter().any(|v| v.complete) {
                 let complete = if problems.is_empty() {
-                    "every full-traced run complete (every layer of every packet that arrived)".to_string()
+                    "every full- or sample-traced run complete (every layer of every traced packet that arrived)"
+                        .to_string()
                 } else {
                     format!("INCOMPLETE traces: {}", problems.join("; "))
                 };

@@ -1,11 +1,11 @@
 //! The runs of `eudp trace`: the burst scenario on a testbed, a traced
 //! PROGRAM, or the overhead harness.
 
-use super::analysis::{analyse, analyse_paths, Analysed};
+use super::analysis::{analyse_paths, analyse_sampled, sample_note, Analysed};
 use super::args::TraceArgs;
 use super::output::{document, print_summary, write_outputs};
 use super::overhead::overhead;
-use super::transfer::transfer;
+use super::transfer::{transfer_variant, Variant};
 use crate::testbed::{unique_name, Testbed};
 use eudp_trace::resolve::{self, Dump, Path};
 use eudp_trace::TraceDoc;
@@ -27,8 +27,17 @@ pub fn run(a: &TraceArgs) -> Result<(), String> {
         }
         Some(_) => program(a)?,
     };
-    write_outputs(&a.out, &doc)?;
-    print_summary(&doc, &a.out);
+    finish(a, &doc)
+}
+
+/// Writes and prints what a run produced.
+pub(super) fn finish(a: &TraceArgs, doc: &TraceDoc) -> Result<(), String> {
+    write_outputs(&a.out, doc)?;
+    print_summary(doc, &a.out);
+    if let Some(f) = &a.view.perfetto {
+        std::fs::write(f, eudp_trace::perfetto::to_json(&doc.records)).map_err(|e| format!("{}: {e}", f.display()))?;
+        println!("wrote {} (Chrome Trace Event JSON: ui.perfetto.dev)", f.display());
+    }
     Ok(())
 }
 
@@ -36,8 +45,9 @@ fn burst(tb: &Testbed, a: &TraceArgs) -> Result<TraceDoc, String> {
     let mut runs = Vec::new();
     for &size in &a.sizes {
         for stack in &a.stacks {
-            let (tx, rx, rep) = transfer(tb, stack, size, a.run_packets, &a.out, true, true)?;
-            let mut r = analyse(stack, size, &tx, &rx);
+            let v = Variant::traced(a.view.sample)?;
+            let (tx, rx, rep) = transfer_variant(tb, stack, size, a.run_packets, &a.out, &v, true)?;
+            let mut r = analyse_sampled(stack, size, &tx, &rx, u64::MAX, v.sample);
             if rep.received != a.run_packets || rep.out_of_order != 0 {
                 r.problems.push(format!(
                     "{stack} {size} B: {} of {} datagrams received, {} out of order",
@@ -85,7 +95,7 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     let prefix = format!("raw-program-{stack}-");
     let pattern = out.join(format!("{prefix}%p.json"));
     let mut cmd = Command::new(&a.target[0]);
-    cmd.args(&a.target[1..]).env("EUDP_TRACE", &pattern);
+    cmd.args(&a.target[1..]).env("EUDP_TRACE", &pattern).env("EUDP_TRACE_SAMPLE", a.view.sample.to_string());
     if stack == "kernel" {
         cmd.env("EUDP_TRACE_STACK", "kernel");
     } else {
@@ -95,16 +105,31 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     if !st.success() {
         return Err(format!("{} exited with {st} ({stack} run)", a.target[0]));
     }
+    let hint = "the program's sockets must go through eudp: run it under `eudp run`";
+    analyse_dumps(a, out, &prefix, stack, &format!("{} ({stack} run); {hint}", pattern.display()), false)
+}
+
+/// The analysis of the dumps in `out` whose names start with `prefix`
+/// (one per process): the flow [`resolve::pick_flow`] picks, its paths
+/// (the sampled ones), cut where a buffer filled. `where_` says where the
+/// dumps were expected, for the error when there are none. `window`: the
+/// trace is a window of a running program (`--attach`), whose end cuts the
+/// paths of the datagrams then on their way.
+pub(super) fn analyse_dumps(
+    a: &TraceArgs,
+    out: &std::path::Path,
+    prefix: &str,
+    stack: &str,
+    where_: &str,
+    window: bool,
+) -> Result<Analysed, String> {
     let mut dumps = Vec::new();
-    for f in program_dumps(out, &prefix) {
+    for f in program_dumps(out, prefix) {
         let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
         dumps.push(resolve::parse_dump(&text).map_err(|e| format!("{}: {e}", f.display()))?);
     }
     if dumps.is_empty() {
-        return Err(format!(
-            "no trace written to {} ({stack} run); the program's sockets must go through eudp: run it under `eudp run`",
-            pattern.display()
-        ));
+        return Err(format!("no trace written to {where_}"));
     }
     dumps.sort_by_key(|d| d.pid);
     let calls = |d: &Dump| {
@@ -137,7 +162,8 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
         .find(|e| e.1 == resolve::kind::SEND_CALL && e.2 == flow.tx_ep)
         .map(|e| (e.5 >> 40) & 0x7f_ffff)
         .unwrap_or(a.size);
-    let paths = resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep));
+    let mut paths = resolve::sampled(resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep)), a.view.sample);
+    let in_flight = if window { drop_in_flight(stack, &mut paths) } else { 0 };
     let (paths, note) = cut_at_full_buffer(stack, size, paths, tx, rx);
     if note.is_some() && paths.is_empty() {
         return Err(format!("{stack} run: a trace buffer filled before the first datagram had all its layers ({} events dropped); raise EUDP_TRACE_EVENTS", tx.dropped.max(rx.dropped)));
@@ -146,7 +172,26 @@ fn program_run(a: &TraceArgs, out: &std::path::Path, stack: &str) -> Result<Anal
     // dropped came after the cut.
     let mut r = analyse_paths(stack, size, paths, u64::MAX);
     r.notes.extend(note);
+    if in_flight > 0 {
+        r.notes.push(format!(
+            "{stack} {size} B: the window closed with {in_flight} traced datagrams on their way; they are left out"
+        ));
+    }
+    if a.view.sample > 1 {
+        r.notes.push(sample_note(stack, size, a.view.sample));
+    }
     Ok(r)
+}
+
+/// Drops the last paths while they lack a layer (datagrams a trace window
+/// closed on); returns how many.
+fn drop_in_flight(stack: &str, paths: &mut Vec<Path>) -> usize {
+    let holes: std::collections::HashSet<u64> = resolve::records(stack, paths).1.iter().map(|&(p, _)| p).collect();
+    let before = paths.len();
+    while paths.last().is_some_and(|p| holes.contains(&p.packet)) {
+        paths.pop();
+    }
+    before - paths.len()
 }
 
 /// A program runs as long as it likes, and a thread's trace buffer keeps
@@ -179,7 +224,7 @@ fn cut_at_full_buffer(
 
 /// The per-process dumps of a PROGRAM run in `dir` whose names start with
 /// `prefix` (all of them, `raw-program*.json`, with an empty one).
-fn program_dumps(dir: &std::path::Path, prefix: &str) -> Vec<std::path::PathBuf> {
+pub(super) fn program_dumps(dir: &std::path::Path, prefix: &str) -> Vec<std::path::PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
     let prefix = if prefix.is_empty() { "raw-program" } else { prefix };
     rd.filter_map(|e| e.ok().map(|e| e.path()))

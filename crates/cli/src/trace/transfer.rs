@@ -92,8 +92,10 @@ pub struct Variant {
     pub name: String,
     pub trace: bool,
     pub env: Vec<(&'static str, &'static str)>,
-    /// Its traces must be complete (every layer of every packet, in order).
+    /// Its traces must be complete (every layer of every traced packet, in order).
     pub complete: bool,
+    /// One datagram in this many is traced (`EUDP_TRACE_SAMPLE`); 1: all.
+    pub sample: u64,
     /// What it records, for the report.
     pub what: &'static str,
 }
@@ -104,10 +106,16 @@ impl Variant {
     /// TX stamps, only its RX stamps); `noclock` (every event, no clock read:
     /// a measurement of what the clock reads cost, its times are
     /// meaningless); `recvmmsg` (as `full`, the TX stamps read without
-    /// io_uring); `sampleN` (application calls of one packet in N);
+    /// io_uring); `sampleN` (every layer of one datagram in N: those whose
+    /// sequence number N divides);
     /// `control` (untraced again: an A/A control, whose ratio to `off` is
     /// the harness's own bias and spread, so a traced ratio can be read
     /// against it).
+    /// `full`, or `sampleN` for `sample` > 1.
+    pub fn traced(sample: u64) -> Result<Variant, String> {
+        Variant::named(&if sample > 1 { format!("sample{sample}") } else { "full".into() })
+    }
+
     pub fn named(name: &str) -> Result<Variant, String> {
         let v = |trace, env: Vec<(&'static str, &'static str)>, complete, what| Variant {
             name: name.into(),
@@ -115,6 +123,7 @@ impl Variant {
             env,
             complete,
             what,
+            sample: 1,
         };
         Ok(match name {
             "off" => v(false, vec![], false, "untraced"),
@@ -128,7 +137,10 @@ impl Variant {
             s if s.starts_with("sample") => {
                 let k: u64 = s["sample".len()..].parse().map_err(|_| format!("--overhead-modes: bad mode {s:?}"))?;
                 let k: &'static str = Box::leak(k.to_string().into_boxed_str());
-                v(true, vec![("EUDP_TRACE_SAMPLE", k)], false, "application calls of one packet in N")
+                Variant {
+                    sample: k.parse().unwrap_or(1),
+                    ..v(true, vec![("EUDP_TRACE_SAMPLE", k)], true, "every layer of one datagram in N")
+                }
             }
             s => return Err(format!("--overhead-modes: unknown mode {s:?} (full, user, txstamps, rxstamps, noclock, recvmmsg, sampleN, control)")),
         })

@@ -26,6 +26,7 @@
 //! * `readiness` — what poll, select and epoll see;
 //! * `options` — socket options;
 //! * `handover` — giving the socket's receive side back to its owner;
+//! * `live_trace` — tracing started and stopped while endpoints are open;
 //! * `served` — the endpoint as the engine thread sees it (the trait in
 //!   `crate::serve`).
 
@@ -33,6 +34,7 @@ mod coalesce;
 mod drain;
 mod fill;
 mod handover;
+pub mod live_trace;
 mod options;
 mod readiness;
 mod recv;

@@ -23,6 +23,11 @@ thread_local! {
     static CUR: Cell<(u64, u64)> = const { Cell::new((u64::MAX, DIRECT)) };
     /// First L1 index of what the engine took last on this thread.
     static TAKE_BASE: Cell<u64> = const { Cell::new(0) };
+    /// This thread's send syscall in progress was entered while tracing was
+    /// on: only such a call is numbered when it returns, so a call that
+    /// began before tracing was turned on at run time (when the kernel did
+    /// not stamp it) does not shift the numbering against the kernel's keys.
+    static SYS_TRACED: Cell<bool> = const { Cell::new(false) };
     /// Arrival index of the datagram this thread popped last.
     static LAST_POP: Cell<u64> = const { Cell::new(u64::MAX) };
     /// RX_SOFTWARE stamps (`CLOCK_REALTIME`) of the last batched receive on
@@ -148,7 +153,7 @@ pub(super) fn take_rx_stamp_at(i: usize, now: u64) -> u64 {
 pub fn tag_received(app_seq: u64) {
     if on() {
         let i = LAST_POP.with(Cell::get);
-        if i != u64::MAX {
+        if i != u64::MAX && sampled(i) {
             push(Kind::AppSeq, 0, i, app_seq);
         }
     }
@@ -214,6 +219,21 @@ impl EpTrace {
         }
     }
 
+    /// Starts the counters again, for tracing turned on while the endpoint
+    /// is open (call while tracing is off, under the send lock and the
+    /// receive locks): `queued` datagrams wait in L1 and `ringed` in the
+    /// ring, untraced; they keep their places in the numbering so the
+    /// datagrams after them get the indices the engine's events will name.
+    /// The kernel's `OPT_ID` keys restart with the option, as `kmsg` does.
+    pub fn restart(&self, queued: u64, ringed: u64) {
+        self.addrs_noted.store(0, Relaxed);
+        for c in [&self.tx_seq, &self.q_out, &self.kmsg, &self.drained_at, &self.rx_out] {
+            c.store(0, Relaxed);
+        }
+        self.q_in.store(queued, Relaxed);
+        self.rx_in.store(ringed, Relaxed);
+    }
+
     /// Application send entered (call only while tracing is on). The send
     /// gets its sequence number when it is posted or queued.
     #[inline]
@@ -261,7 +281,8 @@ impl EpTrace {
     #[inline]
     pub fn send_return(&self, t: SendToken) {
         let (seq, q) = CUR.with(Cell::get);
-        if t.enter == 0 || seq == u64::MAX || !sampled(seq) {
+        // The call decided when it was entered (enter 0: not traced).
+        if t.enter == 0 || seq == u64::MAX {
             return;
         }
         let (now, tsc) = stamp();
@@ -305,13 +326,14 @@ impl EpTrace {
     /// A send syscall is about to be made.
     pub fn sys_enter(&self) {
         if on() {
+            SYS_TRACED.with(|c| c.set(true));
             push(Kind::SysEnter, self.id, self.kmsg.load(Relaxed), 0);
         }
     }
 
     /// A direct send syscall (one datagram) was accepted.
     pub fn sys_return_direct(&self) {
-        if on() {
+        if on() && SYS_TRACED.with(|c| c.replace(false)) {
             let k = bump(&self.kmsg, 1);
             push(Kind::SysReturn, self.id, k, 1);
             let seq = CUR.with(Cell::get).0;
@@ -339,7 +361,7 @@ impl EpTrace {
     /// A batched send syscall accepted these messages; each is (staging
     /// index of its first datagram, datagrams).
     pub fn sys_return_batch(&self, msgs: &mut dyn Iterator<Item = (usize, usize)>) {
-        if on() {
+        if on() && SYS_TRACED.with(|c| c.replace(false)) {
             let base = TAKE_BASE.with(Cell::get);
             let k0 = self.kmsg.load(Relaxed);
             // One clock read for the return and the messages it accepted:

@@ -13,8 +13,11 @@ pub(super) static BUFS: Mutex<Vec<&'static ThreadBuf>> = Mutex::new(Vec::new());
 pub(super) static NEXT_EP: AtomicU64 = AtomicU64::new(1);
 pub(super) static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 pub(super) static DROPPED: AtomicU64 = AtomicU64::new(0);
-/// Record one application call in this many (per thread); 1: every call.
+/// Record one datagram in this many; 1: every datagram.
 pub(super) static SAMPLE: AtomicU64 = AtomicU64::new(1);
+/// `SAMPLE - 1` when it is a power of two (a mask decides without a
+/// division on the hot path), else `u64::MAX`.
+pub(super) static SAMPLE_MASK: AtomicU64 = AtomicU64::new(0);
 
 /// Events each thread can hold by default (32 bytes each); `EUDP_TRACE_EVENTS`
 /// overrides it.
@@ -158,20 +161,32 @@ thread_local! {
     static BUF: Cell<Option<&'static ThreadBuf>> = const { Cell::new(None) };
 }
 
-/// Records the application calls of one packet in `n` (send seq or arrival
-/// index divisible by `n`, so both ends sample the same packets; 1: all).
-/// The engine's batch events and kernel stamps are always recorded. Also
-/// `EUDP_TRACE_SAMPLE`.
+/// Traces one datagram in `n`: those whose send seq (at the sender) or
+/// arrival index (at the receiver) `n` divides, so both ends pick the same
+/// datagrams where none is lost or reordered; 1: all. The sending call
+/// decides once, when it is entered, and the decision holds for the
+/// call's return; the engine's batch events and the kernel's stamps are
+/// per batch and message, so they are recorded for every batch, and a
+/// sampled datagram has every layer. Also `EUDP_TRACE_SAMPLE`.
 pub fn set_sample(n: u64) {
-    SAMPLE.store(n.max(1), Relaxed);
+    let n = n.max(1);
+    SAMPLE.store(n, Relaxed);
+    SAMPLE_MASK.store(if n.is_power_of_two() { n - 1 } else { u64::MAX }, Relaxed);
 }
 
-/// True when packet `i`'s application calls are recorded.
+/// The datagrams traced: one in this many.
+pub fn sample() -> u64 {
+    SAMPLE.load(Relaxed)
+}
+
+/// True when datagram `i` is traced.
 #[inline]
 #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
 pub(super) fn sampled(i: u64) -> bool {
-    let k = SAMPLE.load(Relaxed);
-    k <= 1 || i % k == 0
+    match SAMPLE_MASK.load(Relaxed) {
+        u64::MAX => i % SAMPLE.load(Relaxed) == 0,
+        mask => i & mask == 0,
+    }
 }
 
 /// Event word 1: kind (bits 0-7), timestamps in TSC ticks (bit 8),
@@ -291,6 +306,12 @@ pub fn enable() {
 /// Turns tracing off; recorded events stay until [`reset`].
 pub fn disable() {
     ON.store(false, Relaxed);
+}
+
+/// Names the file the events go to from now on (`%p`: the pid), as
+/// `EUDP_TRACE` does: for tracing turned on at run time.
+pub fn set_path(pattern: &str) {
+    *PATH.lock().unwrap_or_else(|e| e.into_inner()) = Some(pattern.to_string());
 }
 
 /// Reads `EUDP_TRACE` once: a non-empty value turns tracing on and names the

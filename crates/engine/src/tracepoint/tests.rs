@@ -61,6 +61,7 @@ mod recording {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
         for round in 0..2 {
             for i in 1..=STAMP_READ_MESSAGES {
+                t.sys_enter();
                 t.sys_return_direct();
                 assert_eq!(t.drain_due(), i == STAMP_READ_MESSAGES, "round {round}, message {i}");
             }
@@ -69,6 +70,7 @@ mod recording {
         }
         // A batched send counts each message it accepted.
         t.take(40);
+        t.sys_enter();
         t.sys_return_batch(&mut (0..STAMP_READ_MESSAGES as usize).map(|i| (i * 2, 2)));
         assert!(t.drain_due());
         t.drain_tx(fd);
@@ -77,6 +79,7 @@ mod recording {
         for (rcvbuf, every) in [(212_992, STAMP_READ_MESSAGES), (16_384, 4), (4_608, 1), (0, 1)] {
             t.fit_stamps_to(rcvbuf);
             for i in 1..=every {
+                t.sys_enter();
                 t.sys_return_direct();
                 assert_eq!(t.drain_due(), i == every, "rcvbuf {rcvbuf}, message {i}");
             }

@@ -172,6 +172,9 @@ pub enum SimCmd {
         /// Write the time-flow chart.
         #[arg(long, value_name = "FILE")]
         svg: Option<String>,
+        /// Write the records as Chrome Trace Event JSON (opens in ui.perfetto.dev).
+        #[arg(long, value_name = "FILE")]
+        perfetto: Option<String>,
     },
     /// A parameter grid (stacks x buses x links x sizes), run in parallel.
     #[command(

@@ -5,7 +5,7 @@ use super::args::{PresetArgs, SimCmd, SizeList};
 use super::io::{bw_path, default_sizes, load, write_file};
 use crate::preset;
 use crate::sim::{self, Workload};
-use crate::{measure, step_costs, svg, timeline, validation};
+use crate::{measure, perfetto, step_costs, svg, timeline, validation};
 use std::fmt::Write as _;
 
 /// The options of `eudp sim sweep`.
@@ -27,8 +27,9 @@ pub fn sim(c: &SimCmd) -> Result<(), String> {
         SimCmd::Run { preset, sizes, messages, bidir, pingpong, csv, svg } => {
             sim_run(preset, sizes.as_ref(), *messages, *bidir, *pingpong, csv.as_deref(), svg.as_deref())
         }
-        SimCmd::Timeline { preset, size, messages, layers, json, svg } => {
-            sim_timeline(preset, *size, *messages, layers.as_deref(), json.as_deref(), svg.as_deref())
+        SimCmd::Timeline { preset, size, messages, layers, json, svg, perfetto } => {
+            let outs = [json.as_deref(), svg.as_deref(), perfetto.as_deref()];
+            sim_timeline(preset, *size, *messages, layers.as_deref(), outs)
         }
         SimCmd::Chart { trace, svg, layers } => sim_chart(trace, svg, layers.as_deref()),
         SimCmd::Sweep { preset, stacks, sizes, buses, links, messages, jobs, csv, svg } => sim_sweep(&Sweep {
@@ -141,8 +142,7 @@ fn sim_timeline(
     size: f64,
     n: usize,
     layers: Option<&str>,
-    json_out: Option<&str>,
-    svg_out: Option<&str>,
+    [json_out, svg_out, perfetto_out]: [Option<&str>; 3],
 ) -> Result<(), String> {
     let p = load(pa)?;
     let stack = pa.stack.as_str();
@@ -181,6 +181,11 @@ fn sim_timeline(
     }
     if let Some(f) = svg_out {
         write_file(f, &svg::time_flow(&format!("{} {stack}: {n} x {size} B", p.name), &recs))?;
+        eprintln!("wrote {f}");
+    }
+    if let Some(f) = perfetto_out {
+        let slices = perfetto::from_timeline(&format!("sim {} {stack}", p.name), &recs);
+        write_file(f, &perfetto::chrome_trace(&slices).to_string())?;
         eprintln!("wrote {f}");
     }
     Ok(())

@@ -118,7 +118,8 @@ pub fn rows_001() -> Result<Vec<Row>, String> {
             bw[0], bw[1], bw[3], mean, hi / lo, max_of(&small) / min_of(&small), bw[2]
         ),
         within && narrows && bw[2] < 0.9 * lo,
-    ));
+    )
+    .of_inputs("the 8 kB rates are Tables 1-2's DMA times"));
     let lb = latency_us(&p, "bpi", b)?;
     let le = latency_us(&p, "ebpi", b)?;
     out.push(row(

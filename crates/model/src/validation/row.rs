@@ -10,6 +10,18 @@ pub enum Check {
     Holds,
 }
 
+/// What a row shows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Basis {
+    /// The simulation reproduces a published result from per-operation
+    /// inputs that do not contain it.
+    Reproduction,
+    /// The compared value is (or follows directly from) the preset's own
+    /// inputs, so the row checks the inputs, not the model; the reason says
+    /// which inputs. Counted apart from reproductions.
+    InputCheck(&'static str),
+}
+
 /// One line of the published-vs-simulated table.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -20,12 +32,23 @@ pub struct Row {
     pub simulated: f64,
     pub unit: &'static str,
     pub check: Check,
+    pub basis: Basis,
 }
 
 impl Row {
     /// Relative error (Within10 rows).
     pub fn error(&self) -> f64 {
         (self.simulated - self.published) / self.published
+    }
+    /// Marks the row as a check of inputs (`why`: which inputs it compares
+    /// with themselves).
+    pub fn of_inputs(mut self, why: &'static str) -> Row {
+        self.basis = Basis::InputCheck(why);
+        self
+    }
+    /// Whether the row reproduces a result rather than checking inputs.
+    pub fn reproduces(&self) -> bool {
+        self.basis == Basis::Reproduction
     }
     /// Whether the row meets its check.
     pub fn pass(&self) -> bool {
@@ -44,12 +67,34 @@ pub fn row(
     simulated: f64,
     unit: &'static str,
 ) -> Row {
-    Row { id, source, what: what.to_string(), published, simulated, unit, check: Check::Within10 }
+    Row {
+        id,
+        source,
+        what: what.to_string(),
+        published,
+        simulated,
+        unit,
+        check: Check::Within10,
+        basis: Basis::Reproduction,
+    }
 }
 
 /// A row for a qualitative statement.
 pub fn holds(id: &'static str, source: &'static str, what: String, ok: bool) -> Row {
-    Row { id, source, what, published: 1.0, simulated: if ok { 1.0 } else { 0.0 }, unit: "", check: Check::Holds }
+    let simulated = if ok { 1.0 } else { 0.0 };
+    Row { id, source, what, published: 1.0, simulated, unit: "", check: Check::Holds, basis: Basis::Reproduction }
+}
+
+/// The count line: reproductions that pass, and checks of inputs apart.
+pub fn summary(rows: &[Row]) -> String {
+    let count = |repro: bool| {
+        let of: Vec<&Row> = rows.iter().filter(|r| r.reproduces() == repro).collect();
+        (of.iter().filter(|r| r.pass()).count(), of.len())
+    };
+    let ((rp, rn), (ip, inp)) = (count(true), count(false));
+    format!(
+        "{rp}/{rn} reproductions within tolerance; {ip}/{inp} checks of inputs hold (not reproductions, counted apart)"
+    )
 }
 /// Plain-text table.
 pub fn text(rows: &[Row]) -> String {
@@ -60,7 +105,7 @@ pub fn text(rows: &[Row]) -> String {
     for r in rows {
         let (p, m, e) = fmt_row(r);
         s.push_str(&format!(
-            "{:<20} {:<22} {:>10} {:>10} {:>8} {:<5} {} [{}]\n",
+            "{:<20} {:<22} {:>10} {:>10} {:>8} {:<5} {} [{}]{}\n",
             r.id,
             r.source,
             p,
@@ -68,11 +113,15 @@ pub fn text(rows: &[Row]) -> String {
             e,
             if r.pass() { "PASS" } else { "MISS" },
             r.what,
-            r.unit
+            r.unit,
+            match r.basis {
+                Basis::Reproduction => String::new(),
+                Basis::InputCheck(why) => format!(" (check of inputs: {why})"),
+            }
         ));
     }
-    let pass = rows.iter().filter(|r| r.pass()).count();
-    s.push_str(&format!("{pass}/{} within tolerance\n", rows.len()));
+    s.push_str(&summary(rows));
+    s.push('\n');
     s
 }
 
@@ -90,13 +139,13 @@ fn fmt_row(r: &Row) -> (String, String, String) {
 /// Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| id | source | figure | published | simulated | error | ±10% |\n|---|---|---|---|---|---|---|\n",
+        "| id | source | figure | published | simulated | error | ±10% | kind |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let (p, m, e) = fmt_row(r);
         let unit = if r.unit.is_empty() { String::new() } else { format!(" ({})", r.unit) };
         s.push_str(&format!(
-            "| {} | {} | {}{} | {} | {} | {} | {} |\n",
+            "| {} | {} | {}{} | {} | {} | {} | {} | {} |\n",
             r.id,
             r.source,
             r.what,
@@ -104,8 +153,15 @@ pub fn markdown(rows: &[Row]) -> String {
             p,
             m,
             e,
-            if r.pass() { "pass" } else { "**miss**" }
+            if r.pass() { "pass" } else { "**miss**" },
+            match r.basis {
+                Basis::Reproduction => "reproduction".to_string(),
+                Basis::InputCheck(why) => format!("check of inputs: {why}"),
+            }
         ));
     }
+    s.push('\n');
+    s.push_str(&summary(rows));
+    s.push('\n');
     s
 }

@@ -14,13 +14,14 @@
 //! engine), [`fallback`] (the move to the kernel path), [`lost`] (what a
 //! socket loses on the kernel path), [`fork`], [`report`] (a socket's entry
 //! in the stats report), [`multicast`] (group members under the tcp and xdp
-//! transports).
+//! transports), [`live_trace`] (`eudp trace --attach`).
 
 mod attach;
 mod fallback;
 mod fork;
 mod generation;
 mod io;
+pub mod live_trace;
 mod lost;
 mod multicast;
 mod report;

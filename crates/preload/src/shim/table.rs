@@ -2,7 +2,7 @@
 //! per-thread lookup cache and the sockets' registration and removal.
 
 use super::generation::generation;
-use super::sock::{Sock, ACTIVE, LAZY, MAX_FD};
+use super::sock::{lock, Sock, ACTIVE, LAZY, MAX_FD};
 use super::tls::{inside, with_tls, Tls, CACHE_WAYS};
 use crate::log::dlog;
 use std::collections::{BTreeMap, VecDeque};
@@ -160,6 +160,7 @@ pub fn register_new(fd: i32, v6: bool, nonblock: bool) {
         open_sockets: open_reports,
         generation,
         engine_config: || crate::shim::running_engine().map(|e| e.config().clone()),
+        tick: || super::live_trace::poll(open_endpoints),
     });
 }
 
@@ -234,6 +235,11 @@ fn open_reports(f: &mut crate::stat::EntrySink<'_>) {
             f(&entry);
         }
     }
+}
+
+/// The endpoints of the open sockets that have one.
+fn open_endpoints() -> Vec<Arc<eudp_engine::Endpoint>> {
+    all().into_iter().filter_map(|(_, s)| lock(&s.ep).clone()).collect()
 }
 
 pub fn all() -> Vec<(i32, Arc<Sock>)> {
