@@ -31,6 +31,7 @@
 //! * [`sockopt`] — integer socket options on any descriptor.
 //! * [`sync`] — the poison-tolerant mutex lock.
 //! * [`timestamp`] — `SO_TIMESTAMPING` and its error-queue reads.
+//! * [`zerocopy`] — `MSG_ZEROCOPY` sends and their notifications.
 //!
 //! [`cvt`] turns a C-style return value (negative: failed, `errno` set)
 //! into an `io::Result`; every raw layer of the crate uses it.
@@ -49,6 +50,7 @@ pub mod process;
 pub mod sockopt;
 pub mod sync;
 pub mod timestamp;
+pub mod zerocopy;
 
 use std::io;
 
