@@ -42,7 +42,7 @@ fn payload(seq: u64, len: usize) -> Vec<u8> {
 fn collect(s: &mut AsyncSender<Vec<u8>>, want: usize) -> Vec<Completion<Vec<u8>>> {
     let mut out = Vec::new();
     for _ in 0..200 {
-        s.poll_completions(&mut out).unwrap();
+        s.poll_completions(&mut out, usize::MAX).unwrap();
         if out.len() >= want {
             break;
         }
@@ -80,7 +80,7 @@ fn buffers_come_back_once_and_are_overwritten_only_after_their_completion() {
         }
         s.wait(Some(Duration::from_secs(2))).unwrap();
         let mut out = Vec::new();
-        s.poll_completions(&mut out).unwrap();
+        s.poll_completions(&mut out, usize::MAX).unwrap();
         for mut c in out {
             assert_eq!(c.result.as_ref().unwrap(), &1200);
             assert!(done.insert(c.token), "token {} completed twice", c.token);
@@ -191,7 +191,7 @@ fn copying_mode_completes_at_once() {
     let mut s = AsyncSender::new(tx, AsyncConfig { zerocopy: false, gso: true, max_in_flight: 4 }).unwrap();
     s.submit(Datagram { buf: payload(1, 500), token: 1, dst: None }).unwrap();
     let mut out = Vec::new();
-    assert_eq!(s.poll_completions(&mut out).unwrap(), 1);
+    assert_eq!(s.poll_completions(&mut out, usize::MAX).unwrap(), 1);
     assert!(out[0].copied);
     let mut buf = [0u8; 600];
     assert_eq!(rx.recv(&mut buf).unwrap(), 500);

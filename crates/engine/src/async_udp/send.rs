@@ -250,13 +250,16 @@ impl<B: SendBuf> AsyncSender<B> {
         self.ready.push_back(Completion { token, buf, result, copied });
     }
 
-    /// Reads the kernel's notifications and moves every finished datagram
-    /// to `out`; returns how many it moved. Never waits.
-    pub fn poll_completions(&mut self, out: &mut Vec<Completion<B>>) -> io::Result<usize> {
+    /// Reads the kernel's notifications and moves finished datagrams (at
+    /// most `max`, oldest first) to `out`; returns how many it moved.
+    /// Never waits.
+    pub fn poll_completions(&mut self, out: &mut Vec<Completion<B>>, max: usize) -> io::Result<usize> {
         self.read_kernel()?;
-        let n = self.ready.len();
-        out.extend(self.ready.drain(..));
-        self.ready_fd.clear();
+        let n = self.ready.len().min(max);
+        out.extend(self.ready.drain(..n));
+        if self.ready.is_empty() {
+            self.ready_fd.clear();
+        }
         Ok(n)
     }
 
@@ -314,7 +317,7 @@ impl<B: SendBuf> AsyncSender<B> {
     pub fn drain(&mut self, out: &mut Vec<Completion<B>>, timeout: Duration) -> io::Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
-            self.poll_completions(out)?;
+            self.poll_completions(out, usize::MAX)?;
             let left = deadline.saturating_duration_since(Instant::now());
             if self.flight.datagrams() == 0 {
                 return Ok(true);
