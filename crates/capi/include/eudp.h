@@ -522,9 +522,12 @@ int eudp_async_close(eudp_async *s);
 int eudp_async_local_addr(eudp_async *s, struct sockaddr_storage *addr, socklen_t *addrlen);
 
 /**
- * Sends n datagrams, in order. Returns n, or -1 with errno EAGAIN when
- * they would take the held buffers past max_in_flight (nothing was sent:
- * read completions and retry), EINVAL. Errors of single datagrams come in
+ * Sends n datagrams, in order. Returns how many were sent: n, or fewer
+ * when the socket's send buffer filled (the rest are the caller's; poll
+ * the completion fd or wait a moment, then send them again). Returns -1
+ * with errno EAGAIN when none was sent: the n would take the held buffers
+ * past max_in_flight (read completions and retry) or the send buffer is
+ * full; EINVAL. Errors of single datagrams come in
  * their completions; an ICMP error such as ECONNREFUSED on a connected
  * sender comes with the next datagram, which the kernel refuses for it.
  */

@@ -6,7 +6,7 @@
 //! buffer is the caller's again only when its completion has been read.
 
 use crate::{addr, code, guard, out_addr_ok, FOREVER};
-use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, SendBuf};
+use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, Full, SendBuf};
 use eudp_engine::sys::sync::lock;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
 use libc::{AF_INET6, EAGAIN, EINVAL};
@@ -182,8 +182,9 @@ pub unsafe extern "C" fn eudp_async_local_addr(
     })
 }
 
-/// Sends `n` datagrams from the caller's buffers; returns `n`, or -1 with
-/// `EAGAIN` when they would pass `max_in_flight` (nothing was sent).
+/// Sends `n` datagrams from the caller's buffers; returns how many were
+/// sent (the first ones: fewer than `n` when the socket's send buffer
+/// filled), or -1 with `EAGAIN` when none was.
 ///
 /// # Safety
 /// `h` is null or a live handle; `msgs` is null or `n` readable entries,
@@ -218,8 +219,11 @@ pub unsafe extern "C" fn eudp_async_send(h: *mut eudp_async, msgs: *const eudp_a
             let buf = CallerBuf { ptr: m.buf.cast(), len: m.len };
             batch.push(Datagram { buf, token: m.token, dst });
         }
-        lock(&a.sender).submit_batch(batch).map_err(|_| EAGAIN)?;
-        Ok(n as ssize_t)
+        match lock(&a.sender).submit_batch(batch) {
+            Ok(()) => Ok(n as ssize_t),
+            Err(Full(rest)) if rest.len() == n => Err(EAGAIN),
+            Err(Full(rest)) => Ok((n - rest.len()) as ssize_t),
+        }
     })
 }
 

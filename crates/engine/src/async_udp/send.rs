@@ -2,7 +2,7 @@
 //! by a completion once the kernel is done with it.
 
 use super::inflight::{Held, InFlight};
-use crate::batch::{gso_batch, GsoLimits};
+use crate::batch::{gso_batch, GsoLimits, Run};
 use crate::sys::epoll::{Epoll, EV_ERR};
 use crate::sys::fdevents::EventFd;
 use crate::sys::zerocopy;
@@ -72,7 +72,8 @@ impl Default for AsyncConfig {
     }
 }
 
-/// The submission did not fit under `max_in_flight`; nothing of it was sent.
+/// The datagrams of a submission that were not sent, in order (see
+/// [`AsyncSender::submit_batch`]).
 #[derive(Debug)]
 pub struct Full<B>(pub Vec<Datagram<B>>);
 
@@ -163,41 +164,70 @@ impl<B: SendBuf> AsyncSender<B> {
     }
 
     /// Sends `dgs` in order, as GSO runs where they allow it. Each datagram
-    /// gets one completion; a datagram the kernel refuses gets its error
-    /// there, and the others are still sent. When the batch would take the
-    /// held buffers past `max_in_flight`, nothing is sent and the batch
-    /// comes back: collect completions, then submit again.
+    /// sent gets one completion; a datagram the kernel refuses gets its
+    /// error there, and the others are still sent. Comes back as [`Full`]
+    /// with the datagrams not sent: all of them when the batch would take
+    /// the held buffers past `max_in_flight` (collect completions, then
+    /// submit again), or the tail from the first that found the socket's
+    /// send buffer full (wait until it drains, see [`AsyncSender::wait_writable`]).
     pub fn submit_batch(&mut self, dgs: Vec<Datagram<B>>) -> Result<(), Full<B>> {
         if self.in_flight() + dgs.len() > self.cfg.max_in_flight {
             return Err(Full(dgs));
         }
         let items: Vec<_> = dgs.iter().map(|d| (d.dst, d.buf.bytes().len())).collect();
-        let runs = gso_batch(&items, &self.limits);
+        let mut runs = gso_batch(&items, &self.limits);
+        if self.zerocopy {
+            runs = fit_frags(runs, &dgs);
+        }
         let mut dgs = dgs.into_iter();
+        let mut result = Ok(());
         for run in runs {
-            let group: Vec<Datagram<B>> = dgs.by_ref().take(run.count).collect();
+            let mut group: Vec<Datagram<B>> = dgs.by_ref().take(run.count).collect();
+            let mut segment = run.segment;
             if let Some(e) = self.pending_error.take() {
-                let mut rest = group.into_iter();
-                if let Some(first) = rest.next() {
-                    self.fail(first, e);
-                }
-                for d in rest {
-                    self.send_group(vec![d], None);
-                }
-                continue;
+                let first = group.remove(0);
+                self.fail(first, e);
+                segment = None;
             }
-            self.send_group(group, run.segment);
+            let unsent = if segment.is_none() && group.len() > 1 {
+                self.send_singly(group)
+            } else if group.is_empty() {
+                Vec::new()
+            } else {
+                self.send_group(group, segment)
+            };
+            if !unsent.is_empty() {
+                result = Err(Full(unsent.into_iter().chain(dgs.by_ref()).collect()));
+                break;
+            }
         }
         if !self.ready.is_empty() {
             self.ready_fd.set();
         }
-        Ok(())
+        result
     }
 
-    /// One `sendmsg` of `group` (a GSO run when `segment` is set). A refused
+    /// Waits up to `timeout` until the socket's send buffer has room.
+    pub fn wait_writable(&self, timeout: Duration) -> io::Result<bool> {
+        crate::sys::poll::poll_writable(self.sock.as_raw_fd(), Some(timeout))
+    }
+
+    fn send_singly(&mut self, group: Vec<Datagram<B>>) -> Vec<Datagram<B>> {
+        let mut group = group.into_iter();
+        while let Some(d) = group.next() {
+            let unsent = self.send_group(vec![d], None);
+            if !unsent.is_empty() {
+                return unsent.into_iter().chain(group).collect();
+            }
+        }
+        Vec::new()
+    }
+
+    /// One `sendmsg` of `group` (a GSO run when `segment` is set); returns
+    /// the datagrams not sent because the send buffer is full. A refused
     /// run is sent again one datagram at a time, so that each error lands
     /// on the datagram the kernel refused.
-    fn send_group(&mut self, group: Vec<Datagram<B>>, segment: Option<u16>) {
+    fn send_group(&mut self, group: Vec<Datagram<B>>, segment: Option<u16>) -> Vec<Datagram<B>> {
         let total: usize = group.iter().map(|d| d.buf.bytes().len()).sum();
         // An empty datagram has no pages to hold and gets no notification.
         let zc = self.zerocopy && total > 0;
@@ -223,16 +253,14 @@ impl<B: SendBuf> AsyncSender<B> {
                     self.finish(d.token, d.buf, Ok(len), true);
                 }
             }
-            Err(_) if group.len() > 1 => {
-                for d in group {
-                    self.send_group(vec![d], None);
-                }
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return group,
+            Err(_) if group.len() > 1 => return self.send_singly(group),
             Err(e) => {
                 let d = group.into_iter().next().expect("a group holds a datagram");
                 self.fail(d, e.raw_os_error().unwrap_or(libc::EIO));
             }
         }
+        Vec::new()
     }
 
     fn fail(&mut self, d: Datagram<B>, errno: i32) {
@@ -330,6 +358,41 @@ impl<B: SendBuf> AsyncSender<B> {
     }
 }
 
+/// Pages one zero-copy message may pin: the kernel's `MAX_SKB_FRAGS` as
+/// built by default. A run past it makes the kernel take a slow path
+/// (several times the cost of copying), so zero-copy runs are cut to fit.
+const MAX_FRAGS: usize = 17;
+
+/// Pages `b` spans.
+fn pages(b: &[u8]) -> usize {
+    if b.is_empty() {
+        return 0;
+    }
+    let start = b.as_ptr() as usize;
+    (start + b.len() - 1) / 4096 - start / 4096 + 1
+}
+
+/// Cuts GSO runs so that each pins at most [`MAX_FRAGS`] pages.
+fn fit_frags<B: SendBuf>(runs: Vec<Run>, dgs: &[Datagram<B>]) -> Vec<Run> {
+    let mut out = Vec::with_capacity(runs.len());
+    for r in runs {
+        let mut start = r.start;
+        let mut used = 0;
+        for (i, d) in dgs.iter().enumerate().skip(r.start).take(r.count) {
+            let p = pages(d.buf.bytes());
+            if i > start && used + p > MAX_FRAGS {
+                out.push(Run { start, count: i - start, segment: r.segment.filter(|_| i - start > 1) });
+                start = i;
+                used = 0;
+            }
+            used += p;
+        }
+        let count = r.start + r.count - start;
+        out.push(Run { start, count, segment: r.segment.filter(|_| count > 1) });
+    }
+    out
+}
+
 impl<B: SendBuf> Drop for AsyncSender<B> {
     fn drop(&mut self) {
         let mut out = Vec::new();
@@ -339,5 +402,29 @@ impl<B: SendBuf> Drop for AsyncSender<B> {
         for held in self.flight.abandon() {
             std::mem::forget(held);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_copy_runs_pin_at_most_max_frags_pages() {
+        // Buffers of 4097 B span two pages or more each: a run of 20 must be cut.
+        let block = vec![0u8; 4096 * 41];
+        let base = block.as_ptr().align_offset(4096);
+        let dgs: Vec<Datagram<Vec<u8>>> =
+            (0..20).map(|i| Datagram { buf: block[base + i * 8192..][..4097].to_vec(), token: 0, dst: None }).collect();
+        let runs = fit_frags(vec![Run { start: 0, count: 20, segment: Some(4097) }], &dgs);
+        assert_eq!(runs.iter().map(|r| r.count).sum::<usize>(), 20);
+        for r in &runs {
+            let used: usize = dgs[r.start..r.start + r.count].iter().map(|d| pages(d.buf.bytes())).sum();
+            assert!(used <= MAX_FRAGS || r.count == 1, "{r:?} pins {used} pages");
+            assert_eq!(r.segment.is_some(), r.count > 1);
+        }
+        assert_eq!(pages(&[]), 0);
+        assert_eq!(pages(&block[base..base + 4096]), 1);
+        assert_eq!(pages(&block[base + 4095..base + 4097]), 2);
     }
 }
