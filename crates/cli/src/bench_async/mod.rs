@@ -117,6 +117,7 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let res = json!({
+        "schema": "eudp-bench-async/1",
         "bench": "async",
         "started_unix": started_unix,
         "secs_per_transfer": args.secs,
