@@ -10,11 +10,16 @@
 //! socket must own its bytes), and the completion says so.
 //!
 //! * [`send`] — the sender, its configuration, completions and back-pressure.
+//! * [`recv`] — the receiver: a multishot io_uring receive into a ring of
+//!   its buffers, lent to the application and given back, GRO runs split
+//!   in place.
 //! * `inflight` — the sends the kernel holds, keyed by notification id.
 //!
-//! The raw calls are in [`crate::sys::zerocopy`].
+//! The raw calls are in [`crate::sys::zerocopy`] and [`crate::sys::uring_recv`].
 
 mod inflight;
+pub mod recv;
 pub mod send;
 
+pub use recv::{AsyncReceiver, RecvConfig, RxLease};
 pub use send::{AsyncConfig, AsyncSender, AsyncStats, Completion, Datagram, Full, SendBuf};

@@ -31,6 +31,7 @@
 //! * [`sockopt`] — integer socket options on any descriptor.
 //! * [`sync`] — the poison-tolerant mutex lock.
 //! * [`timestamp`] — `SO_TIMESTAMPING` and its error-queue reads.
+//! * [`uring_recv`] — multishot `recvmsg` into a provided-buffer ring.
 //! * [`zerocopy`] — `MSG_ZEROCOPY` sends and their notifications.
 //!
 //! [`cvt`] turns a C-style return value (negative: failed, `errno` set)
@@ -50,6 +51,7 @@ pub mod process;
 pub mod sockopt;
 pub mod sync;
 pub mod timestamp;
+pub mod uring_recv;
 pub mod zerocopy;
 
 use std::io;
