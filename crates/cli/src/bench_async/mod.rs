@@ -10,6 +10,7 @@
 //! kernel really did without copying (its notifications' copied flag).
 //! The JSON schema is in docs/bench.md.
 
+mod copy_block;
 mod measure;
 mod sys;
 
@@ -101,7 +102,7 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
         "copy and zerocopy are the same AsyncSender (GSO on), copying or with MSG_ZEROCOPY, run back to back"
             .to_string(),
         "process CPU covers sender and receiver threads and the kernel's work in their context".to_string(),
-        "the xdp copy block (cached vs non-temporal stores into UMEM) is not measured by this mode".to_string(),
+        "copy_block: the fused copy-and-checksum into 64 MiB of rotating frames, cached vs non-temporal stores, the faster of two interleaved runs each".to_string(),
     ];
     if is_root() {
         let tb = Testbed::up(&unique_name("as"))?;
@@ -125,6 +126,7 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
         "loadavg_at_end": load.trim(),
         "notes": notes,
         "rows": rows,
+        "copy_block": copy_block::measure(),
     });
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -25,6 +25,7 @@
 //!   an error.
 //! * [`fdevents`] — [`fdevents::EventFd`] and [`fdevents::TimerFd`].
 //! * [`io_uring`] — the io_uring ring that reads kernel TX timestamps.
+//! * [`nt_copy`] — the copy block's non-temporal stores.
 //! * [`poll`] — one-shot readiness waits ([`poll::poll_readable`],
 //!   [`poll::poll_writable`], [`poll::has_data`], ...).
 //! * [`process`] — signal masks, CPU pinning, the open-file limit.
@@ -46,6 +47,7 @@ pub mod epoll;
 pub mod error_flag;
 pub mod fdevents;
 pub mod io_uring;
+pub mod nt_copy;
 pub mod poll;
 pub mod process;
 pub mod sockopt;
