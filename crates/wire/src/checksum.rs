@@ -99,6 +99,9 @@ pub fn copy_with_checksum(dst: &mut [u8], src: &[u8], acc: &mut Checksum) {
     }
 }
 
+/// A copy of `src` into `dst[..src.len()]` (ordinary or non-temporal stores).
+pub type CopyFn = fn(&mut [u8], &[u8]);
+
 /// [`copy_with_checksum`] with the copy itself supplied: `copy(dst, src)`
 /// moves each block (ordinary or non-temporal stores, say), and the sum is
 /// taken over the source block, which the copy has just brought into the
@@ -106,7 +109,7 @@ pub fn copy_with_checksum(dst: &mut [u8], src: &[u8], acc: &mut Checksum) {
 ///
 /// # Panics
 /// If `dst` is shorter than `src`.
-pub fn copy_with_checksum_via(dst: &mut [u8], src: &[u8], acc: &mut Checksum, copy: fn(&mut [u8], &[u8])) {
+pub fn copy_with_checksum_via(dst: &mut [u8], src: &[u8], acc: &mut Checksum, copy: CopyFn) {
     assert!(dst.len() >= src.len(), "copy_with_checksum_via: destination too short");
     const BLOCK: usize = 1024;
     for (d, s) in dst[..src.len()].chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {

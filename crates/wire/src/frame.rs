@@ -187,7 +187,7 @@ pub fn build_udp4_with(
     out: &mut [u8],
     p: &Udp4Params,
     payload: &[u8],
-    copy: Option<fn(&mut [u8], &[u8])>,
+    copy: Option<crate::checksum::CopyFn>,
 ) -> Result<usize, FrameError> {
     let ip_len = ipv4::MIN_HEADER_LEN + udp::HEADER_LEN + payload.len();
     if ip_len > usize::from(u16::MAX) {

@@ -107,7 +107,7 @@ pub fn build_with(
     src: (IpAddr, u16),
     dst: (IpAddr, u16),
     payload: &[u8],
-    copy: Option<fn(&mut [u8], &[u8])>,
+    copy: Option<crate::checksum::CopyFn>,
 ) -> usize {
     let total = HEADER_LEN + payload.len();
     assert!(out.len() >= total && total <= u16::MAX as usize, "udp::build: bad lengths");
