@@ -455,6 +455,108 @@ int eudp_emp_cq_fd(eudp_emp *ep);
  */
 int eudp_emp_counters(eudp_emp *ep, uint32_t peer, struct eudp_emp_counters *out);
 
+/* ------------------------------------------------------------------------
+ * Asynchronous sends from the caller's buffers (docs/async.md)
+ *
+ * An eudp_async sender owns one UDP socket. eudp_async_send() sends each
+ * datagram from the caller's buffer where it lies (MSG_ZEROCOPY): the
+ * kernel may read the buffer after the call returns. Ownership: a buffer
+ * belongs to the library from eudp_async_send() until its completion has
+ * been returned by eudp_async_completions(); do not write, free or reuse
+ * it before. Each datagram gets exactly one completion, with its token,
+ * its buffer, its result and whether the kernel copied the payload after
+ * all (EUDP_ASYNC_COPIED: always so on loopback and veth, whose receivers
+ * need bytes of their own, and for copying sends). Consecutive datagrams
+ * of one call to one destination with one size go out as GSO runs.
+ * The handle may be used from several threads; calls on it are serialised.
+ * ------------------------------------------------------------------------ */
+
+/** A sender (opaque). */
+typedef struct eudp_async eudp_async;
+
+/** eudp_async_config.flags: copy every send (no zero-copy). */
+#define EUDP_ASYNC_COPY   1u
+/** eudp_async_config.flags: send every datagram alone (no GSO runs). */
+#define EUDP_ASYNC_NO_GSO 2u
+/** eudp_async_completion.flags: the kernel copied the payload. */
+#define EUDP_ASYNC_COPIED 1u
+
+/** Knobs of a sender for eudp_async_open(); a zero field takes its default. */
+struct eudp_async_config {
+    uint32_t max_in_flight;      /* most buffers the library holds at once (1024) */
+    uint32_t flags;              /* EUDP_ASYNC_COPY | EUDP_ASYNC_NO_GSO */
+};
+
+/** One datagram for eudp_async_send(). */
+struct eudp_async_msg {
+    const void *buf;             /* payload: the library's until its completion */
+    size_t len;                  /* payload length */
+    const struct sockaddr *addr; /* destination, or NULL for the connected peer */
+    socklen_t addrlen;           /* length of *addr */
+    uint64_t token;              /* the caller's, returned in the completion */
+};
+
+/** The end of one datagram's send. */
+struct eudp_async_completion {
+    uint64_t token;              /* as given to eudp_async_send() */
+    const void *buf;             /* the datagram's buffer: the caller's again */
+    int64_t result;              /* bytes sent, or -errno: -EMSGSIZE, -ECONNREFUSED,
+                                    -ENOBUFS, ... for a datagram the kernel refused */
+    uint32_t flags;              /* EUDP_ASYNC_COPIED */
+    uint32_t reserved;
+};
+
+/**
+ * Opens a sender bound to addr (port 0: ephemeral), connected to peer
+ * unless peer is NULL. cfg: NULL for the defaults. Where the kernel has no
+ * SO_ZEROCOPY every send copies. Returns NULL with errno EINVAL,
+ * EAFNOSUPPORT, EADDRINUSE, ... on failure.
+ */
+eudp_async *eudp_async_open(const struct sockaddr *addr, socklen_t addrlen,
+                            const struct sockaddr *peer, socklen_t peerlen,
+                            const struct eudp_async_config *cfg);
+
+/**
+ * Waits up to a second for the kernel to be done with the buffers, then
+ * frees the sender; completions not read are discarded. A buffer the
+ * kernel still holds then is never touched by the library again.
+ */
+int eudp_async_close(eudp_async *s);
+
+/** The bound address, like getsockname(2). */
+int eudp_async_local_addr(eudp_async *s, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/**
+ * Sends n datagrams, in order. Returns how many were sent: n, or fewer
+ * when the socket's send buffer filled (the rest are the caller's; poll
+ * the completion fd or wait a moment, then send them again). Returns -1
+ * with errno EAGAIN when none was sent: the n would take the held buffers
+ * past max_in_flight (read completions and retry) or the send buffer is
+ * full; EINVAL. Errors of single datagrams come in
+ * their completions; an ICMP error such as ECONNREFUSED on a connected
+ * sender comes with the next datagram, which the kernel refuses for it.
+ */
+ssize_t eudp_async_send(eudp_async *s, const struct eudp_async_msg *msgs, size_t n);
+
+/** Reads up to max completions without waiting; returns how many (0: none). */
+ssize_t eudp_async_completions(eudp_async *s, struct eudp_async_completion *out, size_t max);
+
+/** Waits up to timeout_ms (-1: no limit) for completions: 1 ready, 0 timeout. */
+int eudp_async_wait(eudp_async *s, int timeout_ms);
+
+/**
+ * A file descriptor readable while completions wait to be read (poll,
+ * select, epoll; level-triggered). Owned by the sender: do not read or
+ * close it.
+ */
+int eudp_async_fd(eudp_async *s);
+
+/** 1 when sends are zero-copy (asked for and accepted by the kernel), else 0. */
+int eudp_async_zerocopy(eudp_async *s);
+
+/** Buffers the library holds: sent and not completed, or completed and not read. */
+ssize_t eudp_async_in_flight(eudp_async *s);
+
 #ifdef __cplusplus
 }
 #endif

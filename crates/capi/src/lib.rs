@@ -10,14 +10,17 @@
 //! socket), but [`eudp_close`] must not race with other calls on it.
 //!
 //! All `unsafe` of the C ABI is in this crate: dereferencing the caller's
-//! pointers here, in [`addr`] and in [`emp`] (EMP's tagged messages), and
+//! pointers here, in [`addr`], in [`emp`] (EMP's tagged messages), in
+//! [`async_udp`] (sends from the caller's buffers with completions), and
 //! `errno`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_camel_case_types)]
 
 mod addr;
+pub mod async_udp;
 pub mod emp;
 
+pub use async_udp::*;
 pub use emp::*;
 
 use addr::{Op, Parsed};

@@ -1,4 +1,4 @@
-//! Compiles the C programs (`tests/c/basic.c`, `tests/c/emp.c` and
+//! Compiles the C programs (`tests/c/basic.c`, `tests/c/emp.c`, `tests/c/async.c` and
 //! `examples/emp_pingpong.c`) with `cc` against `include/eudp.h` and the
 //! built library (shared and static), and runs them. Skipped, with a
 //! message, only when no C compiler is installed.
@@ -76,6 +76,8 @@ fn compile_and_run(
         format!("-DEXPECTED_EMP_COMPLETION_SIZE={}", std::mem::size_of::<eudp_capi::eudp_emp_completion>()),
         format!("-DEXPECTED_EMP_COUNTERS_SIZE={}", std::mem::size_of::<eudp_capi::eudp_emp_counters>()),
         format!("-DEXPECTED_EMP_CONFIG_SIZE={}", std::mem::size_of::<eudp_capi::eudp_emp_config>()),
+        format!("-DEXPECTED_ASYNC_COMPLETION_SIZE={}", std::mem::size_of::<eudp_capi::eudp_async_completion>()),
+        format!("-DEXPECTED_ASYNC_MSG_SIZE={}", std::mem::size_of::<eudp_capi::eudp_async_msg>()),
     ];
     let mut cmd = Command::new(cc);
     cmd.args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
@@ -141,6 +143,20 @@ fn c_emp_program_static() {
 }
 
 #[test]
+fn c_async_program_shared() {
+    let Some(cc) = compiler_for("c_async_program_shared") else { return };
+    let (so, rpath) = shared();
+    compile_and_run(&cc, &so, &[&rpath], "shared", "tests/c/async.c", &[], "ok");
+}
+
+#[test]
+fn c_async_program_static() {
+    let Some(cc) = compiler_for("c_async_program_static") else { return };
+    let a = built("libeudp_capi.a");
+    compile_and_run(&cc, &a, &STATIC_LIBS, "static", "tests/c/async.c", &[], "ok");
+}
+
+#[test]
 fn c_emp_example_runs() {
     let Some(cc) = compiler_for("c_emp_example_runs") else { return };
     let (so, rpath) = shared();
@@ -152,7 +168,9 @@ fn c_emp_example_runs() {
 fn header_declares_every_export() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let header = std::fs::read_to_string(manifest.join("include/eudp.h")).unwrap();
-    let src = ["src/lib.rs", "src/emp.rs"].map(|f| std::fs::read_to_string(manifest.join(f)).unwrap()).concat();
+    let src = ["src/lib.rs", "src/emp.rs", "src/async_udp.rs"]
+        .map(|f| std::fs::read_to_string(manifest.join(f)).unwrap())
+        .concat();
     let exported: Vec<&str> =
         src.split("extern \"C\" fn ").skip(1).map(|s| s.split('(').next().unwrap().trim()).collect();
     assert!(exported.len() >= 20, "{exported:?}");

@@ -92,6 +92,10 @@ pub enum Cmd {
         /// EMP beside kernel UDP, kernel TCP and libfabric rxd, and under 1% loss (docs/bench.md).
         #[arg(long, conflicts_with_all = ["tcp", "apps", "sockets"])]
         emp: bool,
+        /// Copying sends against asynchronous zero-copy sends, over loopback and the testbed
+        /// (sizes default to 1472,16384,65507; docs/async.md).
+        #[arg(long = "async", conflicts_with_all = ["tcp", "apps", "sockets", "emp"])]
+        async_send: bool,
         /// With --emp: the EMP schemes to run (base, so, ro, dsr, sr).
         #[arg(long, value_delimiter = ',', default_value = "base")]
         schemes: Vec<String>,

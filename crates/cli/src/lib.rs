@@ -6,6 +6,7 @@
 extern crate self as eudp_cli;
 
 pub mod bench;
+pub mod bench_async;
 pub mod bench_chart;
 pub mod bench_emp;
 pub mod bench_emp_targets;

@@ -88,6 +88,7 @@ pub const SETTINGS: &[&str] = &[
     "EUDP_TCP_SNDBUF",
     "EUDP_TCP_SPIN_US",
     // AF_XDP transport (docs/xdp.md)
+    "EUDP_XDP_COPY",
     "EUDP_XDP_IFACE",
     "EUDP_XDP_MODE",
     "EUDP_XDP_QUEUE",

@@ -17,10 +17,12 @@
 //! * [`sys`] — the engine's system calls; with the transports' own raw
 //!   layers, the only `unsafe` code of the crate.
 //! * [`emp`] — EMP, reliable tagged messaging over UDP.
+//! * [`async_udp`] — sends from the application's buffers with completions.
 //! * [`fdspace`] — where the engine's own descriptors go (a hook the
 //!   preload shim sets).
 #![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
 
+pub mod async_udp;
 pub mod backend;
 pub mod batch;
 pub mod config;

@@ -3,7 +3,7 @@
 //! its namespace before it makes its engine and transport). Needs root and
 //! AF_XDP, as every testbed test does.
 
-use eudp_engine::backend::xdp::{sys, AttachMode, XdpConfig, XdpTransport};
+use eudp_engine::backend::xdp::{sys, AttachMode, CopyBlock, XdpConfig, XdpTransport};
 use eudp_engine::{Config, Engine};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Command;
@@ -292,4 +292,48 @@ fn frames_beyond_a_umem_frame_take_the_kernel_path() {
         assert!(s.tx_kernel_too_big >= 2 && s.rx_kernel >= 2, "5000 and 12 000 B through the kernel: {s:?}");
         assert_eq!(s.xsk_rx_dropped, 0, "no frame dropped by the AF_XDP socket: {s:?}");
     }
+}
+
+#[test]
+fn the_nontemporal_copy_block_sends_the_same_frames() {
+    let pair = Pair::new("n");
+    let sizes: Vec<usize> = vec![0, 1, 15, 17, 64, 333, 1000, 1471, 1472];
+    let rounds = 20;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let b_ns = pair.b.clone();
+    let total = sizes.len() * rounds;
+    // Host B is the plain kernel: it checks each frame's UDP checksum
+    // before it delivers the datagram, then echoes it.
+    let server = std::thread::spawn(move || {
+        sys::enter_netns(&b_ns).expect("setns");
+        let plain = UdpSocket::bind("0.0.0.0:7200").unwrap();
+        plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut buf = vec![0u8; 2048];
+        for i in 0..total {
+            let (k, src) = plain.recv_from(&mut buf).unwrap_or_else(|e| panic!("server datagram {i}: {e}"));
+            plain.send_to(&buf[..k], src).unwrap();
+        }
+    });
+    ready_rx.recv().unwrap();
+    sys::enter_netns(&pair.a).unwrap();
+    let engine = Engine::start(Config::default()).unwrap();
+    let mut cfg = XdpConfig::new(&pair.a_if);
+    cfg.copy = CopyBlock::NonTemporal;
+    let t = XdpTransport::start(cfg).unwrap();
+    let ep = t.endpoint(&engine, false).unwrap();
+    ep.connect(format!("{B_IP}:7200").parse::<SocketAddr>().unwrap()).unwrap();
+    ep.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut buf = vec![0u8; 2048];
+    for r in 0..rounds {
+        for (i, &len) in sizes.iter().enumerate() {
+            let p = payload(r * 100 + i, len);
+            ep.send(&p).unwrap();
+            let k = ep.recv(&mut buf).unwrap_or_else(|e| panic!("echo of size {len}: {e}"));
+            assert!(buf[..k] == p[..], "echo of size {len} differs");
+        }
+    }
+    server.join().expect("server");
+    let s = t.stats();
+    assert!(s.tx_xdp > 0, "frames sent on the xdp path: {s:?}");
 }

@@ -99,6 +99,25 @@ pub fn copy_with_checksum(dst: &mut [u8], src: &[u8], acc: &mut Checksum) {
     }
 }
 
+/// A copy of `src` into `dst[..src.len()]` (ordinary or non-temporal stores).
+pub type CopyFn = fn(&mut [u8], &[u8]);
+
+/// [`copy_with_checksum`] with the copy itself supplied: `copy(dst, src)`
+/// moves each block (ordinary or non-temporal stores, say), and the sum is
+/// taken over the source block, which the copy has just brought into the
+/// cache, so that a copy that writes around the cache is not read back.
+///
+/// # Panics
+/// If `dst` is shorter than `src`.
+pub fn copy_with_checksum_via(dst: &mut [u8], src: &[u8], acc: &mut Checksum, copy: CopyFn) {
+    assert!(dst.len() >= src.len(), "copy_with_checksum_via: destination too short");
+    const BLOCK: usize = 1024;
+    for (d, s) in dst[..src.len()].chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
+        copy(d, s);
+        acc.add(s);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +162,16 @@ mod tests {
             c.add(&data[..cut]);
             c.add(&data[cut..]);
             prop_assert_eq!(c.finish(), reference(&data));
+        }
+
+        #[test]
+        fn supplied_copy_equals_fused_copy(data in proptest::collection::vec(any::<u8>(), 0..5000)) {
+            let (mut a, mut b) = (vec![0u8; data.len()], vec![0u8; data.len()]);
+            let (mut ca, mut cb) = (Checksum::new(), Checksum::new());
+            copy_with_checksum(&mut a, &data, &mut ca);
+            copy_with_checksum_via(&mut b, &data, &mut cb, |d, s| d.copy_from_slice(s));
+            prop_assert_eq!(a, b);
+            prop_assert_eq!(ca.finish(), cb.finish());
         }
 
         #[test]

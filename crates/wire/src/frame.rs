@@ -177,6 +177,18 @@ impl From<EtherError> for FrameError {
 /// summed during the payload copy. Short frames are not padded to the
 /// Ethernet minimum of 60 bytes: the kernel or NIC pads.
 pub fn build_udp4(out: &mut [u8], p: &Udp4Params, payload: &[u8]) -> Result<usize, FrameError> {
+    build_udp4_with(out, p, payload, None)
+}
+
+/// [`build_udp4`] with the payload's copy supplied (the copy block's
+/// choice of stores, [`crate::checksum::copy_with_checksum_via`]); `None`
+/// is the ordinary fused copy.
+pub fn build_udp4_with(
+    out: &mut [u8],
+    p: &Udp4Params,
+    payload: &[u8],
+    copy: Option<crate::checksum::CopyFn>,
+) -> Result<usize, FrameError> {
     let ip_len = ipv4::MIN_HEADER_LEN + udp::HEADER_LEN + payload.len();
     if ip_len > usize::from(u16::MAX) {
         return Err(FrameError::TooLarge { payload: payload.len() });
@@ -202,7 +214,13 @@ pub fn build_udp4(out: &mut [u8], p: &Udp4Params, payload: &[u8]) -> Result<usiz
         dst: *p.dst.ip(),
     }
     .emit(ip);
-    udp::build(udp_out, (IpAddr::V4(*p.src.ip()), p.src.port()), (IpAddr::V4(*p.dst.ip()), p.dst.port()), payload);
+    udp::build_with(
+        udp_out,
+        (IpAddr::V4(*p.src.ip()), p.src.port()),
+        (IpAddr::V4(*p.dst.ip()), p.dst.port()),
+        payload,
+        copy,
+    );
     Ok(need)
 }
 

@@ -97,6 +97,18 @@ pub fn add_pseudo_header(acc: &mut Checksum, src: IpAddr, dst: IpAddr, udp_len: 
 /// Returns the number of bytes written. A computed checksum of zero is sent as
 /// 0xffff, as RFC 768 requires.
 pub fn build(out: &mut [u8], src: (IpAddr, u16), dst: (IpAddr, u16), payload: &[u8]) -> usize {
+    build_with(out, src, dst, payload, None)
+}
+
+/// [`build`] with the payload's copy supplied (see
+/// [`crate::checksum::copy_with_checksum_via`]); `None` is the ordinary fused copy.
+pub fn build_with(
+    out: &mut [u8],
+    src: (IpAddr, u16),
+    dst: (IpAddr, u16),
+    payload: &[u8],
+    copy: Option<crate::checksum::CopyFn>,
+) -> usize {
     let total = HEADER_LEN + payload.len();
     assert!(out.len() >= total && total <= u16::MAX as usize, "udp::build: bad lengths");
     // Pseudo-header and header first so they stay on 16-bit boundaries; the
@@ -107,7 +119,10 @@ pub fn build(out: &mut [u8], src: (IpAddr, u16), dst: (IpAddr, u16), payload: &[
     let mut hb = [0u8; HEADER_LEN];
     h.emit(&mut hb);
     acc.add(&hb);
-    crate::checksum::copy_with_checksum(&mut out[HEADER_LEN..], payload, &mut acc);
+    match copy {
+        Some(f) => crate::checksum::copy_with_checksum_via(&mut out[HEADER_LEN..], payload, &mut acc, f),
+        None => crate::checksum::copy_with_checksum(&mut out[HEADER_LEN..], payload, &mut acc),
+    }
     let c = acc.finish();
     h.checksum = if c == 0 { 0xffff } else { c };
     h.emit(&mut out[..HEADER_LEN]);

@@ -25,12 +25,15 @@
 //!   an error.
 //! * [`fdevents`] — [`fdevents::EventFd`] and [`fdevents::TimerFd`].
 //! * [`io_uring`] — the io_uring ring that reads kernel TX timestamps.
+//! * [`nt_copy`] — the copy block's non-temporal stores.
 //! * [`poll`] — one-shot readiness waits ([`poll::poll_readable`],
 //!   [`poll::poll_writable`], [`poll::has_data`], ...).
 //! * [`process`] — signal masks, CPU pinning, the open-file limit.
 //! * [`sockopt`] — integer socket options on any descriptor.
 //! * [`sync`] — the poison-tolerant mutex lock.
 //! * [`timestamp`] — `SO_TIMESTAMPING` and its error-queue reads.
+//! * [`uring_recv`] — multishot `recvmsg` into a provided-buffer ring.
+//! * [`zerocopy`] — `MSG_ZEROCOPY` sends and their notifications.
 //!
 //! [`cvt`] turns a C-style return value (negative: failed, `errno` set)
 //! into an `io::Result`; every raw layer of the crate uses it.
@@ -44,11 +47,14 @@ pub mod epoll;
 pub mod error_flag;
 pub mod fdevents;
 pub mod io_uring;
+pub mod nt_copy;
 pub mod poll;
 pub mod process;
 pub mod sockopt;
 pub mod sync;
 pub mod timestamp;
+pub mod uring_recv;
+pub mod zerocopy;
 
 use std::io;
 

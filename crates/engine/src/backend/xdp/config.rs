@@ -14,6 +14,15 @@ pub enum AttachMode {
     Generic,
 }
 
+/// The stores of the copy into UMEM (paper 001 §5.3's copy block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyBlock {
+    /// Ordinary stores: the frame's lines pass through the cache.
+    Cached,
+    /// Non-temporal stores: the frame is written around the cache.
+    NonTemporal,
+}
+
 /// Settings of one transport.
 #[derive(Debug, Clone)]
 pub struct XdpConfig {
@@ -28,6 +37,8 @@ pub struct XdpConfig {
     pub attach: AttachMode,
     /// How long a neighbour-table answer is trusted.
     pub neigh_ttl: Duration,
+    /// The stores of the payload copy (and fused checksum) into UMEM.
+    pub copy: CopyBlock,
 }
 
 impl XdpConfig {
@@ -39,6 +50,7 @@ impl XdpConfig {
             ring: 2048,
             attach: AttachMode::Auto,
             neigh_ttl: Duration::from_secs(1),
+            copy: CopyBlock::Cached,
         }
     }
 }
@@ -100,8 +112,9 @@ pub struct XdpStats {
 }
 
 impl XdpConfig {
-    /// The settings of a transport on `ifname` from `EUDP_XDP_QUEUE` and
-    /// `EUDP_XDP_MODE`; a bad value leaves its default, logged once.
+    /// The settings of a transport on `ifname` from `EUDP_XDP_QUEUE`,
+    /// `EUDP_XDP_MODE` and `EUDP_XDP_COPY` (`cached` or `nontemporal`); a
+    /// bad value leaves its default, logged once.
     pub fn from_env(ifname: &str) -> XdpConfig {
         use crate::settings::lookup;
         let get: &dyn Fn(&str) -> Option<String> = &|k| std::env::var(k).ok();
@@ -116,6 +129,9 @@ impl XdpConfig {
                 "generic" => AttachMode::Generic,
                 _ => AttachMode::Auto,
             };
+        }
+        if let Some(c) = lookup(get, "EUDP_XDP_COPY", &mut errs, |s, v| s.check(v).map(|_| v.trim().to_string())) {
+            cfg.copy = if c == "nontemporal" { CopyBlock::NonTemporal } else { CopyBlock::Cached };
         }
         crate::log::report_ignored(&errs);
         cfg

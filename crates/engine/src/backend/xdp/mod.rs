@@ -43,6 +43,6 @@ pub mod sys;
 mod transport;
 mod tx;
 
-pub use config::{AttachMode, XdpConfig, XdpStats};
+pub use config::{AttachMode, CopyBlock, XdpConfig, XdpStats};
 pub use socket::XdpSocket;
 pub use transport::{endpoint_from_kernel_fd, XdpTransport};

@@ -1,10 +1,12 @@
 //! The TX path: the route of a datagram and frames onto the TX ring.
 
 use super::addr::{as_v4, broadcast_of, same_subnet};
+use super::config::CopyBlock;
 use super::shared::TxBatch;
 use super::socket::{Route, XdpSocket};
 use crate::backend::kernel::OutMsg;
 use crate::backend::partly::partly_sent_error;
+use crate::sys::nt_copy::copy_nontemporal;
 use crate::sys::sync::lock;
 use eudp_wire::ether::MacAddr;
 use eudp_wire::frame::{self, Udp4Params};
@@ -126,7 +128,11 @@ impl XdpSocket {
                 ttl,
                 ident: self.ident.fetch_add(1, Relaxed),
             };
-            let len = match frame::build_udp4(buf, &params, p) {
+            let copy = match self.t.cfg.copy {
+                CopyBlock::Cached => None,
+                CopyBlock::NonTemporal => Some(copy_nontemporal as fn(&mut [u8], &[u8])),
+            };
+            let len = match frame::build_udp4_with(buf, &params, p, copy) {
                 Ok(n) => n,
                 Err(e) => {
                     tx.side.free.push(addr);

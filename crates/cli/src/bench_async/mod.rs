@@ -1,0 +1,167 @@
+//! `eudp bench --async`: copying sends against asynchronous zero-copy sends
+//! (paper 001's kernel UDP against Asynchronous UDP).
+//!
+//! Both columns are the same [`eudp_engine::async_udp::AsyncSender`] with
+//! GSO on, once copying and once with `MSG_ZEROCOPY`, so that they differ
+//! in the copy alone. Per payload size (1472 B, 16 KiB, 64 KiB by default)
+//! and path (loopback; the testbed's veth pair when run as root) the two
+//! run back to back: throughput at the receiver, CPU per byte of the
+//! sending thread and of the whole process, and the fraction of sends the
+//! kernel really did without copying (its notifications' copied flag).
+//! The JSON schema is in docs/bench.md.
+
+mod copy_block;
+mod measure;
+mod sys;
+
+use crate::testbed::{is_root, unique_name, Testbed, ADDR_A, ADDR_B};
+use measure::{transfer, Ends, Sample};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// What `eudp bench --async` runs.
+pub struct AsyncBenchArgs {
+    /// Seconds per transfer.
+    pub secs: f64,
+    /// Payload sizes in bytes.
+    pub sizes: Vec<usize>,
+    pub out_dir: Option<PathBuf>,
+}
+
+/// The sizes paper 001 §5.3 contrasts: one Ethernet frame, 16 KiB, and the
+/// largest UDP payload.
+pub const DEFAULT_SIZES: [usize; 3] = [1472, 16 * 1024, 65_507];
+
+fn per_byte_ns(cpu: std::time::Duration, bytes: u64) -> Option<f64> {
+    (bytes > 0).then(|| cpu.as_nanos() as f64 / bytes as f64)
+}
+
+fn sample_json(s: &Sample) -> Value {
+    let gbps = |b: u64| if s.secs > 0.0 { b as f64 * 8.0 / s.secs / 1e9 } else { 0.0 };
+    json!({
+        "zerocopy_in_use": s.zerocopy,
+        "secs": s.secs,
+        "sent_datagrams": s.sent_datagrams,
+        "sent_bytes": s.sent_bytes,
+        "received_bytes": s.received_bytes,
+        "sent_gbps": gbps(s.sent_bytes),
+        "received_gbps": gbps(s.received_bytes),
+        "failed": s.failed,
+        "zero_copy_fraction": if s.sent_datagrams > 0 { s.zero_copied as f64 / s.sent_datagrams as f64 } else { 0.0 },
+        "sender_cpu_ns_per_byte": per_byte_ns(s.sender_cpu, s.sent_bytes),
+        "process_cpu_ns_per_byte": per_byte_ns(s.process_cpu, s.received_bytes),
+    })
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+fn row(path: &str, size: usize, copy: &Sample, zc: &Sample) -> Value {
+    let c = sample_json(copy);
+    let z = sample_json(zc);
+    let f = |v: &Value, k: &str| v[k].as_f64();
+    json!({
+        "path": path,
+        "size": size,
+        "copy": c,
+        "zerocopy": z,
+        "zerocopy_over_copy": {
+            "received_gbps": ratio(f(&z, "received_gbps"), f(&c, "received_gbps")),
+            "sender_cpu_ns_per_byte": ratio(f(&z, "sender_cpu_ns_per_byte"), f(&c, "sender_cpu_ns_per_byte")),
+            "process_cpu_ns_per_byte": ratio(f(&z, "process_cpu_ns_per_byte"), f(&c, "process_cpu_ns_per_byte")),
+        },
+    })
+}
+
+fn measure_path(path: &str, ends: &Ends, args: &AsyncBenchArgs, rows: &mut Vec<Value>) {
+    for &size in &args.sizes {
+        let copy = transfer(ends, size, false, args.secs);
+        let zc = transfer(ends, size, true, args.secs);
+        match (copy, zc) {
+            (Ok(c), Ok(z)) => rows.push(row(path, size, &c, &z)),
+            (c, z) => {
+                let error = [c.err(), z.err()].into_iter().flatten().collect::<Vec<_>>().join("; ");
+                rows.push(json!({ "path": path, "size": size, "error": error }));
+            }
+        }
+    }
+}
+
+/// Runs every row; writes `async-<unix time>.json` under `out_dir`.
+pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
+    let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut rows = Vec::new();
+    let lo = "127.0.0.1".parse().expect("loopback address");
+    let loopback = Ends { sender_ns: None, receiver_ns: None, sender_ip: lo, receiver_ip: lo };
+    measure_path("loopback", &loopback, args, &mut rows);
+    let mut notes = vec![
+        "copy and zerocopy are the same AsyncSender (GSO on), copying or with MSG_ZEROCOPY, run back to back"
+            .to_string(),
+        "process CPU covers sender and receiver threads and the kernel's work in their context".to_string(),
+        "copy_block: the fused copy-and-checksum into 64 MiB of rotating frames, cached vs non-temporal stores, the faster of two interleaved runs each".to_string(),
+    ];
+    if is_root() {
+        let tb = Testbed::up(&unique_name("as"))?;
+        let ends = Ends {
+            sender_ns: Some(tb.netns('a')),
+            receiver_ns: Some(tb.netns('b')),
+            sender_ip: ADDR_A.parse().expect("testbed address"),
+            receiver_ip: ADDR_B.parse().expect("testbed address"),
+        };
+        measure_path("testbed-veth", &ends, args, &mut rows);
+    } else {
+        notes.push("testbed rows skipped: not root".to_string());
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let res = json!({
+        "schema": "eudp-bench-async/1",
+        "bench": "async",
+        "started_unix": started_unix,
+        "secs_per_transfer": args.secs,
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "loadavg_at_end": load.trim(),
+        "notes": notes,
+        "rows": rows,
+        "copy_block": copy_block::measure(),
+    });
+    if let Some(dir) = &args.out_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join(format!("async-{started_unix}.json"));
+        let text = serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(res)
+}
+
+/// The result as a text table, one line per path and size.
+pub fn table(res: &Value) -> String {
+    let mut out = format!(
+        "{:<13} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>6}\n",
+        "path", "size", "copy Gb/s", "zc Gb/s", "copy ns/B", "zc ns/B", "copy p/B", "zc p/B", "zc %"
+    );
+    for r in res["rows"].as_array().into_iter().flatten() {
+        let path = r["path"].as_str().unwrap_or("?");
+        let size = r["size"].as_u64().unwrap_or(0);
+        if let Some(e) = r["error"].as_str() {
+            out += &format!("{path:<13} {size:>6} error: {e}\n");
+            continue;
+        }
+        let g = |m: &str, k: &str| r[m][k].as_f64().unwrap_or(f64::NAN);
+        out += &format!(
+            "{path:<13} {size:>6} {:>9.2} {:>9.2} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>5.0}%\n",
+            g("copy", "received_gbps"),
+            g("zerocopy", "received_gbps"),
+            g("copy", "sender_cpu_ns_per_byte"),
+            g("zerocopy", "sender_cpu_ns_per_byte"),
+            g("copy", "process_cpu_ns_per_byte"),
+            g("zerocopy", "process_cpu_ns_per_byte"),
+            g("zerocopy", "zero_copy_fraction") * 100.0,
+        );
+    }
+    out
+}

@@ -1,0 +1,569 @@
+//! Multishot `recvmsg` through io_uring into a provided-buffer ring.
+//!
+//! One armed `IORING_OP_RECVMSG` with `IORING_RECV_MULTISHOT` keeps
+//! receiving: for each datagram the kernel takes a buffer from a ring the
+//! application registered (`IORING_REGISTER_PBUF_RING`), writes a header,
+//! the source address, the control messages and the payload into it, and
+//! posts a completion naming the buffer. The buffer is the application's
+//! until it is put back on the ring. This file holds the raw side: the
+//! io_uring and buffer-ring memory, arming, reaping and the layout of a
+//! filled buffer. It is hand-rolled like [`super::io_uring`], whose ring
+//! setup it follows; no io_uring crate is among the workspace's
+//! dependencies.
+
+use super::addr::RawAddr;
+use std::io;
+use std::mem::size_of;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::time::Duration;
+
+const IORING_SETUP_CQSIZE: u32 = 1 << 3;
+const IORING_SETUP_COOP_TASKRUN: u32 = 1 << 8;
+const IORING_FEAT_SINGLE_MMAP: u32 = 1 << 0;
+const IORING_OFF_SQ_RING: i64 = 0;
+const IORING_OFF_CQ_RING: i64 = 0x800_0000;
+const IORING_OFF_SQES: i64 = 0x1000_0000;
+const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
+const IORING_ENTER_EXT_ARG: u32 = 1 << 3;
+const IORING_OP_RECVMSG: u8 = 10;
+const IOSQE_BUFFER_SELECT: u8 = 1 << 5;
+const IORING_RECV_MULTISHOT: u16 = 1 << 1;
+const IORING_CQE_F_BUFFER: u32 = 1 << 0;
+const IORING_CQE_F_MORE: u32 = 1 << 1;
+const IORING_CQE_BUFFER_SHIFT: u32 = 16;
+const IORING_REGISTER_PBUF_RING: u32 = 22;
+const IORING_UNREGISTER_PBUF_RING: u32 = 23;
+/// `UDP_GRO` (linux/udp.h): the control message with a coalesced run's segment size.
+const UDP_GRO: i32 = 104;
+/// The buffer group of the ring (one ring per io_uring here).
+const BGID: u16 = 0;
+/// The armed receive's tag.
+const RECV_TAG: u64 = 1;
+/// Room reserved in each buffer for the source address and control messages.
+const NAME_LEN: u32 = size_of::<libc::sockaddr_storage>() as u32;
+const CONTROL_LEN: u32 = 64;
+/// `struct io_uring_recvmsg_out`: name, control and payload lengths, flags.
+const OUT_LEN: usize = 16;
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct SqOffsets {
+    head: u32,
+    tail: u32,
+    ring_mask: u32,
+    ring_entries: u32,
+    flags: u32,
+    dropped: u32,
+    array: u32,
+    resv1: u32,
+    user_addr: u64,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct CqOffsets {
+    head: u32,
+    tail: u32,
+    ring_mask: u32,
+    ring_entries: u32,
+    overflow: u32,
+    cqes: u32,
+    flags: u32,
+    resv1: u32,
+    user_addr: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Params {
+    sq_entries: u32,
+    cq_entries: u32,
+    flags: u32,
+    sq_thread_cpu: u32,
+    sq_thread_idle: u32,
+    features: u32,
+    wq_fd: u32,
+    resv: [u32; 3],
+    sq_off: SqOffsets,
+    cq_off: CqOffsets,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct Sqe {
+    opcode: u8,
+    flags: u8,
+    ioprio: u16,
+    fd: i32,
+    off: u64,
+    addr: u64,
+    len: u32,
+    op_flags: u32,
+    user_data: u64,
+    buf_index: u16,
+    personality: u16,
+    file_index: u32,
+    addr3: u64,
+    pad: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Cqe {
+    user_data: u64,
+    res: i32,
+    flags: u32,
+}
+
+/// `struct io_uring_buf_reg`.
+#[repr(C)]
+struct BufReg {
+    ring_addr: u64,
+    ring_entries: u32,
+    bgid: u16,
+    flags: u16,
+    resv: [u64; 3],
+}
+
+/// `struct io_uring_buf`: one entry of the provided-buffer ring.
+#[repr(C)]
+struct BufEntry {
+    addr: u64,
+    len: u32,
+    bid: u16,
+    resv: u16,
+}
+
+/// `struct __kernel_timespec`.
+#[repr(C)]
+struct KernelTimespec {
+    sec: i64,
+    nsec: i64,
+}
+
+/// `struct io_uring_getevents_arg`.
+#[repr(C)]
+struct GetEventsArg {
+    sigmask: u64,
+    sigmask_sz: u32,
+    min_wait_usec: u32,
+    ts: u64,
+}
+
+/// A shared mapping: of the ring fd at a kernel-defined offset, or
+/// anonymous memory (buffer ring, buffers).
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Map {
+    fn new(fd: RawFd, len: usize, off: i64) -> io::Result<Map> {
+        let (flags, fd) = if fd < 0 {
+            (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1)
+        } else {
+            (libc::MAP_SHARED | libc::MAP_POPULATE, fd)
+        };
+        // SAFETY: a new mapping chosen by the kernel; the result is checked.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, off) };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Map { ptr: p as *mut u8, len })
+    }
+
+    fn atomic(&self, off: u32) -> &AtomicU32 {
+        assert!(off as usize + 4 <= self.len);
+        // SAFETY: in bounds (checked), 4-aligned by the kernel's layout,
+        // valid for the life of the mapping, which outlives the borrow.
+        unsafe { &*(self.ptr.add(off as usize) as *const AtomicU32) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// One filled buffer as the kernel reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filled {
+    pub bid: u16,
+    pub src: Option<SocketAddr>,
+    /// The payload: `len` bytes from `offset` in the buffer.
+    pub offset: usize,
+    pub len: usize,
+    /// The segment size of a GRO super-packet (`UDP_GRO`).
+    pub gro_segment: Option<usize>,
+    /// The payload did not fit the buffer.
+    pub truncated: bool,
+}
+
+/// What one completion said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reaped {
+    Filled(Filled),
+    /// The receive failed with this errno (`ENOBUFS`: the ring ran dry).
+    Error(i32),
+}
+
+/// A multishot receive on one socket with its buffer ring; one thread uses it.
+pub struct RecvRing {
+    // Field order: the maps go before the fd closes.
+    sq: Map,
+    cq: Option<Map>,
+    sqes: Map,
+    ring: Map,
+    bufs: Map,
+    fd: OwnedFd,
+    sq_off: SqOffsets,
+    cq_off: CqOffsets,
+    sock: RawFd,
+    entries: u16,
+    buf_size: usize,
+    /// The buffer ring's tail as this side last published it.
+    tail: u16,
+    /// The header the armed receive was prepared from (lengths only).
+    hdr: Box<libc::msghdr>,
+    armed: bool,
+}
+
+impl RecvRing {
+    /// A ring of `entries` (a power of two) buffers of `buf_size` bytes each
+    /// for `sock`, registered and full, not yet armed. The socket must stay
+    /// open as long as the ring; an error where the kernel lacks provided
+    /// buffer rings (before 5.19).
+    pub fn new(sock: BorrowedFd<'_>, entries: u16, buf_size: usize) -> io::Result<RecvRing> {
+        if !entries.is_power_of_two() || buf_size <= OUT_LEN + (NAME_LEN + CONTROL_LEN) as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut p = Params {
+            cq_entries: u32::from(entries) * 2,
+            flags: IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN,
+            ..Default::default()
+        };
+        // SAFETY: io_uring_setup reads and writes the params struct, which
+        // has the kernel's layout.
+        let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, &mut p as *mut Params) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor the kernel just returned, owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let sq_len = p.sq_off.array as usize + p.sq_entries as usize * 4;
+        let cq_len = p.cq_off.cqes as usize + p.cq_entries as usize * size_of::<Cqe>();
+        let single = p.features & IORING_FEAT_SINGLE_MMAP != 0;
+        let sq = Map::new(fd.as_raw_fd(), if single { sq_len.max(cq_len) } else { sq_len }, IORING_OFF_SQ_RING)?;
+        let cq = if single { None } else { Some(Map::new(fd.as_raw_fd(), cq_len, IORING_OFF_CQ_RING)?) };
+        let sqes = Map::new(fd.as_raw_fd(), p.sq_entries as usize * size_of::<Sqe>(), IORING_OFF_SQES)?;
+        let ring = Map::new(-1, usize::from(entries) * size_of::<BufEntry>(), 0)?;
+        let bufs = Map::new(-1, usize::from(entries) * buf_size, 0)?;
+        let reg =
+            BufReg { ring_addr: ring.ptr as u64, ring_entries: u32::from(entries), bgid: BGID, flags: 0, resv: [0; 3] };
+        // SAFETY: io_uring_register reads the live `reg`; the ring memory it
+        // names stays mapped (and registered) until this value drops.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_register,
+                fd.as_raw_fd(),
+                IORING_REGISTER_PBUF_RING,
+                &reg as *const BufReg,
+                1u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: msghdr is plain data; only the two lengths matter to a
+        // buffer-select receive, which lays the buffer out by them.
+        let mut hdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        hdr.msg_namelen = NAME_LEN;
+        hdr.msg_controllen = CONTROL_LEN as usize;
+        let mut me = RecvRing {
+            sq,
+            cq,
+            sqes,
+            ring,
+            bufs,
+            fd,
+            sq_off: p.sq_off,
+            cq_off: p.cq_off,
+            sock: sock.as_raw_fd(),
+            entries,
+            buf_size,
+            tail: 0,
+            hdr,
+            armed: false,
+        };
+        for bid in 0..entries {
+            me.put(bid);
+        }
+        me.publish();
+        Ok(me)
+    }
+
+    /// The ring's descriptor: readable while completions wait.
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn cq(&self) -> &Map {
+        self.cq.as_ref().unwrap_or(&self.sq)
+    }
+
+    /// Writes buffer `bid` at the next free ring slot (published later).
+    fn put(&mut self, bid: u16) {
+        assert!(bid < self.entries);
+        let idx = usize::from(self.tail & (self.entries - 1));
+        let e = BufEntry {
+            // SAFETY: bid < entries, so the offset stays inside `bufs`.
+            addr: unsafe { self.bufs.ptr.add(usize::from(bid) * self.buf_size) } as u64,
+            len: self.buf_size as u32,
+            bid,
+            resv: 0,
+        };
+        // SAFETY: idx < entries, inside the ring mapping; the kernel reads
+        // a slot only once the published tail covers it, which it does not
+        // yet. The entry's last two bytes double as the ring's tail in
+        // slot 0, so slot 0 is written field by field below the tail.
+        unsafe {
+            let slot = (self.ring.ptr as *mut BufEntry).add(idx);
+            std::ptr::addr_of_mut!((*slot).addr).write(e.addr);
+            std::ptr::addr_of_mut!((*slot).len).write(e.len);
+            std::ptr::addr_of_mut!((*slot).bid).write(e.bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Makes the buffers put so far visible to the kernel.
+    fn publish(&self) {
+        // SAFETY: the tail is the u16 at byte 14 of the ring mapping, 2-aligned.
+        let tail = unsafe { &*(self.ring.ptr.add(14) as *const AtomicU16) };
+        tail.store(self.tail, Ordering::Release);
+    }
+
+    /// Gives buffer `bid` back to the kernel.
+    pub fn recycle(&mut self, bid: u16) {
+        self.put(bid);
+        self.publish();
+    }
+
+    /// The bytes of buffer `bid` at `offset..offset + len`.
+    ///
+    /// Callers pass a buffer a completion handed out and that they have not
+    /// recycled: the kernel does not write it until it is put back.
+    pub fn bytes(&self, bid: u16, offset: usize, len: usize) -> &[u8] {
+        assert!(bid < self.entries && offset + len <= self.buf_size);
+        // SAFETY: in bounds of `bufs` (checked); the buffer is out of the
+        // ring (caller contract above), so nothing writes it while the
+        // returned borrow of `self` lives.
+        unsafe { std::slice::from_raw_parts(self.bufs.ptr.add(usize::from(bid) * self.buf_size + offset), len) }
+    }
+
+    /// Arms the multishot receive unless it is armed.
+    pub fn arm(&mut self) -> io::Result<()> {
+        if self.armed {
+            return Ok(());
+        }
+        let e = Sqe {
+            opcode: IORING_OP_RECVMSG,
+            flags: IOSQE_BUFFER_SELECT,
+            ioprio: IORING_RECV_MULTISHOT,
+            fd: self.sock,
+            addr: &*self.hdr as *const libc::msghdr as u64,
+            len: 1,
+            user_data: RECV_TAG,
+            buf_index: BGID,
+            ..Default::default()
+        };
+        let tail_a = self.sq.atomic(self.sq_off.tail);
+        let tail = tail_a.load(Ordering::Relaxed);
+        let mask = self.sq.atomic(self.sq_off.ring_mask).load(Ordering::Relaxed);
+        let idx = tail & mask;
+        // SAFETY: idx is masked to the SQE array's length; the kernel reads
+        // the entry only after the tail moves.
+        unsafe { std::ptr::write((self.sqes.ptr as *mut Sqe).add(idx as usize), e) };
+        self.sq.atomic(self.sq_off.array + idx * 4).store(idx, Ordering::Relaxed);
+        tail_a.store(tail.wrapping_add(1), Ordering::Release);
+        self.enter(1, 0, None)?;
+        self.armed = true;
+        Ok(())
+    }
+
+    /// `io_uring_enter`: submits `n`, waits for `min` completions up to `timeout`.
+    fn enter(&self, n: u32, min: u32, timeout: Option<Duration>) -> io::Result<()> {
+        let ts = timeout.map(|t| KernelTimespec { sec: t.as_secs() as i64, nsec: i64::from(t.subsec_nanos()) });
+        let arg = GetEventsArg {
+            sigmask: 0,
+            sigmask_sz: 0,
+            min_wait_usec: 0,
+            ts: ts.as_ref().map_or(0, |t| t as *const KernelTimespec as u64),
+        };
+        // SAFETY: `arg` and `ts` are live locals for the call; with
+        // EXT_ARG the kernel reads `arg` (its size given) and the timespec.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_enter,
+                self.fd.as_raw_fd(),
+                n,
+                min,
+                IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG,
+                &arg as *const GetEventsArg,
+                size_of::<GetEventsArg>(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY) => Ok(()),
+                _ => Err(e),
+            };
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` (forever when `None`) for a completion.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<()> {
+        if self.pending() > 0 {
+            return Ok(());
+        }
+        self.enter(0, 1, timeout)
+    }
+
+    fn pending(&self) -> u32 {
+        let cq = self.cq();
+        let head = cq.atomic(self.cq_off.head).load(Ordering::Relaxed);
+        cq.atomic(self.cq_off.tail).load(Ordering::Acquire).wrapping_sub(head)
+    }
+
+    /// Takes every posted completion, passing each to `each`; a receive the
+    /// kernel ended (no `F_MORE`) is marked unarmed for [`RecvRing::arm`].
+    pub fn reap(&mut self, mut each: impl FnMut(Reaped)) -> usize {
+        let mut n = 0;
+        loop {
+            let (head, tail, mask) = {
+                let cq = self.cq();
+                let head = cq.atomic(self.cq_off.head).load(Ordering::Relaxed);
+                let tail = cq.atomic(self.cq_off.tail).load(Ordering::Acquire);
+                (head, tail, cq.atomic(self.cq_off.ring_mask).load(Ordering::Relaxed))
+            };
+            if head == tail {
+                return n;
+            }
+            let off = self.cq_off.cqes as usize + (head & mask) as usize * size_of::<Cqe>();
+            assert!(off + size_of::<Cqe>() <= self.cq().len);
+            // SAFETY: in bounds (checked); the kernel wrote this entry
+            // before it moved the tail, which the Acquire load saw.
+            let c = unsafe { std::ptr::read(self.cq().ptr.add(off) as *const Cqe) };
+            self.cq().atomic(self.cq_off.head).store(head.wrapping_add(1), Ordering::Release);
+            if c.user_data != RECV_TAG {
+                continue;
+            }
+            if c.flags & IORING_CQE_F_MORE == 0 {
+                self.armed = false;
+            }
+            n += 1;
+            if c.res < 0 {
+                each(Reaped::Error(-c.res));
+            } else if c.flags & IORING_CQE_F_BUFFER != 0 {
+                let bid = (c.flags >> IORING_CQE_BUFFER_SHIFT) as u16;
+                each(Reaped::Filled(self.parse(bid, c.res as usize)));
+            }
+        }
+    }
+
+    /// Reads the layout the kernel wrote into buffer `bid` (`filled` bytes).
+    fn parse(&self, bid: u16, filled: usize) -> Filled {
+        let whole = self.bytes(bid, 0, filled.min(self.buf_size));
+        let word = |i: usize| u32::from_ne_bytes(whole[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+        let (namelen, controllen, payloadlen, flags) = (word(0), word(1), word(2), word(3));
+        let name_at = OUT_LEN;
+        let control_at = name_at + NAME_LEN as usize;
+        let offset = control_at + CONTROL_LEN as usize;
+        let len = (payloadlen as usize).min(self.buf_size - offset).min(filled.saturating_sub(offset));
+        let mut raw = RawAddr::empty();
+        let n = (namelen as usize).min(NAME_LEN as usize);
+        // SAFETY: copies at most NAME_LEN bytes from the buffer's name area
+        // into the sockaddr_storage, which is NAME_LEN bytes long.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                whole.as_ptr().add(name_at),
+                &mut raw.storage as *mut libc::sockaddr_storage as *mut u8,
+                n,
+            )
+        };
+        raw.len = n as libc::socklen_t;
+        let control = &whole[control_at..control_at + (controllen as usize).min(CONTROL_LEN as usize)];
+        Filled {
+            bid,
+            src: if n > 0 { raw.to_std() } else { None },
+            offset,
+            len,
+            gro_segment: gro_segment(control),
+            truncated: flags & libc::MSG_TRUNC as u32 != 0 || (payloadlen as usize) > len,
+        }
+    }
+}
+
+/// The `UDP_GRO` segment size among control messages laid out as the
+/// kernel writes them (`cmsghdr`s, each padded to 8 bytes).
+fn gro_segment(control: &[u8]) -> Option<usize> {
+    let hdr = size_of::<libc::cmsghdr>();
+    let mut at = 0;
+    while at + hdr <= control.len() {
+        let len = usize::from_ne_bytes(control[at..at + 8].try_into().ok()?);
+        let level = i32::from_ne_bytes(control[at + 8..at + 12].try_into().ok()?);
+        let ty = i32::from_ne_bytes(control[at + 12..at + 16].try_into().ok()?);
+        if len < hdr || at + len > control.len() {
+            return None;
+        }
+        if level == libc::SOL_UDP && ty == UDP_GRO && len >= hdr + 4 {
+            let v = i32::from_ne_bytes(control[at + hdr..at + hdr + 4].try_into().ok()?);
+            return (v > 0).then_some(v as usize);
+        }
+        at += (len + 7) & !7;
+    }
+    None
+}
+
+impl Drop for RecvRing {
+    fn drop(&mut self) {
+        let reg = BufReg { ring_addr: 0, ring_entries: 0, bgid: BGID, flags: 0, resv: [0; 3] };
+        // SAFETY: unregisters the group this value registered, reading the
+        // live `reg`; the ring memory is unmapped only afterwards (field drops).
+        unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_register,
+                self.fd.as_raw_fd(),
+                IORING_UNREGISTER_PBUF_RING,
+                &reg as *const BufReg,
+                1u32,
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gro_segment_is_found_among_control_messages() {
+        let mut c = vec![0u8; 48];
+        // A TOS message first (16-byte header + 1 byte, padded to 24), then UDP_GRO.
+        c[0..8].copy_from_slice(&17usize.to_ne_bytes());
+        c[8..12].copy_from_slice(&libc::SOL_IP.to_ne_bytes());
+        c[12..16].copy_from_slice(&libc::IP_TOS.to_ne_bytes());
+        c[24..32].copy_from_slice(&20usize.to_ne_bytes());
+        c[32..36].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
+        c[36..40].copy_from_slice(&UDP_GRO.to_ne_bytes());
+        c[40..44].copy_from_slice(&1400i32.to_ne_bytes());
+        assert_eq!(gro_segment(&c), Some(1400));
+        assert_eq!(gro_segment(&c[..24]), None);
+        assert_eq!(gro_segment(&[]), None);
+    }
+}
