@@ -16,8 +16,8 @@
 //! reads: a socket closed on any thread is released at once, and queueing
 //! a stamp wakes nothing. The tracer reads through [`read_queued_here`]
 //! (a ring per thread that reads, made on first use, `recvmmsg` where the
-//! kernel has no ring or no such command). Everything here is raw
-//! syscalls and shared-memory rings, kept in this one module.
+//! kernel has no ring or no such command). The raw ring (setup, mappings,
+//! submission, `io_uring_enter`) is [`super::uring`]'s.
 //!
 //! One shot costs two or three `io_uring_enter` calls, more than one
 //! `recvmmsg`, so it pays only when many stamps wait: the tracer reads
