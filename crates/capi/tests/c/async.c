@@ -14,14 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s (errno %d: %s)\n",          \
-                    __FILE__, __LINE__, #cond, errno, strerror(errno));          \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #ifdef EXPECTED_ASYNC_COMPLETION_SIZE
 _Static_assert(sizeof(struct eudp_async_completion) == EXPECTED_ASYNC_COMPLETION_SIZE,

@@ -15,14 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s (errno %d: %s)\n",          \
-                    __FILE__, __LINE__, #cond, errno, strerror(errno));          \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #ifdef EXPECTED_STATS_SIZE
 _Static_assert(sizeof(struct eudp_stats) == EXPECTED_STATS_SIZE, "eudp_stats layout differs from the library");

@@ -16,14 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: check failed: %s (errno %d: %s)\n",          \
-                    __FILE__, __LINE__, #cond, errno, strerror(errno));          \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #ifdef EXPECTED_EMP_COMPLETION_SIZE
 _Static_assert(sizeof(struct eudp_emp_completion) == EXPECTED_EMP_COMPLETION_SIZE,

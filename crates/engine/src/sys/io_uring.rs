@@ -16,33 +16,26 @@
 //! reads: a socket closed on any thread is released at once, and queueing
 //! a stamp wakes nothing. The tracer reads through [`read_queued_here`]
 //! (a ring per thread that reads, made on first use, `recvmmsg` where the
-//! kernel has no ring or no such command). Everything here is raw
-//! syscalls and shared-memory rings, kept in this one module.
+//! kernel has no ring or no such command). The raw ring (setup, mappings,
+//! submission, `io_uring_enter`) is [`super::uring`]'s.
 //!
 //! One shot costs two or three `io_uring_enter` calls, more than one
 //! `recvmmsg`, so it pays only when many stamps wait: the tracer reads
 //! after every 16 kernel messages. `one_shot_read_cost` measures the
 //! difference against `recvmmsg`.
 
+use super::uring::{self, Params, Rings, Sqe, IORING_CQE_F_MORE, IORING_SETUP_COOP_TASKRUN, IORING_SETUP_CQSIZE};
 use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-const IORING_SETUP_CQSIZE: u32 = 1 << 3;
 const IORING_SETUP_SUBMIT_ALL: u32 = 1 << 7;
-const IORING_SETUP_COOP_TASKRUN: u32 = 1 << 8;
 const IORING_SETUP_CQE32: u32 = 1 << 11;
 const IORING_SETUP_SINGLE_ISSUER: u32 = 1 << 12;
 const IORING_SETUP_DEFER_TASKRUN: u32 = 1 << 13;
-const IORING_FEAT_SINGLE_MMAP: u32 = 1 << 0;
-const IORING_OFF_SQ_RING: i64 = 0;
-const IORING_OFF_CQ_RING: i64 = 0x800_0000;
-const IORING_OFF_SQES: i64 = 0x1000_0000;
-const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
 const IORING_OP_ASYNC_CANCEL: u8 = 14;
 const IORING_OP_URING_CMD: u8 = 46;
-const IORING_CQE_F_MORE: u32 = 1 << 1;
 const SOCKET_URING_OP_TX_TIMESTAMP: u32 = 4;
 const IORING_TIMESTAMP_TYPE_SHIFT: u32 = 17;
 /// `SCM_TSTAMP_SCHED`: the stamp taken before the qdisc.
@@ -53,113 +46,6 @@ const SCM_TSTAMP_SCHED: u32 = 1;
 /// the `recvmmsg` that follows every read.
 const CQ_ENTRIES: u32 = 512;
 const SQ_ENTRIES: u32 = 8;
-
-#[repr(C)]
-#[derive(Default)]
-struct SqOffsets {
-    head: u32,
-    tail: u32,
-    ring_mask: u32,
-    ring_entries: u32,
-    flags: u32,
-    dropped: u32,
-    array: u32,
-    resv1: u32,
-    user_addr: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct CqOffsets {
-    head: u32,
-    tail: u32,
-    ring_mask: u32,
-    ring_entries: u32,
-    overflow: u32,
-    cqes: u32,
-    flags: u32,
-    resv1: u32,
-    user_addr: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Params {
-    sq_entries: u32,
-    cq_entries: u32,
-    flags: u32,
-    sq_thread_cpu: u32,
-    sq_thread_idle: u32,
-    features: u32,
-    wq_fd: u32,
-    resv: [u32; 3],
-    sq_off: SqOffsets,
-    cq_off: CqOffsets,
-}
-
-/// A submission entry (64 bytes).
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct Sqe {
-    opcode: u8,
-    flags: u8,
-    ioprio: u16,
-    fd: i32,
-    /// `cmd_op` in its low half for `URING_CMD`.
-    off: u64,
-    addr: u64,
-    len: u32,
-    op_flags: u32,
-    user_data: u64,
-    buf_index: u16,
-    personality: u16,
-    file_index: u32,
-    addr3: u64,
-    pad: u64,
-}
-
-/// One mapped region of the ring.
-struct Map {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Map {
-    fn new(fd: RawFd, len: usize, off: i64) -> io::Result<Map> {
-        // SAFETY: a shared mapping of the ring fd at an offset the kernel
-        // defines; the result is checked before use.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                off,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Map { ptr: p as *mut u8, len })
-    }
-
-    /// The u32 at byte `off` as an atomic (ring heads and tails are shared
-    /// with the kernel).
-    fn atomic(&self, off: u32) -> &AtomicU32 {
-        assert!(off as usize + 4 <= self.len);
-        // SAFETY: in bounds (checked), 4-aligned by the kernel's layout, and
-        // valid for the life of the mapping, which outlives the borrow.
-        unsafe { &*(self.ptr.add(off as usize) as *const AtomicU32) }
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `new` mapped.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
-}
 
 /// One TX stamp: the socket's OPT_ID key, SCHED (else SND), realtime ns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,12 +67,8 @@ enum Reaped {
 /// A per-thread io_uring for reading TX stamps (see the module docs).
 pub struct StampRing {
     // Field order: the maps go before the fd closes.
-    sq: Map,
-    cq: Option<Map>,
-    sqes: Map,
+    rings: Rings,
     fd: crate::fdspace::Private<OwnedFd>,
-    sq_off: SqOffsets,
-    cq_off: CqOffsets,
     /// One-shot reads made (their completions' tags).
     reads: std::cell::Cell<u64>,
 }
@@ -202,53 +84,27 @@ impl StampRing {
     /// A ring owned by the calling thread; an error where the kernel lacks
     /// io_uring or one of the setup flags (older than 6.1).
     pub fn new() -> io::Result<StampRing> {
-        let mut p = Params {
-            cq_entries: CQ_ENTRIES,
-            flags: IORING_SETUP_CQSIZE
+        let mut p = Params::new(
+            CQ_ENTRIES,
+            IORING_SETUP_CQSIZE
                 | IORING_SETUP_SUBMIT_ALL
                 | IORING_SETUP_COOP_TASKRUN
                 | IORING_SETUP_CQE32
                 | IORING_SETUP_SINGLE_ISSUER
                 | IORING_SETUP_DEFER_TASKRUN,
-            ..Default::default()
-        };
+        );
         // One of the engine's own descriptors: under the preload shim it is
         // kept out of the program's numbers (the maps below are made
         // through the number it ends up on).
-        let fd = crate::fdspace::new_private(|| {
-            // SAFETY: io_uring_setup reads and writes the params struct,
-            // which has the kernel's layout (120 bytes).
-            let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, SQ_ENTRIES, &mut p as *mut Params) };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: a new descriptor the kernel just returned, owned here.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-        })?;
-        let sq_len = p.sq_off.array as usize + p.sq_entries as usize * 4;
-        let cq_len = p.cq_off.cqes as usize + p.cq_entries as usize * 32;
-        let single = p.features & IORING_FEAT_SINGLE_MMAP != 0;
-        let sq = Map::new(fd.as_raw_fd(), if single { sq_len.max(cq_len) } else { sq_len }, IORING_OFF_SQ_RING)?;
-        let cq = if single { None } else { Some(Map::new(fd.as_raw_fd(), cq_len, IORING_OFF_CQ_RING)?) };
-        let sqes = Map::new(fd.as_raw_fd(), p.sq_entries as usize * std::mem::size_of::<Sqe>(), IORING_OFF_SQES)?;
-        Ok(StampRing { sq, cq, sqes, fd, sq_off: p.sq_off, cq_off: p.cq_off, reads: std::cell::Cell::new(0) })
-    }
-
-    fn cq(&self) -> &Map {
-        self.cq.as_ref().unwrap_or(&self.sq)
+        let fd = crate::fdspace::new_private(|| uring::setup(SQ_ENTRIES, &mut p))?;
+        // 32-byte completions (`CQE32`).
+        let rings = Rings::map(fd.as_raw_fd(), &p, 32)?;
+        Ok(StampRing { rings, fd, reads: std::cell::Cell::new(0) })
     }
 
     /// Queues one entry and submits it.
     fn submit(&self, e: Sqe) -> io::Result<()> {
-        let tail_a = self.sq.atomic(self.sq_off.tail);
-        let tail = tail_a.load(Ordering::Relaxed);
-        let mask = self.sq.atomic(self.sq_off.ring_mask).load(Ordering::Relaxed);
-        let idx = tail & mask;
-        // SAFETY: idx is masked to the SQE array's length; only this thread
-        // writes entries, and the kernel reads one only after the tail moves.
-        unsafe { std::ptr::write((self.sqes.ptr as *mut Sqe).add(idx as usize), e) };
-        self.sq.atomic(self.sq_off.array + idx * 4).store(idx, Ordering::Relaxed);
-        tail_a.store(tail.wrapping_add(1), Ordering::Release);
+        self.rings.push(e);
         self.enter(1)
     }
 
@@ -256,24 +112,9 @@ impl StampRing {
     /// work, which posts the completions of everything ready.
     fn enter(&self, n: u32) -> io::Result<()> {
         loop {
-            // SAFETY: no signal mask is passed (null, size 0).
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_io_uring_enter,
-                    self.fd.as_raw_fd(),
-                    n,
-                    0u32,
-                    IORING_ENTER_GETEVENTS,
-                    std::ptr::null::<libc::c_void>(),
-                    0usize,
-                )
-            };
-            if r >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match uring::enter(self.fd.as_raw_fd(), n, 0, None) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
             }
         }
     }
@@ -345,17 +186,11 @@ impl StampRing {
 
     /// Hands every completion posted so far to `f`.
     fn reap_into(&self, f: &mut dyn FnMut(Reaped)) {
-        let cq = self.cq();
-        let head_a = cq.atomic(self.cq_off.head);
+        let (head_a, tail, mask) = self.rings.cq_state();
         let mut head = head_a.load(Ordering::Relaxed);
-        let tail = cq.atomic(self.cq_off.tail).load(Ordering::Acquire);
-        let mask = cq.atomic(self.cq_off.ring_mask).load(Ordering::Relaxed);
         while head != tail {
-            let off = self.cq_off.cqes as usize + (head & mask) as usize * 32;
-            assert!(off + 32 <= cq.len);
-            // SAFETY: in bounds (checked); the kernel wrote this 32-byte
-            // entry before publishing the tail (acquired above).
-            let w: [u64; 4] = unsafe { std::ptr::read_unaligned(cq.ptr.add(off) as *const [u64; 4]) };
+            // A 32-byte entry (`CQE32`) as four words.
+            let w: [u64; 4] = self.rings.cqe(head, mask);
             let (tag, res, flags) = (w[0], (w[1] & 0xffff_ffff) as u32 as i32, (w[1] >> 32) as u32);
             if flags & IORING_CQE_F_MORE != 0 {
                 // A stamp: res is the OPT_ID key, the second half the time.

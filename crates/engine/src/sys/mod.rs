@@ -32,6 +32,8 @@
 //! * [`sockopt`] — integer socket options on any descriptor.
 //! * [`sync`] — the poison-tolerant mutex lock.
 //! * [`timestamp`] — `SO_TIMESTAMPING` and its error-queue reads.
+//! * [`uring`] — the raw io_uring under [`io_uring`] and [`uring_recv`]:
+//!   setup, the ring mappings, queueing, `io_uring_enter`.
 //! * [`uring_recv`] — multishot `recvmsg` into a provided-buffer ring.
 //! * [`zerocopy`] — `MSG_ZEROCOPY` sends and their notifications.
 //!
@@ -53,6 +55,7 @@ pub mod process;
 pub mod sockopt;
 pub mod sync;
 pub mod timestamp;
+pub mod uring;
 pub mod uring_recv;
 pub mod zerocopy;
 

@@ -7,31 +7,22 @@
 //! posts a completion naming the buffer. The buffer is the application's
 //! until it is put back on the ring. This file holds the raw side: the
 //! io_uring and buffer-ring memory, arming, reaping and the layout of a
-//! filled buffer. It is hand-rolled like [`super::io_uring`], whose ring
-//! setup it follows; no io_uring crate is among the workspace's
-//! dependencies.
+//! filled buffer; the ring itself is [`super::uring`]'s, shared with
+//! [`super::io_uring`].
 
 use super::addr::RawAddr;
+use super::uring::{self, Map, Params, Rings, Sqe, IORING_CQE_F_MORE, IORING_SETUP_COOP_TASKRUN, IORING_SETUP_CQSIZE};
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-const IORING_SETUP_CQSIZE: u32 = 1 << 3;
-const IORING_SETUP_COOP_TASKRUN: u32 = 1 << 8;
-const IORING_FEAT_SINGLE_MMAP: u32 = 1 << 0;
-const IORING_OFF_SQ_RING: i64 = 0;
-const IORING_OFF_CQ_RING: i64 = 0x800_0000;
-const IORING_OFF_SQES: i64 = 0x1000_0000;
-const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
-const IORING_ENTER_EXT_ARG: u32 = 1 << 3;
 const IORING_OP_RECVMSG: u8 = 10;
 const IOSQE_BUFFER_SELECT: u8 = 1 << 5;
 const IORING_RECV_MULTISHOT: u16 = 1 << 1;
 const IORING_CQE_F_BUFFER: u32 = 1 << 0;
-const IORING_CQE_F_MORE: u32 = 1 << 1;
 const IORING_CQE_BUFFER_SHIFT: u32 = 16;
 const IORING_REGISTER_PBUF_RING: u32 = 22;
 const IORING_UNREGISTER_PBUF_RING: u32 = 23;
@@ -46,68 +37,6 @@ const NAME_LEN: u32 = size_of::<libc::sockaddr_storage>() as u32;
 const CONTROL_LEN: u32 = 64;
 /// `struct io_uring_recvmsg_out`: name, control and payload lengths, flags.
 const OUT_LEN: usize = 16;
-
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct SqOffsets {
-    head: u32,
-    tail: u32,
-    ring_mask: u32,
-    ring_entries: u32,
-    flags: u32,
-    dropped: u32,
-    array: u32,
-    resv1: u32,
-    user_addr: u64,
-}
-
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct CqOffsets {
-    head: u32,
-    tail: u32,
-    ring_mask: u32,
-    ring_entries: u32,
-    overflow: u32,
-    cqes: u32,
-    flags: u32,
-    resv1: u32,
-    user_addr: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Params {
-    sq_entries: u32,
-    cq_entries: u32,
-    flags: u32,
-    sq_thread_cpu: u32,
-    sq_thread_idle: u32,
-    features: u32,
-    wq_fd: u32,
-    resv: [u32; 3],
-    sq_off: SqOffsets,
-    cq_off: CqOffsets,
-}
-
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct Sqe {
-    opcode: u8,
-    flags: u8,
-    ioprio: u16,
-    fd: i32,
-    off: u64,
-    addr: u64,
-    len: u32,
-    op_flags: u32,
-    user_data: u64,
-    buf_index: u16,
-    personality: u16,
-    file_index: u32,
-    addr3: u64,
-    pad: u64,
-}
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -136,59 +65,6 @@ struct BufEntry {
     resv: u16,
 }
 
-/// `struct __kernel_timespec`.
-#[repr(C)]
-struct KernelTimespec {
-    sec: i64,
-    nsec: i64,
-}
-
-/// `struct io_uring_getevents_arg`.
-#[repr(C)]
-struct GetEventsArg {
-    sigmask: u64,
-    sigmask_sz: u32,
-    min_wait_usec: u32,
-    ts: u64,
-}
-
-/// A shared mapping: of the ring fd at a kernel-defined offset, or
-/// anonymous memory (buffer ring, buffers).
-struct Map {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Map {
-    fn new(fd: RawFd, len: usize, off: i64) -> io::Result<Map> {
-        let (flags, fd) = if fd < 0 {
-            (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1)
-        } else {
-            (libc::MAP_SHARED | libc::MAP_POPULATE, fd)
-        };
-        // SAFETY: a new mapping chosen by the kernel; the result is checked.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, off) };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Map { ptr: p as *mut u8, len })
-    }
-
-    fn atomic(&self, off: u32) -> &AtomicU32 {
-        assert!(off as usize + 4 <= self.len);
-        // SAFETY: in bounds (checked), 4-aligned by the kernel's layout,
-        // valid for the life of the mapping, which outlives the borrow.
-        unsafe { &*(self.ptr.add(off as usize) as *const AtomicU32) }
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `new` mapped.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
-}
-
 /// One filled buffer as the kernel reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Filled {
@@ -214,14 +90,10 @@ pub enum Reaped {
 /// A multishot receive on one socket with its buffer ring; one thread uses it.
 pub struct RecvRing {
     // Field order: the maps go before the fd closes.
-    sq: Map,
-    cq: Option<Map>,
-    sqes: Map,
+    rings: Rings,
     ring: Map,
     bufs: Map,
     fd: OwnedFd,
-    sq_off: SqOffsets,
-    cq_off: CqOffsets,
     sock: RawFd,
     entries: u16,
     buf_size: usize,
@@ -241,25 +113,9 @@ impl RecvRing {
         if !entries.is_power_of_two() || buf_size <= OUT_LEN + (NAME_LEN + CONTROL_LEN) as usize {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let mut p = Params {
-            cq_entries: u32::from(entries) * 2,
-            flags: IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN,
-            ..Default::default()
-        };
-        // SAFETY: io_uring_setup reads and writes the params struct, which
-        // has the kernel's layout.
-        let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, &mut p as *mut Params) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor the kernel just returned, owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        let sq_len = p.sq_off.array as usize + p.sq_entries as usize * 4;
-        let cq_len = p.cq_off.cqes as usize + p.cq_entries as usize * size_of::<Cqe>();
-        let single = p.features & IORING_FEAT_SINGLE_MMAP != 0;
-        let sq = Map::new(fd.as_raw_fd(), if single { sq_len.max(cq_len) } else { sq_len }, IORING_OFF_SQ_RING)?;
-        let cq = if single { None } else { Some(Map::new(fd.as_raw_fd(), cq_len, IORING_OFF_CQ_RING)?) };
-        let sqes = Map::new(fd.as_raw_fd(), p.sq_entries as usize * size_of::<Sqe>(), IORING_OFF_SQES)?;
+        let mut p = Params::new(u32::from(entries) * 2, IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN);
+        let fd = uring::setup(4, &mut p)?;
+        let rings = Rings::map(fd.as_raw_fd(), &p, size_of::<Cqe>())?;
         let ring = Map::new(-1, usize::from(entries) * size_of::<BufEntry>(), 0)?;
         let bufs = Map::new(-1, usize::from(entries) * buf_size, 0)?;
         let reg =
@@ -283,22 +139,8 @@ impl RecvRing {
         let mut hdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
         hdr.msg_namelen = NAME_LEN;
         hdr.msg_controllen = CONTROL_LEN as usize;
-        let mut me = RecvRing {
-            sq,
-            cq,
-            sqes,
-            ring,
-            bufs,
-            fd,
-            sq_off: p.sq_off,
-            cq_off: p.cq_off,
-            sock: sock.as_raw_fd(),
-            entries,
-            buf_size,
-            tail: 0,
-            hdr,
-            armed: false,
-        };
+        let mut me =
+            RecvRing { rings, ring, bufs, fd, sock: sock.as_raw_fd(), entries, buf_size, tail: 0, hdr, armed: false };
         for bid in 0..entries {
             me.put(bid);
         }
@@ -309,10 +151,6 @@ impl RecvRing {
     /// The ring's descriptor: readable while completions wait.
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
-    }
-
-    fn cq(&self) -> &Map {
-        self.cq.as_ref().unwrap_or(&self.sq)
     }
 
     /// Writes buffer `bid` at the next free ring slot (published later).
@@ -380,15 +218,7 @@ impl RecvRing {
             buf_index: BGID,
             ..Default::default()
         };
-        let tail_a = self.sq.atomic(self.sq_off.tail);
-        let tail = tail_a.load(Ordering::Relaxed);
-        let mask = self.sq.atomic(self.sq_off.ring_mask).load(Ordering::Relaxed);
-        let idx = tail & mask;
-        // SAFETY: idx is masked to the SQE array's length; the kernel reads
-        // the entry only after the tail moves.
-        unsafe { std::ptr::write((self.sqes.ptr as *mut Sqe).add(idx as usize), e) };
-        self.sq.atomic(self.sq_off.array + idx * 4).store(idx, Ordering::Relaxed);
-        tail_a.store(tail.wrapping_add(1), Ordering::Release);
+        self.rings.push(e);
         self.enter(1, 0, None)?;
         self.armed = true;
         Ok(())
@@ -396,34 +226,12 @@ impl RecvRing {
 
     /// `io_uring_enter`: submits `n`, waits for `min` completions up to `timeout`.
     fn enter(&self, n: u32, min: u32, timeout: Option<Duration>) -> io::Result<()> {
-        let ts = timeout.map(|t| KernelTimespec { sec: t.as_secs() as i64, nsec: i64::from(t.subsec_nanos()) });
-        let arg = GetEventsArg {
-            sigmask: 0,
-            sigmask_sz: 0,
-            min_wait_usec: 0,
-            ts: ts.as_ref().map_or(0, |t| t as *const KernelTimespec as u64),
-        };
-        // SAFETY: `arg` and `ts` are live locals for the call; with
-        // EXT_ARG the kernel reads `arg` (its size given) and the timespec.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_io_uring_enter,
-                self.fd.as_raw_fd(),
-                n,
-                min,
-                IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG,
-                &arg as *const GetEventsArg,
-                size_of::<GetEventsArg>(),
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY) => Ok(()),
-                _ => Err(e),
-            };
+        match uring::enter(self.fd.as_raw_fd(), n, min, Some(timeout)) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {
+                Ok(())
+            }
+            r => r,
         }
-        Ok(())
     }
 
     /// Waits up to `timeout` (forever when `None`) for a completion.
@@ -435,9 +243,8 @@ impl RecvRing {
     }
 
     fn pending(&self) -> u32 {
-        let cq = self.cq();
-        let head = cq.atomic(self.cq_off.head).load(Ordering::Relaxed);
-        cq.atomic(self.cq_off.tail).load(Ordering::Acquire).wrapping_sub(head)
+        let (head, tail, _) = self.rings.cq_state();
+        tail.wrapping_sub(head.load(Ordering::Relaxed))
     }
 
     /// Takes every posted completion, passing each to `each`; a receive the
@@ -445,21 +252,13 @@ impl RecvRing {
     pub fn reap(&mut self, mut each: impl FnMut(Reaped)) -> usize {
         let mut n = 0;
         loop {
-            let (head, tail, mask) = {
-                let cq = self.cq();
-                let head = cq.atomic(self.cq_off.head).load(Ordering::Relaxed);
-                let tail = cq.atomic(self.cq_off.tail).load(Ordering::Acquire);
-                (head, tail, cq.atomic(self.cq_off.ring_mask).load(Ordering::Relaxed))
-            };
+            let (head_a, tail, mask) = self.rings.cq_state();
+            let head = head_a.load(Ordering::Relaxed);
             if head == tail {
                 return n;
             }
-            let off = self.cq_off.cqes as usize + (head & mask) as usize * size_of::<Cqe>();
-            assert!(off + size_of::<Cqe>() <= self.cq().len);
-            // SAFETY: in bounds (checked); the kernel wrote this entry
-            // before it moved the tail, which the Acquire load saw.
-            let c = unsafe { std::ptr::read(self.cq().ptr.add(off) as *const Cqe) };
-            self.cq().atomic(self.cq_off.head).store(head.wrapping_add(1), Ordering::Release);
+            let c: Cqe = self.rings.cqe(head, mask);
+            head_a.store(head.wrapping_add(1), Ordering::Release);
             if c.user_data != RECV_TAG {
                 continue;
             }
