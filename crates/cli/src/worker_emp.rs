@@ -177,7 +177,17 @@ fn run(a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
     }
     let ep = EmpEndpoint::bind(a.local, cfg).map_err(|e| format!("bind {}: {e}", a.local))?;
     let peer = ep.insert(a.peer);
-    let mut w = Worker { ep, peer, size: a.size, received: 0, bytes_received: 0, corrupt: 0, errors: 0, posted: 0 };
+    let mut w = Worker {
+        ep,
+        peer,
+        size: a.size,
+        received: 0,
+        bytes_received: 0,
+        corrupt: 0,
+        errors: 0,
+        posted: 0,
+        end_received: false,
+    };
     match a.role {
         Role::Server => w.server(a),
         Role::Client => w.client(a),
@@ -194,6 +204,9 @@ struct Worker {
     errors: u64,
     /// Data receives posted so far (their contexts count up).
     posted: u64,
+    /// The peer's end message has completed (it can overtake the
+    /// acknowledgment of our own, so `finish` may be the one that sees it).
+    end_received: bool,
 }
 
 impl Worker {
@@ -306,8 +319,13 @@ impl Worker {
         let until = Instant::now() + Duration::from_secs(10);
         while Instant::now() < until {
             let Some(c) = self.ep.wait(Some(Duration::from_millis(100))) else { continue };
-            if c.op == Op::Send && c.context == END_SEND {
-                return if c.status == Status::Ok { Ok(()) } else { Err(format!("end message: {:?}", c.status)) };
+            match (c.op, c.context) {
+                (Op::Send, END_SEND) => {
+                    return if c.status == Status::Ok { Ok(()) } else { Err(format!("end message: {:?}", c.status)) };
+                }
+                (Op::Recv, END_RECV) => self.end_received = true,
+                (Op::Recv, _) => self.took(&c)?,
+                (Op::Send, _) => {}
             }
         }
         Err("the end message was never acknowledged".into())
@@ -408,7 +426,7 @@ impl Worker {
         self.finish()?;
         // The server's end message says it has stopped sending too.
         let until = Instant::now() + Duration::from_secs(15);
-        loop {
+        while !self.end_received {
             let c = self.ep.wait(Some(Duration::from_millis(100)));
             match c {
                 Some(c) if c.op == Op::Recv && c.context == END_RECV => break,
