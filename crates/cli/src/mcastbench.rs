@@ -112,8 +112,36 @@ fn shim_report(dir: &Path) -> (Option<Value>, Option<Value>) {
     (None, None)
 }
 
+/// Waits until neither host has a tentative IPv6 address. The link-local
+/// addresses of a fresh testbed are still in duplicate address detection
+/// for about a second, and group datagrams sent meanwhile never reach the
+/// members (the first IPv6 fan-out on a new testbed lost most of them).
+fn ipv6_settled(tb: &Testbed) -> Result<(), String> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut tentative = false;
+        for host in ['a', 'b'] {
+            let out = std::process::Command::new("ip")
+                .args(["-n", &tb.netns(host), "-6", "addr", "show", "tentative"])
+                .output()
+                .map_err(|e| format!("ip -6 addr: {e}"))?;
+            tentative |= !String::from_utf8_lossy(&out.stdout).trim().is_empty();
+        }
+        if !tentative {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err("IPv6 addresses still tentative after 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs one fan-out of `plan` on `stack` over `tb`.
 pub fn fanout(tb: &Testbed, stack: Stack, lib: &Path, plan: Plan) -> Result<FanRun, String> {
+    if plan.v6 {
+        ipv6_settled(tb)?;
+    }
     let exe = crate::rss::compile("mcastfan", MCASTFAN_C)?;
     let exe = exe.display().to_string();
     let fam = if plan.v6 { "6" } else { "4" };
