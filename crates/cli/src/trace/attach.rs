@@ -21,7 +21,7 @@ const PREFIX: &str = "raw-attach-";
 /// The stats directory holding process `pid`'s report.
 fn stat_dir_of(pid: u32) -> Result<PathBuf, String> {
     let dirs = eudp_engine::stat_dir::readable();
-    dirs.iter().find(|d| d.join(format!("{pid}.json")).exists()).cloned().ok_or_else(|| {
+    dirs.iter().find(|d| !eudp_engine::stat_dir::files_of(d, u64::from(pid), false).is_empty()).cloned().ok_or_else(|| {
         let tried: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         format!(
             "no eudp stats report of process {pid} in {}: is it running under `eudp run` with a UDP socket (and EUDP_STAT_MS not 0)?",
