@@ -4,7 +4,7 @@ time, each waiting at most WAIT_MS for its answer, then prints one JSON
 line: queries sent, answered (an answer with the query's id and at least
 one record), unanswered, the longest time between two answers, and
 every gap between answers over 100 ms as [start, end] seconds after its
-start (the first 500).
+start (the 500 longest, so the longest is always listed).
 
     python3 dnsloop.py SERVER PORT NAME SECS EVERY_MS WAIT_MS
 """
@@ -18,6 +18,7 @@ import time
 server, port, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 secs, every, wait = float(sys.argv[4]), float(sys.argv[5]) / 1000, float(sys.argv[6]) / 1000
 stop = False
+MAX_GAPS = 500
 
 
 def on_stop(*_):
@@ -36,6 +37,20 @@ last = t0
 longest = 0.0
 gaps = []
 qid = 0
+
+
+def note_gap(a, b):
+    # Keeps the MAX_GAPS longest: once full, a longer gap replaces the shortest.
+    if b - a <= 0.1:
+        return
+    if len(gaps) == MAX_GAPS:
+        shortest = min(range(len(gaps)), key=lambda i: gaps[i][1] - gaps[i][0])
+        if gaps[shortest][1] - gaps[shortest][0] >= b - a:
+            return
+        del gaps[shortest]
+    gaps.append([round(a - t0, 3), round(b - t0, 3)])
+
+
 while not stop and time.monotonic() - t0 < secs:
     qid = (qid + 1) & 0xFFFF
     query = struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", 1, 1)
@@ -67,8 +82,7 @@ while not stop and time.monotonic() - t0 < secs:
         answered += 1
         now = time.monotonic()
         longest = max(longest, now - last)
-        if now - last > 0.1 and len(gaps) < 500:
-            gaps.append([round(last - t0, 3), round(now - t0, 3)])
+        note_gap(last, now)
         last = now
     else:
         unanswered += 1
@@ -77,7 +91,6 @@ while not stop and time.monotonic() - t0 < secs:
         time.sleep(pause)
 end = time.monotonic()
 longest = max(longest, end - last)
-if end - last > 0.1 and len(gaps) < 500:
-    gaps.append([round(last - t0, 3), round(end - t0, 3)])
+note_gap(last, end)
 print(json.dumps({"sent": sent, "answered": answered, "unanswered": unanswered,
                   "longest_gap_ms": round(longest * 1000, 1), "gaps": gaps, "secs": round(end - t0, 3)}), flush=True)

@@ -11,6 +11,8 @@
 //! goes to `soak-<unix time>.json` (docs/bench.md). Every process is killed
 //! and reaped, and the testbed torn down, whatever happens.
 
+pub mod kernel;
+pub mod memory;
 pub mod procs;
 pub mod report;
 pub mod workloads;
@@ -34,6 +36,9 @@ const HOG_AT: f64 = 0.5;
 const HOG_SECS: f64 = 20.0;
 const PAUSE_AT: f64 = 0.7;
 const PAUSE_SECS: f64 = 2.0;
+/// The paused iperf3 run has at least this long left after the pause
+/// (a twentieth of the soak when shorter).
+const PAUSE_ROOM_SECS: f64 = 3.0;
 
 fn missing_tools() -> Vec<&'static str> {
     let on_path =
@@ -58,11 +63,17 @@ fn faults(env: &Env) -> Vec<Value> {
     }
     let pause = PAUSE_SECS.min(plan.secs * 0.1);
     if plan.sleep_until(plan.secs * PAUSE_AT) {
-        // Between two iperf3 runs there is no receiver for a moment.
+        // A server whose run ends inside the pause would close with its
+        // socket full, which tests a close, not a pause: the pause waits
+        // for a run with room left (and between two runs for the next).
+        let room = PAUSE_ROOM_SECS.min(plan.secs * 0.05);
         let mut target = None;
-        let give_up = plan.now() + 2.0;
+        let give_up = plan.now() + 40.0;
         while target.is_none() && plan.now() < give_up && !plan.stopped() {
-            target = env.reg.signal_newest("iperf3-server", libc::SIGSTOP);
+            let now = *env.iperf3_now.lock().unwrap_or_else(|e| e.into_inner());
+            target = now
+                .filter(|(_, end)| end - plan.now() >= pause + room)
+                .and_then(|(pid, _)| env.reg.signal_pid(pid, libc::SIGSTOP).then_some(pid));
             if target.is_none() {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -119,29 +130,54 @@ fn soak(
     dnsloop: PathBuf,
     started: u64,
 ) -> Result<Value, String> {
-    let tb = crate::testbed::Testbed::up(&crate::testbed::unique_name("sk"))?;
+    let base = crate::testbed::unique_name("sk");
+    let mut beds = Vec::new();
+    for (w, letter) in workloads::WORKLOADS {
+        beds.push((*w, crate::testbed::Testbed::up(&format!("{base}-{letter}"))?));
+    }
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let reg = Arc::new(Registry::default());
     let plan = Plan::new(minutes * 60.0);
-    let env = Env { tb, lib, stat_dir, reg: reg.clone(), plan: plan.clone(), cpu: cpus - 1, soakfork, dnsloop };
-    eprintln!("soak: {:.0} s on testbed {}", plan.secs, env.tb.name);
-    let (iperf3, sockperf, dns, fork, faults) = std::thread::scope(|s| {
+    let env = Env {
+        beds,
+        lib,
+        stat_dir,
+        reg: reg.clone(),
+        plan: plan.clone(),
+        cpu: cpus - 1,
+        soakfork,
+        dnsloop,
+        iperf3_now: Default::default(),
+    };
+    eprintln!("soak: {:.0} s on testbeds {base}-*", plan.secs);
+    let before: Vec<kernel::Snapshot> = env.beds.iter().map(|(_, tb)| kernel::snapshot(tb)).collect();
+    let (iperf3, sockperf, dns, fork, control, faults) = std::thread::scope(|s| {
         let sampler = procs::sampler(reg.clone(), plan.clone());
         let i = s.spawn(|| workloads::iperf3(&env));
         let p = s.spawn(|| workloads::sockperf(&env));
+        let c = s.spawn(|| workloads::control(&env));
         let d = s.spawn(|| workloads::dns(&env, plan.secs * RESTART_AT));
         let f = s.spawn(|| workloads::fork(&env));
         let x = s.spawn(|| faults(&env));
         let join = |h: std::thread::ScopedJoinHandle<'_, Value>| {
             h.join().unwrap_or_else(|_| json!({ "error": "the workload's thread panicked" }))
         };
-        let r = (join(i), join(p), join(d), join(f), x.join().unwrap_or_default());
+        let r = (join(i), join(p), join(d), join(f), join(c), x.join().unwrap_or_default());
         plan.stop.store(true, Ordering::Relaxed);
         let _ = sampler.join();
         r
     });
     let secs = plan.now();
-    let testbed = env.tb.name.clone();
+    reg.sample_loadavg(secs);
+    // Each workload's counters over the whole run, in its own namespaces.
+    let mut kernel_run = serde_json::Map::new();
+    for ((w, tb), b) in env.beds.iter().zip(&before) {
+        kernel_run.insert(
+            w.to_string(),
+            json!({ "testbed": tb.name, "delta": kernel::to_json(&kernel::delta(b, &kernel::snapshot(tb)), false) }),
+        );
+    }
+    let kernel_run = Value::Object(kernel_run);
     let mut fault_log = faults;
     if dns["restart"].is_object() {
         let mut r = dns["restart"].clone();
@@ -150,17 +186,18 @@ fn soak(
     }
     let reports = crate::stat_report::read_reports(&env.stat_dir, true, &[]);
     drop(env);
-    let workloads = json!({ "iperf3": iperf3, "sockperf": sockperf, "dns": dns, "fork": fork });
+    let workloads = json!({ "iperf3": iperf3, "sockperf": sockperf, "dns": dns, "fork": fork, "control": control });
     let counters = report::counters(&reports, &reg.started());
-    let balance = report::balance(&workloads, &counters);
-    let rss = report::rss(reg.series_json(), plan.secs);
+    let balance = report::balance(&workloads, &counters, &kernel_run);
+    let rss = memory::rss(reg.series_json(), plan.secs);
     let stalls = report::stalls(&workloads, &fault_log);
     let targets = report::targets(&balance, &rss, &stalls);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    let osrelease = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     Ok(json!({
         "schema": "eudp-bench-soak/1", "started_unix": started, "minutes": minutes, "secs": secs,
-        "host": { "kernel": kernel, "cpus": cpus }, "testbed": testbed, "stack": "eudp (default profile), every program",
-        "receivers_cpu": cpus - 1,
+        "host": { "kernel": osrelease, "cpus": cpus }, "testbed": base, "stack": "eudp (default profile), every program but the control",
+        "receivers_cpu": cpus - 1, "loadavg": memory::loadavg(reg.loadavg()),
+        "kernel_counters": kernel_run,
         "faults": fault_log, "workloads": workloads, "balance": balance, "stalls": stalls, "rss": rss,
         "counters": counters, "targets": targets,
     }))
@@ -179,11 +216,21 @@ pub fn summary(res: &Value) -> String {
             if b["balanced"] == true { "balanced" } else { "unbalanced" },
             if b["exact"] == true { "" } else { " (not exact, see its \"how\")" }
         );
+        if b["balanced"] != true {
+            s += &format!(
+                "soak {:<9} off by {}: {}; kernel, own namespaces {}, host-wide {}\n",
+                "",
+                b["kernel"]["off_by"],
+                b["kernel"]["verdict"].as_str().unwrap_or(""),
+                b["kernel"]["own_namespaces"],
+                b["kernel"]["shared_host_wide"]
+            );
+        }
     }
     for st in res["stalls"].as_array().into_iter().flatten() {
         let ms = |v: &Value| v.as_f64().map(|x| format!("{x:.0} ms")).unwrap_or("-".into());
         s += &format!(
-            "soak {:<9} longest stall {:>9} (besides its own fault {:>9})\n",
+            "soak {:<9} longest stall {:>9} (for the verdict, besides its own faults {:>9})\n",
             st["workload"].as_str().unwrap_or(""),
             ms(&st["longest_ms"]),
             ms(&st["longest_not_own_fault_ms"])

@@ -71,6 +71,8 @@ pub struct Registry {
     live: Mutex<Vec<(String, u32, bool)>>,
     started: Mutex<Vec<(String, u32)>>,
     series: Mutex<Vec<(String, Series)>>,
+    /// `[seconds since start, 1-, 5-, 15-minute load average]`.
+    loadavg: Mutex<Vec<[f64; 4]>>,
 }
 
 impl Registry {
@@ -106,6 +108,21 @@ impl Registry {
         }
     }
 
+    /// Samples `/proc/loadavg`: the machine is shared, and every figure of
+    /// the run reads beside it.
+    pub fn sample_loadavg(&self, t: f64) {
+        let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let l: Vec<f64> = text.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect();
+        if l.len() == 3 {
+            self.loadavg.lock().unwrap_or_else(|e| e.into_inner()).push([t, l[0], l[1], l[2]]);
+        }
+    }
+
+    /// The load averages sampled.
+    pub fn loadavg(&self) -> Vec<[f64; 4]> {
+        self.loadavg.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The samples as JSON, one object per process.
     pub fn series_json(&self) -> Vec<Value> {
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
@@ -122,12 +139,17 @@ fn vm_kib(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// Samples every second until the plan stops (the caller's thread).
+/// Samples RSS every second and the load average every 10 s until the
+/// plan stops (the caller's thread).
 pub fn sampler(reg: Arc<Registry>, plan: Plan) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut next = 0.0;
         while !plan.stopped() {
-            reg.sample(plan.now());
+            let now = plan.now();
+            reg.sample(now);
+            if (next as u64).is_multiple_of(10) {
+                reg.sample_loadavg(now);
+            }
             next += 1.0;
             plan.sleep_until(next);
         }

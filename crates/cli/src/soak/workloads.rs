@@ -5,6 +5,7 @@
 //! program that forks children which each exchange a few datagrams.
 //! Each returns its programs' own reports as JSON.
 
+use super::kernel;
 use super::procs::{Plan, Proc, Registry};
 use crate::run::{app_command, Stack};
 use crate::testbed::{Testbed, ADDR_B};
@@ -15,7 +16,9 @@ use std::time::Duration;
 
 /// What every workload needs.
 pub struct Env {
-    pub tb: Testbed,
+    /// One testbed per workload, by [`workload_of`] name: the kernel's
+    /// per-namespace counters of each are that workload's own.
+    pub beds: Vec<(&'static str, Testbed)>,
     pub lib: PathBuf,
     pub stat_dir: PathBuf,
     pub reg: Arc<Registry>,
@@ -24,6 +27,26 @@ pub struct Env {
     pub cpu: usize,
     pub soakfork: PathBuf,
     pub dnsloop: PathBuf,
+    /// The running iperf3 run's server pid and when its client stops
+    /// sending (seconds of the run): the pause picks a run it ends inside.
+    pub iperf3_now: std::sync::Mutex<Option<(u32, f64)>>,
+}
+
+/// The workloads, each on its own testbed; `control` runs sockperf as the
+/// `sockperf` workload does, without the shim, for its RSS.
+pub const WORKLOADS: &[(&str, char)] =
+    &[("iperf3", 'i'), ("sockperf", 'p'), ("dns", 'd'), ("fork", 'f'), ("control", 'c')];
+
+/// The workload a process of the run belongs to, by its name.
+pub fn workload_of(name: &str) -> &'static str {
+    match name.split(['-', '#']).next().unwrap_or("") {
+        "iperf3" => "iperf3",
+        "sockperf" => "sockperf",
+        "dnsmasq" | "dns" => "dns",
+        "fork" => "fork",
+        "control" => "control",
+        _ => "other",
+    }
 }
 
 /// The ports of the workloads on host b.
@@ -36,19 +59,27 @@ pub const DNS_NAME: &str = "www.soak.test";
 const DNS_ADDR: &str = "198.18.0.99";
 
 impl Env {
-    /// `argv` under the shim in host `host`; on b pinned to the receivers' CPU.
-    fn command(&self, host: char, argv: &[&str]) -> std::process::Command {
+    /// The testbed of `workload` (the first one for a process of none).
+    pub fn bed(&self, workload: &str) -> &Testbed {
+        &self.beds.iter().find(|(w, _)| *w == workload).unwrap_or(&self.beds[0]).1
+    }
+
+    /// Process `name`'s `argv` in host `host` of its workload's testbed,
+    /// under the shim (the control without); on b pinned to the receivers' CPU.
+    fn command(&self, name: &str, host: char, argv: &[&str]) -> std::process::Command {
         let cpu = self.cpu.to_string();
         let mut full: Vec<&str> = Vec::new();
         if host == 'b' {
             full.extend(["taskset", "-c", &cpu]);
         }
         full.extend_from_slice(argv);
-        app_command(&self.tb, host, Stack::Eudp("default"), &self.lib, &self.stat_dir, &full)
+        let workload = workload_of(name);
+        let stack = if workload == "control" { Stack::Kernel } else { Stack::Eudp("default") };
+        app_command(self.bed(workload), host, stack, &self.lib, &self.stat_dir, &full)
     }
 
     fn spawn(&self, name: &str, host: char, argv: &[&str]) -> Result<Proc, String> {
-        Proc::spawn(&self.reg, &self.plan, name, self.command(host, argv), true)
+        Proc::spawn(&self.reg, &self.plan, name, self.command(name, host, argv), true)
     }
 
     fn wait_udp(&self, p: &Proc, port: u16) -> Result<(), String> {
@@ -104,6 +135,7 @@ pub fn iperf3(env: &Env) -> Value {
 
 fn iperf3_run(env: &Env, n: usize, secs: u64) -> Result<Value, String> {
     let start = env.plan.now();
+    let before = kernel::snapshot(env.bed("iperf3"));
     // GRO off on the server (`EUDP_GRO=0`): the kernel then counts each
     // datagram it drops at the server's socket, and the balance is exact.
     let srv =
@@ -131,8 +163,14 @@ fn iperf3_run(env: &Env, n: usize, secs: u64) -> Result<Value, String> {
         ],
     )?;
     let (srv_pid, cli_pid) = (srv.pid(), cli.pid());
+    *env.iperf3_now.lock().unwrap_or_else(|e| e.into_inner()) = Some((srv_pid, env.plan.now() + secs as f64));
     let out = cli.finish(Duration::from_secs(secs + 20));
+    *env.iperf3_now.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let _ = srv.stop(libc::SIGINT, Duration::from_secs(5));
+    // Datagrams still in flight when the server closed meet a closed port
+    // (NoPorts) within moments, before the next server binds.
+    std::thread::sleep(Duration::from_millis(100));
+    let kernel = kernel::to_json(&kernel::delta(&before, &kernel::snapshot(env.bed("iperf3"))), true);
     let v = first_json(&out?).ok_or("iperf3: no JSON")?;
     if let Some(e) = v["error"].as_str() {
         return Err(format!("iperf3: {e}"));
@@ -156,6 +194,8 @@ fn iperf3_run(env: &Env, n: usize, secs: u64) -> Result<Value, String> {
     Ok(json!({
         "run": n, "start_s": start, "secs": secs, "client_pid": cli_pid, "server_pid": srv_pid,
         "sent": sent, "received": expected.saturating_sub(lost), "lost": lost,
+        "server_expected": expected, "sent_after_the_servers_last": sent.saturating_sub(expected),
+        "kernel": kernel,
         "lost_percent": recv["lost_percent"], "out_of_order": recv["out_of_order"],
         "longest_empty_interval_ms": longest_empty * 1000.0,
     }))
@@ -163,7 +203,15 @@ fn iperf3_run(env: &Env, n: usize, secs: u64) -> Result<Value, String> {
 
 /// sockperf ping-pong at 1000 messages/s for the whole run.
 pub fn sockperf(env: &Env) -> Value {
-    sockperf_run(env).unwrap_or_else(|e| json!({ "tool": "sockperf", "error": e }))
+    sockperf_run(env, "").unwrap_or_else(|e| json!({ "tool": "sockperf", "error": e }))
+}
+
+/// The same sockperf pair without the shim, on its own testbed: what the
+/// programs' RSS does by itself.
+pub fn control(env: &Env) -> Value {
+    let mut v = sockperf_run(env, "control-").unwrap_or_else(|e| json!({ "tool": "sockperf", "error": e }));
+    v["stack"] = "kernel (no shim)".into();
+    v
 }
 
 fn parse_after(s: &str, key: &str) -> Option<f64> {
@@ -173,13 +221,17 @@ fn parse_after(s: &str, key: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-fn sockperf_run(env: &Env) -> Result<Value, String> {
-    let srv = env.spawn("sockperf-server", 'b', &["sockperf", "server", "-i", ADDR_B, "-p", SOCKPERF_PORT])?;
+fn sockperf_run(env: &Env, prefix: &str) -> Result<Value, String> {
+    let srv = env.spawn(
+        &format!("{prefix}sockperf-server"),
+        'b',
+        &["sockperf", "server", "-i", ADDR_B, "-p", SOCKPERF_PORT],
+    )?;
     env.wait_udp(&srv, SOCKPERF_PORT.parse().unwrap_or(0))?;
     let secs = env.plan.left().floor().max(1.0) as u64;
     let t = secs.to_string();
     let cli = env.spawn(
-        "sockperf-client",
+        &format!("{prefix}sockperf-client"),
         'a',
         &["sockperf", "ping-pong", "-i", ADDR_B, "-p", SOCKPERF_PORT, "-t", &t, "-m", "64", "--mps", "1000"],
     )?;
@@ -290,7 +342,7 @@ fn fork_run(env: &Env) -> Result<Value, String> {
 /// A busy loop on the receivers' CPU for `secs` (not under the shim).
 pub fn cpu_hog(env: &Env, secs: f64) -> Result<(), String> {
     let cpu = env.cpu.to_string();
-    let mut c = env.tb.command('b', "taskset");
+    let mut c = env.bed("iperf3").command('b', "taskset");
     c.args(["-c", &cpu, "sh", "-c", "while :; do :; done"]);
     let hog = Proc::spawn(&env.reg, &env.plan, "cpu-hog", c, false)?;
     env.plan.sleep_until(env.plan.now() + secs);
