@@ -65,15 +65,21 @@ fn faults(env: &Env) -> Vec<Value> {
     if plan.sleep_until(plan.secs * PAUSE_AT) {
         // A server whose run ends inside the pause would close with its
         // socket full, which tests a close, not a pause: the pause waits
-        // for a run with room left (and between two runs for the next).
+        // for a run with room left (between two runs, for the next), and
+        // takes any running server once the soak has no time to wait.
         let room = PAUSE_ROOM_SECS.min(plan.secs * 0.05);
+        let last_chance = (plan.now() + 40.0).min(plan.secs - pause - 1.0);
         let mut target = None;
-        let give_up = plan.now() + 40.0;
-        while target.is_none() && plan.now() < give_up && !plan.stopped() {
+        let mut left_after = None;
+        while target.is_none() && plan.now() < plan.secs && !plan.stopped() {
             let now = *env.iperf3_now.lock().unwrap_or_else(|e| e.into_inner());
-            target = now
-                .filter(|(_, end)| end - plan.now() >= pause + room)
-                .and_then(|(pid, _)| env.reg.signal_pid(pid, libc::SIGSTOP).then_some(pid));
+            let t = plan.now();
+            if let Some((pid, end)) = now.filter(|(_, end)| end - t >= pause + room || t >= last_chance) {
+                if env.reg.signal_pid(pid, libc::SIGSTOP) {
+                    target = Some(pid);
+                    left_after = Some(end - t - pause);
+                }
+            }
             if target.is_none() {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -84,7 +90,7 @@ fn faults(env: &Env) -> Vec<Value> {
             env.reg.signal_pid(pid, libc::SIGCONT);
         }
         done.push(json!({ "fault": "receiver paused (SIGSTOP, SIGCONT)", "workload": "iperf3", "pid": target,
-                          "at_s": at, "for_s": plan.now() - at,
+                          "at_s": at, "for_s": plan.now() - at, "run_left_after_pause_s": left_after,
                           "error": target.is_none().then_some("no iperf3 receiver to pause") }));
     }
     done

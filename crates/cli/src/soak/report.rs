@@ -219,7 +219,15 @@ fn iperf3_runs(runs: &[Value], counters: &Value) -> Vec<Value> {
             let ring_unread = srv.map(|x| taken(x) as i64 - received - 1);
             let tail = r["sent_after_the_servers_last"].as_u64().unwrap_or(0);
             let mut verdict = k["verdict"].as_str().unwrap_or("").to_string();
-            if off > 0 && tail > 0 && k["own_sum"].as_i64().unwrap_or(0) < off {
+            let own = k["own_sum"].as_i64().unwrap_or(0);
+            if off > 0 && ring_unread.is_some_and(|r| r + own == off) {
+                verdict = format!(
+                    "explained exactly: eudp's ring held {} datagrams when the server closed (a close discards them \
+                     uncounted, as the kernel's close does its queue){}",
+                    ring_unread.unwrap_or(0),
+                    if own > 0 { ", the rest by the kernel's counters" } else { "" }
+                );
+            } else if off > 0 && tail > 0 && own < off {
                 verdict += &format!(
                     "; the server closed with {tail} datagrams sent after the last it read: what its socket held \
                      at the close is discarded uncounted (eudp's ring held {}, the rest was in the kernel socket, \
@@ -326,7 +334,8 @@ pub fn stalls(w: &Value, faults: &[Value]) -> Vec<Value> {
         json!({ "workload": "iperf3", "longest_ms": iperf_all, "longest_not_own_fault_ms": iperf_other,
                 "how": "the receiver's one-second intervals without a datagram (1 s resolution)" }),
         json!({ "workload": "sockperf", "longest_ms": max_us.map(|x| x / 1000.0),
-                "longest_not_own_fault_ms": max_us.map(|x| x / 1000.0), "how": "the longest round trip" }),
+                "longest_not_own_fault_ms": max_us.map(|x| x / 1000.0), "how": "the longest round trip",
+                "control_longest_ms": w["control"]["max_us"].as_f64().map(|x| x / 1000.0) }),
         gaps(&w["dns"], "dns", "the longest time between two answers"),
         gaps(&w["fork"], "fork", "the longest time between two children that got every echo"),
     ]
@@ -405,5 +414,21 @@ mod tests {
         let b = &balance(&w, &c, &Value::Null)[0];
         assert_eq!(b["exact"].as_bool(), Some(false), "{b}");
         assert_eq!(b["socket_drops_in_datagrams_estimate"].as_f64(), Some(100.0), "{b}");
+    }
+
+    #[test]
+    fn a_run_whose_server_closed_with_its_ring_holding_datagrams_is_explained_by_them() {
+        // 100 sent, 90 read, 8 dropped at the socket, 2 in the ring at the close (taken: 90 + 2 + the hello).
+        let w = json!({ "iperf3": { "runs": [{ "run": 1, "server_pid": 7, "client_pid": 8, "sent": 100, "received": 90,
+                                               "sent_after_the_servers_last": 2, "kernel": {} }] } });
+        let server = json!({ "pid": 7, "engine": { "gro": false }, "closed": [{ "stats": {
+            "socket_drops": 8, "datagrams_received": 93 } }] });
+        let c = json!({ "reports": [server], "by_workload": { "iperf3": { "drops": 8, "socket_level_drops": 8 } } });
+        let b = &balance(&w, &c, &Value::Null)[0];
+        let run = &b["per_run"][0];
+        assert_eq!((run["off_by"].as_i64(), run["ring_unread_at_close"].as_i64()), (Some(2), Some(2)), "{run}");
+        assert!(run["verdict"].as_str().unwrap().starts_with("explained exactly: eudp's ring held 2"), "{run}");
+        assert_eq!(b["balanced"], false, "never folded into the counted drops: {b}");
+        assert_eq!(b["off_in_runs_whose_server_closed_with_datagrams_in_flight"], 2);
     }
 }
