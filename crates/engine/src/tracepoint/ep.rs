@@ -119,6 +119,16 @@ pub fn rx_stamps_ready(flags: i32) {
     }
 }
 
+/// As [`rx_stamps_ready`], then looks again for up to `wait` until an
+/// arriving packet carries its stamp (for tracing turned on at run time,
+/// where waiting at the start costs no traced packet; under load the
+/// kernel's deferred switch can take longer than the first look). Returns
+/// whether stamping is confirmed (true when `flags` asks for no RX stamps).
+pub fn rx_stamps_confirmed(flags: i32, wait: std::time::Duration) -> bool {
+    rx_stamps_ready(flags);
+    flags & libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32 == 0 || timestamp::hold_rx_timestamps(wait)
+}
+
 /// Called by the backend's batched receive for message `i` carrying a
 /// `CLOCK_REALTIME` RX_SOFTWARE stamp.
 /// It only keeps the stamp: mapping it onto the trace clock waits until
