@@ -5,8 +5,9 @@
 //! The request goes through the process's stats directory (the shim's
 //! `live_trace`): this writes `trace-PID.request` there, the shim's stats
 //! writer picks it up within one of its periods (`EUDP_STAT_MS`, 1 s by
-//! default), traces every endpoint of the process for the time asked,
-//! writes its dump to `DIR/raw-attach-PID.json` and then
+//! default), opens the window at a moment when none of the process's
+//! datagrams is on its way, traces every endpoint of the process for the
+//! time asked, writes its dump to `DIR/raw-attach-PID.json` and then
 //! `trace-PID.done`.
 
 use super::args::TraceArgs;
@@ -73,8 +74,16 @@ pub fn attach(a: &TraceArgs, pid: u32) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The dump's path, then `busy` when the window opened with datagrams
+    // on their way (the shim found no quiet moment).
+    let busy = std::fs::read_to_string(&done).is_ok_and(|t| t.lines().nth(1) == Some("busy"));
     let _ = std::fs::remove_file(&done);
-    let r = analyse_dumps(a, &out, PREFIX, "eudp", &format!("{} by process {pid}", pattern.display()), true)?;
+    let mut r = analyse_dumps(a, &out, PREFIX, "eudp", &format!("{} by process {pid}", pattern.display()), true)?;
+    if busy {
+        r.notes.push(format!(
+            "process {pid} always had datagrams on their way, so the window opened with some: its first sends and receives may be paired apart"
+        ));
+    }
     let packets = r.paths.len() as u64;
     let args = TraceArgs {
         size: r.size,

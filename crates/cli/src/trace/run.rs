@@ -164,6 +164,7 @@ pub(super) fn analyse_dumps(
         .unwrap_or(a.size);
     let mut paths = resolve::sampled(resolve::join_eps(tx, Some(flow.tx_ep), rx, Some(flow.rx_ep)), a.view.sample);
     let in_flight = if window { drop_in_flight(stack, &mut paths) } else { 0 };
+    let begun = if window { drop_begun_before(&mut paths) } else { 0 };
     let (paths, note) = cut_at_full_buffer(stack, size, paths, tx, rx);
     if note.is_some() && paths.is_empty() {
         return Err(format!("{stack} run: a trace buffer filled before the first datagram had all its layers ({} events dropped); raise EUDP_TRACE_EVENTS", tx.dropped.max(rx.dropped)));
@@ -175,6 +176,11 @@ pub(super) fn analyse_dumps(
     if in_flight > 0 {
         r.notes.push(format!(
             "{stack} {size} B: the window closed with {in_flight} traced datagrams on their way; they are left out"
+        ));
+    }
+    if begun > 0 {
+        r.notes.push(format!(
+            "{stack} {size} B: {begun} send calls began before the window opened and were numbered in it; they are left out"
         ));
     }
     if a.view.sample > 1 {
@@ -192,6 +198,16 @@ fn drop_in_flight(stack: &str, paths: &mut Vec<Path>) -> usize {
         paths.pop();
     }
     before - paths.len()
+}
+
+/// Drops the first paths while they lack the application's send call: a
+/// call that was waiting for the endpoint's send lock while the window
+/// opened gets its number in the window but no call event. Returns how
+/// many.
+fn drop_begun_before(paths: &mut Vec<Path>) -> usize {
+    let n = paths.iter().take_while(|p| p.points[0].is_none()).count();
+    paths.drain(..n);
+    n
 }
 
 /// A program runs as long as it likes, and a thread's trace buffer keeps

@@ -97,8 +97,26 @@ pub fn read_tx_timestamps(fd: RawFd, f: &mut dyn FnMut(u32, bool, u64)) -> usize
 /// so later sockets turn stamping on at once and closing them never turns
 /// it off), then sends itself one-byte datagrams over loopback until one
 /// arrives stamped, for up to `wait`. Returns whether one did (false where
-/// loopback is down: then only the hold is in place).
+/// loopback is down: then only the hold is in place). Later calls reuse the
+/// held socket: they only look again, for up to their own `wait`.
 pub fn hold_rx_timestamps(wait: Duration) -> bool {
+    // The held socket, bound to loopback and connected to itself (-1: none
+    // yet); the lock also keeps two probes from reading each other's bytes.
+    static HELD: std::sync::Mutex<RawFd> = std::sync::Mutex::new(-1);
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    if *held < 0 {
+        match hold_socket() {
+            Some(fd) => *held = fd,
+            None => return false,
+        }
+    }
+    probe_rx_timestamp(*held, wait)
+}
+
+/// Opens the socket [`hold_rx_timestamps`] keeps, asks it for receive
+/// timestamps and connects it to itself on loopback; `None` where that
+/// fails (a socket that asked for timestamps stays open even then).
+fn hold_socket() -> Option<RawFd> {
     let Ok(sock) = new_private(|| {
         // SAFETY: plain syscall; the fd is owned below.
         let fd = cvt(unsafe {
@@ -107,7 +125,7 @@ pub fn hold_rx_timestamps(wait: Duration) -> bool {
         // SAFETY: fresh fd owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }) else {
-        return false;
+        return None;
     };
     let fd = sock.as_raw_fd();
     let flags = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
@@ -122,7 +140,7 @@ pub fn hold_rx_timestamps(wait: Duration) -> bool {
         )
     } != 0
     {
-        return false;
+        return None;
     }
     // From here on the kernel's count is held: keep the socket for good.
     std::mem::forget(sock);
@@ -138,8 +156,14 @@ pub fn hold_rx_timestamps(wait: Duration) -> bool {
     if unsafe {
         libc::bind(fd, ap, len) != 0 || libc::getsockname(fd, ap, &mut len) != 0 || libc::connect(fd, ap, len) != 0
     } {
-        return false;
+        return None;
     }
+    Some(fd)
+}
+
+/// Sends the held socket `fd` one-byte datagrams until one arrives with a
+/// receive timestamp, for up to `wait`; true when one did.
+fn probe_rx_timestamp(fd: RawFd, wait: Duration) -> bool {
     let t0 = std::time::Instant::now();
     loop {
         // SAFETY: one byte from a live buffer on a connected socket.

@@ -28,7 +28,8 @@ thread_local! {
     /// began before tracing was turned on at run time (when the kernel did
     /// not stamp it) does not shift the numbering against the kernel's keys.
     static SYS_TRACED: Cell<bool> = const { Cell::new(false) };
-    /// Arrival index of the datagram this thread popped last.
+    /// Arrival index of the datagram this thread popped last, u64::MAX when
+    /// it was not sampled.
     static LAST_POP: Cell<u64> = const { Cell::new(u64::MAX) };
     /// RX_SOFTWARE stamps (`CLOCK_REALTIME`) of the last batched receive on
     /// this thread, by message (0: none).
@@ -119,6 +120,16 @@ pub fn rx_stamps_ready(flags: i32) {
     }
 }
 
+/// As [`rx_stamps_ready`], then looks again for up to `wait` until an
+/// arriving packet carries its stamp (for tracing turned on at run time,
+/// where waiting at the start costs no traced packet; under load the
+/// kernel's deferred switch can take longer than the first look). Returns
+/// whether stamping is confirmed (true when `flags` asks for no RX stamps).
+pub fn rx_stamps_confirmed(flags: i32, wait: std::time::Duration) -> bool {
+    rx_stamps_ready(flags);
+    flags & libc::SOF_TIMESTAMPING_RX_SOFTWARE as i32 == 0 || timestamp::hold_rx_timestamps(wait)
+}
+
 /// Called by the backend's batched receive for message `i` carrying a
 /// `CLOCK_REALTIME` RX_SOFTWARE stamp.
 /// It only keeps the stamp: mapping it onto the trace clock waits until
@@ -150,10 +161,13 @@ pub(super) fn take_rx_stamp_at(i: usize, now: u64) -> u64 {
 
 /// Tags the datagram this thread received last with the application's own
 /// sequence number (lets `eudp trace` match packets across lost datagrams).
+/// Called after every receive, so inlined into the caller: an unsampled
+/// datagram then costs a load or two rather than a call.
+#[inline]
 pub fn tag_received(app_seq: u64) {
     if on() {
         let i = LAST_POP.with(Cell::get);
-        if i != u64::MAX && sampled(i) {
+        if i != u64::MAX {
             push(Kind::AppSeq, 0, i, app_seq);
         }
     }
@@ -238,10 +252,15 @@ impl EpTrace {
     /// gets its sequence number when it is posted or queued.
     #[inline]
     pub fn send_enter(&self, bytes: usize) -> SendToken {
-        CUR.with(|c| c.set((u64::MAX, DIRECT)));
         // The seq this call will most likely get (exact with one sending
-        // thread); unsampled calls read no clock at all.
-        let enter = if sampled(self.tx_seq.load(Relaxed)) { stamp().0.max(1) } else { 0 };
+        // thread); unsampled calls read no clock and touch no thread-local:
+        // their return records nothing.
+        let enter = if sampled(self.tx_seq.load(Relaxed)) {
+            CUR.with(|c| c.set((u64::MAX, DIRECT)));
+            stamp().0.max(1)
+        } else {
+            0
+        };
         SendToken { enter, bytes: bytes as u64 }
     }
 
@@ -280,9 +299,12 @@ impl EpTrace {
     /// call was not sampled or never posted).
     #[inline]
     pub fn send_return(&self, t: SendToken) {
-        let (seq, q) = CUR.with(Cell::get);
         // The call decided when it was entered (enter 0: not traced).
-        if t.enter == 0 || seq == u64::MAX {
+        if t.enter == 0 {
+            return;
+        }
+        let (seq, q) = CUR.with(Cell::get);
+        if seq == u64::MAX {
             return;
         }
         let (now, tsc) = stamp();
@@ -449,12 +471,14 @@ impl EpTrace {
     }
 
     /// A datagram left the ring, under the ring's lock (no event: the
-    /// receive call's return marks it).
+    /// receive call's return marks it). Only a sampled datagram's index is
+    /// kept for the return (and for [`tag_received`]), so they need not
+    /// decide again.
     #[inline]
     pub fn pop(&self) {
         if on() {
             let i = bump_locked(&self.rx_out, 1);
-            LAST_POP.with(|c| c.set(i));
+            LAST_POP.with(|c| c.set(if sampled(i) { i } else { u64::MAX }));
         }
     }
 
@@ -474,7 +498,7 @@ impl EpTrace {
     #[inline]
     pub fn recv_return(&self, enter: u64) {
         let i = LAST_POP.with(Cell::get);
-        if i != u64::MAX && enter != 0 && sampled(i) {
+        if i != u64::MAX && enter != 0 {
             let (now, tsc) = stamp();
             push_raw(word1(Kind::RecvCall, self.id, tsc, 0), now, enter, i);
         }

@@ -5,8 +5,11 @@
 //! `secs` (how long) and `sample` (one datagram in N). The stats writer
 //! thread looks for it on each of its periods ([`poll`]); a thread of its
 //! own then turns tracing on for every open endpoint (and those opened
-//! meanwhile), waits, turns it off, writes the dump, and writes
-//! `trace-PID.done` (the dump's path) beside the request.
+//! meanwhile) at a moment when no datagram is on its way (see
+//! `eudp_engine::endpoint::live_trace`), waits, turns it off, writes the
+//! dump, and writes `trace-PID.done` beside the request: the dump's path,
+//! and on a second line `busy` when no quiet moment came and the window
+//! opened with datagrams on their way.
 
 use crate::log::dlog;
 use eudp_engine::endpoint::live_trace;
@@ -68,8 +71,9 @@ pub fn poll(endpoints: Endpoints) {
     }
     let started = std::thread::Builder::new().name("eudp-trace".into()).spawn(move || {
         eudp_engine::sys::process::block_async_signals();
-        window(&r, endpoints);
-        let _ = crate::fdspace::with_room(|| std::fs::write(done_path(&dir, pid), &r.dump));
+        let quiet = window(&r, endpoints);
+        let done = if quiet { r.dump.clone() } else { format!("{}\nbusy", r.dump) };
+        let _ = crate::fdspace::with_room(|| std::fs::write(done_path(&dir, pid), done));
         ACTIVE.store(false, SeqCst);
     });
     if started.is_err() {
@@ -77,15 +81,21 @@ pub fn poll(endpoints: Endpoints) {
     }
 }
 
-fn window(r: &Request, endpoints: Endpoints) {
+/// Traces for the time asked; returns whether the window opened at a
+/// quiet moment.
+fn window(r: &Request, endpoints: Endpoints) -> bool {
     tracepoint::set_sample(r.sample);
     tracepoint::set_path(&r.dump);
     let eps = endpoints();
-    live_trace::start(&eps.iter().map(|e| &**e).collect::<Vec<_>>());
+    let quiet = live_trace::start(&eps.iter().map(|e| &**e).collect::<Vec<_>>());
+    if !quiet {
+        dlog!("trace attach: no moment without datagrams on their way came; the window opened with some");
+    }
     std::thread::sleep(Duration::from_secs_f64(r.secs));
     let eps = endpoints();
     live_trace::stop(&eps.iter().map(|e| &**e).collect::<Vec<_>>());
     if let Err(e) = crate::fdspace::with_room(tracepoint::finish) {
         dlog!("trace attach: writing {}: {e}", r.dump);
     }
+    quiet
 }
