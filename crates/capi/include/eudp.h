@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <netinet/in.h>
 
 #ifdef __cplusplus
@@ -459,8 +460,9 @@ int eudp_emp_counters(eudp_emp *ep, uint32_t peer, struct eudp_emp_counters *out
  * Asynchronous sends from the caller's buffers (docs/async.md)
  *
  * An eudp_async sender owns one UDP socket. eudp_async_send() sends each
- * datagram from the caller's buffer where it lies (MSG_ZEROCOPY): the
- * kernel may read the buffer after the call returns. Ownership: a buffer
+ * datagram from the caller's buffer where it lies (MSG_ZEROCOPY, or
+ * io_uring SEND_ZC with EUDP_ASYNC_URING): the kernel may read the buffer
+ * after the call returns. Ownership: a buffer
  * belongs to the library from eudp_async_send() until its completion has
  * been returned by eudp_async_completions(); do not write, free or reuse
  * it before. Each datagram gets exactly one completion, with its token,
@@ -468,7 +470,9 @@ int eudp_emp_counters(eudp_emp *ep, uint32_t peer, struct eudp_emp_counters *out
  * all (EUDP_ASYNC_COPIED: always so on loopback and veth, whose receivers
  * need bytes of their own, and for copying sends). Consecutive datagrams
  * of one call to one destination with one size go out as GSO runs.
- * The handle may be used from several threads; calls on it are serialised.
+ * The handle may be used from several threads; calls on it are serialised,
+ * except the wait of eudp_async_wait(), which holds no lock (several
+ * threads may wait at once while others send).
  * ------------------------------------------------------------------------ */
 
 /** A sender (opaque). */
@@ -478,13 +482,25 @@ typedef struct eudp_async eudp_async;
 #define EUDP_ASYNC_COPY   1u
 /** eudp_async_config.flags: send every datagram alone (no GSO runs). */
 #define EUDP_ASYNC_NO_GSO 2u
+/**
+ * eudp_async_config.flags: send through io_uring SEND_ZC (SENDMSG_ZC for
+ * GSO runs) instead of sendmsg(MSG_ZEROCOPY); eudp_async_open() fails with
+ * EOPNOTSUPP where the kernel lacks it (before Linux 6.1).
+ */
+#define EUDP_ASYNC_URING  4u
 /** eudp_async_completion.flags: the kernel copied the payload. */
 #define EUDP_ASYNC_COPIED 1u
+/** eudp_async_engine(): every send copies. */
+#define EUDP_ASYNC_ENGINE_COPY         0
+/** eudp_async_engine(): sendmsg(MSG_ZEROCOPY), notifications on the error queue. */
+#define EUDP_ASYNC_ENGINE_MSG_ZEROCOPY 1
+/** eudp_async_engine(): io_uring SEND_ZC / SENDMSG_ZC. */
+#define EUDP_ASYNC_ENGINE_URING        2
 
 /** Knobs of a sender for eudp_async_open(); a zero field takes its default. */
 struct eudp_async_config {
     uint32_t max_in_flight;      /* most buffers the library holds at once (1024) */
-    uint32_t flags;              /* EUDP_ASYNC_COPY | EUDP_ASYNC_NO_GSO */
+    uint32_t flags;              /* EUDP_ASYNC_COPY | EUDP_ASYNC_NO_GSO | EUDP_ASYNC_URING */
 };
 
 /** One datagram for eudp_async_send(). */
@@ -541,8 +557,26 @@ ssize_t eudp_async_send(eudp_async *s, const struct eudp_async_msg *msgs, size_t
 /** Reads up to max completions without waiting; returns how many (0: none). */
 ssize_t eudp_async_completions(eudp_async *s, struct eudp_async_completion *out, size_t max);
 
-/** Waits up to timeout_ms (-1: no limit) for completions: 1 ready, 0 timeout. */
+/**
+ * Waits up to timeout_ms (-1: no limit) for completions: 1 ready, 0
+ * timeout. Holds no lock while it waits: other threads send and read
+ * completions meanwhile, and several threads may wait on one sender (each
+ * returns 1 while completions wait to be read).
+ */
 int eudp_async_wait(eudp_async *s, int timeout_ms);
+
+/**
+ * Registers n buffer regions with an EUDP_ASYNC_URING sender, once
+ * (IORING_REGISTER_BUFFERS): a datagram whose bytes lie inside one region
+ * is sent from that region's pages, pinned now, instead of pinning its own
+ * pages per send. Each region must stay mapped at its address while the
+ * sender lives. -1 with EOPNOTSUPP for other engines, EBUSY when regions
+ * are registered already, EINVAL, ENOMEM (the locked-memory limit).
+ */
+int eudp_async_register(eudp_async *s, const struct iovec *regions, size_t n);
+
+/** The engine in use: EUDP_ASYNC_ENGINE_COPY, _MSG_ZEROCOPY or _URING. */
+int eudp_async_engine(eudp_async *s);
 
 /**
  * A file descriptor readable while completions wait to be read (poll,

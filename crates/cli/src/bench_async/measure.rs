@@ -85,7 +85,7 @@ fn sender(ends: &Ends, dst: SocketAddr, size: usize, zerocopy: bool, secs: f64) 
     }
     let sock = UdpSocket::bind((ends.sender_ip, 0)).map_err(|e| e.to_string())?;
     sock.connect(dst).map_err(|e| e.to_string())?;
-    let cfg = AsyncConfig { zerocopy, gso: true, max_in_flight: IN_FLIGHT };
+    let cfg = AsyncConfig { zerocopy, max_in_flight: IN_FLIGHT, ..AsyncConfig::default() };
     let mut s: AsyncSender<Vec<u8>> = AsyncSender::new(sock, cfg).map_err(|e| e.to_string())?;
     let mut pool: Vec<Vec<u8>> = (0..IN_FLIGHT).map(|i| vec![i as u8; size]).collect();
     let mut done = Vec::new();
