@@ -591,6 +591,85 @@ int eudp_async_zerocopy(eudp_async *s);
 /** Buffers the library holds: sent and not completed, or completed and not read. */
 ssize_t eudp_async_in_flight(eudp_async *s);
 
+/* ------------------------------------------------------------------------
+ * Asynchronous receives into the library's buffers (docs/async.md)
+ *
+ * An eudp_async_rx receiver owns one bound UDP socket and an io_uring
+ * multishot receive into a ring of its buffers (Linux 6.0 or later). The
+ * kernel writes each datagram (or GRO run of datagrams) into a buffer;
+ * eudp_async_recv_next() lends buffers to the caller by reference, without
+ * a copy, and eudp_async_recv_release() gives each back to the ring. A
+ * lent buffer's bytes stay valid and unchanged until its release. While the
+ * caller holds every buffer the receive pauses (datagrams wait in the
+ * socket's buffer) and resumes on the next release.
+ * ------------------------------------------------------------------------ */
+
+/** A receiver (opaque). */
+typedef struct eudp_async_rx eudp_async_rx;
+
+/** eudp_async_rx_config.flags: take datagrams one by one (no UDP_GRO). */
+#define EUDP_ASYNC_RX_NO_GRO    1u
+/** eudp_async_rx_datagram.flags: the datagram did not fit its buffer. */
+#define EUDP_ASYNC_RX_TRUNCATED 1u
+
+/** Knobs of a receiver for eudp_async_recv_open(); a zero field takes its default. */
+struct eudp_async_rx_config {
+    uint32_t buffers;            /* buffers in the ring, a power of two (64) */
+    uint32_t buffer_size;        /* bytes per buffer, about 300 of them headers (65536 + 512) */
+    uint32_t flags;              /* EUDP_ASYNC_RX_NO_GRO */
+    uint32_t reserved;
+};
+
+/** One lent buffer. */
+struct eudp_async_rx_datagram {
+    const void *data;            /* the payload in place: one datagram, or a GRO run's
+                                    datagrams back to back, each segment bytes but the last */
+    size_t len;                  /* payload bytes */
+    uint32_t segment;            /* GRO segment size; 0 for a lone datagram */
+    uint32_t flags;              /* EUDP_ASYNC_RX_TRUNCATED */
+    uint64_t lease;              /* for eudp_async_recv_release() */
+    struct sockaddr_storage src; /* the sender */
+    socklen_t srclen;
+    uint32_t reserved;
+};
+
+/**
+ * Opens a receiver bound to addr with its receive armed. cfg: NULL for the
+ * defaults. NULL with errno ENOSYS or EINVAL where the kernel lacks io_uring
+ * provided-buffer rings, EADDRINUSE, ENOMEM, ...
+ */
+eudp_async_rx *eudp_async_recv_open(const struct sockaddr *addr, socklen_t addrlen,
+                                    const struct eudp_async_rx_config *cfg);
+
+/** Frees the receiver; pointers of buffers not released become invalid. */
+int eudp_async_recv_close(eudp_async_rx *r);
+
+/** The bound address, like getsockname(2). */
+int eudp_async_recv_local_addr(eudp_async_rx *r, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/**
+ * Arms the receive unless it is armed. Opening arms it, and a release
+ * after the ring ran dry arms it again; call it before polling the fd to
+ * be sure.
+ */
+int eudp_async_recv_arm(eudp_async_rx *r);
+
+/**
+ * Lends up to max received buffers, waiting up to timeout_ms (-1: no
+ * limit, 0: none) for the first; returns how many (0: none in time). The
+ * wait holds no lock. Call it until it returns fewer than max before
+ * polling the fd again: buffers the library already took from the kernel
+ * do not make the fd readable.
+ */
+ssize_t eudp_async_recv_next(eudp_async_rx *r, struct eudp_async_rx_datagram *out, size_t max,
+                             int timeout_ms);
+
+/** Gives a lent buffer back; -1 with ENOENT for a lease not lent. */
+int eudp_async_recv_release(eudp_async_rx *r, uint64_t lease);
+
+/** A descriptor readable while received datagrams wait (poll, select, epoll). */
+int eudp_async_recv_fd(eudp_async_rx *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,7 +113,11 @@ unsafe fn handle<'a>(h: *mut eudp_async) -> Result<&'a eudp_async, c_int> {
 
 /// # Safety
 /// `a` is null or readable for `len` bytes.
-unsafe fn socket_addr(a: *const sockaddr, len: socklen_t, op: addr::Op) -> Result<std::net::SocketAddr, c_int> {
+pub(crate) unsafe fn socket_addr(
+    a: *const sockaddr,
+    len: socklen_t,
+    op: addr::Op,
+) -> Result<std::net::SocketAddr, c_int> {
     if a.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
         return Err(EINVAL);
     }
