@@ -95,8 +95,8 @@ pub struct SendRing {
     rings: Rings,
     fd: OwnedFd,
     sock: RawFd,
-    /// Registered buffers, `(start, len)`, in registration order.
-    fixed: Vec<(usize, usize)>,
+    /// Registered buffers, `(start, len, index)`, sorted by start.
+    fixed: Vec<(usize, usize, u16)>,
     queued: u32,
 }
 
@@ -163,6 +163,9 @@ impl SendRing {
         if !self.fixed.is_empty() {
             return Err(io::Error::from_raw_os_error(libc::EBUSY));
         }
+        if regions.is_empty() || regions.len() > usize::from(u16::MAX) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
         let iov: Vec<libc::iovec> = regions
             .iter()
             .map(|r| libc::iovec { iov_base: r.as_ptr() as *mut libc::c_void, iov_len: r.len() })
@@ -181,19 +184,22 @@ impl SendRing {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        self.fixed = regions.iter().map(|r| (r.as_ptr() as usize, r.len())).collect();
+        self.fixed = regions.iter().enumerate().map(|(i, r)| (r.as_ptr() as usize, r.len(), i as u16)).collect();
+        self.fixed.sort_unstable();
         Ok(())
     }
 
     /// The registered buffer that holds all of `iov`, if one does.
     fn fixed_index(&self, iov: &[io::IoSlice<'_>]) -> Option<u16> {
-        let inside = |(start, len): (usize, usize), b: &[u8]| {
+        let first = iov.first()?.as_ptr() as usize;
+        // The last region that starts at or before the first byte.
+        let at = self.fixed.partition_point(|r| r.0 <= first).checked_sub(1)?;
+        let (start, len, index) = self.fixed[at];
+        let inside = |b: &io::IoSlice<'_>| {
             let a = b.as_ptr() as usize;
             a >= start && a + b.len() <= start + len
         };
-        let first = iov.first()?;
-        let i = self.fixed.iter().position(|&r| inside(r, first))?;
-        iov.iter().all(|b| inside(self.fixed[i], b)).then_some(i as u16)
+        iov.iter().all(inside).then_some(index)
     }
 
     /// Queues and submits `sends` (one `io_uring_enter` per
