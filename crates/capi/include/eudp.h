@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <netinet/in.h>
 
 #ifdef __cplusplus
@@ -459,8 +460,9 @@ int eudp_emp_counters(eudp_emp *ep, uint32_t peer, struct eudp_emp_counters *out
  * Asynchronous sends from the caller's buffers (docs/async.md)
  *
  * An eudp_async sender owns one UDP socket. eudp_async_send() sends each
- * datagram from the caller's buffer where it lies (MSG_ZEROCOPY): the
- * kernel may read the buffer after the call returns. Ownership: a buffer
+ * datagram from the caller's buffer where it lies (MSG_ZEROCOPY, or
+ * io_uring SEND_ZC with EUDP_ASYNC_URING): the kernel may read the buffer
+ * after the call returns. Ownership: a buffer
  * belongs to the library from eudp_async_send() until its completion has
  * been returned by eudp_async_completions(); do not write, free or reuse
  * it before. Each datagram gets exactly one completion, with its token,
@@ -468,7 +470,9 @@ int eudp_emp_counters(eudp_emp *ep, uint32_t peer, struct eudp_emp_counters *out
  * all (EUDP_ASYNC_COPIED: always so on loopback and veth, whose receivers
  * need bytes of their own, and for copying sends). Consecutive datagrams
  * of one call to one destination with one size go out as GSO runs.
- * The handle may be used from several threads; calls on it are serialised.
+ * The handle may be used from several threads; calls on it are serialised,
+ * except the wait of eudp_async_wait(), which holds no lock (several
+ * threads may wait at once while others send).
  * ------------------------------------------------------------------------ */
 
 /** A sender (opaque). */
@@ -478,13 +482,25 @@ typedef struct eudp_async eudp_async;
 #define EUDP_ASYNC_COPY   1u
 /** eudp_async_config.flags: send every datagram alone (no GSO runs). */
 #define EUDP_ASYNC_NO_GSO 2u
+/**
+ * eudp_async_config.flags: send through io_uring SEND_ZC (SENDMSG_ZC for
+ * GSO runs) instead of sendmsg(MSG_ZEROCOPY); eudp_async_open() fails with
+ * EOPNOTSUPP where the kernel lacks it (before Linux 6.1).
+ */
+#define EUDP_ASYNC_URING  4u
 /** eudp_async_completion.flags: the kernel copied the payload. */
 #define EUDP_ASYNC_COPIED 1u
+/** eudp_async_engine(): every send copies. */
+#define EUDP_ASYNC_ENGINE_COPY         0
+/** eudp_async_engine(): sendmsg(MSG_ZEROCOPY), notifications on the error queue. */
+#define EUDP_ASYNC_ENGINE_MSG_ZEROCOPY 1
+/** eudp_async_engine(): io_uring SEND_ZC / SENDMSG_ZC. */
+#define EUDP_ASYNC_ENGINE_URING        2
 
 /** Knobs of a sender for eudp_async_open(); a zero field takes its default. */
 struct eudp_async_config {
     uint32_t max_in_flight;      /* most buffers the library holds at once (1024) */
-    uint32_t flags;              /* EUDP_ASYNC_COPY | EUDP_ASYNC_NO_GSO */
+    uint32_t flags;              /* EUDP_ASYNC_COPY | EUDP_ASYNC_NO_GSO | EUDP_ASYNC_URING */
 };
 
 /** One datagram for eudp_async_send(). */
@@ -541,8 +557,26 @@ ssize_t eudp_async_send(eudp_async *s, const struct eudp_async_msg *msgs, size_t
 /** Reads up to max completions without waiting; returns how many (0: none). */
 ssize_t eudp_async_completions(eudp_async *s, struct eudp_async_completion *out, size_t max);
 
-/** Waits up to timeout_ms (-1: no limit) for completions: 1 ready, 0 timeout. */
+/**
+ * Waits up to timeout_ms (-1: no limit) for completions: 1 ready, 0
+ * timeout. Holds no lock while it waits: other threads send and read
+ * completions meanwhile, and several threads may wait on one sender (each
+ * returns 1 while completions wait to be read).
+ */
 int eudp_async_wait(eudp_async *s, int timeout_ms);
+
+/**
+ * Registers n buffer regions with an EUDP_ASYNC_URING sender, once
+ * (IORING_REGISTER_BUFFERS): a datagram whose bytes lie inside one region
+ * is sent from that region's pages, pinned now, instead of pinning its own
+ * pages per send. Each region must stay mapped at its address while the
+ * sender lives. -1 with EOPNOTSUPP for other engines, EBUSY when regions
+ * are registered already, EINVAL, ENOMEM (the locked-memory limit).
+ */
+int eudp_async_register(eudp_async *s, const struct iovec *regions, size_t n);
+
+/** The engine in use: EUDP_ASYNC_ENGINE_COPY, _MSG_ZEROCOPY or _URING. */
+int eudp_async_engine(eudp_async *s);
 
 /**
  * A file descriptor readable while completions wait to be read (poll,
@@ -556,6 +590,85 @@ int eudp_async_zerocopy(eudp_async *s);
 
 /** Buffers the library holds: sent and not completed, or completed and not read. */
 ssize_t eudp_async_in_flight(eudp_async *s);
+
+/* ------------------------------------------------------------------------
+ * Asynchronous receives into the library's buffers (docs/async.md)
+ *
+ * An eudp_async_rx receiver owns one bound UDP socket and an io_uring
+ * multishot receive into a ring of its buffers (Linux 6.0 or later). The
+ * kernel writes each datagram (or GRO run of datagrams) into a buffer;
+ * eudp_async_recv_next() lends buffers to the caller by reference, without
+ * a copy, and eudp_async_recv_release() gives each back to the ring. A
+ * lent buffer's bytes stay valid and unchanged until its release. While the
+ * caller holds every buffer the receive pauses (datagrams wait in the
+ * socket's buffer) and resumes on the next release.
+ * ------------------------------------------------------------------------ */
+
+/** A receiver (opaque). */
+typedef struct eudp_async_rx eudp_async_rx;
+
+/** eudp_async_rx_config.flags: take datagrams one by one (no UDP_GRO). */
+#define EUDP_ASYNC_RX_NO_GRO    1u
+/** eudp_async_rx_datagram.flags: the datagram did not fit its buffer. */
+#define EUDP_ASYNC_RX_TRUNCATED 1u
+
+/** Knobs of a receiver for eudp_async_recv_open(); a zero field takes its default. */
+struct eudp_async_rx_config {
+    uint32_t buffers;            /* buffers in the ring, a power of two (64) */
+    uint32_t buffer_size;        /* bytes per buffer, about 300 of them headers (65536 + 512) */
+    uint32_t flags;              /* EUDP_ASYNC_RX_NO_GRO */
+    uint32_t reserved;
+};
+
+/** One lent buffer. */
+struct eudp_async_rx_datagram {
+    const void *data;            /* the payload in place: one datagram, or a GRO run's
+                                    datagrams back to back, each segment bytes but the last */
+    size_t len;                  /* payload bytes */
+    uint32_t segment;            /* GRO segment size; 0 for a lone datagram */
+    uint32_t flags;              /* EUDP_ASYNC_RX_TRUNCATED */
+    uint64_t lease;              /* for eudp_async_recv_release() */
+    struct sockaddr_storage src; /* the sender */
+    socklen_t srclen;
+    uint32_t reserved;
+};
+
+/**
+ * Opens a receiver bound to addr with its receive armed. cfg: NULL for the
+ * defaults. NULL with errno ENOSYS or EINVAL where the kernel lacks io_uring
+ * provided-buffer rings, EADDRINUSE, ENOMEM, ...
+ */
+eudp_async_rx *eudp_async_recv_open(const struct sockaddr *addr, socklen_t addrlen,
+                                    const struct eudp_async_rx_config *cfg);
+
+/** Frees the receiver; pointers of buffers not released become invalid. */
+int eudp_async_recv_close(eudp_async_rx *r);
+
+/** The bound address, like getsockname(2). */
+int eudp_async_recv_local_addr(eudp_async_rx *r, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/**
+ * Arms the receive unless it is armed. Opening arms it, and a release
+ * after the ring ran dry arms it again; call it before polling the fd to
+ * be sure.
+ */
+int eudp_async_recv_arm(eudp_async_rx *r);
+
+/**
+ * Lends up to max received buffers, waiting up to timeout_ms (-1: no
+ * limit, 0: none) for the first; returns how many (0: none in time). The
+ * wait holds no lock. Call it until it returns fewer than max before
+ * polling the fd again: buffers the library already took from the kernel
+ * do not make the fd readable.
+ */
+ssize_t eudp_async_recv_next(eudp_async_rx *r, struct eudp_async_rx_datagram *out, size_t max,
+                             int timeout_ms);
+
+/** Gives a lent buffer back; -1 with ENOENT for a lease not lent. */
+int eudp_async_recv_release(eudp_async_rx *r, uint64_t lease);
+
+/** A descriptor readable while received datagrams wait (poll, select, epoll). */
+int eudp_async_recv_fd(eudp_async_rx *r);
 
 #ifdef __cplusplus
 }

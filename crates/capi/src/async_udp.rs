@@ -6,18 +6,29 @@
 //! buffer is the caller's again only when its completion has been read.
 
 use crate::{addr, code, guard, out_addr_ok, FOREVER};
-use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, Full, SendBuf};
+use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, Full, SendBuf, SendEngine};
+use eudp_engine::sys::poll::poll_readable;
 use eudp_engine::sys::sync::lock;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
-use libc::{AF_INET6, EAGAIN, EINVAL};
+use libc::{AF_INET6, EAGAIN, EINVAL, EOPNOTSUPP};
+use std::io;
 use std::net::UdpSocket;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// [`eudp_async_config::flags`]: copy every send (no `MSG_ZEROCOPY`).
 pub const EUDP_ASYNC_COPY: u32 = 1;
 /// [`eudp_async_config::flags`]: send every datagram alone (no GSO runs).
 pub const EUDP_ASYNC_NO_GSO: u32 = 2;
+/// [`eudp_async_config::flags`]: send through io_uring `SEND_ZC` (and
+/// `SENDMSG_ZC` for GSO runs) instead of `MSG_ZEROCOPY`.
+pub const EUDP_ASYNC_URING: u32 = 4;
+/// [`eudp_async_engine`]: every send copies.
+pub const EUDP_ASYNC_ENGINE_COPY: c_int = 0;
+/// [`eudp_async_engine`]: `sendmsg(MSG_ZEROCOPY)`.
+pub const EUDP_ASYNC_ENGINE_MSG_ZEROCOPY: c_int = 1;
+/// [`eudp_async_engine`]: io_uring `SEND_ZC` / `SENDMSG_ZC`.
+pub const EUDP_ASYNC_ENGINE_URING: c_int = 2;
 /// [`eudp_async_completion::flags`]: the kernel copied the payload.
 pub const EUDP_ASYNC_COPIED: u32 = 1;
 
@@ -78,6 +89,15 @@ impl SendBuf for CallerBuf {
     }
 }
 
+/// `EOPNOTSUPP` for what this kernel lacks, else the error's errno.
+fn unsupported_code(e: io::Error) -> c_int {
+    if e.kind() == io::ErrorKind::Unsupported {
+        EOPNOTSUPP
+    } else {
+        code(e)
+    }
+}
+
 /// A sender handle (opaque in C).
 pub struct eudp_async {
     sender: Mutex<AsyncSender<CallerBuf>>,
@@ -93,7 +113,11 @@ unsafe fn handle<'a>(h: *mut eudp_async) -> Result<&'a eudp_async, c_int> {
 
 /// # Safety
 /// `a` is null or readable for `len` bytes.
-unsafe fn socket_addr(a: *const sockaddr, len: socklen_t, op: addr::Op) -> Result<std::net::SocketAddr, c_int> {
+pub(crate) unsafe fn socket_addr(
+    a: *const sockaddr,
+    len: socklen_t,
+    op: addr::Op,
+) -> Result<std::net::SocketAddr, c_int> {
     if a.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
         return Err(EINVAL);
     }
@@ -132,10 +156,11 @@ pub unsafe extern "C" fn eudp_async_open(
         let d = AsyncConfig::default();
         let cfg = AsyncConfig {
             zerocopy: c.flags & EUDP_ASYNC_COPY == 0,
+            engine: if c.flags & EUDP_ASYNC_URING != 0 { SendEngine::Uring } else { SendEngine::MsgZerocopy },
             gso: c.flags & EUDP_ASYNC_NO_GSO == 0,
             max_in_flight: if c.max_in_flight == 0 { d.max_in_flight } else { c.max_in_flight as usize },
         };
-        let sender = AsyncSender::new(sock, cfg).map_err(code)?;
+        let sender = AsyncSender::new(sock, cfg).map_err(unsupported_code)?;
         let h = eudp_async { sender: Mutex::new(sender), v6: local.is_ipv6() };
         Ok(Box::into_raw(Box::new(h)))
     })
@@ -266,7 +291,9 @@ pub unsafe extern "C" fn eudp_async_completions(
 }
 
 /// Waits up to `timeout_ms` (-1: forever) for completions; returns 1 when
-/// some can be read, 0 on timeout.
+/// some can be read, 0 on timeout. The wait itself holds no lock: other
+/// threads send and read completions meanwhile, and several may wait at
+/// once (each returns when completions are there to read).
 ///
 /// # Safety
 /// `h` is null or a live handle.
@@ -280,7 +307,69 @@ pub unsafe extern "C" fn eudp_async_wait(h: *mut eudp_async, timeout_ms: c_int) 
             v if v < 0 => return Err(EINVAL),
             v => Duration::from_millis(v as u64),
         };
-        lock(&a.sender).wait(Some(t)).map(c_int::from).map_err(code)
+        let deadline = Instant::now() + t;
+        let fd = lock(&a.sender).completion_fd();
+        loop {
+            // Under the lock, without waiting: read what the kernel posted.
+            if lock(&a.sender).wait(Some(Duration::ZERO)).map_err(code)? {
+                return Ok(1);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(0);
+            }
+            // Outside the lock: the completion fd is level-triggered, so a
+            // completion posted between the check and the poll still wakes it.
+            poll_readable(&[fd], Some(left)).map_err(code)?;
+        }
+    })
+}
+
+/// Registers buffer regions with an `EUDP_ASYNC_URING` sender, once: a
+/// datagram whose bytes lie inside one is sent from pages pinned now.
+///
+/// # Safety
+/// `h` is null or a live handle; `regions` is null or `n` readable
+/// entries, each naming `iov_len` readable bytes that stay mapped while
+/// the sender lives.
+#[no_mangle]
+pub unsafe extern "C" fn eudp_async_register(h: *mut eudp_async, regions: *const libc::iovec, n: size_t) -> c_int {
+    guard(-1, || {
+        // SAFETY: caller guarantee.
+        let a = unsafe { handle(h) }?;
+        if regions.is_null() || n == 0 || n > u16::MAX as usize {
+            return Err(EINVAL);
+        }
+        // SAFETY: non-null, `n` readable entries (caller).
+        let iov = unsafe { std::slice::from_raw_parts(regions, n) };
+        let mut slices: Vec<&[u8]> = Vec::with_capacity(n);
+        for r in iov {
+            if r.iov_base.is_null() || r.iov_len == 0 || r.iov_len > isize::MAX as usize {
+                return Err(EINVAL);
+            }
+            // SAFETY: `iov_len` readable bytes at `iov_base` (caller),
+            // read by the kernel during the call only.
+            slices.push(unsafe { std::slice::from_raw_parts(r.iov_base as *const u8, r.iov_len) });
+        }
+        lock(&a.sender).register_buffers(&slices).map_err(unsupported_code)?;
+        Ok(0)
+    })
+}
+
+/// The engine in use: `EUDP_ASYNC_ENGINE_*`.
+///
+/// # Safety
+/// `h` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn eudp_async_engine(h: *mut eudp_async) -> c_int {
+    guard(-1, || {
+        // SAFETY: caller guarantee.
+        let a = unsafe { handle(h) }?;
+        Ok(match lock(&a.sender).engine() {
+            None => EUDP_ASYNC_ENGINE_COPY,
+            Some(SendEngine::MsgZerocopy) => EUDP_ASYNC_ENGINE_MSG_ZEROCOPY,
+            Some(SendEngine::Uring) => EUDP_ASYNC_ENGINE_URING,
+        })
     })
 }
 

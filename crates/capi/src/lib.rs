@@ -11,15 +11,17 @@
 //!
 //! All `unsafe` of the C ABI is in this crate: dereferencing the caller's
 //! pointers here, in [`addr`], in [`emp`] (EMP's tagged messages), in
-//! [`async_udp`] (sends from the caller's buffers with completions), and
-//! `errno`.
+//! [`async_udp`] (sends from the caller's buffers with completions), in
+//! [`async_recv`] (received datagrams lent in place), and `errno`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_camel_case_types)]
 
 mod addr;
+pub mod async_recv;
 pub mod async_udp;
 pub mod emp;
 
+pub use async_recv::*;
 pub use async_udp::*;
 pub use emp::*;
 

@@ -1,4 +1,5 @@
-//! Compiles the C programs (`tests/c/basic.c`, `tests/c/emp.c`, `tests/c/async.c` and
+//! Compiles the C programs (`tests/c/basic.c`, `tests/c/emp.c`, `tests/c/async.c`,
+//! `tests/c/async_recv.c` and
 //! `examples/emp_pingpong.c`) with `cc` against `include/eudp.h` and the
 //! built library (shared and static), and runs them. Skipped, with a
 //! message, only when no C compiler is installed.
@@ -78,6 +79,7 @@ fn compile_and_run(
         format!("-DEXPECTED_EMP_CONFIG_SIZE={}", std::mem::size_of::<eudp_capi::eudp_emp_config>()),
         format!("-DEXPECTED_ASYNC_COMPLETION_SIZE={}", std::mem::size_of::<eudp_capi::eudp_async_completion>()),
         format!("-DEXPECTED_ASYNC_MSG_SIZE={}", std::mem::size_of::<eudp_capi::eudp_async_msg>()),
+        format!("-DEXPECTED_ASYNC_RX_DATAGRAM_SIZE={}", std::mem::size_of::<eudp_capi::eudp_async_rx_datagram>()),
     ];
     let mut cmd = Command::new(cc);
     cmd.args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"])
@@ -157,6 +159,20 @@ fn c_async_program_static() {
 }
 
 #[test]
+fn c_async_recv_program_shared() {
+    let Some(cc) = compiler_for("c_async_recv_program_shared") else { return };
+    let (so, rpath) = shared();
+    compile_and_run(&cc, &so, &[&rpath], "shared", "tests/c/async_recv.c", &[], "ok");
+}
+
+#[test]
+fn c_async_recv_program_static() {
+    let Some(cc) = compiler_for("c_async_recv_program_static") else { return };
+    let a = built("libeudp_capi.a");
+    compile_and_run(&cc, &a, &STATIC_LIBS, "static", "tests/c/async_recv.c", &[], "ok");
+}
+
+#[test]
 fn c_emp_example_runs() {
     let Some(cc) = compiler_for("c_emp_example_runs") else { return };
     let (so, rpath) = shared();
@@ -168,7 +184,7 @@ fn c_emp_example_runs() {
 fn header_declares_every_export() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let header = std::fs::read_to_string(manifest.join("include/eudp.h")).unwrap();
-    let src = ["src/lib.rs", "src/emp.rs", "src/async_udp.rs"]
+    let src = ["src/lib.rs", "src/emp.rs", "src/async_udp.rs", "src/async_recv.rs"]
         .map(|f| std::fs::read_to_string(manifest.join(f)).unwrap())
         .concat();
     let exported: Vec<&str> =

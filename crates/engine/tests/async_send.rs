@@ -1,7 +1,8 @@
-//! The asynchronous sender over loopback: buffer reuse, completions,
-//! per-datagram errors, back-pressure and GSO runs.
+//! The asynchronous sender over loopback, with each zero-copy engine:
+//! buffer reuse, completions, per-datagram errors, back-pressure and GSO
+//! runs; registered buffers with the io_uring engine.
 
-use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram};
+use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, SendBuf, SendEngine};
 use eudp_engine::sys::sockopt::set_int_option;
 use std::collections::HashSet;
 use std::net::{SocketAddr, UdpSocket};
@@ -28,8 +29,23 @@ fn pair() -> (UdpSocket, UdpSocket) {
     (tx, rx)
 }
 
-fn sender(tx: UdpSocket, max_in_flight: usize) -> AsyncSender<Vec<u8>> {
-    AsyncSender::new(tx, AsyncConfig { zerocopy: true, gso: true, max_in_flight }).unwrap()
+/// The engines this kernel has: `MsgZerocopy` always, `Uring` where io_uring
+/// zero-copy sends exist (said on stderr where not).
+fn engines() -> Vec<SendEngine> {
+    let mut v = vec![SendEngine::MsgZerocopy];
+    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let cfg = AsyncConfig { engine: SendEngine::Uring, ..AsyncConfig::default() };
+    match AsyncSender::<Vec<u8>>::new(probe, cfg) {
+        Ok(_) => v.push(SendEngine::Uring),
+        Err(e) => eprintln!("SKIPPED the io_uring engine: {e}"),
+    }
+    v
+}
+
+fn sender<B: SendBuf>(tx: UdpSocket, max_in_flight: usize, engine: SendEngine) -> AsyncSender<B> {
+    let s = AsyncSender::new(tx, AsyncConfig { engine, max_in_flight, ..AsyncConfig::default() }).unwrap();
+    assert!(s.engine().is_none() || s.engine() == Some(engine));
+    s
 }
 
 /// The payload of datagram `seq`: its number, then a byte pattern of it.
@@ -39,7 +55,7 @@ fn payload(seq: u64, len: usize) -> Vec<u8> {
     v
 }
 
-fn collect(s: &mut AsyncSender<Vec<u8>>, want: usize) -> Vec<Completion<Vec<u8>>> {
+fn collect<B: SendBuf>(s: &mut AsyncSender<B>, want: usize) -> Vec<Completion<B>> {
     let mut out = Vec::new();
     for _ in 0..200 {
         s.poll_completions(&mut out, usize::MAX).unwrap();
@@ -53,8 +69,14 @@ fn collect(s: &mut AsyncSender<Vec<u8>>, want: usize) -> Vec<Completion<Vec<u8>>
 
 #[test]
 fn buffers_come_back_once_and_are_overwritten_only_after_their_completion() {
+    for e in engines() {
+        buffers_come_back_once_and_are_overwritten_only_after_their_completion_with(e);
+    }
+}
+
+fn buffers_come_back_once_and_are_overwritten_only_after_their_completion_with(engine: SendEngine) {
     let (tx, rx) = pair();
-    let mut s = sender(tx, 4);
+    let mut s = sender(tx, 4, engine);
     const N: u64 = 300;
     let reader = std::thread::spawn(move || {
         let mut buf = vec![0u8; 2048];
@@ -102,8 +124,14 @@ fn buffers_come_back_once_and_are_overwritten_only_after_their_completion() {
 
 #[test]
 fn back_pressure_returns_the_batch_untouched() {
+    for e in engines() {
+        back_pressure_returns_the_batch_untouched_with(e);
+    }
+}
+
+fn back_pressure_returns_the_batch_untouched_with(engine: SendEngine) {
     let (tx, _rx) = pair();
-    let mut s = sender(tx, 2);
+    let mut s = sender(tx, 2, engine);
     for t in 0..2 {
         s.submit(Datagram { buf: payload(t, 100), token: t, dst: None }).unwrap();
     }
@@ -118,8 +146,14 @@ fn back_pressure_returns_the_batch_untouched() {
 
 #[test]
 fn errors_arrive_with_the_datagram_they_belong_to() {
+    for e in engines() {
+        errors_arrive_with_the_datagram_they_belong_to_with(e);
+    }
+}
+
+fn errors_arrive_with_the_datagram_they_belong_to_with(engine: SendEngine) {
     let (tx, rx) = pair();
-    let mut s = sender(tx, 16);
+    let mut s = sender(tx, 16, engine);
     let batch = vec![
         Datagram { buf: payload(0, 100), token: 0, dst: None },
         Datagram { buf: vec![0u8; 70_000], token: 1, dst: None },
@@ -149,8 +183,14 @@ fn errors_arrive_with_the_datagram_they_belong_to() {
 
 #[test]
 fn completion_fd_polls_readable_while_completions_wait() {
+    for e in engines() {
+        completion_fd_polls_readable_while_completions_wait_with(e);
+    }
+}
+
+fn completion_fd_polls_readable_while_completions_wait_with(engine: SendEngine) {
     let (tx, _rx) = pair();
-    let mut s = sender(tx, 8);
+    let mut s = sender(tx, 8, engine);
     let fd = s.completion_fd();
     let readable = |fd| {
         let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
@@ -168,10 +208,16 @@ fn completion_fd_polls_readable_while_completions_wait() {
 
 #[test]
 fn a_gso_batch_arrives_as_its_datagrams() {
+    for e in engines() {
+        a_gso_batch_arrives_as_its_datagrams_with(e);
+    }
+}
+
+fn a_gso_batch_arrives_as_its_datagrams_with(engine: SendEngine) {
     let rx = receiver();
     let dst: SocketAddr = rx.local_addr().unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut s = sender(tx, 64);
+    let mut s = sender(tx, 64, engine);
     let batch: Vec<_> = (0..40).map(|t| Datagram { buf: payload(t, 1000), token: t, dst: Some(dst) }).collect();
     s.submit_batch(batch).unwrap();
     let mut buf = vec![0u8; 2048];
@@ -188,11 +234,150 @@ fn a_gso_batch_arrives_as_its_datagrams() {
 #[test]
 fn copying_mode_completes_at_once() {
     let (tx, rx) = pair();
-    let mut s = AsyncSender::new(tx, AsyncConfig { zerocopy: false, gso: true, max_in_flight: 4 }).unwrap();
+    let mut s =
+        AsyncSender::new(tx, AsyncConfig { zerocopy: false, max_in_flight: 4, ..AsyncConfig::default() }).unwrap();
     s.submit(Datagram { buf: payload(1, 500), token: 1, dst: None }).unwrap();
     let mut out = Vec::new();
     assert_eq!(s.poll_completions(&mut out, usize::MAX).unwrap(), 1);
     assert!(out[0].copied);
     let mut buf = [0u8; 600];
     assert_eq!(rx.recv(&mut buf).unwrap(), 500);
+}
+
+/// A slot of a region registered with the io_uring engine.
+struct Slot(&'static mut [u8]);
+
+impl SendBuf for Slot {
+    fn bytes(&self) -> &[u8] {
+        self.0
+    }
+}
+
+#[test]
+fn registered_buffers_are_reused_only_after_their_completion() {
+    if !engines().contains(&SendEngine::Uring) {
+        return;
+    }
+    const SLOTS: usize = 8;
+    const LEN: usize = 1200;
+    const N: u64 = 300;
+    let (tx, rx) = pair();
+    let mut s: AsyncSender<Slot> = sender(tx, SLOTS, SendEngine::Uring);
+    let region: &'static mut [u8] = Box::leak(vec![0u8; SLOTS * LEN].into_boxed_slice());
+    s.register_buffers(&[&*region]).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 2048];
+        let mut seen = HashSet::new();
+        while seen.len() < N as usize {
+            let Ok(n) = rx.recv(&mut buf) else { break };
+            let seq = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            assert_eq!(&buf[..n], &payload(seq, LEN)[..], "datagram {seq} arrived changed");
+            assert!(seen.insert(seq), "datagram {seq} twice");
+        }
+        seen.len()
+    });
+    let mut pool: Vec<Slot> = region.chunks_mut(LEN).map(Slot).collect();
+    let mut seq = 0;
+    let mut done = HashSet::new();
+    while seq < N || s.in_flight() > 0 {
+        // Whole batches of free slots: same-size datagrams to one peer go
+        // out as GSO runs from the registered region.
+        let mut batch = Vec::new();
+        while seq < N {
+            let Some(slot) = pool.pop() else { break };
+            slot.0.copy_from_slice(&payload(seq, LEN));
+            batch.push(Datagram { buf: slot, token: seq, dst: None });
+            seq += 1;
+        }
+        if !batch.is_empty() {
+            s.submit_batch(batch).map_err(|f| f.0.len()).unwrap();
+        }
+        s.wait(Some(Duration::from_secs(2))).unwrap();
+        let mut out = Vec::new();
+        s.poll_completions(&mut out, usize::MAX).unwrap();
+        for c in out {
+            assert_eq!(c.result.as_ref().unwrap(), &LEN);
+            assert!(done.insert(c.token), "token {} completed twice", c.token);
+            c.buf.0.fill(0xEE);
+            pool.push(c.buf);
+        }
+    }
+    assert_eq!(done.len(), N as usize);
+    assert_eq!(reader.join().unwrap(), N as usize);
+}
+
+/// Runs `f` on a thread inside a new network namespace with its loopback
+/// up and `net.core.optmem_max` set to `optmem`; `None` where that cannot
+/// be had (not root, no `ip`).
+fn in_netns_with_optmem<T: Send + 'static>(optmem: u32, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    use std::process::Command;
+    let ns = format!("eudp-enobufs-{}", std::process::id());
+    let ip = |args: &[&str]| Command::new("ip").args(args).output().is_ok_and(|o| o.status.success());
+    let _ = ip(&["netns", "del", &ns]);
+    if !ip(&["netns", "add", &ns]) {
+        eprintln!("SKIPPED: cannot create a network namespace (root needed)");
+        return None;
+    }
+    let set = ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"])
+        && ip(&["netns", "exec", &ns, "sysctl", "-qw", &format!("net.core.optmem_max={optmem}")]);
+    let ns2 = ns.clone();
+    let r = set.then(|| {
+        std::thread::spawn(move || {
+            eudp_engine::backend::xdp::sys::enter_netns(&ns2).expect("setns");
+            f()
+        })
+        .join()
+    });
+    let _ = ip(&["netns", "del", &ns]);
+    if !set {
+        eprintln!("SKIPPED: optmem_max is not settable in a network namespace here");
+    }
+    Some(r?.expect("test thread"))
+}
+
+#[test]
+fn enobufs_lands_on_the_datagram_the_kernel_refused() {
+    // Each zero-copy send takes a notification buffer charged to the
+    // socket's option memory until its notification is read; with room for
+    // about one, the sends after the first are refused with ENOBUFS.
+    let r = in_netns_with_optmem(1000, || {
+        let (tx, rx) = pair();
+        let mut s: AsyncSender<Vec<u8>> = sender(tx, 16, SendEngine::MsgZerocopy);
+        if !s.zerocopy() {
+            return None;
+        }
+        const N: u64 = 6;
+        for t in 0..N {
+            s.submit(Datagram { buf: payload(t, 300), token: t, dst: None }).unwrap();
+        }
+        let got = collect(&mut s, N as usize);
+        let mut sent = HashSet::new();
+        let mut refused = HashSet::new();
+        for c in &got {
+            match &c.result {
+                Ok(n) => assert!(*n == 300 && sent.insert(c.token)),
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::ENOBUFS), "token {}", c.token);
+                    assert!(refused.insert(c.token));
+                }
+            }
+        }
+        assert_eq!(sent.len() + refused.len(), N as usize, "every datagram completes once");
+        // Exactly the datagrams whose completions said sent arrive.
+        rx.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut buf = [0u8; 512];
+        let mut arrived = HashSet::new();
+        while let Ok(n) = rx.recv(&mut buf) {
+            assert_eq!(n, 300);
+            arrived.insert(u64::from_le_bytes(buf[..8].try_into().unwrap()));
+        }
+        assert_eq!(arrived, sent);
+        // With the notifications read, the option memory is free again.
+        s.submit(Datagram { buf: payload(N, 300), token: N, dst: None }).unwrap();
+        let last = collect(&mut s, 1);
+        Some((sent.len(), refused.len(), last[0].result.is_ok()))
+    });
+    let Some(Some((sent, refused, last_ok))) = r else { return };
+    assert!(sent >= 1 && refused >= 1, "sent {sent}, refused {refused}");
+    assert!(last_ok);
 }

@@ -2,7 +2,8 @@
  * C client of the eudp_async part of eudp.h over loopback (127.0.0.1
  * only): buffers reused only after their completion (and scribbled on at
  * once), the copied flag, back-pressure, a per-datagram EMSGSIZE and the
- * completion fd. Exits 0 and prints "ok" on success.
+ * completion fd, with each zero-copy engine (the io_uring one from a
+ * registered region). Exits 0 and prints "ok" on success.
  */
 #include "eudp.h"
 
@@ -55,7 +56,8 @@ static unsigned drain_rx(int rx, int wait_ms, unsigned *seen) {
     return got;
 }
 
-int main(void) {
+/* The whole sequence with one engine (flags for eudp_async_config). */
+static void run(uint32_t flags) {
     struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int rx = socket(AF_INET, SOCK_DGRAM, 0);
     CHECK(rx >= 0);
@@ -64,15 +66,33 @@ int main(void) {
     socklen_t plen = sizeof peer;
     CHECK(getsockname(rx, (struct sockaddr *)&peer, &plen) == 0);
 
-    struct eudp_async_config cfg = {.max_in_flight = SLOTS};
+    struct eudp_async_config cfg = {.max_in_flight = SLOTS, .flags = flags};
     eudp_async *s = eudp_async_open((struct sockaddr *)&lo, sizeof lo, (struct sockaddr *)&peer, plen, &cfg);
+    if (s == NULL && errno == EOPNOTSUPP && (flags & EUDP_ASYNC_URING)) {
+        printf("SKIPPED the io_uring engine: not in this kernel\n");
+        close(rx);
+        return;
+    }
     CHECK(s != NULL);
     int zc = eudp_async_zerocopy(s);
     CHECK(zc == 0 || zc == 1);
+    int engine = eudp_async_engine(s);
 
     /* Buffer reuse: SLOTS buffers carry N datagrams; a slot is refilled
-     * only after its completion, and scribbled on the moment it returns. */
+     * only after its completion, and scribbled on the moment it returns.
+     * With the io_uring engine the slots are one registered region. */
     static unsigned char slot[SLOTS][LEN];
+    struct iovec region = {.iov_base = slot, .iov_len = sizeof slot};
+    if (flags & EUDP_ASYNC_URING) {
+        CHECK(engine == EUDP_ASYNC_ENGINE_URING);
+        CHECK(eudp_async_register(s, &region, 1) == 0);
+        errno = 0;
+        CHECK(eudp_async_register(s, &region, 1) == -1 && errno == EBUSY);
+    } else {
+        CHECK(engine == (zc ? EUDP_ASYNC_ENGINE_MSG_ZEROCOPY : EUDP_ASYNC_ENGINE_COPY));
+        errno = 0;
+        CHECK(eudp_async_register(s, &region, 1) == -1 && errno == EOPNOTSUPP);
+    }
     int busy[SLOTS] = {0};
     unsigned seen[N] = {0}, received = 0, completed = 0, copied = 0;
     unsigned seq = 0;
@@ -160,6 +180,12 @@ int main(void) {
 
     CHECK(eudp_async_close(s) == 0);
     close(rx);
-    printf("ok (zerocopy %d)\n", zc);
+    printf("engine %d: zerocopy %d\n", engine, zc);
+}
+
+int main(void) {
+    run(0);
+    run(EUDP_ASYNC_URING);
+    printf("ok\n");
     return 0;
 }

@@ -1,9 +1,10 @@
-//! One measured transfer: an [`AsyncSender`] (zero-copy or copying) to a
+//! One measured transfer: an [`AsyncSender`] (copying, or zero-copy with
+//! either engine) to a
 //! receiving socket, both threads of this process, each in its own network
 //! namespace on the testbed or both in this one over loopback.
 
 use super::sys::enter_netns;
-use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Datagram, Full};
+use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Datagram, Full, SendEngine};
 use eudp_engine::sys::clock::{process_cpu_time, thread_cpu_time};
 use eudp_engine::sys::sockopt::set_int_option;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -18,6 +19,16 @@ const UDP_GRO: i32 = 104;
 const IN_FLIGHT: usize = 256;
 /// Datagrams per submission.
 const BATCH: usize = 32;
+
+/// How the sender sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMode {
+    Copy,
+    /// `MSG_ZEROCOPY`.
+    MsgZerocopy,
+    /// io_uring `SEND_ZC` from registered buffers.
+    UringFixed,
+}
 
 /// Where the two ends are.
 #[derive(Clone)]
@@ -79,15 +90,23 @@ fn receiver(ends: &Ends, stop: Arc<AtomicBool>, addr_tx: mpsc::Sender<SocketAddr
     }
 }
 
-fn sender(ends: &Ends, dst: SocketAddr, size: usize, zerocopy: bool, secs: f64) -> Result<Sample, String> {
+fn sender(ends: &Ends, dst: SocketAddr, size: usize, mode: SendMode, secs: f64) -> Result<Sample, String> {
     if let Some(ns) = &ends.sender_ns {
         enter_netns(ns).map_err(|e| format!("netns {ns}: {e}"))?;
     }
     let sock = UdpSocket::bind((ends.sender_ip, 0)).map_err(|e| e.to_string())?;
     sock.connect(dst).map_err(|e| e.to_string())?;
-    let cfg = AsyncConfig { zerocopy, gso: true, max_in_flight: IN_FLIGHT };
-    let mut s: AsyncSender<Vec<u8>> = AsyncSender::new(sock, cfg).map_err(|e| e.to_string())?;
     let mut pool: Vec<Vec<u8>> = (0..IN_FLIGHT).map(|i| vec![i as u8; size]).collect();
+    let engine = if mode == SendMode::UringFixed { SendEngine::Uring } else { SendEngine::MsgZerocopy };
+    let cfg =
+        AsyncConfig { zerocopy: mode != SendMode::Copy, engine, max_in_flight: IN_FLIGHT, ..AsyncConfig::default() };
+    let mut s: AsyncSender<Vec<u8>> = AsyncSender::new(sock, cfg).map_err(|e| e.to_string())?;
+    if mode == SendMode::UringFixed {
+        // Every buffer of the pool is a registered region: sends skip the
+        // per-send page pinning.
+        let regions: Vec<&[u8]> = pool.iter().map(|b| &b[..]).collect();
+        s.register_buffers(&regions).map_err(|e| format!("registering buffers: {e}"))?;
+    }
     let mut done = Vec::new();
     let mut token = 0u64;
     let (cpu0, proc0, t0) = (thread_cpu_time(), process_cpu_time(), Instant::now());
@@ -132,7 +151,7 @@ fn sender(ends: &Ends, dst: SocketAddr, size: usize, zerocopy: bool, secs: f64) 
 }
 
 /// One transfer of `size`-byte datagrams for `secs`.
-pub fn transfer(ends: &Ends, size: usize, zerocopy: bool, secs: f64) -> Result<Sample, String> {
+pub fn transfer(ends: &Ends, size: usize, mode: SendMode, secs: f64) -> Result<Sample, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let (addr_tx, addr_rx) = mpsc::channel();
     let rx_ends = ends.clone();
@@ -143,7 +162,7 @@ pub fn transfer(ends: &Ends, size: usize, zerocopy: bool, secs: f64) -> Result<S
         return Err(rx.join().map_err(|_| "receiver panicked".to_string())?.err().unwrap_or_default());
     };
     let tx_ends = ends.clone();
-    let sent = std::thread::spawn(move || sender(&tx_ends, dst, size, zerocopy, secs))
+    let sent = std::thread::spawn(move || sender(&tx_ends, dst, size, mode, secs))
         .join()
         .map_err(|_| "sender panicked".to_string());
     stop.store(true, Ordering::Relaxed);

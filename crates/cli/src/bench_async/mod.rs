@@ -1,21 +1,24 @@
 //! `eudp bench --async`: copying sends against asynchronous zero-copy sends
-//! (paper 001's kernel UDP against Asynchronous UDP).
+//! (paper 001's kernel UDP against Asynchronous UDP), and the asynchronous
+//! receiver against a `recvmmsg` loop.
 //!
-//! Both columns are the same [`eudp_engine::async_udp::AsyncSender`] with
-//! GSO on, once copying and once with `MSG_ZEROCOPY`, so that they differ
-//! in the copy alone. Per payload size (1472 B, 16 KiB, 64 KiB by default)
-//! and path (loopback; the testbed's veth pair when run as root) the two
-//! run back to back: throughput at the receiver, CPU per byte of the
-//! sending thread and of the whole process, and the fraction of sends the
-//! kernel really did without copying (its notifications' copied flag).
-//! The JSON schema is in docs/bench.md.
+//! The send columns are the same [`eudp_engine::async_udp::AsyncSender`]
+//! with GSO on: copying, with `MSG_ZEROCOPY`, and with io_uring `SEND_ZC`
+//! from registered buffers, so that they differ in how the payload reaches
+//! the kernel alone. Per payload size (1472 B, 16 KiB, 64 KiB by default)
+//! and path (loopback; the testbed's veth pair when run as root) they run
+//! back to back: throughput at the receiver, CPU per byte of the sending
+//! thread and of the whole process, and the fraction of sends the kernel
+//! really did without copying (its notifications' copied flag). The
+//! receiver rows are in [`recv`]. The JSON schema is in docs/bench.md.
 
 mod copy_block;
 mod measure;
+mod recv;
 mod sys;
 
 use crate::testbed::{is_root, unique_name, Testbed, ADDR_A, ADDR_B};
-use measure::{transfer, Ends, Sample};
+use measure::{transfer, Ends, Sample, SendMode};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -60,29 +63,45 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-fn row(path: &str, size: usize, copy: &Sample, zc: &Sample) -> Value {
+/// `a` against `c`, key by key.
+fn over(a: &Value, c: &Value) -> Value {
+    let f = |v: &Value, k: &str| v[k].as_f64();
+    let r = |k: &str| ratio(f(a, k), f(c, k));
+    json!({
+        "received_gbps": r("received_gbps"),
+        "sender_cpu_ns_per_byte": r("sender_cpu_ns_per_byte"),
+        "process_cpu_ns_per_byte": r("process_cpu_ns_per_byte"),
+    })
+}
+
+fn row(path: &str, size: usize, copy: &Sample, zc: &Sample, uring: Result<Sample, String>) -> Value {
     let c = sample_json(copy);
     let z = sample_json(zc);
-    let f = |v: &Value, k: &str| v[k].as_f64();
-    json!({
+    let mut row = json!({
         "path": path,
         "size": size,
         "copy": c,
         "zerocopy": z,
-        "zerocopy_over_copy": {
-            "received_gbps": ratio(f(&z, "received_gbps"), f(&c, "received_gbps")),
-            "sender_cpu_ns_per_byte": ratio(f(&z, "sender_cpu_ns_per_byte"), f(&c, "sender_cpu_ns_per_byte")),
-            "process_cpu_ns_per_byte": ratio(f(&z, "process_cpu_ns_per_byte"), f(&c, "process_cpu_ns_per_byte")),
-        },
-    })
+        "zerocopy_over_copy": over(&z, &c),
+    });
+    match uring {
+        Ok(u) => {
+            let u = sample_json(&u);
+            row["uring_fixed_over_copy"] = over(&u, &c);
+            row["uring_fixed"] = u;
+        }
+        Err(e) => row["uring_fixed"] = json!({ "error": e }),
+    }
+    row
 }
 
 fn measure_path(path: &str, ends: &Ends, args: &AsyncBenchArgs, rows: &mut Vec<Value>) {
     for &size in &args.sizes {
-        let copy = transfer(ends, size, false, args.secs);
-        let zc = transfer(ends, size, true, args.secs);
+        let copy = transfer(ends, size, SendMode::Copy, args.secs);
+        let zc = transfer(ends, size, SendMode::MsgZerocopy, args.secs);
+        let uring = transfer(ends, size, SendMode::UringFixed, args.secs);
         match (copy, zc) {
-            (Ok(c), Ok(z)) => rows.push(row(path, size, &c, &z)),
+            (Ok(c), Ok(z)) => rows.push(row(path, size, &c, &z, uring)),
             (c, z) => {
                 let error = [c.err(), z.err()].into_iter().flatten().collect::<Vec<_>>().join("; ");
                 rows.push(json!({ "path": path, "size": size, "error": error }));
@@ -99,8 +118,9 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
     let loopback = Ends { sender_ns: None, receiver_ns: None, sender_ip: lo, receiver_ip: lo };
     measure_path("loopback", &loopback, args, &mut rows);
     let mut notes = vec![
-        "copy and zerocopy are the same AsyncSender (GSO on), copying or with MSG_ZEROCOPY, run back to back"
+        "copy, zerocopy and uring_fixed are the same AsyncSender (GSO on): copying, MSG_ZEROCOPY, and io_uring SEND_ZC/SENDMSG_ZC from registered buffers, run back to back"
             .to_string(),
+        "receiver: AsyncReceiver (multishot io_uring receive, datagrams lent in place) against a recvmmsg loop, both with and without UDP_GRO, fed by one copying GSO sender over loopback; CPU is the receiving thread's".to_string(),
         "process CPU covers sender and receiver threads and the kernel's work in their context".to_string(),
         "copy_block: the fused copy-and-checksum into 64 MiB of rotating frames, cached vs non-temporal stores, the faster of two interleaved runs each".to_string(),
     ];
@@ -126,6 +146,7 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
         "loadavg_at_end": load.trim(),
         "notes": notes,
         "rows": rows,
+        "receiver": recv::measure(args.secs),
         "copy_block": copy_block::measure(),
     });
     if let Some(dir) = &args.out_dir {
@@ -141,8 +162,18 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
 /// The result as a text table, one line per path and size.
 pub fn table(res: &Value) -> String {
     let mut out = format!(
-        "{:<13} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>6}\n",
-        "path", "size", "copy Gb/s", "zc Gb/s", "copy ns/B", "zc ns/B", "copy p/B", "zc p/B", "zc %"
+        "{:<13} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}\n",
+        "path",
+        "size",
+        "copy Gb/s",
+        "zc Gb/s",
+        "uzc Gb/s",
+        "copy ns/B",
+        "zc ns/B",
+        "uzc ns/B",
+        "copy p/B",
+        "zc p/B",
+        "zc %"
     );
     for r in res["rows"].as_array().into_iter().flatten() {
         let path = r["path"].as_str().unwrap_or("?");
@@ -153,15 +184,17 @@ pub fn table(res: &Value) -> String {
         }
         let g = |m: &str, k: &str| r[m][k].as_f64().unwrap_or(f64::NAN);
         out += &format!(
-            "{path:<13} {size:>6} {:>9.2} {:>9.2} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>5.0}%\n",
+            "{path:<13} {size:>6} {:>9.2} {:>9.2} {:>9.2} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>5.0}%\n",
             g("copy", "received_gbps"),
             g("zerocopy", "received_gbps"),
+            g("uring_fixed", "received_gbps"),
             g("copy", "sender_cpu_ns_per_byte"),
             g("zerocopy", "sender_cpu_ns_per_byte"),
+            g("uring_fixed", "sender_cpu_ns_per_byte"),
             g("copy", "process_cpu_ns_per_byte"),
             g("zerocopy", "process_cpu_ns_per_byte"),
             g("zerocopy", "zero_copy_fraction") * 100.0,
         );
     }
-    out
+    out + &recv::table(&res["receiver"])
 }

@@ -17,9 +17,12 @@
 //!
 //! The raw calls are in [`crate::sys::zerocopy`] and [`crate::sys::uring_recv`].
 
+mod buf;
 mod inflight;
 pub mod recv;
 pub mod send;
+mod uring_engine;
 
+pub use buf::SendBuf;
 pub use recv::{AsyncReceiver, RecvConfig, RxLease};
-pub use send::{AsyncConfig, AsyncSender, AsyncStats, Completion, Datagram, Full, SendBuf};
+pub use send::{AsyncConfig, AsyncSender, AsyncStats, Completion, Datagram, Full, SendEngine};

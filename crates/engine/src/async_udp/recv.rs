@@ -98,6 +98,13 @@ impl AsyncReceiver {
         &self.sock
     }
 
+    /// Arms the receive unless it is armed: it ends while the application
+    /// holds every buffer, and [`AsyncReceiver::release`] and
+    /// [`AsyncReceiver::recv`] arm it again.
+    pub fn arm(&mut self) -> io::Result<()> {
+        self.ring.arm()
+    }
+
     /// A descriptor readable while received buffers wait to be taken.
     pub fn ready_fd(&self) -> RawFd {
         self.ring.fd()

@@ -1,7 +1,9 @@
 //! [`AsyncSender`]: datagrams sent from the caller's buffers, each returned
 //! by a completion once the kernel is done with it.
 
+pub use super::buf::SendBuf;
 use super::inflight::{Held, InFlight};
+use super::uring_engine::{Finished, UringEngine};
 use crate::batch::{gso_batch, GsoLimits, Run};
 use crate::sys::epoll::{Epoll, EV_ERR};
 use crate::sys::fdevents::EventFd;
@@ -11,26 +13,6 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::{Duration, Instant};
-
-/// A buffer whose bytes stay at one address while it moves: the kernel
-/// reads a zero-copy send's pages after `sendmsg` returns, so the bytes
-/// must not move with the value that owns them (a `Vec`'s heap block does
-/// not; an inline array would).
-pub trait SendBuf: Send {
-    fn bytes(&self) -> &[u8];
-}
-
-impl SendBuf for Vec<u8> {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
-impl SendBuf for Box<[u8]> {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
 
 /// One datagram to send: its buffer, the caller's token and its
 /// destination (the connected peer when `None`).
@@ -53,12 +35,26 @@ pub struct Completion<B> {
     pub copied: bool,
 }
 
+/// How an [`AsyncSender`] hands zero-copy sends to the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SendEngine {
+    /// `sendmsg(MSG_ZEROCOPY)`; notifications on the socket's error queue.
+    #[default]
+    MsgZerocopy,
+    /// io_uring `SEND_ZC` / `SENDMSG_ZC`; notifications as completions of
+    /// the ring, and sends from buffers registered with
+    /// [`AsyncSender::register_buffers`] skip the per-send page pinning.
+    Uring,
+}
+
 /// How an [`AsyncSender`] sends.
 #[derive(Clone, Copy, Debug)]
 pub struct AsyncConfig {
-    /// Ask for zero-copy sends (`MSG_ZEROCOPY`); off, every send copies and
-    /// completes at once, which is the copying send the benchmark compares.
+    /// Ask for zero-copy sends; off, every send copies and completes at
+    /// once, which is the copying send the benchmark compares.
     pub zerocopy: bool,
+    /// The zero-copy engine (with `zerocopy` on).
+    pub engine: SendEngine,
     /// Merge consecutive same-size datagrams to one destination into GSO runs.
     pub gso: bool,
     /// Most datagrams whose buffers the sender holds (sent and not yet
@@ -68,7 +64,7 @@ pub struct AsyncConfig {
 
 impl Default for AsyncConfig {
     fn default() -> Self {
-        AsyncConfig { zerocopy: true, gso: true, max_in_flight: 1024 }
+        AsyncConfig { zerocopy: true, engine: SendEngine::MsgZerocopy, gso: true, max_in_flight: 1024 }
     }
 }
 
@@ -86,6 +82,23 @@ pub struct AsyncStats {
     pub failed: u64,
 }
 
+/// The sends the kernel holds, by engine.
+enum Kernel<B> {
+    /// `MSG_ZEROCOPY` sends, keyed by notification id (copying sends too,
+    /// which never enter it).
+    Msg(InFlight<B>),
+    Uring(UringEngine<B>),
+}
+
+impl<B: SendBuf> Kernel<B> {
+    fn datagrams(&self) -> usize {
+        match self {
+            Kernel::Msg(f) => f.datagrams(),
+            Kernel::Uring(u) => u.datagrams(),
+        }
+    }
+}
+
 /// Sends datagrams from caller-owned buffers on one UDP socket. It belongs
 /// to one thread at a time (`&mut self`); its completion fd may be watched
 /// from any poller.
@@ -94,7 +107,7 @@ pub struct AsyncSender<B: SendBuf> {
     cfg: AsyncConfig,
     zerocopy: bool,
     limits: GsoLimits,
-    flight: InFlight<B>,
+    kernel: Kernel<B>,
     ready: VecDeque<Completion<B>>,
     /// Readable while `ready` holds completions.
     ready_fd: EventFd,
@@ -107,25 +120,34 @@ pub struct AsyncSender<B: SendBuf> {
 
 impl<B: SendBuf> AsyncSender<B> {
     /// Takes over `sock` (bound, and connected if sends may omit `dst`).
-    /// Where the kernel refuses `SO_ZEROCOPY`, every send copies.
+    /// Where the kernel refuses `SO_ZEROCOPY`, every send of the
+    /// `MsgZerocopy` engine copies; the `Uring` engine is an `Unsupported`
+    /// error where the kernel lacks io_uring zero-copy sends.
     pub fn new(sock: UdpSocket, cfg: AsyncConfig) -> io::Result<Self> {
         sock.set_nonblocking(true)?;
-        let zerocopy = cfg.zerocopy && zerocopy::enable(sock.as_fd()).is_ok();
+        let max_in_flight = cfg.max_in_flight.max(1);
+        let uring = cfg.zerocopy && cfg.engine == SendEngine::Uring;
+        let kernel =
+            if uring { Kernel::Uring(UringEngine::new(&sock, max_in_flight)?) } else { Kernel::Msg(InFlight::new()) };
+        let zerocopy = uring || cfg.zerocopy && zerocopy::enable(sock.as_fd()).is_ok();
         let v6 = sock.local_addr()?.is_ipv6();
         let limits = GsoLimits { enabled: cfg.gso, ..GsoLimits::ethernet(v6) };
         let ready_fd = EventFd::new()?;
         let poller = Epoll::new()?;
-        // Level-triggered on errors only: a socket with a non-empty error
-        // queue polls as an error, which epoll reports whatever was asked.
-        poller.add(sock.as_raw_fd(), 0, EV_ERR)?;
+        match &kernel {
+            Kernel::Uring(u) => poller.add_readable(u.fd(), 0)?,
+            // Level-triggered on errors only: a socket with a non-empty
+            // error queue polls as an error, which epoll reports whatever
+            // was asked.
+            Kernel::Msg(_) => poller.add(sock.as_raw_fd(), 0, EV_ERR)?,
+        }
         poller.add_readable(ready_fd.as_raw_fd(), 1)?;
-        let max_in_flight = cfg.max_in_flight.max(1);
         Ok(AsyncSender {
             sock,
             cfg: AsyncConfig { max_in_flight, ..cfg },
             zerocopy,
             limits,
-            flight: InFlight::new(),
+            kernel,
             ready: VecDeque::new(),
             ready_fd,
             poller,
@@ -137,6 +159,28 @@ impl<B: SendBuf> AsyncSender<B> {
     /// Zero-copy sends are in use (asked for and accepted by the kernel).
     pub fn zerocopy(&self) -> bool {
         self.zerocopy
+    }
+
+    /// The engine that sends: the configured one with zero-copy in use.
+    pub fn engine(&self) -> Option<SendEngine> {
+        match self.kernel {
+            Kernel::Uring(_) => Some(SendEngine::Uring),
+            Kernel::Msg(_) => self.zerocopy.then_some(SendEngine::MsgZerocopy),
+        }
+    }
+
+    /// Registers `regions` with the `Uring` engine, once: a datagram whose
+    /// bytes lie in one of them is sent from its pages, pinned now, instead
+    /// of pinning its own pages per send. Each region must stay mapped at
+    /// its address as long as the sender lives (the kernel sends the pages
+    /// it pinned). `Unsupported` with the `MsgZerocopy` engine.
+    pub fn register_buffers(&mut self, regions: &[&[u8]]) -> io::Result<()> {
+        match &mut self.kernel {
+            Kernel::Uring(u) => u.register(regions),
+            Kernel::Msg(_) => {
+                Err(io::Error::new(io::ErrorKind::Unsupported, "registered buffers need the Uring engine"))
+            }
+        }
     }
 
     pub fn socket(&self) -> &UdpSocket {
@@ -151,7 +195,7 @@ impl<B: SendBuf> AsyncSender<B> {
 
     /// Datagrams whose buffers the sender holds.
     pub fn in_flight(&self) -> usize {
-        self.flight.datagrams() + self.ready.len()
+        self.kernel.datagrams() + self.ready.len()
     }
 
     pub fn stats(&self) -> AsyncStats {
@@ -179,6 +223,10 @@ impl<B: SendBuf> AsyncSender<B> {
         if self.zerocopy {
             runs = fit_frags(runs, &dgs);
         }
+        if matches!(self.kernel, Kernel::Uring(_)) {
+            self.submit_uring(dgs, runs);
+            return Ok(());
+        }
         let mut dgs = dgs.into_iter();
         let mut result = Ok(());
         for run in runs {
@@ -205,6 +253,41 @@ impl<B: SendBuf> AsyncSender<B> {
             self.ready_fd.set();
         }
         result
+    }
+
+    /// Hands the runs to the io_uring engine, which takes them all (a full
+    /// socket makes the kernel wait for room), and collects the results
+    /// the kernel posted at once, errors among them.
+    fn submit_uring(&mut self, dgs: Vec<Datagram<B>>, runs: Vec<Run>) {
+        let Kernel::Uring(engine) = &mut self.kernel else { return };
+        let mut dgs = dgs.into_iter();
+        let mut groups = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let group: Vec<Datagram<B>> = dgs.by_ref().take(run.count).collect();
+            let dst = group[0].dst;
+            let held: Held<B> = group
+                .into_iter()
+                .map(|d| {
+                    let len = d.buf.bytes().len();
+                    (d.token, d.buf, len)
+                })
+                .collect();
+            groups.push((held, dst, run.segment));
+        }
+        let mut done = Vec::new();
+        // A ring that fails to submit for good leaves its requests held:
+        // the kernel may have taken some, so their buffers never come back.
+        let _ = engine.send(groups).and_then(|()| engine.reap(&mut done));
+        self.finish_all(done);
+    }
+
+    fn finish_all(&mut self, done: Vec<Finished<B>>) {
+        for (token, buf, result, copied) in done {
+            self.finish(token, buf, result.map_err(io::Error::from_raw_os_error), copied);
+        }
+        if !self.ready.is_empty() {
+            self.ready_fd.set();
+        }
     }
 
     /// Waits up to `timeout` until the socket's send buffer has room.
@@ -245,7 +328,9 @@ impl<B: SendBuf> AsyncSender<B> {
                         (d.token, d.buf, len)
                     })
                     .collect();
-                self.flight.push(held);
+                if let Kernel::Msg(f) = &mut self.kernel {
+                    f.push(held);
+                }
             }
             Ok(_) => {
                 for d in group {
@@ -292,17 +377,28 @@ impl<B: SendBuf> AsyncSender<B> {
     }
 
     fn read_kernel(&mut self) -> io::Result<()> {
+        let flight = match &mut self.kernel {
+            Kernel::Msg(f) => f,
+            Kernel::Uring(u) => {
+                let mut done = Vec::new();
+                u.reap(&mut done)?;
+                self.finish_all(done);
+                return Ok(());
+            }
+        };
         let mut notes = Vec::new();
         let mut errors = Vec::new();
         zerocopy::read_notifications(self.sock.as_fd(), 256, |n| match n {
             Ok(n) => notes.push(n),
             Err(e) => errors.push(e),
         })?;
+        let mut done = Vec::new();
         for n in notes {
-            let mut done = Vec::new();
-            self.flight.complete(n.lo, n.hi, |held| done.push(held));
-            for (token, buf, len) in done.into_iter().flatten() {
-                self.finish(token, buf, Ok(len), n.copied);
+            flight.complete(n.lo, n.hi, |held| done.push((held, n.copied)));
+        }
+        for (held, copied) in done {
+            for (token, buf, len) in held {
+                self.finish(token, buf, Ok(len), copied);
             }
         }
         // Without IP_RECVERR the queue holds only notifications; anything
@@ -317,18 +413,20 @@ impl<B: SendBuf> AsyncSender<B> {
     /// collected; true when some can.
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
         let deadline = timeout.map(|t| Instant::now() + t);
+        let mut events = Vec::new();
         loop {
             if !self.ready.is_empty() {
                 return Ok(true);
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let mut events = Vec::new();
-            self.poller.wait(&mut events, left)?;
-            if events.is_empty() {
-                return Ok(false);
+            match &self.kernel {
+                // Entering the ring also runs the deferred work that posts
+                // notifications.
+                Kernel::Uring(u) => u.wait(left)?,
+                Kernel::Msg(_) => self.poller.wait(&mut events, left)?,
             }
             self.read_kernel()?;
-            if self.ready.is_empty() && events.contains(&0) {
+            if self.ready.is_empty() && matches!(self.kernel, Kernel::Msg(_)) && events.contains(&0) {
                 // The socket polls as an error with an empty queue: an ICMP
                 // error is pending. The kernel would refuse the next send
                 // with it; that datagram gets it instead.
@@ -336,6 +434,14 @@ impl<B: SendBuf> AsyncSender<B> {
                 if e != 0 {
                     self.pending_error = Some(e);
                 }
+            }
+            if !self.ready.is_empty() {
+                return Ok(true);
+            }
+            // A wait cut short (a signal, the kernel's deferred work) goes on
+            // until the deadline.
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
             }
         }
     }
@@ -347,7 +453,7 @@ impl<B: SendBuf> AsyncSender<B> {
         loop {
             self.poll_completions(out, usize::MAX)?;
             let left = deadline.saturating_duration_since(Instant::now());
-            if self.flight.datagrams() == 0 {
+            if self.kernel.datagrams() == 0 {
                 return Ok(true);
             }
             if left.is_zero() {
@@ -399,8 +505,12 @@ impl<B: SendBuf> Drop for AsyncSender<B> {
         let _ = self.drain(&mut out, Duration::from_secs(1));
         // Buffers the kernel still holds after that are leaked, never freed:
         // freed memory could be reused while the kernel still reads it.
-        for held in self.flight.abandon() {
-            std::mem::forget(held);
+        let held = match &mut self.kernel {
+            Kernel::Msg(f) => f.abandon(),
+            Kernel::Uring(u) => u.abandon(),
+        };
+        for h in held {
+            std::mem::forget(h);
         }
     }
 }

@@ -35,6 +35,7 @@
 //! * [`uring`] — the raw io_uring under [`io_uring`] and [`uring_recv`]:
 //!   setup, the ring mappings, queueing, `io_uring_enter`.
 //! * [`uring_recv`] — multishot `recvmsg` into a provided-buffer ring.
+//! * [`uring_send`] — io_uring `SEND_ZC` / `SENDMSG_ZC` from registered buffers.
 //! * [`zerocopy`] — `MSG_ZEROCOPY` sends and their notifications.
 //!
 //! [`cvt`] turns a C-style return value (negative: failed, `errno` set)
@@ -57,6 +58,7 @@ pub mod sync;
 pub mod timestamp;
 pub mod uring;
 pub mod uring_recv;
+pub mod uring_send;
 pub mod zerocopy;
 
 use std::io;

@@ -1,5 +1,6 @@
-//! The raw io_uring under the engine's two rings: [`super::io_uring`]
-//! (TX timestamps) and [`super::uring_recv`] (multishot receive). Here are
+//! The raw io_uring under the engine's rings: [`super::io_uring`] (TX
+//! timestamps), [`super::uring_recv`] (multishot receive) and
+//! [`super::uring_send`] (zero-copy sends). Here are
 //! the kernel's structures, `io_uring_setup`, the mappings of the
 //! submission and completion rings, queueing an entry and
 //! `io_uring_enter`; what each ring submits and how it reads its
@@ -235,6 +236,11 @@ impl Rings {
 /// wait ends after the timeout it holds, if any; without, no signal mask
 /// is passed. An error is the call's errno as it failed, `EINTR` included.
 pub(super) fn enter(fd: RawFd, n: u32, min: u32, ext: Option<Option<Duration>>) -> io::Result<()> {
+    enter_counted(fd, n, min, ext).map(|_| ())
+}
+
+/// As [`enter`]; returns how many entries the kernel took.
+pub(super) fn enter_counted(fd: RawFd, n: u32, min: u32, ext: Option<Option<Duration>>) -> io::Result<u32> {
     let r = match ext {
         None => {
             // SAFETY: no signal mask is passed (null, size 0).
@@ -276,5 +282,5 @@ pub(super) fn enter(fd: RawFd, n: u32, min: u32, ext: Option<Option<Duration>>) 
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(())
+    Ok(r as u32)
 }
