@@ -91,8 +91,9 @@ fn replies_carry_the_acknowledgments_of_requests() {
     // that comes later (a loaded host) finds it sent alone.
     assert!(b.acks_piggybacked > 0, "{b:?}");
     assert!(b.acks_piggybacked + b.acks_sent >= 100, "{b:?}");
-    assert_eq!(a.acks_received, b.acks_piggybacked + b.acks_sent, "{a:?}\n{b:?}");
-    assert_eq!(b.frames_sent, 100 + b.acks_sent + b.naks_sent, "{b:?}");
+    assert!(a.acks_received <= b.acks_piggybacked + b.acks_sent, "{a:?}\n{b:?}");
+    // A carried acknowledgment is no frame of its own.
+    assert_eq!(b.frames_sent, 100 + b.retransmits + b.acks_sent + b.naks_sent, "{b:?}");
 }
 
 #[test]

@@ -115,10 +115,11 @@ impl Runtime {
     /// One round at `now`. `engine` is true on the engine thread; a round
     /// of another thread rings the engine's doorbell when it leaves work
     /// to do now (more to send, a full socket), and moves the engine's
-    /// timer when it armed an earlier flow timer.
-    pub fn round(&mut self, now: Instant, engine: bool) -> Round {
+    /// timer when it armed an earlier flow timer. `read`: the round reads
+    /// the socket.
+    pub fn round(&mut self, now: Instant, engine: bool, read: bool) -> Round {
         self.take_commands(now);
-        let more_rx = self.receive(now);
+        let more_rx = read && self.receive(now);
         if self.send.wake_at().is_some_and(|w| w <= now) {
             self.dirty = true;
             stages::send_timers(&mut self.send, now, &mut self.done);
@@ -310,7 +311,7 @@ pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
             let _ = epoll.wait_events(&mut ready, timeout);
             continue;
         };
-        let r = g.round(Instant::now(), true);
+        let r = g.round(Instant::now(), true, true);
         let (blocked, fd) = (g.blocked(), g.socket_fd());
         drop(g);
         wake_at = r.wake_at;

@@ -34,7 +34,14 @@ impl Runtime {
     /// thread's index in `threads` (`None`: an application thread, which
     /// runs every stage). The other threads are woken when the round
     /// leaves work for their stages.
-    pub fn staged_round(&mut self, now: Instant, set: StageSet, me: Option<usize>, threads: &[StageSet]) -> Round {
+    pub fn staged_round(
+        &mut self,
+        now: Instant,
+        set: StageSet,
+        me: Option<usize>,
+        threads: &[StageSet],
+        read: bool,
+    ) -> Round {
         if set.has(Stage::SendBookkeeping) {
             self.take_commands(now);
             if self.send.wake_at().is_some_and(|w| w <= now) {
@@ -42,7 +49,7 @@ impl Runtime {
                 stages::send_timers(&mut self.send, now, &mut self.done);
             }
         }
-        let more_rx = set.has(Stage::ReceiveFrame) && self.receive_staged();
+        let more_rx = read && set.has(Stage::ReceiveFrame) && self.receive_staged();
         self.drain_queues(set, now);
         let more_tx = self.transmit(now, set);
         let busy = more_rx || more_tx;
@@ -214,7 +221,7 @@ pub fn drive_staged(shared: &Shared, rt: &Mutex<Runtime>, me: usize, threads: &[
             continue;
         };
         shared.wake[me].clear();
-        let r = g.staged_round(Instant::now(), set, Some(me), threads);
+        let r = g.staged_round(Instant::now(), set, Some(me), threads, true);
         let blocked = g.blocked();
         drop(g);
         wake_at = r.wake_at;
