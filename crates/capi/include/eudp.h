@@ -309,8 +309,12 @@ struct eudp_emp_config {
     uint64_t unexpected_bytes;    /* unexpected-message queue: bytes (0: off) */
     uint64_t socket_buffer;       /* bytes asked for the socket's send and receive buffers (default 8 MiB) */
     uint32_t poll_spin_us;        /* eudp_emp_cq_wait() polls the socket this long before sleeping (0: off) */
-    uint32_t reserved;            /* zero */
+    uint32_t ack_delay_us;        /* a message's last frame's ack waits this long for a reply to carry it
+                                     (default 200 us; EUDP_EMP_ACK_NOW: at once) */
 };
+
+/** eudp_emp_config.ack_delay_us: acknowledge at once. */
+#define EUDP_EMP_ACK_NOW 0xffffffffu
 
 /** One finished send or receive. */
 struct eudp_emp_completion {
@@ -335,8 +339,8 @@ struct eudp_emp_counters {
     uint64_t frames_sent;       /* data, ACK and NAK frames sent */
     uint64_t frames_received;   /* frames received and parsed (from a known peer) */
     uint64_t retransmits;       /* data frames sent again */
-    uint64_t acks_sent;
-    uint64_t acks_received;
+    uint64_t acks_sent;         /* ACK frames sent alone */
+    uint64_t acks_received;     /* acknowledgments received, alone or on data frames */
     uint64_t naks_sent;
     uint64_t naks_received;
     uint64_t duplicates;        /* data frames below the expected one, and copies of held ones, dropped */
@@ -354,6 +358,7 @@ struct eudp_emp_counters {
     uint64_t unknown_peer;      /* frames from addresses not in the address vector (endpoint only) */
     uint64_t go_backs;          /* frames the socket did not take (full buffer), sent again */
     uint64_t held;              /* data frames above the expected one within the window, held until the gap fills */
+    uint64_t acks_piggybacked;  /* acknowledgments sent on data frames of the reverse flow */
 };
 
 /**

@@ -46,8 +46,13 @@ pub struct eudp_emp_config {
     pub unexpected_bytes: u64,
     pub socket_buffer: u64,
     pub poll_spin_us: u32,
-    pub reserved: u32,
+    /// Delay of the acknowledgment of a message's last frame, waiting for
+    /// a reverse data frame to carry it; [`EUDP_EMP_ACK_NOW`]: none.
+    pub ack_delay_us: u32,
 }
+
+/// [`eudp_emp_config::ack_delay_us`]: acknowledge at once.
+pub const EUDP_EMP_ACK_NOW: u32 = u32::MAX;
 
 impl eudp_emp_config {
     fn to_config(self) -> EmpConfig {
@@ -80,6 +85,11 @@ impl eudp_emp_config {
             c.socket_buffer = usize::try_from(self.socket_buffer).unwrap_or(usize::MAX);
         }
         c.poll_spin = us(self.poll_spin_us);
+        match self.ack_delay_us {
+            0 => {}
+            EUDP_EMP_ACK_NOW => c.ack_delay = Duration::ZERO,
+            d => c.ack_delay = us(d),
+        }
         c
     }
 }
@@ -129,6 +139,7 @@ pub struct eudp_emp_counters {
     pub unknown_peer: u64,
     pub go_backs: u64,
     pub held: u64,
+    pub acks_piggybacked: u64,
 }
 
 impl From<&EmpCounters> for eudp_emp_counters {
@@ -156,6 +167,7 @@ impl From<&EmpCounters> for eudp_emp_counters {
             unknown_peer: c.unknown_peer,
             go_backs: c.go_backs,
             held: c.held,
+            acks_piggybacked: c.acks_piggybacked,
         }
     }
 }

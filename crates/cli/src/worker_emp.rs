@@ -80,6 +80,10 @@ pub struct EmpArgs {
     /// endpoint's).
     #[arg(long)]
     pub spin_us: Option<u64>,
+    /// Microseconds the acknowledgment of a message's last frame waits
+    /// for a reply to carry it (0: at once; default: the endpoint's).
+    #[arg(long)]
+    pub ack_delay_us: Option<u64>,
 }
 
 fn scheme_name(s: Scheme) -> &'static str {
@@ -134,6 +138,7 @@ fn counters_json(c: &EmpCounters) -> serde_json::Value {
         "unmatched": c.unmatched,
         "timeouts": c.timeouts,
         "acks_sent": c.acks_sent,
+        "acks_piggybacked": c.acks_piggybacked,
         "acks_received": c.acks_received,
         "gaps": c.gaps,
         "held": c.held,
@@ -174,6 +179,9 @@ fn run(a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
     }
     if let Some(us) = a.spin_us {
         cfg.poll_spin = Duration::from_micros(us);
+    }
+    if let Some(us) = a.ack_delay_us {
+        cfg.ack_delay = Duration::from_micros(us);
     }
     let ep = EmpEndpoint::bind(a.local, cfg).map_err(|e| format!("bind {}: {e}", a.local))?;
     let peer = ep.insert(a.peer);

@@ -60,6 +60,66 @@ fn ping_pong_of_ten_bytes() {
     assert_eq!(c.messages_received, 200);
 }
 
+/// A ping-pong of `n` messages of 10 bytes; b's counters after the last.
+fn echo(ca: EmpConfig, cb: EmpConfig, n: u64) -> (eudp_engine::emp::EmpCounters, eudp_engine::emp::EmpCounters) {
+    let (a, ab, b, ba) = pair(ca, cb);
+    for i in 0..n {
+        b.recv(Some(ba), 7, 0, 64, i).unwrap();
+        a.recv(Some(ab), 8, 0, 64, i).unwrap();
+        a.send(ab, 7, pattern(10, i), i).unwrap();
+        let got = next(&b);
+        assert_eq!((got.status, got.data.clone()), (Status::Ok, pattern(10, i)));
+        b.send(ba, 8, got.data, i).unwrap();
+        let mut ops = [next(&a), next(&a)].map(|c| (c.op == Op::Recv, c.status, c.data));
+        ops.sort_by_key(|o| o.0);
+        assert_eq!(ops, [(false, Status::Ok, vec![]), (true, Status::Ok, pattern(10, i))]);
+        assert_eq!(next(&b).op, Op::Send);
+    }
+    let (mut ka, mut kb) = (a.counters(), b.counters());
+    let until = Instant::now() + WAIT;
+    while (ka.messages_sent < n || kb.messages_sent < n) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+        (ka, kb) = (a.counters(), b.counters());
+    }
+    (ka, kb)
+}
+
+#[test]
+fn replies_carry_the_acknowledgments_of_requests() {
+    let (a, b) = echo(cfg(), cfg(), 100);
+    // A reply that comes within the delay carries the request's ack; one
+    // that comes later (a loaded host) finds it sent alone.
+    assert!(b.acks_piggybacked > 0, "{b:?}");
+    assert!(b.acks_piggybacked + b.acks_sent >= 100, "{b:?}");
+    assert!(a.acks_received <= b.acks_piggybacked + b.acks_sent, "{a:?}\n{b:?}");
+    // A carried acknowledgment is no frame of its own.
+    assert_eq!(b.frames_sent, 100 + b.retransmits + b.acks_sent + b.naks_sent, "{b:?}");
+}
+
+#[test]
+fn without_a_delay_every_acknowledgment_goes_alone() {
+    let now = EmpConfig { ack_delay: Duration::ZERO, ..cfg() };
+    let (_, b) = echo(now.clone(), now, 50);
+    assert_eq!(b.acks_piggybacked, 0, "{b:?}");
+    assert!(b.acks_sent >= 50, "{b:?}");
+}
+
+#[test]
+fn a_message_without_a_reply_is_acknowledged_when_the_delay_ends() {
+    let (a, ab, b, ba) = pair(cfg(), cfg());
+    b.recv(Some(ba), 1, 0, 64, 1).unwrap();
+    a.send(ab, 1, pattern(10, 1), 2).unwrap();
+    assert_eq!(next(&b).status, Status::Ok);
+    let sent = next(&a);
+    assert_eq!((sent.op, sent.status), (Op::Send, Status::Ok));
+    let until = Instant::now() + WAIT;
+    while b.counters().acks_sent == 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let k = b.counters();
+    assert!(k.acks_sent >= 1 && k.acks_piggybacked == 0, "{k:?}");
+}
+
 #[test]
 fn a_sixteen_mib_message_arrives_byte_exact() {
     let (a, ab, b, ba) = pair(cfg(), cfg());

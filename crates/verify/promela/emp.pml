@@ -15,10 +15,11 @@
  *   Hold       receiver: a frame above the expected one, within the window -> held until it is the expected one
  *   Unmatched  receiver: the expected first frame of a message matches no posted receive -> dropped, not acked
  *   AckOut     receiver: acknowledge every frame below the expected one, as of the moment the ack is sent
+ *   AckDelayed receiver: acknowledge every frame below the expected one later: on a reverse data frame or alone
  *   NakOut     receiver: a gap and no NAK out for it yet -> NAK naming the expected frame (once per gap)
  */
 #define N 6
-#define FPM 2
+#define FPM 1
 #define W 2
 #define G 2
 #define S 5
@@ -33,6 +34,8 @@
 byte base, ptr, top;
 byte exp, since;
 bit gap_seen, nak_sent;
+bit parked; byte parked_v;   /* an acknowledgment parked to leave later, and its wire value */
+byte unacked;                /* frames accepted since an acknowledgment left at once (the group's count) */
 byte held[S];   /* the receiver's held frames: index + 1 per wire number, 0 when none */
 
 chan data = [C] of { byte, byte };  /* wire sequence number (mod S), ghost: the frame's index */
@@ -113,56 +116,73 @@ end:
      atomic {
      if
      :: (((((f) % S + S - (exp) % S) % S) == 0) && (since < W)) ->
-        if :: id != exp -> misdelivered = true :: else -> skip fi; exp = (exp + 1); since = (since + 1); gap_seen = 0; nak_sent = 0;
+        if :: id != exp -> misdelivered = true :: else -> skip fi; exp = (exp + 1); since = (since + 1); gap_seen = 0; nak_sent = 0; unacked++;
         printf("@@ receiver Accept %d (#%d)  exp=%d\n", f, id, exp);
         do
         :: held[exp % S] != 0 && ((((((exp % S)) % S + S - (exp) % S) % S) == 0) && (since < W)) ->
            f = exp % S; id = held[f] - 1; held[f] = 0;
-           if :: id != exp -> misdelivered = true :: else -> skip fi; exp = (exp + 1); since = (since + 1); gap_seen = 0; nak_sent = 0;
+           if :: id != exp -> misdelivered = true :: else -> skip fi; exp = (exp + 1); since = (since + 1); gap_seen = 0; nak_sent = 0; unacked++;
            printf("@@ receiver Accept %d (#%d, held)  exp=%d\n", f, id, exp)
         :: else -> break
         od;
         if
-        :: since >= G || id % FPM == FPM - 1 || held[0] != 0 || held[1] != 0 || held[2] != 0 || held[3] != 0 || held[4] != 0 ->
+        :: unacked >= G || held[0] != 0 || held[1] != 0 || held[2] != 0 || held[3] != 0 || held[4] != 0 ->
            if
-           :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); send_ack(0, 0)
-           :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); send_ack(0, 1)
-           :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); send_ack(0, 2)
-           :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); send_ack(0, 3)
-           :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); send_ack(0, 4)
+           :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 0)
+           :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 1)
+           :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 2)
+           :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 3)
+           :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 4)
            fi
-        :: else -> skip
+        :: else ->
+           if
+           :: id % FPM == FPM - 1 ->
+              if
+              :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 0)
+              :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 1)
+              :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 2)
+              :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 3)
+              :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 4)
+              :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckDelayed 0  exp=%d since=%d\n", exp, since); parked = 1; parked_v = 0
+              :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckDelayed 1  exp=%d since=%d\n", exp, since); parked = 1; parked_v = 1
+              :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckDelayed 2  exp=%d since=%d\n", exp, since); parked = 1; parked_v = 2
+              :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckDelayed 3  exp=%d since=%d\n", exp, since); parked = 1; parked_v = 3
+              :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckDelayed 4  exp=%d since=%d\n", exp, since); parked = 1; parked_v = 4
+              fi
+           :: else -> skip
+           fi
         fi
      :: unmatched < UNM && id % FPM == 0 && ((((f) % S + S - (exp) % S) % S) == 0) ->
         unmatched++; data_drops++; printf("@@ receiver Unmatched %d (#%d): no posted receive\n", f, id)
      :: ((((f) % S + S - (exp) % S) % S) >= W) -> printf("@@ receiver Duplicate %d (#%d)\n", f, id);
         if
-        :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); send_ack(0, 0)
-        :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); send_ack(0, 1)
-        :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); send_ack(0, 2)
-        :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); send_ack(0, 3)
-        :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); send_ack(0, 4)
+        :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 0)
+        :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 1)
+        :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 2)
+        :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 3)
+        :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 4)
         fi
      :: held[f] == 0 && (((((f) % S + S - (exp) % S) % S) >= 1) && ((((f) % S + S - (exp) % S) % S) < W)) -> gap_seen = 1; held[f] = id + 1; printf("@@ receiver Hold %d (#%d)\n", f, id);
         if
-        :: (((((0) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 0  exp=%d since=%d\n", exp, since); send_ack(1, 0)
-        :: (((((1) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 1  exp=%d since=%d\n", exp, since); send_ack(1, 1)
-        :: (((((2) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 2  exp=%d since=%d\n", exp, since); send_ack(1, 2)
-        :: (((((3) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 3  exp=%d since=%d\n", exp, since); send_ack(1, 3)
-        :: (((((4) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 4  exp=%d since=%d\n", exp, since); send_ack(1, 4)
+        :: (((((0) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 0  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(1, 0)
+        :: (((((1) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 1  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(1, 1)
+        :: (((((2) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 2  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(1, 2)
+        :: (((((3) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 3  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(1, 3)
+        :: (((((4) % S + S - (exp) % S) % S) == 0) && (gap_seen == 1) && (nak_sent == 0)) -> nak_sent = 1; since = 0; printf("@@ receiver NakOut 4  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(1, 4)
         :: else -> skip
         fi
      :: held[f] != 0 && (((((f) % S + S - (exp) % S) % S) >= 1) && ((((f) % S + S - (exp) % S) % S) < W)) -> gap_seen = 1; printf("@@ receiver Gap %d (#%d): held already\n", f, id);
         if
-        :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); send_ack(0, 0)
-        :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); send_ack(0, 1)
-        :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); send_ack(0, 2)
-        :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); send_ack(0, 3)
-        :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); send_ack(0, 4)
+        :: ((((0) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 0  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 0)
+        :: ((((1) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 1  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 1)
+        :: ((((2) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 2  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 2)
+        :: ((((3) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 3  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 3)
+        :: ((((4) % S + S - (exp) % S) % S) == 0) -> since = 0; printf("@@ receiver AckOut 4  exp=%d since=%d\n", exp, since); parked = 0; parked_v = 0; unacked = 0; send_ack(0, 4)
         fi
      fi;
      f = 0; id = 0
      }
+  :: atomic { parked -> printf("@@ receiver parked ack %d leaves\n", parked_v); send_ack(0, parked_v); parked = 0; parked_v = 0 }
   :: atomic { reordered < REORD && len(data) >= 2 -> swap_head(data); printf("@@   frames reordered\n") }
   od
 }

@@ -6,7 +6,11 @@
 //! renderer; the processes add only what the table leaves to its caller:
 //! which wire value to try (each of `0..S`, the guard picks), when the
 //! receiver acknowledges (every `G` frames, on a message's last frame,
-//! while it holds frames, in answer to a duplicate), which frame the
+//! while it holds frames, in answer to a duplicate), whether the
+//! acknowledgment of a message's last frame goes at once (`AckOut`) or is
+//! parked (`AckDelayed`) to leave later, as it does on a data frame of the
+//! reverse flow or when the delay ends (any later step, through the same
+//! impairments, unless an acknowledgment sent first replaces it), which frame the
 //! sender repairs (the one a NAK names, the oldest after a timeout), the
 //! receiver's held frames (`held[s]`: the index of the frame held under
 //! wire number `s`, plus one; the `Accept` row takes each once it is the
@@ -69,7 +73,7 @@ impl Default for EmpConfig {
     fn default() -> Self {
         EmpConfig {
             frames: 6,
-            per_message: 2,
+            per_message: 1,
             window: 2,
             ack_group: 2,
             seq_space: 5,
@@ -101,14 +105,20 @@ fn repair(t: &Table, param: &str) -> String {
 }
 
 /// The alternatives of an `if` that sends `kind` (AckOut or NakOut) with
-/// every wire value the guard allows.
+/// every wire value the guard allows (an acknowledgment sent replaces a
+/// parked one), or parks it (AckDelayed).
 fn ack_alternatives(t: &Table, kind: Kind, cfg: &EmpConfig, flag: u32, indent: &str) -> String {
     let mut o = String::new();
     for p in 0..cfg.seq_space {
         let (g, e) = row(t, kind, &p.to_string());
+        let act = if kind == Kind::AckDelayed {
+            format!("parked = 1; parked_v = {p}")
+        } else {
+            format!("parked = 0; parked_v = 0; unacked = 0; send_ack({flag}, {p})")
+        };
         let _ = writeln!(
             o,
-            "{indent}:: {g} ->{e} printf(\"@@ receiver {kind:?} {p}  exp=%d since=%d\\n\", exp, since); send_ack({flag}, {p})"
+            "{indent}:: {g} ->{e} printf(\"@@ receiver {kind:?} {p}  exp=%d since=%d\\n\", exp, since); {act}"
         );
     }
     o
@@ -144,6 +154,8 @@ pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
          byte base, ptr, top;\n\
          byte exp, since;\n\
          bit gap_seen, nak_sent;\n\
+         bit parked; byte parked_v;   /* an acknowledgment parked to leave later, and its wire value */\n\
+         byte unacked;                /* frames accepted since an acknowledgment left at once (the group's count) */\n\
          byte held[S];   /* the receiver's held frames: index + 1 per wire number, 0 when none */\n\n\
          chan data = [C] of { byte, byte };  /* wire sequence number (mod S), ghost: the frame's index */\n\
          chan acks = [C] of { bit, byte };   /* 0 ack / 1 NAK, wire sequence number (mod S) */\n\n\
@@ -222,26 +234,31 @@ pub fn emit(t: &Table, cfg: &EmpConfig) -> String {
     let (drain_g, drain_e) = row(t, Kind::Accept, "(exp % S)");
     let holding = (0..cfg.seq_space).map(|s| format!("held[{s}] != 0")).collect::<Vec<_>>().join(" || ");
     let acks_deep = ack_alternatives(t, Kind::AckOut, cfg, 0, "           ");
+    let last_acks = ack_alternatives(t, Kind::AckOut, cfg, 0, "              ");
+    let parks = ack_alternatives(t, Kind::AckDelayed, cfg, 0, "              ");
     let acks = ack_alternatives(t, Kind::AckOut, cfg, 0, "        ");
     let naks = ack_alternatives(t, Kind::NakOut, cfg, 1, "        ");
     let _ = write!(
         o,
         "proctype receiver() {{\n  byte f, id, k, v, n, a1, b1, a2, b2;\nend:\n  do\n  :: data?f,id ->\n     atomic {{\n     if\n\
-         \x20    :: {acc_g} ->\n        if :: id != exp -> misdelivered = true :: else -> skip fi;{acc_e}\n\
+         \x20    :: {acc_g} ->\n        if :: id != exp -> misdelivered = true :: else -> skip fi;{acc_e} unacked++;\n\
          \x20       printf(\"@@ receiver Accept %d (#%d)  exp=%d\\n\", f, id, exp);\n\
          \x20       do\n\
          \x20       :: held[exp % S] != 0 && {drain_g} ->\n\
          \x20          f = exp % S; id = held[f] - 1; held[f] = 0;\n\
-         \x20          if :: id != exp -> misdelivered = true :: else -> skip fi;{drain_e}\n\
+         \x20          if :: id != exp -> misdelivered = true :: else -> skip fi;{drain_e} unacked++;\n\
          \x20          printf(\"@@ receiver Accept %d (#%d, held)  exp=%d\\n\", f, id, exp)\n\
          \x20       :: else -> break\n        od;\n\
-         \x20       if\n        :: since >= G || id % FPM == FPM - 1 || {holding} ->\n           if\n{acks_deep}           fi\n        :: else -> skip\n        fi\n\
+         \x20       if\n        :: unacked >= G || {holding} ->\n           if\n{acks_deep}           fi\n\
+         \x20       :: else ->\n           if\n           :: id % FPM == FPM - 1 ->\n              if\n{last_acks}{parks}              fi\n\
+         \x20          :: else -> skip\n           fi\n        fi\n\
          \x20    :: unmatched < UNM && id % FPM == 0 && {unm_g} ->\n\
          \x20       unmatched++; data_drops++; printf(\"@@ receiver Unmatched %d (#%d): no posted receive\\n\", f, id)\n\
          \x20    :: {dup_g} ->{dup_e} printf(\"@@ receiver Duplicate %d (#%d)\\n\", f, id);\n        if\n{acks}        fi\n\
          \x20    :: held[f] == 0 && {hold_g} ->{hold_e} held[f] = id + 1; printf(\"@@ receiver Hold %d (#%d)\\n\", f, id);\n        if\n{naks}        :: else -> skip\n        fi\n\
          \x20    :: held[f] != 0 && {gap_g} ->{gap_e} printf(\"@@ receiver Gap %d (#%d): held already\\n\", f, id);\n        if\n{acks}        fi\n\
          \x20    fi;\n     f = 0; id = 0\n     }}\n\
+         \x20 :: atomic {{ parked -> printf(\"@@ receiver parked ack %d leaves\\n\", parked_v); send_ack(0, parked_v); parked = 0; parked_v = 0 }}\n\
          \x20 :: atomic {{ reordered < REORD && len(data) >= 2 -> swap_head(data); printf(\"@@   frames reordered\\n\") }}\n\
          \x20 od\n}}\n\n",
     );

@@ -8,13 +8,19 @@
 //! | 0..2  | magic `"EM"`                                       |
 //! | 2     | version ([`VERSION`])                              |
 //! | 3     | kind: 1 DATA, 2 ACK, 3 NAK                         |
-//! | 4     | flags: bit 0 FIRST, bit 1 LAST (DATA); bit 2 SACK  |
+//! | 4     | flags: bit 0 FIRST, bit 1 LAST (DATA); bit 2 SACK; |
+//! |       | bit 3 ACK (DATA carrying an acknowledgment)        |
 //! | 5..8  | reserved, zero                                     |
 //! | 8..12 | epoch of the flow                                  |
 //! | 12..16| flow sequence number (DATA; zero in ACK/NAK)       |
 //!
 //! DATA adds the tag (u64), the message length (u32) and this frame's
 //! offset in the message (u32); its payload is the rest of the datagram.
+//! A DATA frame with the ACK flag carries an acknowledgment of the reverse
+//! flow between its header and its payload: that flow's epoch, `next` and
+//! window (u32 each), and with the SACK flag also its selective part (u64),
+//! so that a reply takes the acknowledgment of the request with it instead
+//! of a datagram of its own. DATA without the flag is unchanged.
 //! ACK and NAK add `next` (u32, the first sequence number not accepted)
 //! and the receiver's advertised window in frames (u32); with the SACK
 //! flag a selective part follows: a u64 whose bit `k` says frame
@@ -38,6 +44,10 @@ pub const DATA_HEADER_LEN: usize = COMMON_LEN + 16;
 pub const CONTROL_LEN: usize = COMMON_LEN + 8;
 /// Length of an ACK or NAK frame with a selective part.
 pub const SACK_CONTROL_LEN: usize = CONTROL_LEN + 8;
+/// Bytes an acknowledgment adds to a DATA frame that carries one.
+pub const PIGGYBACK_LEN: usize = 12;
+/// Bytes an acknowledgment with a selective part adds to a DATA frame.
+pub const PIGGYBACK_SACK_LEN: usize = PIGGYBACK_LEN + 8;
 /// Largest message EMP carries: 16 MiB.
 pub const MAX_MESSAGE: u32 = 16 << 20;
 
@@ -47,6 +57,7 @@ const KIND_NAK: u8 = 3;
 const FLAG_FIRST: u8 = 1;
 const FLAG_LAST: u8 = 2;
 const FLAG_SACK: u8 = 4;
+const FLAG_ACK: u8 = 8;
 
 /// The header of a DATA frame; its payload length is the datagram's rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +75,8 @@ pub struct DataHeader {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Data<'a> {
     pub header: DataHeader,
+    /// The acknowledgment of the reverse flow the frame carries, if any.
+    pub ack: Option<Control>,
     pub payload: &'a [u8],
 }
 
@@ -176,12 +189,13 @@ pub fn parse(buf: &[u8]) -> Result<Frame<'_>, EmpError> {
             }
             let header =
                 DataHeader { epoch, seq, tag: u64_at(buf, 16), msg_len: u32_at(buf, 24), offset: u32_at(buf, 28) };
-            let payload = &buf[DATA_HEADER_LEN..];
+            let (ack, at) = parse_piggyback(buf, flags)?;
+            let payload = &buf[at..];
             check_data(&header, payload.len())?;
-            if flags != data_flags(&header, payload.len()) {
+            if flags & !(FLAG_ACK | FLAG_SACK) != data_flags(&header, payload.len()) {
                 return Err(EmpError::BadFlags);
             }
-            Ok(Frame::Data(Data { header, payload }))
+            Ok(Frame::Data(Data { header, ack, payload }))
         }
         KIND_ACK | KIND_NAK => {
             if (flags != 0 && flags != FLAG_SACK) || seq != 0 {
@@ -202,6 +216,37 @@ pub fn parse(buf: &[u8]) -> Result<Frame<'_>, EmpError> {
             Ok(if kind == KIND_ACK { Frame::Ack(c) } else { Frame::Nak(c) })
         }
         _ => Err(EmpError::UnknownKind),
+    }
+}
+
+/// The acknowledgment a DATA frame with `flags` carries after its header,
+/// and where its payload starts.
+fn parse_piggyback(buf: &[u8], flags: u8) -> Result<(Option<Control>, usize), EmpError> {
+    match (flags & FLAG_ACK != 0, flags & FLAG_SACK != 0) {
+        (false, false) => Ok((None, DATA_HEADER_LEN)),
+        (false, true) => Err(EmpError::BadFlags),
+        (true, sacked) => {
+            let len = if sacked { PIGGYBACK_SACK_LEN } else { PIGGYBACK_LEN };
+            if buf.len() < DATA_HEADER_LEN + len {
+                return Err(EmpError::Short);
+            }
+            let at = DATA_HEADER_LEN;
+            let sack = if sacked { u64_at(buf, at + PIGGYBACK_LEN) } else { 0 };
+            if sacked && sack == 0 {
+                return Err(EmpError::BadFlags);
+            }
+            let c = Control { epoch: u32_at(buf, at), next: u32_at(buf, at + 4), window: u32_at(buf, at + 8), sack };
+            Ok((Some(c), at + len))
+        }
+    }
+}
+
+/// Bytes a carried acknowledgment adds to a DATA frame.
+pub fn piggyback_len(ack: Option<&Control>) -> usize {
+    match ack {
+        None => 0,
+        Some(c) if c.sack == 0 => PIGGYBACK_LEN,
+        Some(_) => PIGGYBACK_SACK_LEN,
     }
 }
 
@@ -241,15 +286,42 @@ fn common(out: &mut [u8], kind: u8, flags: u8, epoch: u32, seq: u32) {
 /// Writes the header of a DATA frame whose payload of `payload_len` bytes
 /// the caller places at `out[DATA_HEADER_LEN..]`. Returns the header length.
 pub fn encode_data_header(h: &DataHeader, payload_len: usize, out: &mut [u8]) -> Result<usize, EmpError> {
+    encode_data_header_with(h, None, payload_len, out)
+}
+
+/// Writes the header of a DATA frame and the acknowledgment it carries
+/// (if any); the caller places the payload right after. Returns the
+/// header's length with the acknowledgment.
+pub fn encode_data_header_with(
+    h: &DataHeader,
+    ack: Option<&Control>,
+    payload_len: usize,
+    out: &mut [u8],
+) -> Result<usize, EmpError> {
     check_data(h, payload_len)?;
-    if out.len() < DATA_HEADER_LEN {
+    let len = DATA_HEADER_LEN + piggyback_len(ack);
+    if out.len() < len {
         return Err(EmpError::NoRoom);
     }
-    common(out, KIND_DATA, data_flags(h, payload_len), h.epoch, h.seq);
+    let extra = match ack {
+        None => 0,
+        Some(c) if c.sack == 0 => FLAG_ACK,
+        Some(_) => FLAG_ACK | FLAG_SACK,
+    };
+    common(out, KIND_DATA, data_flags(h, payload_len) | extra, h.epoch, h.seq);
     out[16..24].copy_from_slice(&h.tag.to_be_bytes());
     out[24..28].copy_from_slice(&h.msg_len.to_be_bytes());
     out[28..32].copy_from_slice(&h.offset.to_be_bytes());
-    Ok(DATA_HEADER_LEN)
+    if let Some(c) = ack {
+        let at = DATA_HEADER_LEN;
+        out[at..at + 4].copy_from_slice(&c.epoch.to_be_bytes());
+        out[at + 4..at + 8].copy_from_slice(&c.next.to_be_bytes());
+        out[at + 8..at + 12].copy_from_slice(&c.window.to_be_bytes());
+        if c.sack != 0 {
+            out[at + 12..at + 20].copy_from_slice(&c.sack.to_be_bytes());
+        }
+    }
+    Ok(len)
 }
 
 /// The encoded length of an ACK or NAK with these fields.
@@ -281,12 +353,13 @@ pub fn encode_control(c: &Control, nak: bool, out: &mut [u8]) -> Result<usize, E
 pub fn encode(frame: &Frame<'_>, out: &mut [u8]) -> Result<usize, EmpError> {
     match frame {
         Frame::Data(d) => {
-            let total = DATA_HEADER_LEN + d.payload.len();
+            let head = DATA_HEADER_LEN + piggyback_len(d.ack.as_ref());
+            let total = head + d.payload.len();
             if out.len() < total {
                 return Err(EmpError::NoRoom);
             }
-            encode_data_header(&d.header, d.payload.len(), out)?;
-            out[DATA_HEADER_LEN..total].copy_from_slice(d.payload);
+            encode_data_header_with(&d.header, d.ack.as_ref(), d.payload.len(), out)?;
+            out[head..total].copy_from_slice(d.payload);
             Ok(total)
         }
         Frame::Ack(c) => encode_control(c, false, out),
@@ -302,7 +375,7 @@ mod tests {
     fn data_round_trip_and_flags() {
         let h = DataHeader { epoch: 7, seq: 9, tag: 0x0102_0304_0506_0708, msg_len: 10, offset: 4 };
         let mut buf = [0u8; 64];
-        let n = encode(&Frame::Data(Data { header: h, payload: b"abcdef" }), &mut buf).unwrap();
+        let n = encode(&Frame::Data(Data { header: h, ack: None, payload: b"abcdef" }), &mut buf).unwrap();
         let Ok(Frame::Data(d)) = parse(&buf[..n]) else { panic!("not data") };
         assert_eq!((d.header, d.payload, d.first(), d.last()), (h, &b"abcdef"[..], false, true));
         buf[4] = FLAG_FIRST | FLAG_LAST;
@@ -350,6 +423,31 @@ mod tests {
         assert_eq!(parse(&bad[..n]), Err(EmpError::BadFlags));
         let mut bad = buf;
         bad[4] = FLAG_SACK | FLAG_FIRST;
+        assert_eq!(parse(&bad[..n]), Err(EmpError::BadFlags));
+    }
+
+    #[test]
+    fn data_carries_an_acknowledgment() {
+        let h = DataHeader { epoch: 7, seq: 9, tag: 3, msg_len: 4, offset: 0 };
+        let mut buf = [0u8; 64];
+        for sack in [0, 0x10] {
+            let ack = Control { epoch: 5, next: 6, window: 8, sack };
+            let n = encode(&Frame::Data(Data { header: h, ack: Some(ack), payload: b"wxyz" }), &mut buf).unwrap();
+            let extra = if sack == 0 { PIGGYBACK_LEN } else { PIGGYBACK_SACK_LEN };
+            assert_eq!(n, DATA_HEADER_LEN + extra + 4);
+            let Ok(Frame::Data(d)) = parse(&buf[..n]) else { panic!("not data") };
+            assert_eq!((d.ack, d.payload, d.first(), d.last()), (Some(ack), &b"wxyz"[..], true, true));
+            assert_eq!(parse(&buf[..DATA_HEADER_LEN + extra - 1]), Err(EmpError::Short));
+        }
+        // SACK without ACK on DATA, and an empty selective part, are refused.
+        let n = encode(&Frame::Data(Data { header: h, ack: None, payload: b"wxyz" }), &mut buf).unwrap();
+        let mut bad = buf;
+        bad[4] |= FLAG_SACK;
+        assert_eq!(parse(&bad[..n]), Err(EmpError::BadFlags));
+        let ack = Control { epoch: 5, next: 6, window: 8, sack: 1 };
+        let n = encode(&Frame::Data(Data { header: h, ack: Some(ack), payload: b"wxyz" }), &mut buf).unwrap();
+        let mut bad = buf;
+        bad[DATA_HEADER_LEN + PIGGYBACK_LEN..DATA_HEADER_LEN + PIGGYBACK_SACK_LEN].fill(0);
         assert_eq!(parse(&bad[..n]), Err(EmpError::BadFlags));
     }
 }

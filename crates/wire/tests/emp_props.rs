@@ -26,9 +26,25 @@ proptest! {
     #[test]
     fn data_round_trips((h, payload) in data()) {
         let mut buf = vec![0u8; DATA_HEADER_LEN + payload.len()];
-        let n = emp::encode(&Frame::Data(Data { header: h, payload: &payload }), &mut buf).unwrap();
+        let n = emp::encode(&Frame::Data(Data { header: h, ack: None, payload: &payload }), &mut buf).unwrap();
         prop_assert_eq!(n, buf.len());
-        prop_assert_eq!(emp::parse(&buf), Ok(Frame::Data(Data { header: h, payload: &payload })));
+        prop_assert_eq!(emp::parse(&buf), Ok(Frame::Data(Data { header: h, ack: None, payload: &payload })));
+    }
+
+    #[test]
+    fn data_with_an_acknowledgment_round_trips(
+        (h, payload) in data(),
+        epoch in any::<u32>(),
+        next in any::<u32>(),
+        window in any::<u32>(),
+        sack in prop_oneof![Just(0u64), any::<u64>()],
+    ) {
+        let ack = Some(Control { epoch, next, window, sack });
+        let frame = Frame::Data(Data { header: h, ack, payload: &payload });
+        let mut buf = vec![0u8; DATA_HEADER_LEN + emp::piggyback_len(ack.as_ref()) + payload.len()];
+        let n = emp::encode(&frame, &mut buf).unwrap();
+        prop_assert_eq!(n, buf.len());
+        prop_assert_eq!(emp::parse(&buf), Ok(frame));
     }
 
     #[test]
@@ -54,9 +70,12 @@ proptest! {
             // Past the magic and version, so the deeper checks are reached.
             b[..3].copy_from_slice(b"EM\x01");
             b[3] %= 4;
-            // Flags that a control frame may carry, now and then.
+            // Flags that a control frame may carry, now and then; a data
+            // frame's acknowledgment flags other times.
             if b.len() >= 5 && b[4] % 2 == 0 {
                 b[4] &= 4;
+            } else if b.len() >= 5 && b[4] % 3 == 0 {
+                b[4] &= 15;
             }
         }
         if let Ok(f) = emp::parse(&b) {

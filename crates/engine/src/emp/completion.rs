@@ -1,6 +1,9 @@
 //! Completions and the completion queue: the engine thread pushes, the
 //! application polls (or waits in [`crate::emp::EmpEndpoint::wait`]); an
-//! eventfd is readable while any is pending.
+//! eventfd is readable while any is pending, once its descriptor was handed
+//! out or while a thread sleeps on it. Until then nobody could see it, so
+//! a thread that produces and takes its own completions makes no system
+//! call for them.
 
 use crate::emp::peer::PeerId;
 use crate::sys::fdevents::EventFd;
@@ -54,41 +57,76 @@ pub struct Completion {
 /// The completion queue of an endpoint.
 #[derive(Debug)]
 pub struct CompletionQueue {
-    q: Mutex<VecDeque<Completion>>,
+    q: Mutex<Queue>,
     ready: EventFd,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    items: VecDeque<Completion>,
+    /// The eventfd is readable.
+    rung: bool,
+    /// The descriptor was handed out: it follows the queue from then on.
+    exported: bool,
+    /// Threads about to sleep on the descriptor.
+    sleepers: usize,
+}
+
+impl Queue {
+    /// Makes the descriptor readable when someone could be looking at it.
+    fn ring(&mut self, fd: &EventFd) {
+        if !self.rung && !self.items.is_empty() && (self.exported || self.sleepers > 0) {
+            fd.set();
+            self.rung = true;
+        }
+    }
 }
 
 impl CompletionQueue {
     pub fn new() -> io::Result<Self> {
-        Ok(CompletionQueue { q: Mutex::new(VecDeque::new()), ready: EventFd::new()? })
+        Ok(CompletionQueue { q: Mutex::new(Queue::default()), ready: EventFd::new()? })
     }
 
-    /// Appends completions (the engine thread, once per round).
+    /// Appends completions (a round, once).
     pub fn push_all(&self, done: &mut Vec<Completion>) {
         if done.is_empty() {
             return;
         }
         let mut q = lock(&self.q);
-        let was_empty = q.is_empty();
-        q.extend(done.drain(..));
-        if was_empty {
-            self.ready.set();
-        }
+        q.items.extend(done.drain(..));
+        q.ring(&self.ready);
     }
 
     /// The oldest completion, if any.
     pub fn poll(&self) -> Option<Completion> {
         let mut q = lock(&self.q);
-        let c = q.pop_front();
-        if c.is_some() && q.is_empty() {
+        let c = q.items.pop_front();
+        if q.rung && q.items.is_empty() {
             self.ready.clear();
+            q.rung = false;
         }
         c
     }
 
+    /// A thread is about to sleep on the descriptor: false (and nothing
+    /// changes) when completions are pending already.
+    pub fn sleep(&self) -> bool {
+        let mut q = lock(&self.q);
+        if !q.items.is_empty() {
+            return false;
+        }
+        q.sleepers += 1;
+        true
+    }
+
+    /// The thread that slept (after [`CompletionQueue::sleep`]) woke.
+    pub fn woke(&self) {
+        lock(&self.q).sleepers -= 1;
+    }
+
     /// Completions pending.
     pub fn len(&self) -> usize {
-        lock(&self.q).len()
+        lock(&self.q).items.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -97,6 +135,15 @@ impl CompletionQueue {
 
     /// A descriptor readable while completions are pending.
     pub fn fd(&self) -> RawFd {
+        let mut q = lock(&self.q);
+        q.exported = true;
+        q.ring(&self.ready);
+        self.ready.as_raw_fd()
+    }
+
+    /// The descriptor, for the endpoint's own waiters (which announce
+    /// themselves with [`CompletionQueue::sleep`]).
+    pub fn own_fd(&self) -> RawFd {
         self.ready.as_raw_fd()
     }
 }

@@ -17,6 +17,11 @@ pub struct EmpConfig {
     pub ack_group: u32,
     /// Frames a sender keeps in flight unacknowledged.
     pub window: u32,
+    /// How long the acknowledgment owed for a message's last frame waits
+    /// for a data frame of the reverse flow to carry it before it leaves
+    /// as a frame of its own (zero: at once). A full group, a gap or a
+    /// duplicate is acknowledged at once regardless.
+    pub ack_delay: Duration,
     /// Retransmission timeout before a round trip is measured; after, the
     /// timeout follows the measured round trips (smoothed, plus four mean
     /// deviations), within `[rto_min, rto_max]`. It doubles per timeout
@@ -57,6 +62,7 @@ impl Default for EmpConfig {
             frame_payload: Self::payload_for_mtu(1500),
             ack_group: 16,
             window: 512,
+            ack_delay: Duration::from_micros(200),
             rto_initial: Duration::from_millis(20),
             rto_min: Duration::from_millis(2),
             rto_max: Duration::from_millis(500),
@@ -96,6 +102,7 @@ impl EmpConfig {
         c.rto_min = c.rto_min.max(Duration::from_micros(100));
         c.rto_max = c.rto_max.max(c.rto_initial).max(c.rto_min);
         c.poll_spin = c.poll_spin.min(Duration::from_millis(10));
+        c.ack_delay = c.ack_delay.min(c.rto_min / 2);
         c.socket_buffer = c.socket_buffer.clamp(4096, i32::MAX as usize);
         c
     }

@@ -14,7 +14,11 @@ pub struct EmpCounters {
     pub frames_received: u64,
     /// Data frames sent again.
     pub retransmits: u64,
+    /// ACK frames sent alone.
     pub acks_sent: u64,
+    /// Acknowledgments sent on a data frame of the reverse flow.
+    pub acks_piggybacked: u64,
+    /// Acknowledgments received, alone or on a data frame.
     pub acks_received: u64,
     pub naks_sent: u64,
     pub naks_received: u64,
@@ -58,6 +62,7 @@ impl EmpCounters {
     pub fn add_send(&mut self, s: &SendCounters) {
         self.frames_sent += s.frames_sent;
         self.retransmits += s.retransmits;
+        self.acks_piggybacked += s.acks_piggybacked;
         self.acks_received += s.acks_received;
         self.naks_received += s.naks_received;
         self.stale += s.stale_acks;
@@ -87,6 +92,7 @@ impl EmpCounters {
             (&mut self.frames_received, o.frames_received),
             (&mut self.retransmits, o.retransmits),
             (&mut self.acks_sent, o.acks_sent),
+            (&mut self.acks_piggybacked, o.acks_piggybacked),
             (&mut self.acks_received, o.acks_received),
             (&mut self.naks_sent, o.naks_sent),
             (&mut self.naks_received, o.naks_received),

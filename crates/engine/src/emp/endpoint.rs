@@ -79,7 +79,7 @@ impl EmpEndpoint {
         let rt = Runtime::new(shared.clone(), sock, &cfg)?;
         let waiter = Epoll::new()?;
         waiter.add(rt.socket_fd(), 0, EV_IN | EV_EXCLUSIVE | EDGE)?;
-        waiter.add_readable(shared.cq.fd(), 1)?;
+        waiter.add_readable(shared.cq.own_fd(), 1)?;
         let rt = Arc::new(Mutex::new(rt));
         let placement = cfg.scheme.threads();
         let mut threads = Vec::new();
@@ -190,7 +190,7 @@ impl EmpEndpoint {
             .fetch_update(Relaxed, Relaxed, |q| (q == 0 || q + len <= bound).then_some(q + len))
             .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
         self.shared.command_quiet(Command::Send { peer, tag, data, context });
-        self.progress();
+        self.progress(false);
         Ok(())
     }
 
@@ -200,7 +200,7 @@ impl EmpEndpoint {
     pub fn recv(&self, source: Option<PeerId>, tag: u64, ignore: u64, capacity: usize, context: u64) -> io::Result<()> {
         self.alive()?;
         self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, capacity, context }));
-        self.progress();
+        self.progress(false);
         Ok(())
     }
 
@@ -221,18 +221,24 @@ impl EmpEndpoint {
 
     /// Runs a round on this thread when the engine thread is not in one
     /// (it takes the commands just queued); else wakes the engine thread.
-    fn progress(&self) -> bool {
+    /// `read`: the round reads the socket. A thread that posts a send or a
+    /// receive leaves the socket to the threads its events wake (an
+    /// application thread in `wait`, else the engine thread), unless one of
+    /// them left frames to this thread.
+    fn progress(&self, read: bool) -> bool {
+        let mut read = read;
         for _ in 0..MISSED_ROUNDS {
             let Some(mut rt) = try_lock(&self.rt) else {
                 self.shared.doorbell.set();
                 return false;
             };
             if self.scheme == Scheme::Base {
-                rt.round(Instant::now(), false);
+                rt.round(Instant::now(), false, read);
             } else {
-                rt.staged_round(Instant::now(), StageSet::ALL, None, &self.placement);
+                rt.staged_round(Instant::now(), StageSet::ALL, None, &self.placement, read);
             }
             drop(rt);
+            read = true;
             // Frames came after this round read the socket, and an engine
             // thread woke for them but left them to this thread, which is
             // awake already.
@@ -249,7 +255,7 @@ impl EmpEndpoint {
 
     /// The oldest completion, if any (after a round of progress).
     pub fn poll(&self) -> Option<Completion> {
-        self.shared.cq.poll().or_else(|| if self.progress() { self.shared.cq.poll() } else { None })
+        self.shared.cq.poll().or_else(|| if self.progress(true) { self.shared.cq.poll() } else { None })
     }
 
     /// The oldest completion, waiting up to `timeout` (`None`: until one
@@ -257,14 +263,18 @@ impl EmpEndpoint {
     /// configured spin it polls the socket and runs rounds, so an answer
     /// that comes quickly is taken on this thread without a wake-up; then
     /// it sleeps on the socket and the queue and runs the rounds it wakes
-    /// for, spinning again after each.
+    /// for, spinning again after each. Before its first sleep it only looks
+    /// at the queue: frames that came earlier woke another thread, or were
+    /// left to the thread that held the runtime, which reads them.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
         let until = timeout.map(|t| Instant::now() + t);
         let mut ready = Vec::with_capacity(4);
         let mut spin_until = Instant::now() + self.spin;
+        let mut round = !self.spin.is_zero();
         loop {
-            if let Some(c) = self.poll() {
-                return Some(c);
+            let c = if round { self.poll() } else { self.shared.cq.poll() };
+            if c.is_some() {
+                return c;
             }
             if self.shared.stopping() {
                 return None;
@@ -279,7 +289,13 @@ impl EmpEndpoint {
                 continue;
             }
             let nap = left.map_or(MAX_NAP, |l| l.min(MAX_NAP));
-            let _ = self.waiter.wait_events(&mut ready, Some(nap));
+            if self.shared.cq.sleep() {
+                let _ = self.waiter.wait_events(&mut ready, Some(nap));
+                self.shared.cq.woke();
+            }
+            // The socket's event, or a nap's end (an event may have gone
+            // to another waiter): a round. The queue's own event: a look.
+            round = ready.iter().any(|&(t, _)| t == 0) || ready.is_empty();
             spin_until = Instant::now() + self.spin;
         }
     }

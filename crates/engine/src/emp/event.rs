@@ -59,4 +59,9 @@ pub enum FlowEvent {
     /// Receiver: kept data frame `seq`, above the expected one within the
     /// window, until the frames before it arrive; it is accepted then.
     Hold { seq: u32 },
+    /// Receiver: took the acknowledgment owed for a message's last frame,
+    /// naming `next`, to ride on a data frame of the reverse flow, or to
+    /// leave alone when the delay ends; a later acknowledgment replaces it
+    /// if it is still waiting.
+    AckDelayed { next: u32 },
 }

@@ -12,12 +12,13 @@ use crate::emp::counters::EmpCounters;
 use crate::emp::handoff::Handoff;
 use crate::emp::peer::PeerId;
 use crate::emp::scheme::{Stage, StageSet};
-use crate::emp::shared::{Command, Published, Shared};
+use crate::emp::shared::{Command, PeerLink, Published, Shared};
 use crate::emp::stages::{self, Incoming, RecvSide, SendSide};
 use crate::emp::transmit::TxBatch;
 use crate::sys::epoll::{Epoll, EDGE, EV_IN};
 use crate::sys::poll::poll_writable;
 use crate::sys::sync::{lock, try_lock};
+use eudp_wire::emp::Data;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -114,10 +115,11 @@ impl Runtime {
     /// One round at `now`. `engine` is true on the engine thread; a round
     /// of another thread rings the engine's doorbell when it leaves work
     /// to do now (more to send, a full socket), and moves the engine's
-    /// timer when it armed an earlier flow timer.
-    pub fn round(&mut self, now: Instant, engine: bool) -> Round {
+    /// timer when it armed an earlier flow timer. `read`: the round reads
+    /// the socket.
+    pub fn round(&mut self, now: Instant, engine: bool, read: bool) -> Round {
         self.take_commands(now);
-        let more_rx = self.receive(now);
+        let more_rx = read && self.receive(now);
         if self.send.wake_at().is_some_and(|w| w <= now) {
             self.dirty = true;
             stages::send_timers(&mut self.send, now, &mut self.done);
@@ -129,7 +131,7 @@ impl Runtime {
             self.publish(now);
         }
         self.shared.cq.push_all(&mut self.done);
-        let r = Round { busy, wake_at: self.send.wake_at() };
+        let r = Round { busy, wake_at: earliest(self.send.wake_at(), self.recv.ack_due()) };
         if engine {
             self.planned = if busy { Some(now) } else { r.wake_at };
         } else if busy || self.blocked {
@@ -190,8 +192,9 @@ impl Runtime {
         for c in self.commands.drain(..) {
             match c {
                 Command::Insert { peer, addr, queued } => {
-                    self.send.insert(peer, addr, queued, now);
-                    self.recv.insert(peer, addr);
+                    let link = Arc::new(PeerLink::default());
+                    self.send.insert(peer, addr, queued, link.clone(), now);
+                    self.recv.insert(peer, addr, link);
                 }
                 Command::Remove { peer } => {
                     self.send.remove(peer, &mut self.done);
@@ -242,7 +245,7 @@ impl Runtime {
         let (acks, frames) = (set.has(Stage::SendAcknowledgment), set.has(Stage::Transmission));
         for _ in 0..64 {
             if acks {
-                stages::send_acknowledgment(&mut self.recv, &mut self.tx);
+                stages::send_acknowledgment(&mut self.recv, &mut self.tx, now);
             }
             if frames && !self.blocked {
                 stages::transmission(&mut self.send, &mut self.tx, now);
@@ -262,7 +265,7 @@ impl Runtime {
                 self.blocked = true;
                 return false;
             }
-            if !((frames && self.send.has_frame()) || (acks && self.recv.owes())) {
+            if !((frames && self.send.has_frame()) || (acks && self.recv.owes(now))) {
                 return false;
             }
         }
@@ -308,7 +311,7 @@ pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
             let _ = epoll.wait_events(&mut ready, timeout);
             continue;
         };
-        let r = g.round(Instant::now(), true);
+        let r = g.round(Instant::now(), true, true);
         let (blocked, fd) = (g.blocked(), g.socket_fd());
         drop(g);
         wake_at = r.wake_at;
@@ -355,7 +358,16 @@ pub(crate) fn datagrams(buf: &[u8], m: InMeta) -> impl Iterator<Item = &[u8]> {
     bytes.chunks(seg).chain(empty)
 }
 
-/// Steps 5, 4, 6 for a data frame; 5 then 3 for an acknowledgment.
+/// The earlier of two optional instants.
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Steps 5, 4, 6 for a data frame (3 first for the acknowledgment it
+/// carries); 5 then 3 for an acknowledgment.
 fn on_datagram(
     send: &mut SendSide,
     recv: &mut RecvSide,
@@ -364,7 +376,11 @@ fn on_datagram(
     now: Instant,
     done: &mut Vec<Completion>,
 ) {
-    match stages::receive_frame(recv, src, bytes) {
+    let incoming = stages::receive_frame(recv, src, bytes);
+    if let Some(Incoming::Data(peer, Data { ack: Some(c), .. })) = &incoming {
+        stages::receive_acknowledgment(send, *peer, *c, false, now, done);
+    }
+    match incoming {
         Some(Incoming::Data(peer, d)) if stages::receive_bookkeeping(recv, peer, &d, done) => {
             stages::receiving(recv, peer, &d, done)
         }

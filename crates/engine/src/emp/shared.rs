@@ -1,6 +1,7 @@
 //! What the application side of an endpoint and its engine thread share:
 //! the command queue with its doorbell, the completion queue, the
-//! published counters, the stop flag.
+//! published counters, the stop flag; and what the send and receive sides
+//! of one peer share, its [`PeerLink`].
 
 use crate::emp::completion::CompletionQueue;
 use crate::emp::counters::EmpCounters;
@@ -8,12 +9,14 @@ use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
 use crate::sys::fdevents::{EventFd, TimerFd};
 use crate::sys::sync::lock;
+use eudp_wire::emp::Control;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// A request of the application, carried out on the engine thread in order.
 #[derive(Debug)]
@@ -180,5 +183,70 @@ impl Shared {
 
     pub fn stopping(&self) -> bool {
         self.stop.load(Relaxed)
+    }
+}
+
+/// What the two sides of one peer meet in: the acknowledgment the receive
+/// side parked (step 7) for the send side to carry on its next data frame
+/// to that peer (step 2). The receive side sends it alone once `due`
+/// passes, and replaces it by any later acknowledgment it sends.
+#[derive(Debug, Default)]
+pub struct PeerLink {
+    /// Whether an acknowledgment is parked: lets step 2 skip the lock.
+    any: AtomicBool,
+    parked: Mutex<Option<Parked>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Parked {
+    control: Control,
+    due: Instant,
+}
+
+impl PeerLink {
+    /// Parks `c`; a parked one it replaces keeps its due time, so that a
+    /// stream of short messages is still acknowledged once per delay.
+    pub fn park(&self, c: Control, due: Instant) {
+        let mut p = lock(&self.parked);
+        let due = p.map_or(due, |old| old.due.min(due));
+        *p = Some(Parked { control: c, due });
+        self.any.store(true, Relaxed);
+    }
+
+    /// The parked acknowledgment, taken to ride on a data frame.
+    pub fn take(&self) -> Option<Control> {
+        if !self.any.load(Relaxed) {
+            return None;
+        }
+        self.any.store(false, Relaxed);
+        lock(&self.parked).take().map(|p| p.control)
+    }
+
+    /// The parked acknowledgment if its delay has ended by `now`.
+    pub fn take_due(&self, now: Instant) -> Option<Control> {
+        if !self.any.load(Relaxed) {
+            return None;
+        }
+        let mut p = lock(&self.parked);
+        if p.is_some_and(|p| p.due <= now) {
+            self.any.store(false, Relaxed);
+            return p.take().map(|p| p.control);
+        }
+        None
+    }
+
+    /// Drops the parked acknowledgment: a later one went out.
+    pub fn clear(&self) {
+        if self.any.swap(false, Relaxed) {
+            *lock(&self.parked) = None;
+        }
+    }
+
+    /// When the parked acknowledgment is due, if one is parked.
+    pub fn due(&self) -> Option<Instant> {
+        if !self.any.load(Relaxed) {
+            return None;
+        }
+        lock(&self.parked).map(|p| p.due)
     }
 }

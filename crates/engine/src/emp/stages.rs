@@ -12,8 +12,10 @@
 //! | 6 receiving              | [`receiving`]                | recv  |
 //! | 7 send acknowledgment    | [`send_acknowledgment`]      | recv  |
 //!
-//! Step 5 hands acknowledgments to step 3 as [`Incoming::Control`]; the
-//! send and receive sides share nothing else.
+//! Step 5 hands acknowledgments to step 3 as [`Incoming::Control`] (or on
+//! a data frame, [`Data::ack`]). Step 7 parks an acknowledgment that may
+//! wait in the peer's [`PeerLink`], where step 2 takes it onto a data
+//! frame to that peer; the send and receive sides share nothing else.
 
 use crate::emp::completion::{Completion, Op, Status};
 use crate::emp::config::EmpConfig;
@@ -23,14 +25,15 @@ use crate::emp::flow::send::{QueueError, SendError, SendFlow};
 use crate::emp::matching::{Matcher, PostedRecv, Unexpected};
 use crate::emp::peer::PeerId;
 use crate::emp::scheme::Stage;
+use crate::emp::shared::PeerLink;
 use crate::emp::steptrace::Step;
 use crate::emp::transmit::TxBatch;
-use eudp_wire::emp::{self, Control, Data, Frame, DATA_HEADER_LEN};
+use eudp_wire::emp::{self, Control, Data, Frame, PIGGYBACK_SACK_LEN};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One peer's sending flow.
 #[derive(Debug)]
@@ -38,6 +41,7 @@ struct SendPeer {
     addr: SocketAddr,
     flow: SendFlow,
     queued: Arc<AtomicUsize>,
+    link: Arc<PeerLink>,
 }
 
 /// The send side: every peer's sending flow.
@@ -68,6 +72,7 @@ struct RecvPeer {
     flow: RecvFlow,
     assembly: Option<Assembly>,
     counters: EmpCounters,
+    link: Arc<PeerLink>,
 }
 
 /// The receive side: every peer's receiving flow, the matcher, and the
@@ -80,6 +85,9 @@ pub struct RecvSide {
     matcher: Matcher,
     /// Peers owing an acknowledgment.
     owing: Vec<PeerId>,
+    /// Peers whose link may hold a parked acknowledgment.
+    parked: Vec<PeerId>,
+    ack_delay: Duration,
     /// Malformed and unknown-peer frames, and removed peers' counters.
     own: EmpCounters,
 }
@@ -114,9 +122,16 @@ impl SendSide {
         SendSide { cfg: cfg.normalised(), peers: BTreeMap::new(), retired: EmpCounters::default(), turn: 0 }
     }
 
-    pub fn insert(&mut self, peer: PeerId, addr: SocketAddr, queued: Arc<AtomicUsize>, now: Instant) {
+    pub fn insert(
+        &mut self,
+        peer: PeerId,
+        addr: SocketAddr,
+        queued: Arc<AtomicUsize>,
+        link: Arc<PeerLink>,
+        now: Instant,
+    ) {
         let flow = SendFlow::new(&self.cfg, random_epoch(), now);
-        self.peers.insert(peer, SendPeer { addr, flow, queued });
+        self.peers.insert(peer, SendPeer { addr, flow, queued, link });
     }
 
     pub fn remove(&mut self, peer: PeerId, done: &mut Vec<Completion>) {
@@ -220,33 +235,40 @@ pub fn transmission(s: &mut SendSide, tx: &mut TxBatch, now: Instant) {
     }
     let start = s.turn as usize % n;
     s.turn = s.turn.wrapping_add(1);
+    let cap = s.cfg.frame_payload;
     let mut progress = true;
     while progress && !tx.is_full() {
         progress = false;
         for (id, p) in s.peers.iter_mut().skip(start) {
-            progress |= transmit_one(*id, p, tx, now);
+            progress |= transmit_one(*id, p, tx, cap, now);
         }
         for (id, p) in s.peers.iter_mut().take(start) {
-            progress |= transmit_one(*id, p, tx, now);
+            progress |= transmit_one(*id, p, tx, cap, now);
         }
     }
 }
 
 /// One frame of one flow into the batch, if the window allows and there is
-/// room; true when one went in.
-fn transmit_one(id: PeerId, p: &mut SendPeer, tx: &mut TxBatch, now: Instant) -> bool {
+/// room; true when one went in. A frame short enough to stay within a
+/// full frame's size takes the acknowledgment parked for its peer along.
+fn transmit_one(id: PeerId, p: &mut SendPeer, tx: &mut TxBatch, cap: usize, now: Instant) -> bool {
     if tx.is_full() {
         return false;
     }
     let mut step = Step::begin(Stage::Transmission);
     let Some(f) = p.flow.next_frame(now) else { return false };
     step.data(p.addr, &f.header, f.payload.len());
+    let ack = if f.payload.len() + PIGGYBACK_SACK_LEN <= cap { p.link.take() } else { None };
     let slot = tx.slot();
-    let len = DATA_HEADER_LEN + f.payload.len();
-    emp::encode_data_header(&f.header, f.payload.len(), slot).expect("a slot holds the largest frame");
-    slot[DATA_HEADER_LEN..len].copy_from_slice(f.payload);
+    let head = emp::encode_data_header_with(&f.header, ack.as_ref(), f.payload.len(), slot)
+        .expect("a slot holds the largest frame");
+    let len = head + f.payload.len();
+    slot[head..len].copy_from_slice(f.payload);
     let seq = f.header.seq;
     tx.commit(p.addr, len, Some((id, seq)));
+    if ack.is_some() {
+        p.flow.carried_ack();
+    }
     true
 }
 
@@ -273,20 +295,20 @@ impl RecvSide {
         let cfg = cfg.normalised();
         RecvSide {
             matcher: Matcher::new(cfg.unexpected_messages, cfg.unexpected_bytes),
+            ack_delay: cfg.ack_delay,
             cfg,
             peers: HashMap::new(),
             by_addr: HashMap::new(),
             owing: Vec::new(),
+            parked: Vec::new(),
             own: EmpCounters::default(),
         }
     }
 
-    pub fn insert(&mut self, peer: PeerId, addr: SocketAddr) {
+    pub fn insert(&mut self, peer: PeerId, addr: SocketAddr, link: Arc<PeerLink>) {
         self.by_addr.insert(addr, peer);
-        self.peers.insert(
-            peer,
-            RecvPeer { addr, flow: RecvFlow::new(&self.cfg), assembly: None, counters: EmpCounters::default() },
-        );
+        let flow = RecvFlow::new(&self.cfg);
+        self.peers.insert(peer, RecvPeer { addr, flow, assembly: None, counters: EmpCounters::default(), link });
     }
 
     pub fn remove(&mut self, peer: PeerId, done: &mut Vec<Completion>) {
@@ -359,9 +381,15 @@ impl RecvSide {
         self.peers.keys().copied().collect()
     }
 
-    /// True when some peer owes an acknowledgment.
-    pub fn owes(&self) -> bool {
-        !self.owing.is_empty()
+    /// True when some peer owes an acknowledgment to send or park now, or
+    /// a parked one is due by `now`.
+    pub fn owes(&self, now: Instant) -> bool {
+        !self.owing.is_empty() || self.ack_due().is_some_and(|d| d <= now)
+    }
+
+    /// When the first parked acknowledgment is due alone.
+    pub fn ack_due(&self) -> Option<Instant> {
+        self.parked.iter().filter_map(|id| self.peers.get(id)?.link.due()).min()
     }
 }
 
@@ -451,7 +479,7 @@ pub fn receiving(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Co
     receive_one(r, peer, d, done);
     loop {
         let Some(held) = r.peers.get_mut(&peer).and_then(|p| p.flow.take_ready()) else { return };
-        let d = Data { header: held.header, payload: &held.payload };
+        let d = Data { header: held.header, ack: None, payload: &held.payload };
         if !receive_bookkeeping(r, peer, &d, done) {
             return;
         }
@@ -510,8 +538,10 @@ fn receive_one(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Comp
     }
 }
 
-/// Step 7: the acknowledgments owed, into the batch.
-pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch) {
+/// Step 7: the acknowledgments owed, into the batch; one that may wait is
+/// parked in the peer's link for step 2 instead, and sent alone here once
+/// its delay ends.
+pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch, now: Instant) {
     while let Some(&peer) = r.owing.last() {
         if tx.is_full() {
             return;
@@ -519,10 +549,38 @@ pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch) {
         r.owing.pop();
         let mut step = Step::begin(Stage::SendAcknowledgment);
         let Some(p) = r.peers.get_mut(&peer) else { continue };
+        if p.flow.owes_delayed() {
+            if let Some(c) = p.flow.park_control() {
+                step.control(p.addr, &c, false);
+                p.link.park(c, now + r.ack_delay);
+                if !r.parked.contains(&peer) {
+                    r.parked.push(peer);
+                }
+            }
+            continue;
+        }
         if let Some((c, nak)) = p.flow.take_control() {
             step.control(p.addr, &c, nak);
+            p.link.clear();
             let n = emp::encode_control(&c, nak, tx.slot()).expect("a slot holds a control frame");
             tx.commit(p.addr, n, None);
+        }
+    }
+    let mut i = 0;
+    while i < r.parked.len() && !tx.is_full() {
+        let Some(p) = r.peers.get_mut(&r.parked[i]) else {
+            r.parked.swap_remove(i);
+            continue;
+        };
+        if let Some(c) = p.link.take_due(now) {
+            p.flow.parked_sent();
+            let n = emp::encode_control(&c, false, tx.slot()).expect("a slot holds a control frame");
+            tx.commit(p.addr, n, None);
+        }
+        if p.link.due().is_none() {
+            r.parked.swap_remove(i);
+        } else {
+            i += 1;
         }
     }
 }

@@ -16,6 +16,13 @@
 //! a held frame is accepted, by the `Accept` row, once it is the expected
 //! one.
 //!
+//! The receiver takes an acknowledgment in one of two rows: `AckOut` sends
+//! it at once; `AckDelayed` (a message's last frame, nothing else owed)
+//! keeps it to ride on a data frame of the reverse flow, or to leave alone
+//! when the delay ends, unless a later acknowledgment replaces it first.
+//! Both name the expected frame as of the moment they are taken, and the
+//! sender takes either with its `AckIn` row.
+//!
 //! State variables are counters: wrapping `u32` in the checker, small
 //! absolute numbers in the model. Guards compare only distances between
 //! counters (`top - base`) and small numbers, never two counters, so the
@@ -46,11 +53,12 @@ pub enum Kind {
     NakOut,
     Repair,
     Hold,
+    AckDelayed,
 }
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::SendNew,
         Kind::Resend,
         Kind::AckIn,
@@ -66,6 +74,7 @@ impl Kind {
         Kind::NakOut,
         Kind::Repair,
         Kind::Hold,
+        Kind::AckDelayed,
     ];
 
     /// The side that performs events of this kind.
@@ -101,6 +110,7 @@ impl Kind {
             Kind::NakOut => FlowEvent::NakOut { next: p },
             Kind::Repair => FlowEvent::Repair { seq: p },
             Kind::Hold => FlowEvent::Hold { seq: p },
+            Kind::AckDelayed => FlowEvent::AckDelayed { next: p },
         }
     }
 }
@@ -123,6 +133,7 @@ pub fn kind(e: &FlowEvent) -> Kind {
         FlowEvent::NakOut { .. } => Kind::NakOut,
         FlowEvent::Repair { .. } => Kind::Repair,
         FlowEvent::Hold { .. } => Kind::Hold,
+        FlowEvent::AckDelayed { .. } => Kind::AckDelayed,
     }
 }
 
@@ -141,6 +152,7 @@ pub fn param(e: &FlowEvent) -> Option<u32> {
         FlowEvent::AckIn { next }
         | FlowEvent::NakIn { next }
         | FlowEvent::AckOut { next }
+        | FlowEvent::AckDelayed { next }
         | FlowEvent::NakOut { next } => Some(next),
         FlowEvent::Timeout | FlowEvent::GiveUp => None,
     }
@@ -402,6 +414,12 @@ pub fn table() -> Table {
             guard: at(Exp),
             effects: vec![set(Since, c(0))],
             doc: "receiver: acknowledge every frame below the expected one, as of the moment the ack is sent",
+        },
+        Rule {
+            kind: Kind::AckDelayed,
+            guard: at(Exp),
+            effects: vec![set(Since, c(0))],
+            doc: "receiver: acknowledge every frame below the expected one later: on a reverse data frame or alone",
         },
         Rule {
             kind: Kind::NakOut,

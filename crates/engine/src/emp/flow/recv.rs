@@ -4,7 +4,9 @@
 //! acknowledgments it owes: an ACK per group of accepted or held frames,
 //! on a message's last frame and while frames are held, a re-ACK on a
 //! duplicate, one NAK per gap episode. Every acknowledgment carries the
-//! held frames as its selective part.
+//! held frames as its selective part. The acknowledgment of a message's
+//! last frame alone may be delayed ([`RecvFlow::park_control`]): it waits
+//! for a data frame of the reverse flow to carry it.
 //!
 //! Matching a message's first frame against posted receives is the
 //! caller's: [`RecvFlow::classify`] says whether a frame is the expected
@@ -60,6 +62,9 @@ pub struct RecvCounters {
 enum Owed {
     Ack,
     Nak,
+    /// An ACK for a message's last frame only: it may wait for a reverse
+    /// data frame to carry it.
+    Delayed,
 }
 
 /// The receiver's state of one flow.
@@ -67,6 +72,8 @@ enum Owed {
 pub struct RecvFlow {
     window: u32,
     ack_group: u32,
+    /// Acknowledgments of a message's last frame may be delayed.
+    delay: bool,
     epoch: Option<u32>,
     expected: u32,
     since_ack: u32,
@@ -97,6 +104,7 @@ impl RecvFlow {
         RecvFlow {
             window: cfg.window,
             ack_group: cfg.ack_group,
+            delay: !cfg.ack_delay.is_zero(),
             epoch: None,
             expected: 0,
             since_ack: 0,
@@ -213,8 +221,10 @@ impl RecvFlow {
         // A NAK still owed names a frame that has now arrived: the answer
         // becomes an ack of everything accepted. While frames are held the
         // sender learns at once which ones are still missing.
-        if last || self.since_ack >= self.ack_group || self.owed == Some(Owed::Nak) || self.holding > 0 {
+        if self.since_ack >= self.ack_group || self.owed == Some(Owed::Nak) || self.holding > 0 {
             self.owed = Some(Owed::Ack);
+        } else if last && self.owed.is_none() {
+            self.owed = Some(if self.delay { Owed::Delayed } else { Owed::Ack });
         }
     }
 
@@ -223,6 +233,35 @@ impl RecvFlow {
     pub fn unmatched(&mut self, h: &DataHeader) {
         self.counters.unmatched += 1;
         self.record(FlowEvent::Unmatched { seq: h.seq });
+    }
+
+    /// True when the acknowledgment owed is one that may wait for a data
+    /// frame of the reverse flow.
+    pub fn owes_delayed(&self) -> bool {
+        self.owed == Some(Owed::Delayed)
+    }
+
+    /// The delayed acknowledgment owed, taken to wait for a data frame of
+    /// the reverse flow (or the end of the delay). It names the expected
+    /// number as of now; the group keeps counting from the last
+    /// acknowledgment sent at once, so a stream of short messages is still
+    /// acknowledged every `ack_group` frames. It is counted as sent when it
+    /// leaves alone ([`RecvFlow::parked_sent`]); the sender counts those
+    /// that ride on data.
+    pub fn park_control(&mut self) -> Option<Control> {
+        if self.owed != Some(Owed::Delayed) {
+            return None;
+        }
+        self.owed = None;
+        let epoch = self.epoch?;
+        let next = self.expected;
+        self.record(FlowEvent::AckDelayed { next });
+        Some(Control { epoch, next, window: self.window, sack: self.sack() })
+    }
+
+    /// A delayed acknowledgment left alone: no data frame carried it.
+    pub fn parked_sent(&mut self) {
+        self.counters.acks_sent += 1;
     }
 
     /// The acknowledgment to send now, if one is owed: `(fields, nak)`.

@@ -56,6 +56,8 @@ pub struct SendCounters {
     pub retransmits: u64,
     pub acks_received: u64,
     pub naks_received: u64,
+    /// Acknowledgments of the reverse flow its data frames carried.
+    pub acks_piggybacked: u64,
     /// Acknowledgments of another incarnation of the flow, or overtaken by
     /// a later one, ignored.
     pub stale_acks: u64,
@@ -385,6 +387,12 @@ impl SendFlow {
         self.timer = None;
         self.rtt.restart();
         self.peer_window = self.window;
+    }
+
+    /// The frame just taken from [`SendFlow::next_frame`] carries an
+    /// acknowledgment of the reverse flow.
+    pub fn carried_ack(&mut self) {
+        self.counters.acks_piggybacked += 1;
     }
 
     /// The next completed message.

@@ -9,7 +9,8 @@
 //! threads left it.
 
 use super::{
-    datagrams, lock_for, Round, Runtime, BLOCKED_RETRY, DOORBELL, PUBLISH_EVERY, RX_BATCH, RX_ROUNDS, SOCKET, TIMER,
+    datagrams, earliest, lock_for, Round, Runtime, BLOCKED_RETRY, DOORBELL, PUBLISH_EVERY, RX_BATCH, RX_ROUNDS, SOCKET,
+    TIMER,
 };
 use crate::emp::scheme::{Stage, StageSet};
 use crate::emp::shared::Shared;
@@ -33,7 +34,14 @@ impl Runtime {
     /// thread's index in `threads` (`None`: an application thread, which
     /// runs every stage). The other threads are woken when the round
     /// leaves work for their stages.
-    pub fn staged_round(&mut self, now: Instant, set: StageSet, me: Option<usize>, threads: &[StageSet]) -> Round {
+    pub fn staged_round(
+        &mut self,
+        now: Instant,
+        set: StageSet,
+        me: Option<usize>,
+        threads: &[StageSet],
+        read: bool,
+    ) -> Round {
         if set.has(Stage::SendBookkeeping) {
             self.take_commands(now);
             if self.send.wake_at().is_some_and(|w| w <= now) {
@@ -41,7 +49,7 @@ impl Runtime {
                 stages::send_timers(&mut self.send, now, &mut self.done);
             }
         }
-        let more_rx = set.has(Stage::ReceiveFrame) && self.receive_staged();
+        let more_rx = read && set.has(Stage::ReceiveFrame) && self.receive_staged();
         self.drain_queues(set, now);
         let more_tx = self.transmit(now, set);
         let busy = more_rx || more_tx;
@@ -49,10 +57,17 @@ impl Runtime {
             self.publish(now);
         }
         self.shared.cq.push_all(&mut self.done);
-        let timers = set.has(Stage::SendBookkeeping);
-        let r = Round { busy, wake_at: if timers { self.send.wake_at() } else { None } };
+        let timers = if set.has(Stage::SendBookkeeping) { self.send.wake_at() } else { None };
+        // The thread sending acknowledgments, or the one running timers,
+        // wakes for a parked acknowledgment's end of delay.
+        let acks = if set.has(Stage::SendAcknowledgment) || set.has(Stage::SendBookkeeping) {
+            self.recv.ack_due()
+        } else {
+            None
+        };
+        let r = Round { busy, wake_at: earliest(timers, acks) };
         for (i, &other) in threads.iter().enumerate() {
-            if Some(i) != me && self.pending(other) {
+            if Some(i) != me && self.pending(other, now) {
                 self.shared.wake[i].set();
             }
         }
@@ -71,14 +86,14 @@ impl Runtime {
 
     /// True when the stages of `set` have work waiting that another
     /// thread left them.
-    fn pending(&self, set: StageSet) -> bool {
+    fn pending(&self, set: StageSet, now: Instant) -> bool {
         let h = &self.handoff;
         (set.has(Stage::Transmission) && !self.blocked && self.send.has_frame())
             || (set.has(Stage::ReceiveAcknowledgment) && !h.acks.is_empty())
             || (set.has(Stage::ReceiveBookkeeping) && !h.data.is_empty())
             || (set.has(Stage::ReceiveFrame) && h.rx_stalled && h.has_room(RX_BATCH_FRAMES))
             || (set.has(Stage::Receiving) && !h.accepted.is_empty())
-            || (set.has(Stage::SendAcknowledgment) && !self.blocked && self.recv.owes())
+            || (set.has(Stage::SendAcknowledgment) && !self.blocked && self.recv.owes(now))
     }
 
     /// Step 5: reads what the socket holds into the hand-off queues while
@@ -107,7 +122,12 @@ impl Runtime {
                 let Some(src) = m.src else { continue };
                 for dgram in datagrams(&self.rx_bufs[i], m) {
                     match stages::receive_frame(&mut self.recv, src, dgram) {
-                        Some(Incoming::Data(peer, _)) => self.handoff.data.push_back((peer, dgram.to_vec())),
+                        Some(Incoming::Data(peer, d)) => {
+                            if let Some(c) = d.ack {
+                                self.handoff.acks.push_back((peer, c, false));
+                            }
+                            self.handoff.data.push_back((peer, dgram.to_vec()))
+                        }
                         Some(Incoming::Control(peer, c, nak)) => self.handoff.acks.push_back((peer, c, nak)),
                         None => {}
                     }
@@ -201,7 +221,7 @@ pub fn drive_staged(shared: &Shared, rt: &Mutex<Runtime>, me: usize, threads: &[
             continue;
         };
         shared.wake[me].clear();
-        let r = g.staged_round(Instant::now(), set, Some(me), threads);
+        let r = g.staged_round(Instant::now(), set, Some(me), threads, true);
         let blocked = g.blocked();
         drop(g);
         wake_at = r.wake_at;
