@@ -116,7 +116,9 @@ impl Target<'_> {
 
     /// Callgrind's instructions per call of `hook` (the measuring thread's
     /// only, inside the measured loop).
-    fn instructions(&self, hook: &str, scratch: &Path) -> Result<f64, String> {
+    /// Also the loads the engine had not taken off the socket in time
+    /// (then some counted receives read the socket themselves).
+    fn instructions(&self, hook: &str, scratch: &Path) -> Result<(f64, u64), String> {
         let file = scratch.join(format!("callgrind.{hook}.out"));
         let tool: Vec<String> = [
             "valgrind",
@@ -142,7 +144,11 @@ impl Target<'_> {
             .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
             .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
             .ok_or("no totals line in the callgrind output")?;
-        Ok(total / COUNTED as f64)
+        let unsettled = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("unsettled ")?.trim().parse().ok())
+            .unwrap_or(0);
+        Ok((total / COUNTED as f64, unsettled))
     }
 }
 
@@ -204,9 +210,13 @@ pub fn run() {
             let state = if preload.is_some() { shim_state(&dir) } else { Value::Null };
             let mut ir = serde_json::Map::new();
             for hook in HOOKS.iter().filter(|_| counting) {
-                let v = t.instructions(hook, &dir).map(Value::from).unwrap_or_else(|e| json!({"error": e}));
+                let (v, late) = match t.instructions(hook, &dir) {
+                    Ok((v, late)) => (Value::from(v), late),
+                    Err(e) => (json!({"error": e}), 0),
+                };
                 eprintln!("{transport} {} {hook}: {v} Ir/call", if preload.is_some() { "shim" } else { "libc" });
                 ir.insert(hook.to_string(), v);
+                ir.insert(format!("{hook}.unsettled"), late.into());
             }
             per_mode.push((times, Value::Object(ir), state));
             let _ = std::fs::remove_dir_all(&dir);
@@ -222,6 +232,7 @@ pub fn run() {
                 "ns_ratio_shim_to_libc": a.as_f64().zip(b.as_f64()).map(|(a, b)| b / a),
                 "ir_per_call": {"libc": x, "shim": y},
                 "ir_added_by_shim": x.as_f64().zip(y.as_f64()).map(|(x, y)| y - x),
+                "ir_unsettled_loads": si[format!("{hook}.unsettled")],
             }));
         }
         rows.push(

@@ -80,4 +80,5 @@ fn count(hook: &str) {
     }
     assert_eq!(failed, 0, "{hook}: calls failed");
     println!("counted {COUNTED}");
+    println!("unsettled {}", f.unsettled);
 }
