@@ -76,6 +76,7 @@ impl Target<'_> {
         argv.push("env".into());
         if let Some(lib) = self.lib {
             argv.push(format!("LD_PRELOAD={}", lib.display()));
+            argv.push("EUDP_HOOKS_SHIM=1".into());
         }
         argv.extend(tool.iter().cloned());
         argv.push(std::env::current_exe().expect("own path").display().to_string());
