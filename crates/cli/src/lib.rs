@@ -5,6 +5,7 @@
 // with `#[path]` (run.rs reaches `shim_path` that way).
 extern crate self as eudp_cli;
 
+pub mod apps_baselines;
 pub mod bench;
 pub mod bench_async;
 pub mod bench_chart;

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::apps_baselines::{median_of, ratio};
 use crate::profiles::ProfileFile;
 pub use crate::profiles::{profile, PROFILES};
 
@@ -605,24 +606,6 @@ fn xdp_counters(dir: &Path) -> XdpCounters {
     c
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    }
-}
-
-/// Median of the values `key` takes in the rows `f` selects.
-fn median_of(rows: &[serde_json::Value], f: &dyn Fn(&serde_json::Value) -> bool, key: &str) -> Option<f64> {
-    let mut v: Vec<f64> = rows.iter().filter(|r| f(r)).filter_map(|r| r[key].as_f64()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
-}
-
 /// Runs the application bench and writes its JSON; returns the result.
 /// Each stack runs `repeats` times, interleaved with the others, and the
 /// targets compare medians.
@@ -632,6 +615,8 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
     let stats = std::env::temp_dir().join(format!("eudp-bench-apps-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&stats);
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let load_before = crate::apps_baselines::loadavg();
+    let pingpong = crate::apps_baselines::build_pingpong(&stats);
     let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut targets = Vec::new();
     let push = |rows: &mut Vec<serde_json::Value>, mut r: serde_json::Value, rep: u32| {
@@ -648,6 +633,9 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
                     |e| serde_json::json!({"tool": "iperf3", "stack": stack.name(), "reverse": reverse, "error": e}),
                 );
                 push(&mut rows, r, rep);
+            }
+            if !reverse {
+                push(&mut rows, crate::apps_baselines::library_row(&tb, 1472, secs), rep);
             }
         }
         let is = |s: &'static str| {
@@ -674,6 +662,7 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
             );
             push(&mut rows, r, rep);
         }
+        push(&mut rows, crate::apps_baselines::library_row(&tb, 64, secs), rep);
     }
     let tp = |s: &'static str| {
         move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "throughput" && r["client"] == s
@@ -697,6 +686,11 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
             );
             push(&mut rows, r, rep);
         }
+        let floor = match &pingpong {
+            Ok(bin) => crate::apps_baselines::c_floor_row(&tb, bin, (secs * 20_000).clamp(10_000, 200_000)),
+            Err(e) => serde_json::json!({"tool": "xdp_pingpong", "stack": "c-af_xdp", "error": e}),
+        };
+        push(&mut rows, floor, rep);
     }
     let pp = |s: &'static str| {
         move |r: &serde_json::Value| r["tool"] == "sockperf" && r["mode"] == "ping-pong" && r["client"] == s
@@ -715,6 +709,8 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B default profile, xdp transport, p99 <= 1.2x kernel p99", "ratio": ratio(x99, k99), "met": ratio(x99, k99).is_some_and(|x| x <= 1.2)}));
     targets.push(serde_json::json!({"target": "sockperf ping-pong 64 B latency profile, xdp transport, p50 <= 0.5x kernel p50", "ratio": ratio(xl50, k50), "met": ratio(xl50, k50).is_some_and(|x| x <= 0.5)}));
 
+    targets.extend(crate::apps_baselines::side_by_side_targets(&rows));
+
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let run_kind = |r: &serde_json::Value| match r["tool"].as_str() {
@@ -722,10 +718,13 @@ pub fn bench_apps(secs: u32, repeats: u32, out_dir: &Path) -> Result<serde_json:
         _ => format!("sockperf {} 64 B", r["mode"].as_str().unwrap_or("?")),
     };
     let stack_of = |r: &serde_json::Value| r["stack"].as_str().or(r["client"].as_str()).unwrap_or("?").to_string();
-    let rss = crate::rss::medians(&rows, &run_kind, &stack_of);
+    let programs: Vec<serde_json::Value> =
+        rows.iter().filter(|r| matches!(r["tool"].as_str(), Some("iperf3" | "sockperf"))).cloned().collect();
+    let rss = crate::rss::medians(&programs, &run_kind, &stack_of);
     let res = serde_json::json!({
-        "schema": "eudp-bench-apps/3", "started_unix": started, "secs_per_run": secs, "repeats": repeats,
-        "note": "targets compare medians over the repeats; kernel and eudp runs are interleaved",
+        "schema": "eudp-bench-apps/4", "started_unix": started, "secs_per_run": secs, "repeats": repeats,
+        "note": "targets compare medians over the repeats; kernel, eudp, library-path and C floor runs are interleaved",
+        "loadavg_before": load_before, "loadavg_after": crate::apps_baselines::loadavg(),
         "host": {"kernel": kernel, "cpus": cpus}, "preload_lib": lib.display().to_string(),
         "rows": rows, "targets": targets, "peak_rss": rss,
     });

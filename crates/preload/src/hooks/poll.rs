@@ -331,13 +331,32 @@ unsafe fn poll_input_once(
 /// The endpoints a sleeping poll watches for input on their kernel
 /// sockets (kernel transport), announced to the engine for the call
 /// (`Endpoint::app_poll_begin`): it stays off those sockets, so an arrival
-/// wakes this thread alone, which reads the socket itself.
+/// wakes this thread alone, which reads the socket itself. The first is
+/// held inline: a poll names one accelerated socket far more often than
+/// several, and a heap list per sleeping poll was a third of its cost.
 #[derive(Default)]
-struct Polling(Vec<Arc<Endpoint>>);
+struct Polling {
+    first: Option<Arc<Endpoint>>,
+    more: Vec<Arc<Endpoint>>,
+}
+
+impl Polling {
+    fn all(&self) -> impl Iterator<Item = &Arc<Endpoint>> {
+        self.first.iter().chain(self.more.iter())
+    }
+
+    fn add(&mut self, ep: Arc<Endpoint>) {
+        if self.first.is_none() {
+            self.first = Some(ep);
+        } else {
+            self.more.push(ep);
+        }
+    }
+}
 
 impl Drop for Polling {
     fn drop(&mut self) {
-        for ep in &self.0 {
+        for ep in self.all() {
             ep.app_poll_end();
         }
     }
@@ -346,21 +365,21 @@ impl Drop for Polling {
 /// [`Polling`] for the accelerated sockets `app` asks for input (those
 /// announced: see `Endpoint::app_poll_begin`).
 fn polling(t: &Tls, app: &[libc::pollfd]) -> Polling {
-    let mut v: Vec<Arc<Endpoint>> = Vec::new();
+    let mut v = Polling::default();
     if shim::bypass_transport() {
-        return Polling(v);
+        return v;
     }
     for p in app {
         if p.events & libc::POLLIN == 0 || !shim::maybe(p.fd) {
             continue;
         }
         if let Some(ep) = with_sock_in(t, p.fd, |s| s.existing()).flatten() {
-            if !v.iter().any(|e| Arc::ptr_eq(e, &ep)) && ep.app_poll_begin() {
-                v.push(ep);
+            if !v.all().any(|e| Arc::ptr_eq(e, &ep)) && ep.app_poll_begin() {
+                v.add(ep);
             }
         }
     }
-    Polling(v)
+    v
 }
 
 /// Some polled sockets have no ring eventfd (the descriptor budget): they
