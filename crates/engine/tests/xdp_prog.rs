@@ -104,7 +104,11 @@ fn table() -> Vec<(&'static str, Vec<u8>, u32)> {
             XDP_REDIRECT,
         ),
         ("a group held alone, on the wildcard-bound port", group_frame(GROUP, WILDCARD_PORT), XDP_REDIRECT),
-        ("a group not held, on the wildcard-bound port", group_frame(Ipv4Addr::new(239, 18, 3, 2), WILDCARD_PORT), XDP_PASS),
+        (
+            "a group not held, on the wildcard-bound port",
+            group_frame(Ipv4Addr::new(239, 18, 3, 2), WILDCARD_PORT),
+            XDP_PASS,
+        ),
         ("a group held alone, another port", group_frame(GROUP, 7001), XDP_PASS),
         (
             "broadcast to the wildcard-bound port",

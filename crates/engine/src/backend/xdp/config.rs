@@ -108,8 +108,8 @@ pub struct XdpStats {
     /// Copies of redirected group datagrams delivered, one per member
     /// socket that wanted each (`rx_xdp` counts each datagram once).
     pub rx_group_copies: u64,
-    /// Times a joined `{group, port}` was left on (or taken back to) the
-    /// kernel path because another socket of the host shares it.
+    /// Times a joined `{group, port}` was found left on (or taken back to)
+    /// the kernel path because another socket of the host shares it.
     pub group_kernel: u64,
     /// `{group, port}` keys the program redirects now.
     pub group_keys: u64,

@@ -48,13 +48,6 @@ pub(super) enum Op {
 }
 
 impl Op {
-    pub(super) fn group(self) -> Ipv4Addr {
-        match self {
-            Op::Join(g) | Op::Leave(g) => g,
-            Op::JoinSource(g, _) | Op::LeaveSource(g, _) | Op::Block(g, _) | Op::Unblock(g, _) => g,
-        }
-    }
-
     pub(super) fn is_join(self) -> bool {
         matches!(self, Op::Join(_) | Op::JoinSource(..))
     }
@@ -401,7 +394,8 @@ mod tests {
     #[test]
     fn a_key_is_redirected_only_while_every_socket_on_it_is_a_member() {
         let (g1, g2) = (a("239.0.0.1"), a("239.0.0.2"));
-        let ms = vec![member(1, "0.0.0.0:5000", &["239.0.0.1", "239.0.0.2"]), member(2, "239.0.0.1:5000", &["239.0.0.1"])];
+        let ms =
+            vec![member(1, "0.0.0.0:5000", &["239.0.0.1", "239.0.0.2"]), member(2, "239.0.0.1:5000", &["239.0.0.1"])];
         let sock = |addr: Option<Ipv4Addr>, port, inode| ProcSocket { addr, port, inode };
         let ours = vec![sock(Some(Ipv4Addr::UNSPECIFIED), 5000, 1), sock(Some(g1), 5000, 2)];
         let (r, s) = exclusive_keys(&ms, &ours);
@@ -411,7 +405,10 @@ mod tests {
         let mut with_other = ours.clone();
         with_other.push(sock(Some(g2), 5000, 9));
         let (r, s) = exclusive_keys(&ms, &with_other);
-        assert_eq!((r.into_iter().collect::<Vec<_>>(), s.into_iter().collect::<Vec<_>>()), (vec![(g1, 5000)], vec![(g2, 5000)]));
+        assert_eq!(
+            (r.into_iter().collect::<Vec<_>>(), s.into_iter().collect::<Vec<_>>()),
+            (vec![(g1, 5000)], vec![(g2, 5000)])
+        );
         // A wildcard one (or a dual-stack `::` one) takes both; other ports and
         // other IPv6 addresses take neither.
         for other in [sock(Some(Ipv4Addr::UNSPECIFIED), 5000, 9)] {
@@ -419,7 +416,8 @@ mod tests {
             v.push(other);
             assert!(exclusive_keys(&ms, &v).0.is_empty());
         }
-        for other in [sock(Some(Ipv4Addr::UNSPECIFIED), 5001, 9), sock(None, 5000, 9), sock(Some(a("198.18.0.2")), 5000, 9)]
+        for other in
+            [sock(Some(Ipv4Addr::UNSPECIFIED), 5001, 9), sock(None, 5000, 9), sock(Some(a("198.18.0.2")), 5000, 9)]
         {
             let mut v = ours.clone();
             v.push(other);

@@ -51,8 +51,10 @@ fn socket_inode(fd: i32) -> Option<u64> {
 impl Shared {
     /// Reads the namespace's sockets and brings the program's group keys in
     /// line with [`exclusive_keys`]; `gone` is a member socket closing now
-    /// (still listed, but no longer anyone's).
-    pub(super) fn refresh_groups(&self, gone: Option<u64>) {
+    /// (still listed, but no longer anyone's). `count`: keys newly found
+    /// shared are counted (the watcher's looks only, so that a process
+    /// whose sockets join one after another is not counted while it does).
+    pub(super) fn refresh_groups(&self, gone: Option<u64>, count: bool) {
         let socks: Vec<ProcSocket> = namespace_sockets().into_iter().filter(|s| Some(s.inode) != gone).collect();
         let mut g = lock(&self.groups);
         for m in g.members.iter_mut() {
@@ -72,9 +74,11 @@ impl Shared {
                 g.redirected.insert(k);
             }
         }
-        let newly_shared = shared.difference(&g.shared).count() as u64;
-        self.c.group_kernel.fetch_add(newly_shared, Relaxed);
-        g.shared = shared;
+        if count {
+            let newly_shared = shared.difference(&g.shared).count() as u64;
+            self.c.group_kernel.fetch_add(newly_shared, Relaxed);
+            g.shared = shared;
+        }
     }
 
     /// Starts the watcher unless it runs: while the transport has members it
@@ -100,7 +104,7 @@ impl Shared {
                     return;
                 }
             }
-            t.refresh_groups(None);
+            t.refresh_groups(None, true);
         });
         if spawned.is_err() {
             // Without a watcher no key may stay redirected.
@@ -124,10 +128,12 @@ impl XdpSocket {
 
     /// Mirrors a membership option that the kernel socket has just accepted
     /// (the preload shim sets it on the program's own descriptor). For a
-    /// join: `Some(true)` when the program now redirects the group's frames
-    /// to this socket's port, `Some(false)` when they stay on the kernel
-    /// path (an IPv6 group, another interface, a socket not bound yet, or a
-    /// port another socket of the host shares). `None` for other options.
+    /// join: `Some(true)` when the transport takes the group over (its
+    /// frames to this socket's port are redirected whenever the process
+    /// holds every socket on that port; the transport counts the times it
+    /// does not in `group_kernel`), `Some(false)` when they stay on the
+    /// kernel path for good (an IPv6 group or socket, another interface).
+    /// `None` for other options.
     pub fn membership_changed(&self, level: i32, name: i32, val: &[u8]) -> Option<bool> {
         let join = is_join(level, name);
         let decoded = decode(level, name, val).filter(|_| !self.v6);
@@ -163,10 +169,9 @@ impl XdpSocket {
                 g.members.remove(at);
             }
         }
-        self.t.refresh_groups(None);
+        self.t.refresh_groups(None, false);
         self.t.watch();
-        let redirected = lock(&self.t.groups).redirected.contains(&(op.group(), local.port()));
-        op.is_join().then_some(redirected)
+        op.is_join().then_some(true)
     }
 
     /// Reads `IP_MULTICAST_ALL` again after the program changed an option.
@@ -184,7 +189,7 @@ impl XdpSocket {
             let Some(k) = g.members.iter().position(|m| Arc::ptr_eq(&m.inbox, &self.inbox)) else { return };
             g.members.remove(k).inode
         };
-        self.t.refresh_groups(Some(inode));
+        self.t.refresh_groups(Some(inode), false);
     }
 
     /// A redirected group frame: one copy to each member that wants it
