@@ -138,15 +138,31 @@ fn fan_out_to_four_sockets_of_one_process_is_redirected_under_xdp() {
     let Some(tb) = testbed("my") else { return };
     let plan = Plan { reuseport: false, one_process: true, subsets: false, ..plan(false) };
     let run = fanout(&tb, Stack::EudpXdp("default"), &lib(), plan).expect("xdp fan-out");
-    check(&run, false);
     assert_eq!(run.receivers.len(), 4);
+    assert_eq!(run.sender["sent"], 3 * COUNT, "{:?}", run.sender);
     let p = run.receivers[0].process.as_ref().expect("receiver's shim report");
     let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
     assert_eq!(p["fallbacks"], 0, "{p}");
     assert!(u(&p["accelerated"]) >= 4, "{p}");
     let st = &p["xdp"]["stats"];
-    // Every data datagram of the three groups as one frame, copied to four sockets.
-    assert!(u(&st["rx_xdp"]) >= 3 * COUNT, "{st}");
-    assert!(u(&st["rx_group_copies"]) >= 4 * 3 * COUNT, "{st}");
+    // Each frame is copied to all four sockets: they get the same datagrams,
+    // intact and in order. A frame the process was too slow to take off the
+    // AF_XDP ring (a loaded host starves it; the ring holds 2048 frames where
+    // a kernel socket here holds 16 MB) is lost to all four, and the
+    // kernel's AF_XDP counters account for every one.
+    let first = &run.receivers[0].report;
+    for (i, r) in run.receivers.iter().enumerate() {
+        let rep = &r.report;
+        assert_eq!(rep["foreign"], 0, "receiver {i}: {rep}");
+        for g in rep["groups"].as_array().expect("groups") {
+            assert_eq!((&g["out_of_order"], &g["corrupt"], &g["ended"]), (&0.into(), &0.into(), &true.into()), "{rep}");
+            assert_eq!(g["end_total"], COUNT, "receiver {i}: {rep}");
+        }
+        assert_eq!(rep["groups"], first["groups"], "receiver {i} got other datagrams than receiver 0");
+    }
+    let lost = 3 * COUNT - u(&first["received"]);
+    assert!(lost <= u(&st["xsk_rx_dropped"]) + u(&st["xsk_rx_ring_full"]), "{lost} lost, unaccounted: {st}");
+    assert!(u(&st["rx_xdp"]) >= 3 * COUNT - lost, "{st}");
+    assert!(u(&st["rx_group_copies"]) >= 4 * (3 * COUNT - lost), "{st}");
     assert_eq!(u(&st["rx_inbox_drops"]), 0, "{st}");
 }
