@@ -50,6 +50,24 @@ pub struct Plan {
     pub gap_us: u64,
     pub v6: bool,
     pub subsets: bool,
+    /// Datagrams the sender sends to one group before the next (a run a
+    /// stack can send as one GSO batch).
+    pub run: u64,
+    /// The four receivers are sockets of one process rather than four
+    /// processes (every one in every group: `subsets` must be false).
+    pub one_process: bool,
+    /// The receivers share the port by `SO_REUSEADDR` and `SO_REUSEPORT`
+    /// (false: `SO_REUSEADDR` alone, which the xdp transport keeps on the
+    /// engine).
+    pub reuseport: bool,
+}
+
+impl Plan {
+    /// Four receiving processes sharing the port by both options, the
+    /// sender sending one datagram to each group in turn.
+    pub fn new(size: usize, count: u64, burst: u64, gap_us: u64, v6: bool, subsets: bool) -> Plan {
+        Plan { size, count, burst, gap_us, v6, subsets, run: 1, one_process: false, reuseport: true }
+    }
 }
 
 /// One receiver's result.
@@ -60,7 +78,9 @@ pub struct Receiver {
     pub report: Value,
     /// Its shim's per-socket counters (eudp stacks).
     pub eudp: Option<Value>,
-    /// Its shim's process report fields `accelerated`, `fallbacks`, `multicast_kernel`.
+    /// Its shim's process report fields `accelerated`, `fallbacks`,
+    /// `multicast_kernel`, `fallback_reasons` and `xdp` (the transport's
+    /// counters). With `one_process`, every receiver has the same.
     pub process: Option<Value>,
 }
 
@@ -101,6 +121,7 @@ fn shim_report(dir: &Path) -> (Option<Value>, Option<Value>) {
         let proc = serde_json::json!({
             "accelerated": v["accelerated"], "fallbacks": v["fallbacks"],
             "multicast_kernel": v["multicast_kernel"], "fallback_reasons": v["fallback_reasons"],
+            "xdp": v["xdp"],
         });
         let sock = ["sockets", "closed"]
             .iter()
@@ -156,13 +177,22 @@ pub fn fanout(tb: &Testbed, stack: Stack, lib: &Path, plan: Plan) -> Result<FanR
         d
     };
     let members = memberships(plan.subsets);
+    if plan.one_process && plan.subsets {
+        return Err("one receiving process: every socket joins every group (no subsets)".into());
+    }
+    // (groups, sockets) of each receiving process.
+    let procs: Vec<(Vec<usize>, usize)> =
+        if plan.one_process { vec![(members[0].clone(), 4)] } else { members.iter().map(|m| (m.clone(), 1)).collect() };
     let mut children = Vec::new();
     let mut outs = Vec::new();
     let mut stat_dirs = Vec::new();
-    for (i, m) in members.iter().enumerate() {
+    for (i, (m, sockets)) in procs.iter().enumerate() {
         let sd = dir(&format!("r{i}"));
-        let mut argv: Vec<String> =
-            vec![exe.clone(), "recv".into(), fam.into(), tb.veth('b'), port.clone(), "1500".into()];
+        let mut argv: Vec<String> = vec![format!("MCASTFAN_SOCKETS={sockets}")];
+        if !plan.reuseport {
+            argv.push("MCASTFAN_NO_REUSEPORT=1".into());
+        }
+        argv.extend([exe.clone(), "recv".into(), fam.into(), tb.veth('b'), port.clone(), "1500".into()]);
         argv.extend(m.iter().map(|g| format!("{g}:{}", gs[g - 1])));
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let mut c = app_command(tb, 'b', stack, lib, &sd, &argv);
@@ -184,8 +214,15 @@ pub fn fanout(tb: &Testbed, stack: Stack, lib: &Path, plan: Plan) -> Result<FanR
         outs.push(out);
         stat_dirs.push(sd);
     }
+    if matches!(stack, Stack::EudpXdp(_)) {
+        // The transport reads the host's sockets every 20 ms to decide
+        // whether it holds a group's port alone: let it see the last
+        // receiver before the first datagram.
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let sd = dir("s");
     let mut argv: Vec<String> = vec![
+        format!("MCASTFAN_RUN={}", plan.run),
         exe.clone(),
         "send".into(),
         fam.into(),
@@ -214,17 +251,24 @@ pub fn fanout(tb: &Testbed, stack: Stack, lib: &Path, plan: Plan) -> Result<FanR
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut receivers = Vec::new();
     for (i, (mut out, mut child)) in outs.into_iter().zip(children.drain(..)).enumerate() {
-        let mut line = String::new();
-        let _ = out.read_line(&mut line);
+        let (groups, sockets) = &procs[i];
+        let mut lines = Vec::new();
+        for _ in 0..*sockets {
+            let mut line = String::new();
+            let _ = out.read_line(&mut line);
+            lines.push(line);
+        }
         while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
         let st = child.wait().map_err(|e| e.to_string())?;
-        let report: Value =
-            serde_json::from_str(line.trim()).map_err(|e| format!("receiver {i} ({st}): {e}: {line}"))?;
         let (process, eudp) = shim_report(&stat_dirs[i]);
-        receivers.push(Receiver { groups: members[i].clone(), report, eudp, process });
+        for line in lines {
+            let report: Value =
+                serde_json::from_str(line.trim()).map_err(|e| format!("receiver {i} ({st}): {e}: {line}"))?;
+            receivers.push(Receiver { groups: groups.clone(), report, eudp: eudp.clone(), process: process.clone() });
+        }
     }
     let (sender_process, sender_eudp) = shim_report(&sd);
     let _ = std::fs::remove_dir_all(&base);
@@ -332,18 +376,26 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
     let lib = crate::run::preload_lib()?;
     let tb = Testbed::up(&crate::testbed::unique_name("mcb"))?;
     let stacks = [Stack::Kernel, Stack::Eudp("default"), Stack::EudpXdp("default")];
+    // Under xdp the four receivers are sockets of one process sharing the
+    // port by SO_REUSEADDR: four processes on one host share every group,
+    // which the transport leaves to the kernel (docs/xdp.md, "Multicast").
+    let shape = |p: Plan, stack: Stack| match stack {
+        Stack::EudpXdp(_) => Plan { one_process: true, reuseport: false, ..p },
+        _ => p,
+    };
     let mut rows = Vec::new();
     for &size in sizes {
         // About a second of the kernel sender's stream.
         let count = if size <= 256 { 150_000 } else { 60_000 };
-        let rate = Plan { size, count, burst: 0, gap_us: 0, v6: false, subsets: false };
-        let paced = Plan { size, count: 2000, burst: 3, gap_us: 200, v6: false, subsets: false };
+        // Runs of 16 datagrams per group, which a stack can send as one GSO batch.
+        let rate = Plan { run: 16, ..Plan::new(size, count, 0, 0, false, false) };
+        let paced = Plan::new(size, 2000, 3, 200, false, false);
         // The latency profile sends each datagram at once (no coalescing
         // interval), as a feed that wants latency over batching would run.
         let with_latency = [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency"), Stack::EudpXdp("default")];
         for (kind, plan, stacks) in [("rate", rate, &stacks[..]), ("latency", paced, &with_latency[..])] {
             for &stack in stacks {
-                let run = fanout(&tb, stack, &lib, plan)?;
+                let run = fanout(&tb, stack, &lib, shape(plan, stack))?;
                 let r = row(&run, kind, plan.count);
                 eprintln!(
                     "mcast {:>5} B {kind:<7} {:<10} per receiver {:.3} Mpps, loss {:.4}, p50 {} ns",
@@ -384,7 +436,7 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let res = serde_json::json!({
         "bench": "mcast",
-        "shape": "1 sender on host a, 4 receiving processes on host b, 3 groups (IPv4), every receiver in every group",
+        "shape": "1 sender on host a (runs of 16 datagrams per group in the rate rows), 4 receiving processes on host b (eudp-xdp: 4 sockets of one process), 3 groups (IPv4), every receiver in every group",
         "cpus": cpus,
         "loadavg": load.trim(),
         "rows": rows,

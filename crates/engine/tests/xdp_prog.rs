@@ -17,6 +17,8 @@ const MAX_FRAME: u32 = 1024;
 const BOUND: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 7000);
 /// A port bound to the wildcard address: any destination address matches.
 const WILDCARD_PORT: u16 = 7100;
+/// A group whose `{group, port}` key is in the map (the transport holds it alone).
+const GROUP: Ipv4Addr = Ipv4Addr::new(239, 18, 3, 1);
 
 fn key(addr: Ipv4Addr, port: u16) -> [u8; 8] {
     let mut k = [0u8; 8];
@@ -39,6 +41,14 @@ fn frame(dst: SocketAddrV4, payload: usize) -> Vec<u8> {
     let n = build_udp4(&mut out, &p, &vec![0x5a; payload]).unwrap();
     out.truncate(n);
     out
+}
+
+/// A group's frame, with the group's MAC address.
+fn group_frame(group: Ipv4Addr, port: u16) -> Vec<u8> {
+    let o = group.octets();
+    with(frame(SocketAddrV4::new(group, port), 64), |f| {
+        f[..6].copy_from_slice(&[0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]);
+    })
 }
 
 fn with(mut f: Vec<u8>, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
@@ -78,16 +88,32 @@ fn table() -> Vec<(&'static str, Vec<u8>, u32)> {
             XDP_PASS,
         ),
         (
-            "broadcast MAC",
+            // As below: an exact key, which the kernel would take as well.
+            "broadcast MAC to a bound unicast address",
             with(ok.clone(), |f| {
                 f[..6].copy_from_slice(&[0xff; 6]);
             }),
-            XDP_PASS,
+            XDP_REDIRECT,
         ),
         (
-            "multicast MAC",
+            // The kernel takes such a frame too (`drop_unicast_in_l2_multicast` is off by default).
+            "multicast MAC to a bound unicast address",
             with(ok.clone(), |f| {
                 f[..6].copy_from_slice(&[0x01, 0x00, 0x5e, 0x00, 0x00, 0x01]);
+            }),
+            XDP_REDIRECT,
+        ),
+        ("a group held alone, on the wildcard-bound port", group_frame(GROUP, WILDCARD_PORT), XDP_REDIRECT),
+        (
+            "a group not held, on the wildcard-bound port",
+            group_frame(Ipv4Addr::new(239, 18, 3, 2), WILDCARD_PORT),
+            XDP_PASS,
+        ),
+        ("a group held alone, another port", group_frame(GROUP, 7001), XDP_PASS),
+        (
+            "broadcast to the wildcard-bound port",
+            with(frame(SocketAddrV4::new(Ipv4Addr::BROADCAST, WILDCARD_PORT), 64), |f| {
+                f[..6].copy_from_slice(&[0xff; 6]);
             }),
             XDP_PASS,
         ),
@@ -109,7 +135,7 @@ fn table() -> Vec<(&'static str, Vec<u8>, u32)> {
 }
 
 #[test]
-fn the_redirect_program_sends_only_bound_unicast_udp_to_the_socket() {
+fn the_redirect_program_sends_only_bound_udp_and_held_groups_to_the_socket() {
     let ns = format!("eudp-xp{}", std::process::id());
     let _ = Command::new("ip").args(["netns", "del", &ns]).output();
     assert!(Command::new("ip").args(["netns", "add", &ns]).status().unwrap().success(), "ip netns add (root needed)");
@@ -121,6 +147,7 @@ fn the_redirect_program_sends_only_bound_unicast_udp_to_the_socket() {
         let ports = Map::hash8(16, "eudp_test_ports").unwrap();
         ports.update(&key(*BOUND.ip(), BOUND.port()), &1u32.to_ne_bytes()).unwrap();
         ports.update(&key(Ipv4Addr::UNSPECIFIED, WILDCARD_PORT), &1u32.to_ne_bytes()).unwrap();
+        ports.update(&key(GROUP, WILDCARD_PORT), &1u32.to_ne_bytes()).unwrap();
         let prog = sys::load_redirect_prog(&xsks, &ports, MAX_FRAME).expect("load (root and BPF needed)");
         // A socket on queue 0 of lo, where a test run's frame arrives: without
         // one the program's redirect falls back to passing.

@@ -24,7 +24,9 @@ pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 /// Sockets adopted by the engine.
 pub static ACCELERATED: AtomicU64 = AtomicU64::new(0);
 /// Sockets moved to the kernel path because they joined a multicast group
-/// under a transport that leaves multicast to the kernel (tcp, xdp).
+/// under the tcp transport, and joins whose group the xdp transport leaves
+/// to the kernel for good (IPv6, another interface, a socket not on the
+/// engine yet).
 pub static MULTICAST_KERNEL: AtomicU64 = AtomicU64::new(0);
 /// Sockets put on the kernel backend because the xdp transport could not
 /// start (`EUDP_TRANSPORT=xdp`).
@@ -147,8 +149,10 @@ struct Report<'a> {
     /// Panics of the shim's calls and of eudp's threads, contained.
     panics: u64,
     fallback_reasons: &'a BTreeMap<String, u64>,
-    /// Of `fallbacks`: sockets that joined a multicast group under a
-    /// transport that leaves multicast to the kernel.
+    /// Multicast left on the kernel path: under tcp, sockets that joined a
+    /// group (of `fallbacks`); under xdp, joins left to the kernel for good
+    /// and the times the transport found a joined group shared with another
+    /// socket of the host (`xdp.stats.group_kernel`).
     multicast_kernel: u64,
     sockets: OpenSockets,
     closed: &'a [SockReport],
@@ -261,6 +265,14 @@ struct XdpReport {
     kernel_backend_sockets: u64,
 }
 
+/// The xdp transport's `group_kernel`, 0 without the transport.
+fn xdp_group_kernel() -> u64 {
+    match eudp_engine::backend::xdp::XdpTransport::global_started() {
+        Some(Ok(t)) => t.stats().group_kernel,
+        _ => 0,
+    }
+}
+
 fn xdp_report() -> Option<XdpReport> {
     if eudp_engine::backend::tcp::transport_from_env() != "xdp" {
         return None;
@@ -291,7 +303,7 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
         fallbacks: FALLBACKS.load(Relaxed),
         panics: eudp_engine::failure::PANICS.load(Relaxed),
         fallback_reasons: &reasons,
-        multicast_kernel: MULTICAST_KERNEL.load(Relaxed),
+        multicast_kernel: MULTICAST_KERNEL.load(Relaxed) + xdp_group_kernel(),
         sockets: socks,
         closed: &closed,
         xdp: xdp_report(),

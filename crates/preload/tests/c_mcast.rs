@@ -5,7 +5,9 @@
 //! and IPv6. Each case prints the same lines on the kernel and under the
 //! shim. On the kernel transport the members run on the engine with no
 //! fallback (the engine reads the member's own kernel socket); under the
-//! tcp transport they stay on the kernel path, counted.
+//! tcp transport they stay on the kernel path, counted; under the xdp
+//! transport (members sharing the port by `SO_REUSEADDR` alone) they stay on
+//! the engine, IPv4 joins mirrored, IPv6 ones counted as left to the kernel.
 //!
 //! Each run is inside a namespace of its own whose veth leads to a second,
 //! empty namespace: what is received comes back by `IP_MULTICAST_LOOP`.
@@ -87,12 +89,23 @@ fn sum(r: &[serde_json::Value], key: &str) -> u64 {
 /// Every case on the kernel and under the shim with `env`; the differences
 /// found, and each case's reports.
 fn compare(tag: &str, env: &[(&str, &str)]) -> (Vec<String>, Vec<(&'static str, Vec<serde_json::Value>)>) {
+    compare_with(tag, &[], env)
+}
+
+/// As [`compare`], with `both` in the environment of the kernel's runs too.
+fn compare_with(
+    tag: &str,
+    both: &[(&str, &str)],
+    shim_only: &[(&str, &str)],
+) -> (Vec<String>, Vec<(&'static str, Vec<serde_json::Value>)>) {
     let ns = Ns::new(tag);
     let exe = cc("udp_mcast", &[]);
     let mut failed = Vec::new();
     let mut all = Vec::new();
+    let env: Vec<(&str, &str)> = both.iter().chain(shim_only).copied().collect();
+    let env = env.as_slice();
     for case in CASES {
-        let kernel = ns.run(&exe, case, &[], None);
+        let kernel = ns.run(&exe, case, both, None);
         let k = String::from_utf8_lossy(&kernel.stdout).into_owned();
         assert!(k.ends_with(&format!("OK {case}\n")), "{case}: {k}");
         let stats = stat_dir(&format!("mcast-{tag}-{case}"));
@@ -143,6 +156,43 @@ fn multicast_under_the_tcp_transport_stays_on_the_kernel_path() {
     for (case, r) in &all {
         if sum(r, "multicast_kernel") == 0 {
             failed.push(format!("{case}: no socket counted in multicast_kernel: {r:?}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Under the xdp transport (attached to the namespace's veth) the members
+/// stay on the engine: what each socket receives is the kernel's, IPv4
+/// joins are mirrored by the transport, IPv6 joins are counted as left to
+/// the kernel. The datagrams come back by `IP_MULTICAST_LOOP` through the
+/// kernel, so this checks the shim's handling; `xdp_mcast_testbed.rs`
+/// (engine) checks redirected frames.
+#[test]
+fn multicast_under_the_xdp_transport_matches_the_kernel() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let (mut failed, all) =
+        compare_with("x", &[("MC_NO_REUSEPORT", "1")], &[("EUDP_TRANSPORT", "xdp"), ("EUDP_XDP_IFACE", "mc0")]);
+    for (case, r) in &all {
+        if sum(r, "accelerated") == 0 {
+            failed.push(format!("{case}: no socket ran on the engine: {r:?}"));
+        }
+        let xdp_on = r.iter().any(|x| x["xdp"]["stats"].is_object());
+        if !xdp_on {
+            failed.push(format!("{case}: the xdp transport did not start: {r:?}"));
+        }
+        if case.ends_with('6') && !case.starts_with("fork") && sum(r, "multicast_kernel") == 0 {
+            failed.push(format!("{case}: IPv6 joins not counted in multicast_kernel: {r:?}"));
+        }
+        let non_fork = sum(r, "fallbacks")
+            - r.iter()
+                .filter_map(|x| x["fallback_reasons"].as_object())
+                .flat_map(|m| m.iter().filter(|(k, _)| k.contains("fork")).map(|(_, v)| v.as_u64().unwrap_or(0)))
+                .sum::<u64>();
+        if non_fork != 0 {
+            failed.push(format!("{case}: a member fell back: {r:?}"));
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));

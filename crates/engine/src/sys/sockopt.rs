@@ -29,3 +29,11 @@ pub fn get_int_option(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32) ->
     cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, &mut val as *mut _ as *mut libc::c_void, &mut len) })?;
     Ok(val)
 }
+
+/// Sets a socket option whose value is a structure (a multicast membership
+/// request, say), given as its bytes.
+pub fn set_bytes_option(fd: &impl AsRawFd, level: i32, name: i32, val: &[u8]) -> io::Result<()> {
+    // SAFETY: pointer to live bytes and their length; `fd` is borrowed (open) for the call.
+    cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val.as_ptr() as *const libc::c_void, val.len() as u32) })
+        .map(drop)
+}

@@ -55,7 +55,8 @@ fn classify(level: c_int, name: c_int, val: Option<c_int>) -> Opt {
             | IP_OPTIONS => Opt::Pass,
             // The kernel transport reads the program's own kernel socket, so
             // the kernel keeps the membership and delivers the group's
-            // datagrams to it as to any socket (see `membership`).
+            // datagrams to it as to any socket; the xdp transport also
+            // mirrors it (see `membership`, `shim::mirror_membership`).
             _ if membership(level, name) => Opt::Pass,
             // The engine keeps the kernel's IP_PKTINFO of every datagram and
             // the shim hands it back in recvmsg.
@@ -218,6 +219,11 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
                 }
             }
             let r = real::setsockopt(fd, level, name, val, len);
+            if r == 0 && membership(level, name) && shim::xdp_transport() && !val.is_null() {
+                let saved = errno();
+                shim::mirror_membership(&s, level, name, std::slice::from_raw_parts(val as *const u8, len as usize));
+                set_errno(saved);
+            }
             if r == 0
                 && matches!(kind, Opt::Pass)
                 && (level == libc::IPPROTO_IP || level == libc::IPPROTO_IPV6)

@@ -61,7 +61,8 @@ static int receiver(int v6, const char *bind_to, int mcast_all) {
     int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
     CHECK(fd >= 0);
     setint(fd, SOL_SOCKET, SO_REUSEADDR, 1);
-    setint(fd, SOL_SOCKET, SO_REUSEPORT, 1);
+    /* MC_NO_REUSEPORT: shared by SO_REUSEADDR alone, which the xdp transport keeps on the engine. */
+    if (!getenv("MC_NO_REUSEPORT")) setint(fd, SOL_SOCKET, SO_REUSEPORT, 1);
     if (v6) {
         setint(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1);
         if (!mcast_all) setint(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0);

@@ -70,6 +70,8 @@ pub(super) struct Counters {
     pub(super) rx_no_socket: AtomicU64,
     pub(super) rx_not_peer: AtomicU64,
     pub(super) rx_inbox_drops: AtomicU64,
+    pub(super) rx_group_copies: AtomicU64,
+    pub(super) group_kernel: AtomicU64,
 }
 
 /// A snapshot of the transport's counters.
@@ -103,6 +105,14 @@ pub struct XdpStats {
     pub rx_not_peer: u64,
     /// Datagrams dropped because the receiving socket's inbox was full.
     pub rx_inbox_drops: u64,
+    /// Copies of redirected group datagrams delivered, one per member
+    /// socket that wanted each (`rx_xdp` counts each datagram once).
+    pub rx_group_copies: u64,
+    /// Times a joined `{group, port}` was found left on (or taken back to)
+    /// the kernel path because another socket of the host shares it.
+    pub group_kernel: u64,
+    /// `{group, port}` keys the program redirects now.
+    pub group_keys: u64,
     /// The kernel's own AF_XDP drop counters (`XDP_STATISTICS`).
     pub xsk_rx_dropped: u64,
     pub xsk_rx_ring_full: u64,

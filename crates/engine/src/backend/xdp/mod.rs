@@ -30,11 +30,14 @@
 //! program attached, the AF_XDP socket, the process-wide transport),
 //! `shared` (rings, ports map, bound sockets, neighbours), `socket`
 //! ([`XdpSocket`] and its key), `tx` and `rx` (the data paths),
-//! `socket_backend` (the [`Backend`](super::Backend) impl) and `addr`
-//! (address arithmetic). All `unsafe` code of this backend is in `sys.rs`.
+//! `socket_backend` (the [`Backend`](super::Backend) impl), `addr`
+//! (address arithmetic), and `group` and `group_path` (multicast groups
+//! redirected while the process holds them alone on the host). All `unsafe` code of this backend is in `sys.rs`.
 
 mod addr;
 mod config;
+mod group;
+mod group_path;
 mod rx;
 mod shared;
 mod socket;

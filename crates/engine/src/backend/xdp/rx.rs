@@ -73,6 +73,9 @@ impl XdpSocket {
                 Err(_) => {
                     self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
                 }
+                Ok((f, pending)) if f.dst.ip().is_multicast() => {
+                    at = self.take_group_frame(&f, pending, bufs, meta, at);
+                }
                 Ok((f, pending)) => match self.t.find_socket(f.dst, f.src) {
                     Ok(inbox) if Arc::ptr_eq(&inbox, &self.inbox) => {
                         let b = &mut bufs[at];

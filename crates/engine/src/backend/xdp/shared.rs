@@ -3,6 +3,7 @@
 
 use super::addr::{key_bytes, parse_arp_table, pick_socket};
 use super::config::{Counters, XdpConfig};
+use super::group::Groups;
 use super::sys;
 use crate::fdspace::Private;
 use crate::sys::fdevents::EventFd;
@@ -116,6 +117,8 @@ pub(super) struct Shared {
     /// different peers). The same keys are in the XDP program's `ports` map.
     pub(super) sockets: RwLock<SocketTable>,
     pub(super) neigh: Mutex<Neighbours>,
+    /// Multicast members and the group keys redirected for them (`group`).
+    pub(super) groups: Mutex<Groups<Arc<Inbox>>>,
     pub(super) attach: &'static str,
     pub(super) ports: sys::Map,
     // Drop order: the link detaches the program before the socket goes.

@@ -87,6 +87,7 @@ impl XdpSocket {
     }
 
     pub(super) fn unregister(&self) {
+        self.leave_groups();
         self.drop_key(&mut lock(&self.state));
     }
 

@@ -159,6 +159,7 @@ impl Backend for XdpSocket {
         self.rx_opts.store(opts, Relaxed);
         let (tos, ttl) = (get(libc::IP_TOS, 0) as u32 & 0xff, get(libc::IP_TTL, 64) as u32 & 0xff);
         self.tos_ttl.store(tos << 8 | ttl, Relaxed);
+        self.group_options_changed();
     }
     fn release_socket(&self) {
         self.unregister();

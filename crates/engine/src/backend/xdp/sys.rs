@@ -162,30 +162,36 @@ const LD_IMM64: u8 = 0x18;
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 
-/// Loads the redirect program: a unicast IPv4 frame (header without options,
-/// not a fragment) carrying UDP to an address in `ports` goes to the AF_XDP
+/// Loads the redirect program: an IPv4 frame (header without options, not a
+/// fragment) carrying UDP to an address in `ports` goes to the AF_XDP
 /// socket of its receive queue in `xsks`; everything else (ARP, ICMP,
-/// IPv6, broadcast and multicast, other ports, IP options, fragments)
-/// passes to the kernel stack, which decides who gets a broadcast or a
-/// group's datagrams. So does a frame longer than `max_frame`, what one
-/// UMEM frame holds after the kernel's headroom: the socket would drop it.
+/// IPv6, broadcast, other ports, IP options, fragments) passes to the
+/// kernel stack. So does a frame longer than `max_frame`, what one UMEM
+/// frame holds after the kernel's headroom: the socket would drop it.
 /// The key is `[dst IPv4 address, dst port, 0, 0]` as on the wire, looked
-/// up first exactly and then with the address 0 (a wildcard bind).
+/// up first exactly and then, for a unicast frame only, with the address 0
+/// (a wildcard bind). A broadcast or multicast frame is redirected only by
+/// an exact key: a `{group, port}` the transport holds alone
+/// (`group.rs`); the kernel decides who gets every other one.
 ///
 /// In C terms:
 /// ```text
-/// if (data + 42 > data_end || data + max_frame < data_end || (eth.dst[0] & 1)
+/// if (data + 42 > data_end || data + max_frame < data_end
 ///     || eth.type != htons(0x0800) || ip.ver_ihl != 0x45
 ///     || ip.proto != 17 || (ip.frag_off & htons(0x3fff))) return XDP_PASS;
+/// group = eth.dst[0] & 1;
 /// key = { ip.daddr, udp.dest, 0 };
-/// if (!lookup(ports, &key)) { key.addr = 0; if (!lookup(ports, &key)) return XDP_PASS; }
+/// if (!lookup(ports, &key)) {
+///     if (group) return XDP_PASS;
+///     key.addr = 0; if (!lookup(ports, &key)) return XDP_PASS;
+/// }
 /// return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_PASS);
 /// ```
 pub fn load_redirect_prog(xsks: &Map, ports: &Map, max_frame: u32) -> io::Result<Private<OwnedFd>> {
     let be16 = |v: u16| i32::from(u16::from_ne_bytes(v.to_be_bytes()));
     let (xsks, ports) = (xsks.raw(), ports.raw());
-    const PASS: i16 = 44;
-    const REDIRECT: i16 = 38;
+    const PASS: i16 = 45;
+    const REDIRECT: i16 = 39;
     // A jump at `pc` to `to`: offsets count from the next instruction.
     let j = |pc: i16, to: i16| to - pc - 1;
     let max_frame = max_frame as i32;
@@ -202,7 +208,7 @@ pub fn load_redirect_prog(xsks: &Map, ports: &Map, max_frame: u32) -> io::Result
         /*  8 */ insn(JMP_JLT_X, 4, 3, j(8, PASS), 0),       // longer than a UMEM frame holds
         /*  9 */ insn(LDX_MEM | B, 5, 2, 0, 0),
         /* 10 */ insn(ALU64_AND_K, 5, 0, 0, 1),
-        /* 11 */ insn(JMP_JNE_K, 5, 0, j(11, PASS), 0),      // broadcast or multicast
+        /* 11 */ insn(ALU64_MOV_X, 7, 5, 0, 0),             // r7 = broadcast or multicast (kept across calls)
         /* 12 */ insn(LDX_MEM | H, 5, 2, 12, 0),
         /* 13 */ insn(JMP_JNE_K, 5, 0, j(13, PASS), be16(0x0800)),
         /* 14 */ insn(LDX_MEM | B, 5, 2, 14, 0),
@@ -222,21 +228,22 @@ pub fn load_redirect_prog(xsks: &Map, ports: &Map, max_frame: u32) -> io::Result
         /* 28 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
         /* 29 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
         /* 30 */ insn(JMP_JNE_K, 0, 0, j(30, REDIRECT), 0),
-        /* 31 */ insn(ST_MEM_W, 10, 0, -8, 0),               // key.addr = 0 (wildcard)
-        /* 32 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
-        /* 33 */ insn(0, 0, 0, 0, 0),
-        /* 34 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
-        /* 35 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
-        /* 36 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
-        /* 37 */ insn(JMP_JEQ_K, 0, 0, j(37, PASS), 0),
-        /* 38 */ insn(LDX_MEM | W, 2, 6, 16, 0),             // redirect: r2 = rx_queue_index
-        /* 39 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks),
-        /* 40 */ insn(0, 0, 0, 0, 0),
-        /* 41 */ insn(ALU64_MOV_K, 3, 0, 0, XDP_PASS),       // no socket on that queue: pass
-        /* 42 */ insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
-        /* 43 */ insn(EXIT, 0, 0, 0, 0),
-        /* 44 */ insn(ALU64_MOV_K, 0, 0, 0, XDP_PASS),       // pass
-        /* 45 */ insn(EXIT, 0, 0, 0, 0),
+        /* 31 */ insn(JMP_JNE_K, 7, 0, j(31, PASS), 0),      // a group: its exact key only
+        /* 32 */ insn(ST_MEM_W, 10, 0, -8, 0),               // key.addr = 0 (wildcard)
+        /* 33 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, ports),
+        /* 34 */ insn(0, 0, 0, 0, 0),
+        /* 35 */ insn(ALU64_MOV_X, 2, 10, 0, 0),
+        /* 36 */ insn(ALU64_ADD_K, 2, 0, 0, -8),
+        /* 37 */ insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),
+        /* 38 */ insn(JMP_JEQ_K, 0, 0, j(38, PASS), 0),
+        /* 39 */ insn(LDX_MEM | W, 2, 6, 16, 0),             // redirect: r2 = rx_queue_index
+        /* 40 */ insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks),
+        /* 41 */ insn(0, 0, 0, 0, 0),
+        /* 42 */ insn(ALU64_MOV_K, 3, 0, 0, XDP_PASS),       // no socket on that queue: pass
+        /* 43 */ insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
+        /* 44 */ insn(EXIT, 0, 0, 0, 0),
+        /* 45 */ insn(ALU64_MOV_K, 0, 0, 0, XDP_PASS),       // pass
+        /* 46 */ insn(EXIT, 0, 0, 0, 0),
     ];
     load_xdp(&prog, "eudp_xdp")
 }
