@@ -46,13 +46,10 @@ impl XdpSocket {
             self.meta_for(&mut meta[at], len, m.src, m.dst, m.tos, m.ttl);
             at += 1;
         }
-        if q.is_empty() {
+        // Pushes set the eventfd under the same lock, so clearing it here
+        // cannot hide a datagram queued meanwhile.
+        if q.is_empty() && self.inbox.flagged.swap(false, Relaxed) {
             self.inbox.ready.clear();
-            // A push between the check and the clear set it again after
-            // queueing, so a datagram is never left without the flag.
-            if !q.is_empty() {
-                self.inbox.ready.set();
-            }
         }
         at
     }
@@ -112,6 +109,11 @@ impl XdpSocket {
         if taken > 0 {
             rx.rx.release();
             rx.fill.publish();
+            // Copy mode never asks; a zero-copy driver that ran out of
+            // fill frames does, and takes the new ones only once woken.
+            if rx.fill.needs_wakeup() {
+                self.t.xsk.wake_rx();
+            }
         }
         at
     }

@@ -37,6 +37,8 @@ pub struct XdpSocket {
     /// `IPV6_RECVHOPLIMIT` (v4-mapped for IPv4 datagrams, as the kernel).
     pub(super) rx_opts: AtomicU32,
     pub(super) ident: AtomicU16,
+    /// Spinning looks so far ([`crate::backend::Backend::recv_spinning`]).
+    pub(super) spin_looks: AtomicU32,
     /// An IPv6 socket (its IPv4 peers are v4-mapped addresses).
     pub(super) v6: bool,
 }
