@@ -2,7 +2,7 @@
 //! the engine's buffers.
 
 use super::addr::copy_checked;
-use super::shared::Queued;
+use super::shared::{Inbox, Queued};
 use super::socket::XdpSocket;
 use crate::backend::kernel::{InMeta, PktInfo};
 use crate::sys::sync::lock;
@@ -60,6 +60,9 @@ impl XdpSocket {
         let Ok(mut rx) = self.t.rx.try_lock() else { return at };
         let n = rx.rx.ready();
         let mut taken = 0;
+        // The owner of the last frame's addresses: a burst of one flow
+        // looks its socket up once.
+        let mut last: Option<(SocketAddrV4, SocketAddrV4, Arc<Inbox>)> = None;
         while taken < n && at < bufs.len() {
             let d = rx.rx.take();
             taken += 1;
@@ -70,7 +73,7 @@ impl XdpSocket {
                 Err(_) => {
                     self.t.c.rx_bad_frames.fetch_add(1, Relaxed);
                 }
-                Ok((f, pending)) => match self.t.find_socket(f.dst, f.src) {
+                Ok((f, pending)) => match owner(&mut last, f.dst, f.src, || self.t.find_socket(f.dst, f.src)) {
                     Ok(inbox) if Arc::ptr_eq(&inbox, &self.inbox) => {
                         let b = &mut bufs[at];
                         if b.len() < f.payload.len() {
@@ -117,4 +120,24 @@ impl XdpSocket {
         }
         at
     }
+}
+
+/// The socket of frames from `src` to `dst`: `last`'s when the addresses
+/// are the same, else `find`'s answer, kept in `last`.
+fn owner(
+    last: &mut Option<(SocketAddrV4, SocketAddrV4, Arc<Inbox>)>,
+    dst: SocketAddrV4,
+    src: SocketAddrV4,
+    find: impl FnOnce() -> Result<Arc<Inbox>, bool>,
+) -> Result<Arc<Inbox>, bool> {
+    if let Some((d, s, i)) = last {
+        if *d == dst && *s == src {
+            return Ok(i.clone());
+        }
+    }
+    let r = find();
+    if let Ok(i) = &r {
+        *last = Some((dst, src, i.clone()));
+    }
+    r
 }

@@ -50,6 +50,7 @@ impl std::fmt::Debug for XdpSocket {
 }
 
 /// Where one datagram goes out.
+#[derive(Clone, Copy)]
 pub(super) enum Route {
     Xdp { src: SocketAddrV4, dst: SocketAddrV4, mac: [u8; 6] },
     Kernel,
