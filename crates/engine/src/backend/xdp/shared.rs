@@ -82,11 +82,26 @@ impl TxSide {
     }
 }
 
+/// Where one datagram goes out.
+#[derive(Clone, Copy)]
+pub(super) enum Route {
+    Xdp { src: SocketAddrV4, dst: SocketAddrV4, mac: [u8; 6] },
+    Kernel,
+}
+
 /// The transmit side held for one send call, and the frames it put on the
 /// TX ring since the last kick.
 pub(super) struct TxBatch<'a> {
     pub(super) side: MutexGuard<'a, TxSide>,
     pub(super) queued: usize,
+    /// The route of this send's last frame and its destination.
+    pub(super) route: Option<(SocketAddrV4, Route)>,
+}
+
+impl<'a> TxBatch<'a> {
+    pub(super) fn new(side: MutexGuard<'a, TxSide>) -> Self {
+        TxBatch { side, queued: 0, route: None }
+    }
 }
 
 impl TxBatch<'_> {

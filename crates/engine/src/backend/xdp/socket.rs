@@ -49,13 +49,6 @@ impl std::fmt::Debug for XdpSocket {
     }
 }
 
-/// Where one datagram goes out.
-#[derive(Clone, Copy)]
-pub(super) enum Route {
-    Xdp { src: SocketAddrV4, dst: SocketAddrV4, mac: [u8; 6] },
-    Kernel,
-}
-
 impl XdpSocket {
     /// Takes the demultiplexing key for the kernel socket's address, when
     /// that address is the interface's (or the wildcard).

@@ -78,14 +78,14 @@ impl Backend for XdpSocket {
         if buf.len() > eudp_wire::limits::max_payload(self.v6) {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
-        let mut tx = TxBatch { side: lock(&self.t.tx), queued: 0 };
+        let mut tx = TxBatch::new(lock(&self.t.tx));
         let r = self.send_datagrams(&mut tx, &mut std::iter::once(buf), dst, dst);
         tx.flush(&self.t)?;
         r.map(|_| buf.len())
     }
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
         // One kick for the whole batch: the AF_XDP counterpart of a GSO send.
-        let mut tx = TxBatch { side: lock(&self.t.tx), queued: 0 };
+        let mut tx = TxBatch::new(lock(&self.t.tx));
         let r = self.send_msgs(&mut tx, msgs);
         tx.flush(&self.t)?;
         r

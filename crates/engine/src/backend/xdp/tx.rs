@@ -2,8 +2,8 @@
 
 use super::addr::{as_v4, broadcast_of, same_subnet};
 use super::config::CopyBlock;
-use super::shared::TxBatch;
-use super::socket::{Route, XdpSocket};
+use super::shared::{Route, TxBatch};
+use super::socket::XdpSocket;
 use crate::backend::kernel::OutMsg;
 use crate::backend::partly::partly_sent_error;
 use crate::sys::nt_copy::copy_nontemporal;
@@ -95,13 +95,12 @@ impl XdpSocket {
             ((v >> 8) as u8, v as u8)
         };
         let mut sent = 0;
-        // A batch goes to one destination: the route found for its first
-        // frame holds for every later one that fits a frame too, without
-        // the neighbour lookup and address checks again.
-        let mut known: Option<Route> = None;
         for p in payloads {
-            let route = match known {
-                Some(r) if self.fits_frame(p.len()) => r,
+            // The route found for the send's first frame to `d` holds for
+            // every later one that fits a frame too, without the neighbour
+            // lookup and address checks again.
+            let route = match tx.route {
+                Some((to, r)) if to == d && self.fits_frame(p.len()) => r,
                 _ => self.route(d, p.len())?,
             };
             let Route::Xdp { src, dst, mac } = route else {
@@ -151,7 +150,7 @@ impl XdpSocket {
                     return Err(io::Error::new(io::ErrorKind::InvalidInput, e.to_string()));
                 }
             };
-            known = Some(route);
+            tx.route = Some((d, route));
             tx.side.tx.push(libc::xdp_desc { addr, len: len as u32, options: 0 });
             tx.queued += 1;
             sent += 1;
