@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-/// One spinning look in this many reads the kernel socket
+/// One spinning look in this many (a power of two) reads the kernel socket
 /// ([`Backend::recv_spinning`]).
 const KERNEL_LOOK_EVERY: u32 = 16;
 
@@ -126,7 +126,7 @@ impl Backend for XdpSocket {
             // `KERNEL_LOOK_EVERY`th spinning look reads it: a datagram on the
             // kernel path is found that many looks later. The receive's
             // first look (a `recv_batch`) always reads it.
-            0 if self.spin_looks.fetch_add(1, Relaxed) % KERNEL_LOOK_EVERY == 0 => self.recv_kernel(bufs, meta),
+            0 if self.spin_looks.fetch_add(1, Relaxed) & (KERNEL_LOOK_EVERY - 1) == 0 => self.recv_kernel(bufs, meta),
             0 => Err(io::ErrorKind::WouldBlock.into()),
             at => Ok(at),
         }
