@@ -9,6 +9,8 @@
 #          xdp-skb = AF_XDP at both ends, XDP program forced to generic (SKB) mode
 #          eudp, eudp-latency = the `kernel` mode's program under `eudp run`
 #                    (default and latency profiles): eudp's own data path
+#          eudp-xdp, eudp-xdp-latency = the same under `eudp run --transport xdp`
+#                    (eudp's AF_XDP transport; the C `xdp` mode is its floor)
 # Output: bench/results/xdp-pingpong-<unix time>.json
 set -euo pipefail
 
@@ -19,7 +21,7 @@ N=${N:-100000}
 PORT=${PORT:-9099}
 MODES=${MODES:-"kernel eudp eudp-latency kernel-spin xdp xdp-skb"}
 BIN=bench/xdp/xdp_pingpong
-EUDP=./target/release/eudp
+EUDP=${EUDP:-./target/release/eudp}
 
 [ "$(id -u)" = 0 ] || { echo "run.sh: needs root (CAP_BPF, CAP_NET_ADMIN, netns)" >&2; exit 1; }
 gcc -O2 -Wall -o "$BIN" bench/xdp/xdp_pingpong.c
@@ -28,6 +30,7 @@ if [ ! -x "$EUDP" ]; then
     cargo build --release
 fi
 
+EUDP_ABS=$(realpath "$EUDP")
 NAME="xp$$"                 # testbed names are limited to 10 characters
 NAME=${NAME:0:10}
 NSA="eudp-$NAME-a"
@@ -64,8 +67,10 @@ run_one() {   # $1 = label, $2 = rep
     case "$label" in
         xdp) extra=(--xdp-mode auto) ;;
         xdp-skb) mode=xdp; extra=(--xdp-mode skb) ;;
-        eudp) mode=kernel; pre=("$ROOT/target/release/eudp" run --) ;;
-        eudp-latency) mode=kernel; pre=("$ROOT/target/release/eudp" run --profile latency --) ;;
+        eudp) mode=kernel; pre=("$EUDP_ABS" run --) ;;
+        eudp-latency) mode=kernel; pre=("$EUDP_ABS" run --profile latency --) ;;
+        eudp-xdp) mode=kernel; pre=("$EUDP_ABS" run --transport xdp --) ;;
+        eudp-xdp-latency) mode=kernel; pre=("$EUDP_ABS" run --transport xdp --profile latency --) ;;
     esac
     local serr="$TMP/server.err" sout="$TMP/server.out" cout="$TMP/client.out"
     : > "$serr"; : > "$sout"; : > "$cout"

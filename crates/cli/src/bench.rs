@@ -340,7 +340,29 @@ fn summarize(size: usize, rows: &[Row]) -> Summary {
             met: e.loss <= g.loss,
         });
     }
+    xdp_targets(size, get(Mode::Xdp), e, &mut targets);
     Summary { size, eudp_over_kernel_mpps: over_k, eudp_over_ceiling_gbps: over_c, targets }
+}
+
+/// The xdp transport's targets (docs/xdp.md): 64 B datagrams at 1 Mpps or
+/// more received, and bulk at the kernel transport's library-path rate.
+fn xdp_targets(size: usize, x: Option<&Row>, e: Option<&Row>, targets: &mut Vec<Target>) {
+    let Some(x) = x else { return };
+    if size <= 64 {
+        targets.push(Target {
+            name: format!("xdp Mpps received at {size} B"),
+            wanted: ">= 1".into(),
+            measured: x.mpps,
+            met: x.mpps >= 1.0,
+        });
+    } else if let Some(e) = e.filter(|e| e.gbps > 0.0) {
+        targets.push(Target {
+            name: format!("xdp/eudp (kernel transport) Gbit/s at {size} B"),
+            wanted: ">= 1".into(),
+            measured: x.gbps / e.gbps,
+            met: x.gbps >= e.gbps,
+        });
+    }
 }
 
 /// Prints the table of rows and the targets.

@@ -7,6 +7,7 @@
 //! `ready` once bound.
 
 use eudp_engine::backend::kernel::{InMeta, OutMsg, UdpSocket};
+use eudp_engine::backend::xdp::XdpTransport;
 use eudp_engine::sys::clock::process_cpu_time;
 use eudp_engine::sys::poll::poll_readable;
 use eudp_engine::{Config, Endpoint, Engine, StatsSnapshot};
@@ -27,6 +28,9 @@ pub enum Mode {
     Gso,
     /// The eudp library path: one `Endpoint::send`/`recv` per datagram.
     Eudp,
+    /// The eudp library path on the AF_XDP transport (the host's one
+    /// interface; docs/xdp.md).
+    Xdp,
 }
 
 impl Mode {
@@ -36,6 +40,7 @@ impl Mode {
             Mode::Mmsg => "mmsg",
             Mode::Gso => "gso",
             Mode::Eudp => "eudp",
+            Mode::Xdp => "xdp",
         }
     }
 }
@@ -192,10 +197,10 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
                 pace(seq);
             }
         }
-        Mode::Eudp => {
+        Mode::Eudp | Mode::Xdp => {
             let cfg = Config::from_env().map_err(|x| x.to_string())?;
             let engine = Engine::start(cfg).map_err(e)?;
-            let ep = Endpoint::with_engine(&engine, a.dst.is_ipv6()).map_err(e)?;
+            let ep = endpoint(a.mode, &engine, a.dst.is_ipv6()).map_err(e)?;
             ep.connect(a.dst).map_err(e)?;
             let _ = ep.set_send_buffer_size(SNDBUF as usize);
             let mut buf = pat[..a.size].to_vec();
@@ -210,7 +215,7 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
                 pace(seq);
             }
             ep.flush(Duration::from_secs(5));
-            eudp_stats = Some(stats_json(&ep.stats()));
+            eudp_stats = Some(stats_json(&ep.stats(), a.mode));
             drop(ep);
             drop(engine);
         }
@@ -226,8 +231,24 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
     })
 }
 
-fn stats_json(s: &StatsSnapshot) -> serde_json::Value {
-    serde_json::to_value(s).unwrap_or(serde_json::Value::Null)
+/// An endpoint of the library path: the kernel backend, or the AF_XDP
+/// transport of the host's one interface.
+fn endpoint(mode: Mode, engine: &Engine, v6: bool) -> std::io::Result<Endpoint> {
+    if mode == Mode::Xdp {
+        XdpTransport::global()?.endpoint(engine, v6)
+    } else {
+        Endpoint::with_engine(engine, v6)
+    }
+}
+
+/// The endpoint's counters; on the xdp transport with the transport's own
+/// (frames, kicks) under `xdp`.
+fn stats_json(s: &StatsSnapshot, mode: Mode) -> serde_json::Value {
+    let mut v = serde_json::to_value(s).unwrap_or(serde_json::Value::Null);
+    if let (Mode::Xdp, Some(Ok(t)), Some(o)) = (mode, XdpTransport::global_started(), v.as_object_mut()) {
+        o.insert("xdp".into(), serde_json::to_value(t.stats()).unwrap_or_default());
+    }
+    v
 }
 
 /// Receive-side bookkeeping shared by every mode.
@@ -344,10 +365,10 @@ pub fn recv(a: RecvArgs) -> Result<Report, String> {
                 }
             }
         }
-        Mode::Eudp => {
+        Mode::Eudp | Mode::Xdp => {
             let cfg = Config::from_env().map_err(|x| x.to_string())?;
             let engine = Engine::start(cfg).map_err(e)?;
-            let ep = Endpoint::with_engine(&engine, a.bind.is_ipv6()).map_err(e)?;
+            let ep = endpoint(a.mode, &engine, a.bind.is_ipv6()).map_err(e)?;
             let _ = ep.set_recv_buffer_size(4 << 20);
             ep.bind_to(a.bind).map_err(e)?;
             ep.set_read_timeout(Some(Duration::from_millis(50)));
@@ -365,7 +386,7 @@ pub fn recv(a: RecvArgs) -> Result<Report, String> {
                     break;
                 }
             }
-            eudp_stats = Some(stats_json(&ep.stats()));
+            eudp_stats = Some(stats_json(&ep.stats(), a.mode));
         }
     }
     let mut r = t.r;

@@ -94,6 +94,12 @@ pub trait Backend: std::any::Any + Send + Sync + std::fmt::Debug {
     /// the message (the `tcp` backend hands over 64 KiB blocks this way,
     /// without a copy); `meta[i].len` bytes of `bufs[i]` are valid.
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize>;
+    /// A look of a receive that spins, after its first look found nothing:
+    /// as `recv_batch`, except that a backend whose input comes in user
+    /// memory may skip the kernel socket's system call on some looks.
+    fn recv_spinning(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        self.recv_batch(bufs, meta)
+    }
     /// As `recv_batch`, but sleeping in the kernel until the first message
     /// arrives (bounded by the socket's receive timeout), so a blocked
     /// receiver needs no separate wait. `Unsupported` where the backend

@@ -42,8 +42,15 @@ impl EpInner {
     pub(super) fn fill_on_caller(&self, signal: bool, max_msgs: usize) {
         with_caller_scratch(|sc| {
             let n = sc.bufs.len().min(max_msgs.max(1));
-            self.fill_ring_upto(sc, n, 1, signal)
+            self.fill_ring_upto(sc, n, 1, signal, false)
         });
+    }
+
+    /// A later look of a spinning receive on its own thread: one message,
+    /// read as [`crate::backend::Backend::recv_spinning`] reads. The caller
+    /// holds `rx_sock` and settles readiness after its pop.
+    pub(super) fn spin_look_on_caller(&self) {
+        with_caller_scratch(|sc| self.fill_ring_upto(sc, 1, 1, false, true));
     }
 
     /// Moves what the socket holds into the ring, as far as the ring has
@@ -53,11 +60,11 @@ impl EpInner {
     /// engine); a receiving thread that pops next passes false and settles
     /// readiness after its pop.
     pub(super) fn fill_ring(&self, scratch: &mut RecvScratch, rounds: usize, signal: bool) -> Fill {
-        self.fill_ring_upto(scratch, scratch.bufs.len(), rounds, signal)
+        self.fill_ring_upto(scratch, scratch.bufs.len(), rounds, signal, false)
     }
 
     /// [`EpInner::fill_ring`] reading at most `msgs` messages per round.
-    fn fill_ring_upto(&self, scratch: &mut RecvScratch, msgs: usize, rounds: usize, signal: bool) -> Fill {
+    fn fill_ring_upto(&self, scratch: &mut RecvScratch, msgs: usize, rounds: usize, signal: bool, spin: bool) -> Fill {
         let mut added = 0;
         for round in 0..rounds {
             let budget = self.read_budget(msgs);
@@ -66,7 +73,9 @@ impl EpInner {
             }
             Stats::add(&self.stats.recv_calls, 1);
             self.trace.rx_enter();
-            let got = match self.backend.recv_batch(&mut scratch.bufs[..budget], &mut scratch.meta[..budget]) {
+            let (bufs, meta) = (&mut scratch.bufs[..budget], &mut scratch.meta[..budget]);
+            let read = if spin { self.backend.recv_spinning(bufs, meta) } else { self.backend.recv_batch(bufs, meta) };
+            let got = match read {
                 Ok(n) => n,
                 Err(e) => {
                     self.read_failed(&e, added);

@@ -96,7 +96,11 @@ impl EpInner {
                         // A spin that found nothing looks for one message
                         // (`recvmsg`, the cheapest look): it waits for the
                         // next datagram, not a batch.
-                        self.fill_on_caller(false, if spins > 0 { 1 } else { usize::MAX });
+                        if spins > 0 {
+                            self.spin_look_on_caller();
+                        } else {
+                            self.fill_on_caller(false, usize::MAX);
+                        }
                     }
                     // The engine is reading the socket right now: wait for
                     // that read to land in the ring (one syscall) rather than

@@ -2,7 +2,7 @@
 //! the engine's buffers.
 
 use super::addr::copy_checked;
-use super::shared::Queued;
+use super::shared::{Inbox, Queued};
 use super::socket::XdpSocket;
 use crate::backend::kernel::{InMeta, PktInfo};
 use crate::sys::sync::lock;
@@ -46,13 +46,10 @@ impl XdpSocket {
             self.meta_for(&mut meta[at], len, m.src, m.dst, m.tos, m.ttl);
             at += 1;
         }
-        if q.is_empty() {
+        // Pushes set the eventfd under the same lock, so clearing it here
+        // cannot hide a datagram queued meanwhile.
+        if q.is_empty() && self.inbox.flagged.swap(false, Relaxed) {
             self.inbox.ready.clear();
-            // A push between the check and the clear set it again after
-            // queueing, so a datagram is never left without the flag.
-            if !q.is_empty() {
-                self.inbox.ready.set();
-            }
         }
         at
     }
@@ -63,6 +60,9 @@ impl XdpSocket {
         let Ok(mut rx) = self.t.rx.try_lock() else { return at };
         let n = rx.rx.ready();
         let mut taken = 0;
+        // The owner of the last frame's addresses: a burst of one flow
+        // looks its socket up once.
+        let mut last: Option<(SocketAddrV4, SocketAddrV4, Arc<Inbox>)> = None;
         while taken < n && at < bufs.len() {
             let d = rx.rx.take();
             taken += 1;
@@ -76,7 +76,7 @@ impl XdpSocket {
                 Ok((f, pending)) if f.dst.ip().is_multicast() => {
                     at = self.take_group_frame(&f, pending, bufs, meta, at);
                 }
-                Ok((f, pending)) => match self.t.find_socket(f.dst, f.src) {
+                Ok((f, pending)) => match owner(&mut last, f.dst, f.src, || self.t.find_socket(f.dst, f.src)) {
                     Ok(inbox) if Arc::ptr_eq(&inbox, &self.inbox) => {
                         let b = &mut bufs[at];
                         if b.len() < f.payload.len() {
@@ -115,7 +115,32 @@ impl XdpSocket {
         if taken > 0 {
             rx.rx.release();
             rx.fill.publish();
+            // Copy mode never asks; a zero-copy driver that ran out of
+            // fill frames does, and takes the new ones only once woken.
+            if rx.fill.needs_wakeup() {
+                self.t.xsk.wake_rx();
+            }
         }
         at
     }
+}
+
+/// The socket of frames from `src` to `dst`: `last`'s when the addresses
+/// are the same, else `find`'s answer, kept in `last`.
+fn owner(
+    last: &mut Option<(SocketAddrV4, SocketAddrV4, Arc<Inbox>)>,
+    dst: SocketAddrV4,
+    src: SocketAddrV4,
+    find: impl FnOnce() -> Result<Arc<Inbox>, bool>,
+) -> Result<Arc<Inbox>, bool> {
+    if let Some((d, s, i)) = last {
+        if *d == dst && *s == src {
+            return Ok(i.clone());
+        }
+    }
+    let r = find();
+    if let Ok(i) = &r {
+        *last = Some((dst, src, i.clone()));
+    }
+    r
 }

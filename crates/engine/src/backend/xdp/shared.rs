@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,10 @@ pub(super) struct Inbox {
     pub(super) bytes: AtomicU64,
     pub(super) capacity: AtomicU64,
     pub(super) ready: EventFd,
+    /// Whether `ready` may be set: changed only under `q`'s lock, so an
+    /// empty inbox's look clears the eventfd (a system call) only after a
+    /// push, not on every look.
+    pub(super) flagged: AtomicBool,
     pub(super) drops: AtomicU64,
     /// The socket's connected peer: frames from others are not its own.
     pub(super) peer: Mutex<Option<SocketAddrV4>>,
@@ -45,8 +49,11 @@ impl Inbox {
             return;
         }
         self.bytes.fetch_add(charge, Relaxed);
-        lock(&self.q).push_back(m);
-        self.ready.set();
+        let mut q = lock(&self.q);
+        q.push_back(m);
+        if !self.flagged.swap(true, Relaxed) {
+            self.ready.set();
+        }
     }
 }
 
@@ -76,11 +83,26 @@ impl TxSide {
     }
 }
 
+/// Where one datagram goes out.
+#[derive(Clone, Copy)]
+pub(super) enum Route {
+    Xdp { src: SocketAddrV4, dst: SocketAddrV4, mac: [u8; 6] },
+    Kernel,
+}
+
 /// The transmit side held for one send call, and the frames it put on the
 /// TX ring since the last kick.
 pub(super) struct TxBatch<'a> {
     pub(super) side: MutexGuard<'a, TxSide>,
     pub(super) queued: usize,
+    /// The route of this send's last frame and its destination.
+    pub(super) route: Option<(SocketAddrV4, Route)>,
+}
+
+impl<'a> TxBatch<'a> {
+    pub(super) fn new(side: MutexGuard<'a, TxSide>) -> Self {
+        TxBatch { side, queued: 0, route: None }
+    }
 }
 
 impl TxBatch<'_> {
@@ -148,8 +170,15 @@ impl Shared {
         }
         tx.tx.publish();
         // Until the kernel has consumed every descriptor (bounded: a device
-        // that stops taking frames leaves them for the next flush).
+        // that stops taking frames leaves them for the next flush). A kick
+        // only where the ring asks for one: copy mode always does (it
+        // transmits inside the `sendto`), a driver that sends on its own
+        // clears the flag and needs none.
         for _ in 0..64 {
+            if !tx.tx.needs_wakeup() {
+                tx.reap();
+                break;
+            }
             self.c.tx_kicks.fetch_add(1, Relaxed);
             self.xsk_kick()?;
             tx.reap();

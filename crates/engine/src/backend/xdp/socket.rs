@@ -37,6 +37,8 @@ pub struct XdpSocket {
     /// `IPV6_RECVHOPLIMIT` (v4-mapped for IPv4 datagrams, as the kernel).
     pub(super) rx_opts: AtomicU32,
     pub(super) ident: AtomicU16,
+    /// Spinning looks so far ([`crate::backend::Backend::recv_spinning`]).
+    pub(super) spin_looks: AtomicU32,
     /// An IPv6 socket (its IPv4 peers are v4-mapped addresses).
     pub(super) v6: bool,
 }
@@ -45,12 +47,6 @@ impl std::fmt::Debug for XdpSocket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XdpSocket").field("state", &*lock(&self.state)).finish()
     }
-}
-
-/// Where one datagram goes out.
-pub(super) enum Route {
-    Xdp { src: SocketAddrV4, dst: SocketAddrV4, mac: [u8; 6] },
-    Kernel,
 }
 
 impl XdpSocket {

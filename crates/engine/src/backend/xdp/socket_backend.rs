@@ -12,6 +12,28 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+/// One spinning look in this many (a power of two) reads the kernel socket
+/// ([`Backend::recv_spinning`]).
+const KERNEL_LOOK_EVERY: u32 = 16;
+
+impl XdpSocket {
+    /// This socket's datagrams from its inbox, then from the shared RX ring.
+    fn take_fast(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> usize {
+        let at = self.take_inbox(bufs, meta, 0);
+        if at < bufs.len() {
+            self.take_ring(bufs, meta, at)
+        } else {
+            at
+        }
+    }
+
+    fn recv_kernel(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        let n = self.kernel.recv_batch(bufs, meta)?;
+        self.t.c.rx_kernel.fetch_add(n as u64, Relaxed);
+        Ok(n)
+    }
+}
+
 impl Backend for XdpSocket {
     fn is_v6(&self) -> bool {
         self.v6
@@ -56,14 +78,14 @@ impl Backend for XdpSocket {
         if buf.len() > eudp_wire::limits::max_payload(self.v6) {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
-        let mut tx = TxBatch { side: lock(&self.t.tx), queued: 0 };
+        let mut tx = TxBatch::new(lock(&self.t.tx));
         let r = self.send_datagrams(&mut tx, &mut std::iter::once(buf), dst, dst);
         tx.flush(&self.t)?;
         r.map(|_| buf.len())
     }
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
         // One kick for the whole batch: the AF_XDP counterpart of a GSO send.
-        let mut tx = TxBatch { side: lock(&self.t.tx), queued: 0 };
+        let mut tx = TxBatch::new(lock(&self.t.tx));
         let r = self.send_msgs(&mut tx, msgs);
         tx.flush(&self.t)?;
         r
@@ -86,28 +108,28 @@ impl Backend for XdpSocket {
         }
     }
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
-        let mut at = self.take_inbox(bufs, meta, 0);
-        if at < bufs.len() {
-            at = self.take_ring(bufs, meta, at);
+        match self.take_fast(bufs, meta) {
+            // When the fast path had nothing: what came through the kernel
+            // (another interface, loopback, fragments, arrivals before the
+            // bind). Every such look reads it, as a kernel socket's receive
+            // would find it, so a datagram just sent over loopback is there
+            // for a nonblocking receive right after the send.
+            0 => self.recv_kernel(bufs, meta),
+            at => Ok(at),
         }
-        // When the fast path had nothing: what came through the kernel
-        // (another interface, loopback, fragments, arrivals before the
-        // bind). Every such look reads it, as a kernel socket's receive
-        // would find it: a spinning receiver's empty looks cost a system
-        // call each (the kernel backend's looks all do).
-        if at == 0 {
-            match self.kernel.recv_batch(bufs, meta) {
-                Ok(n) => {
-                    self.t.c.rx_kernel.fetch_add(n as u64, Relaxed);
-                    return Ok(n);
-                }
-                Err(e) => return Err(e),
-            }
+    }
+    fn recv_spinning(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
+        match self.take_fast(bufs, meta) {
+            // A look at the rings is a few loads from user memory; a read
+            // of the kernel socket is a system call that would set the pace
+            // of the spin and delay every frame it overlaps. Only every
+            // `KERNEL_LOOK_EVERY`th spinning look reads it: a datagram on the
+            // kernel path is found that many looks later. The receive's
+            // first look (a `recv_batch`) always reads it.
+            0 if self.spin_looks.fetch_add(1, Relaxed) & (KERNEL_LOOK_EVERY - 1) == 0 => self.recv_kernel(bufs, meta),
+            0 => Err(io::ErrorKind::WouldBlock.into()),
+            at => Ok(at),
         }
-        if at == 0 {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        Ok(at)
     }
     fn take_error(&self) -> Option<i32> {
         if let Ok(Some((e, _))) = self.kernel.take_queued_error() {

@@ -576,7 +576,10 @@ impl Xsk {
         let tx = Ring::map(raw, &off.tx, libc::XDP_PGOFF_TX_RING as u64, ring, true)?;
         let addr = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: libc::XDP_COPY,
+            // With need_wakeup the kernel says (in the rings' flags) when a
+            // ring needs a system call to move; a driver that processes TX
+            // on its own then takes frames without a kick.
+            sxdp_flags: libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP,
             sxdp_ifindex: ifindex,
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
@@ -628,6 +631,22 @@ impl Xsk {
             Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => Ok(false),
             _ => Err(e),
         }
+    }
+
+    /// Wakes the receive side when the fill ring asks for it
+    /// (`XDP_RING_NEED_WAKEUP`): a zero-length nonblocking `recvfrom`.
+    pub fn wake_rx(&self) {
+        // SAFETY: a zero-length receive with no buffer or address.
+        unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
     }
 
     /// Kernel drop counters (`XDP_STATISTICS`): frames dropped for want of

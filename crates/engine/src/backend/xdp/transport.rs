@@ -117,6 +117,7 @@ impl XdpTransport {
             bytes: AtomicU64::new(0),
             capacity: AtomicU64::new(kernel.recv_buffer_size().unwrap_or(212_992) as u64),
             ready: EventFd::new()?,
+            flagged: AtomicBool::new(false),
             drops: AtomicU64::new(0),
             peer: Mutex::new(None),
         });
@@ -137,6 +138,7 @@ impl XdpTransport {
             tos_ttl: AtomicU32::new(64),
             rx_opts: AtomicU32::new(0),
             ident: AtomicU16::new(std::process::id() as u16),
+            spin_looks: AtomicU32::new(0),
         };
         s.option_changed();
         Ok(s)

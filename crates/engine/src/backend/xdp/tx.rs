@@ -2,8 +2,8 @@
 
 use super::addr::{as_v4, broadcast_of, same_subnet};
 use super::config::CopyBlock;
-use super::shared::TxBatch;
-use super::socket::{Route, XdpSocket};
+use super::shared::{Route, TxBatch};
+use super::socket::XdpSocket;
 use crate::backend::kernel::OutMsg;
 use crate::backend::partly::partly_sent_error;
 use crate::sys::nt_copy::copy_nontemporal;
@@ -41,7 +41,7 @@ impl XdpSocket {
             c.tx_kernel_off_link.fetch_add(1, Relaxed);
             return Ok(Route::Kernel);
         }
-        if len + 28 > self.t.iface.mtu as usize || len + frame::UDP4_OVERHEAD > self.umem().frame_size {
+        if !self.fits_frame(len) {
             c.tx_kernel_too_big.fetch_add(1, Relaxed);
             return Ok(Route::Kernel);
         }
@@ -52,6 +52,11 @@ impl XdpSocket {
                 Ok(Route::Kernel)
             }
         }
+    }
+
+    /// Whether a datagram of `len` bytes goes unfragmented in one frame.
+    fn fits_frame(&self, len: usize) -> bool {
+        len + 28 <= self.t.iface.mtu as usize && len + frame::UDP4_OVERHEAD <= self.umem().frame_size
     }
 
     pub(super) fn dst_of(&self, dst: Option<&SocketAddr>) -> io::Result<Option<SocketAddrV4>> {
@@ -91,7 +96,13 @@ impl XdpSocket {
         };
         let mut sent = 0;
         for p in payloads {
-            let route = self.route(d, p.len())?;
+            // The route found for the send's first frame to `d` holds for
+            // every later one that fits a frame too, without the neighbour
+            // lookup and address checks again.
+            let route = match tx.route {
+                Some((to, r)) if to == d && self.fits_frame(p.len()) => r,
+                _ => self.route(d, p.len())?,
+            };
             let Route::Xdp { src, dst, mac } = route else {
                 tx.flush(&self.t)?;
                 match self.kernel.send_to(p, kernel_dst) {
@@ -139,6 +150,7 @@ impl XdpSocket {
                     return Err(io::Error::new(io::ErrorKind::InvalidInput, e.to_string()));
                 }
             };
+            tx.route = Some((d, route));
             tx.side.tx.push(libc::xdp_desc { addr, len: len as u32, options: 0 });
             tx.queued += 1;
             sent += 1;
