@@ -6,9 +6,9 @@
 //! until the caller gives each back with [`eudp_async_recv_release`].
 
 use crate::async_udp::socket_addr;
+use crate::wait_turn::Waiters;
 use crate::{addr, code, guard, out_addr_ok, FOREVER};
 use eudp_engine::async_udp::{AsyncReceiver, RecvConfig, RxLease};
-use eudp_engine::sys::poll::poll_readable;
 use eudp_engine::sys::sync::lock;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
 use libc::{EINVAL, ENOENT};
@@ -65,6 +65,7 @@ pub struct eudp_async_rx {
     inner: Mutex<Inner>,
     fd: c_int,
     v6: bool,
+    waiters: Waiters,
 }
 
 /// # Safety
@@ -100,7 +101,12 @@ pub unsafe extern "C" fn eudp_async_recv_open(
         let rx = AsyncReceiver::new(sock, cfg).map_err(code)?;
         let fd = rx.ready_fd();
         let inner = Inner { rx, lent: HashMap::new(), next_lease: 1 };
-        Ok(Box::into_raw(Box::new(eudp_async_rx { inner: Mutex::new(inner), fd, v6: local.is_ipv6() })))
+        Ok(Box::into_raw(Box::new(eudp_async_rx {
+            inner: Mutex::new(inner),
+            fd,
+            v6: local.is_ipv6(),
+            waiters: Waiters::default(),
+        })))
     })
 }
 
@@ -189,27 +195,19 @@ pub unsafe extern "C" fn eudp_async_recv_next(
             v => Duration::from_millis(v as u64),
         };
         let deadline = Instant::now() + t;
-        loop {
-            {
-                let mut g = lock(&r.inner);
-                let inner = &mut *g;
-                let mut got = Vec::new();
-                let n = inner.rx.recv(&mut got, max, Some(Duration::ZERO)).map_err(code)?;
-                for (i, l) in got.into_iter().enumerate() {
-                    let d = describe(inner, l, r.v6);
-                    // SAFETY: i < max entries writable at `out` (caller).
-                    unsafe { out.add(i).write_unaligned(d) };
-                }
-                if n > 0 {
-                    return Ok(n as ssize_t);
-                }
+        let take = || {
+            let mut g = lock(&r.inner);
+            let inner = &mut *g;
+            let mut got = Vec::new();
+            let n = inner.rx.recv(&mut got, max, Some(Duration::ZERO)).map_err(code)?;
+            for (i, l) in got.into_iter().enumerate() {
+                let d = describe(inner, l, r.v6);
+                // SAFETY: i < max entries writable at `out` (caller).
+                unsafe { out.add(i).write_unaligned(d) };
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(0);
-            }
-            poll_readable(&[r.fd], Some(left)).map_err(code)?;
-        }
+            Ok((n > 0).then_some(n))
+        };
+        Ok(r.waiters.wait(r.fd, deadline, take)?.unwrap_or(0) as ssize_t)
     })
 }
 

@@ -5,9 +5,9 @@
 //! pointer, the kernel may read it after the send call returns, and the
 //! buffer is the caller's again only when its completion has been read.
 
+use crate::wait_turn::Waiters;
 use crate::{addr, code, guard, out_addr_ok, FOREVER};
 use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, Full, SendBuf, SendEngine};
-use eudp_engine::sys::poll::poll_readable;
 use eudp_engine::sys::sync::lock;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
 use libc::{AF_INET6, EAGAIN, EINVAL, EOPNOTSUPP};
@@ -102,6 +102,7 @@ fn unsupported_code(e: io::Error) -> c_int {
 pub struct eudp_async {
     sender: Mutex<AsyncSender<CallerBuf>>,
     v6: bool,
+    waiters: Waiters,
 }
 
 /// # Safety
@@ -161,7 +162,7 @@ pub unsafe extern "C" fn eudp_async_open(
             max_in_flight: if c.max_in_flight == 0 { d.max_in_flight } else { c.max_in_flight as usize },
         };
         let sender = AsyncSender::new(sock, cfg).map_err(unsupported_code)?;
-        let h = eudp_async { sender: Mutex::new(sender), v6: local.is_ipv6() };
+        let h = eudp_async { sender: Mutex::new(sender), v6: local.is_ipv6(), waiters: Waiters::default() };
         Ok(Box::into_raw(Box::new(h)))
     })
 }
@@ -309,19 +310,9 @@ pub unsafe extern "C" fn eudp_async_wait(h: *mut eudp_async, timeout_ms: c_int) 
         };
         let deadline = Instant::now() + t;
         let fd = lock(&a.sender).completion_fd();
-        loop {
-            // Under the lock, without waiting: read what the kernel posted.
-            if lock(&a.sender).wait(Some(Duration::ZERO)).map_err(code)? {
-                return Ok(1);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(0);
-            }
-            // Outside the lock: the completion fd is level-triggered, so a
-            // completion posted between the check and the poll still wakes it.
-            poll_readable(&[fd], Some(left)).map_err(code)?;
-        }
+        // Under the sender's lock, without waiting: read what the kernel posted.
+        let ready = || Ok(lock(&a.sender).wait(Some(Duration::ZERO)).map_err(code)?.then_some(()));
+        Ok(a.waiters.wait(fd, deadline, ready)?.map_or(0, |()| 1))
     })
 }
 

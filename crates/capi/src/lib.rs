@@ -20,6 +20,7 @@ mod addr;
 pub mod async_recv;
 pub mod async_udp;
 pub mod emp;
+mod wait_turn;
 
 pub use async_recv::*;
 pub use async_udp::*;
