@@ -41,10 +41,14 @@ pub fn compile(name: &str, source: &str) -> Result<PathBuf, String> {
         return Ok(exe);
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let src = dir.join(format!("{name}-{}.c", std::process::id()));
+    // Threads of one process (a test binary's tests) compile at once too: the private
+    // names carry a per-call number beside the pid.
+    static CALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let me = format!("{}-{}", std::process::id(), CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let src = dir.join(format!("{name}-{me}.c"));
     std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
     // Build under a private name and rename: concurrent callers never run a half-written file.
-    let tmp = dir.join(format!("{name}-{}.tmp", std::process::id()));
+    let tmp = dir.join(format!("{name}-{me}.tmp"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(["-O2", "-Wall", "-o"])
