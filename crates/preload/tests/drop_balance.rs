@@ -134,6 +134,27 @@ fn kept_datagrams_a_close_discards_are_counted() {
     assert_eq!(sent, got + receive_drops(&r), "sent = received + counted drops: {r:?}");
 }
 
+/// Every receive drop of every socket in the reports.
+fn all_receive_drops(r: &[serde_json::Value]) -> u64 {
+    receive_drops(r) + total(r, "drop_close")
+}
+
+#[test]
+fn datagrams_a_close_leaves_unread_are_counted() {
+    let ((sent, got, kernel), r) = in_netns("close-unread", &["close_unread", "40", "10"]);
+    assert_eq!((sent, got, kernel), (41, 11, 0));
+    assert_eq!(total(&r, "drop_close"), 30, "{r:?}");
+    assert_eq!(sent, got + all_receive_drops(&r), "sent = received + counted drops: {r:?}");
+}
+
+#[test]
+fn datagrams_unread_at_exit_are_counted() {
+    let ((sent, got, kernel), r) = in_netns("exit-unread", &["exit_unread", "40", "10"]);
+    assert_eq!((sent, got, kernel), (41, 11, 0));
+    assert_eq!(total(&r, "drop_close"), 30, "{r:?}");
+    assert_eq!(sent, got + all_receive_drops(&r), "sent = received + counted drops: {r:?}");
+}
+
 #[test]
 fn a_burst_into_a_handed_over_kernel_socket_is_counted() {
     let ((sent, got, kernel), r) = in_netns("kernel-rcvbuf", &["kernel_rcvbuf", "200"]);
