@@ -475,15 +475,23 @@ mod tests {
         assert_eq!(b["socket_drops_in_datagrams_estimate"].as_f64(), Some(100.0), "{b}");
     }
 
-    #[test]
-    fn a_run_whose_server_closed_with_its_ring_holding_datagrams_is_explained_by_them() {
-        // 100 sent, 90 read, 8 dropped at the socket, 2 in the ring at the close (taken: 90 + 2 + the hello).
+    /// The iperf3 row of a run of 100 datagrams: 90 read, 8 dropped at the
+    /// socket, 2 in the ring at the close (taken: 90 + 2 + the hello),
+    /// `drop_close` of them counted.
+    fn closed_with_two_in_the_ring(drop_close: u64) -> Value {
         let w = json!({ "iperf3": { "runs": [{ "run": 1, "server_pid": 7, "client_pid": 8, "sent": 100, "received": 90,
                                                "sent_after_the_servers_last": 2, "kernel": {} }] } });
         let server = json!({ "pid": 7, "engine": { "gro": false }, "closed": [{ "stats": {
-            "socket_drops": 8, "datagrams_received": 93 } }] });
-        let c = json!({ "reports": [server], "by_workload": { "iperf3": { "drops": 8, "socket_level_drops": 8 } } });
-        let b = &balance(&w, &c, &Value::Null)[0];
+            "socket_drops": 8, "drop_close": drop_close, "datagrams_received": 93 } }] });
+        let drops = 8 + drop_close;
+        let c =
+            json!({ "reports": [server], "by_workload": { "iperf3": { "drops": drops, "socket_level_drops": 8 } } });
+        balance(&w, &c, &Value::Null).swap_remove(0)
+    }
+
+    #[test]
+    fn a_run_whose_server_closed_with_its_ring_holding_datagrams_is_explained_by_them() {
+        let b = &closed_with_two_in_the_ring(0);
         let run = &b["per_run"][0];
         assert_eq!(
             (run["off_by"].as_i64(), run["ring_unread_uncounted_at_close"].as_i64()),
@@ -497,13 +505,7 @@ mod tests {
 
     #[test]
     fn a_run_whose_server_counted_its_unread_ring_at_close_balances() {
-        // 100 sent, 90 read, 8 dropped at the socket, 2 in the ring at the close, counted in drop_close.
-        let w = json!({ "iperf3": { "runs": [{ "run": 1, "server_pid": 7, "client_pid": 8, "sent": 100, "received": 90,
-                                               "sent_after_the_servers_last": 2, "kernel": {} }] } });
-        let server = json!({ "pid": 7, "engine": { "gro": false }, "closed": [{ "stats": {
-            "socket_drops": 8, "drop_close": 2, "datagrams_received": 93 } }] });
-        let c = json!({ "reports": [server], "by_workload": { "iperf3": { "drops": 10, "socket_level_drops": 8 } } });
-        let b = &balance(&w, &c, &Value::Null)[0];
+        let b = &closed_with_two_in_the_ring(2);
         let run = &b["per_run"][0];
         assert_eq!(
             (run["off_by"].as_i64(), run["ring_unread_uncounted_at_close"].as_i64()),
