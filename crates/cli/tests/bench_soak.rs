@@ -52,7 +52,9 @@ fn a_short_soak_writes_every_section() {
     // The faults: the restart, the CPU hog and the pause, each done.
     let faults = v["faults"].as_array().unwrap();
     let kinds: Vec<&str> = faults.iter().filter_map(|f| f["fault"].as_str()).collect();
-    assert_eq!(kinds, ["peer restart", "cpu hog", "receiver paused (SIGSTOP, SIGCONT)"], "{faults:?}");
+    assert_eq!(kinds, ["peer restart", "peer restart", "cpu hog", "receiver paused (SIGSTOP, SIGCONT)"], "{faults:?}");
+    let restarted: Vec<&str> = faults[..2].iter().filter_map(|f| f["workload"].as_str()).collect();
+    assert_eq!(restarted, ["dns", "control-dns"], "the control's dnsmasq restarts too: {faults:?}");
     assert!(faults.iter().all(|f| f["error"].is_null()), "{faults:?}");
     // RSS sampled for every long-lived program; counters for every workload.
     let series = v["rss"]["series"].as_array().unwrap();
