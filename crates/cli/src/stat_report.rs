@@ -65,6 +65,7 @@ pub const SOCKET_DROPS: &[&str] = &[
     "drop_truncated",
     "drop_send_error",
     "drop_shutdown",
+    "drop_close",
     "socket_drops",
     "drop_fallback_close",
     "drop_kernel_rcvbuf",

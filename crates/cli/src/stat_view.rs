@@ -394,7 +394,10 @@ mod tests {
     #[test]
     fn the_table_shows_every_drop_counter_and_the_settings() {
         let t = table(&[report()]);
-        assert!(t.contains("drops: ring_full 2, truncated 0, send_error 0, shutdown 0, socket_drops 0"), "{t}");
+        assert!(
+            t.contains("drops: ring_full 2, truncated 0, send_error 0, shutdown 0, close 0, socket_drops 0"),
+            "{t}"
+        );
         assert!(t.contains("fallback_close 0, kernel_rcvbuf 0, tcp_send 0, tcp_receive 0, tcp_exit 0"), "{t}");
         assert!(t.contains("transport kernel; settings: EUDP_SPIN_US=50"), "{t}");
         assert!(t.contains("EUDP_L2_DEPTH=abc ignored"), "{t}");
@@ -405,10 +408,12 @@ mod tests {
         let mut r = report();
         r["sockets"][0]["stats"]["drop_fallback_close"] = 3.into();
         r["sockets"][0]["stats"]["drop_tcp_exit"] = 4.into();
+        r["sockets"][0]["stats"]["drop_close"] = 5.into();
         let t = table(&[r.clone()]);
         let row = t.lines().find(|l| l.trim_start().starts_with("5 ")).unwrap_or_default();
-        assert!(row.contains("drops: ring_full 2, fallback_close 3, tcp_exit 4"), "{t}");
-        assert!(openmetrics(&[r]).contains("eudp_socket_drop_tcp_exit_total{"));
+        assert!(row.contains("drops: ring_full 2, close 5, fallback_close 3, tcp_exit 4"), "{t}");
+        let m = openmetrics(&[r]);
+        assert!(m.contains("eudp_socket_drop_tcp_exit_total{") && m.contains("eudp_socket_drop_close_total{"), "{m}");
     }
 
     #[test]

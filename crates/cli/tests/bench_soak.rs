@@ -29,7 +29,7 @@ fn a_short_soak_writes_every_section() {
         serde_json::from_str(&std::fs::read_to_string(file.expect("soak-*.json written")).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 
-    assert_eq!(v["schema"], "eudp-bench-soak/1");
+    assert_eq!(v["schema"], "eudp-bench-soak/2");
     for k in ["faults", "workloads", "balance", "stalls", "rss", "counters", "targets", "kernel_counters", "loadavg"] {
         assert!(!v[k].is_null(), "no {k}: {v}");
     }
@@ -43,10 +43,18 @@ fn a_short_soak_writes_every_section() {
     assert!(w["dns"]["answered"].as_u64() > Some(0), "{}", w["dns"]);
     assert_eq!(w["dns"]["server_pids"].as_array().map(Vec::len), Some(2), "dnsmasq restarted: {}", w["dns"]);
     assert!(w["fork"]["succeeded"].as_u64() > Some(0), "{}", w["fork"]);
+    // The same dns and fork programs without the shim, each stall row judged beside its control.
+    assert!(w["control_dns"]["answered"].as_u64() > Some(0), "{}", w["control_dns"]);
+    assert!(w["control_fork"]["succeeded"].as_u64() > Some(0), "{}", w["control_fork"]);
+    for st in v["stalls"].as_array().unwrap().iter().filter(|s| s["workload"] != "iperf3") {
+        assert!(st["control_longest_ms"].is_number() && st["bound_ms"].is_number(), "{st}");
+    }
     // The faults: the restart, the CPU hog and the pause, each done.
     let faults = v["faults"].as_array().unwrap();
     let kinds: Vec<&str> = faults.iter().filter_map(|f| f["fault"].as_str()).collect();
-    assert_eq!(kinds, ["peer restart", "cpu hog", "receiver paused (SIGSTOP, SIGCONT)"], "{faults:?}");
+    assert_eq!(kinds, ["peer restart", "peer restart", "cpu hog", "receiver paused (SIGSTOP, SIGCONT)"], "{faults:?}");
+    let restarted: Vec<&str> = faults[..2].iter().filter_map(|f| f["workload"].as_str()).collect();
+    assert_eq!(restarted, ["dns", "control-dns"], "the control's dnsmasq restarts too: {faults:?}");
     assert!(faults.iter().all(|f| f["error"].is_null()), "{faults:?}");
     // RSS sampled for every long-lived program; counters for every workload.
     let series = v["rss"]["series"].as_array().unwrap();

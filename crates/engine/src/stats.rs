@@ -28,6 +28,7 @@ pub struct Stats {
     pub direct_recv_calls: AtomicU64,
     pub drop_ring_full: AtomicU64,
     pub drop_truncated: AtomicU64,
+    pub drop_close: AtomicU64,
     pub errors_surfaced: AtomicU64,
 }
 
@@ -75,6 +76,7 @@ impl Stats {
             direct_recv_calls: g(&self.direct_recv_calls),
             drop_ring_full: g(&self.drop_ring_full),
             drop_truncated: g(&self.drop_truncated),
+            drop_close: g(&self.drop_close),
             errors_surfaced: g(&self.errors_surfaced),
             // Read from the kernel socket by `Endpoint::report`.
             socket_drops: None,
@@ -137,6 +139,9 @@ pub struct StatsSnapshot {
     pub drop_ring_full: u64,
     /// Datagrams dropped because they exceeded the receive buffer.
     pub drop_truncated: u64,
+    /// Datagrams the ring still held when the endpoint was dropped (the
+    /// program closed the socket, or ended, without reading them).
+    pub drop_close: u64,
     /// Asynchronous errors reported to the caller.
     pub errors_surfaced: u64,
     /// Messages the kernel socket under the endpoint dropped (`SO_MEMINFO`

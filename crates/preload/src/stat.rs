@@ -320,6 +320,11 @@ fn write_report(out: &mut impl Write, exited: bool) -> std::io::Result<()> {
 /// (shells, helpers started under `eudp run`) write no report.
 pub static HAD_SOCKET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Set when the exit's report is being written: an open socket's entry
+/// then counts what its ring holds unread in `drop_close`, as the
+/// process's end discards it.
+pub static EXITING: AtomicBool = AtomicBool::new(false);
+
 /// Writes the report now (atomically: temporary file, then rename).
 ///
 /// The periodic writer and the exit path may both get here at once: each
@@ -330,6 +335,9 @@ pub fn write_now(exited: bool) {
         return;
     }
     let Some(d) = dir() else { return };
+    if exited {
+        EXITING.store(true, SeqCst);
+    }
     // Named by pid and start time: a later process with this pid writes
     // a file of its own (`eudp_engine::stat_dir`).
     let stem = eudp_engine::stat_dir::own_stem();

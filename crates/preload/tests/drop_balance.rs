@@ -134,6 +134,30 @@ fn kept_datagrams_a_close_discards_are_counted() {
     assert_eq!(sent, got + receive_drops(&r), "sent = received + counted drops: {r:?}");
 }
 
+/// Every receive drop of every socket in the reports.
+fn all_receive_drops(r: &[serde_json::Value]) -> u64 {
+    receive_drops(r) + total(r, "drop_close")
+}
+
+/// `drop_paths MODE 40 10`: 10 of 40 datagrams read, the other 30 counted
+/// in `drop_close` (plus the first exchange, received).
+fn unread_counted(tag: &str, mode: &str) {
+    let ((sent, got, kernel), r) = in_netns(tag, &[mode, "40", "10"]);
+    assert_eq!((sent, got, kernel), (41, 11, 0));
+    assert_eq!(total(&r, "drop_close"), 30, "{r:?}");
+    assert_eq!(sent, got + all_receive_drops(&r), "sent = received + counted drops: {r:?}");
+}
+
+#[test]
+fn datagrams_a_close_leaves_unread_are_counted() {
+    unread_counted("close-unread", "close_unread");
+}
+
+#[test]
+fn datagrams_unread_at_exit_are_counted() {
+    unread_counted("exit-unread", "exit_unread");
+}
+
 #[test]
 fn a_burst_into_a_handed_over_kernel_socket_is_counted() {
     let ((sent, got, kernel), r) = in_netns("kernel-rcvbuf", &["kernel_rcvbuf", "200"]);

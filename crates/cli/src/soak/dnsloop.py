@@ -2,7 +2,8 @@
 NAME every EVERY_MS for SECS seconds (or until SIGTERM), one query at a
 time, each waiting at most WAIT_MS for its answer, then prints one JSON
 line: queries sent, answered (an answer with the query's id and at least
-one record), unanswered, the longest time between two answers, and
+one record), unanswered, late (answers read after their query was given
+up: a datagram received all the same), the longest time between two answers, and
 every gap between answers over 100 ms as [start, end] seconds after its
 start (the 500 longest, so the longest is always listed).
 
@@ -31,7 +32,7 @@ signal.signal(signal.SIGINT, on_stop)
 
 qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-sent = answered = unanswered = 0
+sent = answered = unanswered = late = 0
 t0 = time.monotonic()
 last = t0
 longest = 0.0
@@ -78,6 +79,7 @@ while not stop and time.monotonic() - t0 < secs:
         if len(data) >= 12:
             rid, _flags, _qd, an = struct.unpack("!HHHH", data[:8])
             ok = rid == qid and an > 0
+            late += rid != qid
     if ok:
         answered += 1
         now = time.monotonic()
@@ -92,5 +94,5 @@ while not stop and time.monotonic() - t0 < secs:
 end = time.monotonic()
 longest = max(longest, end - last)
 note_gap(last, end)
-print(json.dumps({"sent": sent, "answered": answered, "unanswered": unanswered,
+print(json.dumps({"sent": sent, "answered": answered, "unanswered": unanswered, "late": late,
                   "longest_gap_ms": round(longest * 1000, 1), "gaps": gaps, "secs": round(end - t0, 3)}), flush=True)

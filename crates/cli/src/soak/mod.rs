@@ -157,18 +157,23 @@ fn soak(
     };
     eprintln!("soak: {:.0} s on testbeds {base}-*", plan.secs);
     let before: Vec<kernel::Snapshot> = env.beds.iter().map(|(_, tb)| kernel::snapshot(tb)).collect();
-    let (iperf3, sockperf, dns, fork, control, faults) = std::thread::scope(|s| {
+    let (iperf3, sockperf, dns, fork, (control, control_dns, control_fork), faults) = std::thread::scope(|s| {
         let sampler = procs::sampler(reg.clone(), plan.clone());
         let i = s.spawn(|| workloads::iperf3(&env));
         let p = s.spawn(|| workloads::sockperf(&env));
         let c = s.spawn(|| workloads::control(&env));
-        let d = s.spawn(|| workloads::dns(&env, plan.secs * RESTART_AT));
-        let f = s.spawn(|| workloads::fork(&env));
+        let d = s.spawn(|| workloads::dns(&env, plan.secs * RESTART_AT, ""));
+        let f = s.spawn(|| workloads::fork(&env, ""));
+        // The same DNS and fork programs without the shim: the stalls the
+        // loaded host causes by itself.
+        let cd = s.spawn(|| workloads::dns(&env, plan.secs * RESTART_AT, "control-"));
+        let cf = s.spawn(|| workloads::fork(&env, "control-"));
         let x = s.spawn(|| faults(&env));
         let join = |h: std::thread::ScopedJoinHandle<'_, Value>| {
             h.join().unwrap_or_else(|_| json!({ "error": "the workload's thread panicked" }))
         };
-        let r = (join(i), join(p), join(d), join(f), join(c), x.join().unwrap_or_default());
+        let control = (join(c), join(cd), join(cf));
+        let r = (join(i), join(p), join(d), join(f), control, x.join().unwrap_or_default());
         plan.stop.store(true, Ordering::Relaxed);
         let _ = sampler.join();
         r
@@ -185,14 +190,17 @@ fn soak(
     }
     let kernel_run = Value::Object(kernel_run);
     let mut fault_log = faults;
-    if dns["restart"].is_object() {
-        let mut r = dns["restart"].clone();
-        r["workload"] = "dns".into();
-        fault_log.insert(0, r);
+    for (w, name) in [(&control_dns, "control-dns"), (&dns, "dns")] {
+        if w["restart"].is_object() {
+            let mut r = w["restart"].clone();
+            r["workload"] = name.into();
+            fault_log.insert(0, r);
+        }
     }
     let reports = crate::stat_report::read_reports(&env.stat_dir, true, &[]);
     drop(env);
-    let workloads = json!({ "iperf3": iperf3, "sockperf": sockperf, "dns": dns, "fork": fork, "control": control });
+    let workloads = json!({ "iperf3": iperf3, "sockperf": sockperf, "dns": dns, "fork": fork, "control": control,
+                            "control_dns": control_dns, "control_fork": control_fork });
     let counters = report::counters(&reports, &reg.started());
     let balance = report::balance(&workloads, &counters, &kernel_run);
     let rss = memory::rss(reg.series_json(), plan.secs);
@@ -200,7 +208,7 @@ fn soak(
     let targets = report::targets(&balance, &rss, &stalls);
     let osrelease = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     Ok(json!({
-        "schema": "eudp-bench-soak/1", "started_unix": started, "minutes": minutes, "secs": secs,
+        "schema": "eudp-bench-soak/2", "started_unix": started, "minutes": minutes, "secs": secs,
         "host": { "kernel": osrelease, "cpus": cpus }, "testbed": base, "stack": "eudp (default profile), every program but the control",
         "receivers_cpu": cpus - 1, "loadavg": memory::loadavg(reg.loadavg()),
         "kernel_counters": kernel_run,

@@ -180,21 +180,27 @@ pub fn balance(w: &Value, counters: &Value, kernel_run: &Value) -> Vec<Value> {
     vec![
         iperf3,
         sockperf,
-        row("dns", u(&d["sent"]), u(&d["answered"]), false,
-            "the client's view only: dnsmasq does not count, and a query dnsmasq dropped or ignored is not a datagram drop"),
+        row("dns", u(&d["sent"]), u(&d["answered"]) + u(&d["late"]), false,
+            "the client's queries against the answers it read (in time, or late: after it gave their query up); \
+             the client's view only: dnsmasq does not count, and a query dnsmasq dropped or ignored is not a datagram drop"),
         row("fork", u(&f["sent"]), u(&f["received"]), true,
             "datagrams the children and the parent sent against the echoes they got back (the echo server's counts beside)"),
     ]
 }
 
-/// The datagrams a report's sockets took off their kernel sockets into
-/// eudp's rings (`datagrams_received`), open and closed.
-fn taken(report: &Value) -> u64 {
+/// Counter `name` summed over a report's open and closed sockets.
+fn counter(report: &Value, name: &str) -> u64 {
     ["sockets", "closed"]
         .iter()
         .flat_map(|k| report[*k].as_array().into_iter().flatten())
-        .map(|s| s["stats"]["datagrams_received"].as_u64().unwrap_or(0))
+        .map(|s| s["stats"][name].as_u64().unwrap_or(0))
         .sum()
+}
+
+/// The datagrams a report's sockets took off their kernel sockets into
+/// eudp's rings (`datagrams_received`), open and closed.
+fn taken(report: &Value) -> u64 {
+    counter(report, "datagrams_received")
 }
 
 /// Each iperf3 run's own balance: the run's client and server reports'
@@ -202,10 +208,11 @@ fn taken(report: &Value) -> u64 {
 /// flight when it closed), and the kernel's counters over the run.
 ///
 /// A server that closes with datagrams in flight discards what its
-/// socket still holds, uncounted (as the kernel's close does). What eudp's
-/// ring held is measured: the datagrams eudp took off the kernel socket
-/// less those iperf3 read and its one hello. What the kernel socket held
-/// has no counter.
+/// socket still holds. What eudp's ring held is counted (`drop_close`);
+/// beside it, what the ring held beyond that count (it should be none):
+/// the datagrams eudp took off the kernel socket less those iperf3 read,
+/// its one hello and `drop_close`. What the kernel socket held has no
+/// counter.
 fn iperf3_runs(runs: &[Value], counters: &Value) -> Vec<Value> {
     let report = |pid: &Value| counters["reports"].as_array().into_iter().flatten().find(|x| x["pid"] == *pid);
     runs.iter()
@@ -216,27 +223,27 @@ fn iperf3_runs(runs: &[Value], counters: &Value) -> Vec<Value> {
             let received = r["received"].as_i64().unwrap_or(0);
             let off = r["sent"].as_i64().unwrap_or(0) - received - counted as i64;
             let k = kernel::explain(off, &r["kernel"], &['b'], level);
-            let ring_unread = srv.map(|x| taken(x) as i64 - received - 1);
+            // What the ring held and no counter took (`drop_close` counts it).
+            let ring_unread = srv.map(|x| taken(x) as i64 - received - 1 - counter(x, "drop_close") as i64);
             let tail = r["sent_after_the_servers_last"].as_u64().unwrap_or(0);
             let mut verdict = k["verdict"].as_str().unwrap_or("").to_string();
             let own = k["own_sum"].as_i64().unwrap_or(0);
             if off > 0 && ring_unread.is_some_and(|r| r + own == off) {
                 verdict = format!(
-                    "explained exactly: eudp's ring held {} datagrams when the server closed (a close discards them \
-                     uncounted, as the kernel's close does its queue){}",
+                    "explained exactly: eudp's ring held {} datagrams no drop_close counted when the server closed{}",
                     ring_unread.unwrap_or(0),
                     if own > 0 { ", the rest by the kernel's counters" } else { "" }
                 );
             } else if off > 0 && tail > 0 && own < off {
                 verdict += &format!(
                     "; the server closed with {tail} datagrams sent after the last it read: what its socket held \
-                     at the close is discarded uncounted (eudp's ring held {}, the rest was in the kernel socket, \
-                     which has no counter for it)",
+                     at the close is discarded (eudp's ring held {} beyond drop_close, the rest was in the kernel \
+                     socket, which has no counter for it)",
                     ring_unread.map(|x| x.to_string()).unwrap_or("?".into())
                 );
             }
             json!({ "run": r["run"], "off_by": off, "counted_drops": counted,
-                    "sent_after_the_servers_last": tail, "ring_unread_at_close": ring_unread,
+                    "sent_after_the_servers_last": tail, "ring_unread_uncounted_at_close": ring_unread,
                     "reports": [srv.is_some(), cli.is_some()], "kernel_own": k["own_namespaces"],
                     "kernel_shared": k["shared_host_wide"], "verdict": verdict })
         })
@@ -288,7 +295,11 @@ fn own_fault(faults: &[Value], workload: &str, a: f64, b: f64) -> bool {
 pub const STALL_RULE: &str = "the verdict takes the longest gap that does not touch (within 1 s) a fault aimed at \
      that workload (dnsmasq's restart for dns, the receiver's pause for iperf3); the CPU hog is aimed at all \
      workloads and excuses none; the programs list every gap over 100 ms (the longest ones when there are more \
-     than they keep), so with no listed gap outside its own faults a workload's bound is 100 ms";
+     than they keep), so with no listed gap outside its own faults a workload's bound is 100 ms. A workload with a \
+     control (the same programs without the shim, side by side on the same host, with the same faults: sockperf, \
+     dns, fork) misses only when its gap is longer than both 1 s and the control's longest by the same rule: what \
+     the loaded host does to the program without eudp is the host's. iperf3 has no control (a second 200 Mbit/s \
+     stream would take the CPU the others share) and is judged against 1 s alone";
 
 /// The longest stall each workload saw (raw), the one its verdict takes
 /// (see [`STALL_RULE`]), and the faults the raw one touched.
@@ -329,16 +340,55 @@ pub fn stalls(w: &Value, faults: &[Value]) -> Vec<Value> {
             iperf_other = iperf_other.max(ms);
         }
     }
-    let max_us = w["sockperf"]["max_us"].as_f64();
+    let max_us = |v: &Value| v["max_us"].as_f64().map(|x| x / 1000.0);
     vec![
         json!({ "workload": "iperf3", "longest_ms": iperf_all, "longest_not_own_fault_ms": iperf_other,
-                "how": "the receiver's one-second intervals without a datagram (1 s resolution)" }),
-        json!({ "workload": "sockperf", "longest_ms": max_us.map(|x| x / 1000.0),
-                "longest_not_own_fault_ms": max_us.map(|x| x / 1000.0), "how": "the longest round trip",
-                "control_longest_ms": w["control"]["max_us"].as_f64().map(|x| x / 1000.0) }),
-        gaps(&w["dns"], "dns", "the longest time between two answers"),
-        gaps(&w["fork"], "fork", "the longest time between two children that got every echo"),
+                "how": "the receiver's one-second intervals without a datagram (1 s resolution)",
+                "bound_ms": STALL_TARGET_MS, "control": "none: a second 200 Mbit/s stream would take the CPU the others share" }),
+        judged(
+            json!({ "workload": "sockperf", "longest_ms": max_us(&w["sockperf"]),
+                       "longest_not_own_fault_ms": max_us(&w["sockperf"]), "how": "the longest round trip" }),
+            max_us(&w["control"]),
+            Value::Null,
+        ),
+        with_control(
+            gaps(&w["dns"], "dns", "the longest time between two answers"),
+            gaps(&w["control_dns"], "control-dns", ""),
+        ),
+        with_control(
+            gaps(&w["fork"], "fork", "the longest time between two children that got every echo"),
+            gaps(&w["control_fork"], "control-fork", ""),
+        ),
     ]
+}
+
+/// A stall row with its control's longest gap (by the same rule) beside,
+/// and its bound: 1 s, or the control's longest when that is longer.
+fn with_control(row: Value, control: Value) -> Value {
+    let at = control["longest_at_s"].clone();
+    judged(row, control["longest_not_own_fault_ms"].as_f64(), at)
+}
+
+fn judged(mut row: Value, control_ms: Option<f64>, control_at: Value) -> Value {
+    let bound = control_ms.map_or(STALL_TARGET_MS, |c| c.max(STALL_TARGET_MS));
+    row["control_longest_ms"] = control_ms.into();
+    if !control_at.is_null() {
+        row["control_longest_raw_at_s"] = control_at;
+    }
+    row["bound_ms"] = bound.into();
+    row
+}
+
+/// One stall row in words: its verdict's gap, and its control's beside.
+fn stall_text(s: &Value) -> String {
+    let ms = |k: &str| s[k].as_f64().map_or("-".into(), |x| format!("{x:.0} ms"));
+    format!(
+        "{} {} (control {}, bound {})",
+        s["workload"].as_str().unwrap_or(""),
+        ms("longest_not_own_fault_ms"),
+        ms("control_longest_ms"),
+        ms("bound_ms")
+    )
 }
 
 /// The targets, each with what was measured; never fitted.
@@ -361,7 +411,15 @@ pub fn targets(balance: &[Value], rss: &Value, stalls: &[Value]) -> Vec<Value> {
             .filter_map(|s| s[key].as_f64().map(|m| (m, s["workload"].as_str().unwrap_or(""))))
             .fold((0.0, ""), |a, b| if b.0 > a.0 { b } else { a })
     };
-    let (verdict, raw) = (worst("longest_not_own_fault_ms"), worst("longest_ms"));
+    let raw = worst("longest_ms");
+    let over: Vec<String> = stalls
+        .iter()
+        .filter(|s| {
+            s["longest_not_own_fault_ms"].as_f64().unwrap_or(0.0) > s["bound_ms"].as_f64().unwrap_or(STALL_TARGET_MS)
+        })
+        .map(stall_text)
+        .collect();
+    let each: Vec<String> = stalls.iter().map(stall_text).collect();
     let series: Vec<String> = rss["series"]
         .as_array()
         .into_iter()
@@ -386,9 +444,10 @@ pub fn targets(balance: &[Value], rss: &Value, stalls: &[Value]) -> Vec<Value> {
         json!({ "target": "RSS flat after warm-up, eudp's share where a control ran", "rule": super::memory::RULE,
                 "measured": if series.is_empty() { "every judged program flat".to_string() } else { series.join("; ") },
                 "met": rss["flat"] == true }),
-        json!({ "target": "no stall > 1 s (besides a workload's own restart or pause)", "rule": STALL_RULE,
-                "measured": format!("{:.0} ms ({}); raw longest {:.0} ms ({})", verdict.0, verdict.1, raw.0, raw.1),
-                "met": verdict.0 <= STALL_TARGET_MS }),
+        json!({ "target": "no stall > 1 s (besides a workload's own restart or pause, and besides what the host does to the same programs without eudp)",
+                "rule": STALL_RULE,
+                "measured": format!("{}; raw longest {:.0} ms ({})", each.join("; "), raw.0, raw.1),
+                "over_bound": over, "met": over.is_empty() }),
     ]
 }
 
@@ -416,19 +475,90 @@ mod tests {
         assert_eq!(b["socket_drops_in_datagrams_estimate"].as_f64(), Some(100.0), "{b}");
     }
 
-    #[test]
-    fn a_run_whose_server_closed_with_its_ring_holding_datagrams_is_explained_by_them() {
-        // 100 sent, 90 read, 8 dropped at the socket, 2 in the ring at the close (taken: 90 + 2 + the hello).
+    /// The iperf3 row of a run of 100 datagrams: 90 read, 8 dropped at the
+    /// socket, 2 in the ring at the close (taken: 90 + 2 + the hello),
+    /// `drop_close` of them counted.
+    fn closed_with_two_in_the_ring(drop_close: u64) -> Value {
         let w = json!({ "iperf3": { "runs": [{ "run": 1, "server_pid": 7, "client_pid": 8, "sent": 100, "received": 90,
                                                "sent_after_the_servers_last": 2, "kernel": {} }] } });
         let server = json!({ "pid": 7, "engine": { "gro": false }, "closed": [{ "stats": {
-            "socket_drops": 8, "datagrams_received": 93 } }] });
-        let c = json!({ "reports": [server], "by_workload": { "iperf3": { "drops": 8, "socket_level_drops": 8 } } });
-        let b = &balance(&w, &c, &Value::Null)[0];
+            "socket_drops": 8, "drop_close": drop_close, "datagrams_received": 93 } }] });
+        let drops = 8 + drop_close;
+        let c =
+            json!({ "reports": [server], "by_workload": { "iperf3": { "drops": drops, "socket_level_drops": 8 } } });
+        balance(&w, &c, &Value::Null).swap_remove(0)
+    }
+
+    #[test]
+    fn a_run_whose_server_closed_with_its_ring_holding_datagrams_is_explained_by_them() {
+        let b = &closed_with_two_in_the_ring(0);
         let run = &b["per_run"][0];
-        assert_eq!((run["off_by"].as_i64(), run["ring_unread_at_close"].as_i64()), (Some(2), Some(2)), "{run}");
+        assert_eq!(
+            (run["off_by"].as_i64(), run["ring_unread_uncounted_at_close"].as_i64()),
+            (Some(2), Some(2)),
+            "{run}"
+        );
         assert!(run["verdict"].as_str().unwrap().starts_with("explained exactly: eudp's ring held 2"), "{run}");
         assert_eq!(b["balanced"], false, "never folded into the counted drops: {b}");
         assert_eq!(b["off_in_runs_whose_server_closed_with_datagrams_in_flight"], 2);
+    }
+
+    #[test]
+    fn a_run_whose_server_counted_its_unread_ring_at_close_balances() {
+        let b = &closed_with_two_in_the_ring(2);
+        let run = &b["per_run"][0];
+        assert_eq!(
+            (run["off_by"].as_i64(), run["ring_unread_uncounted_at_close"].as_i64()),
+            (Some(0), Some(0)),
+            "{run}"
+        );
+        assert_eq!(b["balanced"], true, "{b}");
+    }
+
+    #[test]
+    fn late_dns_answers_count_as_received() {
+        let w = json!({ "dns": { "sent": 10, "answered": 7, "late": 2, "unanswered": 3 } });
+        let b = &balance(&w, &json!({}), &Value::Null)[2];
+        assert_eq!((b["workload"].as_str(), b["received"].as_u64()), (Some("dns"), Some(9)), "{b}");
+        assert_eq!(b["kernel"]["off_by"].as_i64(), Some(1), "{b}");
+    }
+
+    /// Stall rows of a run whose dns and fork programs saw a longest gap
+    /// of `dns` and `fork` ms, and their controls `cdns` and `cfork`.
+    fn stalls_of(dns: f64, cdns: f64, fork: f64, cfork: f64) -> Vec<Value> {
+        let g = |ms: f64| json!({ "client_start_s": 0.0, "gaps": [[10.0, 10.0 + ms / 1000.0]], "longest_gap_ms": ms });
+        let w = json!({ "sockperf": { "max_us": 5000.0 }, "control": { "max_us": 7000.0 },
+                        "dns": g(dns), "control_dns": g(cdns), "fork": g(fork), "control_fork": g(cfork) });
+        stalls(&w, &[])
+    }
+
+    fn stall_met(st: &[Value]) -> bool {
+        let rss = json!({ "flat": true, "series": [] });
+        targets(&[], &rss, st)[2]["met"] == true
+    }
+
+    #[test]
+    fn a_stall_the_control_saw_as_long_is_the_hosts() {
+        let st = stalls_of(2193.0, 2500.0, 300.0, 100.0);
+        assert_eq!(st[2]["control_longest_ms"].as_f64(), Some(2500.0), "{}", st[2]);
+        assert_eq!(st[2]["bound_ms"].as_f64(), Some(2500.0), "{}", st[2]);
+        assert_eq!(st[3]["bound_ms"].as_f64(), Some(STALL_TARGET_MS), "{}", st[3]);
+        assert!(stall_met(&st), "{st:?}");
+    }
+
+    #[test]
+    fn a_stall_longer_than_its_controls_and_than_a_second_misses() {
+        // fork stalls 2.2 s where its control saw 0.4 s: eudp's.
+        let st = stalls_of(300.0, 200.0, 2200.0, 400.0);
+        assert!(!stall_met(&st), "{st:?}");
+        let t = targets(&[], &json!({ "flat": true, "series": [] }), &st);
+        assert!(t[2]["over_bound"][0].as_str().unwrap().starts_with("fork 2200 ms (control 400 ms"), "{}", t[2]);
+        // Without a control (it failed to run) the bound is 1 s.
+        let mut w = json!({ "dns": { "client_start_s": 0.0, "gaps": [[1.0, 2.5]], "longest_gap_ms": 1500.0 },
+                            "control_dns": { "error": "no dnsmasq" } });
+        w["fork"] = w["dns"].clone();
+        let st = stalls(&w, &[]);
+        assert_eq!(st[2]["bound_ms"].as_f64(), Some(STALL_TARGET_MS), "{}", st[2]);
+        assert!(!stall_met(&st), "{st:?}");
     }
 }

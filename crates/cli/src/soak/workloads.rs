@@ -252,18 +252,28 @@ fn sockperf_run(env: &Env, prefix: &str) -> Result<Value, String> {
 }
 
 /// dnsmasq serving a local name on b, restarted (SIGKILL, then a new one)
-/// at `restart_at` seconds, queried by a loop on a.
-pub fn dns(env: &Env, restart_at: f64) -> Value {
-    let mut v = dns_run(env, restart_at).unwrap_or_else(|e| json!({ "error": e }));
+/// at `restart_at` seconds, queried by a loop on a. `prefix` names the
+/// processes: `control-` runs them without the shim, on the control's
+/// testbed.
+pub fn dns(env: &Env, restart_at: f64, prefix: &str) -> Value {
+    let mut v = dns_run(env, restart_at, prefix).unwrap_or_else(|e| json!({ "error": e }));
     v["tool"] = "dnsmasq + query loop".into();
+    stack_of(&mut v, prefix);
     v
 }
 
-fn dnsmasq(env: &Env, n: usize) -> Result<Proc, String> {
+/// Marks a control's result as run without the shim.
+fn stack_of(v: &mut Value, prefix: &str) {
+    if workload_of(prefix) == "control" {
+        v["stack"] = "kernel (no shim)".into();
+    }
+}
+
+fn dnsmasq(env: &Env, n: usize, prefix: &str) -> Result<Proc, String> {
     let port = DNS_PORT.to_string();
     let record = format!("--address=/soak.test/{DNS_ADDR}");
     let p = env.spawn(
-        &format!("dnsmasq#{n}"),
+        &format!("{prefix}dnsmasq#{n}"),
         'b',
         &[
             "dnsmasq",
@@ -286,20 +296,23 @@ fn dnsmasq(env: &Env, n: usize) -> Result<Proc, String> {
     Ok(p)
 }
 
-fn dns_run(env: &Env, restart_at: f64) -> Result<Value, String> {
-    let mut server = dnsmasq(env, 1)?;
+fn dns_run(env: &Env, restart_at: f64, prefix: &str) -> Result<Value, String> {
+    let mut server = dnsmasq(env, 1, prefix)?;
     let mut pids = vec![server.pid()];
     let secs = format!("{:.1}", env.plan.left().max(1.0));
     let script = env.dnsloop.display().to_string();
     let port = DNS_PORT.to_string();
-    let client =
-        env.spawn("dns-client", 'a', &["/usr/bin/python3", &script, ADDR_B, &port, DNS_NAME, &secs, "20", "500"])?;
+    let client = env.spawn(
+        &format!("{prefix}dns-client"),
+        'a',
+        &["/usr/bin/python3", &script, ADDR_B, &port, DNS_NAME, &secs, "20", "500"],
+    )?;
     let client_at = client.at;
     let mut restart = Value::Null;
     if env.plan.sleep_until(restart_at) {
         let t = env.plan.now();
         let _ = server.stop(libc::SIGKILL, Duration::from_secs(2));
-        server = dnsmasq(env, 2)?;
+        server = dnsmasq(env, 2, prefix)?;
         pids.push(server.pid());
         restart = json!({ "fault": "peer restart", "target": "dnsmasq", "at_s": t, "for_s": env.plan.now() - t });
     }
@@ -315,19 +328,21 @@ fn dns_run(env: &Env, restart_at: f64) -> Result<Value, String> {
     Ok(v)
 }
 
-/// The fork-heavy program on a against an echo server on b.
-pub fn fork(env: &Env) -> Value {
-    let mut v = fork_run(env).unwrap_or_else(|e| json!({ "error": e }));
+/// The fork-heavy program on a against an echo server on b (`prefix` as
+/// for [`dns`]).
+pub fn fork(env: &Env, prefix: &str) -> Value {
+    let mut v = fork_run(env, prefix).unwrap_or_else(|e| json!({ "error": e }));
     v["tool"] = "soakfork".into();
+    stack_of(&mut v, prefix);
     v
 }
 
-fn fork_run(env: &Env) -> Result<Value, String> {
+fn fork_run(env: &Env, prefix: &str) -> Result<Value, String> {
     let prog = env.soakfork.display().to_string();
-    let echo = env.spawn("fork-echo", 'b', &[&prog, "echo", ECHO_PORT])?;
+    let echo = env.spawn(&format!("{prefix}fork-echo"), 'b', &[&prog, "echo", ECHO_PORT])?;
     env.wait_udp(&echo, ECHO_PORT.parse().unwrap_or(0))?;
     let secs = format!("{:.1}", env.plan.left().max(1.0));
-    let client = env.spawn("fork-client", 'a', &[&prog, "client", ADDR_B, ECHO_PORT, &secs, "50"])?;
+    let client = env.spawn(&format!("{prefix}fork-client"), 'a', &[&prog, "client", ADDR_B, ECHO_PORT, &secs, "50"])?;
     let (client_at, client_pid, echo_pid) = (client.at, client.pid(), echo.pid());
     let out = client.finish(Duration::from_secs_f64(env.plan.left() + 20.0));
     let echo_out = echo.stop(libc::SIGTERM, Duration::from_secs(3));

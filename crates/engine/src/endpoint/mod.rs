@@ -458,10 +458,39 @@ impl Endpoint {
         self.closed.clone()
     }
 
+    /// Datagrams waiting in the ring, unread.
+    pub fn unread(&self) -> u64 {
+        lock(&self.inner.recv).ring.datagrams() as u64
+    }
+
     /// Queue transitions recorded so far (empty unless
     /// [`crate::Config::record_transitions`] is set).
     pub fn transitions(&self) -> Vec<(QueueEvent, QueueState)> {
         self.inner.recorder.as_ref().map(|r| lock(r).clone()).unwrap_or_default()
+    }
+}
+
+impl EpInner {
+    /// At the endpoint's drop: the socket is read no more, and what the
+    /// ring holds is discarded unread; returns how many datagrams that is.
+    /// A read of the socket in progress pushes what it took before the
+    /// count (it holds `rx_sock`, and every read checks `rx_stopped` under
+    /// it); one asleep in the socket (the shim's endpoint left to a
+    /// borrower) is not waited for past a bound.
+    fn stop_and_count_unread(&self) -> u64 {
+        self.rx_stopped.store(true, SeqCst);
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let _g = loop {
+            match self.rx_sock.try_lock() {
+                Ok(g) => break Some(g),
+                Err(_) if self.rx_blocked.load(SeqCst) || Instant::now() >= deadline => break None,
+                Err(_) => std::thread::yield_now(),
+            }
+        };
+        let mut r = lock(&self.recv);
+        let n = r.ring.datagrams() as u64;
+        r.ring.clear();
+        n
     }
 }
 
@@ -483,6 +512,7 @@ impl Drop for Endpoint {
             s.l1.len() as u64 + u64::from(s.staged)
         };
         Stats::add(&inner.stats.drop_shutdown, lost);
+        Stats::add(&inner.stats.drop_close, inner.stop_and_count_unread());
         *lock(&self.closed) = Some(self.report());
         inner.closed.store(true, SeqCst);
         let room_fd = inner.backend.capabilities().writable_fd.filter(|_| inner.room_watched.load(SeqCst));

@@ -386,9 +386,12 @@ impl Sock {
         if let Some(ep) = ep {
             // What was queued goes out first, as close(2) sends it too, so
             // that the final counters count it (a burst then close: logger).
-            let flushed = ep.flush(flush_bound());
+            ep.flush(flush_bound());
             let entry = self.closing_entry(&ep);
-            let last = (!flushed).then(|| ep.final_counters());
+            // The drop's own counters are final: what its flush could not
+            // send (`drop_shutdown`) and what the ring held unread
+            // (`drop_close`).
+            let last = Some(ep.final_counters());
             self.release(ep);
             retire_final(entry, last);
         }
@@ -406,13 +409,21 @@ impl Sock {
         }
     }
 
-    /// The endpoint's counters, for stats.
-    pub fn snapshot(&self) -> Option<(eudp_engine::StatsSnapshot, Option<SocketAddr>, Option<SocketAddr>)> {
+    /// The endpoint's counters, for stats; `at_exit`: the process is
+    /// ending, and what the ring holds unread counts in `drop_close`.
+    pub fn snapshot(
+        &self,
+        at_exit: bool,
+    ) -> Option<(eudp_engine::StatsSnapshot, Option<SocketAddr>, Option<SocketAddr>)> {
         if self.leaked.load(SeqCst) {
             return None;
         }
         let ep = self.existing()?;
-        Some((ep.report(), ep.local_addr().ok(), ep.peer_addr().ok()))
+        let mut st = ep.report();
+        if at_exit {
+            st.drop_close += ep.unread();
+        }
+        Some((st, ep.local_addr().ok(), ep.peer_addr().ok()))
     }
 }
 
@@ -423,10 +434,11 @@ fn flush_bound() -> Duration {
     Duration::from_millis(ms)
 }
 
-/// Records a closing endpoint's entry. When its flush ran out of time
-/// (`last` given), the endpoint's drop flushed again and counted what it
-/// could not send (`drop_shutdown`): the entry takes those final counters,
-/// if the drop has happened (a call still borrowing the endpoint keeps it).
+/// Records a closing endpoint's entry. With `last` given, the endpoint's
+/// drop took its final counters (what a flush that ran out of time could
+/// not send, `drop_shutdown`; what the ring held unread at a close,
+/// `drop_close`): the entry takes them, if the drop has happened (a call
+/// still borrowing the endpoint keeps it).
 fn retire_final(mut entry: crate::stat::SockReport, last: Option<eudp_engine::FinalCounters>) {
     if let Some(fin) = last.and_then(|l| lock(&l).take()) {
         entry.stats = Some(fin);

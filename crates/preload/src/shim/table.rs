@@ -228,7 +228,7 @@ fn open_reports(f: &mut crate::stat::EntrySink<'_>) {
     let mut seen = std::collections::HashSet::new();
     for (fd, s) in all() {
         if seen.insert(s.id) {
-            let entry = match s.snapshot() {
+            let entry = match s.snapshot(crate::stat::EXITING.load(SeqCst)) {
                 Some(st) => s.report_entry(fd, Some(st), true),
                 None => s.kernel_path_entry(fd).unwrap_or_else(|| s.report_entry(fd, None, true)),
             };

@@ -8,6 +8,10 @@
  *   drop_paths kernel_rcvbuf N      the socket moves to the kernel path,
  *       then a burst of N 1000-byte datagrams meets its small SO_RCVBUF;
  *       it receives what the kernel queued
+ *   drop_paths close_unread N K     N datagrams reach the socket on the
+ *       engine; it receives K and closes with the rest unread
+ *   drop_paths exit_unread N K      the same, but the program exits with
+ *       the socket open
  *   drop_paths tcp_exit N           (EUDP_TRANSPORT=tcp) N datagrams to a
  *       host no route reaches wait on their lane as the program exits
  * Output: "sent S received R rcvbuf_errors E". */
@@ -77,7 +81,19 @@ int main(int argc, char **argv) {
     sent++;
     if (recv(rx, buf, sizeof buf, 0) == 2)
         got++;
-    if (strcmp(argv[1], "fallback_close") == 0) {
+    int unread_close = strcmp(argv[1], "close_unread") == 0;
+    if (unread_close || strcmp(argv[1], "exit_unread") == 0) {
+        for (int i = 0; i < n; i++, sent++)
+            sendto(tx, buf, 100, 0, (struct sockaddr *)&a, sizeof a);
+        close(tx); /* flushes what the sender queued */
+        tx = -1;
+        for (int i = 0; i < k; i++)
+            if (recv(rx, buf, sizeof buf, 0) >= 0)
+                got++;
+        usleep(1000000); /* the engine takes the rest into the ring (a loaded host may delay it) */
+        if (unread_close)
+            close(rx);
+    } else if (strcmp(argv[1], "fallback_close") == 0) {
         for (int i = 0; i < n; i++, sent++)
             sendto(tx, buf, 100, 0, (struct sockaddr *)&a, sizeof a);
         usleep(200000);
