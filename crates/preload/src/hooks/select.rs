@@ -135,30 +135,9 @@ unsafe fn fd_word(set: *const libc::fd_set, i: usize) -> u64 {
     }
 }
 
-/// select/pselect through `poll_impl` when an accelerated socket is named:
-/// `None` when none is (the kernel's select then serves the call as is).
-unsafe fn select_impl(
-    t: &Tls,
-    n: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    ts: *const libc::timespec,
-    mask: *const libc::sigset_t,
-) -> Option<c_int> {
-    // SAFETY: the pointers are a hook's arguments, valid as that hook's
-    // caller vouches (this function's contract).
-    unsafe {
-        let n = n.clamp(0, libc::FD_SETSIZE as c_int);
-        if let Some(k) = select_from_rings(t, n as usize, r, w, e) {
-            return Some(k);
-        }
-        select_polled(t, n, r, w, e, ts, mask)
-    }
-}
-
-/// [`select_impl`] past its answer from the rings: the sets as a pollfd
-/// array through `poll_impl`. `n` is clamped to `FD_SETSIZE`.
+/// select/pselect past [`select_from_rings`], through `poll_impl` when an
+/// accelerated socket is named: `None` when none is (the kernel's select
+/// then serves the call as is). `n` is clamped to `FD_SETSIZE`.
 unsafe fn select_polled(
     t: &Tls,
     n: c_int,
@@ -326,7 +305,10 @@ pub unsafe extern "C" fn pselect(
             if !shim::any() {
                 return real::pselect(n, r, w, e, ts, mask);
             }
-            match with_tls(|t| select_impl(t, n, r, w, e, ts, mask)) {
+            let nc = n.clamp(0, libc::FD_SETSIZE as c_int);
+            match with_tls(|t| {
+                select_from_rings(t, nc as usize, r, w, e).or_else(|| select_polled(t, nc, r, w, e, ts, mask))
+            }) {
                 Some(k) => k,
                 None => {
                     if !no_wait(ts) {
