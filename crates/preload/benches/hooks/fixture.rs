@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 /// receiver's waits do (`epoll_wait`, in the kernel socket: the engine
 /// leaves a socket in an epoll set to the program); `poll_sparse` finds one datagram in the
 /// kernel socket alone (a receiver of a datagram now and then, whose socket
-/// the engine leaves to it).
-pub const HOOKS: &[&str] = &["sendto", "recvfrom", "recvmsg", "select", "poll", "epoll_wait", "poll_sparse"];
+/// the engine leaves to it); `select_iperf` is `select` on iperf3's server
+/// set: its idle TCP listener and control connection beside the UDP socket.
+pub const HOOKS: &[&str] =
+    &["sendto", "recvfrom", "recvmsg", "select", "select_iperf", "poll", "epoll_wait", "poll_sparse"];
 
 /// Datagrams loaded per round of a receive benchmark: well inside the
 /// kernel socket's default receive buffer, so none is dropped.
@@ -30,6 +32,8 @@ pub struct Fixture {
     feeder: Fd,
     rx_addr: libc::sockaddr_in,
     ep: Fd,
+    /// `select_iperf`'s TCP listener, accepted and connecting ends.
+    tcp: [Fd; 3],
     buf: [u8; 2048],
     /// Whether the shim is in this process (the harness sets this).
     preloaded: bool,
@@ -44,18 +48,22 @@ impl Fixture {
         let (feeder, _) = sys::udp_socket(false);
         sys::recv_timeout(rx, 2);
         let preloaded = std::env::var_os("EUDP_HOOKS_SHIM").is_some();
-        let mut f = Fixture { hook, rx, sink, feeder, rx_addr, ep: -1, buf: [0; 2048], preloaded, unsettled: 0 };
+        let mut f =
+            Fixture { hook, rx, sink, feeder, rx_addr, ep: -1, tcp: [-1; 3], buf: [0; 2048], preloaded, unsettled: 0 };
         // The first receive adopts the socket (the shim's engine takes it
         // on its first I/O); nothing is there yet.
         sys::recvfrom(rx, &mut f.buf, libc::MSG_DONTWAIT);
         if hook == "epoll_wait" {
             f.ep = sys::epoll_for(rx);
         }
+        if hook == "select_iperf" {
+            f.tcp = sys::tcp_pair();
+        }
         if hook == "poll_sparse" {
             // One datagram that stays: every wait finds the socket ready.
             f.feed(1);
             assert_eq!(sys::poll(rx), 1, "{hook}: the loaded datagram is not reported");
-        } else if matches!(hook, "select" | "poll" | "epoll_wait") {
+        } else if matches!(hook, "select" | "select_iperf" | "poll" | "epoll_wait") {
             // A burst of which one is read: under the shim that read takes
             // the burst into the ring, where the rest stays for every wait.
             f.feed(8);
@@ -121,11 +129,13 @@ impl Fixture {
     pub fn run(&mut self, n: u64) -> u64 {
         let payload = [7u8; LEN];
         let (rx, ep, sink, buf) = (self.rx, self.ep, self.sink, &mut self.buf);
+        let iperf = [self.tcp[0], self.tcp[1], rx];
         match self.hook {
             "sendto" => count(n, || sys::sendto(rx, &payload, &sink) == LEN as isize),
             "recvfrom" => count(n, || sys::recvfrom(rx, buf, 0) == LEN as isize),
             "recvmsg" => count(n, || sys::recvmsg(rx, buf) == LEN as isize),
             "select" => count(n, || sys::select(rx) == 1),
+            "select_iperf" => count(n, || sys::select_all(&iperf) == 1),
             "poll" | "poll_sparse" => count(n, || sys::poll(rx) == 1),
             // (An accelerated socket may be reported twice: its own descriptor
             // and its ring's eventfd carry the program's event data.)

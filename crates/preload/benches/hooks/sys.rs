@@ -100,6 +100,49 @@ pub fn select(fd: Fd) -> libc::c_int {
     }
 }
 
+/// `select` for reading on every descriptor of `fds`, 1 s timeout, as
+/// iperf3's server selects: its TCP listener and control connection beside
+/// the UDP socket it receives on.
+#[inline(always)]
+pub fn select_all(fds: &[Fd]) -> libc::c_int {
+    // SAFETY: the fd_set and timeval live on this stack frame for the call;
+    // every descriptor is below FD_SETSIZE (a fresh process's).
+    unsafe {
+        let mut set: libc::fd_set = zeroed();
+        let mut top = 0;
+        for &fd in fds {
+            libc::FD_SET(fd, &mut set);
+            top = top.max(fd);
+        }
+        let mut tv = libc::timeval { tv_sec: 1, tv_usec: 0 };
+        libc::select(top + 1, &mut set, std::ptr::null_mut(), std::ptr::null_mut(), &mut tv)
+    }
+}
+
+/// A TCP listener on 127.0.0.1 and a connection to it, accepted: the
+/// listener and the accepted end (an iperf3 server's two TCP descriptors,
+/// idle while the test runs). The connecting end is returned too, to keep
+/// the connection open.
+pub fn tcp_pair() -> [Fd; 3] {
+    // SAFETY: plain socket calls on descriptors this function owns, with a
+    // sockaddr_in of the size passed.
+    unsafe {
+        let l = check(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as libc::c_long, "socket") as Fd;
+        let mut a: libc::sockaddr_in = zeroed();
+        a.sin_family = libc::AF_INET as libc::sa_family_t;
+        a.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        check(libc::bind(l, &a as *const _ as *const libc::sockaddr, len) as libc::c_long, "bind");
+        check(libc::listen(l, 4) as libc::c_long, "listen");
+        let mut n = len;
+        check(libc::getsockname(l, &mut a as *mut _ as *mut libc::sockaddr, &mut n) as libc::c_long, "getsockname");
+        let c = check(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as libc::c_long, "socket") as Fd;
+        check(libc::connect(c, &a as *const _ as *const libc::sockaddr, len) as libc::c_long, "connect");
+        let ctl = check(libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut()) as libc::c_long, "accept") as Fd;
+        [l, ctl, c]
+    }
+}
+
 /// `poll` for `POLLIN` on `fd`, 1 s timeout.
 #[inline(always)]
 pub fn poll(fd: Fd) -> libc::c_int {

@@ -32,11 +32,36 @@ unsafe fn select_from_rings(
     // SAFETY: the pointers are a hook's arguments, valid as that hook's
     // caller vouches (this function's contract).
     unsafe {
+        // Most programs' sets fit one word (descriptors below 64): their
+        // answer is built in one word, not in two zeroed FD_SETSIZE bit
+        // arrays (which cost a tenth of such a call).
+        if n <= 64 {
+            select_words::<1>(t, n, r, w, e)
+        } else {
+            select_words::<{ libc::FD_SETSIZE / 64 }>(t, n, r, w, e)
+        }
+    }
+}
+
+/// [`select_from_rings`] for sets of at most `WORDS` 64-bit words.
+#[inline(always)]
+unsafe fn select_words<const WORDS: usize>(
+    t: &Tls,
+    n: usize,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+) -> Option<c_int> {
+    // SAFETY: the pointers are a hook's arguments, valid as that hook's
+    // caller vouches (this function's contract).
+    unsafe {
         let word = |set: *mut libc::fd_set, i: usize| if set.is_null() { 0 } else { fd_word(set, i) };
-        let mut rd = [0u64; libc::FD_SETSIZE / 64];
-        let mut wr = [0u64; libc::FD_SETSIZE / 64];
+        let mut rd = [0u64; WORDS];
+        let mut wr = [0u64; WORDS];
         let mut count = 0;
-        let words = n.div_ceil(64);
+        debug_assert!(n.div_ceil(64) <= WORDS);
+        // (`min`: no bound check on the arrays below.)
+        let words = n.div_ceil(64).min(WORDS);
         for i in 0..words {
             let valid = if (i + 1) * 64 > n { (1u64 << (n % 64)) - 1 } else { u64::MAX };
             let mut except = word(e, i) & valid;
@@ -110,9 +135,10 @@ unsafe fn fd_word(set: *const libc::fd_set, i: usize) -> u64 {
     }
 }
 
-/// select/pselect through `poll_impl` when an accelerated socket is named:
-/// `None` when none is (the kernel's select then serves the call as is).
-unsafe fn select_impl(
+/// select/pselect past [`select_from_rings`], through `poll_impl` when an
+/// accelerated socket is named: `None` when none is (the kernel's select
+/// then serves the call as is). `n` is clamped to `FD_SETSIZE`.
+unsafe fn select_polled(
     t: &Tls,
     n: c_int,
     r: *mut libc::fd_set,
@@ -124,10 +150,6 @@ unsafe fn select_impl(
     // SAFETY: the pointers are a hook's arguments, valid as that hook's
     // caller vouches (this function's contract).
     unsafe {
-        let n = n.clamp(0, libc::FD_SETSIZE as c_int);
-        if let Some(k) = select_from_rings(t, n as usize, r, w, e) {
-            return Some(k);
-        }
         {
             let mut fresh = Vec::new();
             let mut guard = t.select_fds.try_borrow_mut().ok();
@@ -228,10 +250,17 @@ pub unsafe extern "C" fn select(
             let ts =
                 (!t.is_null()).then(|| libc::timespec { tv_sec: (*t).tv_sec, tv_nsec: ((*t).tv_usec * 1000) as _ });
             let (k, slept) = with_tls(|tl| {
+                // A streaming receiver's select is answered from the rings
+                // without sleeping: no mark to set and restore (copying the
+                // mark in and out cost a tenth of such a call).
+                let nc = n.clamp(0, libc::FD_SETSIZE as c_int);
+                if let Some(k) = select_from_rings(tl, nc as usize, r, w, e) {
+                    return (Some(k), None);
+                }
                 let outer = tl.sleep_mark.replace((true, None));
-                let k = select_impl(
+                let k = select_polled(
                     tl,
-                    n,
+                    nc,
                     r,
                     w,
                     e,
@@ -276,7 +305,10 @@ pub unsafe extern "C" fn pselect(
             if !shim::any() {
                 return real::pselect(n, r, w, e, ts, mask);
             }
-            match with_tls(|t| select_impl(t, n, r, w, e, ts, mask)) {
+            let nc = n.clamp(0, libc::FD_SETSIZE as c_int);
+            match with_tls(|t| {
+                select_from_rings(t, nc as usize, r, w, e).or_else(|| select_polled(t, nc, r, w, e, ts, mask))
+            }) {
                 Some(k) => k,
                 None => {
                     if !no_wait(ts) {

@@ -6,6 +6,10 @@
  *                read set: select never sleeps (the socket stays writable).
  *   read_stream: the socket and the pipe in the read set only: select
  *                sleeps whenever the receiver has caught up.
+ *   high_stream: rw_stream with the socket at descriptor 130 and the pipe
+ *                at 70 (sets of more than one 64-bit word), and a bit set
+ *                beyond nfds rounded up to a word, which select leaves as
+ *                it was.
  *
  * Every select result is exact for the socket: reported readable means a
  * MSG_DONTWAIT receive returns the next datagram, reported writable is what
@@ -70,11 +74,24 @@ static void *sender(void *arg) {
     return NULL;
 }
 
-static void run(const char *name, int with_write) {
+/* `fd` moved to descriptor `to` (which must be free). */
+static int move_fd(int fd, int to) {
+    CHECK(dup2(fd, to) == to);
+    CHECK(close(fd) == 0);
+    return to;
+}
+
+enum { HIGH_SOCK = 130, HIGH_PIPE = 70, BEYOND = 1000 };
+
+static void run(const char *name, int with_write, int high) {
     struct sockaddr_in sa, ca;
     int s = udp4(&sa), c = udp4(&ca);
     int pfd[2];
     CHECK(pipe(pfd) == 0);
+    if (high) {
+        s = move_fd(s, HIGH_SOCK);
+        pfd[0] = move_fd(pfd[0], HIGH_PIPE);
+    }
     struct stream st = { .c = c, .pipe_w = pfd[1], .to = sa };
     atomic_init(&st.got, 0);
     atomic_init(&st.calls, 0);
@@ -90,10 +107,12 @@ static void run(const char *name, int with_write) {
         FD_ZERO(&rs); FD_ZERO(&ws);
         FD_SET(s, &rs); FD_SET(pfd[0], &rs);
         if (with_write) FD_SET(s, &ws);
+        if (high) FD_SET(BEYOND, &rs);
         struct timeval tv = { .tv_sec = 5, .tv_usec = 0 };
         int k = select(n, &rs, with_write ? &ws : NULL, NULL, &tv);
         atomic_store(&st.calls, ++calls);
         CHECK(k >= 1);
+        if (high) CHECK(FD_ISSET(BEYOND, &rs));
         int bits = FD_ISSET(s, &rs) + FD_ISSET(pfd[0], &rs) + (with_write ? FD_ISSET(s, &ws) : 0);
         CHECK(k == bits);
         if (with_write) CHECK(FD_ISSET(s, &ws));
@@ -128,7 +147,8 @@ static void run(const char *name, int with_write) {
 
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
-    if (!only || !strcmp(only, "rw_stream")) run("rw_stream", 1);
-    if (!only || !strcmp(only, "read_stream")) run("read_stream", 0);
+    if (!only || !strcmp(only, "rw_stream")) run("rw_stream", 1, 0);
+    if (!only || !strcmp(only, "read_stream")) run("read_stream", 0, 0);
+    if (!only || !strcmp(only, "high_stream")) run("high_stream", 1, 1);
     return 0;
 }
