@@ -165,10 +165,15 @@ fn trace_overhead_runs_each_setting_and_the_control() {
     // give no interval for the median, so none can be met or missed.
     let verdicts = json["verdicts"].as_array().unwrap();
     for mode in ["full", "control", "sample8"] {
-        let v = verdicts.iter().find(|v| v["mode"] == mode).unwrap_or_else(|| panic!("{mode}: no verdict"));
-        assert_eq!(v["ratios"].as_array().unwrap().len() as u64, reps, "{v}");
-        assert_eq!(v["verdict"], "not determinable", "{v}");
-        assert!(v["ci_low"].is_null(), "{v}");
+        for measure in ["rate", "cpu"] {
+            let v = verdicts
+                .iter()
+                .find(|v| v["mode"] == mode && v["measure"] == measure)
+                .unwrap_or_else(|| panic!("{mode}: no {measure} verdict"));
+            assert_eq!(v["ratios"].as_array().unwrap().len() as u64, reps, "{v}");
+            assert_eq!(v["verdict"], "not determinable", "{v}");
+            assert!(v["ci_low"].is_null(), "{v}");
+        }
     }
     assert!(table.contains("rounds: budget 0.9 not determinable"), "{table}");
     assert!(runs.iter().all(|r| r["loadavg"].as_str().is_some_and(|l| !l.is_empty())));

@@ -5,7 +5,7 @@ use super::analysis::{analyse_lossy, analyse_sampled};
 use super::args::TraceArgs;
 use super::floor::{app_thread_msg_share, floor_report, AppThread, Floor};
 use super::transfer::{transfer_variant, Variant};
-use super::verdict::{judge, BUDGET, CONFIDENCE};
+use super::verdict::report_verdicts;
 use crate::testbed::Testbed;
 use eudp_trace::resolve;
 
@@ -173,28 +173,17 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 );
             }
             // Per round, the setting's rate over the untraced one of the same
-            // round; the verdict judges their median's interval.
+            // round, and the untraced CPU per datagram over the setting's.
             for k in 1..n {
-                let ratios: Vec<f64> = rate[k].iter().zip(&rate[0]).map(|(x, b)| x / b).collect();
-                let Some(v) = judge(&ratios, BUDGET) else { continue };
-                let ci = v.ci.map(|(l, h)| format!("{l:.3}-{h:.3}")).unwrap_or_else(|| "none (under 6 rounds)".into());
-                let _ = writeln!(
-                    out,
-                    "        {}: per-round rate ratio median {:.3}, IQR {:.3}-{:.3}, {:.0}% interval of the median {ci}, {} rounds: budget {BUDGET} {}",
-                    vars[k].name,
-                    v.median,
-                    v.q1,
-                    v.q3,
-                    100.0 * CONFIDENCE,
-                    v.rounds,
-                    v.outcome.as_str()
-                );
-                json_verdicts.push(
-                    serde_json::json!({"stack": stack, "size": size, "mode": vars[k].name, "sample": vars[k].sample,
-                    "rounds": v.rounds, "ratios": ratios, "median": v.median, "q1": v.q1, "q3": v.q3,
-                    "ci_low": v.ci.map(|c| c.0), "ci_high": v.ci.map(|c| c.1), "confidence": CONFIDENCE,
-                    "budget": BUDGET, "verdict": v.outcome.as_str()}),
-                );
+                let (v, label) = (&vars[k], format!("{stack} {size} {}", vars[k].name));
+                let rows = report_verdicts(&mut out, &label, (&rate[k], &rate[0]), (&cpu[k], &cpu[0]));
+                for mut row in rows {
+                    row["stack"] = stack.as_str().into();
+                    row["size"] = size.into();
+                    row["mode"] = v.name.as_str().into();
+                    row["sample"] = v.sample.into();
+                    json_verdicts.push(row);
+                }
             }
             if !stamps_per_dgram.is_empty() {
                 floors.push(Floor {
@@ -220,7 +209,7 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 };
                 let _ = writeln!(out, "        {complete}");
             }
-            print_tail(&out, 2 * n);
+            print_tail(&out, 3 * n - 1);
         }
     }
     let uc_after = crate::trace_costs::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;

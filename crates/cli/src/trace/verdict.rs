@@ -64,6 +64,42 @@ pub fn judge(ratios: &[f64], budget: f64) -> Option<Verdict> {
     Some(Verdict { rounds: n, median: quantile(&v, 0.5), q1: quantile(&v, 0.25), q3: quantile(&v, 0.75), ci, outcome })
 }
 
+/// Writes to `out` the verdicts of one setting (`label`) against the
+/// untraced transfers of the same rounds: on the rate (traced over
+/// untraced) and on the CPU per datagram (untraced over traced: the rate a
+/// transfer bound by its CPU keeps, steadier where other jobs take the
+/// CPUs). Returns them as JSON rows.
+pub fn report_verdicts(
+    out: &mut String,
+    label: &str,
+    rate: (&[f64], &[f64]),
+    cpu: (&[f64], &[f64]),
+) -> Vec<serde_json::Value> {
+    use std::fmt::Write as _;
+    let mut rows = Vec::new();
+    for (measure, ratios) in [
+        ("rate", rate.0.iter().zip(rate.1).map(|(x, b)| x / b).collect::<Vec<f64>>()),
+        ("cpu", cpu.0.iter().zip(cpu.1).map(|(x, b)| b / x).collect()),
+    ] {
+        let Some(v) = judge(&ratios, BUDGET) else { continue };
+        let ci = v.ci.map(|(l, h)| format!("{l:.3}-{h:.3}")).unwrap_or_else(|| "none (under 6 rounds)".into());
+        let _ = writeln!(
+            out,
+            "        {label}: per-round {measure} ratio median {:.3}, IQR {:.3}-{:.3}, {:.0}% interval of the median {ci}, {} rounds: budget {BUDGET} {}",
+            v.median,
+            v.q1,
+            v.q3,
+            100.0 * CONFIDENCE,
+            v.rounds,
+            v.outcome.as_str()
+        );
+        rows.push(serde_json::json!({"measure": measure, "rounds": v.rounds, "ratios": ratios, "median": v.median,
+            "q1": v.q1, "q3": v.q3, "ci_low": v.ci.map(|c| c.0), "ci_high": v.ci.map(|c| c.1),
+            "confidence": CONFIDENCE, "budget": BUDGET, "verdict": v.outcome.as_str()}));
+    }
+    rows
+}
+
 /// Linear-interpolated quantile of sorted `v`.
 fn quantile(v: &[f64], q: f64) -> f64 {
     let pos = q * (v.len() - 1) as f64;
