@@ -56,11 +56,11 @@ fn only_sampled_datagrams_are_stamped_and_unsampled_ones_read_no_error_queue() {
         all_reads += after.total - before.total;
     }
     // The sending thread never reads after an unsampled send. The engine
-    // may read once on a wake-up that the sampled message's stamps caused
-    // and that found them gone (taken by `drain_trace`), at most one per
-    // group.
+    // may read on a late wake-up that the sampled message's two stamps
+    // caused (each can wake it) and that found them gone (taken by
+    // `drain_trace`): at most two per group.
     assert_eq!(unsampled_reads, 0, "error-queue reads after unsampled sends");
-    assert!(all_reads <= GROUPS, "{all_reads} error-queue reads while only unsampled datagrams were sent");
+    assert!(all_reads <= 2 * GROUPS, "{all_reads} error-queue reads while only unsampled datagrams were sent");
     let singles_sent = a.stats().send_calls;
 
     for _ in 0..BURSTS {
