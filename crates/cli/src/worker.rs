@@ -173,11 +173,13 @@ pub fn send(a: SendArgs) -> Result<Report, String> {
                 }
                 let iov: Vec<IoSlice<'_>> = bufs[..n].iter().map(|b| IoSlice::new(b)).collect();
                 let sent = if gso {
-                    let msg = [OutMsg { dst: None, iov: &iov, segment: (n > 1).then_some(a.size as u16) }];
+                    let msg =
+                        [OutMsg { dst: None, iov: &iov, segment: (n > 1).then_some(a.size as u16), stamp: false }];
                     s.send_batch(&msg).map(|k| k * n)
                 } else {
-                    let msgs: Vec<OutMsg<'_>> =
-                        (0..n).map(|i| OutMsg { dst: None, iov: &iov[i..i + 1], segment: None }).collect();
+                    let msgs: Vec<OutMsg<'_>> = (0..n)
+                        .map(|i| OutMsg { dst: None, iov: &iov[i..i + 1], segment: None, stamp: false })
+                        .collect();
                     s.send_batch(&msgs)
                 };
                 match sent {

@@ -61,10 +61,25 @@ fn perfetto_export_matches_the_records_kernel_and_eudp() {
             assert_eq!(c.slices.get(&key), Some(&8), "{key:?}");
         }
     }
+    // The kernel-only run and eudp's on the same axis: each stack's slices
+    // start at its own first application send, time 0.
+    let ev = pf["traceEvents"].as_array().unwrap();
+    let procs: BTreeMap<u64, String> = ev
+        .iter()
+        .filter(|m| m["ph"] == "M" && m["name"] == "process_name")
+        .map(|m| (m["pid"].as_u64().unwrap(), m["args"]["name"].as_str().unwrap().to_string()))
+        .collect();
+    for stack in ["kernel", "eudp"] {
+        let first = ev
+            .iter()
+            .filter(|e| e["ph"] == "b" && procs.get(&e["pid"].as_u64().unwrap()).is_some_and(|p| p.starts_with(stack)))
+            .map(|e| e["ts"].as_f64().unwrap())
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(first, 0.0, "{stack}: first slice at {first} µs");
+    }
     // A flow per packet per stack, from the application's send to its receive.
     assert_eq!(c.flows, 16);
     // Each flow starts at the sender's application call and ends at the receiving application.
-    let ev = pf["traceEvents"].as_array().unwrap();
     let track = |e: &serde_json::Value| {
         ev.iter()
             .find(|m| m["ph"] == "M" && m["name"] == "thread_name" && m["pid"] == e["pid"] && m["tid"] == e["tid"])

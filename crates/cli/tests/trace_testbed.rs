@@ -110,7 +110,7 @@ fn trace_command_writes_json_svg_and_table() {
 /// `--overhead` runs untraced, traced, sampled (`--sample 8`) and the
 /// untraced control once per repetition, every run delivers its datagrams,
 /// the full and sampled traces are complete, and the report carries every
-/// setting and the floor.
+/// setting, a verdict per traced setting, the load and the floor.
 #[test]
 fn trace_overhead_runs_each_setting_and_the_control() {
     let Some((tb, dir)) = setup("tro") else { return };
@@ -161,6 +161,23 @@ fn trace_overhead_runs_each_setting_and_the_control() {
     // The sampled traces are held to every layer of their datagrams too.
     assert!(table.contains("every full- or sample-traced run complete"), "{table}");
     assert!(table.lines().any(|l| l.split_whitespace().nth(2) == Some("control")), "{table}");
+    // A verdict per traced setting from its per-round ratios: two rounds
+    // give no interval for the median, so none can be met or missed.
+    let verdicts = json["verdicts"].as_array().unwrap();
+    for mode in ["full", "control", "sample8"] {
+        for measure in ["rate", "cpu"] {
+            let v = verdicts
+                .iter()
+                .find(|v| v["mode"] == mode && v["measure"] == measure)
+                .unwrap_or_else(|| panic!("{mode}: no {measure} verdict"));
+            assert_eq!(v["ratios"].as_array().unwrap().len() as u64, reps, "{v}");
+            assert_eq!(v["verdict"], "not determinable", "{v}");
+            assert!(v["ci_low"].is_null(), "{v}");
+        }
+    }
+    assert!(table.contains("rounds: budget 0.9 not determinable"), "{table}");
+    assert!(runs.iter().all(|r| r["loadavg"].as_str().is_some_and(|l| !l.is_empty())));
+    assert!(json["load_avg_start"].as_str().is_some_and(|l| !l.is_empty()));
     // The floor is measured on this host and reported for the traced size.
     let rows = json["floor"]["rows"].as_array().unwrap();
     assert!(rows.iter().any(|r| r["size"] == 64), "{}", json["floor"]);

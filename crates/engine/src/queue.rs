@@ -30,6 +30,9 @@ pub struct Slot {
     pub dst: Option<SocketAddr>,
     pub off: u32,
     pub len: u32,
+    /// The kernel is to stamp the message carrying it (sampled tracing,
+    /// see `OutMsg::stamp`).
+    pub stamp: bool,
 }
 
 /// L1: datagrams queued in host memory, in FIFO order.
@@ -71,9 +74,17 @@ impl L1Queue {
         }
         let off = self.bytes.len() as u32;
         self.bytes.extend_from_slice(data);
-        self.slots.push(Slot { dst, off, len: data.len() as u32 });
+        self.slots.push(Slot { dst, off, len: data.len() as u32, stamp: false });
         self.charged += charge;
         true
+    }
+
+    /// Marks the datagram pushed last as one whose message the kernel is
+    /// to stamp.
+    pub fn mark_last_stamped(&mut self) {
+        if let Some(s) = self.slots.last_mut() {
+            s.stamp = true;
+        }
     }
 
     /// Payload bytes queued (without the per-datagram charge).
@@ -99,7 +110,7 @@ impl L1Queue {
         let base = to.bytes.len() as u32;
         to.bytes.extend_from_slice(&self.bytes[cut..]);
         for s in &self.slots[at..] {
-            to.slots.push(Slot { dst: s.dst, off: s.off - cut as u32 + base, len: s.len });
+            to.slots.push(Slot { dst: s.dst, off: s.off - cut as u32 + base, len: s.len, stamp: s.stamp });
             let charge = s.len as usize + DATAGRAM_OVERHEAD;
             to.charged += charge;
             self.charged -= charge;

@@ -161,7 +161,7 @@ fn child_refused() {
     let iov = [IoSlice::new(&payload[..1000]), IoSlice::new(&payload[1000..])];
     let probed = kernel::gso_max_segments();
     assert_eq!(kernel::gso_segment_cap(), usize::MAX);
-    let r = tx.send_batch(&[OutMsg { dst: Some(dst), iov: &iov, segment: Some(64) }]);
+    let r = tx.send_batch(&[OutMsg { dst: Some(dst), iov: &iov, segment: Some(64), stamp: false }]);
     assert_eq!(r.unwrap(), 1, "the refused message counts as sent");
     assert_eq!(kernel::gso_segment_cap(), 64, "the refusal lowered the process's limit");
     assert_eq!(kernel::gso_max_segments(), 64.min(probed));

@@ -878,7 +878,7 @@ fn a_full_lane_refuses_whole_runs_at_once_and_delivers_what_it_took() {
         let iovs: Vec<Vec<IoSlice<'_>>> =
             datagrams.iter().map(|run| run.iter().map(|d| IoSlice::new(d)).collect()).collect();
         let msgs: Vec<OutMsg<'_>> =
-            iovs.iter().map(|iov| OutMsg { dst: Some(to), iov, segment: Some(SEG as u16) }).collect();
+            iovs.iter().map(|iov| OutMsg { dst: Some(to), iov, segment: Some(SEG as u16), stamp: false }).collect();
         match tx.send_batch(&msgs) {
             Ok(k) => {
                 assert!((1..=4).contains(&k));

@@ -197,7 +197,7 @@ pub fn send(k: &KSock, fd: c_int, len: usize, dst: Option<SocketAddr>, call: imp
 fn send_locked(k: &KSock, fd: c_int, len: usize, dst: Option<SocketAddr>, call: impl FnOnce() -> ssize_t) -> ssize_t {
     let _g = k.send.lock().unwrap_or_else(|e| e.into_inner());
     let tok = tracepoint::on().then(|| k.tr.send_enter(len));
-    k.tr.sys_enter();
+    k.tr.sys_enter(true);
     let r = call();
     if r >= 0 {
         let errno = std::io::Error::last_os_error().raw_os_error();

@@ -21,7 +21,8 @@
 //!
 //! * [`args`]: the command line and the settings it resolves to;
 //! * [`run`]: the burst scenario and traced programs;
-//! * [`overhead`], [`floor`]: the `--overhead` harness and its floor;
+//! * [`overhead`], [`floor`], [`verdict`]: the `--overhead` harness, its
+//!   floor, and its verdict on the budget from per-round ratios;
 //! * [`transfer`], [`worker`]: one transfer and its two sides;
 //! * [`analysis`], [`output`]: joined paths, the document and its files;
 //! * [`emp`]: `--emp`, EMP's seven steps per message and scheme.
@@ -36,6 +37,7 @@ pub mod output;
 pub mod overhead;
 pub mod run;
 pub mod transfer;
+pub mod verdict;
 pub mod view_args;
 pub mod worker;
 

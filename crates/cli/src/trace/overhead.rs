@@ -5,6 +5,7 @@ use super::analysis::{analyse_lossy, analyse_sampled};
 use super::args::TraceArgs;
 use super::floor::{app_thread_msg_share, floor_report, AppThread, Floor};
 use super::transfer::{transfer_variant, Variant};
+use super::verdict::report_verdicts;
 use crate::testbed::Testbed;
 use eudp_trace::resolve;
 
@@ -59,7 +60,9 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
         "busy%",
         "switches"
     );
+    let load_start = loadavg();
     let mut json_runs = Vec::new();
+    let mut json_verdicts = Vec::new();
     let mut floors: Vec<Floor> = Vec::new();
     for &size in &a.sizes {
         for stack in &a.stacks {
@@ -78,6 +81,7 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             let (mut stamps_per_dgram, mut app_msgs) = (Vec::new(), Vec::new());
             let mut problems = Vec::new();
             for r in 0..a.overhead_reps as usize {
+                let load = loadavg();
                 for j in 0..n {
                     let k = (r + j) % n;
                     let (tx, rx, rep) = transfer_variant(tb, stack, size, a.run_packets, &a.out, &vars[k], false)?;
@@ -104,7 +108,7 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     rx_busy[k].push(xb);
                     json_runs.push(serde_json::json!({"stack": stack, "size": size, "rep": r, "mode": vars[k].name, "gbps": rep.gbps, "received": rep.received,
                         "tx_cpu_ns_per_dgram": t, "rx_cpu_ns_per_dgram": x, "tx_switches": rep.tx_switches, "rx_switches": rep.rx_switches,
-                        "tx_app_cpu_ns_per_dgram": ta, "rx_app_cpu_ns_per_dgram": xa, "tx_app_busy": tb_, "rx_app_busy": xb}));
+                        "tx_app_cpu_ns_per_dgram": ta, "rx_app_cpu_ns_per_dgram": xa, "tx_app_busy": tb_, "rx_app_busy": xb, "loadavg": load}));
                     if vars[k].complete && vars[k].sample > 1 {
                         let v = &vars[k];
                         problems.extend(analyse_sampled(stack, size, &tx, &rx, rep.received, v.sample).problems);
@@ -168,6 +172,19 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                     100.0 * lost[k] as f64 / total
                 );
             }
+            // Per round, the setting's rate over the untraced one of the same
+            // round, and the untraced CPU per datagram over the setting's.
+            for k in 1..n {
+                let (v, label) = (&vars[k], format!("{stack} {size} {}", vars[k].name));
+                let rows = report_verdicts(&mut out, &label, (&rate[k], &rate[0]), (&cpu[k], &cpu[0]));
+                for mut row in rows {
+                    row["stack"] = stack.as_str().into();
+                    row["size"] = size.into();
+                    row["mode"] = v.name.as_str().into();
+                    row["sample"] = v.sample.into();
+                    json_verdicts.push(row);
+                }
+            }
             if !stamps_per_dgram.is_empty() {
                 floors.push(Floor {
                     stack: stack.clone(),
@@ -192,15 +209,15 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
                 };
                 let _ = writeln!(out, "        {complete}");
             }
-            print_tail(&out, n + 1);
+            print_tail(&out, 3 * n - 1);
         }
     }
     let uc_after = crate::trace_costs::unit_costs().map_err(|e| format!("measuring unit costs: {e}"))?;
     let floor_json = floor_report(&mut out, &uc_before, &uc_after, &floors);
     print_tail(&out, floors.len() + 1);
     std::fs::write(a.out.join("overhead.txt"), &out).map_err(|e| e.to_string())?;
-    let doc = serde_json::json!({"command": std::env::args().collect::<Vec<_>>(), "load_avg_end": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
-        "run_packets": a.run_packets, "reps": a.overhead_reps, "modes": a.overhead_modes, "table": out, "runs": json_runs, "floor": floor_json});
+    let doc = serde_json::json!({"command": std::env::args().collect::<Vec<_>>(), "load_avg_start": load_start, "load_avg_end": loadavg(),
+        "run_packets": a.run_packets, "reps": a.overhead_reps, "modes": a.overhead_modes, "table": out, "runs": json_runs, "verdicts": json_verdicts, "floor": floor_json});
     std::fs::write(a.out.join("overhead.json"), serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n")
         .map_err(|e| e.to_string())?;
     println!("wrote {0}/overhead.txt, {0}/overhead.json", a.out.display());
@@ -213,6 +230,11 @@ fn print_tail(out: &str, n: usize) {
     for l in &lines[lines.len().saturating_sub(n)..] {
         println!("{l}");
     }
+}
+
+/// `/proc/loadavg` as it reads (1, 5 and 15 minute averages first).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string()
 }
 
 /// Median and range of a sample.

@@ -82,7 +82,7 @@ pub fn worker(w: &WorkerArgs) -> Result<(), String> {
                 let tok = tracepoint::on().then(|| tr.send_enter(w.size));
                 tr.direct();
                 loop {
-                    tr.sys_enter();
+                    tr.sys_enter(true);
                     match s.send_to(&buf, None) {
                         Ok(_) => {
                             tr.sys_return_direct();

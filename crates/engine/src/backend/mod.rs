@@ -87,6 +87,11 @@ pub trait Backend: std::any::Any + Send + Sync + std::fmt::Debug {
     fn peer_addr(&self) -> io::Result<SocketAddr>;
     /// One datagram, nonblocking.
     fn send_one(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize>;
+    /// As `send_one`, asking the kernel for the datagram's TX stamps where
+    /// the backend's socket makes them (sampled tracing, [`kernel::OutMsg::stamp`]).
+    fn send_one_stamped(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        self.send_one(buf, dst)
+    }
     /// Several messages (plain or GSO) in one call; returns how many were accepted.
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize>;
     /// Several messages (possibly GRO-coalesced) in one call, nonblocking.
@@ -182,6 +187,9 @@ impl Backend for kernel::UdpSocket {
     }
     fn send_one(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
         self.send_to(buf, dst)
+    }
+    fn send_one_stamped(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        self.send_to_stamped(buf, dst)
     }
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
         kernel::UdpSocket::send_batch_nowait(self, msgs)

@@ -103,6 +103,7 @@ impl TxBatch {
                 dst: Some(self.slots[a].dst),
                 iov: std::slice::from_ref(iov),
                 segment: (b - a > 1).then_some(self.stride as u16),
+                stamp: false,
             })
             .collect();
         let mut done = 0;

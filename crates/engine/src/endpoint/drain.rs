@@ -239,21 +239,25 @@ impl EpInner {
                     iovs.push(IoSlice::new(staging.payload(s)));
                 }
             }
+            let per_msg = self.trace.stamps_per_message();
             let mut msgs: Vec<OutMsg<'_>> = Vec::with_capacity(pending.len());
             let mut at = 0;
             for r in pending {
-                msgs.push(OutMsg { dst: slots[r.start].dst, iov: &iovs[at..at + r.count], segment: r.segment });
+                // Sampled tracing: a message carrying a sampled datagram
+                // asks for its TX stamps.
+                let stamp = per_msg && slots[r.start..r.start + r.count].iter().any(|s| s.stamp);
+                msgs.push(OutMsg { dst: slots[r.start].dst, iov: &iovs[at..at + r.count], segment: r.segment, stamp });
                 at += r.count;
             }
             Stats::add(&self.stats.send_calls, 1);
-            self.trace.sys_enter();
+            self.trace.sys_enter(!per_msg || msgs.iter().any(|m| m.stamp));
             match self.backend.send_batch(&msgs) {
                 Ok(k) => {
                     if crate::tracepoint::on() {
-                        self.trace.sys_return_batch(&mut pending[..k].iter().map(|r| (base + r.start, r.count)));
-                        if self.trace.drain_due() {
-                            self.trace.drain_tx(self.backend.raw_fd());
-                        }
+                        self.trace.sys_return_batch(
+                            &mut pending[..k].iter().zip(&msgs).map(|(r, m)| (base + r.start, r.count, m.stamp)),
+                        );
+                        self.trace.after_send(self.backend.raw_fd());
                     }
                     Stats::add(&self.stats.engine_batches, 1);
                     let mut dg = 0u64;
@@ -275,7 +279,7 @@ impl EpInner {
                         // The first k datagrams of runs[m] went out.
                         let r = runs[m];
                         if crate::tracepoint::on() {
-                            self.trace.sys_return_batch(&mut std::iter::once((base + r.start, k)));
+                            self.trace.sys_return_batch(&mut std::iter::once((base + r.start, k, msgs[0].stamp)));
                         }
                         let bytes: usize = slots[r.start..r.start + k].iter().map(|s| s.len as usize).sum();
                         Stats::add(&self.stats.bytes_sent, bytes as u64);

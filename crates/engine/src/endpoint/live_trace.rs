@@ -70,7 +70,9 @@ pub fn start(eps: &[&Endpoint]) -> bool {
         for ((e, (_, r)), s) in eps.iter().zip(&rx).zip(&tx) {
             // Stamps an earlier window left queued carry keys this one reuses.
             timestamp::read_tx_timestamps(e.inner.backend.raw_fd(), &mut |_, _, _| {});
-            if let Err(err) = e.inner.backend.set_option(libc::SOL_SOCKET, SO_TIMESTAMPING, flags) {
+            if let Err(err) =
+                e.inner.backend.set_option(libc::SOL_SOCKET, SO_TIMESTAMPING, e.inner.trace.socket_flags(flags))
+            {
                 crate::log::write(crate::log::Level::Warn, format_args!("trace: SO_TIMESTAMPING: {err}"));
             }
             e.inner.trace.restart(s.l1.len() as u64 + u64::from(s.staged), r.ring.datagrams() as u64);

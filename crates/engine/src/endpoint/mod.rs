@@ -318,10 +318,10 @@ impl Endpoint {
             backend.enable_gro();
         }
         let recorder: Option<Recorder> = cfg.record_transitions.then(Default::default);
-        crate::tracepoint::setup_socket(|level, name, val| backend.set_option(level, name, val));
+        let trace = crate::tracepoint::EpTrace::new();
+        trace.setup_socket(|level, name, val| backend.set_option(level, name, val));
         let v6 = backend.is_v6();
         let rcvbuf = backend.recv_buffer_size();
-        let trace = crate::tracepoint::EpTrace::new();
         trace.fit_stamps_to(rcvbuf);
         let inner = Arc::new(EpInner {
             id: sh.next_id(),

@@ -60,6 +60,13 @@ impl Endpoint {
         Ok(datagrams.len())
     }
 
+    /// How many times the socket's error queue was read for the kernel's
+    /// TX stamps while tracing (sampled tracing stamps, and so reads after
+    /// its sends, only the messages of sampled datagrams).
+    pub fn tx_stamp_reads(&self) -> crate::tracepoint::StampReads {
+        self.inner.trace.stamp_reads()
+    }
+
     /// Waits until everything queued has been handed to the kernel (or the
     /// deadline passes). Returns true when drained.
     pub fn flush(&self, timeout: Duration) -> bool {
@@ -157,7 +164,9 @@ impl EpInner {
                         s.direct_done(false);
                         self.kick(&mut s);
                         if queued {
-                            self.trace.enqueue();
+                            if self.trace.enqueue() {
+                                s.l1.mark_last_stamped();
+                            }
                             return Ok(data.len());
                         }
                         return r;
@@ -183,7 +192,9 @@ impl EpInner {
                     return r;
                 }
                 PostDecision::Queued => {
-                    self.trace.enqueue();
+                    if self.trace.enqueue() {
+                        s.l1.mark_last_stamped();
+                    }
                     if s.l1.len() == 1 && self.coalesces {
                         s.l1_since = Some(Instant::now());
                     }
@@ -440,14 +451,17 @@ impl EpInner {
         let mut deadline: Option<Option<Instant>> = None;
         loop {
             Stats::add(&self.stats.send_calls, 1);
-            self.trace.sys_enter();
-            match self.backend.send_one(data, dst) {
+            // Sampled tracing: only a sampled datagram asks for TX stamps.
+            let stamp = self.trace.direct_stamp();
+            self.trace.sys_enter(stamp || !self.trace.stamps_per_message());
+            let sent = if stamp { self.backend.send_one_stamped(data, dst) } else { self.backend.send_one(data, dst) };
+            match sent {
                 Ok(n) => {
                     self.trace.sys_return_direct();
                     // Traced: the stamps of direct posts are read by the
                     // sending thread too (the engine's watch may be off).
-                    if crate::tracepoint::on() && self.trace.drain_due() {
-                        self.trace.drain_tx(self.backend.raw_fd());
+                    if crate::tracepoint::on() {
+                        self.trace.after_send(self.backend.raw_fd());
                     }
                     Stats::add(&self.stats.datagrams_sent, 1);
                     Stats::add(&self.stats.bytes_sent, n as u64);

@@ -113,7 +113,11 @@ impl EpInner {
         if self.rx_app_waits.load(SeqCst) {
             return RxOutcome::Done; // the application reads it; never re-armed
         }
-        let stamps = if crate::tracepoint::on() { self.trace.drain_tx(self.backend.raw_fd()) } else { 0 };
+        // Sampled tracing: with no stamped message since the last read the
+        // error queue is read only if the wake-up finds no datagram (below).
+        let traced = crate::tracepoint::on();
+        let read_now = traced && self.trace.stamps_may_wait();
+        let mut stamps = if read_now { self.trace.drain_tx(self.backend.raw_fd()) } else { 0 };
         let calls = self.rx_calls.load(Relaxed);
         if self.rx_waiters.load(SeqCst) > 0 || calls != self.rx_seen.swap(calls, Relaxed) {
             return RxOutcome::Parked;
@@ -125,6 +129,9 @@ impl EpInner {
             // An application thread is reading the socket right now.
             Err(_) => return RxOutcome::Parked,
         };
+        if traced && !read_now && fill.added == 0 {
+            stamps = self.trace.drain_tx(self.backend.raw_fd());
+        }
         if fill.more {
             return RxOutcome::More;
         }

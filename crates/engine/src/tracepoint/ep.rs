@@ -7,7 +7,7 @@ use super::record::*;
 use crate::sys::io_uring as stamp_ring;
 use crate::sys::timestamp;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Once;
 
 pub(super) const DIRECT: u64 = u64::MAX;
@@ -89,18 +89,10 @@ pub fn timestamping_flags() -> i32 {
     }
 }
 
-/// Turns kernel timestamping on for a new socket when tracing is on;
-/// `set_option` sets an integer option on the socket.
-pub fn setup_socket(set_option: impl FnOnce(i32, i32, i32) -> std::io::Result<()>) {
-    init_from_env();
-    let flags = timestamping_flags();
-    if on() && flags != 0 {
-        if let Err(e) = set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, flags) {
-            crate::log::write(crate::log::Level::Warn, format_args!("trace: SO_TIMESTAMPING: {e}"));
-        }
-        rx_stamps_ready(flags);
-    }
-}
+/// The kernel's TX stamp records, which a socket asks for either in its
+/// own flags (every message stamped) or per message in a control message
+/// (sampled tracing).
+const TX_RECORD: i32 = (libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE) as i32;
 
 /// After a socket asked for `flags`: when they include RX_SOFTWARE, makes
 /// sure the kernel stamps arriving packets before any can arrive (once per
@@ -190,6 +182,25 @@ pub struct EpTrace {
     read_every: AtomicU64,
     rx_in: AtomicU64,
     rx_out: AtomicU64,
+    /// The socket asks for TX stamps per message ([`EpTrace::socket_flags`]):
+    /// only messages carrying a sampled datagram are stamped and counted.
+    per_msg: AtomicBool,
+    /// Reads of the error queue for TX stamps ([`EpTrace::drain_tx`]; one
+    /// or more system calls each), and those of them a sending thread made
+    /// after its own send ([`EpTrace::after_send`]).
+    stamp_reads: AtomicU64,
+    send_reads: AtomicU64,
+}
+
+/// How often an endpoint's error queue was read for TX stamps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StampReads {
+    /// By a sending thread right after its send syscall, once enough
+    /// stamped messages wait.
+    pub after_send: u64,
+    /// By anyone: after sends, on an engine wake-up, while waiting for
+    /// room, at close.
+    pub total: u64,
 }
 
 impl Default for EpTrace {
@@ -230,7 +241,55 @@ impl EpTrace {
             read_every: AtomicU64::new(STAMP_READ_MESSAGES),
             rx_in: AtomicU64::new(0),
             rx_out: AtomicU64::new(0),
+            per_msg: AtomicBool::new(false),
+            stamp_reads: AtomicU64::new(0),
+            send_reads: AtomicU64::new(0),
         }
+    }
+
+    /// The socket flags to set for kernel timestamping `flags`
+    /// ([`timestamping_flags`]) on this endpoint's socket, and notes how
+    /// its TX stamps are asked for. Sampling one datagram in more than one,
+    /// the socket keeps the reporting flags and `OPT_ID` but no TX record:
+    /// the messages carrying a sampled datagram ask for TX_SCHED and
+    /// TX_SOFTWARE in an `SO_TIMESTAMPING` control message, so the kernel
+    /// stamps (and gives an `OPT_ID` key to) only those, and an unsampled
+    /// datagram costs no stamp and no error-queue read.
+    pub fn socket_flags(&self, flags: i32) -> i32 {
+        let per_msg = flags & TX_RECORD != 0 && sample() > 1;
+        self.per_msg.store(per_msg, Relaxed);
+        if per_msg {
+            flags & !TX_RECORD
+        } else {
+            flags
+        }
+    }
+
+    /// Turns kernel timestamping on for this endpoint's new socket when
+    /// tracing is on; `set_option` sets an integer option on the socket.
+    pub fn setup_socket(&self, set_option: impl FnOnce(i32, i32, i32) -> std::io::Result<()>) {
+        init_from_env();
+        let flags = timestamping_flags();
+        if on() && flags != 0 {
+            if let Err(e) = set_option(libc::SOL_SOCKET, timestamp::SO_TIMESTAMPING, self.socket_flags(flags)) {
+                crate::log::write(crate::log::Level::Warn, format_args!("trace: SO_TIMESTAMPING: {e}"));
+            }
+            rx_stamps_ready(flags);
+        }
+    }
+
+    /// Whether the messages a send syscall carries ask for their TX stamps
+    /// one by one ([`EpTrace::socket_flags`]; `OutMsg::stamp`).
+    #[inline]
+    pub fn stamps_per_message(&self) -> bool {
+        on() && self.per_msg.load(Relaxed)
+    }
+
+    /// Whether the direct post in progress on this thread is to ask for
+    /// its TX stamps (sampled, on a socket that asks per message).
+    #[inline]
+    pub fn direct_stamp(&self) -> bool {
+        self.stamps_per_message() && sampled(CUR.with(Cell::get).0)
     }
 
     /// Starts the counters again, for tracing turned on while the endpoint
@@ -321,12 +380,17 @@ impl EpTrace {
     }
 
     /// The send in progress on this thread was copied into L1 (under the
-    /// send lock).
+    /// send lock). Returns whether its message is to ask for TX stamps
+    /// (sampled, on a socket that asks per message): the caller marks
+    /// its L1 slot.
     #[inline]
-    pub fn enqueue(&self) {
-        if on() {
-            CUR.with(|c| c.set((bump_locked(&self.tx_seq, 1), bump_locked(&self.q_in, 1))));
+    pub fn enqueue(&self) -> bool {
+        if !on() {
+            return false;
         }
+        let seq = bump_locked(&self.tx_seq, 1);
+        CUR.with(|c| c.set((seq, bump_locked(&self.q_in, 1))));
+        self.per_msg.load(Relaxed) && sampled(seq)
     }
 
     /// The engine took `n` datagrams from L1 (under the send lock).
@@ -345,15 +409,18 @@ impl EpTrace {
         }
     }
 
-    /// A send syscall is about to be made.
-    pub fn sys_enter(&self) {
-        if on() {
+    /// A send syscall is about to be made; `stamped`: the kernel stamps a
+    /// message of it (always, unless the socket asks per message). A call
+    /// whose messages are not stamped records nothing.
+    pub fn sys_enter(&self, stamped: bool) {
+        if on() && stamped {
             SYS_TRACED.with(|c| c.set(true));
             push(Kind::SysEnter, self.id, self.kmsg.load(Relaxed), 0);
         }
     }
 
-    /// A direct send syscall (one datagram) was accepted.
+    /// A direct send syscall (one datagram) was accepted (its
+    /// [`EpTrace::sys_enter`] said whether it was stamped).
     pub fn sys_return_direct(&self) {
         if on() && SYS_TRACED.with(|c| c.replace(false)) {
             let k = bump(&self.kmsg, 1);
@@ -381,8 +448,10 @@ impl EpTrace {
     }
 
     /// A batched send syscall accepted these messages; each is (staging
-    /// index of its first datagram, datagrams).
-    pub fn sys_return_batch(&self, msgs: &mut dyn Iterator<Item = (usize, usize)>) {
+    /// index of its first datagram, datagrams, whether it asked for its TX
+    /// stamps). Where the socket asks per message, only the messages that
+    /// asked get `OPT_ID` keys, so only they are numbered.
+    pub fn sys_return_batch(&self, msgs: &mut dyn Iterator<Item = (usize, usize, bool)>) {
         if on() && SYS_TRACED.with(|c| c.replace(false)) {
             let base = TAKE_BASE.with(Cell::get);
             let k0 = self.kmsg.load(Relaxed);
@@ -390,8 +459,12 @@ impl EpTrace {
             // a KMsg only maps a kernel message to its datagrams, and
             // nothing happens between the return and these records.
             let (t, tsc) = stamp();
+            let per_msg = self.per_msg.load(Relaxed);
             let mut n = 0;
-            for (first, count) in msgs {
+            for (first, count, stamped) in msgs {
+                if per_msg && !stamped {
+                    continue;
+                }
                 push_raw(
                     word1(Kind::KMsg, self.id, tsc, 0),
                     t,
@@ -439,11 +512,35 @@ impl EpTrace {
             let kind = if sched { Kind::TxSched } else { Kind::TxSoft };
             push_ns(kind, id, (real_ns as i64 + off) as u64, u64::from(key), 0);
         };
+        self.stamp_reads.fetch_add(1, Relaxed);
         let mut n = 0;
         if ring && waiting >= RING_READ_MESSAGES {
             n += stamp_ring::read_queued_here(fd, &mut |st| record(st.key, st.sched, st.realtime_ns)).unwrap_or(0);
         }
         n + timestamp::read_tx_timestamps(fd, &mut record)
+    }
+
+    /// How many times the socket's error queue was read for TX stamps.
+    pub fn stamp_reads(&self) -> StampReads {
+        StampReads { after_send: self.send_reads.load(Relaxed), total: self.stamp_reads.load(Relaxed) }
+    }
+
+    /// After a send syscall on the sending thread (tracing on): reads the
+    /// TX stamps when enough stamped messages wait ([`EpTrace::drain_due`]).
+    pub fn after_send(&self, fd: std::os::fd::RawFd) {
+        if self.drain_due() {
+            self.send_reads.fetch_add(1, Relaxed);
+            self.drain_tx(fd);
+        }
+    }
+
+    /// Whether TX stamps may wait on the socket's error queue: always,
+    /// unless the socket asks per message and every stamped message's
+    /// stamps were read already (a stamp the kernel queues after the read
+    /// that took its message's first one still makes the socket report
+    /// `EPOLLERR`, so a wake-up that finds nothing else reads anyway).
+    pub fn stamps_may_wait(&self) -> bool {
+        !self.per_msg.load(Relaxed) || self.kmsg.load(Relaxed) != self.drained_at.load(Relaxed)
     }
 
     /// A receive syscall is about to be made.

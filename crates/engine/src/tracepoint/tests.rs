@@ -61,7 +61,7 @@ mod recording {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
         for round in 0..2 {
             for i in 1..=STAMP_READ_MESSAGES {
-                t.sys_enter();
+                t.sys_enter(true);
                 t.sys_return_direct();
                 assert_eq!(t.drain_due(), i == STAMP_READ_MESSAGES, "round {round}, message {i}");
             }
@@ -70,8 +70,8 @@ mod recording {
         }
         // A batched send counts each message it accepted.
         t.take(40);
-        t.sys_enter();
-        t.sys_return_batch(&mut (0..STAMP_READ_MESSAGES as usize).map(|i| (i * 2, 2)));
+        t.sys_enter(true);
+        t.sys_return_batch(&mut (0..STAMP_READ_MESSAGES as usize).map(|i| (i * 2, 2, true)));
         assert!(t.drain_due());
         t.drain_tx(fd);
         // A small receive buffer holds the stamps of fewer messages: they
@@ -79,7 +79,7 @@ mod recording {
         for (rcvbuf, every) in [(212_992, STAMP_READ_MESSAGES), (16_384, 4), (4_608, 1), (0, 1)] {
             t.fit_stamps_to(rcvbuf);
             for i in 1..=every {
-                t.sys_enter();
+                t.sys_enter(true);
                 t.sys_return_direct();
                 assert_eq!(t.drain_due(), i == every, "rcvbuf {rcvbuf}, message {i}");
             }
@@ -94,8 +94,8 @@ mod recording {
         enable();
         let t = EpTrace::new();
         t.take(10);
-        t.sys_enter();
-        t.sys_return_batch(&mut [(0usize, 4usize), (4, 4), (8, 2)].into_iter());
+        t.sys_enter(true);
+        t.sys_return_batch(&mut [(0usize, 4usize, true), (4, 4, true), (8, 2, true)].into_iter());
         disable();
         let ev: Vec<Event> = events().into_iter().filter(|e| e.ep == t.id).collect();
         let ret: Vec<&Event> = ev.iter().filter(|e| e.kind == Kind::SysReturn as u8).collect();

@@ -33,6 +33,10 @@ pub struct OutMsg<'a> {
     pub iov: &'a [io::IoSlice<'a>],
     /// GSO segment size; `None` for a single plain datagram.
     pub segment: Option<u16>,
+    /// Ask the kernel for this message's TX stamps with a control message
+    /// (sampled tracing; a socket whose own flags ask for TX stamps gets
+    /// them for every message anyway).
+    pub stamp: bool,
 }
 
 /// Segments of a GSO message: its bytes over the segment size, rounded up
@@ -113,7 +117,7 @@ fn probe_gso_segments() -> usize {
         let me = s.local_addr()?;
         let payload = [0u8; GSO_MAX_SEGMENTS_RAISED];
         let iov = [io::IoSlice::new(&payload)];
-        Ok(s.send_mmsg(&[OutMsg { dst: Some(me), iov: &iov, segment: Some(1) }])? == 1)
+        Ok(s.send_mmsg(&[OutMsg { dst: Some(me), iov: &iov, segment: Some(1), stamp: false }])? == 1)
     })();
     if matches!(accepted, Ok(true)) {
         GSO_MAX_SEGMENTS_RAISED
@@ -345,6 +349,13 @@ impl UdpSocket {
         sys::send_to(self.fd.as_fd(), buf, dst)
     }
 
+    /// As [`UdpSocket::send_to`], with a control message asking the kernel
+    /// for the datagram's TX stamps (see [`OutMsg::stamp`]).
+    pub fn send_to_stamped(&self, buf: &[u8], dst: Option<&SocketAddr>) -> io::Result<usize> {
+        let iov = [io::IoSlice::new(buf)];
+        sys::send_mmsg(self.fd.as_fd(), 1, |_| (dst.copied(), &iov[..], None, true)).map(|_| buf.len())
+    }
+
     /// Sends up to `msgs.len()` messages in one `sendmmsg` call, each message a
     /// plain datagram or a GSO super-packet. Returns how many messages the
     /// kernel accepted (a prefix); an error means none was.
@@ -394,7 +405,10 @@ impl UdpSocket {
         let pieces = split_iov(m.iov, seg * GSO_MAX_SEGMENTS);
         let mut sent = 0;
         for (i, piece) in pieces.iter().enumerate() {
-            match self.send_retrying(OutMsg { dst: m.dst, iov: piece, segment: m.segment }, wait) {
+            // Only the first piece is stamped: one message asked for, one
+            // `OPT_ID` key, as the tracer counts.
+            let stamp = m.stamp && i == 0;
+            match self.send_retrying(OutMsg { dst: m.dst, iov: piece, segment: m.segment, stamp }, wait) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(partly(sent, e)),
                 Err(_) if i == 0 => return Err(first_err),
@@ -425,7 +439,8 @@ impl UdpSocket {
     ) -> io::Result<()> {
         for piece in pieces {
             for iov in split_iov(piece, seg) {
-                self.send_retrying(OutMsg { dst, iov: &iov, segment: None }, wait).map_err(|e| partly(sent, e))?;
+                self.send_retrying(OutMsg { dst, iov: &iov, segment: None, stamp: false }, wait)
+                    .map_err(|e| partly(sent, e))?;
                 sent += 1;
             }
         }
@@ -455,7 +470,7 @@ impl UdpSocket {
         if n == 0 {
             return Ok(0);
         }
-        sys::send_mmsg(self.fd.as_fd(), n, |i| (msgs[i].dst, msgs[i].iov, msgs[i].segment))
+        sys::send_mmsg(self.fd.as_fd(), n, |i| (msgs[i].dst, msgs[i].iov, msgs[i].segment, msgs[i].stamp))
     }
 
     /// Receives up to `bufs.len()` messages in one `recvmmsg` call (nonblocking).
@@ -528,7 +543,7 @@ mod gso_tests {
     fn segments_of_a_message() {
         let d = [0u8; 1000];
         let iov = [io::IoSlice::new(&d)];
-        assert_eq!(gso_segments(&OutMsg { dst: None, iov: &iov, segment: Some(64) }), 16);
-        assert_eq!(gso_segments(&OutMsg { dst: None, iov: &iov, segment: None }), 0);
+        assert_eq!(gso_segments(&OutMsg { dst: None, iov: &iov, segment: Some(64), stamp: false }), 16);
+        assert_eq!(gso_segments(&OutMsg { dst: None, iov: &iov, segment: None, stamp: false }), 0);
     }
 }

@@ -19,8 +19,12 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 pub(super) const UDP_SEGMENT: libc::c_int = 103;
 /// `UDP_GRO` (linux/udp.h): receive coalesced super-packets.
 pub(super) const UDP_GRO: libc::c_int = 104;
-/// Room for one `UDP_SEGMENT` (u16) control message.
-const GSO_CMSG_SPACE: usize = 32;
+/// Room for a send's control messages: one `UDP_SEGMENT` (u16, 24 bytes
+/// with its header) and one `SO_TIMESTAMPING` (u32, 24 bytes).
+const TX_CMSG_SPACE: usize = 48;
+/// The TX stamps a per-message `SO_TIMESTAMPING` control message asks for
+/// (the socket's own flags give the reporting and `OPT_ID`).
+pub(super) const TX_RECORD_FLAGS: u32 = libc::SOF_TIMESTAMPING_TX_SCHED | libc::SOF_TIMESTAMPING_TX_SOFTWARE;
 /// Room for the receive control messages the socket asks for: `UDP_GRO`
 /// (an int, 24 bytes with its header), `IP_PKTINFO` (32) or
 /// `IPV6_PKTINFO` (40), `IP_TTL` and `IP_TOS` or `IPV6_HOPLIMIT` and
@@ -143,22 +147,26 @@ pub(super) fn send_to(fd: BorrowedFd<'_>, buf: &[u8], dst: Option<&SocketAddr>) 
 }
 
 /// One `sendmmsg` of `n` messages without waiting; `msg(i)` gives message
-/// `i`'s destination, payload pieces and GSO segment size (sent as a
-/// `UDP_SEGMENT` control message). Returns how many the kernel accepted.
+/// `i`'s destination, payload pieces, GSO segment size (sent as a
+/// `UDP_SEGMENT` control message) and whether the kernel is to stamp it
+/// (an `SO_TIMESTAMPING` control message asking for [`TX_RECORD_FLAGS`]:
+/// the kernel stamps, and counts an `OPT_ID` key for, only such messages
+/// when the socket's own flags ask for no TX stamps). Returns how many the
+/// kernel accepted.
 pub(super) fn send_mmsg<'a>(
     fd: BorrowedFd<'_>,
     n: usize,
-    msg: impl Fn(usize) -> (Option<SocketAddr>, &'a [io::IoSlice<'a>], Option<u16>),
+    msg: impl Fn(usize) -> (Option<SocketAddr>, &'a [io::IoSlice<'a>], Option<u16>, bool),
 ) -> io::Result<usize> {
     let mut addrs: Vec<Option<RawAddr>> = Vec::with_capacity(n);
-    let mut cmsgs: Vec<[u64; GSO_CMSG_SPACE / 8]> = vec![[0; GSO_CMSG_SPACE / 8]; n];
+    let mut cmsgs: Vec<[u64; TX_CMSG_SPACE / 8]> = vec![[0; TX_CMSG_SPACE / 8]; n];
     // SAFETY: mmsghdr is plain data; zero is a valid initial value.
     let mut hdrs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
     for i in 0..n {
         addrs.push(msg(i).0.as_ref().map(RawAddr::from_std));
     }
     for i in 0..n {
-        let (_, iov, segment) = msg(i);
+        let (_, iov, segment, stamp) = msg(i);
         let h = &mut hdrs[i].msg_hdr;
         if let Some(a) = &addrs[i] {
             h.msg_name = a.as_ptr() as *mut libc::c_void;
@@ -167,20 +175,34 @@ pub(super) fn send_mmsg<'a>(
         // IoSlice is ABI-compatible with iovec on Unix.
         h.msg_iov = iov.as_ptr() as *mut libc::iovec;
         h.msg_iovlen = iov.len();
-        if let Some(seg) = segment {
-            let buf = cmsgs[i].as_mut_ptr() as *mut u8;
-            h.msg_control = buf as *mut libc::c_void;
-            // SAFETY: CMSG_SPACE is a pure size computation.
-            h.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
-            // SAFETY: msg_control points at GSO_CMSG_SPACE zeroed, aligned bytes,
-            // enough for one u16 cmsg; CMSG_FIRSTHDR/DATA stay inside it.
-            unsafe {
-                let c = libc::CMSG_FIRSTHDR(h);
+        if segment.is_none() && !stamp {
+            continue;
+        }
+        h.msg_control = cmsgs[i].as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = TX_CMSG_SPACE;
+        // SAFETY: msg_control points at TX_CMSG_SPACE zeroed, 8-aligned
+        // bytes, room for both control messages (CMSG_SPACE of a u16 and of
+        // a u32, 24 bytes each); CMSG_FIRSTHDR/NXTHDR/DATA stay inside it,
+        // and msg_controllen is cut to what was written.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            let mut used = 0;
+            if let Some(seg) = segment {
                 (*c).cmsg_level = libc::SOL_UDP;
                 (*c).cmsg_type = UDP_SEGMENT;
                 (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
                 std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg);
+                used += libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                c = libc::CMSG_NXTHDR(h, c);
             }
+            if stamp {
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = SO_TIMESTAMPING;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u32, TX_RECORD_FLAGS);
+                used += libc::CMSG_SPACE(size_of::<u32>() as u32) as usize;
+            }
+            h.msg_controllen = used;
         }
     }
     // SAFETY: every pointer in hdrs refers to addrs, cmsgs or the caller's

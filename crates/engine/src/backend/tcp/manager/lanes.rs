@@ -66,7 +66,12 @@ impl Mgr {
         use crate::sys::poll::poll_writable;
         let msgs: Vec<OutMsg<'_>> = items
             .iter()
-            .map(|it| OutMsg { dst: Some(to_family(SocketAddr::new(ip, it.1), udp.is_v6())), iov: it.2, segment: None })
+            .map(|it| OutMsg {
+                dst: Some(to_family(SocketAddr::new(ip, it.1), udp.is_v6())),
+                iov: it.2,
+                segment: None,
+                stamp: false,
+            })
             .collect();
         let mut i = 0;
         let mut waited = false;

@@ -1,0 +1,122 @@
+//! Sampled tracing (this test binary is its own process: tracing state is
+//! global): the kernel stamps only the messages that carry a sampled
+//! datagram, every such message has both its stamps under the key the
+//! engine gave it, and sending unsampled datagrams reads no error queue.
+
+use eudp_engine::tracepoint::{self as tp, Kind};
+use eudp_engine::{Config, Endpoint, Engine};
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const SAMPLE: u64 = 8;
+/// Groups of SAMPLE single datagrams, each sent alone (a direct post).
+const GROUPS: u64 = 24;
+/// Then bursts, which the engine or the sending thread batches into GSO
+/// messages.
+const BURSTS: u64 = 10;
+const PER_BURST: u64 = 200;
+
+#[test]
+fn only_sampled_datagrams_are_stamped_and_unsampled_ones_read_no_error_queue() {
+    tp::reset();
+    tp::set_sample(SAMPLE);
+    tp::set_capacity(1 << 18);
+    tp::enable();
+    let e = Engine::start(Config::default()).expect("engine");
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let a = Endpoint::with_engine(&e, false).unwrap();
+    a.bind_to(any).unwrap();
+    let b = Endpoint::with_engine(&e, false).unwrap();
+    b.bind_to(any).unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = b.set_recv_buffer_size(4 << 20);
+    let dst = b.local_addr().unwrap();
+    let mut buf = [0u8; 2048];
+    let data = [5u8; 256];
+
+    // Singles: each waits for its receipt, so each is its own kernel
+    // message. Send seq 0, SAMPLE, 2 SAMPLE, ... are sampled; the reads
+    // made while the SAMPLE - 1 unsampled ones after each go out are counted.
+    let mut unsampled_reads = 0;
+    let mut all_reads = 0;
+    for _ in 0..GROUPS {
+        a.send_to(&data, dst).unwrap();
+        b.recv(&mut buf).expect("sampled single arrives");
+        // Take the sampled message's stamps now (the kernel queues them
+        // during the send call on loopback).
+        a.drain_trace();
+        let before = a.tx_stamp_reads();
+        for _ in 1..SAMPLE {
+            a.send_to(&data, dst).unwrap();
+            b.recv(&mut buf).expect("unsampled single arrives");
+        }
+        let after = a.tx_stamp_reads();
+        unsampled_reads += after.after_send - before.after_send;
+        all_reads += after.total - before.total;
+    }
+    // The sending thread never reads after an unsampled send. The engine
+    // may read on a late wake-up that the sampled message's two stamps
+    // caused (each can wake it) and that found them gone (taken by
+    // `drain_trace`): at most two per group.
+    assert_eq!(unsampled_reads, 0, "error-queue reads after unsampled sends");
+    assert!(all_reads <= 2 * GROUPS, "{all_reads} error-queue reads while only unsampled datagrams were sent");
+    let singles_sent = a.stats().send_calls;
+
+    for _ in 0..BURSTS {
+        for _ in 0..PER_BURST {
+            a.send_to(&data, dst).unwrap();
+        }
+        assert!(a.flush(Duration::from_secs(5)));
+        for _ in 0..PER_BURST {
+            b.recv(&mut buf).expect("burst datagram arrives");
+        }
+    }
+    let gso = a.stats().gso_messages;
+    drop(a);
+    tp::disable();
+    let ev = tp::events();
+    e.shutdown(Duration::from_secs(1));
+
+    let total = GROUPS * SAMPLE + BURSTS * PER_BURST;
+    let sender = ev.iter().find(|x| x.kind == Kind::SendCall as u8).expect("a traced send").ep;
+    let of = |k: Kind| ev.iter().filter(move |x| x.kind == k as u8 && x.ep == sender);
+    // Traced send calls: exactly the sampled send seqs. L1 index -> seq of
+    // the queued ones.
+    let seqs: BTreeSet<u64> = of(Kind::SendCall).map(|x| x.extra).collect();
+    assert_eq!(seqs, (0..total).step_by(SAMPLE as usize).collect::<BTreeSet<u64>>());
+    let queued: HashMap<u64, u64> = of(Kind::SendCall)
+        .filter_map(|x| {
+            let (q, _, direct) = tp::unpack_send_ref(x.b);
+            (!direct).then_some((q, x.extra))
+        })
+        .collect();
+    // Every kernel message the engine numbered carries a sampled datagram,
+    // and every sampled datagram is in one of them.
+    let mut covered = BTreeSet::new();
+    let mut keys = BTreeSet::new();
+    for m in of(Kind::KMsg) {
+        let (first, count, direct) = tp::unpack_msg_ref(m.b);
+        let sampled: Vec<u64> = if direct {
+            vec![first].into_iter().filter(|s| s % SAMPLE == 0).collect()
+        } else {
+            (first..first + count).filter_map(|q| queued.get(&q).copied()).collect()
+        };
+        assert!(!sampled.is_empty(), "kernel message {} ({m:?}) carries no sampled datagram", m.a);
+        covered.extend(sampled);
+        keys.insert(m.a);
+    }
+    assert_eq!(covered, seqs, "sampled datagrams without a stamped kernel message");
+    // The engine's numbering is the kernel's OPT_ID keys: consecutive from
+    // 0, and both stamps came back for each key and for no other.
+    let n = keys.len() as u64;
+    assert_eq!(keys, (0..n).collect::<BTreeSet<u64>>());
+    let stamps = |k: Kind| of(k).map(|x| x.a).collect::<BTreeSet<u64>>();
+    assert_eq!(stamps(Kind::TxSched), keys, "TX_SCHED keys");
+    assert_eq!(stamps(Kind::TxSoft), keys, "TX_SOFTWARE keys");
+    // Fewer stamped messages than the singles alone were messages: the
+    // unsampled singles were not stamped.
+    assert!(n <= total / SAMPLE, "{n} stamped messages for {} sampled datagrams", total / SAMPLE);
+    assert!(singles_sent >= GROUPS * SAMPLE, "{singles_sent} send calls for the singles");
+    eprintln!("{total} datagrams, {} sampled, {n} stamped kernel messages, {gso} GSO messages", seqs.len());
+}
