@@ -73,6 +73,8 @@ impl Plan {
 /// One receiver's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Receiver {
+    /// Which receiving process it is (the sockets of one process share it).
+    pub proc: usize,
     pub groups: Vec<usize>,
     /// What `mcastfan recv` printed.
     pub report: Value,
@@ -267,7 +269,13 @@ pub fn fanout(tb: &Testbed, stack: Stack, lib: &Path, plan: Plan) -> Result<FanR
         for line in lines {
             let report: Value =
                 serde_json::from_str(line.trim()).map_err(|e| format!("receiver {i} ({st}): {e}: {line}"))?;
-            receivers.push(Receiver { groups: groups.clone(), report, eudp: eudp.clone(), process: process.clone() });
+            receivers.push(Receiver {
+                proc: i,
+                groups: groups.clone(),
+                report,
+                eudp: eudp.clone(),
+                process: process.clone(),
+            });
         }
     }
     let (sender_process, sender_eudp) = shim_report(&sd);
@@ -308,6 +316,49 @@ pub struct BenchRow {
     /// Shim runs: the sender's GSO messages and the receivers' GRO messages.
     pub gso_messages: u64,
     pub gro_superpackets: u64,
+    /// xdp transport runs: where the receiving process's frames went, summed
+    /// over the receiving processes (see [`XDP_FIELDS`]), so a row's loss has
+    /// its cause beside it. `None` on other stacks.
+    pub xdp: Option<Value>,
+}
+
+/// The xdp transport counters a row carries: frames taken from the RX ring
+/// and copies delivered, datagrams read from the kernel sockets, drops at a
+/// full socket inbox, groups found shared (left to the kernel), and the
+/// kernel's `XDP_STATISTICS` of the AF_XDP socket (frames dropped, RX ring
+/// full, fill ring empty).
+pub const XDP_FIELDS: [&str; 8] = [
+    "rx_xdp",
+    "rx_group_copies",
+    "rx_kernel",
+    "rx_inbox_drops",
+    "group_kernel",
+    "xsk_rx_dropped",
+    "xsk_rx_ring_full",
+    "xsk_fill_ring_empty",
+];
+
+/// [`XDP_FIELDS`] summed over the distinct receiving processes of `run`
+/// (the sockets of one process share one report).
+fn xdp_counters(run: &FanRun) -> Option<Value> {
+    let mut procs: Vec<usize> = Vec::new();
+    let mut seen: Vec<&Value> = Vec::new();
+    for x in &run.receivers {
+        if let Some(v) = x.process.as_ref().map(|p| &p["xdp"]["stats"]).filter(|v| v.is_object()) {
+            if !procs.contains(&x.proc) {
+                procs.push(x.proc);
+                seen.push(v);
+            }
+        }
+    }
+    if seen.is_empty() {
+        return None;
+    }
+    let m: serde_json::Map<String, Value> = XDP_FIELDS
+        .iter()
+        .map(|f| (f.to_string(), seen.iter().map(|v| v[*f].as_u64().unwrap_or(0)).sum::<u64>().into()))
+        .collect();
+    Some(Value::Object(m))
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -341,6 +392,7 @@ fn row(run: &FanRun, kind: &'static str, count: u64) -> BenchRow {
         multicast_kernel: 0,
         gso_messages: run.sender_eudp.as_ref().map(|s| u(&s["gso_messages"])).unwrap_or(0),
         gro_superpackets: 0,
+        xdp: xdp_counters(run),
     };
     let procs = run.receivers.iter().filter_map(|x| x.process.as_ref()).chain(run.sender_process.as_ref());
     for p in procs {
@@ -416,8 +468,14 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
     for &size in sizes {
         let Some(k) = find("kernel", size, "rate") else { continue };
         let kl = find("kernel", size, "latency");
-        let mut names: Vec<&str> = rows.iter().filter(|r| r.size == size).map(|r| r.stack.as_str()).collect();
-        names.dedup();
+        // Each stack once, in the order it first ran (rate and latency rows
+        // interleave).
+        let mut names: Vec<&str> = Vec::new();
+        for r in rows.iter().filter(|r| r.size == size) {
+            if !names.contains(&r.stack.as_str()) {
+                names.push(r.stack.as_str());
+            }
+        }
         for name in names.into_iter().filter(|n| *n != "kernel") {
             let r = find(name, size, "rate");
             let lat = find(name, size, "latency");
@@ -429,6 +487,7 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
                 "max_loss": r.map(max_loss), "kernel_max_loss": max_loss(k),
                 "p50_ns": p50(lat), "kernel_p50_ns": p50(kl),
                 "p50_vs_kernel": p50(lat).zip(p50(kl)).map(|(a, b)| a as f64 / b.max(1) as f64),
+                "rate_xdp_counters": r.and_then(|r| r.xdp.clone()),
             }));
         }
     }
@@ -470,6 +529,11 @@ pub fn table(res: &Value) -> String {
             r["p50_ns"],
             r["kernel_p50_ns"]
         );
+        if let Some(c) = r["rate_xdp_counters"].as_object() {
+            let f: Vec<String> =
+                XDP_FIELDS.iter().map(|k| format!("{k} {}", c.get(*k).unwrap_or(&Value::Null))).collect();
+            s += &format!("  rate run's xdp counters: {}\n", f.join(", "));
+        }
     }
     s
 }
