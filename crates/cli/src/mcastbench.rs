@@ -60,19 +60,24 @@ pub struct Plan {
     /// (false: `SO_REUSEADDR` alone, which the xdp transport keeps on the
     /// engine).
     pub reuseport: bool,
+    /// xdp transport: the receivers' `EUDP_XDP_RING` (None: the default);
+    /// the run's stack is then named `<stack>-ring<N>`.
+    pub xdp_ring: Option<u32>,
 }
 
 impl Plan {
     /// Four receiving processes sharing the port by both options, the
     /// sender sending one datagram to each group in turn.
     pub fn new(size: usize, count: u64, burst: u64, gap_us: u64, v6: bool, subsets: bool) -> Plan {
-        Plan { size, count, burst, gap_us, v6, subsets, run: 1, one_process: false, reuseport: true }
+        Plan { size, count, burst, gap_us, v6, subsets, run: 1, one_process: false, reuseport: true, xdp_ring: None }
     }
 }
 
 /// One receiver's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Receiver {
+    /// Which receiving process it is (the sockets of one process share it).
+    pub proc: usize,
     pub groups: Vec<usize>,
     /// What `mcastfan recv` printed.
     pub report: Value,
@@ -192,6 +197,9 @@ pub fn fanout(tb: &Testbed, stack: Stack, lib: &Path, plan: Plan) -> Result<FanR
         if !plan.reuseport {
             argv.push("MCASTFAN_NO_REUSEPORT=1".into());
         }
+        if let Some(r) = plan.xdp_ring {
+            argv.push(format!("EUDP_XDP_RING={r}"));
+        }
         argv.extend([exe.clone(), "recv".into(), fam.into(), tb.veth('b'), port.clone(), "1500".into()]);
         argv.extend(m.iter().map(|g| format!("{g}:{}", gs[g - 1])));
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -267,12 +275,22 @@ pub fn fanout(tb: &Testbed, stack: Stack, lib: &Path, plan: Plan) -> Result<FanR
         for line in lines {
             let report: Value =
                 serde_json::from_str(line.trim()).map_err(|e| format!("receiver {i} ({st}): {e}: {line}"))?;
-            receivers.push(Receiver { groups: groups.clone(), report, eudp: eudp.clone(), process: process.clone() });
+            receivers.push(Receiver {
+                proc: i,
+                groups: groups.clone(),
+                report,
+                eudp: eudp.clone(),
+                process: process.clone(),
+            });
         }
     }
     let (sender_process, sender_eudp) = shim_report(&sd);
     let _ = std::fs::remove_dir_all(&base);
-    Ok(FanRun { stack: stack.name(), size: plan.size, v6: plan.v6, sender, sender_eudp, sender_process, receivers })
+    let name = match plan.xdp_ring {
+        Some(r) => format!("{}-ring{r}", stack.name()),
+        None => stack.name(),
+    };
+    Ok(FanRun { stack: name, size: plan.size, v6: plan.v6, sender, sender_eudp, sender_process, receivers })
 }
 
 /// The sender's address on the testbed (for reports).
@@ -308,6 +326,49 @@ pub struct BenchRow {
     /// Shim runs: the sender's GSO messages and the receivers' GRO messages.
     pub gso_messages: u64,
     pub gro_superpackets: u64,
+    /// xdp transport runs: where the receiving process's frames went, summed
+    /// over the receiving processes (see [`XDP_FIELDS`]), so a row's loss has
+    /// its cause beside it. `None` on other stacks.
+    pub xdp: Option<Value>,
+}
+
+/// The xdp transport counters a row carries: frames taken from the RX ring
+/// and copies delivered, datagrams read from the kernel sockets, drops at a
+/// full socket inbox, groups found shared (left to the kernel), and the
+/// kernel's `XDP_STATISTICS` of the AF_XDP socket (frames dropped, RX ring
+/// full, fill ring empty).
+pub const XDP_FIELDS: [&str; 8] = [
+    "rx_xdp",
+    "rx_group_copies",
+    "rx_kernel",
+    "rx_inbox_drops",
+    "group_kernel",
+    "xsk_rx_dropped",
+    "xsk_rx_ring_full",
+    "xsk_fill_ring_empty",
+];
+
+/// [`XDP_FIELDS`] summed over the distinct receiving processes of `run`
+/// (the sockets of one process share one report).
+fn xdp_counters(run: &FanRun) -> Option<Value> {
+    let mut procs: Vec<usize> = Vec::new();
+    let mut seen: Vec<&Value> = Vec::new();
+    for x in &run.receivers {
+        if let Some(v) = x.process.as_ref().map(|p| &p["xdp"]["stats"]).filter(|v| v.is_object()) {
+            if !procs.contains(&x.proc) {
+                procs.push(x.proc);
+                seen.push(v);
+            }
+        }
+    }
+    if seen.is_empty() {
+        return None;
+    }
+    let m: serde_json::Map<String, Value> = XDP_FIELDS
+        .iter()
+        .map(|f| (f.to_string(), seen.iter().map(|v| v[*f].as_u64().unwrap_or(0)).sum::<u64>().into()))
+        .collect();
+    Some(Value::Object(m))
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -341,6 +402,7 @@ fn row(run: &FanRun, kind: &'static str, count: u64) -> BenchRow {
         multicast_kernel: 0,
         gso_messages: run.sender_eudp.as_ref().map(|s| u(&s["gso_messages"])).unwrap_or(0),
         gro_superpackets: 0,
+        xdp: xdp_counters(run),
     };
     let procs = run.receivers.iter().filter_map(|x| x.process.as_ref()).chain(run.sender_process.as_ref());
     for p in procs {
@@ -366,6 +428,18 @@ fn row(run: &FanRun, kind: &'static str, count: u64) -> BenchRow {
     r
 }
 
+/// The stacks of `rows` at `size`, each once, in the order each first ran
+/// (the rate and latency rows interleave).
+fn stacks_of(rows: &[BenchRow], size: usize) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.size == size) {
+        if !names.contains(&r.stack.as_str()) {
+            names.push(r.stack.as_str());
+        }
+    }
+    names
+}
+
 /// Runs the bench: for each size, an unpaced fan-out (rate, loss) and a
 /// paced one (latency) per stack, on one testbed; the JSON result, and
 /// where it was written.
@@ -375,12 +449,17 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
     }
     let lib = crate::run::preload_lib()?;
     let tb = Testbed::up(&crate::testbed::unique_name("mcb"))?;
-    let stacks = [Stack::Kernel, Stack::Eudp("default"), Stack::EudpXdp("default")];
+    // The xdp transport twice: with its default rings, and with rings of
+    // 16384 (twice as many UMEM frames), enough frames to ride out the
+    // receiving process's stalls on a busy host, where the default's losses
+    // are the kernel's drops for an empty fill ring (the rows' `xdp`).
+    let xdp = Stack::EudpXdp("default");
+    let stacks = [(Stack::Kernel, None), (Stack::Eudp("default"), None), (xdp, None), (xdp, Some(16384))];
     // Under xdp the four receivers are sockets of one process sharing the
     // port by SO_REUSEADDR: four processes on one host share every group,
     // which the transport leaves to the kernel (docs/xdp.md, "Multicast").
-    let shape = |p: Plan, stack: Stack| match stack {
-        Stack::EudpXdp(_) => Plan { one_process: true, reuseport: false, ..p },
+    let shape = |p: Plan, stack: Stack, xdp_ring: Option<u32>| match stack {
+        Stack::EudpXdp(_) => Plan { one_process: true, reuseport: false, xdp_ring, ..p },
         _ => p,
     };
     let mut rows = Vec::new();
@@ -392,10 +471,16 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
         let paced = Plan::new(size, 2000, 3, 200, false, false);
         // The latency profile sends each datagram at once (no coalescing
         // interval), as a feed that wants latency over batching would run.
-        let with_latency = [Stack::Kernel, Stack::Eudp("default"), Stack::Eudp("latency"), Stack::EudpXdp("default")];
+        let with_latency = [
+            (Stack::Kernel, None),
+            (Stack::Eudp("default"), None),
+            (Stack::Eudp("latency"), None),
+            (xdp, None),
+            (xdp, Some(16384)),
+        ];
         for (kind, plan, stacks) in [("rate", rate, &stacks[..]), ("latency", paced, &with_latency[..])] {
-            for &stack in stacks {
-                let run = fanout(&tb, stack, &lib, shape(plan, stack))?;
+            for &(stack, ring) in stacks {
+                let run = fanout(&tb, stack, &lib, shape(plan, stack, ring))?;
                 let r = row(&run, kind, plan.count);
                 eprintln!(
                     "mcast {:>5} B {kind:<7} {:<10} per receiver {:.3} Mpps, loss {:.4}, p50 {} ns",
@@ -416,9 +501,7 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
     for &size in sizes {
         let Some(k) = find("kernel", size, "rate") else { continue };
         let kl = find("kernel", size, "latency");
-        let mut names: Vec<&str> = rows.iter().filter(|r| r.size == size).map(|r| r.stack.as_str()).collect();
-        names.dedup();
-        for name in names.into_iter().filter(|n| *n != "kernel") {
+        for name in stacks_of(&rows, size).into_iter().filter(|n| *n != "kernel") {
             let r = find(name, size, "rate");
             let lat = find(name, size, "latency");
             let p50 = |x: Option<&BenchRow>| x.map(|x| median_u64(&x.p50_ns));
@@ -429,6 +512,7 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
                 "max_loss": r.map(max_loss), "kernel_max_loss": max_loss(k),
                 "p50_ns": p50(lat), "kernel_p50_ns": p50(kl),
                 "p50_vs_kernel": p50(lat).zip(p50(kl)).map(|(a, b)| a as f64 / b.max(1) as f64),
+                "rate_xdp_counters": r.and_then(|r| r.xdp.clone()),
             }));
         }
     }
@@ -436,7 +520,7 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let res = serde_json::json!({
         "bench": "mcast",
-        "shape": "1 sender on host a (runs of 16 datagrams per group in the rate rows), 4 receiving processes on host b (eudp-xdp: 4 sockets of one process), 3 groups (IPv4), every receiver in every group",
+        "shape": "1 sender on host a (runs of 16 datagrams per group in the rate rows), 4 receiving processes on host b (eudp-xdp: 4 sockets of one process; -ring16384: EUDP_XDP_RING=16384), 3 groups (IPv4), every receiver in every group",
         "cpus": cpus,
         "loadavg": load.trim(),
         "rows": rows,
@@ -470,6 +554,95 @@ pub fn table(res: &Value) -> String {
             r["p50_ns"],
             r["kernel_p50_ns"]
         );
+        if let Some(c) = r["rate_xdp_counters"].as_object() {
+            let f: Vec<String> =
+                XDP_FIELDS.iter().map(|k| format!("{k} {}", c.get(*k).unwrap_or(&Value::Null))).collect();
+            s += &format!("  rate run's xdp counters: {}\n", f.join(", "));
+        }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn receiver(proc: usize, xdp: Option<Value>) -> Receiver {
+        Receiver {
+            proc,
+            groups: vec![1, 2, 3],
+            report: json!({"received": 10, "pps": 1.0e6, "groups": []}),
+            eudp: None,
+            process: xdp.map(|x| json!({"accelerated": 1, "xdp": {"stats": x}})),
+        }
+    }
+
+    fn run(receivers: Vec<Receiver>) -> FanRun {
+        FanRun {
+            stack: "eudp-xdp".into(),
+            size: 64,
+            v6: false,
+            sender: json!({"sent": 30, "secs": 0.1}),
+            sender_eudp: None,
+            sender_process: None,
+            receivers,
+        }
+    }
+
+    #[test]
+    fn xdp_counters_count_each_receiving_process_once() {
+        let a = json!({"rx_xdp": 100, "xsk_fill_ring_empty": 7, "xsk_rx_dropped": 7, "rx_inbox_drops": 1});
+        let b = json!({"rx_xdp": 50, "xsk_fill_ring_empty": 0, "xsk_rx_dropped": 0, "rx_inbox_drops": 2});
+        // Four sockets of process 0 share its report; process 1 has its own.
+        let mut rs: Vec<Receiver> = (0..4).map(|_| receiver(0, Some(a.clone()))).collect();
+        rs.push(receiver(1, Some(b)));
+        let c = xdp_counters(&run(rs)).expect("xdp counters");
+        assert_eq!(c["rx_xdp"], 150);
+        assert_eq!(c["xsk_fill_ring_empty"], 7);
+        assert_eq!(c["xsk_rx_dropped"], 7);
+        assert_eq!(c["rx_inbox_drops"], 3);
+        assert_eq!(c["xsk_rx_ring_full"], 0, "a counter a report lacks is 0");
+        assert_eq!(c.as_object().unwrap().len(), XDP_FIELDS.len());
+        let r = row(&run(vec![receiver(0, Some(a))]), "rate", 10);
+        assert_eq!(r.xdp.as_ref().unwrap()["xsk_fill_ring_empty"], 7, "the row carries them");
+    }
+
+    #[test]
+    fn rows_without_the_xdp_transport_carry_no_xdp_counters() {
+        assert!(xdp_counters(&run(vec![receiver(0, None), receiver(1, None)])).is_none());
+    }
+
+    #[test]
+    fn each_stack_is_listed_once_per_size() {
+        let mk = |stack: &str, size: usize, kind: &'static str| BenchRow {
+            stack: stack.into(),
+            size,
+            kind,
+            sender_sent: 0,
+            sender_secs: 0.0,
+            mpps: vec![],
+            loss: vec![],
+            p50_ns: vec![],
+            p99_ns: vec![],
+            accelerated: 0,
+            fallbacks: 0,
+            multicast_kernel: 0,
+            gso_messages: 0,
+            gro_superpackets: 0,
+            xdp: None,
+        };
+        let rows = vec![
+            mk("kernel", 64, "rate"),
+            mk("eudp", 64, "rate"),
+            mk("eudp-xdp", 64, "rate"),
+            mk("kernel", 64, "latency"),
+            mk("eudp", 64, "latency"),
+            mk("eudp-latency", 64, "latency"),
+            mk("eudp-xdp", 64, "latency"),
+            mk("kernel", 1472, "rate"),
+        ];
+        assert_eq!(stacks_of(&rows, 64), ["kernel", "eudp", "eudp-xdp", "eudp-latency"]);
+        assert_eq!(stacks_of(&rows, 1472), ["kernel"]);
+    }
 }

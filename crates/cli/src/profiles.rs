@@ -92,6 +92,7 @@ pub const SETTINGS: &[&str] = &[
     "EUDP_XDP_IFACE",
     "EUDP_XDP_MODE",
     "EUDP_XDP_QUEUE",
+    "EUDP_XDP_RING",
     // tracing
     "EUDP_TRACE",
     "EUDP_TRACE_CLOCK",

@@ -156,6 +156,13 @@ pub const SETTINGS: &[Setting] = &[
     s("EUDP_XDP_MODE", Choice(&["auto", "driver", "generic"]), "auto", Xdp, "how the XDP program attaches"),
     s("EUDP_XDP_COPY", Choice(&["cached", "nontemporal"]), "cached", Xdp, "the stores of the payload copy into UMEM"),
     s("EUDP_XDP_QUEUE", Int { min: 0, max: U32 }, "0", Xdp, "the interface queue the AF_XDP socket binds"),
+    s(
+        "EUDP_XDP_RING",
+        Choice(&["512", "1024", "2048", "4096", "8192", "16384"]),
+        "2048",
+        Xdp,
+        "entries of each AF_XDP ring; twice as many UMEM frames, half of them receiving",
+    ),
     s("EUDP_TRACE", Text, "off", Trace, "trace file (%p: pid); set turns tracing on"),
     s("EUDP_TRACE_CLOCK", Text, "monotonic", Trace, "`none`: record events without reading a clock"),
     s(

@@ -78,6 +78,9 @@ real! {
     close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
     closefrom(first: c_int) -> ();
     poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
+    nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int;
+    clock_nanosleep(clock: libc::clockid_t, flags: c_int, req: *const libc::timespec, rem: *mut libc::timespec) -> c_int;
+    usleep(usec: libc::useconds_t) -> c_int;
     ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
     pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;

@@ -6,7 +6,7 @@
 //! final counters are taken, an epoll echo thread answers each request,
 //! reading its socket itself (the engine thread stays off a socket in the
 //! program's epoll set), and the end of a burst leaves when the sending
-//! thread goes to sleep waiting for the answer.
+//! thread goes to sleep waiting for the answer (or sleeps in a timed sleep).
 
 mod common;
 use common::*;
@@ -99,13 +99,14 @@ fn a_socket_in_an_epoll_set_is_read_by_the_program() {
 
 /// A burst whose last datagrams wait out the coalescing interval (3 s
 /// here), then the sender's thread waits for the answer that needs all of
-/// them — in a blocking receive, `poll`, `select` and `epoll_wait`. The
+/// them — in a blocking receive, `poll`, `select` and `epoll_wait`, or
+/// sleeps in `usleep`, `nanosleep` or `clock_nanosleep` between looks. The
 /// remainder must leave when that thread goes to sleep: the C program
 /// fails when the answer takes 1 s or more (before, it took the interval).
 #[test]
 fn the_end_of_a_burst_leaves_when_the_sender_waits() {
     let n = 100;
-    for how in ["recv", "poll", "select", "epoll"] {
+    for how in ["recv", "poll", "select", "epoll", "sleep_usleep", "sleep_nanosleep", "sleep_clock_nanosleep"] {
         let r = run(&format!("burst_{how}"), n, &[("EUDP_TX_COALESCE_US", "3000000")]);
         assert!(total(&r, "queued_posts") > 0, "{how}: nothing was queued: the case tests nothing");
         assert_eq!(total(&r, "sleep_flushes"), 1, "{how}: the remainder was not sent at the sleep");

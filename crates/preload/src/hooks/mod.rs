@@ -11,7 +11,8 @@
 //!
 //! By call family: `recv`, `send`, `fd` (descriptors: socket, close, dup,
 //! bind, connect, fcntl, ioctl, ...), `sockopt`, `poll`, `select` and
-//! `epoll` over `ready` (readiness shared by the three), and `process`
+//! `epoll` over `ready` (readiness shared by the three), `sleep` (the timed
+//! sleeps, which send what waits out its coalescing interval first), and `process`
 //! (syscall(), exec, fork, signals, exit, the constructor), `rlimit`
 //! (RLIMIT_NOFILE as the program sees it); `args` decodes
 //! the C arguments. This module holds what they share: errno results and
@@ -30,6 +31,7 @@ mod recv;
 mod rlimit;
 mod select;
 mod send;
+mod sleep;
 mod sockopt;
 
 use crate::shim::{self, with_sock_in, with_tls, Sock, Tls};

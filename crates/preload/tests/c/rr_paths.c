@@ -19,7 +19,11 @@
  *   burst_epoll N   when the answer took 1 s or more (the test sets the
  *                   shim's coalescing interval far longer: the last
  *                   datagrams of the burst must leave when x's thread
- *                   goes to sleep, not when the interval ends). */
+ *                   goes to sleep, not when the interval ends).
+ *   burst_sleep_usleep N, burst_sleep_nanosleep N,
+ *   burst_sleep_clock_nanosleep N
+ *                   the same, x sleeping 50 ms at a time in that call and
+ *                   looking for the answer without waiting in between. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -113,7 +117,32 @@ static int burst(const char *how, int n) {
     }
     double start = mono();
     int ready = 1;
-    if (!strcmp(how, "poll")) {
+    if (!strncmp(how, "sleep_", 6)) {
+        /* x sleeps 50 ms at a time and looks without waiting in between:
+         * only the sleep itself can have sent the burst's remainder. */
+        for (int k = 0; k < 40; k++) {
+            if (!strcmp(how, "sleep_usleep")) {
+                usleep(50000);
+            } else {
+                struct timespec ts = {.tv_nsec = 50000000};
+                if (!strcmp(how, "sleep_nanosleep"))
+                    nanosleep(&ts, NULL);
+                else
+                    clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
+            }
+            ssize_t r = recv(x, b, sizeof b - 1, MSG_DONTWAIT);
+            if (r == 3 && !memcmp(b, "all", 3))
+                break;
+            if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                printf("burst_%s: unexpected receive %zd\n", how, r);
+                return 1;
+            }
+            if (k == 39) {
+                printf("burst_%s: no answer within 2 s\n", how);
+                return 1;
+            }
+        }
+    } else if (!strcmp(how, "poll")) {
         struct pollfd p = {.fd = x, .events = POLLIN};
         ready = poll(&p, 1, 10000);
     } else if (!strcmp(how, "select")) {
@@ -133,7 +162,8 @@ static int burst(const char *how, int n) {
         printf("burst_%s: no answer within 10 s\n", how);
         return 1;
     }
-    must_recv(x, "all");
+    if (strncmp(how, "sleep_", 6))
+        must_recv(x, "all");
     double waited = mono() - start;
     pthread_join(t, NULL);
     if (waited >= 1.0) {

@@ -123,11 +123,22 @@ pub struct XdpStats {
 
 impl XdpConfig {
     /// The settings of a transport on `ifname` from `EUDP_XDP_QUEUE`,
+    /// `EUDP_XDP_RING` (ring entries; twice as many frames),
     /// `EUDP_XDP_MODE` and `EUDP_XDP_COPY` (`cached` or `nontemporal`); a
     /// bad value leaves its default, logged once.
     pub fn from_env(ifname: &str) -> XdpConfig {
+        let (cfg, errs) = XdpConfig::from_lookup(ifname, &|k| std::env::var(k).ok());
+        crate::log::report_ignored(&errs);
+        cfg
+    }
+
+    /// As [`XdpConfig::from_env`] with an explicit lookup: the settings, and
+    /// the bad values left at their defaults.
+    pub fn from_lookup(
+        ifname: &str,
+        get: &dyn Fn(&str) -> Option<String>,
+    ) -> (XdpConfig, Vec<crate::settings::SettingError>) {
         use crate::settings::lookup;
-        let get: &dyn Fn(&str) -> Option<String> = &|k| std::env::var(k).ok();
         let mut errs = Vec::new();
         let mut cfg = XdpConfig::new(ifname);
         if let Some(q) = lookup(get, "EUDP_XDP_QUEUE", &mut errs, |s, v| s.int(v)) {
@@ -140,10 +151,37 @@ impl XdpConfig {
                 _ => AttachMode::Auto,
             };
         }
+        if let Some(r) = lookup(get, "EUDP_XDP_RING", &mut errs, |s, v| s.int(v)) {
+            // A power of two (the setting's choices); the fill ring can
+            // hold every receive frame.
+            cfg.ring = r as u32;
+            cfg.frames = 2 * r as usize;
+        }
         if let Some(c) = lookup(get, "EUDP_XDP_COPY", &mut errs, |s, v| s.check(v).map(|_| v.trim().to_string())) {
             cfg.copy = if c == "nontemporal" { CopyBlock::NonTemporal } else { CopyBlock::Cached };
         }
-        crate::log::report_ignored(&errs);
-        cfg
+        (cfg, errs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::XdpConfig;
+
+    fn with(k: &'static str, v: &'static str) -> impl Fn(&str) -> Option<String> {
+        move |q: &str| (q == k).then(|| v.to_string())
+    }
+
+    #[test]
+    fn the_ring_setting_sizes_the_rings_and_twice_as_many_frames() {
+        let (c, errs) = XdpConfig::from_lookup("veth0", &with("EUDP_XDP_RING", "16384"));
+        assert!(errs.is_empty());
+        assert_eq!((c.ring, c.frames), (16384, 32768));
+        let (d, _) = XdpConfig::from_lookup("veth0", &|_| None);
+        assert_eq!((d.ring, d.frames), (2048, 4096), "the default");
+        // Not a power of two the rings accept: an error, the default kept.
+        let (b, errs) = XdpConfig::from_lookup("veth0", &with("EUDP_XDP_RING", "3000"));
+        assert_eq!(errs.len(), 1);
+        assert_eq!((b.ring, b.frames), (2048, 4096));
     }
 }
