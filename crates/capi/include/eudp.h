@@ -606,8 +606,8 @@ ssize_t eudp_async_in_flight(eudp_async *s);
  * a copy, and eudp_async_recv_release() gives each back to the ring. A
  * lent buffer's bytes stay valid and unchanged until its release. While the
  * caller holds every buffer the receive pauses (datagrams wait in the
- * socket's buffer) and resumes once half the buffers are back, or at the
- * next eudp_async_recv_next() or eudp_async_recv_arm().
+ * socket's buffer) and resumes once every buffer is back, or at the next
+ * eudp_async_recv_next() or eudp_async_recv_arm().
  * ------------------------------------------------------------------------ */
 
 /** A receiver (opaque). */
@@ -655,7 +655,7 @@ int eudp_async_recv_local_addr(eudp_async_rx *r, struct sockaddr_storage *addr, 
 
 /**
  * Arms the receive unless it is armed. Opening arms it; after the ring ran
- * dry, the release that brings half the buffers back and
+ * dry, the release that brings the last buffer back and
  * eudp_async_recv_next() arm it again; call it before polling the fd to be
  * sure.
  */

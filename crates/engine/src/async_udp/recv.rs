@@ -176,14 +176,15 @@ impl AsyncReceiver {
     }
 
     /// Gives a lease's buffer back to the ring, and arms a receive that
-    /// ended on a dry ring once half the ring is back: armed with fewer
-    /// buffers, a receive under load fills them and ends again at once, a
-    /// system call per buffer. [`AsyncReceiver::recv`] and
-    /// [`AsyncReceiver::arm`] arm with any number.
+    /// ended on a dry ring once every buffer is back: armed with fewer, a
+    /// receive behind a backlog fills them and ends again at once, so each
+    /// arming (a system call) takes only the buffers back so far.
+    /// [`AsyncReceiver::recv`] (before it waits) and [`AsyncReceiver::arm`]
+    /// arm with any number.
     pub fn release(&mut self, l: RxLease) -> io::Result<()> {
         assert_eq!(l.owner, self.owner, "a lease of another receiver");
         self.ring.recycle(l.filled.bid);
-        if !self.ring.is_armed() && self.ring.free_buffers() * 2 >= self.ring.buffers() {
+        if !self.ring.is_armed() && self.ring.free_buffers() == self.ring.buffers() {
             self.ring.arm()?;
         }
         Ok(())
