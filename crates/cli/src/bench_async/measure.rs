@@ -142,7 +142,14 @@ fn sender(ends: &Ends, dst: SocketAddr, size: usize, mode: SendMode, secs: f64) 
         }
         s.poll_completions(&mut done, usize::MAX).map_err(|e| e.to_string())?;
         note(&done);
+        // ENOBUFS on a zero-copy send: the socket's option memory is held by
+        // sends not yet notified. Sending on at once only fails again (a spin
+        // of refused sends); their notifications free it.
+        let starved = done.iter().any(|c| c.result.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOBUFS)));
         pool.extend(done.drain(..).map(|c| c.buf));
+        if starved && s.in_flight() > 0 {
+            s.wait(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+        }
     }
     s.drain(&mut done, Duration::from_secs(2)).map_err(|e| e.to_string())?;
     note(&done);
