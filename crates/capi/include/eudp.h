@@ -606,7 +606,8 @@ ssize_t eudp_async_in_flight(eudp_async *s);
  * a copy, and eudp_async_recv_release() gives each back to the ring. A
  * lent buffer's bytes stay valid and unchanged until its release. While the
  * caller holds every buffer the receive pauses (datagrams wait in the
- * socket's buffer) and resumes on the next release.
+ * socket's buffer) and resumes once every buffer is back, or at the next
+ * eudp_async_recv_next() or eudp_async_recv_arm().
  * ------------------------------------------------------------------------ */
 
 /** A receiver (opaque). */
@@ -653,9 +654,10 @@ int eudp_async_recv_close(eudp_async_rx *r);
 int eudp_async_recv_local_addr(eudp_async_rx *r, struct sockaddr_storage *addr, socklen_t *addrlen);
 
 /**
- * Arms the receive unless it is armed. Opening arms it, and a release
- * after the ring ran dry arms it again; call it before polling the fd to
- * be sure.
+ * Arms the receive unless it is armed. Opening arms it; after the ring ran
+ * dry, the release that brings the last buffer back and
+ * eudp_async_recv_next() arm it again; call it before polling the fd to be
+ * sure.
  */
 int eudp_async_recv_arm(eudp_async_rx *r);
 

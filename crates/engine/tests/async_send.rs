@@ -311,7 +311,10 @@ fn registered_buffers_are_reused_only_after_their_completion() {
 /// be had (not root, no `ip`).
 fn in_netns_with_optmem<T: Send + 'static>(optmem: u32, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     use std::process::Command;
-    let ns = format!("eudp-enobufs-{}", std::process::id());
+    // Unique per call: the tests of this binary run at once.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ns = format!("eudp-enobufs-{}-{call}", std::process::id());
     let ip = |args: &[&str]| Command::new("ip").args(args).output().is_ok_and(|o| o.status.success());
     let _ = ip(&["netns", "del", &ns]);
     if !ip(&["netns", "add", &ns]) {
@@ -380,4 +383,43 @@ fn enobufs_lands_on_the_datagram_the_kernel_refused() {
     let Some(Some((sent, refused, last_ok))) = r else { return };
     assert!(sent >= 1 && refused >= 1, "sent {sent}, refused {refused}");
     assert!(last_ok);
+}
+
+#[test]
+fn the_uring_engine_sends_where_option_memory_refuses_msg_zerocopy() {
+    // io_uring takes its notifications from its own ring, not the socket's
+    // option memory: with room for about one MSG_ZEROCOPY notification,
+    // every SEND_ZC of the same sends completes sent and arrives.
+    if !engines().contains(&SendEngine::Uring) {
+        return;
+    }
+    let r = in_netns_with_optmem(1000, || {
+        let (tx, rx) = pair();
+        let mut s: AsyncSender<Vec<u8>> = sender(tx, 16, SendEngine::Uring);
+        assert!(s.zerocopy(), "the io_uring engine sends zero-copy");
+        const N: u64 = 6;
+        for t in 0..N {
+            s.submit(Datagram { buf: payload(t, 300), token: t, dst: None }).unwrap();
+        }
+        let got = collect(&mut s, N as usize);
+        let sent: HashSet<u64> = got
+            .iter()
+            .map(|c| {
+                assert_eq!(c.result.as_ref().ok(), Some(&300), "token {}: {:?}", c.token, c.result);
+                c.token
+            })
+            .collect();
+        rx.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut buf = [0u8; 512];
+        let mut arrived = HashSet::new();
+        while arrived.len() < N as usize {
+            let Ok(n) = rx.recv(&mut buf) else { break };
+            assert_eq!(n, 300);
+            arrived.insert(u64::from_le_bytes(buf[..8].try_into().unwrap()));
+        }
+        (sent, arrived)
+    });
+    let Some((sent, arrived)) = r else { return };
+    assert_eq!(sent, (0..6).collect::<HashSet<_>>());
+    assert_eq!(arrived, sent);
 }

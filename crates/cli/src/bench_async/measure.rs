@@ -7,6 +7,7 @@ use super::sys::enter_netns;
 use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Datagram, Full, SendEngine};
 use eudp_engine::sys::clock::{process_cpu_time, thread_cpu_time};
 use eudp_engine::sys::sockopt::set_int_option;
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,7 +41,7 @@ pub struct Ends {
 }
 
 /// What one transfer measured.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Sample {
     pub secs: f64,
     pub sent_datagrams: u64,
@@ -49,6 +50,8 @@ pub struct Sample {
     /// Sent datagrams the kernel did not copy.
     pub zero_copied: u64,
     pub failed: u64,
+    /// The failed datagrams by errno, so that a failing row says why.
+    pub errors: BTreeMap<i32, u64>,
     /// CPU time of the sending thread.
     pub sender_cpu: Duration,
     /// CPU time of the whole process (both threads and the kernel's work
@@ -108,6 +111,12 @@ fn sender(ends: &Ends, dst: SocketAddr, size: usize, mode: SendMode, secs: f64) 
         s.register_buffers(&regions).map_err(|e| format!("registering buffers: {e}"))?;
     }
     let mut done = Vec::new();
+    let mut errors = BTreeMap::new();
+    let mut note = |done: &[eudp_engine::async_udp::Completion<Vec<u8>>]| {
+        for e in done.iter().filter_map(|c| c.result.as_ref().err()) {
+            *errors.entry(e.raw_os_error().unwrap_or(0)).or_insert(0u64) += 1;
+        }
+    };
     let mut token = 0u64;
     let (cpu0, proc0, t0) = (thread_cpu_time(), process_cpu_time(), Instant::now());
     let limit = Duration::from_secs_f64(secs);
@@ -132,9 +141,18 @@ fn sender(ends: &Ends, dst: SocketAddr, size: usize, mode: SendMode, secs: f64) 
             s.wait(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
         }
         s.poll_completions(&mut done, usize::MAX).map_err(|e| e.to_string())?;
+        note(&done);
+        // ENOBUFS on a zero-copy send: the socket's option memory is held by
+        // sends not yet notified. Sending on at once only fails again (a spin
+        // of refused sends); their notifications free it.
+        let starved = done.iter().any(|c| c.result.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOBUFS)));
         pool.extend(done.drain(..).map(|c| c.buf));
+        if starved && s.in_flight() > 0 {
+            s.wait(Some(Duration::from_millis(1))).map_err(|e| e.to_string())?;
+        }
     }
     s.drain(&mut done, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    note(&done);
     let (cpu1, proc1, elapsed) = (thread_cpu_time(), process_cpu_time(), t0.elapsed());
     let st = s.stats();
     Ok(Sample {
@@ -144,6 +162,7 @@ fn sender(ends: &Ends, dst: SocketAddr, size: usize, mode: SendMode, secs: f64) 
         received_bytes: 0,
         zero_copied: st.zero_copied,
         failed: st.failed,
+        errors,
         sender_cpu: cpu1 - cpu0,
         process_cpu: proc1 - proc0,
         zerocopy: s.zerocopy(),

@@ -24,5 +24,5 @@ pub mod send;
 mod uring_engine;
 
 pub use buf::SendBuf;
-pub use recv::{AsyncReceiver, RecvConfig, RxLease};
+pub use recv::{AsyncReceiver, RecvConfig, RecvStats, RxLease};
 pub use send::{AsyncConfig, AsyncSender, AsyncStats, Completion, Datagram, Full, SendEngine};

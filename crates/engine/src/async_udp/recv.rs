@@ -66,6 +66,19 @@ impl RxLease {
     }
 }
 
+/// What an [`AsyncReceiver`] has done, for callers that count cost and loss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvStats {
+    /// Buffers handed to the application.
+    pub received: u64,
+    /// Times the ring ran dry and the kernel ended the receive (`ENOBUFS`);
+    /// datagrams then wait in the socket's buffer (or are dropped there when
+    /// it is full) until a release arms the receive again.
+    pub ring_dry: u64,
+    /// System calls made (`io_uring_enter`: arming, re-arming and waiting).
+    pub syscalls: u64,
+}
+
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
 /// Receives on one UDP socket through a multishot io_uring receive; one
@@ -78,6 +91,8 @@ pub struct AsyncReceiver {
     ready: VecDeque<Filled>,
     /// An error the receive ended with, reported once.
     error: Option<i32>,
+    received: u64,
+    ring_dry: u64,
 }
 
 impl AsyncReceiver {
@@ -91,7 +106,7 @@ impl AsyncReceiver {
         let mut ring = RecvRing::new(sock.as_fd(), entries, cfg.buffer_size)?;
         ring.arm()?;
         let owner = NEXT_OWNER.fetch_add(1, Ordering::Relaxed);
-        Ok(AsyncReceiver { ring, sock, owner, ready: VecDeque::new(), error: None })
+        Ok(AsyncReceiver { ring, sock, owner, ready: VecDeque::new(), error: None, received: 0, ring_dry: 0 })
     }
 
     pub fn socket(&self) -> &UdpSocket {
@@ -103,6 +118,10 @@ impl AsyncReceiver {
     /// [`AsyncReceiver::recv`] arm it again.
     pub fn arm(&mut self) -> io::Result<()> {
         self.ring.arm()
+    }
+
+    pub fn stats(&self) -> RecvStats {
+        RecvStats { received: self.received, ring_dry: self.ring_dry, syscalls: self.ring.enters() }
     }
 
     /// A descriptor readable while received buffers wait to be taken.
@@ -118,7 +137,7 @@ impl AsyncReceiver {
                 Reaped::Filled(f) => self.ready.push_back(f),
                 // The ring ran dry: the receive ends and is armed again once
                 // the application gives buffers back.
-                Reaped::Error(libc::ENOBUFS) => {}
+                Reaped::Error(libc::ENOBUFS) => self.ring_dry += 1,
                 Reaped::Error(e) => self.error = Some(e),
             }
         }
@@ -138,6 +157,7 @@ impl AsyncReceiver {
             self.reap()?;
         }
         let n = self.ready.len().min(max);
+        self.received += n as u64;
         out.extend(self.ready.drain(..n).map(|filled| RxLease { owner: self.owner, filled }));
         Ok(n)
     }
@@ -155,10 +175,18 @@ impl AsyncReceiver {
         p.chunks(seg)
     }
 
-    /// Gives a lease's buffer back to the ring.
+    /// Gives a lease's buffer back to the ring, and arms a receive that
+    /// ended on a dry ring once every buffer is back: armed with fewer, a
+    /// receive behind a backlog fills them and ends again at once, so each
+    /// arming (a system call) takes only the buffers back so far.
+    /// [`AsyncReceiver::recv`] (before it waits) and [`AsyncReceiver::arm`]
+    /// arm with any number.
     pub fn release(&mut self, l: RxLease) -> io::Result<()> {
         assert_eq!(l.owner, self.owner, "a lease of another receiver");
         self.ring.recycle(l.filled.bid);
-        self.ring.arm()
+        if !self.ring.is_armed() && self.ring.free_buffers() == self.ring.buffers() {
+            self.ring.arm()?;
+        }
+        Ok(())
     }
 }

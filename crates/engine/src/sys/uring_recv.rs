@@ -102,6 +102,10 @@ pub struct RecvRing {
     /// The header the armed receive was prepared from (lengths only).
     hdr: Box<libc::msghdr>,
     armed: bool,
+    /// `io_uring_enter` calls made (arming and waiting).
+    enters: u64,
+    /// Buffers the kernel has filled and that are not back on the ring.
+    out: u16,
 }
 
 impl RecvRing {
@@ -139,8 +143,20 @@ impl RecvRing {
         let mut hdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
         hdr.msg_namelen = NAME_LEN;
         hdr.msg_controllen = CONTROL_LEN as usize;
-        let mut me =
-            RecvRing { rings, ring, bufs, fd, sock: sock.as_raw_fd(), entries, buf_size, tail: 0, hdr, armed: false };
+        let mut me = RecvRing {
+            rings,
+            ring,
+            bufs,
+            fd,
+            sock: sock.as_raw_fd(),
+            entries,
+            buf_size,
+            tail: 0,
+            hdr,
+            armed: false,
+            enters: 0,
+            out: 0,
+        };
         for bid in 0..entries {
             me.put(bid);
         }
@@ -188,6 +204,21 @@ impl RecvRing {
     pub fn recycle(&mut self, bid: u16) {
         self.put(bid);
         self.publish();
+        self.out = self.out.saturating_sub(1);
+    }
+
+    /// Buffers on the ring, free for the kernel to fill.
+    pub fn free_buffers(&self) -> u16 {
+        self.entries - self.out
+    }
+
+    /// Buffers in the ring.
+    pub fn buffers(&self) -> u16 {
+        self.entries
+    }
+
+    pub fn is_armed(&self) -> bool {
+        self.armed
     }
 
     /// The bytes of buffer `bid` at `offset..offset + len`.
@@ -225,7 +256,8 @@ impl RecvRing {
     }
 
     /// `io_uring_enter`: submits `n`, waits for `min` completions up to `timeout`.
-    fn enter(&self, n: u32, min: u32, timeout: Option<Duration>) -> io::Result<()> {
+    fn enter(&mut self, n: u32, min: u32, timeout: Option<Duration>) -> io::Result<()> {
+        self.enters += 1;
         match uring::enter(self.fd.as_raw_fd(), n, min, Some(timeout)) {
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {
                 Ok(())
@@ -235,11 +267,16 @@ impl RecvRing {
     }
 
     /// Waits up to `timeout` (forever when `None`) for a completion.
-    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<()> {
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         if self.pending() > 0 {
             return Ok(());
         }
         self.enter(0, 1, timeout)
+    }
+
+    /// The `io_uring_enter` calls this ring has made.
+    pub fn enters(&self) -> u64 {
+        self.enters
     }
 
     fn pending(&self) -> u32 {
@@ -270,6 +307,7 @@ impl RecvRing {
                 each(Reaped::Error(-c.res));
             } else if c.flags & IORING_CQE_F_BUFFER != 0 {
                 let bid = (c.flags >> IORING_CQE_BUFFER_SHIFT) as u16;
+                self.out += 1;
                 each(Reaped::Filled(self.parse(bid, c.res as usize)));
             }
         }
