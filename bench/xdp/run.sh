@@ -50,6 +50,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+LOAD_BEFORE=$(cat /proc/loadavg)
 "$EUDP" testbed up "$NAME" >/dev/null
 ifname() { ip -n "$1" -o link | awk -F': ' '$2 != "lo" {print $2}' | cut -d@ -f1 | head -1; }
 IFA=$(ifname "$NSA")
@@ -121,9 +122,9 @@ done
 
 mkdir -p bench/results
 OUT="bench/results/xdp-pingpong-$(date +%s).json"
-python3 - "$RUNS" "$OUT" "$N" "$R" "$PORT" "$(uname -r)" "$MODES" <<'EOF'
+python3 - "$RUNS" "$OUT" "$N" "$R" "$PORT" "$(uname -r)" "$MODES" "$LOAD_BEFORE" "$(cat /proc/loadavg)" <<'EOF'
 import json, statistics, sys
-runs_path, out, n, reps, port, kernel, modes = sys.argv[1:]
+runs_path, out, n, reps, port, kernel, modes, load_before, load_after = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_path) if l.strip()]
 labels = modes.split()
 med = {}
@@ -144,8 +145,16 @@ def ratio(a, b):
         return round(med[a]["p50_us"] / med[b]["p50_us"], 3)
     return None
 ratios = {f"{lab}/kernel_p50": ratio(lab, "kernel") for lab in labels if lab != "kernel"}
+# eudp's xdp transport against its floor, the C AF_XDP mode of the same run
+ratios.update({f"{lab}/xdp_p50": ratio(lab, "xdp") for lab in labels if lab.startswith("eudp-xdp")})
+def ratio99(a, b):
+    if med.get(a) and med.get(b):
+        return round(med[a]["p99_us"] / med[b]["p99_us"], 3)
+    return None
+ratios.update({f"{lab}/kernel_p99": ratio99(lab, "kernel") for lab in labels if lab.startswith("eudp")})
 summary = {"experiment": "xdp-pingpong", "payload_bytes": 64, "n": int(n), "reps": int(reps),
            "port": int(port), "kernel": kernel, "cpus": {"client": 0, "server": 1},
+           "loadavg_before": load_before, "loadavg_after": load_after,
            "medians": med, "ratios": ratios, "runs": runs}
 json.dump(summary, open(out, "w"), indent=2)
 print(json.dumps({"file": out, "medians": {k: (v and {x: v[x] for x in ("p50_us", "p90_us", "p99_us", "mean_us", "xdp_attach")}) for k, v in med.items()}, "ratios": ratios}, indent=2))

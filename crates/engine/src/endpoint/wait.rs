@@ -13,9 +13,12 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
 use std::time::Instant;
 
-/// A spinning receive (`EUDP_SPIN_US`) yields its CPU after this many looks
-/// that found nothing.
-const SPIN_YIELD_EVERY: u32 = 4;
+/// A spinning receive (`EUDP_SPIN_US`) yields its CPU once per this much
+/// spinning. On the xdp transport a look is a few loads from user memory
+/// (well under a microsecond) and a yield a system call: yielding after a
+/// count of looks would make the spin mostly yields, each one a moment
+/// where an arrival waits for the yield to come back.
+const SPIN_YIELD_PERIOD: std::time::Duration = std::time::Duration::from_micros(10);
 
 impl EpInner {
     /// [`EpInner::recv`] once the ring was found empty.
@@ -52,6 +55,8 @@ impl EpInner {
         let mut timed_read_left = self.rx_timeout_in_socket.load(Relaxed);
         // Spin rounds that found nothing (latency profile).
         let mut spins: u32 = 0;
+        // When the spin last gave up its CPU (or began).
+        let mut yielded: Option<Instant> = None;
         // The ring was just found empty by `recv`.
         let mut looked = true;
         loop {
@@ -100,9 +105,14 @@ impl EpInner {
                         // Readiness is settled after this thread's pop below.
                         // A spin that found nothing looks for one message
                         // (`recvmsg`, the cheapest look): it waits for the
-                        // next datagram, not a batch.
+                        // next datagram, not a batch. Its first look reads
+                        // a batch, as a spinning look too: a backend whose
+                        // look is cheaper than a read of its socket (xdp)
+                        // then makes no system call for it.
                         if spins > 0 {
                             self.spin_look_on_caller();
+                        } else if spinning && !nonblocking {
+                            self.first_spin_look_on_caller();
                         } else {
                             self.fill_on_caller(false, usize::MAX);
                         }
@@ -151,25 +161,29 @@ impl EpInner {
                     return Err(err(libc::EAGAIN));
                 }
                 if !spin_cfg.is_zero() && *spin_until.get_or_insert(now + spin_cfg) > now {
-                    None
+                    Err(now)
                 } else {
-                    Some((self.ready_fd(&mut rs)?.clone(), rs.err.clone(), now))
+                    Ok((self.ready_fd(&mut rs)?.clone(), rs.err.clone(), now))
                 }
             };
-            let Some((ready, errs, now)) = ready else {
-                // Polite spinning: on a machine with fewer cores than busy
-                // threads the peer this receive waits for may need this
-                // CPU, so it is given up regularly — but not after every
-                // look, since a yield with nobody else to run still costs
-                // a trip through the scheduler, as much as a look costs.
-                spins += 1;
-                #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
-                if spins % SPIN_YIELD_EVERY == 0 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
+            let (ready, errs, now) = match ready {
+                Ok(r) => r,
+                Err(now) => {
+                    // Polite spinning: on a machine with fewer cores than
+                    // busy threads the peer this receive waits for may need
+                    // this CPU, so it is given up regularly — but by time,
+                    // not after every few looks, since a yield with nobody
+                    // else to run still costs a trip through the scheduler.
+                    spins += 1;
+                    let last = *yielded.get_or_insert(now);
+                    if now.duration_since(last) >= SPIN_YIELD_PERIOD {
+                        std::thread::yield_now();
+                        yielded = Some(Instant::now());
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                    continue;
                 }
-                continue;
             };
             if masked_sleep && signals.is_none() {
                 signals = Some(crate::sys::process::AsyncSignalsBlocked::new());
