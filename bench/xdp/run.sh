@@ -31,32 +31,9 @@ if [ ! -x "$EUDP" ]; then
 fi
 
 EUDP_ABS=$(realpath "$EUDP")
-NAME="xp$$"                 # testbed names are limited to 10 characters
-NAME=${NAME:0:10}
-NSA="eudp-$NAME-a"
-NSB="eudp-$NAME-b"
-TMP=$(mktemp -d /tmp/xdp-pingpong.XXXXXX)
-SERVER_PID=""
-
-cleanup() {
-    set +e
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null
-        wait "$SERVER_PID" 2>/dev/null
-    fi
-    "$EUDP" testbed down "$NAME" >/dev/null 2>&1
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 LOAD_BEFORE=$(cat /proc/loadavg)
-"$EUDP" testbed up "$NAME" >/dev/null
-ifname() { ip -n "$1" -o link | awk -F': ' '$2 != "lo" {print $2}' | cut -d@ -f1 | head -1; }
-IFA=$(ifname "$NSA")
-IFB=$(ifname "$NSB")
-MACB=$(ip -n "$NSB" -o link show "$IFB" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
-echo "testbed $NAME: $NSA/$IFA (198.18.0.1) <-> $NSB/$IFB (198.18.0.2, $MACB)" >&2
+. bench/xdp/testbed.sh
+xdp_testbed_up xp
 
 SERVER_DURATION=$(( 60 + N / 1000 ))
 CLIENT_TIMEOUT=$(( SERVER_DURATION + 30 ))

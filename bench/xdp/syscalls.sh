@@ -19,30 +19,12 @@ WARMUP=1000
 [ $# -ge 1 ] || { echo "usage: $0 LABEL=EUDP_BINARY ..." >&2; exit 2; }
 command -v strace >/dev/null || { echo "syscalls.sh: strace is not installed" >&2; exit 1; }
 
-TMP=$(mktemp -d /tmp/xdp-syscalls.XXXXXX)
+EUDP=${1#*=}
+LOAD_BEFORE=$(cat /proc/loadavg)
+. bench/xdp/testbed.sh
+xdp_testbed_up xs
 BIN="$TMP/xdp_pingpong"
 gcc -O2 -Wall -o "$BIN" bench/xdp/xdp_pingpong.c
-NAME="xs$$"
-NAME=${NAME:0:10}
-NSA="eudp-$NAME-a"
-NSB="eudp-$NAME-b"
-FIRST_EUDP=${1#*=}
-SERVER_PID=""
-cleanup() {
-    set +e
-    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi
-    "$FIRST_EUDP" testbed down "$NAME" >/dev/null 2>&1
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-LOAD_BEFORE=$(cat /proc/loadavg)
-"$FIRST_EUDP" testbed up "$NAME" >/dev/null
-ifname() { ip -n "$1" -o link | awk -F': ' '$2 != "lo" {print $2}' | cut -d@ -f1 | head -1; }
-IFA=$(ifname "$NSA")
-IFB=$(ifname "$NSB")
-MACB=$(ip -n "$NSB" -o link show "$IFB" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
 read -r -a ARGS <<< "$RUN_ARGS"
 
 for spec in "$@"; do

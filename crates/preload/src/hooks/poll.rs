@@ -161,7 +161,7 @@ unsafe fn poll_input(
 /// must put it in place for their system call, which then takes a pending
 /// signal and fails with EINTR. The CPU is given up every fourth look,
 /// not after each: a yield with nobody else to run still goes through the
-/// scheduler.
+/// scheduler, as the engine's spinning receive does (`SPIN_YIELD_EVERY`).
 /// The thread's mask and the call's errno are as they should be after.
 pub(super) unsafe fn spin_then_wait(
     spin: Duration,
