@@ -160,28 +160,25 @@ impl EpInner {
                     return Err(err(libc::EAGAIN));
                 }
                 if !spin_cfg.is_zero() && *spin_until.get_or_insert(now + spin_cfg) > now {
-                    Err(())
+                    None
                 } else {
-                    Ok((self.ready_fd(&mut rs)?.clone(), rs.err.clone(), now))
+                    Some((self.ready_fd(&mut rs)?.clone(), rs.err.clone(), now))
                 }
             };
-            let (ready, errs, now) = match ready {
-                Ok(r) => r,
-                Err(()) => {
-                    // Polite spinning: on a machine with fewer cores than
-                    // busy threads the peer this receive waits for may need
-                    // this CPU, so it is given up regularly — but not after
-                    // every look, since a yield with nobody else to run
-                    // still costs a trip through the scheduler.
-                    spins += 1;
-                    #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
-                    if spins % SPIN_YIELD_EVERY == 0 {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                    continue;
+            let Some((ready, errs, now)) = ready else {
+                // Polite spinning: on a machine with fewer cores than busy
+                // threads the peer this receive waits for may need this
+                // CPU, so it is given up regularly — but not after every
+                // look, since a yield with nobody else to run still costs
+                // a trip through the scheduler, as much as a look costs.
+                spins += 1;
+                #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
+                if spins % SPIN_YIELD_EVERY == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
                 }
+                continue;
             };
             if masked_sleep && signals.is_none() {
                 signals = Some(crate::sys::process::AsyncSignalsBlocked::new());
