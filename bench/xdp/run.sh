@@ -31,31 +31,9 @@ if [ ! -x "$EUDP" ]; then
 fi
 
 EUDP_ABS=$(realpath "$EUDP")
-NAME="xp$$"                 # testbed names are limited to 10 characters
-NAME=${NAME:0:10}
-NSA="eudp-$NAME-a"
-NSB="eudp-$NAME-b"
-TMP=$(mktemp -d /tmp/xdp-pingpong.XXXXXX)
-SERVER_PID=""
-
-cleanup() {
-    set +e
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null
-        wait "$SERVER_PID" 2>/dev/null
-    fi
-    "$EUDP" testbed down "$NAME" >/dev/null 2>&1
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-"$EUDP" testbed up "$NAME" >/dev/null
-ifname() { ip -n "$1" -o link | awk -F': ' '$2 != "lo" {print $2}' | cut -d@ -f1 | head -1; }
-IFA=$(ifname "$NSA")
-IFB=$(ifname "$NSB")
-MACB=$(ip -n "$NSB" -o link show "$IFB" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
-echo "testbed $NAME: $NSA/$IFA (198.18.0.1) <-> $NSB/$IFB (198.18.0.2, $MACB)" >&2
+LOAD_BEFORE=$(cat /proc/loadavg)
+. bench/xdp/testbed.sh
+xdp_testbed_up xp
 
 SERVER_DURATION=$(( 60 + N / 1000 ))
 CLIENT_TIMEOUT=$(( SERVER_DURATION + 30 ))
@@ -121,9 +99,9 @@ done
 
 mkdir -p bench/results
 OUT="bench/results/xdp-pingpong-$(date +%s).json"
-python3 - "$RUNS" "$OUT" "$N" "$R" "$PORT" "$(uname -r)" "$MODES" <<'EOF'
+python3 - "$RUNS" "$OUT" "$N" "$R" "$PORT" "$(uname -r)" "$MODES" "$LOAD_BEFORE" "$(cat /proc/loadavg)" <<'EOF'
 import json, statistics, sys
-runs_path, out, n, reps, port, kernel, modes = sys.argv[1:]
+runs_path, out, n, reps, port, kernel, modes, load_before, load_after = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_path) if l.strip()]
 labels = modes.split()
 med = {}
@@ -144,8 +122,16 @@ def ratio(a, b):
         return round(med[a]["p50_us"] / med[b]["p50_us"], 3)
     return None
 ratios = {f"{lab}/kernel_p50": ratio(lab, "kernel") for lab in labels if lab != "kernel"}
+# eudp's xdp transport against its floor, the C AF_XDP mode of the same run
+ratios.update({f"{lab}/xdp_p50": ratio(lab, "xdp") for lab in labels if lab.startswith("eudp-xdp")})
+def ratio99(a, b):
+    if med.get(a) and med.get(b):
+        return round(med[a]["p99_us"] / med[b]["p99_us"], 3)
+    return None
+ratios.update({f"{lab}/kernel_p99": ratio99(lab, "kernel") for lab in labels if lab.startswith("eudp")})
 summary = {"experiment": "xdp-pingpong", "payload_bytes": 64, "n": int(n), "reps": int(reps),
            "port": int(port), "kernel": kernel, "cpus": {"client": 0, "server": 1},
+           "loadavg_before": load_before, "loadavg_after": load_after,
            "medians": med, "ratios": ratios, "runs": runs}
 json.dump(summary, open(out, "w"), indent=2)
 print(json.dumps({"file": out, "medians": {k: (v and {x: v[x] for x in ("p50_us", "p90_us", "p99_us", "mean_us", "xdp_attach")}) for k, v in med.items()}, "ratios": ratios}, indent=2))

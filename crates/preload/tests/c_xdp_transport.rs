@@ -179,6 +179,44 @@ fn surface_matches_the_kernel_over_xdp() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// A blocking receive on the xdp transport that spins (`EUDP_SPIN_US`)
+/// before it sleeps: a signal whose handler lacks `SA_RESTART` ends it with
+/// `EINTR`, and one whose handler has it lets it go on to its datagram, as
+/// on the kernel. The signal comes 100 ms into the receive: inside a 2 s
+/// spin, and inside the sleep after a 20 ms one. A spin that ran the
+/// handler between its looks and went on would never return (bounded by
+/// `timeout`).
+#[test]
+fn a_spinning_receive_over_xdp_still_ends_on_signals() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces and AF_XDP need root");
+        return;
+    }
+    let ns = Ns::new("g");
+    let exe = cc("udp_semantics", &[]);
+    for spin in ["2000000", "20000"] {
+        let stats = stat_dir("xdp-signals-spin");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns.name, "timeout", "20"])
+            .arg(&exe)
+            .arg("signals")
+            .env("EUDP_TRANSPORT", "xdp")
+            .env("EUDP_XDP_IFACE", &ns.dev)
+            .env("EUDP_SPIN_US", spin);
+        let out = preloaded(cmd, &stats);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text == "OK signals\nALL OK\n",
+            "spin {spin} µs: {:?}: {text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = reports(&stats);
+        assert!(r.iter().map(|x| x["accelerated"].as_u64().unwrap_or(0)).sum::<u64>() > 0, "{r:?}");
+        let _ = std::fs::remove_dir_all(&stats);
+    }
+}
+
 /// A second process on an interface whose XDP hook and queue a first one
 /// holds cannot start the transport: its sockets run on the kernel backend
 /// (said in its report), and it behaves as on the kernel.

@@ -99,9 +99,10 @@ pub trait Backend: std::any::Any + Send + Sync + std::fmt::Debug {
     /// the message (the `tcp` backend hands over 64 KiB blocks this way,
     /// without a copy); `meta[i].len` bytes of `bufs[i]` are valid.
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize>;
-    /// A look of a receive that spins, after its first look found nothing:
-    /// as `recv_batch`, except that a backend whose input comes in user
-    /// memory may skip the kernel socket's system call on some looks.
+    /// A look of a blocking receive that spins: as `recv_batch`, except
+    /// that a backend whose input comes in user memory may skip the kernel
+    /// socket's system call on some looks (the spin's sleep, if it comes
+    /// to one, waits on that socket too).
     fn recv_spinning(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         self.recv_batch(bufs, meta)
     }

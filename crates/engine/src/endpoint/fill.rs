@@ -46,6 +46,17 @@ impl EpInner {
         });
     }
 
+    /// The first look of a blocking receive that spins, on its own thread:
+    /// a batch, as [`EpInner::fill_on_caller`] reads, but read as
+    /// [`crate::backend::Backend::recv_spinning`] reads. The caller holds
+    /// `rx_sock` and settles readiness after its pop.
+    pub(super) fn first_spin_look_on_caller(&self) {
+        with_caller_scratch(|sc| {
+            let n = sc.bufs.len();
+            self.fill_ring_upto(sc, n, 1, false, true)
+        });
+    }
+
     /// A later look of a spinning receive on its own thread: one message,
     /// read as [`crate::backend::Backend::recv_spinning`] reads. The caller
     /// holds `rx_sock` and settles readiness after its pop.

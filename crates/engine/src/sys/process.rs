@@ -7,10 +7,11 @@ use std::mem::{size_of, zeroed};
 
 /// The asynchronous signals ([`async_signals`]) blocked in this thread
 /// until dropped, when the mask they replaced is back (and a signal that
-/// came meanwhile is taken). A receive that spins in user space holds them
-/// so: a handler that ran between two looks would leave nothing for the
-/// wait after the spin to fail with `EINTR` for; blocked, the signal stays
-/// pending until that wait ([`super::poll::poll_readable_or_shut_masked`] with
+/// came meanwhile is taken). A wait that spun in user space holds them
+/// from its last look to its sleep: a handler that ran between that look
+/// and the sleep would leave nothing for the sleep to fail with `EINTR`
+/// for; blocked, the signal stays pending until that sleep
+/// ([`super::poll::poll_readable_or_shut_masked`] with
 /// [`AsyncSignalsBlocked::mask_before`]) or the drop.
 pub struct AsyncSignalsBlocked {
     old: libc::sigset_t,
@@ -43,6 +44,30 @@ impl Drop for AsyncSignalsBlocked {
         // SAFETY: the mask saved by `new`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
     }
+}
+
+thread_local! {
+    /// Handlers without `SA_RESTART` that ran on this thread
+    /// ([`note_interrupt`]).
+    static INTERRUPTS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts, for the calling thread, one run of a signal handler that would
+/// have failed a blocked system call with `EINTR` (one installed without
+/// `SA_RESTART`). Called from a signal handler: it only bumps a
+/// thread-local counter (no allocation, no lock, no destructor).
+pub fn note_interrupt() {
+    INTERRUPTS.with(|n| n.set(n.get().wrapping_add(1)));
+}
+
+/// The calling thread's count of [`note_interrupt`]s. A receive that waits
+/// by spinning in user space, with signals unblocked, compares it between
+/// its looks: a change means a handler without `SA_RESTART` ran on this
+/// thread during the wait, which must then fail with `EINTR` as a kernel
+/// wait would — one thread-local read per look instead of holding the
+/// signals blocked (two `rt_sigprocmask` per call).
+pub fn interrupts() -> u32 {
+    INTERRUPTS.with(|n| n.get())
 }
 
 /// Writes `buf` to standard error, with `write(2)` calls of its own and no

@@ -378,7 +378,7 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
                 // The shim's flush-first handler stands for the default
                 // action: the program sees, and may set, the default.
                 let replaced = !act.is_null() && (*act).sa_sigaction != libc::SIG_DFL;
-                let r = real::sigaction(sig, if replaced { act } else { std::ptr::null() }, old);
+                let r = crate::sys::sigrelay::sigaction(sig, if replaced { act } else { std::ptr::null() }, old);
                 if r == 0 && !old.is_null() && (*old).sa_sigaction == crate::sys::sigflush::handler() {
                     (*old).sa_sigaction = libc::SIG_DFL;
                     (*old).sa_flags = 0;
@@ -390,7 +390,7 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
                 }
                 return r;
             }
-            let r = real::sigaction(sig, act, old);
+            let r = crate::sys::sigrelay::sigaction(sig, act, old);
             if r == 0 && !act.is_null() {
                 crate::signals::record(sig, (*act).sa_sigaction, (*act).sa_flags);
             }
@@ -424,7 +424,7 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
                 // glibc's signal() has BSD semantics: handlers restart calls.
                 crate::signals::record(sig, handler, libc::SA_RESTART);
             }
-            r
+            crate::sys::sigrelay::reported(sig, r)
         }
     })
 }

@@ -7,7 +7,8 @@
 //! kernel path's receive timestamps for `ktrace`), [`hazard`] (the
 //! borrow's hazard slots and `membarrier`), [`fork_lock`] (a guard handed
 //! over across fork), [`leaked`] (values that live for the process) and
-//! [`sigflush`] (the handler that flushes on a deadly signal).
+//! [`sigflush`] (the handler that flushes on a deadly signal), [`sigrelay`]
+//! (the relay that counts the runs of handlers without `SA_RESTART`).
 //! None of them names this module, so concept modules above can use them
 //! while this one still reaches `crate::fdspace`.
 
@@ -18,6 +19,7 @@ pub mod hazard;
 pub mod leaked;
 pub mod process;
 pub mod sigflush;
+pub mod sigrelay;
 pub mod timestamp;
 
 pub(crate) use errno::{errno, set_errno};

@@ -424,6 +424,8 @@ static void t_v6(void) {
 
 static volatile sig_atomic_t got_alarm;
 static void on_alarm(int sig) { (void)sig; got_alarm = 1; }
+/* 2 when the kernel's siginfo reached the handler */
+static void on_alarm_info(int sig, siginfo_t *si, void *uc) { (void)uc; got_alarm = si && si->si_signo == sig ? 2 : 1; }
 
 static void t_signals(void) {
     struct sockaddr_in sa;
@@ -436,9 +438,20 @@ static void t_signals(void) {
     struct itimerval it = { { 0, 0 }, { 0, 100000 } };
     CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
     CHECK(recv(s, b, sizeof b, 0) == -1 && errno == EINTR && got_alarm);
+    /* the handler reads back as installed */
+    struct sigaction q;
+    CHECK(sigaction(SIGALRM, NULL, &q) == 0 && q.sa_handler == on_alarm);
+    CHECK(!(q.sa_flags & SA_SIGINFO) && !(q.sa_flags & SA_RESTART));
+    /* an SA_SIGINFO handler without SA_RESTART: EINTR, and its siginfo */
+    struct sigaction ia = { .sa_sigaction = on_alarm_info, .sa_flags = SA_SIGINFO };
+    sigemptyset(&ia.sa_mask);
+    CHECK(sigaction(SIGALRM, &ia, &q) == 0 && q.sa_handler == on_alarm);
+    got_alarm = 0;
+    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+    CHECK(recv(s, b, sizeof b, 0) == -1 && errno == EINTR && got_alarm == 2);
     /* with SA_RESTART: the receive continues (until the datagram comes) */
     act.sa_flags = SA_RESTART; got_alarm = 0;
-    CHECK(sigaction(SIGALRM, &act, NULL) == 0);
+    CHECK(sigaction(SIGALRM, &act, &q) == 0 && q.sa_sigaction == on_alarm_info && (q.sa_flags & SA_SIGINFO));
     struct sockaddr_in ca; int c = udp4(&ca);
     pid_t pid = fork();
     if (pid == 0) { usleep(300000); sendto(c, "late", 4, 0, (struct sockaddr *)&sa, sizeof sa); _exit(0); }

@@ -124,8 +124,8 @@ impl Backend for XdpSocket {
             // of the kernel socket is a system call that would set the pace
             // of the spin and delay every frame it overlaps. Only every
             // `KERNEL_LOOK_EVERY`th spinning look reads it: a datagram on the
-            // kernel path is found that many looks later. The receive's
-            // first look (a `recv_batch`) always reads it.
+            // kernel path is found that many looks later. A nonblocking
+            // receive (a `recv_batch`) always reads it.
             0 if self.spin_looks.fetch_add(1, Relaxed) & (KERNEL_LOOK_EVERY - 1) == 0 => self.recv_kernel(bufs, meta),
             0 => Err(io::ErrorKind::WouldBlock.into()),
             at => Ok(at),
