@@ -10,10 +10,11 @@
 //! run in a child process (this binary, one `#[ignore]`d test, an env var).
 
 use eudp_engine::backend::kernel::{self, OutMsg, UdpSocket};
+mod common;
+
 use eudp_engine::tracepoint::{self as tp, Kind};
-use eudp_engine::{Config, Endpoint, Engine};
+use eudp_engine::{Config, Engine};
 use std::io::IoSlice;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,14 +30,7 @@ fn stream(n: u64, size: usize) -> Vec<u64> {
     tp::set_capacity(1 << 21);
     tp::reset();
     let e = Engine::start(Config::default()).expect("engine");
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let a = Endpoint::with_engine(&e, false).unwrap();
-    a.bind_to(any).unwrap();
-    let b = Endpoint::with_engine(&e, false).unwrap();
-    b.bind_to(any).unwrap();
-    b.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = b.set_recv_buffer_size(4 << 20);
-    let dst = b.local_addr().unwrap();
+    let (a, b, dst) = common::loopback_pair(&e);
     let got = Arc::new(AtomicU64::new(0));
     let rx = {
         let got = got.clone();

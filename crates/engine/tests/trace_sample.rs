@@ -3,10 +3,11 @@
 //! datagram, every such message has both its stamps under the key the
 //! engine gave it, and sending unsampled datagrams reads no error queue.
 
+mod common;
+
 use eudp_engine::tracepoint::{self as tp, Kind};
-use eudp_engine::{Config, Endpoint, Engine};
+use eudp_engine::{Config, Engine};
 use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
 use std::time::Duration;
 
 const SAMPLE: u64 = 8;
@@ -24,14 +25,7 @@ fn only_sampled_datagrams_are_stamped_and_unsampled_ones_read_no_error_queue() {
     tp::set_capacity(1 << 18);
     tp::enable();
     let e = Engine::start(Config::default()).expect("engine");
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let a = Endpoint::with_engine(&e, false).unwrap();
-    a.bind_to(any).unwrap();
-    let b = Endpoint::with_engine(&e, false).unwrap();
-    b.bind_to(any).unwrap();
-    b.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = b.set_recv_buffer_size(4 << 20);
-    let dst = b.local_addr().unwrap();
+    let (a, b, dst) = common::loopback_pair(&e);
     let mut buf = [0u8; 2048];
     let data = [5u8; 256];
 
