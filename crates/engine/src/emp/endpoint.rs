@@ -279,7 +279,9 @@ impl EmpEndpoint {
     /// it sleeps on the socket and the queue and runs the rounds it wakes
     /// for, spinning again after each. Before its first sleep it only looks
     /// at the queue: frames that came earlier woke another thread, or were
-    /// left to the thread that held the runtime, which reads them.
+    /// left to the thread that held the runtime, which reads them. In the
+    /// base scheme it leases the socket and sleeps in a blocking receive on
+    /// it ([`crate::emp::waiter`]) where it can, else in epoll.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
         let until = timeout.map(|t| Instant::now() + t);
         let mut ready = Vec::with_capacity(4);
