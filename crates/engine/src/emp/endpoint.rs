@@ -284,6 +284,7 @@ impl EmpEndpoint {
     /// it ([`crate::emp::waiter`]) where it can, else in epoll.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
         let until = timeout.map(|t| Instant::now() + t);
+        let _waiting = self.shared.lease.enter();
         let mut ready = Vec::with_capacity(4);
         let mut spin_until = Instant::now() + self.spin;
         let mut round = !self.spin.is_zero();

@@ -8,7 +8,7 @@
 //! and runs the flow timers that came due while no one waited; a lease
 //! that is not renewed returns the socket to it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// How long a waiting application thread holds the socket after it last
@@ -34,11 +34,31 @@ pub struct Lease {
     /// The engine thread has the socket out of its epoll set: a waiter may
     /// block on it. Changed by the engine thread under the runtime's lock.
     engine_off: AtomicBool,
+    /// Threads inside `wait`: while none is, the engine thread reads the
+    /// socket when it wakes for the timers, so that frames (and the
+    /// acknowledgments they owe) wait at most `CHECK` for a thread that
+    /// went on to other work.
+    waiters: AtomicUsize,
+}
+
+/// A thread inside `wait` (see [`Lease::enter`]).
+#[derive(Debug)]
+pub struct Waiting<'a>(&'a Lease);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Default for Lease {
     fn default() -> Self {
-        Lease { epoch: Instant::now(), until: AtomicU64::new(0), engine_off: AtomicBool::new(false) }
+        Lease {
+            epoch: Instant::now(),
+            until: AtomicU64::new(0),
+            engine_off: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -57,6 +77,17 @@ impl Lease {
     pub fn until(&self, now: Instant) -> Option<Instant> {
         let u = self.until.load(Relaxed);
         (u > self.nanos(now)).then(|| self.epoch + Duration::from_nanos(u))
+    }
+
+    /// A thread enters `wait`; it leaves when the guard drops.
+    pub fn enter(&self) -> Waiting<'_> {
+        self.waiters.fetch_add(1, Relaxed);
+        Waiting(self)
+    }
+
+    /// True while some thread is inside `wait`.
+    pub fn waiting(&self) -> bool {
+        self.waiters.load(Relaxed) > 0
     }
 
     /// True while the engine thread leaves the socket to waiters.

@@ -361,7 +361,7 @@ pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
         // they decide whether to arm the timer (`Runtime::plan_wake`).
         let lease = shared.lease.until(now);
         shared.lease.set_engine_off(lease.is_some());
-        let r = g.round(now, true, watching || lease.is_none());
+        let r = g.round(now, true, watching || lease.is_none() || !shared.lease.waiting());
         let (blocked, fd) = (g.blocked(), g.socket_fd());
         drop(g);
         if shared.stopping() {
