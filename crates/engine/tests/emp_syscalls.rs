@@ -129,7 +129,7 @@ fn count(trace: &str, from: f64, to: f64) -> Calls {
 }
 
 fn child(out: &Path) {
-    let cfg = EmpConfig::default();
+    let cfg = EmpConfig { blocking_wait: true, ..EmpConfig::default() };
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let a = EmpEndpoint::bind(any, cfg.clone()).unwrap();
     let b = EmpEndpoint::bind(any, cfg).unwrap();

@@ -65,6 +65,8 @@ pub struct EmpEndpoint {
     sock: Arc<UdpSocket>,
     /// The blocking waiter's buffers.
     rx: Mutex<RxBuffers>,
+    /// Waiters lease the socket and block on it ([`EmpConfig::blocking_wait`]).
+    blocking: bool,
 }
 
 impl EmpEndpoint {
@@ -80,7 +82,8 @@ impl EmpEndpoint {
         }
         sock.bind(&local)?;
         let local = sock.local_addr()?;
-        if cfg.scheme == Scheme::Base {
+        let blocking = cfg.scheme == Scheme::Base && cfg.blocking_wait;
+        if blocking {
             // Every other call on the socket passes MSG_DONTWAIT; only a
             // waiter's blocking receive sleeps, for at most BLOCK.
             sock.set_description_blocking()?;
@@ -146,6 +149,7 @@ impl EmpEndpoint {
             spin: cfg.poll_spin,
             sock,
             rx: Mutex::new(RxBuffers::default()),
+            blocking,
         })
     }
 
@@ -306,7 +310,7 @@ impl EmpEndpoint {
                 continue;
             }
             let mut nap = left.map_or(MAX_NAP, |l| l.min(MAX_NAP));
-            if self.scheme == Scheme::Base {
+            if self.blocking {
                 match receive_blocking(&self.shared, &self.rt, &self.rx, &self.sock, now, left) {
                     Blocking::Received => {
                         round = false;
