@@ -171,8 +171,9 @@ fn run(a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
         return Err(format!("--size {} is over the 16 MiB EMP maximum", a.size));
     }
     let mut cfg = EmpConfig { scheme: engine_scheme(a.scheme), ..EmpConfig::default() };
-    // EUDP_EMP_BLOCKING_WAIT=1: waiters lease the socket and block on it
-    // (EmpConfig::blocking_wait); `eudp bench` records EUDP_* settings.
+    // EUDP_EMP_BLOCKING_WAIT=0: waiters sleep in epoll instead of leasing
+    // the socket (EmpConfig::blocking_wait); `eudp bench` records EUDP_*
+    // settings.
     if let Ok(v) = std::env::var("EUDP_EMP_BLOCKING_WAIT") {
         cfg.blocking_wait = v == "1";
     }

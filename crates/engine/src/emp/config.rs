@@ -53,9 +53,7 @@ pub struct EmpConfig {
     pub poll_spin: Duration,
     /// Base scheme: a thread in `wait` leases the socket and sleeps in a
     /// blocking receive on it (`emp::lease`); off, it sleeps in epoll and
-    /// the engine thread always watches the socket. Off by default: with
-    /// it on, a 16 KiB stream through a relay that reorders or duplicates
-    /// frames can stall until the flow's deadline (docs/emp.md).
+    /// the engine thread always watches the socket.
     pub blocking_wait: bool,
     /// Bytes asked of the kernel for the socket's send and receive
     /// buffers: a few windows of frames in flight.
@@ -74,7 +72,7 @@ impl Default for EmpConfig {
             rto_max: Duration::from_millis(500),
             deadline: Duration::from_secs(5),
             send_queue_bytes: 4 << 20,
-            blocking_wait: false,
+            blocking_wait: true,
             unexpected_messages: 0,
             unexpected_bytes: 0,
             record_events: false,
