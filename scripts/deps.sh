@@ -199,11 +199,12 @@ DEMO_PKGS="cc:gcc /usr/include/stdio.h:libc6-dev ip:iproute2 ethtool:ethtool sys
 # impairment testbed, libfabric's fi_pingpong (udp;ofi_rxd) as a baseline.
 EMP_PKGS="/usr/sbin/nft:nftables fi_pingpong:libfabric-bin"
 # What the tests run besides: ping, tc, python3 helpers, the real UDP peers
-# under `eudp run`, Spin for `eudp verify`, pkg-config for the install test.
+# under `eudp run`, Spin for `eudp verify`, pkg-config for the install test,
+# strace for the EMP system-call count.
 TEST_PKGS="ping:iputils-ping tc:iproute2 python3:python3 timeout:coreutils kill:procps \
 iperf3:iperf3 iperf:iperf sockperf:sockperf socat:socat /usr/sbin/dnsmasq:dnsmasq-base \
 dig:bind9-dnsutils /usr/sbin/unbound:unbound memcached:memcached logger:bsdutils \
-/usr/sbin/rsyslogd:rsyslog spin:spin pkg-config:pkg-config /usr/bin/time:time $EMP_PKGS"
+/usr/sbin/rsyslogd:rsyslog spin:spin pkg-config:pkg-config /usr/bin/time:time strace:strace $EMP_PKGS"
 
 main() {
     what=${1:-}

@@ -244,6 +244,78 @@ fn emp(a: &EmpBenchArgs, h: &Hosts, scheme: &str, pattern: &str, size: usize, po
     row
 }
 
+/// System calls per message of a 10 B ping-pong, kernel UDP beside EMP's
+/// base scheme: each side runs under `strace -f -c` (every thread), and its
+/// call total is divided by the client's messages (start-up included, a few
+/// hundred calls). Under strace each call is slower, so these rows' own
+/// latencies are not the bench's.
+fn syscall_rows(a: &EmpBenchArgs, h: &Hosts, port: u16) -> Vec<Value> {
+    let secs = a.secs.min(2.0).to_string();
+    let dir = std::env::temp_dir().join(format!("eudp-emp-strace-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return vec![json!({ "topology": h.topology, "pattern": "pingpong", "error": e.to_string() })];
+    }
+    let traced = |side: &str, stack: &str, argv: Vec<String>| {
+        let out = dir.join(format!("{stack}-{side}"));
+        let mut w = words(&["strace", "-f", "-c", "-o", &out.to_string_lossy()]);
+        w.extend(argv);
+        (w, out)
+    };
+    let mut rows = Vec::new();
+    for (i, stack) in ["kernel-udp", "emp"].into_iter().enumerate() {
+        let port = port + i as u16;
+        let (sa, ca) = (format!("{}:{port}", h.server_ip), format!("{}:{port}", h.client_ip));
+        let worker = |role: &str, local: &str, peer: &str| {
+            let mut w = if stack == "emp" {
+                words(&[&a.program, "worker", "emp", "--role", role, "--local", local, "--peer", peer])
+            } else {
+                words(&[&a.program, "worker", "kbase", "--proto", "udp", "--role", role, "--local", local])
+            };
+            if stack != "emp" && role == "client" {
+                w.extend(words(&["--peer", peer]));
+            }
+            w.extend(words(&["--pattern", "pingpong", "--size", &SMALL.to_string(), "--secs", &secs]));
+            w
+        };
+        let (server, srv_out) = traced("server", stack, worker("server", &sa, &ca));
+        let client_local = if stack == "emp" { ca.clone() } else { format!("{}:0", h.client_ip) };
+        let (client, cli_out) = traced("client", stack, worker("client", &client_local, &sa));
+        let mut row = pair(h, &server, &client, Ready::Udp(port), a.secs.min(2.0), &last_json);
+        let messages = row["result"]["messages"].as_u64().filter(|&m| m > 0);
+        for (side, out) in [("client", &cli_out), ("server", &srv_out)] {
+            let calls = std::fs::read_to_string(out).ok().as_deref().and_then(strace_calls);
+            row[format!("{side}_syscalls")] = json!(calls);
+            row[format!("{side}_syscalls_per_message")] =
+                json!(calls.zip(messages).map(|(c, m)| c["total"].as_f64().unwrap_or(0.0) / m as f64));
+        }
+        row["stack"] = json!(stack);
+        row["scheme"] = json!((stack == "emp").then_some("base"));
+        row["pattern"] = json!("pingpong");
+        row["size"] = json!(SMALL);
+        // Its own topology, so that the targets and the best schemes
+        // never take these rows' (traced) latencies.
+        row["topology"] = json!("testbed-strace");
+        rows.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    rows
+}
+
+/// `strace -c`'s table: calls per system call and their `total`.
+fn strace_calls(text: &str) -> Option<Value> {
+    let mut calls = serde_json::Map::new();
+    for l in text.lines() {
+        let c: Vec<&str> = l.split_whitespace().collect();
+        // "% time, seconds, usecs/call, calls, [errors,] name"
+        if c.len() >= 5 && c[0].parse::<f64>().is_ok() {
+            if let (Ok(n), Some(name)) = (c[3].parse::<u64>(), c.last()) {
+                calls.insert(name.to_string(), json!(n));
+            }
+        }
+    }
+    calls.contains_key("total").then_some(Value::Object(calls))
+}
+
 /// `fi_pingpong`'s result line: `bytes #sent #ack total time MB/sec
 /// usec/xfer Mxfers/sec`. Its usec/xfer is half a round trip (two
 /// transfers per iteration).
@@ -294,6 +366,7 @@ pub fn run(a: &EmpBenchArgs) -> Result<(Value, Option<PathBuf>), String> {
     if !crate::testbed::is_root() {
         return Err("eudp bench --emp needs root (network namespaces)".into());
     }
+    let loadavg_before = crate::apps_baselines::loadavg();
     let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut rows = Vec::new();
     {
@@ -316,6 +389,7 @@ pub fn run(a: &EmpBenchArgs) -> Result<(Value, Option<PathBuf>), String> {
             rows.push(emp(a, &h, s, "stream", LARGE, port + 1));
             rows.push(emp(a, &h, s, "bidir", LARGE, port + 2));
         }
+        rows.extend(syscall_rows(a, &h, 47_400));
     }
     let relay = {
         let mut bed = ImpairBed::up(&unique_name("emq"))?;
@@ -352,6 +426,8 @@ pub fn run(a: &EmpBenchArgs) -> Result<(Value, Option<PathBuf>), String> {
         "kind": "emp",
         "started_unix": started_unix,
         "secs": a.secs,
+        "loadavg_before": loadavg_before,
+        "loadavg_after": crate::apps_baselines::loadavg(),
         "host": host(),
         "schemes": a.schemes,
         "rows": rows,

@@ -128,6 +128,7 @@ pub fn table(res: &Value) -> String {
     let none = Vec::new();
     let arr = |k: &str| res[k].as_array().unwrap_or(&none).clone();
     let f = |v: Option<f64>, div: f64| v.map_or("-".to_string(), |x| format!("{:.1}", x / div));
+    let f2 = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2}"));
     let mut s = format!(
         "{:<14} {:<6} {:<9} {:>6} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9}  {}\n",
         "stack",
@@ -175,6 +176,15 @@ pub fn table(res: &Value) -> String {
             t["name"].as_str().unwrap_or(""),
             f(t["value"].as_f64(), 1.0),
             f(t["limit"].as_f64(), 1.0)
+        );
+    }
+    s += "10 B ping-pong system calls per message (strace -f, every thread, start-up included):\n";
+    for r in arr("rows").iter().filter(|r| r["topology"] == "testbed-strace") {
+        s += &format!(
+            "  {:<14} client {} server {}\n",
+            r["stack"].as_str().unwrap_or(""),
+            f2(r["client_syscalls_per_message"].as_f64()),
+            f2(r["server_syscalls_per_message"].as_f64()),
         );
     }
     s += "best scheme per measure (paper's finding beside):\n";

@@ -171,6 +171,12 @@ fn run(a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
         return Err(format!("--size {} is over the 16 MiB EMP maximum", a.size));
     }
     let mut cfg = EmpConfig { scheme: engine_scheme(a.scheme), ..EmpConfig::default() };
+    // EUDP_EMP_BLOCKING_WAIT=0: waiters sleep in epoll instead of leasing
+    // the socket (EmpConfig::blocking_wait); `eudp bench` records EUDP_*
+    // settings.
+    if let Ok(v) = std::env::var("EUDP_EMP_BLOCKING_WAIT") {
+        cfg.blocking_wait = v == "1";
+    }
     if let Some(w) = a.window {
         cfg.window = w;
     }
@@ -272,7 +278,11 @@ impl Worker {
             }
         }
         if !ended {
-            return Err("the client's end message never came".into());
+            return Err(format!(
+                "the client's end message never came (received {}; counters {})",
+                self.received,
+                counters_json(&self.ep.counters())
+            ));
         }
         self.finish()?;
         let line = json!({
@@ -329,7 +339,11 @@ impl Worker {
             let Some(c) = self.ep.wait(Some(Duration::from_millis(100))) else { continue };
             match (c.op, c.context) {
                 (Op::Send, END_SEND) => {
-                    return if c.status == Status::Ok { Ok(()) } else { Err(format!("end message: {:?}", c.status)) };
+                    return if c.status == Status::Ok {
+                        Ok(())
+                    } else {
+                        Err(format!("end message: {:?} (counters {})", c.status, counters_json(&self.ep.counters())))
+                    };
                 }
                 (Op::Recv, END_RECV) => self.end_received = true,
                 (Op::Recv, _) => self.took(&c)?,

@@ -69,6 +69,20 @@ fn bench_emp_writes_every_row() {
     assert!(baselines[2]["result"]["lat_ns"]["p99"].as_u64() > Some(0));
     assert!(baselines[3]["result"]["rtt_ns"].as_f64() > Some(0.0), "{}", baselines[3]);
     assert!(baselines[4]["result"]["mb_s"].as_f64() > Some(0.0), "{}", baselines[4]);
+    assert!(v["loadavg_before"].as_str().is_some_and(|l| !l.is_empty()), "{}", v["loadavg_before"]);
+    assert!(v["loadavg_after"].as_str().is_some_and(|l| !l.is_empty()));
+    // System calls per message, counted with strace on both sides.
+    for stack in ["kernel-udp", "emp"] {
+        let r = row(stack, "pingpong", 10, "testbed-strace", None);
+        if stack == "emp" && r["error"].as_str().is_some_and(worker_missing) {
+            continue;
+        }
+        assert_eq!(r["ok"], true, "strace row failed: {r}");
+        for side in ["client", "server"] {
+            assert!(r[format!("{side}_syscalls_per_message")].as_f64() > Some(0.0), "{r}");
+            assert!(r[format!("{side}_syscalls")]["total"].as_u64() > Some(0), "{r}");
+        }
+    }
     let emp = [
         row("emp", "pingpong", 10, "testbed", None),
         row("emp", "stream", 16384, "testbed", None),

@@ -51,6 +51,10 @@ pub struct EmpConfig {
     /// Worth it only with a core to spare: on a loaded host the spinning
     /// thread takes the CPU the peer's threads need.
     pub poll_spin: Duration,
+    /// Base scheme: a thread in `wait` leases the socket and sleeps in a
+    /// blocking receive on it (`emp::lease`); off, it sleeps in epoll and
+    /// the engine thread always watches the socket.
+    pub blocking_wait: bool,
     /// Bytes asked of the kernel for the socket's send and receive
     /// buffers: a few windows of frames in flight.
     pub socket_buffer: usize,
@@ -68,6 +72,7 @@ impl Default for EmpConfig {
             rto_max: Duration::from_millis(500),
             deadline: Duration::from_secs(5),
             send_queue_bytes: 4 << 20,
+            blocking_wait: true,
             unexpected_messages: 0,
             unexpected_bytes: 0,
             record_events: false,

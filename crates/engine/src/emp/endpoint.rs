@@ -15,6 +15,7 @@ use crate::emp::runtime::staged::drive_staged;
 use crate::emp::runtime::{drive, Runtime, EV_EXCLUSIVE};
 use crate::emp::scheme::{Scheme, Stage, StageSet};
 use crate::emp::shared::{Command, Shared};
+use crate::emp::waiter::{receive_blocking, Blocking, RxBuffers};
 use crate::sys::epoll::{Epoll, EDGE, EV_IN};
 use crate::sys::sync::{lock, try_lock};
 use eudp_wire::emp::MAX_MESSAGE;
@@ -60,6 +61,12 @@ pub struct EmpEndpoint {
     queue_bytes: usize,
     /// How long a waiting thread polls before it sleeps.
     spin: Duration,
+    /// The socket, for a waiter's blocking receive (base scheme).
+    sock: Arc<UdpSocket>,
+    /// The blocking waiter's buffers.
+    rx: Mutex<RxBuffers>,
+    /// Waiters lease the socket and block on it ([`EmpConfig::blocking_wait`]).
+    blocking: bool,
 }
 
 impl EmpEndpoint {
@@ -75,11 +82,19 @@ impl EmpEndpoint {
         }
         sock.bind(&local)?;
         let local = sock.local_addr()?;
+        let blocking = cfg.scheme == Scheme::Base && cfg.blocking_wait;
+        if blocking {
+            // Every other call on the socket passes MSG_DONTWAIT; only a
+            // waiter's blocking receive sleeps, for at most BLOCK.
+            sock.set_description_blocking()?;
+            sock.set_receive_timeout(crate::emp::lease::BLOCK)?;
+        }
         let shared = Arc::new(Shared::new()?);
         let rt = Runtime::new(shared.clone(), sock, &cfg)?;
         let waiter = Epoll::new()?;
         waiter.add(rt.socket_fd(), 0, EV_IN | EV_EXCLUSIVE | EDGE)?;
         waiter.add_readable(shared.cq.own_fd(), 1)?;
+        let sock = rt.socket();
         let rt = Arc::new(Mutex::new(rt));
         let placement = cfg.scheme.threads();
         let mut threads = Vec::new();
@@ -132,6 +147,9 @@ impl EmpEndpoint {
             next_peer: AtomicU32::new(0),
             queue_bytes: cfg.send_queue_bytes,
             spin: cfg.poll_spin,
+            sock,
+            rx: Mutex::new(RxBuffers::default()),
+            blocking,
         })
     }
 
@@ -265,9 +283,12 @@ impl EmpEndpoint {
     /// it sleeps on the socket and the queue and runs the rounds it wakes
     /// for, spinning again after each. Before its first sleep it only looks
     /// at the queue: frames that came earlier woke another thread, or were
-    /// left to the thread that held the runtime, which reads them.
+    /// left to the thread that held the runtime, which reads them. In the
+    /// base scheme it leases the socket and sleeps in a blocking receive on
+    /// it ([`crate::emp::waiter`]) where it can, else in epoll.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
         let until = timeout.map(|t| Instant::now() + t);
+        let _waiting = self.shared.lease.enter();
         let mut ready = Vec::with_capacity(4);
         let mut spin_until = Instant::now() + self.spin;
         let mut round = !self.spin.is_zero();
@@ -288,7 +309,25 @@ impl EmpEndpoint {
                 std::hint::spin_loop();
                 continue;
             }
-            let nap = left.map_or(MAX_NAP, |l| l.min(MAX_NAP));
+            let mut nap = left.map_or(MAX_NAP, |l| l.min(MAX_NAP));
+            if self.blocking {
+                match receive_blocking(&self.shared, &self.rt, &self.rx, &self.sock, now, left) {
+                    Blocking::Received => {
+                        round = false;
+                        spin_until = Instant::now() + self.spin;
+                        continue;
+                    }
+                    Blocking::Empty => {
+                        round = true;
+                        continue;
+                    }
+                    Blocking::Declined(timer) => {
+                        if let Some(t) = timer {
+                            nap = nap.min(t.saturating_duration_since(now).max(Duration::from_micros(1)));
+                        }
+                    }
+                }
+            }
             if self.shared.cq.sleep() {
                 let _ = self.waiter.wait_events(&mut ready, Some(nap));
                 self.shared.cq.woke();

@@ -34,6 +34,7 @@ pub mod endpoint;
 pub mod event;
 pub mod flow;
 pub mod handoff;
+pub mod lease;
 pub mod matching;
 pub mod peer;
 pub mod runtime;
@@ -43,6 +44,7 @@ pub mod stages;
 pub mod steptrace;
 pub mod table;
 pub mod transmit;
+pub mod waiter;
 
 pub use completion::{Completion, Op, Status};
 pub use config::EmpConfig;

@@ -10,6 +10,7 @@ use crate::backend::kernel::{InMeta, UdpSocket};
 use crate::emp::completion::Completion;
 use crate::emp::counters::EmpCounters;
 use crate::emp::handoff::Handoff;
+use crate::emp::lease::CHECK;
 use crate::emp::peer::PeerId;
 use crate::emp::scheme::{Stage, StageSet};
 use crate::emp::shared::{Command, PeerLink, Published, Shared};
@@ -50,7 +51,7 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub struct Runtime {
     shared: Arc<Shared>,
-    sock: UdpSocket,
+    sock: Arc<UdpSocket>,
     send: SendSide,
     recv: RecvSide,
     tx: TxBatch,
@@ -91,7 +92,7 @@ impl Runtime {
             recv: RecvSide::new(&cfg),
             tx: TxBatch::new(eudp_wire::emp::DATA_HEADER_LEN + cfg.frame_payload, TX_BATCH),
             shared,
-            sock,
+            sock: Arc::new(sock),
             gso,
             blocked: false,
             rx_bufs: vec![vec![0; RX_BUF]; RX_BATCH],
@@ -110,6 +111,35 @@ impl Runtime {
     /// The socket, for the waiters' epoll sets.
     pub fn socket_fd(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// The socket, for a waiter that receives on it outside the lock.
+    pub fn socket(&self) -> Arc<UdpSocket> {
+        self.sock.clone()
+    }
+
+    /// When the next flow timer (retransmission, deadline, parked
+    /// acknowledgment) is due.
+    pub fn next_timer(&self) -> Option<Instant> {
+        earliest(self.send.wake_at(), self.recv.ack_due())
+    }
+
+    /// A round at `now` for the first `n` messages of `bufs`, which a
+    /// waiter received on the socket outside the lock: their steps, then
+    /// the rest of a round, which reads the socket again only when the
+    /// batch was full (more may wait).
+    pub fn round_received(&mut self, now: Instant, bufs: &[Vec<u8>], meta: &[InMeta], n: usize) -> Round {
+        self.take_commands(now);
+        if n > 0 {
+            self.dirty = true;
+        }
+        for (buf, &m) in bufs.iter().zip(meta).take(n) {
+            let Some(src) = m.src else { continue };
+            for dgram in datagrams(buf, m) {
+                on_datagram(&mut self.send, &mut self.recv, src, dgram, now, &mut self.done);
+            }
+        }
+        self.round(now, false, n == bufs.len().min(meta.len()))
     }
 
     /// One round at `now`. `engine` is true on the engine thread; a round
@@ -149,6 +179,11 @@ impl Runtime {
     /// (the engine plans again when it wakes): most sends need no system
     /// call for their timer.
     fn plan_wake(&mut self, w: Instant, now: Instant) {
+        // Under a lease the engine thread wakes every CHECK and runs the
+        // timers then (emp::lease).
+        if self.shared.lease.engine_off() {
+            return;
+        }
         if self.planned.is_some_and(|p| p <= w) || self.armed.is_some_and(|a| a > now && a <= w) {
             return;
         }
@@ -294,11 +329,14 @@ impl Runtime {
 /// operation completes as closed.
 pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
     let epoll = Epoll::new()?;
-    epoll.add(lock(rt).socket_fd(), SOCKET, EV_IN | EV_EXCLUSIVE | EDGE)?;
+    let sock = lock(rt).socket_fd();
+    epoll.add(sock, SOCKET, EV_IN | EV_EXCLUSIVE | EDGE)?;
     epoll.add_readable(shared.doorbell.as_raw_fd(), DOORBELL)?;
     epoll.add_readable(shared.timer.as_raw_fd(), TIMER)?;
     let mut ready: Vec<(u64, u32)> = Vec::new();
     let mut wake_at = None;
+    // The socket is in this thread's epoll set (no waiter holds a lease).
+    let mut watching = true;
     loop {
         if ready.iter().any(|&(t, _)| t == TIMER) {
             shared.timer.clear();
@@ -307,19 +345,41 @@ pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
             shared.doorbell.drain();
         }
         let Some(mut g) = lock_for(shared, rt, &ready) else {
-            let timeout = wake_at.map(|w: Instant| w.saturating_duration_since(Instant::now()));
+            let now = Instant::now();
+            // Woken for the timers while a waiter runs a round (which runs
+            // them): sleep again.
+            let timeout = match (ready.is_empty(), shared.lease.until(now)) {
+                (true, Some(u)) => Some(u.saturating_duration_since(now).min(CHECK)),
+                (true, None) => Some(Duration::ZERO),
+                _ => wake_at.map(|w: Instant| w.saturating_duration_since(now)),
+            };
             let _ = epoll.wait_events(&mut ready, timeout);
             continue;
         };
-        let r = g.round(Instant::now(), true, true);
+        let now = Instant::now();
+        // Decided under the lock, which rounds of other threads hold when
+        // they decide whether to arm the timer (`Runtime::plan_wake`).
+        let lease = shared.lease.until(now);
+        shared.lease.set_engine_off(lease.is_some());
+        let r = g.round(now, true, watching || lease.is_none() || !shared.lease.waiting());
         let (blocked, fd) = (g.blocked(), g.socket_fd());
         drop(g);
-        wake_at = r.wake_at;
         if shared.stopping() {
             break;
         }
+        // The socket leaves the epoll set while a waiter holds it, so its
+        // frames wake the waiter's blocking receive and not this thread;
+        // adding it back reports frames already queued.
+        if lease.is_some() && watching {
+            epoll.remove(sock)?;
+            watching = false;
+        } else if lease.is_none() && !watching {
+            epoll.add(sock, SOCKET, EV_IN | EV_EXCLUSIVE | EDGE)?;
+            watching = true;
+        }
+        wake_at = earliest(r.wake_at, lease.map(|u| u.min(now + CHECK)));
         let mut timeout =
-            if r.busy { Some(Duration::ZERO) } else { r.wake_at.map(|w| w.saturating_duration_since(Instant::now())) };
+            if r.busy { Some(Duration::ZERO) } else { wake_at.map(|w| w.saturating_duration_since(Instant::now())) };
         if blocked {
             let t = timeout.map_or(BLOCKED_RETRY, |t| t.min(BLOCKED_RETRY));
             if poll_writable(fd, Some(t)).unwrap_or(false) {
@@ -336,12 +396,17 @@ pub fn drive(shared: &Shared, rt: &Mutex<Runtime>) -> io::Result<()> {
 /// The runtime for an engine thread's round. A thread woken only by the
 /// socket does not queue behind an application thread that holds the
 /// runtime (that thread reads the socket, and its unlock would pay a
-/// wake-up): it notes the miss and sleeps again (`None`).
+/// wake-up): it notes the miss and sleeps again (`None`). Nor does one
+/// woken by its timeout while a waiter holds the socket's lease: the
+/// waiter's round runs the timers.
 pub(crate) fn lock_for<'a>(
     shared: &Shared,
     rt: &'a Mutex<Runtime>,
     ready: &[(u64, u32)],
 ) -> Option<std::sync::MutexGuard<'a, Runtime>> {
+    if ready.is_empty() && shared.lease.until(Instant::now()).is_some() {
+        return try_lock(rt);
+    }
     if ready.is_empty() || ready.iter().any(|&(t, _)| t != SOCKET) {
         return Some(lock(rt));
     }

@@ -5,6 +5,7 @@
 
 use crate::emp::completion::CompletionQueue;
 use crate::emp::counters::EmpCounters;
+use crate::emp::lease::Lease;
 use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
 use crate::sys::fdevents::{EventFd, TimerFd};
@@ -66,6 +67,8 @@ pub struct Shared {
     /// An engine thread woke for the socket while another thread held the
     /// runtime and left the frames to it (see [`Shared::note_missed`]).
     missed: AtomicBool,
+    /// Whether a waiting application thread holds the socket (base scheme).
+    pub lease: Lease,
 }
 
 /// An eventfd doorbell that skips the system calls that would change
@@ -121,6 +124,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             wake: [Doorbell::new()?, Doorbell::new()?],
             missed: AtomicBool::new(false),
+            lease: Lease::default(),
         })
     }
 

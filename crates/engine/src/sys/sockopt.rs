@@ -37,3 +37,21 @@ pub fn set_bytes_option(fd: &impl AsRawFd, level: i32, name: i32, val: &[u8]) ->
     cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val.as_ptr() as *const libc::c_void, val.len() as u32) })
         .map(drop)
 }
+
+/// Sets the receive timeout (`SO_RCVTIMEO`) of a socket: a blocking receive
+/// on it returns `EAGAIN` after `t` (zero would mean never; callers pass
+/// at least a microsecond).
+pub fn set_receive_timeout(fd: std::os::fd::BorrowedFd<'_>, t: std::time::Duration) -> io::Result<()> {
+    let tv = libc::timeval { tv_sec: t.as_secs() as libc::time_t, tv_usec: t.subsec_micros() as libc::suseconds_t };
+    // SAFETY: pointer to a live timeval and its size; fd is borrowed for the call.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const libc::c_void,
+            size_of::<libc::timeval>() as u32,
+        )
+    })
+    .map(drop)
+}

@@ -15,7 +15,7 @@ mod sys;
 use super::partly::partly;
 use crate::fdspace::{new_private, private, Private};
 use crate::sys::poll::poll_writable;
-use crate::sys::sockopt::{get_int_option, set_int_option};
+use crate::sys::sockopt::{get_int_option, set_int_option, set_receive_timeout};
 use eudp_wire::limits::{GSO_MAX_SEGMENTS, GSO_MAX_SEGMENTS_RAISED};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -230,6 +230,11 @@ impl UdpSocket {
     /// `MSG_DONTWAIT` anyway; only [`UdpSocket::recv_batch_wait`] blocks.
     pub fn set_description_blocking(&self) -> io::Result<()> {
         sys::clear_nonblocking(self.fd.as_fd())
+    }
+
+    /// Bounds a blocking receive ([`UdpSocket::recv_batch_wait`]) to `t`.
+    pub fn set_receive_timeout(&self, t: std::time::Duration) -> io::Result<()> {
+        set_receive_timeout(self.fd.as_fd(), t)
     }
 
     /// True for an IPv6 socket.
