@@ -106,10 +106,10 @@ fn u(v: &Value) -> u64 {
 }
 
 /// The hosts of each workload's testbed whose arriving datagrams its
-/// balance row counts: iperf3's and sockperf's rows are one way, a to b.
+/// balance row counts: iperf3's row is one way, a to b.
 fn receiving_hosts(workload: &str) -> &'static [char] {
     match workload {
-        "iperf3" | "sockperf" => &['b'],
+        "iperf3" => &['b'],
         _ => &['a', 'b'],
     }
 }
@@ -166,13 +166,18 @@ pub fn balance(w: &Value, counters: &Value, kernel_run: &Value) -> Vec<Value> {
     iperf3["runs_off"] = off_runs.iter().map(|r| r["run"].clone()).collect::<Vec<_>>().into();
     iperf3["off_in_runs_whose_server_closed_with_datagrams_in_flight"] = off_with_tail.into();
     iperf3["per_run"] = per_run.into();
+    // Both ways, since each side's drops are counted together: a reply the
+    // client's ring held at its close is a counted drop of the replies.
     let mut sockperf = row(
         "sockperf",
-        u(&s["sent"]),
-        u(&s["server_received"]),
+        u(&s["sent"]) + u(&s["server_received"]),
+        u(&s["server_received"]) + u(&s["received"]),
         true,
-        "requests: the client's sent against the server's received (the replies beside)",
+        "both ways: the client's requests against the server's received, and the server's replies \
+         (one per request it read) against the client's received",
     );
+    sockperf["requests_sent"] = s["sent"].clone();
+    sockperf["requests_received"] = s["server_received"].clone();
     sockperf["replies_sent"] = s["server_received"].clone();
     sockperf["replies_received"] = s["received"].clone();
     let d = &w["dns"];
@@ -521,6 +526,24 @@ mod tests {
         let b = &balance(&w, &json!({}), &Value::Null)[2];
         assert_eq!((b["workload"].as_str(), b["received"].as_u64()), (Some("dns"), Some(9)), "{b}");
         assert_eq!(b["kernel"]["off_by"].as_i64(), Some(1), "{b}");
+    }
+
+    #[test]
+    fn a_reply_the_client_held_at_its_exit_balances_the_sockperf_row() {
+        // Every request read and answered; the last reply was in the client's
+        // ring when it exited, counted as its drop_close.
+        let w = json!({ "sockperf": { "sent": 100, "server_received": 100, "received": 99 } });
+        let c = json!({ "by_workload": { "sockperf": { "drops": 1, "socket_level_drops": 0 } } });
+        let b = &balance(&w, &c, &Value::Null)[1];
+        assert_eq!(
+            (b["workload"].as_str(), b["sent"].as_u64(), b["received"].as_u64()),
+            (Some("sockperf"), Some(200), Some(199)),
+            "{b}"
+        );
+        assert_eq!(b["balanced"], true, "{b}");
+        // The same reply lost uncounted leaves the row off by one.
+        let c = json!({ "by_workload": { "sockperf": { "drops": 0, "socket_level_drops": 0 } } });
+        assert_eq!(balance(&w, &c, &Value::Null)[1]["kernel"]["off_by"].as_i64(), Some(1));
     }
 
     /// Stall rows of a run whose dns and fork programs saw a longest gap
