@@ -7,7 +7,7 @@
 
 use crate::async_udp::socket_addr;
 use crate::wait_turn::Waiters;
-use crate::{addr, code, guard, out_addr_ok, FOREVER};
+use crate::{addr, address_to, code, free_handle, guard, FOREVER};
 use eudp_engine::async_udp::{AsyncReceiver, RecvConfig, RxLease};
 use eudp_engine::sys::sync::lock;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
@@ -117,15 +117,8 @@ pub unsafe extern "C" fn eudp_async_recv_open(
 /// `h` is null or a live handle; it is invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn eudp_async_recv_close(h: *mut eudp_async_rx) -> c_int {
-    guard(-1, || {
-        if h.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: `h` came from `Box::into_raw` in `eudp_async_recv_open`
-        // and the caller hands its ownership back here (no concurrent use).
-        drop(unsafe { Box::from_raw(h) });
-        Ok(0)
-    })
+    // SAFETY: `h` came from `eudp_async_recv_open` and is given back (caller).
+    guard(-1, || unsafe { free_handle(h) })
 }
 
 /// The bound address, `getsockname` semantics.
@@ -143,11 +136,7 @@ pub unsafe extern "C" fn eudp_async_recv_local_addr(
         // SAFETY: caller guarantees.
         let r = unsafe { handle(h) }?;
         // SAFETY: as above.
-        unsafe { out_addr_ok(addr.cast(), addrlen) }?;
-        let local = lock(&r.inner).rx.socket().local_addr().map_err(code)?;
-        // SAFETY: checked non-null; `*addrlen` writable bytes (caller).
-        unsafe { addr::write_out(local, r.v6, addr.cast(), addrlen) };
-        Ok(0)
+        unsafe { address_to(addr, addrlen, r.v6, || lock(&r.inner).rx.socket().local_addr().map_err(code)) }
     })
 }
 

@@ -9,7 +9,7 @@
 //! completion is read it never will again, so the buffer belongs to the
 //! library exactly from `eudp_emp_trecv` until its completion is returned.
 
-use crate::{addr, code, guard, in_bytes, ms, out_addr_ok, out_bytes, FOREVER};
+use crate::{addr, address_to, code, free_handle, guard, in_bytes, ms, out_bytes, FOREVER};
 use eudp_engine::emp::{Completion, EmpConfig, EmpCounters, EmpEndpoint, Op, PeerId, Status};
 use eudp_engine::sys::sync::lock;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
@@ -323,15 +323,8 @@ pub unsafe extern "C" fn eudp_emp_open(
 /// `ep` is null or a live handle; it is invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn eudp_emp_close(ep: *mut eudp_emp) -> c_int {
-    guard(-1, || {
-        if ep.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: `ep` came from `Box::into_raw` in `eudp_emp_open` and the
-        // caller hands its ownership back here (no concurrent use).
-        drop(unsafe { Box::from_raw(ep) });
-        Ok(0)
-    })
+    // SAFETY: `ep` came from `eudp_emp_open` and is given back (caller).
+    guard(-1, || unsafe { free_handle(ep) })
 }
 
 /// The bound address, `getsockname` semantics.
@@ -349,10 +342,7 @@ pub unsafe extern "C" fn eudp_emp_local_addr(
         // SAFETY: caller guarantees.
         let h = unsafe { emp(ep) }?;
         // SAFETY: as above.
-        unsafe { out_addr_ok(addr.cast(), addrlen) }?;
-        // SAFETY: checked non-null; `*addrlen` writable bytes (caller).
-        unsafe { addr::write_out(h.ep.local_addr(), h.v6, addr.cast(), addrlen) };
-        Ok(0)
+        unsafe { address_to(addr, addrlen, h.v6, || Ok(h.ep.local_addr())) }
     })
 }
 

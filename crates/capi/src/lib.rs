@@ -222,6 +222,40 @@ unsafe fn out_bytes<'a>(buf: *mut c_void, len: size_t) -> Result<&'a mut [u8], c
     Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) })
 }
 
+/// Frees a handle its `eudp_*_close` call gives back.
+///
+/// # Safety
+/// `h` is null or came from `Box::into_raw` in its open call, and the
+/// caller hands its ownership back here (no concurrent use).
+unsafe fn free_handle<T>(h: *mut T) -> Result<c_int, c_int> {
+    if h.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: a `Box::into_raw` pointer whose ownership the caller gives back.
+    drop(unsafe { Box::from_raw(h) });
+    Ok(0)
+}
+
+/// Writes the address `query` gives to the caller's `getsockname`-style
+/// `(addr, addrlen)` pair, which is checked first (bad arguments fail
+/// before the query).
+///
+/// # Safety
+/// `addr` is null or writable for `*addrlen` bytes; `addrlen` is null or valid.
+unsafe fn address_to(
+    addr: *mut sockaddr_storage,
+    addrlen: *mut socklen_t,
+    v6: bool,
+    query: impl FnOnce() -> Result<SocketAddr, c_int>,
+) -> Result<c_int, c_int> {
+    // SAFETY: as the caller guarantees.
+    unsafe { out_addr_ok(addr.cast(), addrlen) }?;
+    let a = query()?;
+    // SAFETY: checked non-null; `*addrlen` writable bytes (caller).
+    unsafe { addr::write_out(a, v6, addr.cast(), addrlen) };
+    Ok(0)
+}
+
 /// Validates a caller's `(addr, addrlen)` output pair (both non-null,
 /// length not negative as an `int`).
 ///
@@ -364,15 +398,8 @@ pub extern "C" fn eudp_endpoint_new(family: c_int) -> *mut eudp_endpoint {
 /// `ep` is null or a live handle; it is invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn eudp_close(ep: *mut eudp_endpoint) -> c_int {
-    guard(-1, || {
-        if ep.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: `ep` came from `Box::into_raw` in `eudp_endpoint_new` and
-        // the caller hands its ownership back here (no concurrent use).
-        drop(unsafe { Box::from_raw(ep) });
-        Ok(0)
-    })
+    // SAFETY: `ep` came from `eudp_endpoint_new` and is given back (caller).
+    guard(-1, || unsafe { free_handle(ep) })
 }
 
 /// Binds to a local address.
@@ -446,11 +473,7 @@ unsafe fn address_out(
         // SAFETY: caller guarantees.
         let h = unsafe { handle(ep) }?;
         // SAFETY: as above.
-        unsafe { out_addr_ok(addr.cast(), addrlen) }?;
-        let a = query(&h.ep).map_err(code)?;
-        // SAFETY: checked non-null; `*addrlen` writable bytes (caller).
-        unsafe { addr::write_out(a, h.v6, addr.cast(), addrlen) };
-        Ok(0)
+        unsafe { address_to(addr, addrlen, h.v6, || query(&h.ep).map_err(code)) }
     })
 }
 

@@ -265,14 +265,7 @@ impl<B: SendBuf> AsyncSender<B> {
         for run in &runs {
             let group: Vec<Datagram<B>> = dgs.by_ref().take(run.count).collect();
             let dst = group[0].dst;
-            let held: Held<B> = group
-                .into_iter()
-                .map(|d| {
-                    let len = d.buf.bytes().len();
-                    (d.token, d.buf, len)
-                })
-                .collect();
-            groups.push((held, dst, run.segment));
+            groups.push((held(group), dst, run.segment));
         }
         let mut done = Vec::new();
         // A ring that fails to submit for good leaves its requests held:
@@ -321,15 +314,8 @@ impl<B: SendBuf> AsyncSender<B> {
         };
         match r {
             Ok(_) if zc => {
-                let held: Held<B> = group
-                    .into_iter()
-                    .map(|d| {
-                        let len = d.buf.bytes().len();
-                        (d.token, d.buf, len)
-                    })
-                    .collect();
                 if let Kernel::Msg(f) = &mut self.kernel {
-                    f.push(held);
+                    f.push(held(group));
                 }
             }
             Ok(_) => {
@@ -468,6 +454,18 @@ impl<B: SendBuf> AsyncSender<B> {
 /// built by default. A run past it makes the kernel take a slow path
 /// (several times the cost of copying), so zero-copy runs are cut to fit.
 const MAX_FRAGS: usize = 17;
+
+/// What the kernel holds of a sent group until its completion: each
+/// datagram's token, buffer and length.
+fn held<B: SendBuf>(group: Vec<Datagram<B>>) -> Held<B> {
+    group
+        .into_iter()
+        .map(|d| {
+            let len = d.buf.bytes().len();
+            (d.token, d.buf, len)
+        })
+        .collect()
+}
 
 /// Pages `b` spans.
 fn pages(b: &[u8]) -> usize {

@@ -75,6 +75,15 @@ impl Params {
     }
 }
 
+/// A completion entry (16 bytes: rings set up without `IORING_SETUP_CQE32`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct Cqe {
+    pub(super) user_data: u64,
+    pub(super) res: i32,
+    pub(super) flags: u32,
+}
+
 /// A submission entry (64 bytes).
 #[repr(C)]
 #[derive(Default, Clone, Copy)]

@@ -11,7 +11,9 @@
 //! [`super::io_uring`].
 
 use super::addr::RawAddr;
-use super::uring::{self, Map, Params, Rings, Sqe, IORING_CQE_F_MORE, IORING_SETUP_COOP_TASKRUN, IORING_SETUP_CQSIZE};
+use super::uring::{
+    self, Cqe, Map, Params, Rings, Sqe, IORING_CQE_F_MORE, IORING_SETUP_COOP_TASKRUN, IORING_SETUP_CQSIZE,
+};
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
@@ -37,14 +39,6 @@ const NAME_LEN: u32 = size_of::<libc::sockaddr_storage>() as u32;
 const CONTROL_LEN: u32 = 64;
 /// `struct io_uring_recvmsg_out`: name, control and payload lengths, flags.
 const OUT_LEN: usize = 16;
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Cqe {
-    user_data: u64,
-    res: i32,
-    flags: u32,
-}
 
 /// `struct io_uring_buf_reg`.
 #[repr(C)]

@@ -13,7 +13,7 @@
 //! across [`SendRing::submit`]; the payload is read until the notification.
 
 use super::addr::RawAddr;
-use super::uring::{self, Params, Rings, Sqe, IORING_CQE_F_MORE, IORING_SETUP_CQSIZE};
+use super::uring::{self, Cqe, Params, Rings, Sqe, IORING_CQE_F_MORE, IORING_SETUP_CQSIZE};
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
@@ -34,14 +34,6 @@ const IO_URING_OP_SUPPORTED: u16 = 1 << 0;
 const UDP_SEGMENT: libc::c_int = 103;
 /// Submission entries: sends queued per `io_uring_enter`.
 const SQ_ENTRIES: u32 = 256;
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Cqe {
-    user_data: u64,
-    res: i32,
-    flags: u32,
-}
 
 /// `struct io_uring_probe_op`.
 #[repr(C)]
