@@ -237,6 +237,19 @@ impl Rings {
         // published that tail; T is plain data (an entry's words).
         unsafe { std::ptr::read_unaligned(cq.ptr.add(off) as *const T) }
     }
+
+    /// Takes the oldest posted completion as a `T` (the ring's entry size)
+    /// and frees its slot for the kernel; `None` when none is posted.
+    pub(super) fn pop_cqe<T: Copy>(&self) -> Option<T> {
+        let (head_a, tail, mask) = self.cq_state();
+        let head = head_a.load(Ordering::Relaxed);
+        if head == tail {
+            return None;
+        }
+        let c = self.cqe(head, mask);
+        head_a.store(head.wrapping_add(1), Ordering::Release);
+        Some(c)
+    }
 }
 
 /// `io_uring_enter` on `fd`: submits `n` queued entries, runs the kernel's

@@ -282,14 +282,7 @@ impl RecvRing {
     /// kernel ended (no `F_MORE`) is marked unarmed for [`RecvRing::arm`].
     pub fn reap(&mut self, mut each: impl FnMut(Reaped)) -> usize {
         let mut n = 0;
-        loop {
-            let (head_a, tail, mask) = self.rings.cq_state();
-            let head = head_a.load(Ordering::Relaxed);
-            if head == tail {
-                return n;
-            }
-            let c: Cqe = self.rings.cqe(head, mask);
-            head_a.store(head.wrapping_add(1), Ordering::Release);
+        while let Some(c) = self.rings.pop_cqe::<Cqe>() {
             if c.user_data != RECV_TAG {
                 continue;
             }
@@ -305,6 +298,7 @@ impl RecvRing {
                 each(Reaped::Filled(self.parse(bid, c.res as usize)));
             }
         }
+        n
     }
 
     /// Reads the layout the kernel wrote into buffer `bid` (`filled` bytes).

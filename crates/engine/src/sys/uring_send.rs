@@ -294,14 +294,7 @@ impl SendRing {
     /// Takes every posted completion, passing each to `each`.
     pub fn reap(&mut self, mut each: impl FnMut(SendEvent)) -> usize {
         let mut n = 0;
-        loop {
-            let (head_a, tail, mask) = self.rings.cq_state();
-            let head = head_a.load(Ordering::Relaxed);
-            if head == tail {
-                return n;
-            }
-            let c: Cqe = self.rings.cqe(head, mask);
-            head_a.store(head.wrapping_add(1), Ordering::Release);
+        while let Some(c) = self.rings.pop_cqe::<Cqe>() {
             n += 1;
             if c.flags & IORING_CQE_F_NOTIF != 0 {
                 each(SendEvent::Done { tag: c.user_data, copied: c.res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0 });
@@ -310,6 +303,7 @@ impl SendRing {
                 each(SendEvent::Sent { tag: c.user_data, result, notif: c.flags & IORING_CQE_F_MORE != 0 });
             }
         }
+        n
     }
 }
 
