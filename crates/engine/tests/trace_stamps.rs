@@ -90,18 +90,24 @@ fn run_once(rcvbuf: Option<usize>) -> u64 {
     // alone (request/response pacing: one every 50 µs), whose stamps no
     // batch drains.
     let total = BURSTS * PER_BURST + SINGLES;
-    let rx = std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        let mut got = 0u64;
-        // Until the sender is done and nothing came for a while.
-        while got < total {
-            match b.recv(&mut buf) {
-                Ok(_) => got += 1,
-                Err(_) => break,
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rx = {
+        let sent = sent.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let mut got = 0u64;
+            // Until the sender is done and nothing came for a while (a
+            // receiver stalled on a busy host must not give up early).
+            while got < total {
+                match b.recv(&mut buf) {
+                    Ok(_) => got += 1,
+                    Err(_) if sent.load(std::sync::atomic::Ordering::Acquire) => break,
+                    Err(_) => {}
+                }
             }
-        }
-        got
-    });
+            got
+        })
+    };
     let data = [7u8; 1000];
     for _ in 0..BURSTS {
         for _ in 0..PER_BURST {
@@ -114,6 +120,7 @@ fn run_once(rcvbuf: Option<usize>) -> u64 {
         std::thread::sleep(Duration::from_micros(50));
     }
     assert!(a.flush(Duration::from_secs(5)));
+    sent.store(true, std::sync::atomic::Ordering::Release);
     let got = rx.join().unwrap();
     let sends = a.stats().send_calls;
     let stamp_wakes = e.stamp_wakes();
