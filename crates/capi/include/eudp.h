@@ -332,7 +332,12 @@ struct eudp_emp_completion {
      *   ECANCELED  a receive cancelled by eudp_emp_cancel()
      *   ESHUTDOWN  the peer was removed or the endpoint stopped first */
     int status;
+    uint32_t flags;    /* EUDP_EMP_TRUNCATED or 0 */
 };
+
+/** eudp_emp_completion.flags: the message was longer than the receive's
+ *  buffer (as libfabric's FI_ETRUNC); len of its full_len bytes landed. */
+#define EUDP_EMP_TRUNCATED 1u
 
 /** Counters of one peer or of a whole endpoint (a copy; see eudp_emp_counters()). */
 struct eudp_emp_counters {
@@ -413,8 +418,9 @@ int eudp_emp_tsend(eudp_emp *ep, uint32_t peer, uint64_t tag, const void *buf, s
  * Pre-posts a receive for one message from peer (or EUDP_EMP_ANY_PEER)
  * whose tag equals tag in every bit not set in ignore. A message matches
  * the first posted receive that fits it, in posting order. Its bytes (up
- * to cap; a longer message completes with EMSGSIZE) are copied into buf
- * when the completion is read. Ownership: buf belongs to the library from
+ * to cap; a longer message completes with EMSGSIZE and EUDP_EMP_TRUNCATED)
+ * land in buf as its frames arrive, copied once, straight from each frame.
+ * Ownership: buf belongs to the library from
  * this call until its completion has been returned by eudp_emp_cq_read()
  * or eudp_emp_cq_wait() (or until eudp_emp_close()), also after a cancel;
  * do not free or read it before. Returns 0, or -1 with errno EINVAL (NULL

@@ -124,6 +124,7 @@ static void ping_pong(eudp_emp *a, eudp_emp *b, uint32_t b_at_a, uint32_t a_at_b
     CHECK(eudp_emp_cancel(b, 999) == 0);
     struct eudp_emp_completion c = next_of(b, EUDP_EMP_OP_RECV);
     CHECK(c.status == ECANCELED && c.context == 999 && c.len == 0 && c.peer == EUDP_EMP_ANY_PEER);
+    CHECK(c.buf == mid && c.flags == 0); /* the buffer comes back */
     errno = 0;
     CHECK(eudp_emp_cancel(b, 999) == -1 && errno == ENOENT);
 }
@@ -138,15 +139,39 @@ static void big_and_truncated(eudp_emp *a, eudp_emp *b, uint32_t b_at_a, uint32_
     memset(src + BIG / 2, 0, 16); /* the library copied it: reusing src is fine */
     struct eudp_emp_completion r = next_of(b, EUDP_EMP_OP_RECV);
     fill(src, BIG, 77);
-    CHECK(r.status == 0 && r.len == BIG && r.full_len == BIG && memcmp(src, dst, BIG) == 0);
+    CHECK(r.status == 0 && r.len == BIG && r.full_len == BIG && r.flags == 0 && memcmp(src, dst, BIG) == 0);
     struct eudp_emp_completion s = next_of(a, EUDP_EMP_OP_SEND);
     CHECK(s.status == 0 && s.context == 2 && s.len == BIG && s.tag == 42 && s.peer == b_at_a);
 
-    /* A message longer than the receive's capacity. */
+    /* A message longer than the receive's capacity: the bytes past it are
+     * not written, and the completion says truncated with the true length. */
+    memset(dst, 0xAB, 2000);
     CHECK(eudp_emp_trecv(b, EUDP_EMP_ANY_PEER, 43, 0, dst, 1000, 3) == 0);
     CHECK(eudp_emp_tsend(a, b_at_a, 43, src, 3000, 4) == 0);
     r = next_of(b, EUDP_EMP_OP_RECV);
-    CHECK(r.status == EMSGSIZE && r.len == 1000 && r.full_len == 3000 && memcmp(src, dst, 1000) == 0);
+    CHECK(r.status == EMSGSIZE && r.flags == EUDP_EMP_TRUNCATED && r.buf == dst);
+    CHECK(r.len == 1000 && r.full_len == 3000 && memcmp(src, dst, 1000) == 0);
+    for (size_t i = 1000; i < 2000; i++)
+        CHECK(dst[i] == 0xAB);
+
+    /* The bytes land in the buffer as the frames arrive, before the
+     * completion is read (the counters are published after the round that
+     * placed them). */
+    memset(dst, 0, 5000);
+    CHECK(eudp_emp_trecv(b, a_at_b, 44, 0, dst, 5000, 5) == 0);
+    struct eudp_emp_counters k0, k1;
+    CHECK(eudp_emp_counters(b, a_at_b, &k0) == 0);
+    CHECK(eudp_emp_tsend(a, b_at_a, 44, src, 5000, 6) == 0);
+    next_of(a, EUDP_EMP_OP_SEND);
+    for (int i = 0; i < 2000; i++) {
+        CHECK(eudp_emp_counters(b, a_at_b, &k1) == 0);
+        if (k1.messages_received > k0.messages_received)
+            break;
+        usleep(5000);
+    }
+    CHECK(k1.messages_received == k0.messages_received + 1 && memcmp(src, dst, 5000) == 0);
+    r = next_of(b, EUDP_EMP_OP_RECV);
+    CHECK(r.status == 0 && r.context == 5 && r.len == 5000 && r.buf == dst);
     free(src);
     free(dst);
 }

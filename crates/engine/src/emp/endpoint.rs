@@ -11,6 +11,7 @@ use crate::emp::config::EmpConfig;
 use crate::emp::counters::EmpCounters;
 use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
+use crate::emp::recv_buffer::RecvBuffer;
 use crate::emp::runtime::staged::drive_staged;
 use crate::emp::runtime::{drive, Runtime, EV_EXCLUSIVE};
 use crate::emp::scheme::{Scheme, Stage, StageSet};
@@ -216,8 +217,38 @@ impl EmpEndpoint {
     /// tag equals `tag` in the bits `ignore` leaves; up to `capacity`
     /// bytes are kept (a longer message completes as truncated).
     pub fn recv(&self, source: Option<PeerId>, tag: u64, ignore: u64, capacity: usize, context: u64) -> io::Result<()> {
+        self.recv_buffer(source, tag, ignore, RecvBuffer::alloc(capacity), context)
+    }
+
+    /// [`EmpEndpoint::recv`] into the caller's buffer, as libfabric's
+    /// `fi_trecv` does: the frames are copied straight into `buf`, up to
+    /// its length, and the completion's `data` hands it back, shortened to
+    /// the bytes received (a longer message completes `Truncated`, with
+    /// its true length in `len`); a receive canceled or closed first hands
+    /// it back as posted. On error it is dropped.
+    pub fn recv_into(
+        &self,
+        source: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        buf: Vec<u8>,
+        context: u64,
+    ) -> io::Result<()> {
+        self.recv_buffer(source, tag, ignore, RecvBuffer::Vec(buf), context)
+    }
+
+    /// [`EmpEndpoint::recv`] into any [`RecvBuffer`] (the C ABI posts
+    /// caller memory by address).
+    pub fn recv_buffer(
+        &self,
+        source: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        buffer: RecvBuffer,
+        context: u64,
+    ) -> io::Result<()> {
         self.alive()?;
-        self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, capacity, context }));
+        self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, context, buffer }));
         self.progress(false);
         Ok(())
     }
