@@ -389,16 +389,20 @@ int eudp_emp_close(eudp_emp *ep);
 int eudp_emp_local_addr(eudp_emp *ep, struct sockaddr_storage *addr, socklen_t *addrlen);
 
 /**
- * Adds a peer to the address vector. An AF_INET6 endpoint takes AF_INET
- * addresses too (as ::ffff:a.b.c.d); an AF_INET one only AF_INET.
+ * Adds a peer to the address vector. a.b.c.d (AF_INET) and ::ffff:a.b.c.d
+ * (AF_INET6) name the same peer on either endpoint (an AF_INET6 endpoint
+ * is dual-stack and talks to IPv4 peers); other IPv6 addresses need an
+ * AF_INET6 endpoint. An address already present, in either form, gives
+ * its id again; each insert is undone by one eudp_emp_av_remove().
  * Returns the peer's id (>= 0, never EUDP_EMP_ANY_PEER), or -1 with errno
  * EINVAL (NULL or short addr), EAFNOSUPPORT.
  */
 int64_t eudp_emp_av_insert(eudp_emp *ep, const struct sockaddr *addr, socklen_t addrlen);
 
 /**
- * Removes a peer: its sends not yet acknowledged complete with ESHUTDOWN,
- * and frames from its address count as unknown_peer. Returns 0, or -1 with
+ * Undoes one eudp_emp_av_insert() of a peer; the last one removes it: its
+ * sends not yet acknowledged complete with ESHUTDOWN, and frames from its
+ * address count as unknown_peer. Returns 0, or -1 with
  * errno ENOENT (no such peer).
  */
 int eudp_emp_av_remove(eudp_emp *ep, uint32_t peer);

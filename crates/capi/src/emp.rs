@@ -18,7 +18,7 @@ use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t
 use libc::{AF_INET6, EAGAIN, ECANCELED, EINVAL, EMSGSIZE, ENOENT, ENOSPC, ESHUTDOWN, ETIMEDOUT};
 use std::collections::HashMap;
 use std::io;
-use std::net::{SocketAddr, SocketAddrV6};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -236,8 +236,9 @@ unsafe fn emp<'a>(ep: *const eudp_emp) -> Result<&'a eudp_emp, c_int> {
 }
 
 impl eudp_emp {
-    /// A caller's peer address, on this endpoint's family (IPv4 peers of
-    /// an IPv6 endpoint as `::ffff:a.b.c.d`, the form its socket reports).
+    /// A caller's peer address of either family (the engine's address
+    /// vector puts it in the endpoint's: `a.b.c.d` and `::ffff:a.b.c.d`
+    /// name one peer).
     ///
     /// # Safety
     /// `addr` is null or readable for `len` bytes.
@@ -246,16 +247,10 @@ impl eudp_emp {
             return Err(EINVAL);
         }
         // SAFETY: non-null, `len` readable bytes (caller).
-        let a = match unsafe { addr::parse(addr, len, self.v6, addr::Op::Connect) }? {
-            addr::Parsed::Addr(a) => a,
-            addr::Parsed::Unspec => return Err(libc::EAFNOSUPPORT),
-        };
-        Ok(match a {
-            SocketAddr::V4(v4) if self.v6 => {
-                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
-            }
-            a => a,
-        })
+        match unsafe { addr::parse(addr, len, true, addr::Op::Connect) }? {
+            addr::Parsed::Addr(a) => Ok(a),
+            addr::Parsed::Unspec => Err(libc::EAFNOSUPPORT),
+        }
     }
 
     /// The C form of a completion; a receive's bytes go to its buffer.
@@ -363,7 +358,8 @@ pub unsafe extern "C" fn eudp_emp_av_insert(ep: *mut eudp_emp, addr: *const sock
         let h = unsafe { emp(ep) }?;
         // SAFETY: as above.
         let a = unsafe { h.peer_addr_in(addr, addrlen) }?;
-        let peer = h.ep.insert(a);
+        // Only an IPv6 address on an IPv4 endpoint is refused.
+        let peer = h.ep.try_insert(a).map_err(|_| libc::EAFNOSUPPORT)?;
         if peer.0 == EUDP_EMP_ANY_PEER {
             h.ep.remove(peer);
             return Err(ENOSPC);

@@ -256,6 +256,68 @@ static void errors(eudp_emp *a, uint32_t b_at_a) {
     CHECK(eudp_emp_close(NULL) == -1 && errno == EINVAL);
 }
 
+/* A dual-stack endpoint (bound to [::]) and an IPv4 one: a.b.c.d and
+ * ::ffff:a.b.c.d name one peer on either, counted per insert, and a
+ * message crosses each way. */
+static void mapped_peers(void) {
+    struct sockaddr_in6 any6;
+    memset(&any6, 0, sizeof any6);
+    any6.sin6_family = AF_INET6;
+    any6.sin6_addr = in6addr_any;
+    eudp_emp *six = eudp_emp_open((struct sockaddr *)&any6, sizeof any6, NULL);
+    CHECK(six != NULL);
+    eudp_emp *four = open_on_loopback(NULL);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    CHECK(eudp_emp_local_addr(six, &ss, &len) == 0 && ss.ss_family == AF_INET6);
+    unsigned short port6 = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    len = sizeof ss;
+    CHECK(eudp_emp_local_addr(four, &ss, &len) == 0 && ss.ss_family == AF_INET);
+    unsigned short port4 = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+
+    struct sockaddr_in four_v4 = loopback(port4);
+    struct sockaddr_in6 six_mapped;
+    memset(&six_mapped, 0, sizeof six_mapped);
+    six_mapped.sin6_family = AF_INET6;
+    six_mapped.sin6_port = htons(port6);
+    CHECK(inet_pton(AF_INET6, "::ffff:127.0.0.1", &six_mapped.sin6_addr) == 1);
+    int64_t at_six = eudp_emp_av_insert(six, (struct sockaddr *)&four_v4, sizeof four_v4);
+    int64_t at_four = eudp_emp_av_insert(four, (struct sockaddr *)&six_mapped, sizeof six_mapped);
+    CHECK(at_six >= 0 && at_four >= 0);
+
+    unsigned char buf[32];
+    struct eudp_emp_completion c;
+    CHECK(eudp_emp_trecv(four, (uint32_t)at_four, 1, 0, buf, sizeof buf, 1) == 0);
+    CHECK(eudp_emp_tsend(six, (uint32_t)at_six, 1, "six", 3, 2) == 0);
+    CHECK(eudp_emp_cq_wait(four, &c, WAIT_MS) == 1);
+    CHECK(c.op == EUDP_EMP_OP_RECV && c.status == 0 && c.peer == (uint32_t)at_four && c.len == 3);
+    CHECK(memcmp(buf, "six", 3) == 0);
+    CHECK(eudp_emp_trecv(six, (uint32_t)at_six, 2, 0, buf, sizeof buf, 3) == 0);
+    CHECK(eudp_emp_tsend(four, (uint32_t)at_four, 2, "four", 4, 4) == 0);
+    do
+        CHECK(eudp_emp_cq_wait(six, &c, WAIT_MS) == 1);
+    while (c.op != EUDP_EMP_OP_RECV);
+    CHECK(c.status == 0 && c.peer == (uint32_t)at_six && c.len == 4 && memcmp(buf, "four", 4) == 0);
+
+    /* The other forms are the same peers; each insert takes one remove. */
+    struct sockaddr_in6 four_mapped = six_mapped;
+    four_mapped.sin6_port = htons(port4);
+    struct sockaddr_in six_v4 = loopback(port6);
+    CHECK(eudp_emp_av_insert(six, (struct sockaddr *)&four_mapped, sizeof four_mapped) == at_six);
+    CHECK(eudp_emp_av_insert(four, (struct sockaddr *)&six_v4, sizeof six_v4) == at_four);
+    CHECK(eudp_emp_av_remove(six, (uint32_t)at_six) == 0);
+    CHECK(eudp_emp_av_remove(six, (uint32_t)at_six) == 0);
+    errno = 0;
+    CHECK(eudp_emp_av_remove(six, (uint32_t)at_six) == -1 && errno == ENOENT);
+    /* Plain IPv6 needs an IPv6 endpoint. */
+    struct sockaddr_in6 v6only = six_mapped;
+    v6only.sin6_addr = in6addr_loopback;
+    errno = 0;
+    CHECK(eudp_emp_av_insert(four, (struct sockaddr *)&v6only, sizeof v6only) == -1 && errno == EAFNOSUPPORT);
+    CHECK(eudp_emp_close(six) == 0);
+    CHECK(eudp_emp_close(four) == 0);
+}
+
 int main(void) {
     eudp_emp *a = open_on_loopback(NULL);
     struct eudp_emp_config cfg;
@@ -283,6 +345,7 @@ int main(void) {
 
     errors(a, b_at_a);
     dead_peer();
+    mapped_peers();
 
     CHECK(eudp_emp_av_remove(a, b_at_a) == 0);
     unsigned char x = 1;
