@@ -73,12 +73,13 @@ mod tests {
     #[test]
     fn writes_stay_within_the_buffer() {
         let mut mem = [0u8; 8];
-        // SAFETY: `mem` outlives `b` and is not touched until `b` is dropped.
-        let mut b = unsafe { UserBuffer::new(mem.as_mut_ptr(), 6) }.unwrap();
-        assert_eq!(b.write(0, &[1, 2, 3, 4]), 4);
-        assert_eq!(b.write(4, &[5, 6, 7, 8]), 2);
-        assert_eq!(b.write(9, &[9]), 0);
-        drop(b);
+        {
+            // SAFETY: `mem` outlives `b` and is not touched while `b` lives.
+            let mut b = unsafe { UserBuffer::new(mem.as_mut_ptr(), 6) }.unwrap();
+            assert_eq!(b.write(0, &[1, 2, 3, 4]), 4);
+            assert_eq!(b.write(4, &[5, 6, 7, 8]), 2);
+            assert_eq!(b.write(9, &[9]), 0);
+        }
         assert_eq!(mem, [1, 2, 3, 4, 5, 6, 0, 0]);
         // SAFETY: null with length 0 is refused nowhere and written never.
         assert!(unsafe { UserBuffer::new(std::ptr::null_mut(), 0) }.is_some());
