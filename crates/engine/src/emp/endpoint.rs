@@ -76,7 +76,7 @@ pub struct EmpEndpoint {
 impl EmpEndpoint {
     /// Binds `local` and starts the engine thread.
     pub fn bind(local: SocketAddr, cfg: EmpConfig) -> io::Result<Self> {
-        let cfg = cfg.normalised();
+        let cfg = if local.is_ipv6() { cfg.for_ipv6() } else { cfg.normalised() };
         let sock = UdpSocket::new(local.is_ipv6())?;
         let buffer = i32::try_from(cfg.socket_buffer).unwrap_or(i32::MAX);
         for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
