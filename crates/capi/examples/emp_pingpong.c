@@ -35,11 +35,20 @@ static int die(const char *what) {
 }
 
 /* Waits for the next receive completion; sends that completed on the way
- * must have succeeded. Returns 0, or -1 (errno set) on failure. */
+ * must have succeeded. The message's bytes are in the receive's buffer
+ * (c->buf) already, c->len of them. A message longer than the buffer
+ * completes with EMSGSIZE and EUDP_EMP_TRUNCATED in c->flags (c->full_len
+ * is its length); this program sizes its buffers so that none is. Returns
+ * 0, or -1 (errno set) on failure. */
 static int next_recv(eudp_emp *ep, struct eudp_emp_completion *c) {
     for (;;) {
         if (eudp_emp_cq_wait(ep, c, WAIT_MS) != 1)
             return -1;
+        if (c->flags & EUDP_EMP_TRUNCATED) {
+            fprintf(stderr, "emp_pingpong: message of %zu bytes truncated to %zu\n", c->full_len, c->len);
+            errno = EMSGSIZE;
+            return -1;
+        }
         if (c->status != 0) {
             errno = c->status;
             return -1;

@@ -332,7 +332,12 @@ struct eudp_emp_completion {
      *   ECANCELED  a receive cancelled by eudp_emp_cancel()
      *   ESHUTDOWN  the peer was removed or the endpoint stopped first */
     int status;
+    uint32_t flags;    /* EUDP_EMP_TRUNCATED or 0 */
 };
+
+/** eudp_emp_completion.flags: the message was longer than the receive's
+ *  buffer (as libfabric's FI_ETRUNC); len of its full_len bytes landed. */
+#define EUDP_EMP_TRUNCATED 1u
 
 /** Counters of one peer or of a whole endpoint (a copy; see eudp_emp_counters()). */
 struct eudp_emp_counters {
@@ -384,16 +389,20 @@ int eudp_emp_close(eudp_emp *ep);
 int eudp_emp_local_addr(eudp_emp *ep, struct sockaddr_storage *addr, socklen_t *addrlen);
 
 /**
- * Adds a peer to the address vector. An AF_INET6 endpoint takes AF_INET
- * addresses too (as ::ffff:a.b.c.d); an AF_INET one only AF_INET.
+ * Adds a peer to the address vector. a.b.c.d (AF_INET) and ::ffff:a.b.c.d
+ * (AF_INET6) name the same peer on either endpoint (an AF_INET6 endpoint
+ * is dual-stack and talks to IPv4 peers); other IPv6 addresses need an
+ * AF_INET6 endpoint. An address already present, in either form, gives
+ * its id again; each insert is undone by one eudp_emp_av_remove().
  * Returns the peer's id (>= 0, never EUDP_EMP_ANY_PEER), or -1 with errno
  * EINVAL (NULL or short addr), EAFNOSUPPORT.
  */
 int64_t eudp_emp_av_insert(eudp_emp *ep, const struct sockaddr *addr, socklen_t addrlen);
 
 /**
- * Removes a peer: its sends not yet acknowledged complete with ESHUTDOWN,
- * and frames from its address count as unknown_peer. Returns 0, or -1 with
+ * Undoes one eudp_emp_av_insert() of a peer; the last one removes it: its
+ * sends not yet acknowledged complete with ESHUTDOWN, and frames from its
+ * address count as unknown_peer. Returns 0, or -1 with
  * errno ENOENT (no such peer).
  */
 int eudp_emp_av_remove(eudp_emp *ep, uint32_t peer);
@@ -413,8 +422,9 @@ int eudp_emp_tsend(eudp_emp *ep, uint32_t peer, uint64_t tag, const void *buf, s
  * Pre-posts a receive for one message from peer (or EUDP_EMP_ANY_PEER)
  * whose tag equals tag in every bit not set in ignore. A message matches
  * the first posted receive that fits it, in posting order. Its bytes (up
- * to cap; a longer message completes with EMSGSIZE) are copied into buf
- * when the completion is read. Ownership: buf belongs to the library from
+ * to cap; a longer message completes with EMSGSIZE and EUDP_EMP_TRUNCATED)
+ * land in buf as its frames arrive, copied once, straight from each frame.
+ * Ownership: buf belongs to the library from
  * this call until its completion has been returned by eudp_emp_cq_read()
  * or eudp_emp_cq_wait() (or until eudp_emp_close()), also after a cancel;
  * do not free or read it before. Returns 0, or -1 with errno EINVAL (NULL

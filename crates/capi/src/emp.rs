@@ -1,22 +1,24 @@
 //! The C ABI of EMP, reliable tagged messages over UDP (`eudp_emp_*` in
 //! `eudp.h`; the protocol is `docs/emp.md`).
 //!
-//! A receive is posted with the caller's buffer. The engine keeps a
-//! receive's bytes in its completion, so this layer posts each receive
-//! under a context of its own and remembers the caller's context, buffer
-//! and capacity under it; reading the completion copies the bytes into the
-//! buffer. Until then the library never touches the buffer, and after the
-//! completion is read it never will again, so the buffer belongs to the
-//! library exactly from `eudp_emp_trecv` until its completion is returned.
+//! A receive is posted with the caller's buffer, which the engine writes
+//! each frame's bytes into as it arrives (no second copy). This layer posts
+//! each receive under a context of its own, so that several receives may
+//! share the caller's context, and remembers the caller's context, buffer
+//! and capacity under it for the completion. After the completion is read
+//! the library never touches the buffer again, so the buffer belongs to
+//! the library exactly from `eudp_emp_trecv` until its completion is
+//! returned (or the endpoint is closed).
 
-use crate::{addr, address_to, code, free_handle, guard, in_bytes, ms, out_bytes, FOREVER};
-use eudp_engine::emp::{Completion, EmpConfig, EmpCounters, EmpEndpoint, Op, PeerId, Status};
+use crate::{addr, address_to, code, free_handle, guard, in_bytes, ms, FOREVER};
+use eudp_engine::emp::{Completion, EmpConfig, EmpCounters, EmpEndpoint, Op, PeerId, RecvBuffer, Status};
 use eudp_engine::sys::sync::lock;
+use eudp_engine::sys::user_buffer::UserBuffer;
 use libc::{c_int, c_void, size_t, sockaddr, sockaddr_storage, socklen_t, ssize_t};
 use libc::{AF_INET6, EAGAIN, ECANCELED, EINVAL, EMSGSIZE, ENOENT, ENOSPC, ESHUTDOWN, ETIMEDOUT};
 use std::collections::HashMap;
 use std::io;
-use std::net::{SocketAddr, SocketAddrV6};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -28,6 +30,9 @@ pub const EUDP_EMP_ANY_PEER: u32 = u32::MAX;
 pub const EUDP_EMP_OP_SEND: c_int = 1;
 /// [`eudp_emp_completion::op`] of a receive.
 pub const EUDP_EMP_OP_RECV: c_int = 2;
+/// [`eudp_emp_completion::flags`]: the message was longer than the
+/// receive's buffer; `len` bytes of its `full_len` landed.
+pub const EUDP_EMP_TRUNCATED: u32 = 1;
 /// Largest message, in bytes.
 pub const EUDP_EMP_MAX_MESSAGE: usize = eudp_wire::emp::MAX_MESSAGE as usize;
 
@@ -111,6 +116,8 @@ pub struct eudp_emp_completion {
     pub op: c_int,
     /// 0, or an errno value saying how the operation failed.
     pub status: c_int,
+    /// [`EUDP_EMP_TRUNCATED`] or 0.
+    pub flags: u32,
 }
 
 /// Mirror of [`EmpCounters`]; see `eudp.h` for the fields.
@@ -176,8 +183,8 @@ impl From<&EmpCounters> for eudp_emp_counters {
 #[derive(Debug)]
 struct Posted {
     context: u64,
-    /// The caller's buffer, as an address (the library only writes it when
-    /// the completion is read, on the reading thread).
+    /// The caller's buffer, as an address (the engine writes it through
+    /// the receive's [`UserBuffer`]).
     buf: usize,
     cap: usize,
 }
@@ -229,8 +236,9 @@ unsafe fn emp<'a>(ep: *const eudp_emp) -> Result<&'a eudp_emp, c_int> {
 }
 
 impl eudp_emp {
-    /// A caller's peer address, on this endpoint's family (IPv4 peers of
-    /// an IPv6 endpoint as `::ffff:a.b.c.d`, the form its socket reports).
+    /// A caller's peer address of either family (the engine's address
+    /// vector puts it in the endpoint's: `a.b.c.d` and `::ffff:a.b.c.d`
+    /// name one peer).
     ///
     /// # Safety
     /// `addr` is null or readable for `len` bytes.
@@ -239,16 +247,10 @@ impl eudp_emp {
             return Err(EINVAL);
         }
         // SAFETY: non-null, `len` readable bytes (caller).
-        let a = match unsafe { addr::parse(addr, len, self.v6, addr::Op::Connect) }? {
-            addr::Parsed::Addr(a) => a,
-            addr::Parsed::Unspec => return Err(libc::EAFNOSUPPORT),
-        };
-        Ok(match a {
-            SocketAddr::V4(v4) if self.v6 => {
-                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
-            }
-            a => a,
-        })
+        match unsafe { addr::parse(addr, len, true, addr::Op::Connect) }? {
+            addr::Parsed::Addr(a) => Ok(a),
+            addr::Parsed::Unspec => Err(libc::EAFNOSUPPORT),
+        }
     }
 
     /// The C form of a completion; a receive's bytes go to its buffer.
@@ -262,6 +264,7 @@ impl eudp_emp {
             peer: c.peer.map_or(EUDP_EMP_ANY_PEER, |p| p.0),
             op: EUDP_EMP_OP_SEND,
             status: status(c.status),
+            flags: 0,
         };
         if c.op == Op::Send {
             out.len = if c.status == Status::Ok { c.len } else { 0 };
@@ -273,14 +276,12 @@ impl eudp_emp {
         };
         out.context = p.context;
         out.buf = p.buf as *mut c_void;
-        let n = c.data.len().min(p.cap);
-        // SAFETY: `p.buf` is writable for `p.cap` bytes and the library's
-        // until this completion is returned (the contract of
-        // `eudp_emp_trecv`); the entry was removed above, so no other
-        // thread writes it.
-        if let Ok(dst) = unsafe { out_bytes(out.buf, n) } {
-            dst.copy_from_slice(&c.data[..n]);
-            out.len = n;
+        // The bytes are in the buffer already: the engine placed them.
+        if matches!(c.status, Status::Ok | Status::Truncated) {
+            out.len = c.len.min(p.cap);
+        }
+        if c.status == Status::Truncated {
+            out.flags = EUDP_EMP_TRUNCATED;
         }
         out
     }
@@ -357,7 +358,8 @@ pub unsafe extern "C" fn eudp_emp_av_insert(ep: *mut eudp_emp, addr: *const sock
         let h = unsafe { emp(ep) }?;
         // SAFETY: as above.
         let a = unsafe { h.peer_addr_in(addr, addrlen) }?;
-        let peer = h.ep.insert(a);
+        // Only an IPv6 address on an IPv4 endpoint is refused.
+        let peer = h.ep.try_insert(a).map_err(|_| libc::EAFNOSUPPORT)?;
         if peer.0 == EUDP_EMP_ANY_PEER {
             h.ep.remove(peer);
             return Err(ENOSPC);
@@ -435,10 +437,15 @@ pub unsafe extern "C" fn eudp_emp_trecv(
         if source.is_some_and(|p| h.ep.peer_addr(p).is_none()) {
             return Err(ENOENT);
         }
+        // SAFETY: `buf` is writable for `cap` bytes and the library's until
+        // the receive's completion is returned or the endpoint closed (the
+        // caller's contract above); the engine drops the `UserBuffer` by
+        // then, with the completion or at shutdown.
+        let user = unsafe { UserBuffer::new(buf.cast::<u8>(), cap) }.ok_or(EINVAL)?;
         let id = h.next_id.fetch_add(1, Relaxed);
         // Recorded before posting: the completion may be read at once.
         lock(&h.posted).insert(id, Posted { context, buf: buf as usize, cap });
-        if let Err(e) = h.ep.recv(source, tag, ignore, cap, id) {
+        if let Err(e) = h.ep.recv_buffer(source, tag, ignore, RecvBuffer::User(user), id) {
             lock(&h.posted).remove(&id);
             return Err(emp_code(e));
         }

@@ -24,6 +24,38 @@ const RECV_BASE: u64 = 1 << 62;
 const END_RECV: u64 = u64::MAX;
 /// The end message's send context.
 const END_SEND: u64 = u64::MAX - 1;
+/// Messages one call of `pump` sends at most before the sender reads its
+/// completions.
+const PUMP_BATCH: u64 = 64;
+/// How long the server waits for the client's end message with no frame
+/// arriving: longer than a flow's deadline (`EmpConfig::deadline`), since
+/// the client's sends either make progress within that or fail and its end
+/// message follows. A fixed time from the server's start instead would
+/// cut off a client that a loaded host started or ran late.
+const SERVER_QUIET: Duration = Duration::from_secs(12);
+/// The server's bound beyond `--secs`, whatever arrives.
+const SERVER_LIMIT: Duration = Duration::from_secs(120);
+
+/// When frames last arrived, from the endpoint's count of them.
+struct Heard {
+    count: u64,
+    since: Instant,
+}
+
+impl Heard {
+    fn new(count: u64) -> Heard {
+        Heard { count, since: Instant::now() }
+    }
+
+    /// Takes the current count; true while the last new frame is less
+    /// than [`SERVER_QUIET`] ago.
+    fn recent(&mut self, count: u64) -> bool {
+        if count != self.count {
+            (self.count, self.since) = (count, Instant::now());
+        }
+        self.since.elapsed() < SERVER_QUIET
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Role {
@@ -247,14 +279,16 @@ impl Worker {
     }
 
     fn server(&mut self, a: &EmpArgs) -> Result<Option<serde_json::Value>, String> {
-        let give_up = Instant::now() + Duration::from_secs_f64(a.secs.max(0.0) + 5.0);
+        let start = Instant::now();
+        let limit = start + Duration::from_secs_f64(a.secs.max(0.0)) + SERVER_LIMIT;
         self.ep.recv(Some(self.peer), END, 0, 64, END_RECV).map_err(|e| e.to_string())?;
         self.post_data(POSTED)?;
         let bidir = a.pattern == Pattern::Bidir;
         let (mut next, mut in_flight, mut ended) = (0u64, 0u64, false);
-        while Instant::now() < give_up {
+        let mut heard = Heard::new(self.ep.counters().frames_received);
+        while Instant::now() < limit && heard.recent(self.ep.counters().frames_received) {
             if bidir && !ended {
-                next += self.pump(&mut in_flight, next)?;
+                next += self.pump(&mut in_flight, next, None)?;
             }
             if ended && in_flight == 0 {
                 break;
@@ -279,7 +313,9 @@ impl Worker {
         }
         if !ended {
             return Err(format!(
-                "the client's end message never came (received {}; counters {})",
+                "the client's end message never came ({:.1} s after the start, {:.1} s after the last frame; received {}; counters {})",
+                start.elapsed().as_secs_f64(),
+                heard.since.elapsed().as_secs_f64(),
                 self.received,
                 counters_json(&self.ep.counters())
             ));
@@ -298,11 +334,18 @@ impl Worker {
         Ok((a.pattern != Pattern::Pingpong).then_some(line))
     }
 
-    /// Sends data messages from `next` on until the flow's queue is full;
-    /// returns how many went.
-    fn pump(&mut self, in_flight: &mut u64, next: u64) -> Result<u64, String> {
+    /// Sends data messages from `next` on until the flow's queue is full,
+    /// `until` has passed or [`PUMP_BATCH`] went; returns how many went.
+    /// The engine completes sends while the loop runs, so on a loaded
+    /// host (this thread preempted between sends) the queue may never
+    /// fill: without the bounds the sender streamed on far past `--secs`
+    /// with its completions unread, and the server stopped waiting.
+    fn pump(&mut self, in_flight: &mut u64, next: u64, until: Option<Instant>) -> Result<u64, String> {
         let mut i = next;
         loop {
+            if i - next >= PUMP_BATCH || until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(i - next);
+            }
             match self.ep.send(self.peer, i, fill(i, self.size), i) {
                 Ok(()) => {
                     i += 1;
@@ -417,7 +460,7 @@ impl Worker {
                         stopped = true;
                     }
                     if !stopped {
-                        sent += self.pump(&mut in_flight, sent)?;
+                        sent += self.pump(&mut in_flight, sent, Some(until))?;
                     }
                     if stopped && in_flight == 0 {
                         break;

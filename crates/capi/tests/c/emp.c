@@ -124,6 +124,7 @@ static void ping_pong(eudp_emp *a, eudp_emp *b, uint32_t b_at_a, uint32_t a_at_b
     CHECK(eudp_emp_cancel(b, 999) == 0);
     struct eudp_emp_completion c = next_of(b, EUDP_EMP_OP_RECV);
     CHECK(c.status == ECANCELED && c.context == 999 && c.len == 0 && c.peer == EUDP_EMP_ANY_PEER);
+    CHECK(c.buf == mid && c.flags == 0); /* the buffer comes back */
     errno = 0;
     CHECK(eudp_emp_cancel(b, 999) == -1 && errno == ENOENT);
 }
@@ -138,15 +139,39 @@ static void big_and_truncated(eudp_emp *a, eudp_emp *b, uint32_t b_at_a, uint32_
     memset(src + BIG / 2, 0, 16); /* the library copied it: reusing src is fine */
     struct eudp_emp_completion r = next_of(b, EUDP_EMP_OP_RECV);
     fill(src, BIG, 77);
-    CHECK(r.status == 0 && r.len == BIG && r.full_len == BIG && memcmp(src, dst, BIG) == 0);
+    CHECK(r.status == 0 && r.len == BIG && r.full_len == BIG && r.flags == 0 && memcmp(src, dst, BIG) == 0);
     struct eudp_emp_completion s = next_of(a, EUDP_EMP_OP_SEND);
     CHECK(s.status == 0 && s.context == 2 && s.len == BIG && s.tag == 42 && s.peer == b_at_a);
 
-    /* A message longer than the receive's capacity. */
+    /* A message longer than the receive's capacity: the bytes past it are
+     * not written, and the completion says truncated with the true length. */
+    memset(dst, 0xAB, 2000);
     CHECK(eudp_emp_trecv(b, EUDP_EMP_ANY_PEER, 43, 0, dst, 1000, 3) == 0);
     CHECK(eudp_emp_tsend(a, b_at_a, 43, src, 3000, 4) == 0);
     r = next_of(b, EUDP_EMP_OP_RECV);
-    CHECK(r.status == EMSGSIZE && r.len == 1000 && r.full_len == 3000 && memcmp(src, dst, 1000) == 0);
+    CHECK(r.status == EMSGSIZE && r.flags == EUDP_EMP_TRUNCATED && r.buf == dst);
+    CHECK(r.len == 1000 && r.full_len == 3000 && memcmp(src, dst, 1000) == 0);
+    for (size_t i = 1000; i < 2000; i++)
+        CHECK(dst[i] == 0xAB);
+
+    /* The bytes land in the buffer as the frames arrive, before the
+     * completion is read (the counters are published after the round that
+     * placed them). */
+    memset(dst, 0, 5000);
+    CHECK(eudp_emp_trecv(b, a_at_b, 44, 0, dst, 5000, 5) == 0);
+    struct eudp_emp_counters k0, k1;
+    CHECK(eudp_emp_counters(b, a_at_b, &k0) == 0);
+    CHECK(eudp_emp_tsend(a, b_at_a, 44, src, 5000, 6) == 0);
+    next_of(a, EUDP_EMP_OP_SEND);
+    for (int i = 0; i < 2000; i++) {
+        CHECK(eudp_emp_counters(b, a_at_b, &k1) == 0);
+        if (k1.messages_received > k0.messages_received)
+            break;
+        usleep(5000);
+    }
+    CHECK(k1.messages_received == k0.messages_received + 1 && memcmp(src, dst, 5000) == 0);
+    r = next_of(b, EUDP_EMP_OP_RECV);
+    CHECK(r.status == 0 && r.context == 5 && r.len == 5000 && r.buf == dst);
     free(src);
     free(dst);
 }
@@ -231,6 +256,68 @@ static void errors(eudp_emp *a, uint32_t b_at_a) {
     CHECK(eudp_emp_close(NULL) == -1 && errno == EINVAL);
 }
 
+/* A dual-stack endpoint (bound to [::]) and an IPv4 one: a.b.c.d and
+ * ::ffff:a.b.c.d name one peer on either, counted per insert, and a
+ * message crosses each way. */
+static void mapped_peers(void) {
+    struct sockaddr_in6 any6;
+    memset(&any6, 0, sizeof any6);
+    any6.sin6_family = AF_INET6;
+    any6.sin6_addr = in6addr_any;
+    eudp_emp *six = eudp_emp_open((struct sockaddr *)&any6, sizeof any6, NULL);
+    CHECK(six != NULL);
+    eudp_emp *four = open_on_loopback(NULL);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    CHECK(eudp_emp_local_addr(six, &ss, &len) == 0 && ss.ss_family == AF_INET6);
+    unsigned short port6 = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    len = sizeof ss;
+    CHECK(eudp_emp_local_addr(four, &ss, &len) == 0 && ss.ss_family == AF_INET);
+    unsigned short port4 = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+
+    struct sockaddr_in four_v4 = loopback(port4);
+    struct sockaddr_in6 six_mapped;
+    memset(&six_mapped, 0, sizeof six_mapped);
+    six_mapped.sin6_family = AF_INET6;
+    six_mapped.sin6_port = htons(port6);
+    CHECK(inet_pton(AF_INET6, "::ffff:127.0.0.1", &six_mapped.sin6_addr) == 1);
+    int64_t at_six = eudp_emp_av_insert(six, (struct sockaddr *)&four_v4, sizeof four_v4);
+    int64_t at_four = eudp_emp_av_insert(four, (struct sockaddr *)&six_mapped, sizeof six_mapped);
+    CHECK(at_six >= 0 && at_four >= 0);
+
+    unsigned char buf[32];
+    struct eudp_emp_completion c;
+    CHECK(eudp_emp_trecv(four, (uint32_t)at_four, 1, 0, buf, sizeof buf, 1) == 0);
+    CHECK(eudp_emp_tsend(six, (uint32_t)at_six, 1, "six", 3, 2) == 0);
+    CHECK(eudp_emp_cq_wait(four, &c, WAIT_MS) == 1);
+    CHECK(c.op == EUDP_EMP_OP_RECV && c.status == 0 && c.peer == (uint32_t)at_four && c.len == 3);
+    CHECK(memcmp(buf, "six", 3) == 0);
+    CHECK(eudp_emp_trecv(six, (uint32_t)at_six, 2, 0, buf, sizeof buf, 3) == 0);
+    CHECK(eudp_emp_tsend(four, (uint32_t)at_four, 2, "four", 4, 4) == 0);
+    do
+        CHECK(eudp_emp_cq_wait(six, &c, WAIT_MS) == 1);
+    while (c.op != EUDP_EMP_OP_RECV);
+    CHECK(c.status == 0 && c.peer == (uint32_t)at_six && c.len == 4 && memcmp(buf, "four", 4) == 0);
+
+    /* The other forms are the same peers; each insert takes one remove. */
+    struct sockaddr_in6 four_mapped = six_mapped;
+    four_mapped.sin6_port = htons(port4);
+    struct sockaddr_in six_v4 = loopback(port6);
+    CHECK(eudp_emp_av_insert(six, (struct sockaddr *)&four_mapped, sizeof four_mapped) == at_six);
+    CHECK(eudp_emp_av_insert(four, (struct sockaddr *)&six_v4, sizeof six_v4) == at_four);
+    CHECK(eudp_emp_av_remove(six, (uint32_t)at_six) == 0);
+    CHECK(eudp_emp_av_remove(six, (uint32_t)at_six) == 0);
+    errno = 0;
+    CHECK(eudp_emp_av_remove(six, (uint32_t)at_six) == -1 && errno == ENOENT);
+    /* Plain IPv6 needs an IPv6 endpoint. */
+    struct sockaddr_in6 v6only = six_mapped;
+    v6only.sin6_addr = in6addr_loopback;
+    errno = 0;
+    CHECK(eudp_emp_av_insert(four, (struct sockaddr *)&v6only, sizeof v6only) == -1 && errno == EAFNOSUPPORT);
+    CHECK(eudp_emp_close(six) == 0);
+    CHECK(eudp_emp_close(four) == 0);
+}
+
 int main(void) {
     eudp_emp *a = open_on_loopback(NULL);
     struct eudp_emp_config cfg;
@@ -258,6 +345,7 @@ int main(void) {
 
     errors(a, b_at_a);
     dead_peer();
+    mapped_peers();
 
     CHECK(eudp_emp_av_remove(a, b_at_a) == 0);
     unsigned char x = 1;

@@ -5,12 +5,16 @@ use std::time::Duration;
 
 /// Bytes of IPv4 and UDP headers below every EMP frame.
 const IP_UDP_HEADERS: usize = 20 + 8;
+/// Bytes an IPv6 header adds to an IPv4 one.
+const IPV6_EXTRA: usize = 40 - 20;
 
 /// Configuration of an EMP endpoint (and of each of its flows).
 #[derive(Clone, Debug)]
 pub struct EmpConfig {
     /// Payload bytes per data frame; [`EmpConfig::for_mtu`] derives it
-    /// from the path MTU so that a frame fills one IP packet.
+    /// from the path MTU so that a frame fills one IPv4 packet. An endpoint
+    /// bound to IPv6 sends frames 20 bytes shorter
+    /// ([`EmpConfig::for_ipv6`]), so that they fit the same MTU.
     pub frame_payload: usize,
     /// The receiver acknowledges every `ack_group` accepted frames (and
     /// each message's last frame). At most `window`.
@@ -94,6 +98,16 @@ impl EmpConfig {
         mtu.saturating_sub(IP_UDP_HEADERS + eudp_wire::emp::DATA_HEADER_LEN).max(1)
     }
 
+    /// The configuration of an endpoint bound to IPv6: frames 20 bytes
+    /// shorter, for IPv6's 40-byte header. Over IPv4 (a mapped peer) they
+    /// are 20 bytes short of full; at the IPv4 size they would be
+    /// fragmented over IPv6, and their GSO runs refused.
+    pub fn for_ipv6(&self) -> Self {
+        let mut c = self.normalised();
+        c.frame_payload = c.frame_payload.saturating_sub(IPV6_EXTRA).max(1);
+        c
+    }
+
     /// The configuration with its limits made consistent: a window of at
     /// least one frame, an ack group within it, a frame payload that fits a
     /// UDP datagram.
@@ -110,5 +124,18 @@ impl EmpConfig {
         c.ack_delay = c.ack_delay.min(c.rto_min / 2);
         c.socket_buffer = c.socket_buffer.clamp(4096, i32::MAX as usize);
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_frames_fit_the_mtu_ipv4_frames_fill() {
+        let c = EmpConfig::for_mtu(1500);
+        assert_eq!(c.frame_payload + eudp_wire::emp::DATA_HEADER_LEN + 8 + 20, 1500);
+        assert_eq!(c.for_ipv6().frame_payload + eudp_wire::emp::DATA_HEADER_LEN + 8 + 40, 1500);
+        assert_eq!(EmpConfig { frame_payload: 5, ..EmpConfig::default() }.for_ipv6().frame_payload, 1);
     }
 }

@@ -11,6 +11,7 @@ use crate::emp::config::EmpConfig;
 use crate::emp::counters::EmpCounters;
 use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
+use crate::emp::recv_buffer::RecvBuffer;
 use crate::emp::runtime::staged::drive_staged;
 use crate::emp::runtime::{drive, Runtime, EV_EXCLUSIVE};
 use crate::emp::scheme::{Scheme, Stage, StageSet};
@@ -38,7 +39,10 @@ const MAX_NAP: Duration = Duration::from_millis(10);
 /// A peer as the application side knows it.
 #[derive(Debug)]
 struct PeerSlot {
+    /// In the socket's family (see [`EmpEndpoint::try_insert`]).
     addr: SocketAddr,
+    /// Inserts not yet undone by a remove.
+    refs: u32,
     /// Bytes of this peer's sends not yet completed.
     queued: Arc<AtomicUsize>,
 }
@@ -72,13 +76,18 @@ pub struct EmpEndpoint {
 impl EmpEndpoint {
     /// Binds `local` and starts the engine thread.
     pub fn bind(local: SocketAddr, cfg: EmpConfig) -> io::Result<Self> {
-        let cfg = cfg.normalised();
+        let cfg = if local.is_ipv6() { cfg.for_ipv6() } else { cfg.normalised() };
         let sock = UdpSocket::new(local.is_ipv6())?;
         let buffer = i32::try_from(cfg.socket_buffer).unwrap_or(i32::MAX);
         for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
             if sock.set_option(libc::SOL_SOCKET, force, buffer).is_err() {
                 let _ = sock.set_option(libc::SOL_SOCKET, plain, buffer);
             }
+        }
+        if local.is_ipv6() {
+            // Dual stack whatever the host's default: IPv4 peers of an
+            // endpoint bound to `[::]` arrive as `::ffff:a.b.c.d`.
+            sock.set_option(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
         }
         sock.bind(&local)?;
         let local = sock.local_addr()?;
@@ -158,23 +167,62 @@ impl EmpEndpoint {
         self.local
     }
 
-    /// Adds a peer to the address vector (of the socket's family).
+    /// Adds a peer to the address vector; see [`EmpEndpoint::try_insert`].
+    /// An address the socket cannot reach (IPv6 on an IPv4 endpoint) is
+    /// kept as given, and frames to it fail at the socket.
     pub fn insert(&self, addr: SocketAddr) -> PeerId {
+        let addr = self.peer_form(addr).unwrap_or(addr);
+        self.insert_as(addr)
+    }
+
+    /// Adds a peer to the address vector, in the socket's family: an
+    /// endpoint bound to IPv6 takes `a.b.c.d` as `::ffff:a.b.c.d` (the
+    /// form its socket reports IPv4 senders in), an IPv4 one takes
+    /// `::ffff:a.b.c.d` as `a.b.c.d`, so both forms name one peer. An
+    /// address already present (in either form) gives its peer again, and
+    /// each insert is undone by one [`EmpEndpoint::remove`], as libfabric's
+    /// address vectors count them. `InvalidInput` for an IPv6 address on an
+    /// IPv4 endpoint.
+    pub fn try_insert(&self, addr: SocketAddr) -> io::Result<PeerId> {
+        let addr = self.peer_form(addr)?;
+        Ok(self.insert_as(addr))
+    }
+
+    /// `addr` in the family of this endpoint's socket.
+    fn peer_form(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        let addr = crate::sys::addr::to_family(crate::sys::addr::unmap(addr), self.local.is_ipv6());
+        if addr.is_ipv6() && !self.local.is_ipv6() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "an IPv6 peer of an IPv4 EMP endpoint"));
+        }
+        Ok(addr)
+    }
+
+    fn insert_as(&self, addr: SocketAddr) -> PeerId {
+        let mut peers = lock(&self.peers);
+        if let Some((&peer, slot)) = peers.iter_mut().find(|(_, p)| p.addr == addr) {
+            slot.refs += 1;
+            return peer;
+        }
         let peer = PeerId(self.next_peer.fetch_add(1, Relaxed));
         let queued = Arc::new(AtomicUsize::new(0));
-        lock(&self.peers).insert(peer, PeerSlot { addr, queued: queued.clone() });
+        peers.insert(peer, PeerSlot { addr, refs: 1, queued: queued.clone() });
+        // Queued under the lock, so that a remove of this peer follows it.
         self.shared.command(Command::Insert { peer, addr, queued });
         peer
     }
 
-    /// Removes a peer: its pending sends complete as closed, frames from
-    /// its address count as from an unknown peer. False if not present.
+    /// Undoes one insert of a peer; the last one removes it: its pending
+    /// sends complete as closed, frames from its address count as from an
+    /// unknown peer. False if not present.
     pub fn remove(&self, peer: PeerId) -> bool {
-        let gone = lock(&self.peers).remove(&peer).is_some();
-        if gone {
+        let mut peers = lock(&self.peers);
+        let Some(slot) = peers.get_mut(&peer) else { return false };
+        slot.refs -= 1;
+        if slot.refs == 0 {
+            peers.remove(&peer);
             self.shared.command(Command::Remove { peer });
         }
-        gone
+        true
     }
 
     /// The address of a peer in the address vector.
@@ -216,8 +264,38 @@ impl EmpEndpoint {
     /// tag equals `tag` in the bits `ignore` leaves; up to `capacity`
     /// bytes are kept (a longer message completes as truncated).
     pub fn recv(&self, source: Option<PeerId>, tag: u64, ignore: u64, capacity: usize, context: u64) -> io::Result<()> {
+        self.recv_buffer(source, tag, ignore, RecvBuffer::alloc(capacity), context)
+    }
+
+    /// [`EmpEndpoint::recv`] into the caller's buffer, as libfabric's
+    /// `fi_trecv` does: the frames are copied straight into `buf`, up to
+    /// its length, and the completion's `data` hands it back, shortened to
+    /// the bytes received (a longer message completes `Truncated`, with
+    /// its true length in `len`); a receive canceled or closed first hands
+    /// it back as posted. On error it is dropped.
+    pub fn recv_into(
+        &self,
+        source: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        buf: Vec<u8>,
+        context: u64,
+    ) -> io::Result<()> {
+        self.recv_buffer(source, tag, ignore, RecvBuffer::Vec(buf), context)
+    }
+
+    /// [`EmpEndpoint::recv`] into any [`RecvBuffer`] (the C ABI posts
+    /// caller memory by address).
+    pub fn recv_buffer(
+        &self,
+        source: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        buffer: RecvBuffer,
+        context: u64,
+    ) -> io::Result<()> {
         self.alive()?;
-        self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, capacity, context }));
+        self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, context, buffer }));
         self.progress(false);
         Ok(())
     }

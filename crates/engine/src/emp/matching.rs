@@ -3,19 +3,21 @@
 //! messages that a later posted receive matches first.
 
 use crate::emp::peer::PeerId;
+use crate::emp::recv_buffer::RecvBuffer;
 use std::collections::VecDeque;
 
 /// A pre-posted receive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct PostedRecv {
     /// Only messages from this peer, or from any.
     pub source: Option<PeerId>,
     pub tag: u64,
     /// Tag bits that do not take part in matching.
     pub ignore: u64,
-    /// Bytes the receive takes; a longer message is truncated.
-    pub capacity: usize,
     pub context: u64,
+    /// Where the message lands; a message longer than its capacity is
+    /// truncated.
+    pub buffer: RecvBuffer,
 }
 
 impl PostedRecv {
@@ -141,7 +143,7 @@ mod tests {
     use super::*;
 
     fn recv(source: Option<u32>, tag: u64, ignore: u64, context: u64) -> PostedRecv {
-        PostedRecv { source: source.map(PeerId), tag, ignore, capacity: 100, context }
+        PostedRecv { source: source.map(PeerId), tag, ignore, context, buffer: RecvBuffer::alloc(100) }
     }
 
     #[test]
@@ -152,9 +154,9 @@ mod tests {
         assert!(m.post(recv(None, 0x10, 0x0f, 3)).is_none());
         assert_eq!(m.take_match(PeerId(1), 0x13).map(|r| r.context), Some(2));
         assert_eq!(m.take_match(PeerId(2), 0x10).map(|r| r.context), Some(1));
-        assert_eq!(m.take_match(PeerId(2), 0x20), None);
+        assert!(m.take_match(PeerId(2), 0x20).is_none());
         assert_eq!(m.cancel(3).map(|r| r.context), Some(3));
-        assert_eq!(m.cancel(3), None);
+        assert!(m.cancel(3).is_none());
     }
 
     #[test]

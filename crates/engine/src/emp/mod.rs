@@ -23,6 +23,8 @@
 //! * [`shared`] — commands and state the application and engine share.
 //! * [`flow`] — the sans-I/O send and receive halves of a flow.
 //! * [`matching`] — posted receives and the unexpected-message queue.
+//! * [`recv_buffer`] — where a posted receive's bytes land (an allocated
+//!   buffer, the caller's vector, caller memory) and its completion.
 //! * [`peer`] — [`peer::PeerId`].
 //! * [`table`] — the flow as one transition table: the trace checker and
 //!   the Promela model `eudp verify` checks.
@@ -37,6 +39,7 @@ pub mod handoff;
 pub mod lease;
 pub mod matching;
 pub mod peer;
+pub mod recv_buffer;
 pub mod runtime;
 pub mod scheme;
 pub mod shared;
@@ -51,4 +54,5 @@ pub use config::EmpConfig;
 pub use counters::EmpCounters;
 pub use endpoint::EmpEndpoint;
 pub use peer::PeerId;
+pub use recv_buffer::RecvBuffer;
 pub use scheme::{Scheme, Stage};

@@ -24,6 +24,7 @@ use crate::emp::flow::recv::{RecvFlow, Verdict};
 use crate::emp::flow::send::{QueueError, SendError, SendFlow};
 use crate::emp::matching::{Matcher, PostedRecv, Unexpected};
 use crate::emp::peer::PeerId;
+use crate::emp::recv_buffer;
 use crate::emp::scheme::Stage;
 use crate::emp::shared::PeerLink;
 use crate::emp::steptrace::Step;
@@ -58,10 +59,12 @@ pub struct SendSide {
 /// A message being received.
 #[derive(Debug)]
 struct Assembly {
-    /// The receive it goes to; `None` for the unexpected-message queue.
+    /// The receive it goes to (its bytes land in the receive's buffer);
+    /// `None` for the unexpected-message queue.
     posted: Option<PostedRecv>,
     tag: u64,
     msg_len: usize,
+    /// The bytes of a message for the unexpected-message queue.
     data: Vec<u8>,
 }
 
@@ -360,11 +363,9 @@ impl RecvSide {
     /// Cancels a posted receive; it completes as canceled. False when no
     /// posted receive has `context` (none was, or it matched a message).
     pub fn cancel(&mut self, context: u64, done: &mut Vec<Completion>) -> bool {
-        let r = self.matcher.cancel(context);
-        if let Some(r) = r {
-            done.push(closed_recv(r, Status::Canceled));
-        }
-        r.is_some()
+        let Some(r) = self.matcher.cancel(context) else { return false };
+        done.push(closed_recv(r, Status::Canceled));
+        true
     }
 
     /// This side's counters of `peer`.
@@ -400,15 +401,12 @@ fn peer_counters(p: &RecvPeer) -> EmpCounters {
 }
 
 fn closed_recv(r: PostedRecv, status: Status) -> Completion {
-    Completion { op: Op::Recv, status, context: r.context, peer: None, tag: r.tag, len: 0, data: Vec::new() }
+    recv_buffer::unmatched(r.context, r.buffer, r.tag, status)
 }
 
 /// A queued unexpected message handed to the receive that matched it.
-fn recv_completion(r: PostedRecv, mut u: Unexpected) -> Completion {
-    let len = u.data.len();
-    let status = if len > r.capacity { Status::Truncated } else { Status::Ok };
-    u.data.truncate(r.capacity);
-    Completion { op: Op::Recv, status, context: r.context, peer: Some(u.src), tag: u.tag, len, data: u.data }
+fn recv_completion(r: PostedRecv, u: Unexpected) -> Completion {
+    recv_buffer::received_whole(r.context, r.buffer, u.src, u.tag, u.data)
 }
 
 /// Step 5: a datagram from `src`, parsed and charged to its peer.
@@ -462,13 +460,19 @@ pub fn receive_bookkeeping(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &
         return p.assembly.is_some();
     }
     let msg_len = d.header.msg_len as usize;
-    let posted = r.matcher.take_match(peer, d.header.tag);
+    let mut posted = r.matcher.take_match(peer, d.header.tag);
     if posted.is_none() && !r.matcher.reserve(msg_len) {
         p.flow.unmatched(&d.header);
         return false;
     }
-    let cap = posted.map_or(msg_len, |r| r.capacity.min(msg_len));
-    p.assembly = Some(Assembly { posted, tag: d.header.tag, msg_len, data: Vec::with_capacity(cap) });
+    let data = match posted.as_mut() {
+        Some(r) => {
+            r.buffer.start(msg_len);
+            Vec::new()
+        }
+        None => Vec::with_capacity(msg_len),
+    };
+    p.assembly = Some(Assembly { posted, tag: d.header.tag, msg_len, data });
     true
 }
 
@@ -492,11 +496,10 @@ fn receive_one(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Comp
     let Some(p) = r.peers.get_mut(&peer) else { return };
     step.data(p.addr, &d.header, d.payload.len());
     let Some(a) = p.assembly.as_mut() else { return };
-    let cap = a.posted.map_or(a.msg_len, |r| r.capacity);
-    // Frames arrive in order: below the capacity, `data` ends at this offset.
-    let off = d.header.offset as usize;
-    if off < cap {
-        a.data.extend_from_slice(&d.payload[..(cap - off).min(d.payload.len())]);
+    match a.posted.as_mut() {
+        Some(r) => r.buffer.place(d.header.offset as usize, d.payload),
+        // Frames arrive in order: `data` ends at this frame's offset.
+        None => a.data.extend_from_slice(d.payload),
     }
     let owed = p.flow.owes_control();
     p.flow.accept(&d.header, d.last());
@@ -510,24 +513,15 @@ fn receive_one(r: &mut RecvSide, peer: PeerId, d: &Data<'_>, done: &mut Vec<Comp
     p.counters.messages_received += 1;
     match a.posted {
         Some(posted) => {
-            let status = if a.msg_len > posted.capacity { Status::Truncated } else { Status::Ok };
-            if status == Status::Truncated {
+            if a.msg_len > posted.buffer.capacity() {
                 p.counters.truncated += 1;
             }
-            done.push(Completion {
-                op: Op::Recv,
-                status,
-                context: posted.context,
-                peer: Some(peer),
-                tag: a.tag,
-                len: a.msg_len,
-                data: a.data,
-            });
+            done.push(recv_buffer::received(posted.context, posted.buffer, peer, a.tag, a.msg_len));
         }
         None => {
             p.counters.unexpected += 1;
             if let Some((posted, u)) = r.matcher.arrived(Unexpected { src: peer, tag: a.tag, data: a.data }) {
-                if u.data.len() > posted.capacity {
+                if u.data.len() > posted.buffer.capacity() {
                     if let Some(p) = r.peers.get_mut(&peer) {
                         p.counters.truncated += 1;
                     }

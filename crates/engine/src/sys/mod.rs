@@ -10,8 +10,10 @@
 //! instruction) with pointers derived from live Rust borrows for the
 //! duration of the call, adopts a descriptor the kernel just returned into
 //! an `OwnedFd` nobody else owns, or reads a kernel-initialised structure
-//! after the call reported success. No pointer outlives its call. Each
-//! block carries a `// SAFETY:` note saying which of these holds.
+//! after the call reported success. No pointer outlives its call, except
+//! the caller's buffer [`user_buffer::UserBuffer`] holds under the contract
+//! of its `unsafe` constructor. Each block carries a `// SAFETY:` note
+//! saying which of these holds.
 //!
 //! One file per job:
 //! * [`addr`] — [`addr::RawAddr`] (a socket address as the kernel takes it)
@@ -36,6 +38,8 @@
 //!   setup, the ring mappings, queueing, `io_uring_enter`.
 //! * [`uring_recv`] — multishot `recvmsg` into a provided-buffer ring.
 //! * [`uring_send`] — io_uring `SEND_ZC` / `SENDMSG_ZC` from registered buffers.
+//! * [`user_buffer`] — [`user_buffer::UserBuffer`], caller memory an EMP
+//!   receive writes into by address (the C ABI).
 //! * [`zerocopy`] — `MSG_ZEROCOPY` sends and their notifications.
 //!
 //! [`cvt`] turns a C-style return value (negative: failed, `errno` set)
@@ -59,6 +63,7 @@ pub mod timestamp;
 pub mod uring;
 pub mod uring_recv;
 pub mod uring_send;
+pub mod user_buffer;
 pub mod zerocopy;
 
 use std::io;
