@@ -59,35 +59,39 @@ static pid_t send_later(int c, const struct sockaddr_in *to, int ms) {
     return pid;
 }
 
-/* poll, select and epoll_wait of 3 s on a quiet socket, with SIGALRM due
- * in 100 ms: "EINTR" or the number ready, and whether the handler ran. */
-static void three_waits(const char *what, int s, int ep) {
+/* What a wait returned: "ready" (one descriptor), "EINTR" or "other". */
+static const char *verdict(int r) {
+    return r == 1 ? "ready" : r < 0 && errno == EINTR ? "EINTR" : "other";
+}
+
+/* One wait's line: its verdict, whether the handler ran, whether it ended
+ * well before its 3 s; a datagram that ended it is read. */
+static void said(const char *what, const char *call, int r, double t0, int s) {
+    const char *v = verdict(r);
     char b[8];
+    printf("%s %s %s handler %d fast %d\n", what, call, v, (int)got, now_s() - t0 < 1.5);
+    if (r == 1) CHECK(recv(s, b, sizeof b, 0) == 4);
+}
+
+/* poll, select and epoll_wait of 3 s on a quiet socket, with SIGALRM due
+ * in 100 ms. */
+static void three_waits(const char *what, int s, int ep) {
     got = 0;
     alarm_in_ms(100);
     double t0 = now_s();
     struct pollfd p = { .fd = s, .events = POLLIN };
-    int r = poll(&p, 1, 3000);
-    printf("%s poll %s handler %d fast %d\n", what, r < 0 && errno == EINTR ? "EINTR" : r == 1 ? "ready" : "other",
-           (int)got, now_s() - t0 < 1.5);
-    if (r == 1) CHECK(recv(s, b, sizeof b, 0) == 4);
+    said(what, "poll", poll(&p, 1, 3000), t0, s);
     got = 0;
     alarm_in_ms(100);
     t0 = now_s();
     fd_set rs; FD_ZERO(&rs); FD_SET(s, &rs);
     struct timeval tv = { 3, 0 };
-    r = select(s + 1, &rs, NULL, NULL, &tv);
-    printf("%s select %s handler %d fast %d\n", what, r < 0 && errno == EINTR ? "EINTR" : r == 1 ? "ready" : "other",
-           (int)got, now_s() - t0 < 1.5);
-    if (r == 1) CHECK(recv(s, b, sizeof b, 0) == 4);
+    said(what, "select", select(s + 1, &rs, NULL, NULL, &tv), t0, s);
     got = 0;
     alarm_in_ms(100);
     t0 = now_s();
     struct epoll_event out[2];
-    r = epoll_wait(ep, out, 2, 3000);
-    printf("%s epoll_wait %s handler %d fast %d\n", what, r < 0 && errno == EINTR ? "EINTR" : r == 1 ? "ready" : "other",
-           (int)got, now_s() - t0 < 1.5);
-    if (r == 1) CHECK(recv(s, b, sizeof b, 0) == 4);
+    said(what, "epoll_wait", epoll_wait(ep, out, 2, 3000), t0, s);
 }
 
 static void kinds(void) {
@@ -123,14 +127,14 @@ static void kinds(void) {
     alarm_in_ms(100);
     struct pollfd p = { .fd = s, .events = POLLIN };
     int r = poll(&p, 1, 3000);
-    printf("ignored poll %s\n", r == 1 ? "ready" : r < 0 && errno == EINTR ? "EINTR" : "other");
+    printf("ignored poll %s\n", verdict(r));
     CHECK(r != 1 || recv(s, b, sizeof b, 0) == 4);
     waitpid(pid, NULL, 0);
     pid = send_later(c, &sa, 300);
     alarm_in_ms(100);
     struct epoll_event out[2];
     r = epoll_wait(ep, out, 2, 3000);
-    printf("ignored epoll_wait %s\n", r == 1 ? "ready" : r < 0 && errno == EINTR ? "EINTR" : "other");
+    printf("ignored epoll_wait %s\n", verdict(r));
     CHECK(r != 1 || recv(s, b, sizeof b, 0) == 4);
     waitpid(pid, NULL, 0);
 
@@ -144,15 +148,14 @@ static void kinds(void) {
     alarm_in_ms(100);
     struct timespec ts = { 3, 0 };
     r = ppoll(&p, 1, &ts, &block);
-    printf("masked ppoll %s handler %d\n", r == 1 ? "ready" : r < 0 && errno == EINTR ? "EINTR" : "other", (int)got);
+    printf("masked ppoll %s handler %d\n", verdict(r), (int)got);
     CHECK(r != 1 || recv(s, b, sizeof b, 0) == 4);
     waitpid(pid, NULL, 0);
     got = 0;
     pid = send_later(c, &sa, 300);
     alarm_in_ms(100);
     r = epoll_pwait(ep, out, 2, 3000, &block);
-    printf("masked epoll_pwait %s handler %d\n", r == 1 ? "ready" : r < 0 && errno == EINTR ? "EINTR" : "other",
-           (int)got);
+    printf("masked epoll_pwait %s handler %d\n", verdict(r), (int)got);
     CHECK(r != 1 || recv(s, b, sizeof b, 0) == 4);
     waitpid(pid, NULL, 0);
 
@@ -163,13 +166,13 @@ static void kinds(void) {
     got = 0;
     alarm_in_ms(100);
     r = ppoll(&p, 1, &ts, &none);
-    printf("unmasked ppoll %s handler %d\n", r < 0 && errno == EINTR ? "EINTR" : r == 1 ? "ready" : "other", (int)got);
+    printf("unmasked ppoll %s handler %d\n", verdict(r), (int)got);
     /* and a plain poll of that thread is not ended by the (blocked) signal */
     pid = send_later(c, &sa, 300);
     got = 0;
     alarm_in_ms(100);
     r = poll(&p, 1, 3000);
-    printf("blocked poll %s handler %d\n", r == 1 ? "ready" : r < 0 && errno == EINTR ? "EINTR" : "other", (int)got);
+    printf("blocked poll %s handler %d\n", verdict(r), (int)got);
     CHECK(r != 1 || recv(s, b, sizeof b, 0) == 4);
     waitpid(pid, NULL, 0);
     CHECK(pthread_sigmask(SIG_SETMASK, &old, NULL) == 0);
