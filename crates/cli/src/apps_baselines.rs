@@ -202,16 +202,19 @@ pub fn side_by_side_targets(rows: &[Value]) -> Vec<Value> {
     );
     let (k50, k99) =
         (median_of(rows, &sp("ping-pong", "kernel"), "p50_us"), median_of(rows, &sp("ping-pong", "kernel"), "p99_us"));
-    let x50 = ratio(l50, c50);
+    // sockperf reports half the round trip; the C ping-pong the whole one.
+    let l50_round_trip = l50.map(|v| 2.0 * v);
+    let x50 = ratio(l50_round_trip, c50);
     let x99 = ratio(l99, k99);
     vec![
         iperf3,
         sockperf,
         json!({
-            "target": "sockperf ping-pong 64 B, xdp transport + latency profile: p50 <= 1.3x the C AF_XDP ping-pong's p50",
+            "target": "sockperf ping-pong 64 B, xdp transport + latency profile: round-trip p50 <= 1.3x the C AF_XDP ping-pong's round-trip p50",
             "ratio": x50,
-            "measured": {"eudp_p50_us": l50, "c_floor_p50_us": c50, "c_floor_p99_us": c99, "kernel_p50_us": k50,
-                         "c_floor_over_kernel_p50": ratio(c50, k50)},
+            "measured": {"eudp_p50_us": l50, "eudp_round_trip_p50_us": l50_round_trip, "c_floor_round_trip_p50_us": c50,
+                         "c_floor_round_trip_p99_us": c99, "kernel_p50_us": k50,
+                         "c_floor_over_kernel_round_trip_p50": ratio(c50, k50.map(|v| 2.0 * v))},
             "met": x50.is_some_and(|x| x <= 1.3),
         }),
         json!({

@@ -58,6 +58,9 @@ impl EpInner {
         let mut spins: u32 = 0;
         // The ring was just found empty by `recv`.
         let mut looked = true;
+        // A sleep on readiness below ended (the socket or the ring became
+        // readable, or a spurious wake-up).
+        let mut woken = false;
         loop {
             if !std::mem::take(&mut looked) {
                 let mut rs = lock(&self.recv);
@@ -102,15 +105,22 @@ impl EpInner {
                     Ok(_g) => {
                         Stats::add(&self.stats.direct_recv_calls, 1);
                         // Readiness is settled after this thread's pop below.
-                        // A spin that found nothing looks for one message
+                        // After a sleep on readiness: a full read (the kernel
+                        // socket's readiness may be what woke it). A spin
+                        // that found nothing looks for one message
                         // (`recvmsg`, the cheapest look): it waits for the
-                        // next datagram, not a batch. Its first look reads
-                        // a batch, as a spinning look too: a backend whose
-                        // look is cheaper than a read of its socket (xdp)
-                        // then makes no system call for it.
-                        if spins > 0 {
+                        // next datagram, not a batch. The first look of a
+                        // blocking receive reads a batch, as a spinning look:
+                        // a backend whose look is cheaper than a read of its
+                        // socket (xdp) then makes no system call for it, and
+                        // a datagram on its kernel path wakes the sleep below
+                        // (the kernel socket is in `raw_fd`). A nonblocking
+                        // receive reads everything, as the kernel's would.
+                        if woken {
+                            self.fill_on_caller(false, usize::MAX);
+                        } else if spins > 0 {
                             self.spin_look_on_caller();
-                        } else if spinning && !nonblocking {
+                        } else if !nonblocking {
                             self.first_spin_look_on_caller();
                         } else {
                             self.fill_on_caller(false, usize::MAX);
@@ -221,6 +231,7 @@ impl EpInner {
                 }
                 return Ok(Received { copied: 0, len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)) });
             }
+            woken = true;
         }
     }
 

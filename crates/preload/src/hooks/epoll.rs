@@ -30,11 +30,10 @@ fn mark_spin_epoll(epfd: c_int) {
 /// latency profile), as `poll_input` spins: the set is looked at without
 /// sleeping (a zero-timeout `ppoll` of the epoll descriptor), the CPU
 /// given up every fourth look, until something is ready or the spin is
-/// over, and only then does the call sleep, for what is left of its timeout. Signals stay
-/// blocked for the call and every look (and the final wait) takes the
-/// caller's mask, so a signal ends the call with `EINTR` as it would the
-/// kernel's wait. `None`: no spin here (not spinning, a zero timeout, or a
-/// set without an accelerated socket).
+/// over, and only then does the call sleep, for what is left of its timeout. A
+/// signal ends the call with `EINTR` as it would the kernel's wait (see
+/// `spin_then_wait`). `None`: no spin here (not spinning, a zero timeout,
+/// or a set without an accelerated socket).
 unsafe fn epoll_spin(
     epfd: c_int,
     evs: *mut libc::epoll_event,

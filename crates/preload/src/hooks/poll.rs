@@ -134,13 +134,11 @@ unsafe fn poll_input(
             return poll_input_once(t, fds, n, ts, mask, room);
         }
         mark_sleep(t, ts);
-        // A signal must end this call with EINTR as it would the kernel's poll,
-        // even one that arrives while the spin runs in user space: signals stay
-        // blocked for the whole call and every look (and the final sleep) is a
-        // ppoll with the caller's mask, which delivers a pending one atomically
-        // and fails with EINTR. Fault signals are never blocked. eudp's own
-        // threads block the rest for good, so a signal sent to the process
-        // waits for an application thread rather than going to one of them.
+        // A signal ends this call with EINTR as it would the kernel's poll,
+        // even one that arrives while the spin runs in user space (see
+        // `spin_then_wait`). eudp's own threads block the asynchronous
+        // signals for good, so a signal sent to the process waits for an
+        // application thread rather than going to one of them.
         spin_then_wait(
             spin,
             mask,
@@ -153,34 +151,66 @@ unsafe fn poll_input(
     }
 }
 
-/// The spinning wait of `poll`/`select` and of `epoll`: with the
-/// asynchronous signals blocked for the whole call, `look` (which must not
-/// sleep) is made until it returns nonzero or `spin` has passed, then
-/// `wait` for the rest of the call's time (given the time spent). Both get
-/// the mask to wait with — the caller's `mask`, or the thread's own — and
-/// must put it in place for their system call, which then takes a pending
-/// signal and fails with EINTR. The CPU is given up every fourth look,
-/// not after each: a yield with nobody else to run still goes through the
-/// scheduler, as the engine's spinning receive does (`SPIN_YIELD_EVERY`).
-/// The thread's mask and the call's errno are as they should be after.
+/// The spinning wait of `poll`/`select` and of `epoll`: `look` (which
+/// must not sleep) is made until it returns nonzero or `spin` has passed,
+/// then `wait` for the rest of the call's time (given the time spent).
+/// Both get the mask to wait with and must put it in place for their
+/// system call. The CPU is given up every fourth look, not after each: a
+/// yield with nobody else to run still goes through the scheduler, as the
+/// engine's spinning receive does (`SPIN_YIELD_EVERY`).
+///
+/// A signal must end the call with `EINTR` as it would the kernel's wait,
+/// even one whose handler runs while the spin is in user space. Without a
+/// mask of the caller's (`poll`, `select`, `epoll_wait`) the spin runs with
+/// the signals as they are and compares the thread's count of handler runs
+/// (`sigrelay::handlers_run`) after each look: no system call for signals
+/// while it spins. Only from its last look to its return does it hold the
+/// asynchronous signals blocked, and it sleeps in a `wait` given the
+/// caller's mask, which takes a signal pending since and fails with
+/// `EINTR`: a handler run between that look and the sleep would otherwise
+/// leave nothing for the sleep to fail for. With a mask (`ppoll`,
+/// `pselect`, `epoll_pwait`), which the spin's looks could not apply
+/// without a system call each, the signals stay blocked for the whole call
+/// and every look and the sleep take that mask. The thread's mask and the
+/// call's errno are as they should be after.
 pub(super) unsafe fn spin_then_wait(
     spin: Duration,
     mask: *const libc::sigset_t,
     mut look: impl FnMut(*const libc::sigset_t) -> c_int,
     wait: impl FnOnce(*const libc::sigset_t, Duration) -> c_int,
 ) -> c_int {
-    let held = eudp_engine::sys::process::AsyncSignalsBlocked::new();
-    let during: *const libc::sigset_t = if mask.is_null() { held.mask_before() } else { mask };
+    let counted = mask.is_null();
+    let handled_at = crate::sys::sigrelay::handlers_run();
+    let interrupted = || counted && crate::sys::sigrelay::handlers_run() != handled_at;
+    let mut held = (!counted).then(eudp_engine::sys::process::AsyncSignalsBlocked::new);
     let start = Instant::now();
     let mut looks: u32 = 0;
     let r = loop {
+        let during: *const libc::sigset_t = match &held {
+            Some(_) if !mask.is_null() => mask,
+            Some(h) => h.mask_before(),
+            None => std::ptr::null(),
+        };
         let r = look(during);
         if r != 0 {
             break r;
         }
+        if interrupted() {
+            set_errno(libc::EINTR);
+            break -1;
+        }
         looks += 1;
         let spent = start.elapsed();
         if spent >= spin {
+            if held.is_none() {
+                let h = held.insert(eudp_engine::sys::process::AsyncSignalsBlocked::new());
+                // A handler that ran since the last look: none can run now.
+                if interrupted() {
+                    set_errno(libc::EINTR);
+                    break -1;
+                }
+                break wait(h.mask_before(), spent);
+            }
             break wait(during, spent);
         }
         #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV

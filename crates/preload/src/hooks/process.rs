@@ -402,30 +402,27 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     guard(-1, "signal", Retry::Yes, || {
-        // SAFETY: the caller passes `signal`'s arguments under its C contract
-        // (pointers valid for the stated lengths, for this call); they go to
-        // libc unchanged or are read and written within those bounds.
-        unsafe {
-            if crate::signals::owned(sig) {
-                // As in `sigaction`: the shim's handler reads as the default.
-                if handler == libc::SIG_DFL {
-                    return libc::SIG_DFL;
-                }
-                crate::signals::released(sig);
-                let r = real::signal(sig, handler);
-                if r == libc::SIG_ERR {
-                    return r;
-                }
-                crate::signals::record(sig, handler, libc::SA_RESTART);
-                return if r == crate::sys::sigflush::handler() { libc::SIG_DFL } else { r };
+        if crate::signals::owned(sig) {
+            // As in `sigaction`: the shim's handler reads as the default.
+            if handler == libc::SIG_DFL {
+                return libc::SIG_DFL;
             }
-            let r = real::signal(sig, handler);
-            if r != libc::SIG_ERR {
-                // glibc's signal() has BSD semantics: handlers restart calls.
-                crate::signals::record(sig, handler, libc::SA_RESTART);
+            crate::signals::released(sig);
+            let r = crate::sys::sigrelay::signal(sig, handler);
+            if r == libc::SIG_ERR {
+                return r;
             }
-            crate::sys::sigrelay::reported(sig, r)
+            crate::signals::record(sig, handler, libc::SA_RESTART);
+            return if r == crate::sys::sigflush::handler() { libc::SIG_DFL } else { r };
         }
+        // Through the shim's sigaction, so the relay stands for the handler
+        // (glibc's signal() would go around it).
+        let r = crate::sys::sigrelay::signal(sig, handler);
+        if r != libc::SIG_ERR {
+            // glibc's signal() has BSD semantics: handlers restart calls.
+            crate::signals::record(sig, handler, libc::SA_RESTART);
+        }
+        r
     })
 }
 
