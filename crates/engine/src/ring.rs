@@ -173,9 +173,12 @@ impl RecvRing {
             e.pos = end;
             self.datagrams -= 1;
             if e.pos >= e.end {
-                let e = self.entries.pop_front().expect("front exists");
+                // Only the buffer is taken out: moving the whole entry out
+                // of the deque copied its addresses too.
+                let buf = std::mem::take(&mut e.buf);
                 self.charged -= e.end + ENTRY_OVERHEAD;
-                self.recycle(e.buf);
+                self.entries.pop_front();
+                self.recycle(buf);
             }
         }
         Some(d)
@@ -205,6 +208,7 @@ impl RecvRing {
 
     /// Returns an emptied buffer: a full-size one to the spare list (at
     /// most a few are kept), a small one to the small spares.
+    #[inline]
     pub fn recycle(&mut self, buf: Vec<u8>) {
         if buf.len() >= 1 << 16 {
             if self.spare.len() < 4 {
