@@ -13,6 +13,17 @@ use std::net::SocketAddr;
 /// Bytes charged per ring entry on top of its payload.
 pub const ENTRY_OVERHEAD: usize = 256;
 
+/// Small (single-datagram) buffers kept for reuse: as many as one batched
+/// read of the throughput profile brings (`EUDP_MAX_MSGS=64`), so a stream
+/// of datagrams that GRO did not coalesce reuses its buffers instead of
+/// allocating each on the engine thread and freeing it on the program's
+/// (glibc's cross-thread free was the largest item of a receive from the
+/// ring). Each is under [`SMALL_MAX`] bytes, so at most 512 KiB.
+pub const SMALL_SPARES: usize = 64;
+
+/// The largest buffer kept as a small spare.
+pub const SMALL_MAX: usize = 8 << 10;
+
 /// One received message.
 #[derive(Debug)]
 struct Entry {
@@ -45,14 +56,18 @@ pub struct RecvRing {
     charged: usize,
     capacity: usize,
     datagrams: usize,
-    /// Emptied buffers kept for the next receive (bounded).
+    /// Emptied 64 KiB buffers kept for the next receive (bounded).
     spare: Vec<Vec<u8>>,
+    /// Emptied small buffers kept for the next small message (at most
+    /// [`SMALL_SPARES`]); taken and returned under the ring's lock, which
+    /// both sides hold anyway.
+    small: Vec<Vec<u8>>,
 }
 
 impl RecvRing {
     /// A ring that holds up to `capacity` charged bytes.
     pub fn new(capacity: usize) -> Self {
-        RecvRing { entries: VecDeque::new(), charged: 0, capacity, datagrams: 0, spare: Vec::new() }
+        RecvRing { entries: VecDeque::new(), charged: 0, capacity, datagrams: 0, spare: Vec::new(), small: Vec::new() }
     }
 
     /// Changes the byte bound (SO_RCVBUF changed); what is queued stays.
@@ -158,9 +173,12 @@ impl RecvRing {
             e.pos = end;
             self.datagrams -= 1;
             if e.pos >= e.end {
-                let e = self.entries.pop_front().expect("front exists");
+                // Only the buffer is taken out: moving the whole entry out
+                // of the deque copied its addresses too.
+                let buf = std::mem::take(&mut e.buf);
                 self.charged -= e.end + ENTRY_OVERHEAD;
-                self.recycle(e.buf);
+                self.entries.pop_front();
+                self.recycle(buf);
             }
         }
         Some(d)
@@ -174,11 +192,36 @@ impl RecvRing {
         }
     }
 
-    /// Returns a full-size buffer to the spare list (at most a few are kept).
+    /// A copy of `data` (under [`SMALL_MAX`] bytes) in a small spare
+    /// buffer when the last one returned is big enough, else in a new one
+    /// sized to the next power of two, so datagrams of a stream whose sizes
+    /// vary a little fit the buffers of the ones before.
+    pub fn copy_small(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut b = match self.small.pop() {
+            Some(b) if b.capacity() >= data.len() => b,
+            _ => Vec::with_capacity(data.len().next_power_of_two().clamp(64, SMALL_MAX)),
+        };
+        b.clear();
+        b.extend_from_slice(data);
+        b
+    }
+
+    /// Returns an emptied buffer: a full-size one to the spare list (at
+    /// most a few are kept), a small one to the small spares.
+    #[inline]
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        if self.spare.len() < 4 && buf.len() >= 1 << 16 {
-            self.spare.push(buf);
+        if buf.len() >= 1 << 16 {
+            if self.spare.len() < 4 {
+                self.spare.push(buf);
+            }
+        } else if buf.capacity() <= SMALL_MAX && self.small.len() < SMALL_SPARES {
+            self.small.push(buf);
         }
+    }
+
+    /// Small spare buffers held (for tests and bounds checks).
+    pub fn small_spares(&self) -> usize {
+        self.small.len()
     }
 
     /// Drops everything queued (used on close).
@@ -263,5 +306,102 @@ mod tests {
         let d = r.pop_into(&mut [0u8; 4], false, None).unwrap();
         assert_eq!(d.len, 0);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn small_buffers_come_back_for_the_next_message() {
+        let mut r = RecvRing::new(1 << 20);
+        let b = r.copy_small(&[1u8; 1472]);
+        let first = b.as_ptr();
+        r.push(b, None, None).unwrap();
+        let mut out = [0u8; 2048];
+        assert_eq!(r.pop_into(&mut out, false, None).unwrap().len, 1472);
+        assert_eq!(r.small_spares(), 1, "the emptied buffer is kept");
+        let b = r.copy_small(&[2u8; 1400]);
+        assert_eq!(b.as_ptr(), first, "the next message reuses it");
+        assert_eq!((b.len(), b[0]), (1400, 2));
+        assert_eq!(r.small_spares(), 0);
+        // A message the full ring drops gives its buffer back as well.
+        let mut r = RecvRing::new(2 * (100 + ENTRY_OVERHEAD));
+        for _ in 0..3 {
+            let b = r.copy_small(&[0u8; 100]);
+            let _ = r.push(b, None, None);
+        }
+        assert_eq!((r.datagrams(), r.small_spares()), (2, 1));
+    }
+
+    #[test]
+    fn big_buffers_are_not_small_spares() {
+        let mut r = RecvRing::new(1 << 20);
+        r.push(vec![0u8; SMALL_MAX * 2], None, None).unwrap();
+        r.pop_into(&mut [0u8; 64], false, None).unwrap();
+        assert_eq!(r.small_spares(), 0, "a buffer over SMALL_MAX is freed, not kept");
+    }
+
+    /// One step of the model test: a message of `len` bytes cut at
+    /// `segment`, a pop, or a peek.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push { len: usize, segment: Option<usize> },
+        Pop,
+        Peek,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0usize..3000, proptest::option::of(1usize..1500)).prop_map(|(len, segment)| Op::Push { len, segment }),
+            Just(Op::Pop),
+            Just(Op::Peek),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Reused small buffers never mix datagrams up: every datagram
+        /// comes out whole and in order, what the ring drops is counted,
+        /// the spares stay within their bound, and a drained ring is
+        /// charged nothing.
+        #[test]
+        fn reused_buffers_keep_every_datagram_in_order(ops in proptest::collection::vec(op(), 1..400)) {
+            let mut r = RecvRing::new(16 * (1500 + ENTRY_OVERHEAD));
+            let mut model: VecDeque<Vec<u8>> = VecDeque::new();
+            let mut stamp = 0u8;
+            let mut out = vec![0u8; 4096];
+            for op in ops {
+                match op {
+                    Op::Push { len, segment } => {
+                        stamp = stamp.wrapping_add(1);
+                        let data: Vec<u8> = (0..len).map(|i| stamp ^ (i as u8)).collect();
+                        let buf = r.copy_small(&data);
+                        let before = r.datagrams();
+                        match r.push(buf, segment, None) {
+                            Ok(n) => {
+                                let seg = match segment { Some(s) if s < len => s, _ => len.max(1) };
+                                let cut: Vec<Vec<u8>> =
+                                    if len == 0 { vec![Vec::new()] } else { data.chunks(seg).map(<[u8]>::to_vec).collect() };
+                                proptest::prop_assert_eq!(n, cut.len());
+                                model.extend(cut);
+                            }
+                            Err(_) => proptest::prop_assert_eq!(r.datagrams(), before),
+                        }
+                    }
+                    Op::Pop | Op::Peek => {
+                        let peek = matches!(op, Op::Peek);
+                        match r.pop_into(&mut out, peek, None) {
+                            Some(d) => {
+                                let want = if peek { model.front().cloned() } else { model.pop_front() };
+                                let want = want.expect("the model holds it too");
+                                proptest::prop_assert_eq!(&out[..d.copied], &want[..]);
+                            }
+                            None => proptest::prop_assert!(model.is_empty()),
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(r.datagrams(), model.len());
+                proptest::prop_assert!(r.small_spares() <= SMALL_SPARES);
+            }
+            while r.pop_into(&mut out, false, None).is_some() {}
+            proptest::prop_assert_eq!(r.charged(), 0);
+        }
     }
 }

@@ -651,3 +651,41 @@ fn an_overflowing_socket_counts_its_drops() {
     assert_eq!(r.drop_ring_full, 0, "{r:?}");
     assert_eq!(b.stats().socket_drops, None);
 }
+
+/// `recv_ready` (the shim's receive of a datagram already in the ring)
+/// and the full receive take turns on one stream: every datagram comes
+/// once, whole and in order, whichever took it; `recv_ready` finds one
+/// whenever the ring's count said so (this thread is the only reader),
+/// and nothing once the stream is read.
+#[test]
+fn ring_reads_and_full_receives_share_one_stream() {
+    let e = engine(Config::default());
+    let (a, b) = pair(&e, false);
+    let dst = b.local_addr().unwrap();
+    let sizes = [1, 64, 700, 1472, 3000];
+    let n = 2000u64;
+    let mut buf = vec![0u8; 4096];
+    let (mut got, mut from_ring) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for i in 0..n {
+        let len = sizes[i as usize % sizes.len()];
+        assert_eq!(a.send_to(&payload(i, len), dst).unwrap(), len);
+        while got + 8 < i || (i + 1 == n && got < n) {
+            assert!(Instant::now() < deadline, "stream stalled at {got}: {:?}", b.stats());
+            let want = sizes[got as usize % sizes.len()];
+            let m = if got % 2 == 0 && b.pending_datagrams() > 0 {
+                let r = b.recv_ready(&mut buf).expect("the ring's count said a datagram was there");
+                assert_eq!(r.src, a.local_addr().unwrap());
+                from_ring += 1;
+                r.copied
+            } else {
+                b.recv(&mut buf).unwrap()
+            };
+            check(&buf[..m], got, want, &b);
+            got += 1;
+        }
+    }
+    assert!(b.recv_ready(&mut buf).is_none(), "the stream was read whole");
+    assert!(from_ring > 0, "no datagram was taken from the ring");
+    assert_eq!(b.stats().datagrams_received, n);
+}

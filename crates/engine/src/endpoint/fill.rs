@@ -13,8 +13,9 @@ use std::sync::atomic::{Ordering::Relaxed, Ordering::Release};
 const GRO_MAX_SEGMENTS: usize = 128;
 
 /// Messages received into a buffer smaller than this are copied into a
-/// right-sized buffer so a small datagram does not pin 64 KiB.
-const COPY_BELOW: usize = 8 << 10;
+/// small buffer (reused through the ring's small spares) so a small
+/// datagram does not pin 64 KiB.
+const COPY_BELOW: usize = crate::ring::SMALL_MAX;
 
 thread_local! {
     static CALLER_SCRATCH: std::cell::RefCell<Option<RecvScratch>> = const { std::cell::RefCell::new(None) };
@@ -159,7 +160,7 @@ impl EpInner {
                     continue;
                 }
                 let buf = if m.len < COPY_BELOW {
-                    scratch.bufs[i][..m.len].to_vec()
+                    rs.ring.copy_small(&scratch.bufs[i][..m.len])
                 } else {
                     let spare = rs.ring.take_buffer(RX_BUF);
                     std::mem::replace(&mut scratch.bufs[i], spare)

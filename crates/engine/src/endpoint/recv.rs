@@ -41,6 +41,25 @@ impl Endpoint {
         self.inner.traced_recv(buf, flags, Some(info))
     }
 
+    /// Takes the next datagram if the ring holds one, never waiting or
+    /// reading the socket: the receive of a stream whose caller saw the
+    /// ring's count ([`Endpoint::ring_len`]) above zero, without the layers
+    /// of [`Endpoint::recv_with`] (flags, `io::Result`, the wait path) that
+    /// a receive served from the ring does not use. `None`: the ring was
+    /// empty after all, or tracing is on (the traced call records its
+    /// steps); the caller then makes the full receive.
+    #[inline]
+    pub fn recv_ready(&self, buf: &mut [u8]) -> Option<Received> {
+        if crate::tracepoint::on() {
+            return None;
+        }
+        let i = &self.inner;
+        let r = i.pop(&mut lock(&i.recv), buf, false, None)?;
+        // Only this thread writes it: a plain load/store pair, no locked op.
+        i.rx_calls.store(i.rx_calls.load(Relaxed).wrapping_add(1), Relaxed);
+        Some(r)
+    }
+
     /// Receives up to `bufs.len()` datagrams: blocks (per the endpoint's mode)
     /// for the first, then takes what is already waiting.
     pub fn recv_batch(&self, bufs: &mut [&mut [u8]], out: &mut Vec<Received>) -> io::Result<usize> {

@@ -53,9 +53,9 @@ pub(super) unsafe fn write_addr(a: SocketAddr, v6: bool, p: *mut sockaddr, lenp:
         (SocketAddr::V4(x), true) => SocketAddr::V6(SocketAddrV6::new(x.ip().to_ipv6_mapped(), x.port(), 0, 0)),
         (x, _) => x,
     };
-    // SAFETY: sockaddr_storage is plain integers; all zeros is valid.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let n = match a {
+    // Each form is written straight from its own struct (building it in a
+    // zeroed sockaddr_storage first cost a 128-byte clear per receive).
+    match a {
         SocketAddr::V4(x) => {
             let s = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
@@ -63,9 +63,8 @@ pub(super) unsafe fn write_addr(a: SocketAddr, v6: bool, p: *mut sockaddr, lenp:
                 sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(x.ip().octets()) },
                 sin_zero: [0; 8],
             };
-            // SAFETY: sockaddr_storage is larger and at least as aligned as sockaddr_in.
-            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in, s) };
-            std::mem::size_of::<libc::sockaddr_in>()
+            // SAFETY: as this function's contract.
+            unsafe { put_addr(&s, p, lenp) }
         }
         SocketAddr::V6(x) => {
             let s = libc::sockaddr_in6 {
@@ -75,17 +74,25 @@ pub(super) unsafe fn write_addr(a: SocketAddr, v6: bool, p: *mut sockaddr, lenp:
                 sin6_addr: libc::in6_addr { s6_addr: x.ip().octets() },
                 sin6_scope_id: x.scope_id(),
             };
-            // SAFETY: sockaddr_storage is larger and at least as aligned as sockaddr_in6.
-            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in6, s) };
-            std::mem::size_of::<libc::sockaddr_in6>()
+            // SAFETY: as this function's contract.
+            unsafe { put_addr(&s, p, lenp) }
         }
-    };
-    // SAFETY: neither pointer is null; `*lenp` is the room at `p` (the
-    // caller's contract), and no more than that is written; `st` holds `n`
-    // bytes.
+    }
+}
+
+/// Copies the address `s` to `p`, cut to the room `*lenp` says, and sets
+/// `*lenp` to its full size, as the kernel's `move_addr_to_user` does.
+///
+/// # Safety
+/// Neither pointer is null; `lenp` points at a writable length and `p` at
+/// that many writable bytes.
+unsafe fn put_addr<T>(s: &T, p: *mut sockaddr, lenp: *mut socklen_t) {
+    let n = std::mem::size_of::<T>();
+    // SAFETY: `*lenp` is the room at `p` (the caller's contract), and no
+    // more than that is written; `s` holds `n` bytes.
     unsafe {
         let room = (*lenp as usize).min(n);
-        std::ptr::copy_nonoverlapping(&st as *const _ as *const u8, p as *mut u8, room);
+        std::ptr::copy_nonoverlapping(s as *const T as *const u8, p as *mut u8, room);
         *lenp = n as socklen_t;
     }
 }
