@@ -21,6 +21,8 @@
 //! Needs root (network namespaces) and the `tbf` qdisc; says SKIPPED
 //! otherwise.
 
+mod async_common;
+use async_common::engines;
 use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, SendBuf, SendEngine};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Command;
@@ -181,18 +183,6 @@ impl Drop for HeldBed {
         run(&["ip", "netns", "del", &self.a]);
         run(&["ip", "netns", "del", &self.b]);
     }
-}
-
-/// The engines this kernel has (io_uring zero-copy sends need Linux 6.1).
-fn engines() -> Vec<SendEngine> {
-    let mut v = vec![SendEngine::MsgZerocopy];
-    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let cfg = AsyncConfig { engine: SendEngine::Uring, ..AsyncConfig::default() };
-    match AsyncSender::<Vec<u8>>::new(probe, cfg) {
-        Ok(_) => v.push(SendEngine::Uring),
-        Err(e) => eprintln!("SKIPPED the io_uring engine: {e}"),
-    }
-    v
 }
 
 fn sender<B: SendBuf>(tx: UdpSocket, engine: SendEngine, max_in_flight: usize) -> AsyncSender<B> {

@@ -56,10 +56,12 @@ fn one(tb: &Testbed, variant: Option<&str>, size: usize, secs: f64) -> Result<Va
     Ok(sample(&s, &r))
 }
 
+/// The median over the rounds that measured `variant` (a failed transfer
+/// leaves its round out; `rounds_ok` in the row counts them).
 fn median_of(rounds: &[Value], variant: &str, key: &str) -> Option<f64> {
     let mut v: Vec<f64> = rounds.iter().filter_map(|r| r[variant][key].as_f64()).collect();
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().filter(|_| v.len() == rounds.len())
+    v.get(v.len() / 2).copied()
 }
 
 /// One row per size: every round's samples, and the medians' ratios
@@ -96,12 +98,14 @@ pub fn measure(tb: &Testbed, secs: f64) -> Vec<Value> {
                 .iter()
                 .map(|(name, _)| {
                     let m = |k: &str| median_of(&rounds, name, k);
+                    let ok = rounds.iter().filter(|r| r[*name]["error"].is_null()).count();
                     (
                         name.to_string(),
                         json!({
                             "sender_cpu_ns_per_byte": m("sender_cpu_ns_per_byte"),
                             "received_gbps": m("received_gbps"),
                             "loss": m("loss"),
+                            "rounds_ok": ok,
                         }),
                     )
                 })
