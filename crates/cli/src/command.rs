@@ -2,6 +2,7 @@
 //! commands other crates own (`model`, `sim`, `verify`) bring their own
 //! argument structs; this tree only gathers them.
 
+use crate::bench_async::AsyncPart;
 use crate::run::RunArgs;
 use crate::stat_view::StatCmd;
 use crate::trace::TraceOptions;
@@ -96,6 +97,14 @@ pub enum Cmd {
         /// (sizes default to 1472,16384,65507; docs/async.md).
         #[arg(long = "async", conflicts_with_all = ["tcp", "apps", "sockets", "emp"])]
         async_send: bool,
+        /// With --async: the parts to run (send, recv, copy, xdp).
+        #[arg(long, value_delimiter = ',', value_enum, requires = "async_send",
+              default_values_t = vec![AsyncPart::Send, AsyncPart::Recv, AsyncPart::Copy, AsyncPart::Xdp])]
+        parts: Vec<AsyncPart>,
+        /// With --async: only these receiver rows (loopback-gro, loopback-nogro,
+        /// testbed-veth-gro, testbed-veth-nogro); default all.
+        #[arg(long, value_delimiter = ',', requires = "async_send")]
+        recv_rows: Vec<String>,
         /// With --emp: the EMP schemes to run (base, so, ro, dsr, sr).
         #[arg(long, value_delimiter = ',', default_value = "base")]
         schemes: Vec<String>,

@@ -97,7 +97,9 @@ fn main() {
                 Err(e) => fail(e),
             }
         }
-        Cmd::Bench { async_send: true, secs, sizes, out, no_json, .. } => bench_async(secs, sizes, out, no_json),
+        Cmd::Bench { async_send: true, secs, sizes, parts, recv_rows, out, no_json, .. } => {
+            bench_async(secs, sizes, parts, recv_rows, out, no_json)
+        }
         Cmd::Bench { sockets: true, count, nofile, out, no_json, .. } => {
             match eudp_cli::sockbench::run(&eudp_cli::sockbench::SocketsArgs {
                 count,
@@ -201,11 +203,18 @@ fn bench_emp(secs: f64, schemes: Vec<String>, out: std::path::PathBuf, no_json: 
     }
 }
 
-fn bench_async(secs: f64, sizes: Vec<usize>, out: std::path::PathBuf, no_json: bool) -> i32 {
+fn bench_async(
+    secs: f64,
+    sizes: Vec<usize>,
+    parts: Vec<eudp_cli::bench_async::AsyncPart>,
+    recv_rows: Vec<String>,
+    out: std::path::PathBuf,
+    no_json: bool,
+) -> i32 {
     use eudp_cli::bench_async;
     // The general default (64,1472) gives way to the sizes paper 001 compares.
     let sizes = if sizes == [64, 1472] { bench_async::DEFAULT_SIZES.to_vec() } else { sizes };
-    let args = bench_async::AsyncBenchArgs { secs, sizes, out_dir: (!no_json).then_some(out) };
+    let args = bench_async::AsyncBenchArgs { secs, sizes, parts, recv_rows, out_dir: (!no_json).then_some(out) };
     match bench_async::run(&args) {
         Ok(res) => {
             print!("{}", bench_async::table(&res));

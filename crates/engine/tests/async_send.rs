@@ -2,6 +2,8 @@
 //! buffer reuse, completions, per-datagram errors, back-pressure and GSO
 //! runs; registered buffers with the io_uring engine.
 
+mod async_common;
+use async_common::engines;
 use eudp_engine::async_udp::{AsyncConfig, AsyncSender, Completion, Datagram, SendBuf, SendEngine};
 use eudp_engine::sys::sockopt::set_int_option;
 use std::collections::HashSet;
@@ -27,19 +29,6 @@ fn pair() -> (UdpSocket, UdpSocket) {
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     tx.connect(rx.local_addr().unwrap()).unwrap();
     (tx, rx)
-}
-
-/// The engines this kernel has: `MsgZerocopy` always, `Uring` where io_uring
-/// zero-copy sends exist (said on stderr where not).
-fn engines() -> Vec<SendEngine> {
-    let mut v = vec![SendEngine::MsgZerocopy];
-    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let cfg = AsyncConfig { engine: SendEngine::Uring, ..AsyncConfig::default() };
-    match AsyncSender::<Vec<u8>>::new(probe, cfg) {
-        Ok(_) => v.push(SendEngine::Uring),
-        Err(e) => eprintln!("SKIPPED the io_uring engine: {e}"),
-    }
-    v
 }
 
 fn sender<B: SendBuf>(tx: UdpSocket, max_in_flight: usize, engine: SendEngine) -> AsyncSender<B> {

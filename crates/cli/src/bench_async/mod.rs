@@ -16,11 +16,25 @@ mod copy_block;
 mod measure;
 mod recv;
 mod sys;
+mod xdp_copy;
 
 use crate::testbed::{is_root, unique_name, Testbed, ADDR_A, ADDR_B};
 use measure::{transfer, Ends, Sample, SendMode};
 use serde_json::{json, Value};
 use std::path::PathBuf;
+
+/// The parts of `eudp bench --async`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AsyncPart {
+    /// Copying against zero-copy sends.
+    Send,
+    /// The asynchronous receiver against a `recvmmsg` loop.
+    Recv,
+    /// The copy block alone: cached against non-temporal stores into rotating frames.
+    Copy,
+    /// The copy block inside xdp transfers on the testbed (root).
+    Xdp,
+}
 
 /// What `eudp bench --async` runs.
 pub struct AsyncBenchArgs {
@@ -28,6 +42,10 @@ pub struct AsyncBenchArgs {
     pub secs: f64,
     /// Payload sizes in bytes.
     pub sizes: Vec<usize>,
+    pub parts: Vec<AsyncPart>,
+    /// The receiver rows to run (`loopback-gro`, `loopback-nogro`,
+    /// `testbed-veth-gro`, `testbed-veth-nogro`); empty: all.
+    pub recv_rows: Vec<String>,
     pub out_dir: Option<PathBuf>,
 }
 
@@ -111,23 +129,34 @@ fn measure_path(path: &str, ends: &Ends, args: &AsyncBenchArgs, rows: &mut Vec<V
     }
 }
 
-/// Runs every row; writes `async-<unix time>.json` under `out_dir`.
+/// Runs the chosen parts; writes `async-<unix time>.json` under `out_dir`.
 pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
     let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let part = |p: AsyncPart| args.parts.contains(&p);
+    let known: Vec<String> =
+        ["loopback", "testbed-veth"].iter().flat_map(|p| [true, false].map(|g| recv::row_name(p, g))).collect();
+    if let Some(bad) = args.recv_rows.iter().find(|r| !known.contains(r)) {
+        return Err(format!("unknown receiver row {bad:?} (known: {})", known.join(", ")));
+    }
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut rows = Vec::new();
     let lo = "127.0.0.1".parse().expect("loopback address");
     let loopback = Ends { sender_ns: None, receiver_ns: None, sender_ip: lo, receiver_ip: lo };
-    measure_path("loopback", &loopback, args, &mut rows);
+    if part(AsyncPart::Send) {
+        measure_path("loopback", &loopback, args, &mut rows);
+    }
     let mut notes = vec![
         "copy, zerocopy and uring_fixed are the same AsyncSender (GSO on): copying, MSG_ZEROCOPY, and io_uring SEND_ZC/SENDMSG_ZC from registered buffers, run back to back"
             .to_string(),
         "receiver: AsyncReceiver (multishot io_uring receive, datagrams lent in place) against a recvmmsg loop, the same number of buffers each, both with and without UDP_GRO, fed by one copying GSO sender over loopback and the testbed; CPU and system calls are the receiving thread's; the sender's rate bounds the receiver's".to_string(),
         "process CPU covers sender and receiver threads and the kernel's work in their context".to_string(),
-        "copy_block: the fused copy-and-checksum into 64 MiB of rotating frames, cached vs non-temporal stores, the faster of two interleaved runs each".to_string(),
+        "copy_block: the fused copy-and-checksum into rotating frames (8 MiB of 2 KiB frames, the xdp UMEM at MTU 1500, and 64 MiB of 4 KiB frames), cached vs non-temporal stores, thread CPU time, median of 5 interleaved rounds".to_string(),
+        "xdp_copy: eudp bench's xdp mode on the testbed with EUDP_XDP_COPY=cached and =nontemporal beside kernel UDP, 3 interleaved rounds, medians; sender CPU is the sending process's".to_string(),
     ];
     let mut paths = vec![("loopback", loopback)];
     // Torn down when it drops, after the receiver rows.
     let tb = if is_root() { Some(Testbed::up(&unique_name("as"))?) } else { None };
+    let mut xdp = Value::Null;
     if let Some(tb) = &tb {
         let ends = Ends {
             sender_ns: Some(tb.netns('a')),
@@ -135,25 +164,34 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
             sender_ip: ADDR_A.parse().expect("testbed address"),
             receiver_ip: ADDR_B.parse().expect("testbed address"),
         };
-        measure_path("testbed-veth", &ends, args, &mut rows);
+        if part(AsyncPart::Send) {
+            measure_path("testbed-veth", &ends, args, &mut rows);
+        }
         paths.push(("testbed-veth", ends));
+        if part(AsyncPart::Xdp) {
+            xdp = Value::Array(xdp_copy::measure(tb, args.secs));
+        }
     } else {
         notes.push("testbed rows skipped: not root".to_string());
     }
-    let receiver = recv::measure(&paths, args.secs);
+    let receiver = if part(AsyncPart::Recv) { recv::measure(&paths, args.secs, &args.recv_rows) } else { Value::Null };
     drop(tb);
+    let copy_block = if part(AsyncPart::Copy) { Value::Array(copy_block::measure()) } else { Value::Null };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let res = json!({
-        "schema": "eudp-bench-async/1",
+        "schema": "eudp-bench-async/2",
         "bench": "async",
         "started_unix": started_unix,
         "secs_per_transfer": args.secs,
+        "parts": args.parts.iter().map(|p| format!("{p:?}").to_lowercase()).collect::<Vec<_>>(),
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "loadavg_before": load_before.trim(),
         "loadavg_at_end": load.trim(),
         "notes": notes,
         "rows": rows,
         "receiver": receiver,
-        "copy_block": copy_block::measure(),
+        "copy_block": copy_block,
+        "xdp_copy": xdp,
     });
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -167,20 +205,25 @@ pub fn run(args: &AsyncBenchArgs) -> Result<Value, String> {
 
 /// The result as a text table, one line per path and size.
 pub fn table(res: &Value) -> String {
-    let mut out = format!(
-        "{:<13} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}\n",
-        "path",
-        "size",
-        "copy Gb/s",
-        "zc Gb/s",
-        "uzc Gb/s",
-        "copy ns/B",
-        "zc ns/B",
-        "uzc ns/B",
-        "copy p/B",
-        "zc p/B",
-        "zc %"
-    );
+    let sends = res["rows"].as_array().is_some_and(|r| !r.is_empty());
+    let mut out = if !sends {
+        String::new()
+    } else {
+        format!(
+            "{:<13} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}\n",
+            "path",
+            "size",
+            "copy Gb/s",
+            "zc Gb/s",
+            "uzc Gb/s",
+            "copy ns/B",
+            "zc ns/B",
+            "uzc ns/B",
+            "copy p/B",
+            "zc p/B",
+            "zc %"
+        )
+    };
     for r in res["rows"].as_array().into_iter().flatten() {
         let path = r["path"].as_str().unwrap_or("?");
         let size = r["size"].as_u64().unwrap_or(0);
@@ -202,5 +245,5 @@ pub fn table(res: &Value) -> String {
             g("zerocopy", "zero_copy_fraction") * 100.0,
         );
     }
-    out + &recv::table(&res["receiver"])
+    out + &recv::table(&res["receiver"]) + &copy_block::table(&res["copy_block"]) + &xdp_copy::table(&res["xdp_copy"])
 }

@@ -121,7 +121,10 @@ fn with_sender(
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let (tx_stop, tx_sent, tx_ends) = (stop.clone(), sent.clone(), ends.clone());
-    let tx = std::thread::spawn(move || blast(&tx_ends, dst, tx_stop, tx_sent));
+    let tx = std::thread::Builder::new()
+        .name("async-blast".into())
+        .spawn(move || blast(&tx_ends, dst, tx_stop, tx_sent))
+        .map_err(|e| e.to_string())?;
     let r = recv_for(Duration::from_secs_f64(secs));
     let sent_in_window = sent.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
@@ -130,19 +133,25 @@ fn with_sender(
 }
 
 /// Runs `f` in a thread of its own that has entered the receiver's namespace.
+/// Runs `f` in a thread of its own, named `name` (so that a profile tells
+/// the receivers apart), that has entered the receiver's namespace.
 fn in_receiver_ns(
+    name: &str,
     ends: &Ends,
     f: impl FnOnce(&Ends) -> Result<RecvSample, String> + Send + 'static,
 ) -> Result<RecvSample, String> {
     let ends = ends.clone();
-    std::thread::spawn(move || {
-        if let Some(ns) = &ends.receiver_ns {
-            enter_netns(ns).map_err(|e| format!("netns {ns}: {e}"))?;
-        }
-        f(&ends)
-    })
-    .join()
-    .map_err(|_| "receiver panicked".to_string())?
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if let Some(ns) = &ends.receiver_ns {
+                enter_netns(ns).map_err(|e| format!("netns {ns}: {e}"))?;
+            }
+            f(&ends)
+        })
+        .map_err(|e| e.to_string())?
+        .join()
+        .map_err(|_| "receiver panicked".to_string())?
 }
 
 fn plain(ends: &Ends, gro: bool, secs: f64) -> Result<RecvSample, String> {
@@ -251,8 +260,8 @@ fn ratios(a: &Value, p: &Value) -> Value {
 fn row(path: &str, ends: &Ends, gro: bool, secs: f64) -> Value {
     let mut rounds = Vec::new();
     for _ in 0..ROUNDS {
-        let p = in_receiver_ns(ends, move |e| plain(e, gro, secs));
-        let a = in_receiver_ns(ends, move |e| lent(e, gro, secs));
+        let p = in_receiver_ns("rx-recvmmsg", ends, move |e| plain(e, gro, secs));
+        let a = in_receiver_ns("rx-async", ends, move |e| lent(e, gro, secs));
         match (p, a) {
             (Ok(p), Ok(a)) => {
                 let (pj, aj) = (p.json(), a.json());
@@ -280,15 +289,29 @@ fn row(path: &str, ends: &Ends, gro: bool, secs: f64) -> Value {
     })
 }
 
-/// The receiver rows: per path and GRO setting, the `recvmmsg` loop and
-/// the asynchronous receiver, interleaved.
-pub fn measure(paths: &[(&str, Ends)], secs: f64) -> Value {
-    let rows = paths.iter().flat_map(|(path, ends)| [true, false].map(|gro| row(path, ends, gro, secs))).collect();
+/// A receiver row's name: its path, then `gro` or `nogro`.
+pub fn row_name(path: &str, gro: bool) -> String {
+    format!("{path}-{}", if gro { "gro" } else { "nogro" })
+}
+
+/// The receiver rows: per path and GRO setting (those named in `only`, or
+/// all when it is empty), the `recvmmsg` loop and the asynchronous
+/// receiver, interleaved.
+pub fn measure(paths: &[(&str, Ends)], secs: f64, only: &[String]) -> Value {
+    let rows = paths
+        .iter()
+        .flat_map(|(path, ends)| [true, false].map(|gro| (path, ends, gro)))
+        .filter(|(path, _, gro)| only.is_empty() || only.contains(&row_name(path, *gro)))
+        .map(|(path, ends, gro)| row(path, ends, gro, secs))
+        .collect();
     Value::Array(rows)
 }
 
 /// The receiver rows as text.
 pub fn table(rows: &Value) -> String {
+    if rows.is_null() {
+        return String::new();
+    }
     let mut out = format!(
         "\nreceiver ({SIZE} B, {BUFFERS} buffers each)\n{:<13} {:<4} {:>11} {:>11} {:>7} {:>11} {:>11} {:>7} {:>9} {:>9}\n",
         "path", "gro", "mmsg dg/s", "async dg/s", "ratio", "mmsg ns/dg", "async ns/dg", "ratio", "mmsg sc/dg", "async sc/dg"
