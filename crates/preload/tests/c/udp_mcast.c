@@ -176,8 +176,11 @@ static void send_to(int fd, int v6, const char *g, const char *msg) {
     CHECK(r == (ssize_t)strlen(msg));
 }
 
-/* Everything `fd` receives until it stays quiet for 150 ms, on one line. */
-static void drain(const char *name, int fd) {
+/* Everything `fd` receives until it stays quiet for 150 ms, on one line;
+ * with `uni`, unicast datagrams (which socket of a reuseport group gets
+ * one is the kernel's hash) are only counted there, and sources are not
+ * shown. */
+static void drain_groups(const char *name, int fd, int *uni) {
     char buf[2048], host[INET6_ADDRSTRLEN];
     printf("  %s:", name);
     for (;;) {
@@ -191,12 +194,21 @@ static void drain(const char *name, int fd) {
         if (r < 0 && errno == EAGAIN) continue;
         CHECK(r >= 0);
         buf[r] = 0;
+        if (uni) {
+            if (buf[0] == 'u') (*uni)++;
+            else printf(" %s", buf);
+            continue;
+        }
         const void *src = from.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&from)->sin6_addr
                                                      : (const void *)&((struct sockaddr_in *)&from)->sin_addr;
         CHECK(inet_ntop(from.ss_family, src, host, sizeof host));
         printf(" %s(from %s)", buf, host);
     }
     printf("\n");
+}
+
+static void drain(const char *name, int fd) {
+    drain_groups(name, fd, NULL);
 }
 
 /* Which receivers get which groups' datagrams: any-source and
@@ -426,24 +438,15 @@ static void peer_sender(int v6, const char *phase, char **gs, int ng) {
     close(fd);
 }
 
-/* As `drain`, but unicast datagrams (which one socket of a reuseport
- * group gets is the kernel's hash) are only counted, in `*uni`. */
-static void drain_groups(const char *name, int fd, int *uni) {
-    char buf[2048];
-    printf("  %s:", name);
-    for (;;) {
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-        int n = poll(&p, 1, 150);
-        CHECK(n >= 0);
-        if (n == 0) break;
-        ssize_t r = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
-        if (r < 0 && errno == EAGAIN) continue;
-        CHECK(r >= 0);
-        buf[r] = 0;
-        if (buf[0] == 'u') (*uni)++;
-        else printf(" %s", buf);
-    }
-    printf("\n");
+/* One phase of `share`: the peer sends `gs`, then r1..r3 are drained;
+ * the unicast datagrams they got. */
+static int share_phase(int v6, const char *phase, const char *const *gs, const int *r) {
+    remote_send(v6, phase, gs);
+    int uni = 0;
+    drain_groups("r1", r[0], &uni);
+    drain_groups("r2", r[1], &uni);
+    drain_groups("r3", r[2], &uni);
+    return uni;
 }
 
 /* The second process of `share`: a member of the first group on the same
@@ -488,13 +491,9 @@ static void share(int v6) {
     }
     printf("reuseport %d %d %d\n", getint(r1, SOL_SOCKET, SO_REUSEPORT), getint(r2, SOL_SOCKET, SO_REUSEPORT),
            getint(r3, SOL_SOCKET, SO_REUSEPORT));
-    int uni = 0;
+    const int r[3] = { r1, r2, r3 };
     printf("phase one process\n");
-    remote_send(v6, "a", both);
-    drain_groups("r1", r1, &uni);
-    drain_groups("r2", r2, &uni);
-    drain_groups("r3", r3, &uni);
-    printf("  unicast %d\n", uni);
+    printf("  unicast %d\n", share_phase(v6, "a", both, r));
 
     /* A second process joins g1 on the port. */
     int ready[2], go[2];
@@ -516,11 +515,7 @@ static void share(int v6) {
     if (v6) join6(r1, g3);
     else join4(r1, g3);
     printf("phase two processes\n");
-    remote_send(v6, "b", first);
-    uni = 0;
-    drain_groups("r1", r1, &uni);
-    drain_groups("r2", r2, &uni);
-    drain_groups("r3", r3, &uni);
+    int uni = share_phase(v6, "b", first, r);
     fflush(stdout);
     CHECK(write(go[1], "g", 1) == 1);
     unsigned char u;
@@ -536,12 +531,7 @@ static void share(int v6) {
     if (v6) leave6(r1, g3);
     else leave4(r1, g3);
     printf("phase one process again\n");
-    remote_send(v6, "c", first);
-    uni = 0;
-    drain_groups("r1", r1, &uni);
-    drain_groups("r2", r2, &uni);
-    drain_groups("r3", r3, &uni);
-    printf("  unicast %d\n", uni);
+    printf("  unicast %d\n", share_phase(v6, "c", first, r));
     close(r1);
     close(r2);
     close(r3);
