@@ -57,8 +57,7 @@ pub struct Plan {
     /// processes (every one in every group: `subsets` must be false).
     pub one_process: bool,
     /// The receivers share the port by `SO_REUSEADDR` and `SO_REUSEPORT`
-    /// (false: `SO_REUSEADDR` alone, which the xdp transport keeps on the
-    /// engine).
+    /// (false: `SO_REUSEADDR` alone).
     pub reuseport: bool,
     /// xdp transport: the receivers' `EUDP_XDP_RING` (None: the default);
     /// the run's stack is then named `<stack>-ring<N>`.
@@ -455,11 +454,12 @@ pub fn bench(sizes: &[usize], out_dir: Option<&Path>) -> Result<(Value, Option<P
     // are the kernel's drops for an empty fill ring (the rows' `xdp`).
     let xdp = Stack::EudpXdp("default");
     let stacks = [(Stack::Kernel, None), (Stack::Eudp("default"), None), (xdp, None), (xdp, Some(16384))];
-    // Under xdp the four receivers are sockets of one process sharing the
-    // port by SO_REUSEADDR: four processes on one host share every group,
-    // which the transport leaves to the kernel (docs/xdp.md, "Multicast").
+    // Under xdp the four receivers are sockets of one process (sharing the
+    // port by SO_REUSEADDR and SO_REUSEPORT, as the others): four processes
+    // on one host share every group, which the transport leaves to the
+    // kernel (docs/xdp.md, "Multicast").
     let shape = |p: Plan, stack: Stack, xdp_ring: Option<u32>| match stack {
-        Stack::EudpXdp(_) => Plan { one_process: true, reuseport: false, xdp_ring, ..p },
+        Stack::EudpXdp(_) => Plan { one_process: true, xdp_ring, ..p },
         _ => p,
     };
     let mut rows = Vec::new();

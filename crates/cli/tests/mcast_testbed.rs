@@ -102,7 +102,7 @@ fn sum(run: &FanRun, f: impl Fn(&serde_json::Value) -> u64) -> u64 {
 }
 
 /// Four receiving processes under the xdp transport (sharing the port by
-/// SO_REUSEADDR, so they stay on the engine): one holds the interface's
+/// SO_REUSEADDR and SO_REUSEPORT; they stay on the engine): one holds the interface's
 /// transport, the others get the kernel backend, and since four processes
 /// share every group the transport leaves the groups to the kernel,
 /// counted. Every receiver gets exactly its groups, in order, intact.
@@ -110,8 +110,7 @@ fn sum(run: &FanRun, f: impl Fn(&serde_json::Value) -> u64) -> u64 {
 fn fan_out_to_four_processes_under_xdp_leaves_shared_groups_to_the_kernel() {
     let Some(tb) = testbed("mx") else { return };
     for v6 in [false, true] {
-        let plan = Plan { reuseport: false, ..plan(v6) };
-        let run = fanout(&tb, Stack::EudpXdp("default"), &lib(), plan).expect("xdp fan-out");
+        let run = fanout(&tb, Stack::EudpXdp("default"), &lib(), plan(v6)).expect("xdp fan-out");
         check(&run, false);
         let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
         for r in &run.receivers {
@@ -129,21 +128,30 @@ fn fan_out_to_four_processes_under_xdp_leaves_shared_groups_to_the_kernel() {
     }
 }
 
-/// Four sockets of one receiving process under the xdp transport: the
-/// process holds every socket on the group port, so the groups' frames are
-/// redirected and copied to each socket; bytes, order and counts as on the
-/// kernel.
+/// Four sockets of one receiving process under the xdp transport, sharing
+/// the port by `SO_REUSEADDR` and then by `SO_REUSEADDR` and `SO_REUSEPORT`
+/// (the kernel gives every socket of a reuseport group a copy of a group
+/// datagram, `udp_mcast`'s `share` cases): the process holds every socket
+/// on the group port, so the groups' frames are redirected and copied to
+/// each socket; bytes, order and counts as on the kernel.
 #[test]
 fn fan_out_to_four_sockets_of_one_process_is_redirected_under_xdp() {
     let Some(tb) = testbed("my") else { return };
-    let plan = Plan { reuseport: false, one_process: true, subsets: false, ..plan(false) };
-    let run = fanout(&tb, Stack::EudpXdp("default"), &lib(), plan).expect("xdp fan-out");
+    for reuseport in [false, true] {
+        let plan = Plan { reuseport, one_process: true, subsets: false, ..plan(false) };
+        let run = fanout(&tb, Stack::EudpXdp("default"), &lib(), plan).expect("xdp fan-out");
+        check_one_process(&run, reuseport);
+    }
+}
+
+fn check_one_process(run: &FanRun, reuseport: bool) {
+    let tag = format!("reuseport={reuseport}");
     assert_eq!(run.receivers.len(), 4);
-    assert_eq!(run.sender["sent"], 3 * COUNT, "{:?}", run.sender);
+    assert_eq!(run.sender["sent"], 3 * COUNT, "{tag}: {:?}", run.sender);
     let p = run.receivers[0].process.as_ref().expect("receiver's shim report");
     let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    assert_eq!(p["fallbacks"], 0, "{p}");
-    assert!(u(&p["accelerated"]) >= 4, "{p}");
+    assert_eq!(p["fallbacks"], 0, "{tag}: {p}");
+    assert!(u(&p["accelerated"]) >= 4, "{tag}: {p}");
     let st = &p["xdp"]["stats"];
     // Each frame is copied to all four sockets: they get the same datagrams,
     // intact and in order. A frame the process was too slow to take off the
@@ -153,16 +161,20 @@ fn fan_out_to_four_sockets_of_one_process_is_redirected_under_xdp() {
     let first = &run.receivers[0].report;
     for (i, r) in run.receivers.iter().enumerate() {
         let rep = &r.report;
-        assert_eq!(rep["foreign"], 0, "receiver {i}: {rep}");
+        assert_eq!(rep["foreign"], 0, "{tag} receiver {i}: {rep}");
         for g in rep["groups"].as_array().expect("groups") {
-            assert_eq!((&g["out_of_order"], &g["corrupt"], &g["ended"]), (&0.into(), &0.into(), &true.into()), "{rep}");
-            assert_eq!(g["end_total"], COUNT, "receiver {i}: {rep}");
+            assert_eq!(
+                (&g["out_of_order"], &g["corrupt"], &g["ended"]),
+                (&0.into(), &0.into(), &true.into()),
+                "{tag}: {rep}"
+            );
+            assert_eq!(g["end_total"], COUNT, "{tag} receiver {i}: {rep}");
         }
-        assert_eq!(rep["groups"], first["groups"], "receiver {i} got other datagrams than receiver 0");
+        assert_eq!(rep["groups"], first["groups"], "{tag}: receiver {i} got other datagrams than receiver 0");
     }
     let lost = 3 * COUNT - u(&first["received"]);
-    assert!(lost <= u(&st["xsk_rx_dropped"]) + u(&st["xsk_rx_ring_full"]), "{lost} lost, unaccounted: {st}");
-    assert!(u(&st["rx_xdp"]) >= 3 * COUNT - lost, "{st}");
-    assert!(u(&st["rx_group_copies"]) >= 4 * (3 * COUNT - lost), "{st}");
-    assert_eq!(u(&st["rx_inbox_drops"]), 0, "{st}");
+    assert!(lost <= u(&st["xsk_rx_dropped"]) + u(&st["xsk_rx_ring_full"]), "{tag}: {lost} lost, unaccounted: {st}");
+    assert!(u(&st["rx_xdp"]) >= 3 * COUNT - lost, "{tag}: {st}");
+    assert!(u(&st["rx_group_copies"]) >= 4 * (3 * COUNT - lost), "{tag}: {st}");
+    assert_eq!(u(&st["rx_inbox_drops"]), 0, "{tag}: {st}");
 }

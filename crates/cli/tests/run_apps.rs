@@ -470,9 +470,9 @@ fn dig_against_dnsmasq_over_tcp() {
 }
 
 /// dnsmasq asks for IP_PKTINFO, which the AF_XDP path reports from the
-/// frame; dig sets SO_REUSEPORT, which puts its socket on the kernel path
-/// under this transport, so the queries reach dnsmasq's socket as frames
-/// the kernel built.
+/// frame; dig sets SO_REUSEPORT, so under this transport its unicast
+/// answers come through its kernel socket (the kernel spreads a reuseport
+/// group's datagrams) while dnsmasq's socket takes the queries as frames.
 #[test]
 fn dig_against_dnsmasq_over_xdp() {
     dig_dnsmasq(Tr::Xdp);
@@ -564,10 +564,24 @@ fn dig_dnsmasq(tr: Tr) {
     }
     if tr == Tr::Xdp {
         // Twelve queries in, twelve answers out, on dnsmasq's fast path.
-        let (tx, rx) = (xdp_total(&stats, "tx_xdp"), xdp_total(&stats, "rx_xdp"));
+        let reports = eudp_cli::stat_report::read_reports(&stats, true, &[]);
+        let of = |exe: &str, counter: &str| -> u64 {
+            reports
+                .iter()
+                .filter(|r| r["exe"].as_str().is_some_and(|e| e.ends_with(exe)))
+                .map(|r| r["xdp"]["stats"][counter].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let (tx, rx) = (of("dnsmasq", "tx_xdp"), of("dnsmasq", "rx_xdp"));
         assert!(tx >= 10 && rx >= 12, "dnsmasq's AF_XDP frames: sent {tx}, received {rx}");
+        // dig's SO_REUSEPORT socket stays on the engine: its queries go as
+        // frames, its answers (unicast to a reuseport socket) through its
+        // kernel socket.
+        let (dig_tx, dig_rx) = (of("dig", "tx_xdp"), of("dig", "rx_kernel"));
+        assert!(dig_tx >= 10 && dig_rx >= 10, "dig's queries as frames {dig_tx}, answers by the kernel {dig_rx}");
+        assert_eq!(xdp_total(&stats, "rx_xdp"), rx, "only dnsmasq received frames");
         // `eudp stat` shows them.
-        let table = eudp_cli::stat_report::format_reports(&eudp_cli::stat_report::read_reports(&stats, true, &[]));
+        let table = eudp_cli::stat_report::format_reports(&reports);
         assert!(table.contains(&format!("frames {tx} sent")) && table.contains(&format!("{rx} received")), "{table}");
     }
     let _ = std::fs::remove_dir_all(&stats);

@@ -1,22 +1,25 @@
 //! Multicast (`tests/c/udp_mcast.c`): which sockets receive which group's
 //! datagrams (any-source and source-specific joins, `IP_MULTICAST_ALL`, a
 //! socket bound to a group), leave, loopback off and on, many groups on one
-//! socket with bursts (GSO to a group), and membership across fork, IPv4
-//! and IPv6. Each case prints the same lines on the kernel and under the
+//! socket with bursts (GSO to a group), membership across fork, and a group
+//! port shared by `SO_REUSEADDR` and `SO_REUSEPORT` sockets of one process
+//! and then of two (datagrams from the peer namespace), IPv4 and IPv6. Each case prints the same lines on the kernel and under the
 //! shim. On the kernel transport the members run on the engine with no
 //! fallback (the engine reads the member's own kernel socket); under the
 //! tcp transport they stay on the kernel path, counted; under the xdp
-//! transport (members sharing the port by `SO_REUSEADDR` alone) they stay on
-//! the engine, IPv4 joins mirrored, IPv6 ones counted as left to the kernel.
+//! transport they stay on the engine, IPv4 joins mirrored (the `share4`
+//! case's groups redirected while one process holds the port), IPv6 ones
+//! counted as left to the kernel.
 //!
-//! Each run is inside a namespace of its own whose veth leads to a second,
-//! empty namespace: what is received comes back by `IP_MULTICAST_LOOP`.
+//! Each run is inside a namespace of its own whose veth leads to a second
+//! namespace: what is received comes back by `IP_MULTICAST_LOOP`, except in
+//! the `share` cases, whose sender runs in the second namespace.
 
 mod common;
 use common::*;
 use std::process::{Command, Output};
 
-const CASES: &[&str] = &["groups4", "groups6", "many4", "many6", "fork4", "fork6"];
+const CASES: &[&str] = &["groups4", "groups6", "many4", "many6", "fork4", "fork6", "share4", "share6"];
 
 fn ip(args: &[&str]) {
     let o = Command::new("ip").args(args).output().expect("ip(8)");
@@ -45,13 +48,15 @@ impl Ns {
         ip(&["-n", &ns.name, "-6", "addr", "add", "2001:2:0:c8::1/64", "dev", "mc0", "nodad"]);
         ip(&["-n", &ns.name, "link", "set", "mc0", "up"]);
         ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ip(&["-n", &ns.peer, "addr", "add", "198.18.200.2/24", "dev", "mcp"]);
+        ip(&["-n", &ns.peer, "-6", "addr", "add", "2001:2:0:c8::2/64", "dev", "mcp", "nodad"]);
         ip(&["-n", &ns.peer, "link", "set", "mcp", "up"]);
         ns
     }
 
     fn run(&self, exe: &std::path::Path, case: &str, env: &[(&str, &str)], stats: Option<&std::path::Path>) -> Output {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name, "timeout", "60"]).arg(exe).arg(case);
+        cmd.args(["netns", "exec", &self.name, "timeout", "60"]).arg(exe).arg(case).env("MC_PEER_NS", &self.peer);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -154,7 +159,13 @@ fn multicast_under_the_tcp_transport_stays_on_the_kernel_path() {
     let port = uoe_port().to_string();
     let (mut failed, all) = compare("t", &[("EUDP_TRANSPORT", "tcp"), ("EUDP_TCP_PORT", &port)]);
     for (case, r) in &all {
-        if sum(r, "multicast_kernel") == 0 {
+        // `share`'s members fall back at SO_REUSEPORT (docs/tcp.md), before
+        // they join; the other cases' at their joins or sends to a group.
+        if case.starts_with("share") {
+            if sum(r, "accelerated") != 0 {
+                failed.push(format!("{case}: a member ran on the engine: {r:?}"));
+            }
+        } else if sum(r, "multicast_kernel") == 0 {
             failed.push(format!("{case}: no socket counted in multicast_kernel: {r:?}"));
         }
     }
@@ -162,19 +173,18 @@ fn multicast_under_the_tcp_transport_stays_on_the_kernel_path() {
 }
 
 /// Under the xdp transport (attached to the namespace's veth) the members
-/// stay on the engine: what each socket receives is the kernel's, IPv4
-/// joins are mirrored by the transport, IPv6 joins are counted as left to
-/// the kernel. The datagrams come back by `IP_MULTICAST_LOOP` through the
-/// kernel, so this checks the shim's handling; `xdp_mcast_testbed.rs`
-/// (engine) checks redirected frames.
+/// stay on the engine, `SO_REUSEPORT` ones too: what each socket receives
+/// is the kernel's, IPv4 joins are mirrored by the transport, IPv6 joins are
+/// counted as left to the kernel. Most cases' datagrams come back by
+/// `IP_MULTICAST_LOOP` through the kernel (the shim's handling); `share4`'s
+/// come from the peer namespace and are redirected frames.
 #[test]
 fn multicast_under_the_xdp_transport_matches_the_kernel() {
     if !is_root() {
         eprintln!("skipped: needs root (network namespaces)");
         return;
     }
-    let (mut failed, all) =
-        compare_with("x", &[("MC_NO_REUSEPORT", "1")], &[("EUDP_TRANSPORT", "xdp"), ("EUDP_XDP_IFACE", "mc0")]);
+    let (mut failed, all) = compare("x", &[("EUDP_TRANSPORT", "xdp"), ("EUDP_XDP_IFACE", "mc0")]);
     for (case, r) in &all {
         if sum(r, "accelerated") == 0 {
             failed.push(format!("{case}: no socket ran on the engine: {r:?}"));
@@ -182,6 +192,15 @@ fn multicast_under_the_xdp_transport_matches_the_kernel() {
         let xdp_on = r.iter().any(|x| x["xdp"]["stats"].is_object());
         if !xdp_on {
             failed.push(format!("{case}: the xdp transport did not start: {r:?}"));
+        }
+        if *case == "share4" {
+            // One process's three SO_REUSEPORT sockets: 3 datagrams to g1 for
+            // two of them and 3 to g2 for two, redirected; then the second
+            // process's socket on the port takes the groups to the kernel.
+            let xdp = |k: &str| r.iter().map(|x| x["xdp"]["stats"][k].as_u64().unwrap_or(0)).sum::<u64>();
+            if xdp("rx_group_copies") < 12 || xdp("group_kernel") < 1 {
+                failed.push(format!("{case}: groups not redirected, or not left to the kernel when shared: {r:?}"));
+            }
         }
         if case.ends_with('6') && !case.starts_with("fork") && sum(r, "multicast_kernel") == 0 {
             failed.push(format!("{case}: IPv6 joins not counted in multicast_kernel: {r:?}"));

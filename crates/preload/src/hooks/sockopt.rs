@@ -141,17 +141,15 @@ fn tcp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<Stri
 }
 
 /// Options the AF_XDP transport cannot honour although the kernel
-/// transport can: it gives an address's datagrams to one endpoint (an
-/// `SO_REUSEPORT` group is spread by the kernel), sends every frame
-/// without IP options, and takes its frames from one interface only.
+/// transport can: it sends every frame without IP options, and takes its
+/// frames from one interface only. (An `SO_REUSEPORT` member stays: its
+/// unicast datagrams stay on the kernel path, which spreads them, and its
+/// groups' frames are copied to every member as the kernel copies them.)
 fn xdp_unsupported(level: c_int, name: c_int, val: Option<c_int>) -> Option<String> {
     if val.unwrap_or(1) == 0 {
         return None;
     }
     match (level, name) {
-        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => {
-            Some("setsockopt SO_REUSEPORT under the xdp transport (the kernel spreads the group's datagrams)".into())
-        }
         (libc::SOL_SOCKET, libc::SO_BINDTODEVICE | 62) => Some(
             "setsockopt SO_BINDTODEVICE under the xdp transport (frames come from the transport's interface)".into(),
         ),

@@ -1,11 +1,14 @@
 /* Multicast semantics: which sockets receive which group's datagrams,
  * any-source and source-specific membership, loopback on and off, leaving,
- * many groups on one socket, a burst to a group, and membership across
- * fork. `./prog CASE` runs one case inside a network namespace whose
- * interface MC_IF (default mc0) holds 198.18.200.1/24 and 2001:2:0:c8::1/64
- * and sends nowhere (a dummy device): every datagram received comes back
- * through IP_MULTICAST_LOOP. Every line printed must be the same on the
- * kernel and under libeudp_preload.so (no ports, pids or timings). */
+ * many groups on one socket, a burst to a group, membership across fork,
+ * and a port shared by several sockets and processes. `./prog CASE` runs
+ * one case inside a network namespace whose interface MC_IF (default mc0)
+ * holds 198.18.200.1/24 and 2001:2:0:c8::1/64 and leads to a peer
+ * namespace (MC_PEER_NS) that holds no sockets: every datagram received
+ * comes back through IP_MULTICAST_LOOP, except in the `share` cases, whose
+ * datagrams come from a sender in the peer namespace. Every line printed
+ * must be the same on the kernel and under libeudp_preload.so (no ports,
+ * pids or timings). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,12 +16,15 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, __LINE__, #c, errno, strerror(errno)); exit(1); } } while (0)
 
@@ -27,6 +33,8 @@
 #define OTHER4 "198.18.200.9"
 #define HOST6 "2001:2:0:c8::1"
 #define OTHER6 "2001:2:0:c8::9"
+#define PEER4 "198.18.200.2"
+#define PEER6 "2001:2:0:c8::2"
 
 static const char *ifname(void) {
     const char *n = getenv("MC_IF");
@@ -168,8 +176,11 @@ static void send_to(int fd, int v6, const char *g, const char *msg) {
     CHECK(r == (ssize_t)strlen(msg));
 }
 
-/* Everything `fd` receives until it stays quiet for 150 ms, on one line. */
-static void drain(const char *name, int fd) {
+/* Everything `fd` receives until it stays quiet for 150 ms, on one line;
+ * with `uni`, unicast datagrams (which socket of a reuseport group gets
+ * one is the kernel's hash) are only counted there, and sources are not
+ * shown. */
+static void drain_groups(const char *name, int fd, int *uni) {
     char buf[2048], host[INET6_ADDRSTRLEN];
     printf("  %s:", name);
     for (;;) {
@@ -183,12 +194,21 @@ static void drain(const char *name, int fd) {
         if (r < 0 && errno == EAGAIN) continue;
         CHECK(r >= 0);
         buf[r] = 0;
+        if (uni) {
+            if (buf[0] == 'u') (*uni)++;
+            else printf(" %s", buf);
+            continue;
+        }
         const void *src = from.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&from)->sin6_addr
                                                      : (const void *)&((struct sockaddr_in *)&from)->sin_addr;
         CHECK(inet_ntop(from.ss_family, src, host, sizeof host));
         printf(" %s(from %s)", buf, host);
     }
     printf("\n");
+}
+
+static void drain(const char *name, int fd) {
+    drain_groups(name, fd, NULL);
 }
 
 /* Which receivers get which groups' datagrams: any-source and
@@ -358,17 +378,190 @@ static void forked(int v6) {
     close(r);
 }
 
+/* ---- `share`: a group port shared by SO_REUSEADDR and SO_REUSEPORT, in
+ * one process and then with a second one, the datagrams coming from the
+ * peer namespace (MC_PEER_NS; on the xdp transport they arrive as frames
+ * on MC_IF, not through IP_MULTICAST_LOOP). */
+
+/* Runs `argv` (a path) and waits for it to succeed; `plain`: without
+ * LD_PRELOAD. posix_spawn: a fork under the shim would share the
+ * receivers with the child. */
+static void spawn_wait(char *const argv[], int plain, posix_spawn_file_actions_t *fa) {
+    static char *env[256];
+    char **e = environ;
+    if (plain) {
+        int n = 0;
+        for (char **x = environ; *x && n < 255; x++)
+            if (strncmp(*x, "LD_PRELOAD=", 11)) env[n++] = *x;
+        env[n] = NULL;
+        e = env;
+    }
+    pid_t c;
+    CHECK(posix_spawnp(&c, argv[0], fa, NULL, argv, e) == 0);
+    int st;
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static char self_exe[4096];
+
+/* The peer namespace's sender: three datagrams to each group in `gs`
+ * (NULL-ended) and three unicast ones to this host's address, from one
+ * socket. */
+static void remote_send(int v6, const char *phase, const char *const *gs) {
+    fflush(stdout);
+    char *argv[16] = { "ip", "netns", "exec", getenv("MC_PEER_NS"), self_exe, v6 ? "send6" : "send4", (char *)phase };
+    int n = 7;
+    for (; *gs && n < 15; gs++) argv[n++] = (char *)*gs;
+    argv[n] = NULL;
+    CHECK(argv[3] != NULL);
+    spawn_wait(argv, 1, NULL);
+}
+
+static void peer_sender(int v6, const char *phase, char **gs, int ng) {
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
+    CHECK(fd >= 0);
+    if (v6) {
+        setint(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, (int)if_nametoindex("mcp"));
+    } else {
+        struct in_addr i = a4(PEER4);
+        CHECK(setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &i, sizeof i) == 0);
+    }
+    char msg[64];
+    for (int k = 0; k < 3; k++) {
+        for (int g = 0; g < ng; g++) {
+            snprintf(msg, sizeof msg, "%s-%s-%d", phase, gs[g], k);
+            send_to(fd, v6, gs[g], msg);
+        }
+        snprintf(msg, sizeof msg, "u-%s-%d", phase, k);
+        send_to(fd, v6, v6 ? HOST6 : HOST4, msg);
+    }
+    close(fd);
+}
+
+/* One phase of `share`: the peer sends `gs`, then r1..r3 are drained;
+ * the unicast datagrams they got. */
+static int share_phase(int v6, const char *phase, const char *const *gs, const int *r) {
+    remote_send(v6, phase, gs);
+    int uni = 0;
+    drain_groups("r1", r[0], &uni);
+    drain_groups("r2", r[1], &uni);
+    drain_groups("r3", r[2], &uni);
+    return uni;
+}
+
+/* The second process of `share`: a member of the first group on the same
+ * port; says it is ready on descriptor 3, drains when its standard input
+ * says so, and writes the number of unicast datagrams it got on 3 (which
+ * socket of the reuseport group gets them is the kernel's hash). */
+static void share_member(int v6, const char *g) {
+    int r = receiver(v6, NULL, 0);
+    if (v6) join6(r, g);
+    else join4(r, g);
+    CHECK(write(3, "r", 1) == 1);
+    char c;
+    CHECK(read(0, &c, 1) == 1);
+    int uni = 0;
+    drain_groups("other process", r, &uni);
+    fflush(stdout);
+    unsigned char u = (unsigned char)uni;
+    CHECK(write(3, &u, 1) == 1);
+    close(r);
+}
+
+static void share(int v6) {
+    const char *g1 = v6 ? "ff15::e0e1" : "239.18.0.225";
+    const char *g2 = v6 ? "ff15::e0e2" : "239.18.0.226";
+    const char *g3 = v6 ? "ff15::e0e3" : "239.18.0.227";
+    const char *both[] = { g1, g2, NULL }, *first[] = { g1, NULL };
+    ssize_t l = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    CHECK(l > 0);
+    self_exe[l] = 0;
+    /* r1, r2 in g1; r1 and r3 in g2; all on one port (each with both options). */
+    int r1 = receiver(v6, NULL, 0), r2 = receiver(v6, NULL, 0), r3 = receiver(v6, NULL, 0);
+    if (v6) {
+        join6(r1, g1);
+        join6(r2, g1);
+        join6(r1, g2);
+        group_req(r3, 1, MCAST_JOIN_GROUP, g2);
+    } else {
+        join4(r1, g1);
+        join4(r2, g1);
+        join4(r1, g2);
+        group_req(r3, 0, MCAST_JOIN_GROUP, g2);
+    }
+    printf("reuseport %d %d %d\n", getint(r1, SOL_SOCKET, SO_REUSEPORT), getint(r2, SOL_SOCKET, SO_REUSEPORT),
+           getint(r3, SOL_SOCKET, SO_REUSEPORT));
+    const int r[3] = { r1, r2, r3 };
+    printf("phase one process\n");
+    printf("  unicast %d\n", share_phase(v6, "a", both, r));
+
+    /* A second process joins g1 on the port. */
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    posix_spawn_file_actions_t fa;
+    CHECK(posix_spawn_file_actions_init(&fa) == 0);
+    CHECK(posix_spawn_file_actions_adddup2(&fa, ready[1], 3) == 0);
+    CHECK(posix_spawn_file_actions_adddup2(&fa, go[0], 0) == 0);
+    fflush(stdout);
+    char *argv[] = { self_exe, v6 ? "member6" : "member4", (char *)g1, NULL };
+    pid_t c;
+    CHECK(posix_spawn(&c, self_exe, &fa, NULL, argv, environ) == 0);
+    close(ready[1]);
+    close(go[0]);
+    char b;
+    CHECK(read(ready[0], &b, 1) == 1);
+    /* A membership change here: the shim's transport reads the host's
+     * sockets at once (its watcher would within 20 ms). */
+    if (v6) join6(r1, g3);
+    else join4(r1, g3);
+    printf("phase two processes\n");
+    int uni = share_phase(v6, "b", first, r);
+    fflush(stdout);
+    CHECK(write(go[1], "g", 1) == 1);
+    unsigned char u;
+    CHECK(read(ready[0], &u, 1) == 1);
+    int st;
+    CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    printf("  unicast in both processes %d\n", uni + u);
+    posix_spawn_file_actions_destroy(&fa);
+    close(ready[0]);
+    close(go[1]);
+
+    /* The second process is gone: the first one's sockets alone again. */
+    if (v6) leave6(r1, g3);
+    else leave4(r1, g3);
+    printf("phase one process again\n");
+    printf("  unicast %d\n", share_phase(v6, "c", first, r));
+    close(r1);
+    close(r2);
+    close(r3);
+}
+
 int main(int argc, char **argv) {
-    CHECK(argc == 2);
+    CHECK(argc >= 2);
     setvbuf(stdout, NULL, _IOLBF, 0);
     alarm(30);
     const char *c = argv[1];
+    /* Helpers of the `share` cases (not cases themselves). */
+    if (!strcmp(c, "send4") || !strcmp(c, "send6")) {
+        CHECK(argc >= 3);
+        peer_sender(c[4] == '6', argv[2], argv + 3, argc - 3);
+        return 0;
+    }
+    if (!strcmp(c, "member4") || !strcmp(c, "member6")) {
+        CHECK(argc == 3);
+        share_member(c[6] == '6', argv[2]);
+        return 0;
+    }
+    CHECK(argc == 2);
     if (!strcmp(c, "groups4")) groups(0);
     else if (!strcmp(c, "groups6")) groups(1);
     else if (!strcmp(c, "many4")) many(0);
     else if (!strcmp(c, "many6")) many(1);
     else if (!strcmp(c, "fork4")) forked(0);
     else if (!strcmp(c, "fork6")) forked(1);
+    else if (!strcmp(c, "share4")) share(0);
+    else if (!strcmp(c, "share6")) share(1);
     else {
         fprintf(stderr, "unknown case %s\n", c);
         return 2;

@@ -209,11 +209,26 @@ pub(super) struct Groups<I> {
     pub(super) shared: Keys,
     /// A watcher thread runs (see `group_path`).
     pub(super) watching: bool,
+    /// Buffers of delivered copies, kept for later frames' copies (each
+    /// member socket's copy would be an allocation otherwise); at most
+    /// [`SPARE_MAX`] of at most [`SPARE_BYTES`] each.
+    pub(super) spare: Vec<Vec<u8>>,
 }
+
+/// How many copy buffers `Groups::spare` keeps.
+pub(super) const SPARE_MAX: usize = 512;
+/// The largest buffer kept (a redirected frame fits a UMEM frame of 4 KiB).
+pub(super) const SPARE_BYTES: usize = 4096;
 
 impl<I> Default for Groups<I> {
     fn default() -> Self {
-        Groups { members: Vec::new(), redirected: BTreeSet::new(), shared: BTreeSet::new(), watching: false }
+        Groups {
+            members: Vec::new(),
+            redirected: BTreeSet::new(),
+            shared: BTreeSet::new(),
+            watching: false,
+            spare: Vec::new(),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! the kernel would have given it to. The rules are in `group`.
 
 use super::addr::{copy_checked, key_bytes};
-use super::group::{apply, decode, exclusive_keys, parse_proc_udp, Iface, Member, ProcSocket};
+use super::group::{apply, decode, exclusive_keys, parse_proc_udp, Iface, Member, ProcSocket, SPARE_BYTES, SPARE_MAX};
 use super::shared::{Queued, Shared};
 use super::socket::XdpSocket;
 use crate::backend::kernel::InMeta;
@@ -78,6 +78,15 @@ impl Shared {
             let newly_shared = shared.difference(&g.shared).count() as u64;
             self.c.group_kernel.fetch_add(newly_shared, Relaxed);
             g.shared = shared;
+        }
+    }
+
+    /// Keeps a delivered datagram's buffer for a later group copy, while the
+    /// transport has members (bounded by `SPARE_MAX` and `SPARE_BYTES`).
+    pub(super) fn recycle(&self, buf: Vec<u8>) {
+        let mut g = lock(&self.groups);
+        if !g.members.is_empty() && g.spare.len() < SPARE_MAX && buf.capacity() <= SPARE_BYTES {
+            g.spare.push(buf);
         }
     }
 
@@ -194,7 +203,8 @@ impl XdpSocket {
 
     /// A redirected group frame: one copy to each member that wants it
     /// (this socket's straight into `bufs` at `at`, the others' into their
-    /// inboxes). Returns the next free index of `bufs`.
+    /// inboxes, in buffers kept from earlier copies). Returns the next free
+    /// index of `bufs`.
     pub(super) fn take_group_frame(
         &self,
         f: &Udp4Frame<'_>,
@@ -204,36 +214,70 @@ impl XdpSocket {
         mut at: usize,
     ) -> usize {
         let c = &self.t.c;
-        let mut data = vec![0u8; f.payload.len()];
-        if !copy_checked(&mut data, f.payload, pending) {
-            c.rx_bad_frames.fetch_add(1, Relaxed);
-            return at;
-        }
         let (group, port, src) = (*f.dst.ip(), f.dst.port(), *f.src.ip());
-        let to: Vec<_> = lock(&self.t.groups)
-            .members
-            .iter()
-            .filter(|m| m.wants(group, port, src) && lock(&m.inbox.peer).is_none_or(|p| p == f.src))
-            .map(|m| m.inbox.clone())
-            .collect();
-        if to.is_empty() {
+        let len = f.payload.len();
+        let room = at < bufs.len();
+        let (mine, others, mut spare) = {
+            let mut g = lock(&self.t.groups);
+            let (mut mine, mut others) = (false, Vec::new());
+            for m in g.members.iter() {
+                if !m.wants(group, port, src) || lock(&m.inbox.peer).is_some_and(|p| p != f.src) {
+                    continue;
+                }
+                if room && Arc::ptr_eq(&m.inbox, &self.inbox) {
+                    mine = true;
+                } else {
+                    others.push(m.inbox.clone());
+                }
+            }
+            let keep = g.spare.len().saturating_sub(others.len());
+            let spare = g.spare.split_off(keep);
+            (mine, others, spare)
+        };
+        if !mine && others.is_empty() {
             c.rx_no_socket.fetch_add(1, Relaxed);
             return at;
         }
-        c.rx_xdp.fetch_add(1, Relaxed);
-        c.rx_group_copies.fetch_add(to.len() as u64, Relaxed);
-        for inbox in to {
-            if Arc::ptr_eq(&inbox, &self.inbox) && at < bufs.len() {
-                let b = &mut bufs[at];
-                if b.len() < data.len() {
-                    b.resize(data.len(), 0);
-                }
-                b[..data.len()].copy_from_slice(&data);
-                self.meta_for(&mut meta[at], data.len(), f.src, group, f.tos, f.ttl);
-                at += 1;
-            } else {
-                inbox.push(c, Queued { data: data.clone(), src: f.src, dst: group, tos: f.tos, ttl: f.ttl });
+        // One checked copy out of the UMEM: into this socket's buffer, or
+        // (not a member) into the first other member's copy.
+        let mut first = None;
+        let checked = if mine {
+            let b = &mut bufs[at];
+            if b.len() < len {
+                b.resize(len, 0);
             }
+            copy_checked(b, f.payload, pending)
+        } else {
+            let mut v = spare.pop().unwrap_or_default();
+            v.clear();
+            v.resize(len, 0);
+            let ok = copy_checked(&mut v, f.payload, pending);
+            first = Some(v);
+            ok
+        };
+        if !checked {
+            c.rx_bad_frames.fetch_add(1, Relaxed);
+            for b in spare.into_iter().chain(first) {
+                self.t.recycle(b);
+            }
+            return at;
+        }
+        c.rx_xdp.fetch_add(1, Relaxed);
+        c.rx_group_copies.fetch_add((others.len() + usize::from(mine)) as u64, Relaxed);
+        let queued = |data| Queued { data, src: f.src, dst: group, tos: f.tos, ttl: f.ttl };
+        for inbox in &others[usize::from(first.is_some())..] {
+            let from: &[u8] = first.as_deref().unwrap_or(&bufs[at][..len]);
+            let mut d = spare.pop().unwrap_or_default();
+            d.clear();
+            d.extend_from_slice(from);
+            inbox.push(c, queued(d));
+        }
+        if let Some(v) = first {
+            others[0].push(c, queued(v));
+        }
+        if mine {
+            self.meta_for(&mut meta[at], len, f.src, group, f.tos, f.ttl);
+            at += 1;
         }
         at
     }

@@ -45,6 +45,8 @@ impl XdpSocket {
             bufs[at][..len].copy_from_slice(&m.data);
             self.meta_for(&mut meta[at], len, m.src, m.dst, m.tos, m.ttl);
             at += 1;
+            // For a later group frame's copy (`take_group_frame`).
+            self.t.recycle(m.data);
         }
         // Pushes set the eventfd under the same lock, so clearing it here
         // cannot hide a datagram queued meanwhile.

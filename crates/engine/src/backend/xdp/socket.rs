@@ -76,6 +76,13 @@ impl XdpSocket {
         if !ip.is_unspecified() && !self.t.iface.v4.iter().any(|(a, _)| *a == ip) {
             return Ok(());
         }
+        // The kernel spreads an `SO_REUSEPORT` group's unicast datagrams over
+        // its members by a hash of its own: they stay on the kernel path. Its
+        // group datagrams go to every member, as redirected ones do
+        // (`group_path`), so membership keeps the fast path.
+        if self.kernel.option(libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0 {
+            return Ok(());
+        }
         let key = (ip, local.port());
         self.t.add_socket(key, &self.inbox)?;
         st.key = Some(key);
