@@ -327,3 +327,26 @@ mod cost {
         assert_eq!(read as u64, 2 * 7 * n);
     }
 }
+
+mod sampling {
+    use super::*;
+
+    /// One datagram in n, in runs of SAMPLE_RUN: the hot path's rule (mask
+    /// or division) and the readers' agree, and the share is 1/n.
+    #[test]
+    fn runs_of_sample_run_one_in_n_and_both_rules_agree() {
+        let _g = test_switch();
+        for n in [1u64, 2, 3, 16, 64, 100, 256] {
+            set_sample(n);
+            let span = SAMPLE_RUN * n * 4;
+            let picked: Vec<u64> = (0..span).filter(|&i| sampled(i)).collect();
+            assert!(picked.iter().all(|&i| is_sampled(i, n)), "n {n}");
+            assert_eq!(picked.len() as u64, span / n, "n {n}");
+            if n > 1 {
+                assert_eq!(&picked[..SAMPLE_RUN as usize], (0..SAMPLE_RUN).collect::<Vec<_>>(), "n {n}");
+                assert!(!sampled(SAMPLE_RUN) && sampled(SAMPLE_RUN * n));
+            }
+        }
+        set_sample(1);
+    }
+}
