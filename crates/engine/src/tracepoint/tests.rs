@@ -49,6 +49,42 @@ mod recording {
         assert_eq!(unpack_send_ref(e.b), (0, 100, true));
     }
 
+    /// A direct post that the kernel's full send buffer turned into a
+    /// queued one is one datagram: one send seq, its L1 index joined to it,
+    /// and the next send gets the next seq (no hole that would pair every
+    /// later receive with the send before its own). A failed send syscall
+    /// leaves no mark that would number the next call's message.
+    #[test]
+    fn a_direct_post_queued_instead_keeps_its_send_seq() {
+        let _switch = test_switch();
+        enable();
+        let t = EpTrace::new();
+        let tok = t.send_enter(64);
+        let seq = t.direct();
+        t.sys_enter(true);
+        // EAGAIN: no return; the post goes to L1 instead.
+        t.requeue_direct(seq);
+        t.send_return(tok);
+        t.sys_enter(false);
+        t.sys_return_direct();
+        let tok = t.send_enter(64);
+        t.enqueue();
+        t.send_return(tok);
+        disable();
+        let ev: Vec<Event> = events().into_iter().filter(|e| e.ep == t.id).collect();
+        let calls: Vec<(u64, u64, bool)> = ev
+            .iter()
+            .filter(|e| e.kind == Kind::SendCall as u8)
+            .map(|e| {
+                let (q, _, direct) = unpack_send_ref(e.b);
+                (e.extra, q, direct)
+            })
+            .collect();
+        assert_eq!(seq, Some(0));
+        assert_eq!(calls, [(0, 0, false), (1, 1, false)]);
+        assert!(!ev.iter().any(|e| e.kind == Kind::KMsg as u8 || e.kind == Kind::SysReturn as u8), "{ev:?}");
+    }
+
     /// A sending thread reads the stamps once STAMP_READ_MESSAGES kernel
     /// messages are waiting, and a read (by any thread) starts the count
     /// again.
