@@ -92,6 +92,7 @@ fn scheme_doc(t: &Traced) -> Value {
         "messages_listed": j.messages.len().min(LISTED),
         "records": j.recs.len(),
         "unplaced": j.unplaced,
+        "earlier_records": j.earlier,
         "dropped_events": t.dropped,
         "steps": rows,
         "checks": {"ok": c.ok(), "missing_steps": c.missing_steps, "reversed": c.reversed,
