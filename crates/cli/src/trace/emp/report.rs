@@ -180,6 +180,7 @@ pub fn document(o: &EmpTraceOptions, size: u64, traced: &[Traced], measured: &[M
         "clock": "CLOCK_MONOTONIC_RAW",
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "pattern": o.pattern.name(),
+        "hosts": o.emp_hosts.name(),
         "size": size,
         "messages": o.messages,
         "schemes": docs,
