@@ -195,6 +195,12 @@ pub fn is_sampled(i: u64, n: u64) -> bool {
     n <= 1 || (i / SAMPLE_RUN) % n == 0
 }
 
+/// The number of the `k`-th datagram (from 0) traced under one in `n`.
+pub fn nth_sampled(k: u64, n: u64) -> u64 {
+    let n = n.max(1);
+    (k / SAMPLE_RUN) * SAMPLE_RUN * n + k % SAMPLE_RUN
+}
+
 /// True when datagram `i` is traced.
 #[inline]
 #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV

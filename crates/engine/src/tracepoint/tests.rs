@@ -378,6 +378,7 @@ mod sampling {
             let picked: Vec<u64> = (0..span).filter(|&i| sampled(i)).collect();
             assert!(picked.iter().all(|&i| is_sampled(i, n)), "n {n}");
             assert_eq!(picked.len() as u64, span / n, "n {n}");
+            assert!(picked.iter().enumerate().all(|(k, &i)| nth_sampled(k as u64, n) == i), "n {n}");
             if n > 1 {
                 assert_eq!(&picked[..SAMPLE_RUN as usize], (0..SAMPLE_RUN).collect::<Vec<_>>(), "n {n}");
                 assert!(!sampled(SAMPLE_RUN) && sampled(SAMPLE_RUN * n));
