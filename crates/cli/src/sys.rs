@@ -22,3 +22,19 @@ pub fn signal(pid: u32, sig: i32) -> bool {
     // another process, which the callers rule out (see above).
     unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
 }
+
+/// Moves the calling thread into the network namespace `name` (as `ip
+/// netns` names it, `/run/netns/NAME`): sockets it opens from then on live
+/// there. Other threads stay where they are.
+pub fn enter_netns(name: &str) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/run/netns/{name}"))?;
+    // SAFETY: setns(2) takes a descriptor we hold open for the call and a
+    // namespace type; it changes only this thread's namespace and touches
+    // no memory of ours.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -10,13 +10,7 @@ use std::process::Command;
 /// indices into a message's `steps` (Table 1's numbering minus one).
 const CAUSAL: [usize; 7] = [0, 1, 4, 3, 5, 6, 2];
 
-/// One traced run at a time: three at once on two CPUs have shown a
-/// 21st message of 20 with only its receive-side steps (cause not found;
-/// the joiner takes every first-frame sequence number it sees as a message).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn trace(args: &[&str]) -> Value {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::env::temp_dir().join(format!("eudp-trace-emp-{}-{}", std::process::id(), args.join("-")));
     let o = Command::new(env!("CARGO_BIN_EXE_eudp"))
         .args(["trace", "--emp", "--measure-secs", "0", "--out", out.to_str().unwrap()])
@@ -96,6 +90,32 @@ fn stream_of_many_frame_messages_in_order_and_in_place() {
     let doc = trace(&["--scheme", "dsr,sr", "--messages", "20", "--size", "9000", "--pattern", "stream"]);
     check(&doc, &["dsr", "sr"], 20);
     assert!(doc["schemes"][0]["messages"][0]["frames"].as_u64().unwrap() > 1);
+}
+
+/// Across the netns testbed (a fresh one, torn down after): each endpoint
+/// on its own host, across veth, on one clock, every step of every message
+/// in order and in place, and the simulator's order from the steps
+/// measured there. Needs root; skipped otherwise.
+#[test]
+fn across_the_testbed_steps_in_order_and_in_place() {
+    if !eudp_cli::testbed::is_root() {
+        eprintln!("SKIPPED: needs root (network namespaces)");
+        return;
+    }
+    let doc = trace(&[
+        "--scheme",
+        "base,dsr",
+        "--messages",
+        "20",
+        "--size",
+        "9000",
+        "--pattern",
+        "stream",
+        "--emp-hosts",
+        "testbed",
+    ]);
+    assert_eq!(doc["hosts"], "testbed");
+    check(&doc, &["base", "dsr"], 20);
 }
 
 #[test]

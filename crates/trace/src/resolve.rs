@@ -355,13 +355,13 @@ pub fn join_eps(sender: &Dump, tx_ep: Option<u64>, receiver: &Dump, rx_ep: Optio
 }
 
 /// The paths of the datagrams a trace sampled one in `n` of
-/// (`EUDP_TRACE_SAMPLE`: those whose sequence number `n` divides, every
-/// layer of them); all paths when `n` is 1. The others have at most the
-/// engine's and the kernel's points, which batches record for every
-/// datagram they carry.
+/// (`EUDP_TRACE_SAMPLE`: runs of consecutive sequence numbers, one run in
+/// `n`, [`eudp_engine::tracepoint::is_sampled`], every layer of them); all
+/// paths when `n` is 1. The others have at most the engine's and the
+/// kernel's points, which batches record for every datagram they carry.
 pub fn sampled(mut paths: Vec<Path>, n: u64) -> Vec<Path> {
     if n > 1 {
-        paths.retain(|p| p.packet % n == 0);
+        paths.retain(|p| eudp_engine::tracepoint::is_sampled(p.packet, n));
     }
     paths
 }

@@ -69,7 +69,7 @@ pub fn trace_main(args: &[String]) -> i32 {
 pub fn run_trace(o: TraceOptions) -> i32 {
     let r = match &o.sub {
         Some(TraceSub::Worker(w)) => worker::worker(w),
-        None if o.emp.emp => emp::run(&o.emp, o.size, &o.out),
+        None if o.emp.emp => emp::run(&o.emp, o.size, &o.out, o.testbed.as_deref()),
         None => match o.resolve() {
             Ok(a) => match a.view.attach {
                 Some(pid) => attach::attach(&a, pid),

@@ -36,8 +36,11 @@ pub fn document(a: &TraceArgs, runs: Vec<Analysed>) -> TraceDoc {
         doc.problems.extend(r.problems);
         doc.notes.extend(r.notes);
         if r.size == a.size {
-            // Sampled, the first N traced packets are numbered below N times the sample.
-            let charted = a.packets.saturating_mul(a.view.sample);
+            // The first N traced packets: numbered up to the N-th sampled one.
+            let charted = match a.packets {
+                0 => 0,
+                n => eudp_engine::tracepoint::nth_sampled(n - 1, a.view.sample) + 1,
+            };
             doc.records.extend(r.records.into_iter().filter(|x| x.packet < charted));
             let paths = r.paths.into_iter().filter(|p| p.packet < charted).collect();
             doc.paths.push(StackPaths { stack: r.stack.clone(), point_names: resolve::POINTS, paths });

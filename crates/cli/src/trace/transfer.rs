@@ -106,8 +106,8 @@ impl Variant {
     /// TX stamps, only its RX stamps); `noclock` (every event, no clock read:
     /// a measurement of what the clock reads cost, its times are
     /// meaningless); `recvmmsg` (as `full`, the TX stamps read without
-    /// io_uring); `sampleN` (every layer of one datagram in N: those whose
-    /// sequence number N divides);
+    /// io_uring); `sampleN` (every layer of one datagram in N: one run of 64
+    /// consecutive sequence numbers in N);
     /// `control` (untraced again: an A/A control, whose ratio to `off` is
     /// the harness's own bias and spread, so a traced ratio can be read
     /// against it).

@@ -6,7 +6,7 @@ use clap::Args;
 /// Sampling, Perfetto export and attaching to a running program.
 #[derive(Args, Clone, Debug, Default)]
 pub struct ViewOptions {
-    /// Trace one datagram in N (whole paths: every layer of the datagrams whose sequence number N divides). With --overhead it adds the setting sampleN.
+    /// Trace one datagram in N (whole paths: every layer of one run of 64 consecutive datagrams in N). With --overhead it adds the setting sampleN.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub sample: u64,
     /// Also write the charted records as Chrome Trace Event JSON (opens in ui.perfetto.dev).

@@ -94,6 +94,12 @@ pub trait Backend: std::any::Any + Send + Sync + std::fmt::Debug {
     }
     /// Several messages (plain or GSO) in one call; returns how many were accepted.
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize>;
+    /// After `send_batch` on this thread: the datagrams of each kernel
+    /// message the backend made of a message it split (empty: none split),
+    /// so a tracer numbers each as the kernel's `OPT_ID` keys do.
+    fn take_split_pieces(&self) -> Vec<usize> {
+        Vec::new()
+    }
     /// Several messages (possibly GRO-coalesced) in one call, nonblocking.
     /// A backend may replace a buffer in `bufs` by one of its own holding
     /// the message (the `tcp` backend hands over 64 KiB blocks this way,
@@ -194,6 +200,9 @@ impl Backend for kernel::UdpSocket {
     }
     fn send_batch(&self, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
         kernel::UdpSocket::send_batch_nowait(self, msgs)
+    }
+    fn take_split_pieces(&self) -> Vec<usize> {
+        kernel::take_split_pieces()
     }
     fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [InMeta]) -> io::Result<usize> {
         kernel::UdpSocket::recv_batch(self, bufs, meta)

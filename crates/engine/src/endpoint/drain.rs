@@ -254,9 +254,15 @@ impl EpInner {
             match self.backend.send_batch(&msgs) {
                 Ok(k) => {
                     if crate::tracepoint::on() {
-                        self.trace.sys_return_batch(
-                            &mut pending[..k].iter().zip(&msgs).map(|(r, m)| (base + r.start, r.count, m.stamp)),
-                        );
+                        let split = self.backend.take_split_pieces();
+                        if split.is_empty() {
+                            self.trace.sys_return_batch(
+                                &mut pending[..k].iter().zip(&msgs).map(|(r, m)| (base + r.start, r.count, m.stamp)),
+                            );
+                        } else {
+                            // The first message went out as these kernel messages.
+                            self.trace.sys_return_batch(&mut pieces_of(base + pending[0].start, &split, msgs[0].stamp));
+                        }
                         self.trace.after_send(self.backend.raw_fd());
                     }
                     Stats::add(&self.stats.engine_batches, 1);
@@ -279,7 +285,12 @@ impl EpInner {
                         // The first k datagrams of runs[m] went out.
                         let r = runs[m];
                         if crate::tracepoint::on() {
-                            self.trace.sys_return_batch(&mut std::iter::once((base + r.start, k, msgs[0].stamp)));
+                            let split = self.backend.take_split_pieces();
+                            if split.is_empty() {
+                                self.trace.sys_return_batch(&mut std::iter::once((base + r.start, k, msgs[0].stamp)));
+                            } else {
+                                self.trace.sys_return_batch(&mut pieces_of(base + r.start, &split, msgs[0].stamp));
+                            }
                         }
                         let bytes: usize = slots[r.start..r.start + k].iter().map(|s| s.len as usize).sum();
                         Stats::add(&self.stats.bytes_sent, bytes as u64);
@@ -367,4 +378,14 @@ impl EpInner {
         s.flushers -= 1;
         drained
     }
+}
+
+/// The (first staging index, datagrams, stamped) of each kernel message a
+/// split message starting at `first` was sent as (`pieces`: their datagrams).
+fn pieces_of(first: usize, pieces: &[usize], stamped: bool) -> impl Iterator<Item = (usize, usize, bool)> + '_ {
+    pieces.iter().scan(first, move |at, &n| {
+        let piece = (*at, n, stamped);
+        *at += n;
+        Some(piece)
+    })
 }

@@ -143,7 +143,7 @@ impl EpInner {
             let decision = if self.streaming(&s) { s.post_streaming(dst, data) } else { s.post(dst, data) };
             match decision {
                 PostDecision::Direct => {
-                    self.trace.direct();
+                    let seq = self.trace.direct();
                     drop(s);
                     let r = self.direct_send(data, dst.as_ref(), nonblocking);
                     let mut s = lock(&self.send);
@@ -164,7 +164,8 @@ impl EpInner {
                         s.direct_done(false);
                         self.kick(&mut s);
                         if queued {
-                            if self.trace.enqueue() {
+                            // The same datagram: it keeps its send seq.
+                            if self.trace.requeue_direct(seq) {
                                 s.l1.mark_last_stamped();
                             }
                             return Ok(data.len());

@@ -372,10 +372,30 @@ impl EpTrace {
     }
 
     /// The send in progress on this thread posts directly (called under the
-    /// endpoint's send lock, or by an only sender).
-    pub fn direct(&self) {
+    /// endpoint's send lock, or by an only sender). Returns the send seq it
+    /// gave the datagram (None: tracing off), for [`EpTrace::requeue_direct`].
+    pub fn direct(&self) -> Option<u64> {
         if on() {
-            CUR.with(|c| c.set((bump_locked(&self.tx_seq, 1), DIRECT)));
+            let seq = bump_locked(&self.tx_seq, 1);
+            CUR.with(|c| c.set((seq, DIRECT)));
+            Some(seq)
+        } else {
+            None
+        }
+    }
+
+    /// The direct post that [`EpTrace::direct`] numbered `seq` was queued in
+    /// L1 instead (the kernel's send buffer was full; under the send lock):
+    /// the datagram keeps its send seq and takes an L1 index. Returns, as
+    /// [`EpTrace::enqueue`] does, whether its message is to ask for TX stamps.
+    pub fn requeue_direct(&self, seq: Option<u64>) -> bool {
+        match seq {
+            Some(seq) if on() => {
+                CUR.with(|c| c.set((seq, bump_locked(&self.q_in, 1))));
+                self.per_msg.load(Relaxed) && sampled(seq)
+            }
+            // Tracing went on since the post: the datagram is numbered now.
+            _ => self.enqueue(),
         }
     }
 
@@ -411,11 +431,14 @@ impl EpTrace {
 
     /// A send syscall is about to be made; `stamped`: the kernel stamps a
     /// message of it (always, unless the socket asks per message). A call
-    /// whose messages are not stamped records nothing.
+    /// whose messages are not stamped records nothing (and a call that
+    /// failed leaves no mark for the next one's return).
     pub fn sys_enter(&self, stamped: bool) {
-        if on() && stamped {
-            SYS_TRACED.with(|c| c.set(true));
-            push(Kind::SysEnter, self.id, self.kmsg.load(Relaxed), 0);
+        if on() {
+            SYS_TRACED.with(|c| c.set(stamped));
+            if stamped {
+                push(Kind::SysEnter, self.id, self.kmsg.load(Relaxed), 0);
+            }
         }
     }
 

@@ -161,9 +161,18 @@ thread_local! {
     static BUF: Cell<Option<&'static ThreadBuf>> = const { Cell::new(None) };
 }
 
-/// Traces one datagram in `n`: those whose send seq (at the sender) or
-/// arrival index (at the receiver) `n` divides, so both ends pick the same
-/// datagrams where none is lost or reordered; 1: all. The sending call
+/// Sampled datagrams come in runs of this many consecutive numbers: one
+/// run in `n` is traced. The kernel stamps per message, and a GSO message
+/// carries up to 128 datagrams, so one datagram in `n` picked alone would
+/// stamp every message whenever `n` is below the message's size; a run of
+/// 64 lies in one or two messages, so the stamped messages fall with `n`
+/// as the traced datagrams do. Still one datagram in `n`, every layer.
+pub const SAMPLE_RUN: u64 = 64;
+
+/// Traces one datagram in `n`: the runs of [`SAMPLE_RUN`] send seqs (at
+/// the sender) or arrival indices (at the receiver) whose run number `n`
+/// divides ([`is_sampled`]), so both ends pick the same datagrams where
+/// none is lost or reordered; 1: all. The sending call
 /// decides once, when it is entered, and the decision holds for the
 /// call's return; the engine's batch events and the kernel's stamps are
 /// per batch and message, so they are recorded for every batch, and a
@@ -179,13 +188,26 @@ pub fn sample() -> u64 {
     SAMPLE.load(Relaxed)
 }
 
+/// True when datagram number `i` is traced under one in `n` (the rule of
+/// [`set_sample`], for readers of a trace).
+#[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
+pub fn is_sampled(i: u64, n: u64) -> bool {
+    n <= 1 || (i / SAMPLE_RUN) % n == 0
+}
+
+/// The number of the `k`-th datagram (from 0) traced under one in `n`.
+pub fn nth_sampled(k: u64, n: u64) -> u64 {
+    let n = n.max(1);
+    (k / SAMPLE_RUN) * SAMPLE_RUN * n + k % SAMPLE_RUN
+}
+
 /// True when datagram `i` is traced.
 #[inline]
 #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the MSRV
 pub(super) fn sampled(i: u64) -> bool {
     match SAMPLE_MASK.load(Relaxed) {
-        u64::MAX => i % SAMPLE.load(Relaxed) == 0,
-        mask => i & mask == 0,
+        u64::MAX => (i / SAMPLE_RUN) % SAMPLE.load(Relaxed) == 0,
+        mask => (i / SAMPLE_RUN) & mask == 0,
     }
 }
 

@@ -49,6 +49,42 @@ mod recording {
         assert_eq!(unpack_send_ref(e.b), (0, 100, true));
     }
 
+    /// A direct post that the kernel's full send buffer turned into a
+    /// queued one is one datagram: one send seq, its L1 index joined to it,
+    /// and the next send gets the next seq (no hole that would pair every
+    /// later receive with the send before its own). A failed send syscall
+    /// leaves no mark that would number the next call's message.
+    #[test]
+    fn a_direct_post_queued_instead_keeps_its_send_seq() {
+        let _switch = test_switch();
+        enable();
+        let t = EpTrace::new();
+        let tok = t.send_enter(64);
+        let seq = t.direct();
+        t.sys_enter(true);
+        // EAGAIN: no return; the post goes to L1 instead.
+        t.requeue_direct(seq);
+        t.send_return(tok);
+        t.sys_enter(false);
+        t.sys_return_direct();
+        let tok = t.send_enter(64);
+        t.enqueue();
+        t.send_return(tok);
+        disable();
+        let ev: Vec<Event> = events().into_iter().filter(|e| e.ep == t.id).collect();
+        let calls: Vec<(u64, u64, bool)> = ev
+            .iter()
+            .filter(|e| e.kind == Kind::SendCall as u8)
+            .map(|e| {
+                let (q, _, direct) = unpack_send_ref(e.b);
+                (e.extra, q, direct)
+            })
+            .collect();
+        assert_eq!(seq, Some(0));
+        assert_eq!(calls, [(0, 0, false), (1, 1, false)]);
+        assert!(!ev.iter().any(|e| e.kind == Kind::KMsg as u8 || e.kind == Kind::SysReturn as u8), "{ev:?}");
+    }
+
     /// A sending thread reads the stamps once STAMP_READ_MESSAGES kernel
     /// messages are waiting, and a read (by any thread) starts the count
     /// again.
@@ -325,5 +361,29 @@ mod cost {
         // Every send went out and was stamped twice (else this measured nothing).
         assert_eq!(sent, 2 * 7 * n);
         assert_eq!(read as u64, 2 * 7 * n);
+    }
+}
+
+mod sampling {
+    use super::*;
+
+    /// One datagram in n, in runs of SAMPLE_RUN: the hot path's rule (mask
+    /// or division) and the readers' agree, and the share is 1/n.
+    #[test]
+    fn runs_of_sample_run_one_in_n_and_both_rules_agree() {
+        let _g = test_switch();
+        for n in [1u64, 2, 3, 16, 64, 100, 256] {
+            set_sample(n);
+            let span = SAMPLE_RUN * n * 4;
+            let picked: Vec<u64> = (0..span).filter(|&i| sampled(i)).collect();
+            assert!(picked.iter().all(|&i| is_sampled(i, n)), "n {n}");
+            assert_eq!(picked.len() as u64, span / n, "n {n}");
+            assert!(picked.iter().enumerate().all(|(k, &i)| nth_sampled(k as u64, n) == i), "n {n}");
+            if n > 1 {
+                assert_eq!(&picked[..SAMPLE_RUN as usize], (0..SAMPLE_RUN).collect::<Vec<_>>(), "n {n}");
+                assert!(!sampled(SAMPLE_RUN) && sampled(SAMPLE_RUN * n));
+            }
+        }
+        set_sample(1);
     }
 }

@@ -1,9 +1,10 @@
-//! The traced exchange: two EMP endpoints on loopback in this process,
+//! The traced exchange: two EMP endpoints in this process, on loopback or
+//! one on each testbed host (its socket opened in that host's namespace),
 //! a client on the calling thread and a server on another, with the
 //! tracepoints on while the messages go.
 
 use super::steps::{self, Checks, Joined};
-use super::Pattern;
+use super::{Hosts, Pattern};
 use eudp_engine::emp::{EmpConfig, EmpEndpoint, Op, PeerId, Scheme, Status};
 use eudp_engine::tracepoint;
 use std::io::ErrorKind;
@@ -49,11 +50,16 @@ fn send(ep: &EmpEndpoint, peer: PeerId, tag: u64, data: Vec<u8>) -> Result<(), S
 
 /// Runs `n` messages of `size` bytes under `scheme`, traced, and joins
 /// the step records.
-pub fn traced(scheme: Scheme, pattern: Pattern, size: usize, n: u64) -> Result<Traced, String> {
+pub fn traced(scheme: Scheme, pattern: Pattern, size: usize, n: u64, hosts: &Hosts) -> Result<Traced, String> {
     let cfg = EmpConfig { scheme, ..EmpConfig::default() };
-    let local = "127.0.0.1:0".parse().expect("an address");
-    let a = EmpEndpoint::bind(local, cfg.clone()).map_err(|e| format!("bind: {e}"))?;
-    let b = EmpEndpoint::bind(local, cfg).map_err(|e| format!("bind: {e}"))?;
+    let bind = |h: usize| {
+        let cfg = cfg.clone();
+        hosts.on(h, move || {
+            EmpEndpoint::bind(std::net::SocketAddr::new(hosts.ip[h], 0), cfg).map_err(|e| format!("bind: {e}"))
+        })
+    };
+    let a = bind(0)?;
+    let b = bind(1)?;
     let to_b = a.insert(b.local_addr());
     let to_a = b.insert(a.local_addr());
     tracepoint::disable();

@@ -1,8 +1,10 @@
 //! The brief measurement behind the measured order: for each scheme, an
-//! `eudp worker emp` pair on loopback runs a 10 B ping-pong and 16 KiB
+//! `eudp worker emp` pair on loopback (or one worker on each testbed host)
+//! runs a 10 B ping-pong and 16 KiB
 //! streams one way and both ways (the sizes `eudp bench --emp` uses),
 //! untraced.
 
+use super::Hosts;
 use eudp_engine::emp::Scheme;
 use serde_json::Value;
 use std::net::UdpSocket;
@@ -24,20 +26,31 @@ pub struct Measured {
     pub latency_p50_rtt_us: f64,
 }
 
-/// A free loopback port (the kernel's pick, released for the worker).
+/// A free port (the kernel's pick on loopback, released for the worker; a
+/// testbed host's fresh namespace has every port free).
 fn free_port() -> Result<u16, String> {
     let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
     Ok(s.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// Runs one worker pair; the client's JSON line.
-fn pair(scheme: Scheme, pattern: &str, size: u64, secs: f64) -> Result<Value, String> {
+fn pair(scheme: Scheme, pattern: &str, size: u64, secs: f64, hosts: &Hosts) -> Result<Value, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let (ps, pc) = (free_port()?, free_port()?);
+    // The server on host b, the client on host a.
     let worker = |role: &str, local: u16, peer: u16| {
-        let mut c = Command::new(&exe);
+        let (me, other) = if role == "server" { (1, 0) } else { (0, 1) };
+        let mut c = match &hosts.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns[me]]).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let at = |h: usize, port: u16| std::net::SocketAddr::new(hosts.ip[h], port).to_string();
         c.args(["worker", "emp", "--role", role, "--pattern", pattern, "--scheme", scheme.name()])
-            .args(["--local", &format!("127.0.0.1:{local}"), "--peer", &format!("127.0.0.1:{peer}")])
+            .args(["--local", &at(me, local), "--peer", &at(other, peer)])
             .args(["--size", &size.to_string(), "--secs", &secs.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -62,18 +75,18 @@ fn pair(scheme: Scheme, pattern: &str, size: u64, secs: f64) -> Result<Value, St
 
 /// [`pair`], once more when it fails: the workers' end handshake can miss
 /// its last message, which says nothing about the figures.
-fn pair_again(scheme: Scheme, pattern: &str, size: u64, secs: f64) -> Result<Value, String> {
-    pair(scheme, pattern, size, secs).or_else(|e| {
+fn pair_again(scheme: Scheme, pattern: &str, size: u64, secs: f64, hosts: &Hosts) -> Result<Value, String> {
+    pair(scheme, pattern, size, secs, hosts).or_else(|e| {
         eprintln!("eudp trace --emp: {e}; once more");
-        pair(scheme, pattern, size, secs)
+        pair(scheme, pattern, size, secs, hosts)
     })
 }
 
 /// Measures `scheme` for `secs` per pattern.
-pub fn scheme(scheme: Scheme, secs: f64) -> Result<Measured, String> {
-    let pp = pair_again(scheme, "pingpong", LATENCY_BYTES, secs)?;
-    let uni = pair_again(scheme, "stream", BANDWIDTH_BYTES, secs)?;
-    let bi = pair_again(scheme, "bidir", BANDWIDTH_BYTES, secs)?;
+pub fn scheme(scheme: Scheme, secs: f64, hosts: &Hosts) -> Result<Measured, String> {
+    let pp = pair_again(scheme, "pingpong", LATENCY_BYTES, secs, hosts)?;
+    let uni = pair_again(scheme, "stream", BANDWIDTH_BYTES, secs, hosts)?;
+    let bi = pair_again(scheme, "bidir", BANDWIDTH_BYTES, secs, hosts)?;
     let p50 = pp["lat_ns"]["p50"].as_f64().ok_or("ping-pong: no p50")? / 1000.0;
     Ok(Measured {
         scheme,

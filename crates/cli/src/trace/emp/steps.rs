@@ -85,6 +85,9 @@ pub struct Joined {
     pub messages: Vec<Message>,
     /// Records no message took (e.g. an acknowledgment before any message).
     pub unplaced: usize,
+    /// Records of messages sent before the window: a frame of one repeated
+    /// (retransmitted, duplicated) or acknowledged late, after the cut.
+    pub earlier: usize,
 }
 
 /// The step records among `events`, with their threads' roles.
@@ -137,9 +140,18 @@ pub fn join(mut recs: Vec<Rec>) -> Result<Joined, String> {
     let mut out = Joined::default();
     for (flow, idx) in flows {
         let data = |r: &Rec| r.flags & (CONTROL | MESSAGE) == 0;
+        // A message is its flow and its first frame's sequence number, as
+        // on the wire: a repeat of a first frame is its message again. The
+        // window's messages are the last as many of them as its sends
+        // posted; the lower ones were sent before the window, and their
+        // records here are late repeats or acknowledgments.
         let firsts: BTreeSet<u32> =
             idx.iter().map(|&i| &recs[i]).filter(|r| data(r) && r.flags & FIRST != 0).map(|r| r.seq).collect();
+        let posted_here = idx.iter().filter(|&&i| recs[i].flags & MESSAGE != 0).count();
         let firsts: Vec<u32> = firsts.into_iter().collect();
+        let firsts = firsts[firsts.len().saturating_sub(posted_here)..].to_vec();
+        // Sequence numbers below this belong to messages before the window.
+        let floor = firsts.first().copied().unwrap_or(u32::MAX);
         let high = idx.iter().map(|&i| &recs[i]).filter(|r| data(r)).map(|r| r.seq).max().unwrap_or(0);
         let base = out.messages.len();
         for (k, &f) in firsts.iter().enumerate() {
@@ -155,6 +167,11 @@ pub fn join(mut recs: Vec<Rec>) -> Result<Joined, String> {
         let mut covered = [0usize; ROWS];
         for &i in &idx {
             let r = recs[i];
+            let before_window = if r.flags & CONTROL != 0 { r.seq <= floor } else { r.seq < floor };
+            if r.flags & MESSAGE == 0 && before_window {
+                out.earlier += 1;
+                continue;
+            }
             let mut add = |m: usize, share: f64| {
                 out.messages[base + m].steps[r.row].get_or_insert_with(Span::default).add(&r, share);
             };
@@ -284,19 +301,11 @@ mod tests {
 
     #[test]
     fn records_join_per_message_and_check() {
-        use Stage::*;
         // Endpoint 1 sends two one-frame messages (seq 0 and 1) to endpoint 2.
-        let (a, b) = (1, 2);
+        let a = 1;
         let mut v = Vec::new();
         for (k, t) in [(0u32, 0u64), (1, 100)] {
-            v.push(rec(SendBookkeeping, t, b, 10, MESSAGE, 1));
-            v.push(rec(Transmission, t + 10, b, k, FIRST | LAST, 1));
-            v.push(rec(ReceiveFrame, t + 20, a, k, FIRST | LAST, 1));
-            v.push(rec(ReceiveBookkeeping, t + 30, a, k, FIRST | LAST, 1));
-            v.push(rec(Receiving, t + 40, a, k, FIRST | LAST, 1));
-            v.push(rec(SendAcknowledgment, t + 50, a, k + 1, CONTROL, 1));
-            v.push(rec(ReceiveFrame, t + 60, b, k + 1, CONTROL, 1));
-            v.push(rec(ReceiveAcknowledgment, t + 70, b, k + 1, CONTROL, 1));
+            one_frame_message(&mut v, k, t);
         }
         let j = join(v.clone()).unwrap();
         assert_eq!(j.messages.len(), 2);
@@ -312,5 +321,51 @@ mod tests {
         bad[4].start = 5;
         bad[4].end = 6;
         assert_eq!(check(&join(bad).unwrap(), Scheme::Base).out_of_order, 1);
+    }
+
+    /// A message's records in the order the run makes them: endpoint 1
+    /// sends a one-frame message `k` to endpoint 2 at time `t`.
+    fn one_frame_message(v: &mut Vec<Rec>, k: u32, t: u64) {
+        use Stage::*;
+        let (a, b) = (1, 2);
+        v.push(rec(SendBookkeeping, t, b, 10, MESSAGE, 1));
+        v.push(rec(Transmission, t + 10, b, k, FIRST | LAST, 1));
+        v.push(rec(ReceiveFrame, t + 20, a, k, FIRST | LAST, 1));
+        v.push(rec(ReceiveBookkeeping, t + 30, a, k, FIRST | LAST, 1));
+        v.push(rec(Receiving, t + 40, a, k, FIRST | LAST, 1));
+        v.push(rec(SendAcknowledgment, t + 50, a, k + 1, CONTROL, 1));
+        v.push(rec(ReceiveFrame, t + 60, b, k + 1, CONTROL, 1));
+        v.push(rec(ReceiveAcknowledgment, t + 70, b, k + 1, CONTROL, 1));
+    }
+
+    /// What a loaded run recorded: the last message before the window
+    /// (seq 4) retransmitted before the cut and received after it, so the
+    /// window holds its receive-side steps and its acknowledgment but not
+    /// its sending; and a window message's first frame repeated. The
+    /// repeats are their messages again, not messages of their own.
+    #[test]
+    fn a_repeated_first_frame_is_its_message_again() {
+        use Stage::*;
+        let (a, b) = (1, 2);
+        let mut v = vec![
+            rec(ReceiveFrame, 1, a, 4, FIRST | LAST, 1),
+            rec(ReceiveBookkeeping, 2, a, 4, FIRST | LAST, 1),
+            rec(SendAcknowledgment, 3, a, 5, CONTROL, 1),
+            rec(ReceiveFrame, 4, b, 5, CONTROL, 1),
+            rec(ReceiveAcknowledgment, 5, b, 5, CONTROL, 1),
+        ];
+        one_frame_message(&mut v, 5, 100);
+        one_frame_message(&mut v, 6, 200);
+        // Message 5's frame again (a retransmission the receiver drops).
+        v.push(rec(Transmission, 300, b, 5, FIRST | LAST, 1));
+        v.push(rec(ReceiveFrame, 310, a, 5, FIRST | LAST, 1));
+        let j = join(v).unwrap();
+        let firsts: Vec<u32> = j.messages.iter().map(|m| m.first_seq).collect();
+        assert_eq!(firsts, [5, 6]);
+        assert_eq!(j.earlier, 5);
+        assert_eq!(j.unplaced, 0);
+        assert_eq!(j.messages[0].steps[Transmission as usize].unwrap().records, 2);
+        assert_eq!(j.messages[0].steps[ReceiveFrame as usize].unwrap().records, 2);
+        assert!(check(&j, Scheme::Base).ok());
     }
 }

@@ -71,6 +71,26 @@ fn split_iov<'a>(iov: &'a [io::IoSlice<'a>], bytes: usize) -> Vec<Vec<io::IoSlic
     out
 }
 
+thread_local! {
+    /// The datagrams of each send the last split message was made of on
+    /// this thread ([`take_split_pieces`]).
+    static SPLIT: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The datagrams of each send (`sendmsg`) that the last [`UdpSocket::send_batch`]
+/// on this thread made of a message it split, in order, the refused whole
+/// first (0 datagrams); empty when it split none. Each send is a kernel
+/// message of its own, with its own `OPT_ID` key where it is stamped (the
+/// refused one too: the kernel numbers a message before it counts its
+/// segments), so a tracer numbers each.
+pub fn take_split_pieces() -> Vec<usize> {
+    SPLIT.with(|s| std::mem::take(&mut *s.borrow_mut()))
+}
+
+fn note_split_piece(datagrams: usize) {
+    SPLIT.with(|s| s.borrow_mut().push(datagrams));
+}
+
 /// The process's UDP GSO segment limit after a kernel refusal lowered it
 /// (`usize::MAX` until then). [`crate::batch::gso_batch`] never packs more.
 static GSO_SEGMENT_CAP: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -387,6 +407,12 @@ impl UdpSocket {
     }
 
     fn send_batch_with(&self, msgs: &[OutMsg<'_>], wait: bool) -> io::Result<usize> {
+        // A split's pieces not taken by a tracer describe no later call.
+        SPLIT.with(|s| {
+            if !s.borrow().is_empty() {
+                s.borrow_mut().clear()
+            }
+        });
         match self.send_mmsg(msgs) {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) && gso_segments(&msgs[0]) > GSO_MAX_SEGMENTS => {
                 self.send_split(&msgs[0], e, wait).map(|()| 1)
@@ -408,17 +434,19 @@ impl UdpSocket {
     fn send_split(&self, m: &OutMsg<'_>, first_err: io::Error, wait: bool) -> io::Result<()> {
         let seg = usize::from(m.segment.unwrap_or(0)).max(1);
         let pieces = split_iov(m.iov, seg * GSO_MAX_SEGMENTS);
+        // The refused message was a kernel message too: the kernel gave it
+        // an `OPT_ID` key (when stamped) before its segments were counted.
+        note_split_piece(0);
         let mut sent = 0;
         for (i, piece) in pieces.iter().enumerate() {
-            // Only the first piece is stamped: one message asked for, one
-            // `OPT_ID` key, as the tracer counts.
-            let stamp = m.stamp && i == 0;
-            match self.send_retrying(OutMsg { dst: m.dst, iov: piece, segment: m.segment, stamp }, wait) {
-                Ok(()) => {}
+            // Every piece of a stamped message is stamped, each under its
+            // own `OPT_ID` key ([`take_split_pieces`] tells the tracer).
+            match self.send_retrying(OutMsg { dst: m.dst, iov: piece, segment: m.segment, stamp: m.stamp }, wait) {
+                Ok(()) => note_split_piece(piece.iter().map(|v| v.len()).sum::<usize>().div_ceil(seg)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(partly(sent, e)),
                 Err(_) if i == 0 => return Err(first_err),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) => {
-                    return self.send_plain_rest(m.dst, &pieces[i..], seg, sent, wait);
+                    return self.send_plain_rest(m, &pieces[i..], seg, sent, wait);
                 }
                 Err(e) => return Err(e),
             }
@@ -436,7 +464,7 @@ impl UdpSocket {
     /// of its datagrams went out before).
     fn send_plain_rest(
         &self,
-        dst: Option<SocketAddr>,
+        m: &OutMsg<'_>,
         pieces: &[Vec<io::IoSlice<'_>>],
         seg: usize,
         mut sent: usize,
@@ -444,8 +472,9 @@ impl UdpSocket {
     ) -> io::Result<()> {
         for piece in pieces {
             for iov in split_iov(piece, seg) {
-                self.send_retrying(OutMsg { dst, iov: &iov, segment: None, stamp: false }, wait)
+                self.send_retrying(OutMsg { dst: m.dst, iov: &iov, segment: None, stamp: m.stamp }, wait)
                     .map_err(|e| partly(sent, e))?;
+                note_split_piece(1);
                 sent += 1;
             }
         }
