@@ -91,9 +91,19 @@ impl Scoreboard {
         // The report is the receiver's word for the frames it covers: one
         // held before may have been dropped since (a held first frame that
         // finds no posted receive), and `next` itself is never held.
-        self.set(next, HELD, false);
-        for k in 0..64 {
-            self.set(next.wrapping_add(1 + k), HELD, sack & (1 << k) != 0);
+        let start = distance(self.base, next) as usize;
+        if start <= self.flags.len() {
+            // Only frames on the board: none after a full acknowledgment.
+            let end = self.flags.len().min(start + 65);
+            for (k, f) in self.flags.range_mut(start..end).enumerate() {
+                let held = k > 0 && sack & (1 << (k - 1)) != 0;
+                *f = if held { *f | HELD } else { *f & !HELD };
+            }
+        } else {
+            self.set(next, HELD, false);
+            for k in 0..64 {
+                self.set(next.wrapping_add(1 + k), HELD, sack & (1 << k) != 0);
+            }
         }
         if sack == 0 {
             return;
