@@ -23,7 +23,7 @@
 //! * [`shared`] — commands and state the application and engine share.
 //! * [`flow`] — the sans-I/O send and receive halves of a flow.
 //! * [`matching`] — posted receives and the unexpected-message queue.
-//! * [`peer`] — [`peer::PeerId`].
+//! * [`peer`] — [`peer::PeerId`]; [`peermap`] — per-peer state by id.
 //! * [`table`] — the flow as one transition table: the trace checker and
 //!   the Promela model `eudp verify` checks.
 
@@ -37,6 +37,7 @@ pub mod handoff;
 pub mod lease;
 pub mod matching;
 pub mod peer;
+pub mod peermap;
 pub mod runtime;
 pub mod scheme;
 pub mod shared;

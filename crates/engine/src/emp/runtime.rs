@@ -145,7 +145,9 @@ impl Runtime {
     pub fn round(&mut self, now: Instant, engine: bool, read: bool) -> Round {
         self.take_commands(now);
         let more_rx = read && self.receive(now);
-        if self.send.wake_at().is_some_and(|w| w <= now) {
+        // The last round's earliest timer: timers armed since lie past
+        // `now` (a timeout from now), so only a due one needs the look.
+        if self.next_timer.is_some_and(|w| w <= now) && self.send.wake_at().is_some_and(|w| w <= now) {
             stages::send_timers(&mut self.send, now, &mut self.done);
         }
         let more_tx = self.transmit(now, StageSet::ALL);
@@ -266,7 +268,9 @@ impl Runtime {
             if acks {
                 stages::send_acknowledgment(&mut self.recv, &mut self.tx, now);
             }
-            if frames && !self.blocked {
+            // A round for a receive post has no frame to send: the look
+            // costs less than a pass over the flows.
+            if frames && !self.blocked && self.send.has_frame() {
                 stages::transmission(&mut self.send, &mut self.tx, now);
             }
             if self.tx.is_empty() || self.blocked {

@@ -24,6 +24,7 @@ use crate::emp::flow::recv::{RecvFlow, Verdict};
 use crate::emp::flow::send::{QueueError, SendError, SendFlow};
 use crate::emp::matching::{Matcher, PostedRecv, Unexpected};
 use crate::emp::peer::PeerId;
+use crate::emp::peermap::PeerMap;
 use crate::emp::scheme::Stage;
 use crate::emp::shared::PeerLink;
 use crate::emp::steptrace::Step;
@@ -48,7 +49,7 @@ struct SendPeer {
 #[derive(Debug)]
 pub struct SendSide {
     cfg: EmpConfig,
-    peers: BTreeMap<PeerId, SendPeer>,
+    peers: PeerMap<SendPeer>,
     /// Counters of removed peers.
     retired: EmpCounters,
     /// Where the next transmission round starts, for fairness among peers.
@@ -76,13 +77,12 @@ struct RecvPeer {
 }
 
 /// The receive side: every peer's receiving flow, the matcher, and the
-/// address-to-peer map of incoming frames. Ordered maps: an address vector
-/// is a handful of peers, where a lookup by comparison costs less than
-/// SipHash's.
+/// address-to-peer map of incoming frames (ordered: a lookup by
+/// comparison costs less than SipHash's).
 #[derive(Debug)]
 pub struct RecvSide {
     cfg: EmpConfig,
-    peers: BTreeMap<PeerId, RecvPeer>,
+    peers: PeerMap<RecvPeer>,
     by_addr: BTreeMap<SocketAddr, PeerId>,
     matcher: Matcher,
     /// Peers owing an acknowledgment.
@@ -132,7 +132,7 @@ fn send_completion(peer: PeerId, d: crate::emp::flow::send::SendDone) -> Complet
 
 impl SendSide {
     pub fn new(cfg: &EmpConfig) -> Self {
-        SendSide { cfg: cfg.normalised(), peers: BTreeMap::new(), retired: EmpCounters::default(), turn: 0 }
+        SendSide { cfg: cfg.normalised(), peers: PeerMap::new(), retired: EmpCounters::default(), turn: 0 }
     }
 
     pub fn insert(
@@ -310,7 +310,7 @@ impl RecvSide {
             matcher: Matcher::new(cfg.unexpected_messages, cfg.unexpected_bytes),
             ack_delay: cfg.ack_delay,
             cfg,
-            peers: BTreeMap::new(),
+            peers: PeerMap::new(),
             by_addr: BTreeMap::new(),
             owing: Vec::new(),
             parked: Vec::new(),

@@ -182,6 +182,37 @@ mod tests {
         b
     }
 
+    /// The held flags after `on_sack` match a frame-by-frame update over
+    /// every sequence number the report names, for boards shorter and
+    /// longer than the report and reports above the board's base.
+    #[test]
+    fn the_selective_update_matches_a_frame_by_frame_one() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..2_000 {
+            let n = (rand() % 100) as u32;
+            let mut fast = board(n);
+            for s in 10..10 + n {
+                fast.set(s, HELD, rand() % 2 == 0);
+            }
+            let mut slow = Scoreboard { base: fast.base, flags: fast.flags.clone(), repairs: VecDeque::new() };
+            let next = 10 + (rand() % (u64::from(n) + 3)) as u32;
+            let sack = rand() & rand();
+            fast.on_sack(next, sack, 10 + n);
+            slow.set(next, HELD, false);
+            for k in 0..64 {
+                slow.set(next.wrapping_add(1 + k), HELD, sack & (1 << k) != 0);
+            }
+            let held = |b: &Scoreboard| (10..10 + n).map(|s| b.has(s, HELD)).collect::<Vec<_>>();
+            assert_eq!(held(&fast), held(&slow), "n {n} next {next} sack {sack:#x}");
+        }
+    }
+
     #[test]
     fn a_hole_below_three_held_frames_is_repaired_once() {
         let mut b = board(8);
