@@ -67,9 +67,6 @@ pub struct EmpEndpoint {
     rx: Mutex<RxBuffers>,
     /// Waiters lease the socket and block on it ([`EmpConfig::blocking_wait`]).
     blocking: bool,
-    /// A posted receive waits for the next round (base scheme, no
-    /// unexpected-message queue): see [`EmpEndpoint::recv`].
-    lazy_recv: bool,
 }
 
 impl EmpEndpoint {
@@ -153,7 +150,6 @@ impl EmpEndpoint {
             sock,
             rx: Mutex::new(RxBuffers::default()),
             blocking,
-            lazy_recv: cfg.scheme == Scheme::Base && (cfg.unexpected_messages == 0 || cfg.unexpected_bytes == 0),
         })
     }
 
@@ -222,14 +218,7 @@ impl EmpEndpoint {
     pub fn recv(&self, source: Option<PeerId>, tag: u64, ignore: u64, capacity: usize, context: u64) -> io::Result<()> {
         self.alive()?;
         self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, capacity, context }));
-        // In the base scheme every round takes the commands before it
-        // reads frames, so the receive is in place before a message can
-        // match it, and without an unexpected queue nothing completes it
-        // now: it needs no round of its own. (In the two-thread schemes
-        // the matching thread may not be the one taking commands.)
-        if !self.lazy_recv {
-            self.progress(false);
-        }
+        self.progress(false);
         Ok(())
     }
 
