@@ -367,9 +367,12 @@ impl EmpEndpoint {
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Completion> {
         let until = timeout.map(|t| Instant::now() + t);
         let _waiting = self.shared.lease.enter();
-        let mut ready = Vec::with_capacity(4);
-        let mut spin_until = Instant::now() + self.spin;
-        let mut round = !self.spin.is_zero();
+        // Allocated only by a sleep in epoll; without a spin, no clock is
+        // read for it.
+        let mut ready = Vec::new();
+        let spinning = !self.spin.is_zero();
+        let mut spin_until = spinning.then(|| Instant::now() + self.spin);
+        let mut round = spinning;
         loop {
             let c = if round { self.poll() } else { self.shared.cq.poll() };
             if c.is_some() {
@@ -383,7 +386,7 @@ impl EmpEndpoint {
             if left.is_some_and(|l| l.is_zero()) {
                 return None;
             }
-            if now < spin_until {
+            if spin_until.is_some_and(|s| now < s) {
                 std::hint::spin_loop();
                 continue;
             }
@@ -392,7 +395,7 @@ impl EmpEndpoint {
                 match receive_blocking(&self.shared, &self.rt, &self.rx, &self.sock, now, left) {
                     Blocking::Received => {
                         round = false;
-                        spin_until = Instant::now() + self.spin;
+                        spin_until = spinning.then(|| Instant::now() + self.spin);
                         continue;
                     }
                     Blocking::Empty => {
@@ -413,20 +416,21 @@ impl EmpEndpoint {
             // The socket's event, or a nap's end (an event may have gone
             // to another waiter): a round. The queue's own event: a look.
             round = ready.iter().any(|&(t, _)| t == 0) || ready.is_empty();
-            spin_until = Instant::now() + self.spin;
+            spin_until = spinning.then(|| Instant::now() + self.spin);
         }
     }
 
-    /// Counters of the whole endpoint (as of the engine's last round).
+    /// Counters of the whole endpoint (as of the last round; waits for a
+    /// round in progress).
     pub fn counters(&self) -> EmpCounters {
-        lock(&self.shared.published).endpoint
+        lock(&self.rt).counters()
     }
 
     /// Counters of one peer (zero until the engine first accounts for
     /// it); `None` for a peer not in the address vector.
     pub fn peer_counters(&self, peer: PeerId) -> Option<EmpCounters> {
-        let published = lock(&self.shared.published).peers.get(&peer).copied();
-        published.or_else(|| lock(&self.peers).contains_key(&peer).then(EmpCounters::default))
+        let known = lock(&self.peers).contains_key(&peer);
+        known.then(|| lock(&self.rt).peer_counters(peer))
     }
 
     /// The events recorded (with [`EmpConfig::record_events`]) by the flows

@@ -13,7 +13,7 @@ use crate::emp::handoff::Handoff;
 use crate::emp::lease::CHECK;
 use crate::emp::peer::PeerId;
 use crate::emp::scheme::{Stage, StageSet};
-use crate::emp::shared::{Command, PeerLink, Published, Shared};
+use crate::emp::shared::{Command, PeerLink, Shared};
 use crate::emp::stages::{self, Incoming, RecvSide, SendSide};
 use crate::emp::transmit::TxBatch;
 use crate::sys::epoll::{Epoll, EDGE, EV_IN};
@@ -44,8 +44,6 @@ const RX_BUF: usize = 65_536;
 const TX_BATCH: usize = 128;
 /// Receive batches per round before the round moves on to transmission.
 const RX_ROUNDS: usize = 8;
-/// While busy, counters are published at most this often.
-const PUBLISH_EVERY: Duration = Duration::from_millis(1);
 
 /// The engine thread's state.
 #[derive(Debug)]
@@ -63,8 +61,6 @@ pub struct Runtime {
     commands: Vec<Command>,
     done: Vec<Completion>,
     unsent: Vec<(PeerId, u32)>,
-    dirty: bool,
-    last_publish: Instant,
     /// When the engine thread wakes next by itself (`None`: only on an event).
     planned: Option<Instant>,
     /// When the timer descriptor, armed by a round of another thread,
@@ -72,6 +68,9 @@ pub struct Runtime {
     armed: Option<Instant>,
     /// Frames between the stages of two engine threads (two-thread schemes).
     handoff: Handoff,
+    /// The earliest flow timer as of the end of the last round: nothing
+    /// outside a round changes the timers.
+    next_timer: Option<Instant>,
 }
 
 /// What a round leaves: more to do at once, or the next timer.
@@ -100,11 +99,10 @@ impl Runtime {
             commands: Vec::new(),
             done: Vec::new(),
             unsent: Vec::new(),
-            dirty: true,
-            last_publish: Instant::now(),
             planned: None,
             armed: None,
             handoff: Handoff::default(),
+            next_timer: None,
         })
     }
 
@@ -121,7 +119,7 @@ impl Runtime {
     /// When the next flow timer (retransmission, deadline, parked
     /// acknowledgment) is due.
     pub fn next_timer(&self) -> Option<Instant> {
-        earliest(self.send.wake_at(), self.recv.ack_due())
+        self.next_timer
     }
 
     /// A round at `now` for the first `n` messages of `bufs`, which a
@@ -130,9 +128,6 @@ impl Runtime {
     /// batch was full (more may wait).
     pub fn round_received(&mut self, now: Instant, bufs: &[Vec<u8>], meta: &[InMeta], n: usize) -> Round {
         self.take_commands(now);
-        if n > 0 {
-            self.dirty = true;
-        }
         for (buf, &m) in bufs.iter().zip(meta).take(n) {
             let Some(src) = m.src else { continue };
             for dgram in datagrams(buf, m) {
@@ -150,18 +145,16 @@ impl Runtime {
     pub fn round(&mut self, now: Instant, engine: bool, read: bool) -> Round {
         self.take_commands(now);
         let more_rx = read && self.receive(now);
-        if self.send.wake_at().is_some_and(|w| w <= now) {
-            self.dirty = true;
+        // The last round's earliest timer: timers armed since lie past
+        // `now` (a timeout from now), so only a due one needs the look.
+        if self.next_timer.is_some_and(|w| w <= now) && self.send.wake_at().is_some_and(|w| w <= now) {
             stages::send_timers(&mut self.send, now, &mut self.done);
         }
         let more_tx = self.transmit(now, StageSet::ALL);
         let busy = more_rx || more_tx;
-        // Counters go out before the completions they account for.
-        if !self.done.is_empty() || (self.dirty && (!busy || now.duration_since(self.last_publish) >= PUBLISH_EVERY)) {
-            self.publish(now);
-        }
         self.shared.cq.push_all(&mut self.done);
-        let r = Round { busy, wake_at: earliest(self.send.wake_at(), self.recv.ack_due()) };
+        self.next_timer = earliest(self.send.wake_at(), self.recv.ack_due());
+        let r = Round { busy, wake_at: self.next_timer };
         if engine {
             self.planned = if busy { Some(now) } else { r.wake_at };
         } else if busy || self.blocked {
@@ -215,15 +208,11 @@ impl Runtime {
     pub fn close(&mut self) {
         self.send.close_all(&mut self.done);
         self.recv.close_all(&mut self.done);
-        self.publish(Instant::now());
         self.shared.cq.push_all(&mut self.done);
     }
 
     fn take_commands(&mut self, now: Instant) {
         self.shared.take_commands(&mut self.commands);
-        if !self.commands.is_empty() {
-            self.dirty = true;
-        }
         for c in self.commands.drain(..) {
             match c {
                 Command::Insert { peer, addr, queued } => {
@@ -256,9 +245,6 @@ impl Runtime {
                 // engine's edge-triggered wait would not wake for them.
                 Err(_) => continue,
             };
-            if n > 0 {
-                self.dirty = true;
-            }
             for i in 0..n {
                 let m = self.rx_meta[i];
                 let Some(src) = m.src else { continue };
@@ -282,13 +268,14 @@ impl Runtime {
             if acks {
                 stages::send_acknowledgment(&mut self.recv, &mut self.tx, now);
             }
-            if frames && !self.blocked {
+            // A round for a receive post has no frame to send: the look
+            // costs less than a pass over the flows.
+            if frames && !self.blocked && self.send.has_frame() {
                 stages::transmission(&mut self.send, &mut self.tx, now);
             }
             if self.tx.is_empty() || self.blocked {
                 return false;
             }
-            self.dirty = true;
             let (f, _) = self.tx.flush(&self.sock, self.gso, &mut self.unsent);
             for (peer, seq) in self.unsent.drain(..) {
                 self.send.unsend(peer, seq);
@@ -307,21 +294,25 @@ impl Runtime {
         true
     }
 
-    fn publish(&mut self, now: Instant) {
-        let mut p = Published::default();
+    /// The endpoint's counters as of now: every peer's, removed peers',
+    /// and frames no peer accounts for. Computed when asked rather than
+    /// published per round: a round stays free of the per-peer sums.
+    pub fn counters(&self) -> EmpCounters {
         let mut total = EmpCounters::default();
         for id in self.recv.peer_ids() {
-            let mut c = self.send.counters(id);
-            c.add(&self.recv.counters(id));
-            total.add(&c);
-            p.peers.insert(id, c);
+            total.add(&self.peer_counters(id));
         }
         total.add(&self.send.retired());
         total.add(&self.recv.own());
-        p.endpoint = total;
-        *lock(&self.shared.published) = p;
-        self.dirty = false;
-        self.last_publish = now;
+        total
+    }
+
+    /// One peer's counters as of now (zeros for a peer the runtime has
+    /// not taken in yet).
+    pub fn peer_counters(&self, id: PeerId) -> EmpCounters {
+        let mut c = self.send.counters(id);
+        c.add(&self.recv.counters(id));
+        c
     }
 }
 

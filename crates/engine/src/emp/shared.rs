@@ -1,21 +1,20 @@
 //! What the application side of an endpoint and its engine thread share:
-//! the command queue with its doorbell, the completion queue, the
-//! published counters, the stop flag; and what the send and receive sides
+//! the command queue with its doorbell, the completion queue, the stop
+//! flag; and what the send and receive sides
 //! of one peer share, its [`PeerLink`].
 
 use crate::emp::completion::CompletionQueue;
-use crate::emp::counters::EmpCounters;
 use crate::emp::lease::Lease;
 use crate::emp::matching::PostedRecv;
 use crate::emp::peer::PeerId;
 use crate::sys::fdevents::{EventFd, TimerFd};
 use crate::sys::sync::lock;
 use eudp_wire::emp::Control;
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::Ordering::{Release, SeqCst};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -42,24 +41,19 @@ pub enum Command {
     Recv(PostedRecv),
 }
 
-/// Counters the engine thread publishes for the application to read.
-#[derive(Clone, Debug, Default)]
-pub struct Published {
-    pub endpoint: EmpCounters,
-    pub peers: HashMap<PeerId, EmpCounters>,
-}
-
 /// The state both sides of an endpoint hold.
 #[derive(Debug)]
 pub struct Shared {
     commands: Mutex<Vec<Command>>,
+    /// `commands` is not empty (changed under its lock): a round with no
+    /// command to take skips the lock.
+    queued: AtomicBool,
     /// Rung when a command is queued or the endpoint stops.
     pub doorbell: Doorbell,
     /// Set by a round on another thread to an earlier flow timer, so the
     /// engine thread wakes for it without being woken now.
     pub timer: TimerFd,
     pub cq: CompletionQueue,
-    pub published: Mutex<Published>,
     pub stop: AtomicBool,
     /// One doorbell per engine thread of a two-thread scheme: rung when
     /// the other thread leaves work for its stages.
@@ -117,10 +111,10 @@ impl Shared {
     pub fn new() -> io::Result<Self> {
         Ok(Shared {
             commands: Mutex::new(Vec::new()),
+            queued: AtomicBool::new(false),
             doorbell: Doorbell::new()?,
             timer: TimerFd::new()?,
             cq: CompletionQueue::new()?,
-            published: Mutex::new(Published::default()),
             stop: AtomicBool::new(false),
             wake: [Doorbell::new()?, Doorbell::new()?],
             missed: AtomicBool::new(false),
@@ -134,6 +128,7 @@ impl Shared {
         let mut q = lock(&self.commands);
         let first = q.is_empty();
         q.push(c);
+        self.queued.store(true, Release);
         drop(q);
         if first {
             self.doorbell.set();
@@ -143,14 +138,22 @@ impl Shared {
     /// Queues a command without waking the engine thread: the caller runs
     /// a round itself, or rings the doorbell when it cannot.
     pub fn command_quiet(&self, c: Command) {
-        lock(&self.commands).push(c);
+        let mut q = lock(&self.commands);
+        q.push(c);
+        self.queued.store(true, Release);
     }
 
     /// Takes every queued command, in order.
     pub fn take_commands(&self, out: &mut Vec<Command>) {
         self.doorbell.clear();
+        // A command queued after this look rings the doorbell, or its
+        // thread runs a round itself.
+        if !self.queued.load(Acquire) {
+            return;
+        }
         let mut q = lock(&self.commands);
         std::mem::swap(&mut *q, out);
+        self.queued.store(false, Release);
     }
 
     /// Asks the engine thread to stop.
@@ -210,11 +213,18 @@ struct Parked {
 impl PeerLink {
     /// Parks `c`; a parked one it replaces keeps its due time, so that a
     /// stream of short messages is still acknowledged once per delay.
-    pub fn park(&self, c: Control, due: Instant) {
+    /// Returns when the parked acknowledgment is due.
+    pub fn park(&self, c: Control, due: Instant) -> Instant {
         let mut p = lock(&self.parked);
         let due = p.map_or(due, |old| old.due.min(due));
         *p = Some(Parked { control: c, due });
         self.any.store(true, Relaxed);
+        due
+    }
+
+    /// Whether an acknowledgment is parked (one atomic load).
+    pub fn is_parked(&self) -> bool {
+        self.any.load(Relaxed)
     }
 
     /// The parked acknowledgment, taken to ride on a data frame.
@@ -244,13 +254,5 @@ impl PeerLink {
         if self.any.swap(false, Relaxed) {
             *lock(&self.parked) = None;
         }
-    }
-
-    /// When the parked acknowledgment is due, if one is parked.
-    pub fn due(&self) -> Option<Instant> {
-        if !self.any.load(Relaxed) {
-            return None;
-        }
-        lock(&self.parked).map(|p| p.due)
     }
 }

@@ -25,12 +25,13 @@ use crate::emp::flow::send::{QueueError, SendError, SendFlow};
 use crate::emp::matching::{Matcher, PostedRecv, Unexpected};
 use crate::emp::peer::PeerId;
 use crate::emp::recv_buffer;
+use crate::emp::peermap::PeerMap;
 use crate::emp::scheme::Stage;
 use crate::emp::shared::PeerLink;
 use crate::emp::steptrace::Step;
 use crate::emp::transmit::TxBatch;
 use eudp_wire::emp::{self, Control, Data, Frame, PIGGYBACK_SACK_LEN};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -49,7 +50,7 @@ struct SendPeer {
 #[derive(Debug)]
 pub struct SendSide {
     cfg: EmpConfig,
-    peers: BTreeMap<PeerId, SendPeer>,
+    peers: PeerMap<SendPeer>,
     /// Counters of removed peers.
     retired: EmpCounters,
     /// Where the next transmission round starts, for fairness among peers.
@@ -79,20 +80,32 @@ struct RecvPeer {
 }
 
 /// The receive side: every peer's receiving flow, the matcher, and the
-/// address-to-peer map of incoming frames.
+/// address-to-peer map of incoming frames (ordered: a lookup by
+/// comparison costs less than SipHash's).
 #[derive(Debug)]
 pub struct RecvSide {
     cfg: EmpConfig,
-    peers: HashMap<PeerId, RecvPeer>,
-    by_addr: HashMap<SocketAddr, PeerId>,
+    peers: PeerMap<RecvPeer>,
+    by_addr: BTreeMap<SocketAddr, PeerId>,
     matcher: Matcher,
     /// Peers owing an acknowledgment.
     owing: Vec<PeerId>,
-    /// Peers whose link may hold a parked acknowledgment.
-    parked: Vec<PeerId>,
+    /// Acknowledgments this side parked, with when each is due: a
+    /// look at the links' flags, not their locks, tells which are still
+    /// parked (step 2 takes them).
+    parked: Vec<ParkedAck>,
     ack_delay: Duration,
     /// Malformed and unknown-peer frames, and removed peers' counters.
     own: EmpCounters,
+}
+
+/// An acknowledgment parked in a peer's link, as the receive side
+/// remembers it.
+#[derive(Debug)]
+struct ParkedAck {
+    peer: PeerId,
+    link: Arc<PeerLink>,
+    due: Instant,
 }
 
 /// A frame from a known peer, as step 5 sorts it.
@@ -122,7 +135,7 @@ fn send_completion(peer: PeerId, d: crate::emp::flow::send::SendDone) -> Complet
 
 impl SendSide {
     pub fn new(cfg: &EmpConfig) -> Self {
-        SendSide { cfg: cfg.normalised(), peers: BTreeMap::new(), retired: EmpCounters::default(), turn: 0 }
+        SendSide { cfg: cfg.normalised(), peers: PeerMap::new(), retired: EmpCounters::default(), turn: 0 }
     }
 
     pub fn insert(
@@ -300,8 +313,8 @@ impl RecvSide {
             matcher: Matcher::new(cfg.unexpected_messages, cfg.unexpected_bytes),
             ack_delay: cfg.ack_delay,
             cfg,
-            peers: HashMap::new(),
-            by_addr: HashMap::new(),
+            peers: PeerMap::new(),
+            by_addr: BTreeMap::new(),
             owing: Vec::new(),
             parked: Vec::new(),
             own: EmpCounters::default(),
@@ -378,8 +391,8 @@ impl RecvSide {
         self.own
     }
 
-    pub fn peer_ids(&self) -> Vec<PeerId> {
-        self.peers.keys().copied().collect()
+    pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers.keys().copied()
     }
 
     /// True when some peer owes an acknowledgment to send or park now, or
@@ -390,7 +403,7 @@ impl RecvSide {
 
     /// When the first parked acknowledgment is due alone.
     pub fn ack_due(&self) -> Option<Instant> {
-        self.parked.iter().filter_map(|id| self.peers.get(id)?.link.due()).min()
+        self.parked.iter().filter(|e| e.link.is_parked()).map(|e| e.due).min()
     }
 }
 
@@ -546,9 +559,10 @@ pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch, now: Instant) {
         if p.flow.owes_delayed() {
             if let Some(c) = p.flow.park_control() {
                 step.control(p.addr, &c, false);
-                p.link.park(c, now + r.ack_delay);
-                if !r.parked.contains(&peer) {
-                    r.parked.push(peer);
+                let due = p.link.park(c, now + r.ack_delay);
+                match r.parked.iter_mut().find(|e| e.peer == peer) {
+                    Some(e) => e.due = due,
+                    None => r.parked.push(ParkedAck { peer, link: p.link.clone(), due }),
                 }
             }
             continue;
@@ -562,7 +576,16 @@ pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch, now: Instant) {
     }
     let mut i = 0;
     while i < r.parked.len() && !tx.is_full() {
-        let Some(p) = r.peers.get_mut(&r.parked[i]) else {
+        let e = &r.parked[i];
+        if !e.link.is_parked() {
+            r.parked.swap_remove(i);
+            continue;
+        }
+        if e.due > now {
+            i += 1;
+            continue;
+        }
+        let Some(p) = r.peers.get_mut(&e.peer) else {
             r.parked.swap_remove(i);
             continue;
         };
@@ -571,10 +594,10 @@ pub fn send_acknowledgment(r: &mut RecvSide, tx: &mut TxBatch, now: Instant) {
             let n = emp::encode_control(&c, false, tx.slot()).expect("a slot holds a control frame");
             tx.commit(p.addr, n, None);
         }
-        if p.link.due().is_none() {
-            r.parked.swap_remove(i);
-        } else {
+        if p.link.is_parked() {
             i += 1;
+        } else {
+            r.parked.swap_remove(i);
         }
     }
 }

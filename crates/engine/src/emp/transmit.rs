@@ -1,6 +1,8 @@
 //! The transmit batch: frames written into fixed-size slots of one buffer,
 //! sent with one `sendmmsg` per batch, and consecutive full frames to one
-//! peer coalesced into a GSO super-packet where the socket allows it.
+//! peer coalesced into a GSO super-packet where the socket allows it. A
+//! batch of one frame (a ping-pong's request, reply or acknowledgment)
+//! goes out with one `sendto`, without the batch's header arrays.
 
 use crate::backend::kernel::{gso_segment_cap, OutMsg, UdpSocket};
 use crate::emp::peer::PeerId;
@@ -70,6 +72,9 @@ impl TxBatch {
         if self.slots.is_empty() {
             return (out, 0);
         }
+        if let [one] = self.slots[..] {
+            return self.flush_one(sock, one, unsent);
+        }
         // Runs of slots: [start, end) per message.
         let max_segs = if gso { GSO_MAX_SEGMENTS.min(gso_segment_cap()) } else { 1 };
         let mut runs: Vec<(usize, usize)> = Vec::new();
@@ -134,5 +139,27 @@ impl TxBatch {
         }
         self.slots.clear();
         (out, sent_slots)
+    }
+
+    /// [`TxBatch::flush`] of the one frame `s`, the batch's only slot.
+    fn flush_one(&mut self, sock: &UdpSocket, s: Slot, unsent: &mut Vec<(PeerId, u32)>) -> (Flushed, usize) {
+        let mut out = Flushed::default();
+        let sent = loop {
+            match sock.send_to(&self.buf[..s.len], Some(&s.dst)) {
+                Ok(_) => break 1,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    out.blocked = true;
+                    break 0;
+                }
+                // Lost as the network would lose it, as in a batch.
+                Err(_) => break 1,
+            }
+        };
+        if sent == 0 {
+            unsent.extend(s.data);
+        }
+        self.slots.clear();
+        (out, sent)
     }
 }

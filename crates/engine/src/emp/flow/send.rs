@@ -109,6 +109,9 @@ pub struct SendFlow {
     rtt: Rtt,
     timer: Option<Instant>,
     last_progress: Instant,
+    /// `last_progress + deadline`, kept with it: `wake_at` runs several
+    /// times a round, and an `Instant` sum is not free.
+    give_up_at: Instant,
     done: VecDeque<SendDone>,
     events: Option<Vec<FlowEvent>>,
     counters: SendCounters,
@@ -137,6 +140,7 @@ impl SendFlow {
             rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             timer: None,
             last_progress: now,
+            give_up_at: now + cfg.deadline,
             done: VecDeque::new(),
             events: cfg.record_events.then(Vec::new),
             counters: SendCounters::default(),
@@ -218,7 +222,7 @@ impl SendFlow {
         let last_of_record = idx + 1 == self.records[i].frames;
         if self.una == self.high {
             // The flow was idle: the deadline counts from now.
-            self.last_progress = now;
+            self.progressed(now);
         }
         if resend {
             self.counters.retransmits += 1;
@@ -324,7 +328,7 @@ impl SendFlow {
             self.go_back(next);
         }
         self.rtt.acked(next, now);
-        self.last_progress = now;
+        self.progressed(now);
         self.timer = (self.una != self.high).then(|| now + self.rtt.rto());
     }
 
@@ -341,7 +345,12 @@ impl SendFlow {
     /// When [`SendFlow::on_timer`] has work: the retransmission timer or
     /// the deadline, whichever is first.
     pub fn wake_at(&self) -> Option<Instant> {
-        self.timer.map(|t| t.min(self.last_progress + self.deadline))
+        self.timer.map(|t| t.min(self.give_up_at))
+    }
+
+    fn progressed(&mut self, now: Instant) {
+        self.last_progress = now;
+        self.give_up_at = now + self.deadline;
     }
 
     /// Runs the timers due at `now`: past the deadline the flow gives up;

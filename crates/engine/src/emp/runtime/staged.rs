@@ -9,8 +9,7 @@
 //! threads left it.
 
 use super::{
-    datagrams, earliest, lock_for, Round, Runtime, BLOCKED_RETRY, DOORBELL, PUBLISH_EVERY, RX_BATCH, RX_ROUNDS, SOCKET,
-    TIMER,
+    datagrams, earliest, lock_for, Round, Runtime, BLOCKED_RETRY, DOORBELL, RX_BATCH, RX_ROUNDS, SOCKET, TIMER,
 };
 use crate::emp::scheme::{Stage, StageSet};
 use crate::emp::shared::Shared;
@@ -45,7 +44,6 @@ impl Runtime {
         if set.has(Stage::SendBookkeeping) {
             self.take_commands(now);
             if self.send.wake_at().is_some_and(|w| w <= now) {
-                self.dirty = true;
                 stages::send_timers(&mut self.send, now, &mut self.done);
             }
         }
@@ -53,9 +51,6 @@ impl Runtime {
         self.drain_queues(set, now);
         let more_tx = self.transmit(now, set);
         let busy = more_rx || more_tx;
-        if !self.done.is_empty() || (self.dirty && (!busy || now.duration_since(self.last_publish) >= PUBLISH_EVERY)) {
-            self.publish(now);
-        }
         self.shared.cq.push_all(&mut self.done);
         let timers = if set.has(Stage::SendBookkeeping) { self.send.wake_at() } else { None };
         // The thread sending acknowledgments, or the one running timers,
@@ -66,6 +61,7 @@ impl Runtime {
             None
         };
         let r = Round { busy, wake_at: earliest(timers, acks) };
+        self.next_timer = earliest(self.send.wake_at(), self.recv.ack_due());
         for (i, &other) in threads.iter().enumerate() {
             if Some(i) != me && self.pending(other, now) {
                 self.shared.wake[i].set();
@@ -114,9 +110,6 @@ impl Runtime {
                 // engine's edge-triggered wait would not wake for them.
                 Err(_) => continue,
             };
-            if n > 0 {
-                self.dirty = true;
-            }
             for i in 0..n {
                 let m = self.rx_meta[i];
                 let Some(src) = m.src else { continue };
@@ -146,7 +139,6 @@ impl Runtime {
     fn drain_queues(&mut self, set: StageSet, now: Instant) {
         if set.has(Stage::ReceiveAcknowledgment) {
             while let Some((peer, c, nak)) = self.handoff.acks.pop_front() {
-                self.dirty = true;
                 stages::receive_acknowledgment(&mut self.send, peer, c, nak, now, &mut self.done);
             }
         }
@@ -175,9 +167,6 @@ impl Runtime {
                         self.handoff.accepted.push_back((peer, bytes));
                     }
                 }
-            }
-            if progress {
-                self.dirty = true;
             }
             if !progress || !set.has(Stage::Receiving) || !set.has(Stage::ReceiveBookkeeping) {
                 return;
