@@ -11,6 +11,7 @@ use crate::sys::sync::lock;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Which operation completed.
@@ -82,6 +83,40 @@ impl Queue {
     }
 }
 
+/// The bound on operations posted and not yet taken back as completions:
+/// every post is admitted here first and every completion the application
+/// takes lets one more in, so what waits in the queue (and in the engine
+/// for a completion) stays within the limit however long nobody reads.
+#[derive(Debug)]
+pub struct Admission {
+    posted: AtomicUsize,
+    limit: usize,
+}
+
+impl Admission {
+    pub fn new(limit: usize) -> Self {
+        Admission { posted: AtomicUsize::new(0), limit: limit.max(1) }
+    }
+
+    /// Admits one post, or refuses it with `WouldBlock` at the limit.
+    pub fn admit(&self) -> io::Result<()> {
+        self.posted
+            .fetch_update(Relaxed, Relaxed, |n| (n < self.limit).then_some(n + 1))
+            .map(drop)
+            .map_err(|_| io::Error::new(io::ErrorKind::WouldBlock, "EMP completion queue full: read completions"))
+    }
+
+    /// A post admitted and then refused, or a completion taken.
+    pub fn release(&self) {
+        let _ = self.posted.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Operations posted and not yet taken back.
+    pub fn outstanding(&self) -> usize {
+        self.posted.load(Relaxed)
+    }
+}
+
 impl CompletionQueue {
     pub fn new() -> io::Result<Self> {
         Ok(CompletionQueue { q: Mutex::new(Queue::default()), ready: EventFd::new()? })
@@ -145,5 +180,28 @@ impl CompletionQueue {
     /// themselves with [`CompletionQueue::sleep`]).
     pub fn own_fd(&self) -> RawFd {
         self.ready.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Admission;
+
+    #[test]
+    fn admission_refuses_at_the_limit_and_reopens_per_release() {
+        let a = Admission::new(3);
+        for _ in 0..3 {
+            a.admit().unwrap();
+        }
+        assert_eq!(a.admit().unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+        assert_eq!(a.outstanding(), 3);
+        a.release();
+        a.admit().unwrap();
+        assert!(a.admit().is_err());
+        for _ in 0..5 {
+            a.release();
+        }
+        assert_eq!(a.outstanding(), 0, "a release never goes below zero");
+        assert_eq!(Admission::new(0).limit, 1);
     }
 }

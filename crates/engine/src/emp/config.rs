@@ -41,6 +41,11 @@ pub struct EmpConfig {
     /// Bytes of messages one flow queues (sent or not) before a send is
     /// refused as would-block; sized like a kernel send buffer.
     pub send_queue_bytes: usize,
+    /// Operations (sends and receives) posted and not yet taken back as
+    /// completions that the endpoint admits; a post beyond it is refused
+    /// as would-block, so an application that never reads its completions
+    /// holds at most this many (libfabric's completion queue size).
+    pub completion_queue: usize,
     /// Messages the unexpected-message queue holds (0: off, EMP's rule).
     pub unexpected_messages: usize,
     /// Bytes the unexpected-message queue holds.
@@ -77,6 +82,7 @@ impl Default for EmpConfig {
             deadline: Duration::from_secs(5),
             send_queue_bytes: 4 << 20,
             blocking_wait: true,
+            completion_queue: 16 << 10,
             unexpected_messages: 0,
             unexpected_bytes: 0,
             record_events: false,
@@ -123,6 +129,7 @@ impl EmpConfig {
         c.poll_spin = c.poll_spin.min(Duration::from_millis(10));
         c.ack_delay = c.ack_delay.min(c.rto_min / 2);
         c.socket_buffer = c.socket_buffer.clamp(4096, i32::MAX as usize);
+        c.completion_queue = c.completion_queue.max(1);
         c
     }
 }

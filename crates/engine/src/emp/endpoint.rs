@@ -6,7 +6,7 @@
 //! engine thread is not in one.
 
 use crate::backend::kernel::UdpSocket;
-use crate::emp::completion::Completion;
+use crate::emp::completion::{Admission, Completion};
 use crate::emp::config::EmpConfig;
 use crate::emp::counters::EmpCounters;
 use crate::emp::matching::PostedRecv;
@@ -71,6 +71,8 @@ pub struct EmpEndpoint {
     rx: Mutex<RxBuffers>,
     /// Waiters lease the socket and block on it ([`EmpConfig::blocking_wait`]).
     blocking: bool,
+    /// Posts not yet taken back as completions ([`EmpConfig::completion_queue`]).
+    admission: Admission,
 }
 
 impl EmpEndpoint {
@@ -159,6 +161,7 @@ impl EmpEndpoint {
             sock,
             rx: Mutex::new(RxBuffers::default()),
             blocking,
+            admission: Admission::new(cfg.completion_queue),
         })
     }
 
@@ -252,9 +255,11 @@ impl EmpEndpoint {
         };
         let len = data.len();
         let bound = self.queue_bytes;
-        queued
-            .fetch_update(Relaxed, Relaxed, |q| (q == 0 || q + len <= bound).then_some(q + len))
-            .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
+        self.admission.admit()?;
+        if queued.fetch_update(Relaxed, Relaxed, |q| (q == 0 || q + len <= bound).then_some(q + len)).is_err() {
+            self.admission.release();
+            return Err(io::Error::from(io::ErrorKind::WouldBlock));
+        }
         self.shared.command_quiet(Command::Send { peer, tag, data, context });
         self.progress(false);
         Ok(())
@@ -295,6 +300,7 @@ impl EmpEndpoint {
         context: u64,
     ) -> io::Result<()> {
         self.alive()?;
+        self.admission.admit()?;
         self.shared.command_quiet(Command::Recv(PostedRecv { source, tag, ignore, context, buffer }));
         self.progress(false);
         Ok(())
@@ -351,7 +357,16 @@ impl EmpEndpoint {
 
     /// The oldest completion, if any (after a round of progress).
     pub fn poll(&self) -> Option<Completion> {
-        self.shared.cq.poll().or_else(|| if self.progress(true) { self.shared.cq.poll() } else { None })
+        self.take().or_else(|| if self.progress(true) { self.take() } else { None })
+    }
+
+    /// The oldest completion in the queue; taking it lets one more post in.
+    fn take(&self) -> Option<Completion> {
+        let c = self.shared.cq.poll();
+        if c.is_some() {
+            self.admission.release();
+        }
+        c
     }
 
     /// The oldest completion, waiting up to `timeout` (`None`: until one
@@ -374,7 +389,7 @@ impl EmpEndpoint {
         let mut spin_until = spinning.then(|| Instant::now() + self.spin);
         let mut round = spinning;
         loop {
-            let c = if round { self.poll() } else { self.shared.cq.poll() };
+            let c = if round { self.poll() } else { self.take() };
             if c.is_some() {
                 return c;
             }
