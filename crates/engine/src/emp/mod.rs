@@ -25,7 +25,6 @@
 //! * [`matching`] — posted receives and the unexpected-message queue.
 //! * [`recv_buffer`] — where a posted receive's bytes land (an allocated
 //!   buffer, the caller's vector, caller memory) and its completion.
-//! * [`peer`] — [`peer::PeerId`].
 //! * [`peer`] — [`peer::PeerId`]; [`peermap`] — per-peer state by id.
 //! * [`table`] — the flow as one transition table: the trace checker and
 //!   the Promela model `eudp verify` checks.
@@ -40,8 +39,8 @@ pub mod handoff;
 pub mod lease;
 pub mod matching;
 pub mod peer;
-pub mod recv_buffer;
 pub mod peermap;
+pub mod recv_buffer;
 pub mod runtime;
 pub mod scheme;
 pub mod shared;
