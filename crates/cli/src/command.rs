@@ -108,7 +108,8 @@ pub enum Cmd {
         /// With --emp: the EMP schemes to run (base, so, ro, dsr, sr).
         #[arg(long, value_delimiter = ',', default_value = "base")]
         schemes: Vec<String>,
-        /// With --tcp or --apps: interleaved repetitions per mode (medians are reported).
+        /// With --tcp, --apps or --async (its send part): interleaved repetitions per mode
+        /// (medians are reported).
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },

@@ -97,8 +97,8 @@ fn main() {
                 Err(e) => fail(e),
             }
         }
-        Cmd::Bench { async_send: true, secs, sizes, parts, recv_rows, out, no_json, .. } => {
-            bench_async(secs, sizes, parts, recv_rows, out, no_json)
+        Cmd::Bench { async_send: true, secs, sizes, parts, recv_rows, out, no_json, repeats, .. } => {
+            bench_async(secs, sizes, parts, recv_rows, repeats, out, no_json)
         }
         Cmd::Bench { sockets: true, count, nofile, out, no_json, .. } => {
             match eudp_cli::sockbench::run(&eudp_cli::sockbench::SocketsArgs {
@@ -208,13 +208,21 @@ fn bench_async(
     sizes: Vec<usize>,
     parts: Vec<eudp_cli::bench_async::AsyncPart>,
     recv_rows: Vec<String>,
+    repeats: usize,
     out: std::path::PathBuf,
     no_json: bool,
 ) -> i32 {
     use eudp_cli::bench_async;
     // The general default (64,1472) gives way to the sizes paper 001 compares.
     let sizes = if sizes == [64, 1472] { bench_async::DEFAULT_SIZES.to_vec() } else { sizes };
-    let args = bench_async::AsyncBenchArgs { secs, sizes, parts, recv_rows, out_dir: (!no_json).then_some(out) };
+    let args = bench_async::AsyncBenchArgs {
+        secs,
+        sizes,
+        parts,
+        recv_rows,
+        rounds: repeats.clamp(1, 50),
+        out_dir: (!no_json).then_some(out),
+    };
     match bench_async::run(&args) {
         Ok(res) => {
             print!("{}", bench_async::table(&res));

@@ -12,6 +12,7 @@
 //! host's preemptions do not inflate as they do wall time; the median round
 //! stands for the row and every round's ratio is kept.
 
+use super::spread::median;
 use eudp_engine::sys::clock::thread_cpu_time;
 use eudp_engine::sys::nt_copy::{copy_cached, copy_nontemporal};
 use eudp_wire::checksum::{copy_with_checksum_via, Checksum};
@@ -47,11 +48,6 @@ fn run(region: &mut [u8], frame: usize, src: &[u8], copy: fn(&mut [u8], &[u8])) 
     (per_byte(thread_cpu_time() - cpu0), per_byte(t0.elapsed()))
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// One row per region and size: the median `cached_ns_per_byte` and
 /// `nontemporal_ns_per_byte` (thread CPU), their ratio (non-temporal over
 /// cached), and each round's ratio by CPU time and by wall time.
@@ -78,7 +74,8 @@ pub fn measure() -> Vec<Value> {
                 ratios.push(n.0 / c.0);
                 wall_ratios.push(n.1 / c.1);
             }
-            let (c, n) = (median(&mut cached), median(&mut nt));
+            let med = |v: &mut [f64]| median(v).expect("ROUNDS > 0");
+            let (c, n) = (med(&mut cached), med(&mut nt));
             let mut sorted = ratios.clone();
             sorted.sort_by(f64::total_cmp);
             rows.push(json!({

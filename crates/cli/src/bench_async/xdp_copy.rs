@@ -8,6 +8,7 @@
 //! (`tx_kernel_too_big`: above the MTU, fragmented by the kernel, no copy
 //! block).
 
+use super::spread::{median, ratio};
 use crate::bench::{transfer, Rates};
 use crate::testbed::Testbed;
 use crate::worker::{Mode, Report};
@@ -59,9 +60,7 @@ fn one(tb: &Testbed, variant: Option<&str>, size: usize, secs: f64) -> Result<Va
 /// The median over the rounds that measured `variant` (a failed transfer
 /// leaves its round out; `rounds_ok` in the row counts them).
 fn median_of(rounds: &[Value], variant: &str, key: &str) -> Option<f64> {
-    let mut v: Vec<f64> = rounds.iter().filter_map(|r| r[variant][key].as_f64()).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
+    median(&mut rounds.iter().filter_map(|r| r[variant][key].as_f64()).collect::<Vec<_>>())
 }
 
 /// One row per size: every round's samples, and the medians' ratios
@@ -81,17 +80,12 @@ pub fn measure(tb: &Testbed, secs: f64) -> Vec<Value> {
                 }
                 rounds.push(Value::Object(r));
             }
-            let ratio = |a: &str, b: &str, key: &str| match (median_of(&rounds, a, key), median_of(&rounds, b, key)) {
-                (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-                _ => None,
-            };
+            let of_medians =
+                |a: &str, b: &str, key: &str| ratio(median_of(&rounds, a, key), median_of(&rounds, b, key));
             let per_round = |key: &str| -> Vec<Option<f64>> {
                 rounds
                     .iter()
-                    .map(|r| match (r["xdp_nontemporal"][key].as_f64(), r["xdp_cached"][key].as_f64()) {
-                        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-                        _ => None,
-                    })
+                    .map(|r| ratio(r["xdp_nontemporal"][key].as_f64(), r["xdp_cached"][key].as_f64()))
                     .collect()
             };
             let medians: serde_json::Map<String, Value> = VARIANTS
@@ -114,13 +108,13 @@ pub fn measure(tb: &Testbed, secs: f64) -> Vec<Value> {
                 "size": size,
                 "medians": medians,
                 "nontemporal_over_cached": {
-                    "sender_cpu_ns_per_byte": ratio("xdp_nontemporal", "xdp_cached", "sender_cpu_ns_per_byte"),
-                    "received_gbps": ratio("xdp_nontemporal", "xdp_cached", "received_gbps"),
+                    "sender_cpu_ns_per_byte": of_medians("xdp_nontemporal", "xdp_cached", "sender_cpu_ns_per_byte"),
+                    "received_gbps": of_medians("xdp_nontemporal", "xdp_cached", "received_gbps"),
                 },
                 "rounds_nontemporal_over_cached_cpu": per_round("sender_cpu_ns_per_byte"),
                 "cached_over_kernel": {
-                    "sender_cpu_ns_per_byte": ratio("xdp_cached", "kernel", "sender_cpu_ns_per_byte"),
-                    "received_gbps": ratio("xdp_cached", "kernel", "received_gbps"),
+                    "sender_cpu_ns_per_byte": of_medians("xdp_cached", "kernel", "sender_cpu_ns_per_byte"),
+                    "received_gbps": of_medians("xdp_cached", "kernel", "received_gbps"),
                 },
                 "rounds": rounds,
             })
