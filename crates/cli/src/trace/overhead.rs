@@ -5,15 +5,16 @@ use super::analysis::{analyse_lossy, analyse_sampled};
 use super::args::TraceArgs;
 use super::floor::{app_thread_msg_share, floor_report, AppThread, Floor};
 use super::transfer::{transfer_variant, Variant};
-use super::verdict::report_verdicts;
+use super::verdict::{report_verdicts, round_order};
 use crate::testbed::Testbed;
 use eudp_trace::resolve;
 
 /// Receive rates of untraced and traced transfers, interleaved, with the
 /// median of each and their ratio; also written to DIR/overhead.txt. Each
 /// repetition runs one untraced transfer and one per traced setting
-/// (`--overhead-modes`), in an order that rotates from one repetition to
-/// the next, so drift of the shared machine falls on every setting alike.
+/// (`--overhead-modes`), in an order that changes from one repetition to
+/// the next ([`round_order`]), so drift of the shared machine, and whatever
+/// one transfer leaves to the next, falls on every setting alike.
 /// On a shared machine the rates swing with other jobs, so the CPU time
 /// each side spent per datagram (sender: per datagram sent, receiver: per
 /// datagram received) is reported too, a steadier measure of the same
@@ -27,7 +28,7 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
         vars.push(Variant::named(m)?);
     }
     let mut out = format!(
-        "{} datagrams per transfer, {} repetitions; each runs untraced and {} once, interleaved (order rotating); medians (ranges)\n\
+        "{} datagrams per transfer, {} repetitions; each runs untraced and {} once, interleaved (a Williams order: each setting in each position and after each other equally); medians (ranges)\n\
          rate: Gbit/s at the receiver; cpu: ns of CPU per datagram, sender (per sent) + receiver (per received)\n\
          on/off: ratio of the medians; paired: median of the per-repetition ratios\n",
         a.run_packets,
@@ -82,8 +83,7 @@ pub fn overhead(tb: &Testbed, a: &TraceArgs) -> Result<(), String> {
             let mut problems = Vec::new();
             for r in 0..a.overhead_reps as usize {
                 let load = loadavg();
-                for j in 0..n {
-                    let k = (r + j) % n;
+                for k in round_order(n, r) {
                     let (tx, rx, rep) = transfer_variant(tb, stack, size, a.run_packets, &a.out, &vars[k], false)?;
                     lost[k] += a.run_packets.saturating_sub(rep.received);
                     rate[k].push(rep.gbps);

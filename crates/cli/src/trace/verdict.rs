@@ -131,6 +131,29 @@ fn median_ci_ranks(n: usize, alpha: f64) -> Option<(usize, usize)> {
     (j >= 1 && j <= n - j + 1).then(|| (j - 1, n - j))
 }
 
+/// The order of the `n` settings in round `r`: a Williams design, so that
+/// over a full cycle of rounds (`n` when `n` is even, `2n` when odd) each
+/// setting runs in each position equally often and follows each other
+/// setting equally often. A plain rotation keeps every setting behind the
+/// same neighbour in every round, so whatever one transfer leaves to the
+/// next (the host's state after a traced run, say) would be charged to
+/// that one setting; here it spreads over all of them.
+pub fn round_order(n: usize, r: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    // 0, 1, n-1, 2, n-2, …: every difference between neighbours mod n once.
+    let base: Vec<usize> = (0..n).map(|j| if j % 2 == 1 { j.div_ceil(2) } else { (n - j / 2) % n }).collect();
+    let cycle = if n % 2 == 0 { n } else { 2 * n };
+    let row = r % cycle;
+    let (shift, reversed) = if row < n { (row, false) } else { (row - n, true) };
+    let mut order: Vec<usize> = base.iter().map(|&b| (b + shift) % n).collect();
+    if reversed {
+        order.reverse();
+    }
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +189,35 @@ mod tests {
     fn quartiles_interpolate() {
         let v = judge(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.0).unwrap();
         assert_eq!((v.q1, v.median, v.q3), (2.0, 3.0, 4.0));
+    }
+
+    #[test]
+    fn round_order_balances_position_and_predecessor() {
+        for n in 1..=7usize {
+            let cycle = if n % 2 == 0 { n } else { 2 * n };
+            let mut at = vec![vec![0usize; n]; n];
+            let mut after = vec![vec![0usize; n]; n];
+            for r in 0..cycle {
+                let o = round_order(n, r);
+                let mut seen = o.clone();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..n).collect::<Vec<_>>(), "n {n} round {r}: each setting once");
+                for (pos, &k) in o.iter().enumerate() {
+                    at[k][pos] += 1;
+                }
+                for w in o.windows(2) {
+                    after[w[0]][w[1]] += 1;
+                }
+            }
+            let per_position = cycle / n;
+            assert!(at.iter().flatten().all(|&c| c == per_position), "n {n}: positions {at:?}");
+            let per_pair = if n > 1 { cycle / n } else { 0 };
+            for (a, row) in after.iter().enumerate() {
+                for (b, &c) in row.iter().enumerate() {
+                    let want = if a == b { 0 } else { per_pair };
+                    assert_eq!(c, want, "n {n}: {b} after {a}");
+                }
+            }
+        }
     }
 }
