@@ -144,7 +144,7 @@ pub fn round_order(n: usize, r: usize) -> Vec<usize> {
     }
     // 0, 1, n-1, 2, n-2, …: every difference between neighbours mod n once.
     let base: Vec<usize> = (0..n).map(|j| if j % 2 == 1 { j.div_ceil(2) } else { (n - j / 2) % n }).collect();
-    let cycle = if n % 2 == 0 { n } else { 2 * n };
+    let cycle = if n.is_multiple_of(2) { n } else { 2 * n };
     let row = r % cycle;
     let (shift, reversed) = if row < n { (row, false) } else { (row - n, true) };
     let mut order: Vec<usize> = base.iter().map(|&b| (b + shift) % n).collect();
@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn round_order_balances_position_and_predecessor() {
         for n in 1..=7usize {
-            let cycle = if n % 2 == 0 { n } else { 2 * n };
+            let cycle = if n.is_multiple_of(2) { n } else { 2 * n };
             let mut at = vec![vec![0usize; n]; n];
             let mut after = vec![vec![0usize; n]; n];
             for r in 0..cycle {
